@@ -1,0 +1,104 @@
+#include "trainer/checkpoint/atomic_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+#include <vector>
+
+namespace tj::checkpoint {
+namespace {
+
+constexpr std::string_view kTempMarker = ".tmp.";
+
+std::string ErrnoText(int err) { return std::strerror(err); }
+
+Status WriteAll(int fd, std::string_view bytes) {
+  const char* p = bytes.data();
+  size_t left = bytes.size();
+  while (left > 0) {
+    ssize_t n = ::write(fd, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return Status::Error("write: " + ErrnoText(errno));
+    }
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
+  return Status::Ok();
+}
+
+Status FsyncDirectory(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return Status::Error("opening directory " + dir + ": " + ErrnoText(errno));
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  // Some file systems cannot fsync a directory (EINVAL); the rename is then as durable as
+  // that file system makes it.
+  if (rc != 0 && err != EINVAL)
+    return Status::Error("fsync of directory " + dir + ": " + ErrnoText(err));
+  return Status::Ok();
+}
+
+}  // namespace
+
+bool IsTempFileName(std::string_view name) {
+  return name.size() > 1 && name[0] == '.' && name.find(kTempMarker) != std::string_view::npos;
+}
+
+Status WriteFileAtomically(const std::string& path, std::string_view bytes) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
+  const std::string base = target.filename().string();
+  if (base.empty()) return Status::Error("writing " + path + ": not a file name");
+
+  std::string tmpl = (fs::path(dir) / ("." + base + std::string(kTempMarker) + "XXXXXX")).string();
+  std::vector<char> tmp_name(tmpl.begin(), tmpl.end());
+  tmp_name.push_back('\0');
+  int fd = ::mkstemp(tmp_name.data());
+  if (fd < 0) {
+    return Status::Error("writing " + path + ": cannot create a temporary file in " + dir + ": " +
+                         ErrnoText(errno) + " (does the directory exist and is it writable?)");
+  }
+  const std::string tmp(tmp_name.data());
+  auto fail = [&](const std::string& what) {
+    if (fd >= 0) ::close(fd);
+    ::unlink(tmp.c_str());
+    return Status::Error("writing " + path + ": " + what);
+  };
+  if (::fchmod(fd, 0644) != 0) return fail("chmod of " + tmp + ": " + ErrnoText(errno));
+  if (Status s = WriteAll(fd, bytes); !s.ok()) return fail(s.message() + " (disk full?)");
+  if (::fsync(fd) != 0) return fail("fsync of " + tmp + ": " + ErrnoText(errno));
+  int rc = ::close(fd);
+  fd = -1;
+  if (rc != 0) return fail("close of " + tmp + ": " + ErrnoText(errno));
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    return fail("rename of " + tmp + " to " + path + ": " + ErrnoText(errno));
+  }
+  return FsyncDirectory(dir).WithContext("writing " + path);
+}
+
+Status RemoveTempFiles(const std::string& dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return Status::Ok();
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (!IsTempFileName(it->path().filename().string())) continue;
+    std::error_code rm_ec;
+    fs::remove(it->path(), rm_ec);
+    if (rm_ec) {
+      return Status::Error("removing leftover temporary file " + it->path().string() + ": " +
+                           rm_ec.message());
+    }
+  }
+  if (ec) return Status::Error("listing " + dir + ": " + ec.message());
+  return Status::Ok();
+}
+
+}  // namespace tj::checkpoint

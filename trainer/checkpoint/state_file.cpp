@@ -1,0 +1,278 @@
+#include "trainer/checkpoint/state_file.h"
+
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "common/sha256.h"
+#include "trainer/checkpoint/atomic_file.h"
+
+namespace tj::checkpoint {
+namespace {
+
+constexpr size_t kMagicSize = sizeof(kStateFileMagic);
+constexpr size_t kFixedSize = kMagicSize + 4 + 8;  // magic, version, header length
+constexpr size_t kDigestSize = 32;
+
+template <typename T>
+void PutLe(std::string& out, T v) {
+  for (size_t i = 0; i < sizeof(T); ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+template <typename T>
+T GetLe(const std::string& in, size_t offset) {
+  T v = 0;
+  for (size_t i = 0; i < sizeof(T); ++i) {
+    v |= static_cast<T>(static_cast<uint8_t>(in[offset + i])) << (8 * i);
+  }
+  return v;
+}
+
+void AppendFloats(std::string& out, const std::vector<float>& values) {
+  const size_t start = out.size();
+  out.resize(start + values.size() * sizeof(float));
+  if constexpr (std::endian::native == std::endian::little) {
+    if (!values.empty()) std::memcpy(out.data() + start, values.data(), values.size() * 4);
+  } else {
+    for (size_t i = 0; i < values.size(); ++i) {
+      uint32_t bits = std::bit_cast<uint32_t>(values[i]);
+      for (int b = 0; b < 4; ++b) out[start + 4 * i + b] = static_cast<char>(bits >> (8 * b));
+    }
+  }
+}
+
+void ReadFloats(const std::string& in, size_t offset, size_t count, std::vector<float>& out) {
+  out.resize(count);
+  if constexpr (std::endian::native == std::endian::little) {
+    if (count > 0) std::memcpy(out.data(), in.data() + offset, count * 4);
+  } else {
+    for (size_t i = 0; i < count; ++i)
+      out[i] = std::bit_cast<float>(GetLe<uint32_t>(in, offset + 4 * i));
+  }
+}
+
+std::string Short(const nlohmann::json& v) {
+  if (v.is_null()) return "none";
+  std::string s = v.dump();
+  if (s.size() > 80) s = s.substr(0, 77) + "...";
+  return s;
+}
+
+void Diff(const nlohmann::json& expected, const nlohmann::json& found, const std::string& path,
+          std::vector<std::string>& out) {
+  if (expected.is_object() && found.is_object()) {
+    std::set<std::string> keys;
+    for (auto it = expected.begin(); it != expected.end(); ++it) keys.insert(it.key());
+    for (auto it = found.begin(); it != found.end(); ++it) keys.insert(it.key());
+    for (const std::string& k : keys) {
+      const std::string sub = path.empty() ? k : path + "." + k;
+      const nlohmann::json e = expected.contains(k) ? expected.at(k) : nlohmann::json();
+      const nlohmann::json f = found.contains(k) ? found.at(k) : nlohmann::json();
+      Diff(e, f, sub, out);
+    }
+    return;
+  }
+  if (expected == found) return;
+  out.push_back((path.empty() ? std::string("fingerprint") : path) + ": backup has " +
+                Short(found) + ", this run has " + Short(expected));
+}
+
+// The header fields, parsed and checked against the file's size.
+struct Header {
+  nlohmann::json json;
+  std::vector<std::pair<std::string, uint64_t>> tensors;  // name, element count
+  uint64_t data_bytes = 0;
+};
+
+StatusOr<Header> ParseHeader(const std::string& text) {
+  Header h;
+  try {
+    h.json = nlohmann::json::parse(text);
+    if (!h.json.is_object()) return Status::Error("malformed header: not a JSON object");
+    for (const char* key :
+         {"epoch", "step", "optimizer_iterations", "seed", "tensors", "data_bytes"}) {
+      if (!h.json.contains(key))
+        return Status::Error(std::string("malformed header: no \"") + key + "\"");
+    }
+    for (const auto& t : h.json.at("tensors")) {
+      h.tensors.emplace_back(t.at("name").get<std::string>(), t.at("count").get<uint64_t>());
+    }
+    h.data_bytes = h.json.at("data_bytes").get<uint64_t>();
+    (void)h.json.at("epoch").get<int64_t>();
+    (void)h.json.at("step").get<int64_t>();
+    (void)h.json.at("optimizer_iterations").get<int64_t>();
+    (void)h.json.at("seed").get<uint64_t>();
+  } catch (const nlohmann::json::exception& e) {
+    return Status::Error(std::string("malformed header: ") + e.what());
+  }
+  return h;
+}
+
+}  // namespace
+
+const std::vector<float>* TrainingState::FindTensor(const std::string& name) const {
+  for (const auto& [n, values] : tensors) {
+    if (n == name) return &values;
+  }
+  return nullptr;
+}
+
+StatusOr<std::string> EncodeState(const TrainingState& state) {
+  nlohmann::json header;
+  uint64_t data_bytes = 0;
+  std::set<std::string> names;
+  try {
+    header["fingerprint"] = state.fingerprint;
+    header["epoch"] = state.epoch;
+    header["step"] = state.step;
+    header["optimizer_iterations"] = state.optimizer_iterations;
+    header["seed"] = state.seed;
+    header["extra"] = state.extra;
+    header["tensors"] = nlohmann::json::array();
+    for (const auto& [name, values] : state.tensors) {
+      if (!names.insert(name).second) {
+        return Status::Error("encoding checkpoint: tensor \"" + name + "\" appears twice");
+      }
+      header["tensors"].push_back({{"name", name}, {"count", values.size()}});
+      data_bytes += values.size() * sizeof(float);
+    }
+    header["data_bytes"] = data_bytes;
+  } catch (const nlohmann::json::exception& e) {
+    return Status::Error(std::string("encoding checkpoint header: ") + e.what());
+  }
+  std::string header_text;
+  try {
+    header_text = header.dump();
+  } catch (const nlohmann::json::exception& e) {
+    return Status::Error(std::string("encoding checkpoint header: ") + e.what());
+  }
+
+  std::string out;
+  out.reserve(kFixedSize + header_text.size() + data_bytes + kDigestSize);
+  out.append(kStateFileMagic, kMagicSize);
+  PutLe<uint32_t>(out, kStateFileVersion);
+  PutLe<uint64_t>(out, header_text.size());
+  out += header_text;
+  for (const auto& [name, values] : state.tensors) AppendFloats(out, values);
+  const Digest digest = Sha256Of(out.data(), out.size());
+  out.append(reinterpret_cast<const char*>(digest.data()), digest.size());
+  return out;
+}
+
+StatusOr<TrainingState> DecodeState(const std::string& bytes, const std::string& source) {
+  auto error = [&](const std::string& what) { return Status::Error(source + ": " + what); };
+  const size_t size = bytes.size();
+  if (size == 0) return error("empty file (0 bytes): truncated, the write never completed");
+  const size_t magic_seen = std::min(size, kMagicSize);
+  if (std::memcmp(bytes.data(), kStateFileMagic, magic_seen) != 0) {
+    return error("not a tj-trainer checkpoint (bad magic)");
+  }
+  if (size < kFixedSize) {
+    return error("truncated: " + std::to_string(size) + " bytes, shorter than the " +
+                 std::to_string(kFixedSize) + "-byte preamble");
+  }
+  const uint32_t version = GetLe<uint32_t>(bytes, kMagicSize);
+  if (version != kStateFileVersion) {
+    return error("unsupported version " + std::to_string(version) +
+                 " (this tj-trainer reads version " + std::to_string(kStateFileVersion) +
+                 "; written by another release, or corrupt)");
+  }
+  const uint64_t header_len = GetLe<uint64_t>(bytes, kMagicSize + 4);
+  const bool header_fits = header_len <= size && kFixedSize + header_len + kDigestSize <= size;
+
+  // The digest decides whether the bytes are as written; the rest only explains a mismatch.
+  bool digest_ok = false;
+  if (size >= kFixedSize + kDigestSize) {
+    const Digest digest = Sha256Of(bytes.data(), size - kDigestSize);
+    digest_ok = std::memcmp(digest.data(), bytes.data() + size - kDigestSize, kDigestSize) == 0;
+  }
+  if (!digest_ok) {
+    if (!header_fits) {
+      return error("truncated: the header length says " + std::to_string(header_len) +
+                   " bytes but the file has " + std::to_string(size) + " bytes in all");
+    }
+    StatusOr<Header> header = ParseHeader(bytes.substr(kFixedSize, header_len));
+    if (header.ok()) {
+      const uint64_t expected = kFixedSize + header_len + header->data_bytes + kDigestSize;
+      if (expected > size) {
+        return error("truncated: the header describes " + std::to_string(expected) +
+                     " bytes, the file has " + std::to_string(size));
+      }
+    }
+    return error("digest mismatch: the file is corrupt or was torn (SHA-256 does not match)");
+  }
+
+  // Intact as written; anything wrong now was wrong when it was written.
+  if (!header_fits) return error("malformed header: its length exceeds the file");
+  StatusOr<Header> header = ParseHeader(bytes.substr(kFixedSize, header_len));
+  if (!header.ok()) return header.status().WithContext(source);
+  uint64_t sum = 0;
+  for (const auto& [name, count] : header->tensors) {
+    if (count > (size / sizeof(float))) {
+      return error("tensor sizes do not match the file: \"" + name + "\" claims " +
+                   std::to_string(count) + " values");
+    }
+    sum += count * sizeof(float);
+  }
+  const uint64_t data_bytes = size - kFixedSize - header_len - kDigestSize;
+  if (sum != header->data_bytes || sum != data_bytes) {
+    return error("tensor sizes do not match the file: tensors hold " + std::to_string(sum) +
+                 " bytes, header says " + std::to_string(header->data_bytes) + ", file has " +
+                 std::to_string(data_bytes));
+  }
+
+  TrainingState state;
+  try {
+    const nlohmann::json& j = header->json;
+    state.fingerprint = j.value("fingerprint", nlohmann::json());
+    state.epoch = j.at("epoch").get<int64_t>();
+    state.step = j.at("step").get<int64_t>();
+    state.optimizer_iterations = j.at("optimizer_iterations").get<int64_t>();
+    state.seed = j.at("seed").get<uint64_t>();
+    state.extra = j.value("extra", nlohmann::json());
+  } catch (const nlohmann::json::exception& e) {
+    return error(std::string("malformed header: ") + e.what());
+  }
+  size_t offset = kFixedSize + header_len;
+  state.tensors.reserve(header->tensors.size());
+  for (const auto& [name, count] : header->tensors) {
+    state.tensors.emplace_back(name, std::vector<float>());
+    ReadFloats(bytes, offset, count, state.tensors.back().second);
+    offset += count * sizeof(float);
+  }
+  return state;
+}
+
+Status WriteStateFile(const std::string& path, const TrainingState& state) {
+  StatusOr<std::string> bytes = EncodeState(state);
+  if (!bytes.ok()) return bytes.status().WithContext("writing " + path);
+  return WriteFileAtomically(path, *bytes);
+}
+
+StatusOr<TrainingState> ReadStateFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    const int err = errno;
+    if (err == ENOENT) return Status::Error(path + ": missing (no such file)");
+    return Status::Error(path + ": cannot open: " + std::strerror(err));
+  }
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  if (in.bad()) return Status::Error(path + ": read error");
+  return DecodeState(buffer.str(), path);
+}
+
+std::optional<std::string> DescribeMismatch(const nlohmann::json& expected,
+                                            const nlohmann::json& found) {
+  std::vector<std::string> diffs;
+  Diff(expected, found, "", diffs);
+  if (diffs.empty()) return std::nullopt;
+  std::string out;
+  for (const std::string& d : diffs) out += (out.empty() ? "" : "; ") + d;
+  return out;
+}
+
+}  // namespace tj::checkpoint
