@@ -1,0 +1,210 @@
+#include "trainer/observe/status_server.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <stdexcept>
+
+#include "trainer/observe/prometheus_text.h"
+
+namespace tj::observe {
+namespace {
+
+// A port the kernel just handed out (free at the time of the call).
+int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+struct HttpAnswer {
+  int code = 0;
+  std::string head;
+  std::string body;
+};
+
+// A plain-socket HTTP/1.1 client: one request, Connection: close, read to EOF.
+HttpAnswer Fetch(int port, const std::string& method, const std::string& path) {
+  HttpAnswer answer;
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return answer;
+  }
+  const std::string request = method + " " + path +
+                              " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                              "Content-Length: 0\r\n\r\n";
+  ::send(fd, request.data(), request.size(), 0);
+  std::string raw;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) raw.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  const size_t split = raw.find("\r\n\r\n");
+  if (raw.rfind("HTTP/1.1 ", 0) != 0 || split == std::string::npos) return answer;
+  answer.code = std::stoi(raw.substr(9, 3));
+  answer.head = raw.substr(0, split);
+  answer.body = raw.substr(split + 4);
+  return answer;
+}
+
+TEST(StatusServerTest, AnswersStatusAndMetricsOverARealSocket) {
+  const int port = FreePort();
+  std::atomic<int> epoch{1};
+  StatusServer server(
+      port,
+      [&] {
+        return nlohmann::json{{"role", "chief"}, {"epoch", epoch.load()}, {"total_epochs", 3}};
+      },
+      [&] {
+        PrometheusText m;
+        m.Gauge("tj_trainer_epoch", "Epochs completed.", epoch.load());
+        return m.str();
+      },
+      "127.0.0.1");
+  ASSERT_TRUE(server.Start().ok());
+  EXPECT_TRUE(server.running());
+
+  HttpAnswer status = Fetch(port, "GET", "/status");
+  ASSERT_EQ(status.code, 200) << status.head;
+  EXPECT_NE(status.head.find("application/json"), std::string::npos) << status.head;
+  auto j = nlohmann::json::parse(status.body);
+  EXPECT_EQ(j["role"], "chief");
+  EXPECT_EQ(j["epoch"], 1);
+
+  epoch = 2;  // answers reflect the state at request time
+  HttpAnswer metrics = Fetch(port, "GET", "/metrics");
+  ASSERT_EQ(metrics.code, 200) << metrics.head;
+  EXPECT_NE(metrics.head.find("text/plain; version=0.0.4"), std::string::npos) << metrics.head;
+  EXPECT_EQ(metrics.body,
+            "# HELP tj_trainer_epoch Epochs completed.\n# TYPE tj_trainer_epoch gauge\n"
+            "tj_trainer_epoch 2\n");
+
+  EXPECT_EQ(Fetch(port, "GET", "/").code, 404);
+  EXPECT_EQ(Fetch(port, "GET", "/statusx").code, 404);
+  EXPECT_EQ(Fetch(port, "POST", "/status").code, 405);
+
+  server.Stop();
+  EXPECT_FALSE(server.running());
+  EXPECT_EQ(Fetch(port, "GET", "/status").code, 0);  // nobody listens any more
+  server.Stop();                                     // idempotent
+}
+
+TEST(StatusServerTest, ACallbackThatThrowsIsA500NotACrash) {
+  const int port = FreePort();
+  StatusServer server(
+      port, []() -> nlohmann::json { throw std::runtime_error("boom"); },
+      [] { return nlohmann::json::parse("{").dump(); }, "127.0.0.1");
+  ASSERT_TRUE(server.Start().ok());
+  HttpAnswer a = Fetch(port, "GET", "/status");
+  EXPECT_EQ(a.code, 500);
+  EXPECT_NE(a.body.find("boom"), std::string::npos);
+  EXPECT_EQ(Fetch(port, "GET", "/metrics").code, 500);
+}
+
+TEST(StatusServerTest, PortZeroIsDisabled) {
+  StatusServer server(
+      0, [] { return nlohmann::json::object(); }, [] { return std::string(); });
+  ASSERT_TRUE(server.Start().ok());
+  EXPECT_FALSE(server.running());
+  server.Stop();
+}
+
+TEST(StatusServerTest, APortInUseIsAnErrorNamingThePort) {
+  // Hold a listening socket on a port, on every address.
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = 0;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const int port = ntohs(addr.sin_port);
+
+  StatusServer server(
+      port, [] { return nlohmann::json::object(); }, [] { return std::string(); });
+  Status s = server.Start();
+  ::close(fd);
+  ASSERT_FALSE(s.ok());
+  std::printf("the error reads: %s\n", s.message().c_str());
+  EXPECT_NE(s.message().find("cannot listen on port " + std::to_string(port)), std::string::npos)
+      << s.message();
+  EXPECT_FALSE(server.running());
+}
+
+TEST(StatusServerTest, DefaultBindsEveryAddress) {
+  const int port = FreePort();
+  StatusServer server(
+      port,
+      [] {
+        return nlohmann::json{{"ok", true}};
+      },
+      [] { return std::string(); });
+  ASSERT_TRUE(server.Start().ok());
+  EXPECT_EQ(Fetch(port, "GET", "/status").code, 200);
+}
+
+TEST(StatusServerTest, AnInvalidPortIsAnError) {
+  StatusServer server(
+      70000, [] { return nlohmann::json::object(); }, [] { return std::string(); });
+  Status s = server.Start();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("port 70000"), std::string::npos) << s.message();
+}
+
+TEST(StatusServerTest, RestartsOnTheSamePortAfterStop) {
+  const int port = FreePort();
+  StatusServer a(
+      port,
+      [] {
+        return nlohmann::json{{"n", 1}};
+      },
+      [] { return std::string(); }, "127.0.0.1");
+  ASSERT_TRUE(a.Start().ok());
+  a.Stop();
+  StatusServer b(
+      port,
+      [] {
+        return nlohmann::json{{"n", 2}};
+      },
+      [] { return std::string(); }, "127.0.0.1");
+  ASSERT_TRUE(b.Start().ok());
+  EXPECT_EQ(nlohmann::json::parse(Fetch(port, "GET", "/status").body)["n"], 2);
+}
+
+TEST(PrometheusTextTest, DeclaresEachNameOnceAndEscapesLabels) {
+  PrometheusText m;
+  m.Counter("tj_steps_total", "Steps.", 1200);
+  m.Gauge("tj_loss", "Loss.", 0.25, {{"split", "train"}});
+  m.Gauge("tj_loss", "Loss.", 0.5, {{"split", "e\"v\\a\nl"}});
+  m.Gauge("tj_nan", "Not a number.", std::nan(""));
+  EXPECT_EQ(m.str(),
+            "# HELP tj_steps_total Steps.\n# TYPE tj_steps_total counter\ntj_steps_total 1200\n"
+            "# HELP tj_loss Loss.\n# TYPE tj_loss gauge\ntj_loss{split=\"train\"} 0.25\n"
+            "tj_loss{split=\"e\\\"v\\\\a\\nl\"} 0.5\n"
+            "# HELP tj_nan Not a number.\n# TYPE tj_nan gauge\ntj_nan NaN\n");
+  EXPECT_EQ(PrometheusText::FormatValue(1.0 / 0.0), "+Inf");
+  EXPECT_EQ(PrometheusText::FormatValue(-1.0 / 0.0), "-Inf");
+}
+
+}  // namespace
+}  // namespace tj::observe

@@ -1,0 +1,63 @@
+#include "trainer/observe/prometheus_text.h"
+
+#include <charconv>
+#include <cmath>
+
+namespace tj::observe {
+
+std::string PrometheusText::FormatValue(double value) {
+  if (std::isnan(value)) return "NaN";
+  if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, value);
+  return ec == std::errc() ? std::string(buf, end) : "NaN";
+}
+
+std::string PrometheusText::EscapeLabel(const std::string& value) {
+  std::string out;
+  for (char c : value) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+void PrometheusText::Add(const std::string& name, const std::string& help, const char* type,
+                         double value, const Labels& labels) {
+  if (types_.emplace(name, type).second) {
+    std::string escaped_help;
+    for (char c : help)
+      escaped_help += c == '\n'   ? std::string("\\n")
+                      : c == '\\' ? std::string("\\\\")
+                                  : std::string(1, c);
+    text_ += "# HELP " + name + " " + escaped_help + "\n# TYPE " + name + " " + type + "\n";
+  }
+  text_ += name;
+  if (!labels.empty()) {
+    text_ += "{";
+    for (size_t i = 0; i < labels.size(); ++i) {
+      text_ += (i ? "," : "") + labels[i].first + "=\"" + EscapeLabel(labels[i].second) + "\"";
+    }
+    text_ += "}";
+  }
+  text_ += " " + FormatValue(value) + "\n";
+}
+
+void PrometheusText::Gauge(const std::string& name, const std::string& help, double value,
+                           const Labels& labels) {
+  Add(name, help, "gauge", value, labels);
+}
+
+void PrometheusText::Counter(const std::string& name, const std::string& help, double value,
+                             const Labels& labels) {
+  Add(name, help, "counter", value, labels);
+}
+
+}  // namespace tj::observe
