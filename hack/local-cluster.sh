@@ -1,0 +1,432 @@
+#!/usr/bin/env bash
+# A real Kubernetes control plane on this machine, no containers: etcd, kube-apiserver,
+# kube-controller-manager and kube-scheduler as local processes, plus the project's node
+# agent (tj-local-node) when it has been built.
+#
+#   hack/local-cluster.sh up       start (or find running) a cluster; prints the kubeconfig path
+#   hack/local-cluster.sh down     stop exactly the processes `up` started (by PID)
+#   hack/local-cluster.sh status   say what runs; exit 0 when the API server is healthy
+#   hack/local-cluster.sh build    only find or build the control-plane binaries; print their dir
+#   hack/local-cluster.sh env      print `export KUBECONFIG=...` for eval
+#   hack/local-cluster.sh restart-apiserver   stop and start kube-apiserver (same port; tests)
+#   hack/local-cluster.sh compact  compact etcd's history up to now (tests of 410 Gone)
+#
+# Binaries: kube-apiserver, kube-controller-manager and kube-scheduler come from
+# $KUBEBUILDER_ASSETS when it names a directory holding kube-apiserver (envtest's convention;
+# the other two are optional there), else from the cache
+# ${TJ_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tj-operator}/kube-<debian version>/bin, else
+# they are built once from Debian's `kubernetes` source package (about 8 minutes on 2 cores)
+# and cached there. etcd is the one from Debian's etcd-server (or $KUBEBUILDER_ASSETS/etcd).
+#
+# State: ${TJ_LOCAL_CLUSTER_DIR:-<repo>/.local-cluster}: kubeconfig, pids/, logs/, certs, etcd
+# data. Several clusters can run on one machine with different TJ_LOCAL_CLUSTER_DIR values:
+# every port is picked free at `up`.
+set -euo pipefail
+
+REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+STATE_DIR=${TJ_LOCAL_CLUSTER_DIR:-$REPO_ROOT/.local-cluster}
+CACHE_ROOT=${TJ_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tj-operator}
+BIN_DIR_BUILD=${TJ_BUILD_DIR:-$REPO_ROOT/build}/bin
+HEALTH_TIMEOUT_S=${TJ_LOCAL_CLUSTER_TIMEOUT:-90}
+DEB_SRC_FILE=/etc/apt/sources.list.d/debian-src.sources
+
+log() { echo "local-cluster: $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi
+}
+
+# ---------------------------------------------------------------------------------------------
+# Binaries
+
+# Debian's source version of `kubernetes` (e.g. 1.20.5+really1.20.2-1.1); configures the
+# deb-src index first when apt knows no source for it.
+kube_source_version() {
+  local v
+  v=$(apt-cache showsrc kubernetes 2>/dev/null | awk '/^Version:/ {print $2; exit}') || true
+  if [ -z "$v" ]; then
+    if [ ! -f "$DEB_SRC_FILE" ]; then
+      log "adding Debian's source index ($DEB_SRC_FILE) to fetch the kubernetes source package"
+      as_root tee "$DEB_SRC_FILE" >/dev/null <<'EOF'
+Types: deb-src
+URIs: http://deb.debian.org/debian
+Suites: bookworm
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+    fi
+    as_root apt-get update -q >&2
+    v=$(apt-cache showsrc kubernetes 2>/dev/null | awk '/^Version:/ {print $2; exit}') || true
+  fi
+  [ -n "$v" ] || die "apt knows no source package 'kubernetes'; check $DEB_SRC_FILE and network"
+  echo "$v"
+}
+
+have_all() {  # have_all DIR NAME... : every NAME is an executable in DIR
+  local d=$1; shift
+  for n in "$@"; do [ -x "$d/$n" ] || return 1; done
+}
+
+# Builds the three binaries into $1/bin from Debian's source package, following
+# docs/local-cluster.md. Serialised by a lock so parallel callers build once.
+build_kube() {
+  local version=$1 dest=$2
+  mkdir -p "$dest"
+  exec 9>"$dest/.lock"
+  log "waiting for the build lock $dest/.lock" 
+  flock 9
+  if have_all "$dest/bin" kube-apiserver kube-controller-manager kube-scheduler; then
+    exec 9>&-; return 0
+  fi
+  for tool in go rsync make tar; do
+    command -v "$tool" >/dev/null || die "'$tool' is missing: run hack/install-deps.sh"
+  done
+  local reflect2=/usr/share/gocode/src/github.com/modern-go/reflect2
+  [ -f "$reflect2/reflect2.go" ] ||
+    die "$reflect2 missing: run hack/install-deps.sh (golang-github-modern-go-reflect2-dev)"
+
+  local work=$dest/src start=$SECONDS
+  rm -rf "$work" && mkdir -p "$work"
+  log "building kube-apiserver, kube-controller-manager, kube-scheduler $version in $work" \
+      "(about 8 minutes on 2 cores; log: $dest/build.log)"
+  (
+    set -euo pipefail
+    cd "$work"
+    apt-get source --download-only "kubernetes=$version"
+    local orig
+    orig=$(ls kubernetes_*.orig.tar.gz | head -n1)
+    tar xzf "$orig"
+    local top
+    top=$(ls -d kubernetes-*/ | head -n1); top=${top%/}
+    # Go >= 1.18 vs the vendored reflect2 1.0.1 (SIGSEGV on the first custom resource):
+    # use Debian's API-compatible 1.0.2.
+    local v=$top/vendor/github.com/modern-go/reflect2
+    rm -f "$v"/*.go "$v"/*.s
+    cp "$reflect2"/*.go "$v"/
+    cp "$reflect2"/*.s "$v"/ 2>/dev/null || true
+    export GOPATH=$work/gopath CGO_ENABLED=0 GOFLAGS=
+    mkdir -p "$GOPATH/src/k8s.io"
+    ln -sfn "$work/$top" "$GOPATH/src/k8s.io/kubernetes"
+    cd "$GOPATH/src/k8s.io/kubernetes"
+    nice -n 10 make WHAT="cmd/kube-apiserver cmd/kube-controller-manager cmd/kube-scheduler"
+    mkdir -p "$dest/bin.tmp"
+    cp _output/bin/kube-apiserver _output/bin/kube-controller-manager \
+       _output/bin/kube-scheduler "$dest/bin.tmp/"
+  ) >"$dest/build.log" 2>&1 || { exec 9>&-; die "build failed; see $dest/build.log"; }
+  rm -rf "$dest/bin" && mv "$dest/bin.tmp" "$dest/bin"
+  echo "$version" >"$dest/VERSION"
+  rm -rf "$work"  # 1.5 GB of sources and objects; Go's build cache keeps a rebuild fast
+  log "built in $((SECONDS - start)) s -> $dest/bin"
+  exec 9>&-
+}
+
+# Sets KUBE_BIN (apiserver, controller-manager, scheduler dir) and ETCD_BIN.
+find_binaries() {
+  KUBE_BIN= ETCD_BIN=
+  if [ -n "${KUBEBUILDER_ASSETS:-}" ]; then
+    [ -x "$KUBEBUILDER_ASSETS/kube-apiserver" ] ||
+      die "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS holds no kube-apiserver"
+    KUBE_BIN=$KUBEBUILDER_ASSETS
+    [ -x "$KUBEBUILDER_ASSETS/etcd" ] && ETCD_BIN=$KUBEBUILDER_ASSETS/etcd
+  else
+    local cached=""
+    # Without a network or deb-src, an existing cache entry is good enough.
+    for d in "$CACHE_ROOT"/kube-*/; do
+      have_all "$d/bin" kube-apiserver kube-controller-manager kube-scheduler &&
+        cached=${d%/}/bin
+    done
+    local version=""
+    if [ -z "$cached" ] || apt-cache showsrc kubernetes >/dev/null 2>&1; then
+      version=$(kube_source_version)
+    fi
+    if [ -n "$version" ]; then
+      local dest=$CACHE_ROOT/kube-$version
+      have_all "$dest/bin" kube-apiserver kube-controller-manager kube-scheduler ||
+        build_kube "$version" "$dest"
+      KUBE_BIN=$dest/bin
+    else
+      KUBE_BIN=$cached
+    fi
+  fi
+  if [ -z "$ETCD_BIN" ]; then
+    ETCD_BIN=$(command -v etcd) || die "etcd not found: run hack/install-deps.sh (etcd-server)"
+  fi
+}
+
+# ---------------------------------------------------------------------------------------------
+# Processes
+
+free_port() {
+  python3 - <<'EOF'
+import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])
+s.close()
+EOF
+}
+
+pid_alive() { [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null; }
+
+# start NAME CMD...: runs CMD in the background in its own session, logs to logs/NAME.log,
+# records its PID in pids/NAME.
+start() {
+  local name=$1; shift
+  setsid "$@" >"$STATE_DIR/logs/$name.log" 2>&1 </dev/null &
+  echo $! >"$STATE_DIR/pids/$name"
+  log "started $name (pid $!)"
+}
+
+api_healthy() {
+  [ -f "$STATE_DIR/token" ] && [ -f "$STATE_DIR/port" ] || return 1
+  curl -fsS --max-time 3 --cacert "$STATE_DIR/certs/apiserver.crt" \
+    -H "Authorization: Bearer $(cat "$STATE_DIR/token")" \
+    "https://127.0.0.1:$(cat "$STATE_DIR/port")/healthz" 2>/dev/null | grep -qx ok
+}
+
+all_running() {
+  [ -d "$STATE_DIR/pids" ] || return 1
+  local f
+  for f in "$STATE_DIR"/pids/*; do
+    [ -f "$f" ] || return 1
+    pid_alive "$(cat "$f")" || return 1
+  done
+}
+
+write_kubeconfig() {  # write_kubeconfig FILE PORT TOKEN
+  local ca
+  ca=$(base64 -w0 <"$STATE_DIR/certs/ca.crt")
+  cat >"$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: local
+  cluster:
+    server: https://127.0.0.1:$2
+    certificate-authority-data: $ca
+users:
+- name: admin
+  user:
+    token: $3
+contexts:
+- name: local
+  context: {cluster: local, user: admin, namespace: default}
+current-context: local
+EOF
+  chmod 600 "$1"
+}
+
+# A CA and a serving certificate for 127.0.0.1/localhost signed by it, so clients verify TLS.
+make_certs() {
+  local c=$STATE_DIR/certs
+  mkdir -p "$c"
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout "$c/ca.key" -out "$c/ca.crt" -days 3650 \
+    -subj "/CN=tj-local-cluster-ca" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -keyout "$c/apiserver.key" -out "$c/apiserver.csr" \
+    -subj "/CN=kube-apiserver" 2>/dev/null
+  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,%s\n' \
+    'DNS:kubernetes.default.svc,IP:10.0.0.1' >"$c/san.ext"
+  # The API server serves the whole chain so clients that trust the CA verify it.
+  openssl x509 -req -in "$c/apiserver.csr" -CA "$c/ca.crt" -CAkey "$c/ca.key" \
+    -CAcreateserial -out "$c/apiserver.leaf.crt" -days 3650 -extfile "$c/san.ext" 2>/dev/null
+  cat "$c/apiserver.leaf.crt" "$c/ca.crt" >"$c/apiserver.crt"
+  openssl genrsa -out "$c/sa.key" 2048 2>/dev/null
+  openssl rsa -in "$c/sa.key" -pubout -out "$c/sa.pub" 2>/dev/null
+}
+
+wait_for() {  # wait_for SECONDS WHAT CMD...
+  local limit=$1 what=$2; shift 2
+  local deadline=$((SECONDS + limit))
+  until "$@"; do
+    [ $SECONDS -lt $deadline ] || return 1
+    sleep 0.2
+  done
+}
+
+cmd_up() {
+  if all_running && api_healthy; then
+    log "already up: $STATE_DIR/kubeconfig"
+    echo "$STATE_DIR/kubeconfig"
+    return 0
+  fi
+  if [ -d "$STATE_DIR/pids" ]; then
+    log "a previous cluster in $STATE_DIR is partly down; stopping what is left of it"
+    cmd_down
+  fi
+  find_binaries
+  local t0=$SECONDS
+  rm -rf "$STATE_DIR"
+  mkdir -p "$STATE_DIR/pids" "$STATE_DIR/logs" "$STATE_DIR/etcd"
+  make_certs
+  local token port_e port_p port_a port_c port_s
+  token=$(openssl rand -hex 24)
+  port_e=$(free_port); port_p=$(free_port); port_a=$(free_port)
+  port_c=$(free_port); port_s=$(free_port)
+  echo "$token" >"$STATE_DIR/token"; chmod 600 "$STATE_DIR/token"
+  echo "$port_a" >"$STATE_DIR/port"
+  echo "$token,admin,admin,system:masters" >"$STATE_DIR/tokens.csv"
+  write_kubeconfig "$STATE_DIR/kubeconfig" "$port_a" "$token"
+  cat >"$STATE_DIR/cluster.env" <<EOF
+KUBE_BIN=$KUBE_BIN
+ETCD_BIN=$ETCD_BIN
+ETCD_PORT=$port_e
+APISERVER_PORT=$port_a
+EOF
+
+  start etcd "$ETCD_BIN" --data-dir "$STATE_DIR/etcd" --name local \
+    --listen-client-urls "http://127.0.0.1:$port_e" \
+    --advertise-client-urls "http://127.0.0.1:$port_e" \
+    --listen-peer-urls "http://127.0.0.1:$port_p" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$port_p" \
+    --initial-cluster "local=http://127.0.0.1:$port_p"
+  start kube-apiserver "$REPO_ROOT/hack/local-cluster.sh" run-apiserver "$STATE_DIR"
+  if ! wait_for "$HEALTH_TIMEOUT_S" "API server" api_healthy; then
+    log "the API server did not become healthy in ${HEALTH_TIMEOUT_S}s; last log lines:"
+    tail -n 20 "$STATE_DIR/logs/kube-apiserver.log" >&2 || true
+    cmd_down
+    exit 1
+  fi
+  local kc=$STATE_DIR/kubeconfig
+  if [ -x "$KUBE_BIN/kube-controller-manager" ]; then
+    start kube-controller-manager "$KUBE_BIN/kube-controller-manager" --kubeconfig="$kc" \
+      --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
+      --service-account-private-key-file="$STATE_DIR/certs/sa.key" \
+      --root-ca-file="$STATE_DIR/certs/ca.crt" \
+      --controllers=garbagecollector,namespace,serviceaccount,serviceaccount-token,ttl-after-finished,root-ca-cert-publisher,nodelifecycle \
+      --leader-elect=false --bind-address=127.0.0.1 --secure-port="$port_c" --port=0
+  else
+    log "no kube-controller-manager in $KUBE_BIN: no garbage collection of owned objects"
+  fi
+  if [ -x "$KUBE_BIN/kube-scheduler" ]; then
+    start kube-scheduler "$KUBE_BIN/kube-scheduler" --kubeconfig="$kc" \
+      --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
+      --leader-elect=false --bind-address=127.0.0.1 --secure-port="$port_s" --port=0
+  else
+    log "no kube-scheduler in $KUBE_BIN: pods will not be bound to nodes"
+  fi
+  local node=${TJ_LOCAL_NODE_BIN:-$BIN_DIR_BUILD/tj-local-node}
+  if [ -x "$node" ]; then
+    start tj-local-node "$node" --kubeconfig="$kc" --node-name=local-node \
+      --state-dir="$STATE_DIR/node" --log-dir="$STATE_DIR/logs" --bin-dir="$BIN_DIR_BUILD"
+    if ! wait_for "$HEALTH_TIMEOUT_S" "node" node_ready; then
+      log "node local-node did not become Ready in ${HEALTH_TIMEOUT_S}s; see $STATE_DIR/logs"
+      cmd_down
+      exit 1
+    fi
+  else
+    log "no node agent at $node (build target tj-local-node): the cluster has no node"
+  fi
+  log "up in $((SECONDS - t0)) s: export KUBECONFIG=$kc"
+  echo "$kc"
+}
+
+node_ready() {
+  curl -fsS --max-time 3 --cacert "$STATE_DIR/certs/ca.crt" \
+    -H "Authorization: Bearer $(cat "$STATE_DIR/token")" \
+    "https://127.0.0.1:$(cat "$STATE_DIR/port")/api/v1/nodes/local-node" 2>/dev/null |
+    jq -e '.status.conditions[]? | select(.type=="Ready" and .status=="True")' >/dev/null
+}
+
+# Runs kube-apiserver in the foreground (called by `up` and by tests that restart it).
+cmd_run_apiserver() {
+  local dir=$1
+  # shellcheck disable=SC1091
+  . "$dir/cluster.env"
+  exec "$KUBE_BIN/kube-apiserver" --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+    --cert-dir="$dir/certs" --tls-cert-file="$dir/certs/apiserver.crt" \
+    --tls-private-key-file="$dir/certs/apiserver.key" \
+    --secure-port="$APISERVER_PORT" --bind-address=127.0.0.1 --insecure-port=0 \
+    --service-cluster-ip-range=10.0.0.0/24 --authorization-mode=RBAC \
+    --token-auth-file="$dir/tokens.csv" \
+    --service-account-issuer="https://127.0.0.1:$APISERVER_PORT" \
+    --service-account-key-file="$dir/certs/sa.pub" \
+    --service-account-signing-key-file="$dir/certs/sa.key" \
+    --disable-admission-plugins=ServiceAccount \
+    --etcd-compaction-interval=0
+}
+
+# Stops every process recorded under pids/, newest first: SIGTERM, then SIGKILL after 10 s.
+cmd_down() {
+  [ -d "$STATE_DIR/pids" ] || { log "nothing to stop in $STATE_DIR"; return 0; }
+  local order=(tj-local-node kube-scheduler kube-controller-manager kube-apiserver etcd)
+  local name pid
+  for name in "${order[@]}"; do
+    local f=$STATE_DIR/pids/$name
+    [ -f "$f" ] || continue
+    pid=$(cat "$f")
+    if pid_alive "$pid"; then
+      # Each process was started with setsid, so its process group holds it and its children.
+      kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+      local deadline=$((SECONDS + 10))
+      while pid_alive "$pid" && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
+      if pid_alive "$pid"; then
+        log "$name (pid $pid) ignored SIGTERM; killing it"
+        kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+      fi
+      log "stopped $name (pid $pid)"
+    fi
+    rm -f "$f"
+  done
+  rmdir "$STATE_DIR/pids" 2>/dev/null || true
+}
+
+# Stops kube-apiserver and starts it again on the same port; returns when it is healthy.
+cmd_restart_apiserver() {
+  local f=$STATE_DIR/pids/kube-apiserver
+  [ -f "$f" ] || die "no kube-apiserver recorded in $STATE_DIR: run up first"
+  local pid
+  pid=$(cat "$f")
+  if pid_alive "$pid"; then
+    kill -TERM "$pid"
+    local deadline=$((SECONDS + 15))
+    while pid_alive "$pid" && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
+    pid_alive "$pid" && kill -KILL "$pid"
+  fi
+  start kube-apiserver "$REPO_ROOT/hack/local-cluster.sh" run-apiserver "$STATE_DIR"
+  wait_for "$HEALTH_TIMEOUT_S" "API server" api_healthy ||
+    die "the API server did not come back; see $STATE_DIR/logs/kube-apiserver.log"
+  log "kube-apiserver restarted (pid $(cat "$f"))"
+}
+
+# Compacts etcd up to its current revision through its HTTP gateway: older resourceVersions
+# are then gone for good (a watch from one gets 410 once the API server's cache has no copy).
+cmd_compact() {
+  # shellcheck disable=SC1091
+  . "$STATE_DIR/cluster.env"
+  local url=http://127.0.0.1:$ETCD_PORT/v3/kv rev
+  rev=$(curl -fsS -X POST "$url/range" -d '{"key":"AA=="}' | jq -r .header.revision)
+  [ -n "$rev" ] && [ "$rev" != null ] || die "could not read etcd's revision at $url"
+  curl -fsS -X POST "$url/compaction" -d "{\"revision\":\"$rev\",\"physical\":true}" >/dev/null
+  log "etcd compacted at revision $rev"
+  echo "$rev"
+}
+
+cmd_status() {
+  if [ ! -d "$STATE_DIR/pids" ]; then echo "down"; return 1; fi
+  local f
+  for f in "$STATE_DIR"/pids/*; do
+    [ -f "$f" ] || continue
+    if pid_alive "$(cat "$f")"; then state=running; else state=dead; fi
+    printf '%-24s pid %-8s %s\n' "$(basename "$f")" "$(cat "$f")" "$state"
+  done
+  if api_healthy; then
+    echo "api server https://127.0.0.1:$(cat "$STATE_DIR/port") healthy"
+    echo "kubeconfig $STATE_DIR/kubeconfig"
+  else
+    echo "api server not healthy"
+    return 1
+  fi
+}
+
+case "${1:-}" in
+  up) cmd_up ;;
+  down) cmd_down ;;
+  status) cmd_status ;;
+  build) find_binaries; echo "$KUBE_BIN" ;;
+  env) echo "export KUBECONFIG=$STATE_DIR/kubeconfig" ;;
+  run-apiserver) cmd_run_apiserver "$2" ;;
+  restart-apiserver) cmd_restart_apiserver ;;
+  compact) cmd_compact ;;
+  *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac

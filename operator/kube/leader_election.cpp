@@ -1,0 +1,173 @@
+#include "operator/kube/leader_election.h"
+
+#include <condition_variable>
+
+#include "operator/kube/resource.h"
+
+namespace tj::kube {
+
+using nlohmann::json;
+
+LeaderElector::LeaderElector(Client* client, Clock* clock, LeaderElectionConfig config,
+                             LeaderCallbacks callbacks, EventLog* log,
+                             std::function<WallTime()> wall_clock)
+    : client_(client),
+      clock_(clock),
+      config_(std::move(config)),
+      callbacks_(std::move(callbacks)),
+      log_(log),
+      wall_clock_(std::move(wall_clock)) {}
+
+Status LeaderElector::Validate() const {
+  const std::string what = "leader election lease " + config_.lease_namespace + "/" +
+                           config_.lease_name;
+  if (config_.lease_name.empty() || config_.lease_namespace.empty()) {
+    return Status::Error("leader election needs a lease namespace and name");
+  }
+  if (config_.identity.empty()) return Status::Error(what + ": the identity is empty");
+  if (config_.lease_duration <= config_.renew_deadline) {
+    return Status::Error(what + ": leaseDuration must be greater than renewDeadline");
+  }
+  if (config_.renew_deadline.count() <= 1.2 * config_.retry_period.count()) {
+    return Status::Error(what + ": renewDeadline must be greater than 1.2 x retryPeriod");
+  }
+  if (config_.retry_period.count() <= 0) return Status::Error(what + ": retryPeriod must be > 0");
+  return Status::Ok();
+}
+
+std::string LeaderElector::ObservedHolder() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return observed_spec_.is_object() ? observed_spec_.value("holderIdentity", "") : "";
+}
+
+void LeaderElector::Warn(const std::string& m) {
+  if (log_ != nullptr) {
+    log_->Warn("leader election " + config_.lease_namespace + "/" + config_.lease_name + ": " + m);
+  }
+}
+
+bool LeaderElector::TryAcquireOrRenew() {
+  const auto& leases = resources::kLeases;
+  const std::string now_s = FormatMicroTime(wall_clock_());
+  const int duration_s = static_cast<int>(
+      std::chrono::duration_cast<std::chrono::seconds>(config_.lease_duration).count());
+  auto current = client_->Get(leases, config_.lease_namespace, config_.lease_name);
+  if (!current.ok()) {
+    if (!IsNotFound(current.error())) {
+      Warn("reading the lease failed: " + current.error().ToString());
+      return false;
+    }
+    json lease = {
+        {"apiVersion", "coordination.k8s.io/v1"},
+        {"kind", "Lease"},
+        {"metadata", {{"name", config_.lease_name}, {"namespace", config_.lease_namespace}}},
+        {"spec",
+         {{"holderIdentity", config_.identity},
+          {"leaseDurationSeconds", duration_s},
+          {"acquireTime", now_s},
+          {"renewTime", now_s},
+          {"leaseTransitions", 0}}}};
+    auto created = client_->Create(leases, config_.lease_namespace, lease);
+    if (!created.ok()) return false;  // another candidate was faster
+    std::lock_guard<std::mutex> lock(mu_);
+    observed_spec_ = (*created)["spec"];
+    observed_at_ = clock_->Now();
+    return true;
+  }
+  json lease = std::move(current).value();
+  json spec = lease.contains("spec") ? lease["spec"] : json::object();
+  const std::string holder = spec.value("holderIdentity", "");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    // The lease changed since we last looked: its holder is alive; restart the expiry clock.
+    if (spec != observed_spec_) {
+      observed_spec_ = spec;
+      observed_at_ = clock_->Now();
+    }
+    int held_s = spec.value("leaseDurationSeconds", duration_s);
+    bool expired = clock_->Now() >= observed_at_ + std::chrono::seconds(held_s);
+    if (!holder.empty() && holder != config_.identity && !expired) {
+      if (holder != reported_leader_) {
+        reported_leader_ = holder;
+        if (callbacks_.on_new_leader) callbacks_.on_new_leader(holder);
+      }
+      return false;
+    }
+  }
+  if (holder != config_.identity) {
+    spec["acquireTime"] = now_s;
+    spec["leaseTransitions"] = spec.value("leaseTransitions", 0) + 1;
+  }
+  spec["holderIdentity"] = config_.identity;
+  spec["leaseDurationSeconds"] = duration_s;
+  spec["renewTime"] = now_s;
+  lease["spec"] = spec;
+  // metadata.resourceVersion stays: a concurrent change makes this a 409, not a double leader.
+  auto updated = client_->Update(leases, config_.lease_namespace, lease);
+  if (!updated.ok()) {
+    if (!IsConflict(updated.error())) Warn("updating the lease failed: " + updated.error().ToString());
+    return false;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  observed_spec_ = (*updated)["spec"];
+  observed_at_ = clock_->Now();
+  if (reported_leader_ != config_.identity) {
+    reported_leader_ = config_.identity;
+    if (callbacks_.on_new_leader) callbacks_.on_new_leader(config_.identity);
+  }
+  return true;
+}
+
+void LeaderElector::Release() {
+  auto current = client_->Get(resources::kLeases, config_.lease_namespace, config_.lease_name);
+  if (!current.ok()) return;
+  json lease = std::move(current).value();
+  if (lease["spec"].value("holderIdentity", "") != config_.identity) return;
+  const std::string now_s = FormatMicroTime(wall_clock_());
+  lease["spec"]["holderIdentity"] = "";
+  lease["spec"]["leaseDurationSeconds"] = 1;
+  lease["spec"]["renewTime"] = now_s;
+  lease["spec"]["acquireTime"] = now_s;
+  auto updated = client_->Update(resources::kLeases, config_.lease_namespace, lease);
+  if (!updated.ok()) Warn("releasing the lease failed: " + updated.error().ToString());
+}
+
+void LeaderElector::Sleep(std::stop_token stop, std::chrono::milliseconds d) {
+  std::mutex m;
+  std::condition_variable_any cv;
+  std::unique_lock<std::mutex> lock(m);
+  cv.wait_for(lock, stop, d, [] { return false; });
+}
+
+Status LeaderElector::Run(std::stop_token stop) {
+  TJ_RETURN_IF_ERROR(Validate());
+  // Campaign.
+  while (!stop.stop_requested() && !TryAcquireOrRenew()) Sleep(stop, config_.retry_period);
+  if (stop.stop_requested()) return Status::Ok();
+  leading_ = true;
+  if (callbacks_.on_started_leading) callbacks_.on_started_leading();
+  Status result = Status::Ok();
+  // Renew.
+  while (!stop.stop_requested()) {
+    Sleep(stop, config_.retry_period);
+    if (stop.stop_requested()) break;
+    auto deadline = clock_->Now() + config_.renew_deadline;
+    bool renewed = false;
+    while (!stop.stop_requested() && clock_->Now() < deadline) {
+      if ((renewed = TryAcquireOrRenew())) break;
+      Sleep(stop, config_.retry_period);
+    }
+    if (stop.stop_requested()) break;
+    if (!renewed) {
+      result = Status::Error("lost the lease " + config_.lease_namespace + "/" +
+                             config_.lease_name + ": not renewed within the renew deadline");
+      break;
+    }
+  }
+  leading_ = false;
+  if (result.ok() && config_.release_on_stop) Release();
+  if (callbacks_.on_stopped_leading) callbacks_.on_stopped_leading();
+  return result;
+}
+
+}  // namespace tj::kube

@@ -1,0 +1,83 @@
+// Leader election on a coordination.k8s.io/v1 Lease, as client-go does it: a candidate takes
+// the lease when it is free or its holder has not renewed it for leaseDuration (15 s), renews
+// it every retryPeriod (2 s), and stops leading when it could not renew for renewDeadline
+// (10 s). Expiry is judged on the local clock from when this candidate last saw the lease
+// change, so clock skew between machines does not matter. On shutdown the leader releases
+// the lease (empty holder), so a successor need not wait for it to expire.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <mutex>
+#include <stop_token>
+#include <string>
+
+#include "common/clock.h"
+#include "common/event_log.h"
+#include "common/status.h"
+#include "operator/kube/client.h"
+#include "operator/kube/time_format.h"
+
+namespace tj::kube {
+
+struct LeaderElectionConfig {
+  std::string lease_namespace;
+  std::string lease_name;
+  std::string identity;  // unique per candidate: hostname + "_" + a random suffix
+  std::chrono::milliseconds lease_duration{15000};
+  std::chrono::milliseconds renew_deadline{10000};
+  std::chrono::milliseconds retry_period{2000};
+  bool release_on_stop = true;
+};
+
+struct LeaderCallbacks {
+  std::function<void()> on_started_leading;  // called on Run()'s thread; must return quickly
+  std::function<void()> on_stopped_leading;
+  std::function<void(const std::string& identity)> on_new_leader;  // a holder seen changes
+};
+
+class LeaderElector {
+ public:
+  // `client`, `clock` and `log` (may be null) must outlive the elector.
+  LeaderElector(Client* client, Clock* clock, LeaderElectionConfig config,
+                LeaderCallbacks callbacks, EventLog* log = nullptr,
+                std::function<WallTime()> wall_clock = [] {
+                  return std::chrono::system_clock::now();
+                });
+
+  // Checks the configuration (durations, names) the way client-go does.
+  Status Validate() const;
+
+  // Campaigns until it leads, then renews until it loses the lease (returns an error naming
+  // the lease) or `stop` is requested (releases the lease and returns OK).
+  Status Run(std::stop_token stop);
+
+  // One attempt to take or renew the lease; true when this candidate holds it afterwards.
+  bool TryAcquireOrRenew();
+  // Gives the lease up if this candidate holds it.
+  void Release();
+
+  bool IsLeader() const { return leading_.load(); }
+  std::string ObservedHolder() const;
+
+ private:
+  void Sleep(std::stop_token stop, std::chrono::milliseconds d);
+  void Warn(const std::string& m);
+
+  Client* client_;
+  Clock* clock_;
+  LeaderElectionConfig config_;
+  LeaderCallbacks callbacks_;
+  EventLog* log_;
+  std::function<WallTime()> wall_clock_;
+
+  std::atomic<bool> leading_{false};
+  mutable std::mutex mu_;
+  nlohmann::json observed_spec_;          // GUARDED_BY(mu_)
+  Clock::TimePoint observed_at_{};        // GUARDED_BY(mu_)
+  std::string observed_resource_version_; // GUARDED_BY(mu_)
+  std::string reported_leader_;           // GUARDED_BY(mu_)
+};
+
+}  // namespace tj::kube

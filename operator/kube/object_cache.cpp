@@ -1,0 +1,155 @@
+#include "operator/kube/object_cache.h"
+
+#include "operator/kube/resource.h"
+
+namespace tj::kube {
+namespace {
+
+using json = nlohmann::json;
+
+const json& Metadata(const json& o) {
+  static const json kEmpty = json::object();
+  return o.is_object() && o.contains("metadata") && o["metadata"].is_object() ? o["metadata"]
+                                                                              : kEmpty;
+}
+
+std::string ResourceVersionOf(const json& o) { return Metadata(o).value("resourceVersion", ""); }
+
+}  // namespace
+
+ObjectCache::ObjectCache() {
+  index_funcs_[kNamespaceIndex] = [](const json& o) {
+    return std::vector<std::string>{Metadata(o).value("namespace", "")};
+  };
+  index_funcs_[kOwnerIndex] = [](const json& o) {
+    std::vector<std::string> v;
+    const json& md = Metadata(o);
+    if (md.contains("ownerReferences") && md["ownerReferences"].is_array()) {
+      for (const auto& ref : md["ownerReferences"]) {
+        if (ref.is_object() && ref.contains("uid")) v.push_back(ref.value("uid", ""));
+      }
+    }
+    return v;
+  };
+  index_funcs_[kLabelIndex] = [](const json& o) {
+    std::vector<std::string> v;
+    const json& md = Metadata(o);
+    if (md.contains("labels") && md["labels"].is_object()) {
+      for (const auto& [k, val] : md["labels"].items()) {
+        if (val.is_string()) v.push_back(k + "=" + val.get<std::string>());
+      }
+    }
+    return v;
+  };
+}
+
+void ObjectCache::AddIndex(const std::string& name, IndexFunc func) {
+  std::lock_guard<std::mutex> lock(mu_);
+  index_funcs_[name] = std::move(func);
+  for (const auto& [key, o] : objects_) {
+    for (const auto& v : index_funcs_[name](o)) indexes_[name][v].insert(key);
+  }
+}
+
+void ObjectCache::IndexLocked(const std::string& key, const json& object) {
+  for (const auto& [name, func] : index_funcs_) {
+    for (const auto& v : func(object)) indexes_[name][v].insert(key);
+  }
+}
+
+void ObjectCache::UnindexLocked(const std::string& key, const json& object) {
+  for (const auto& [name, func] : index_funcs_) {
+    auto& idx = indexes_[name];
+    for (const auto& v : func(object)) {
+      auto it = idx.find(v);
+      if (it == idx.end()) continue;
+      it->second.erase(key);
+      if (it->second.empty()) idx.erase(it);
+    }
+  }
+}
+
+std::optional<json> ObjectCache::Upsert(const json& object) {
+  std::string key = ObjectKey(object);
+  std::lock_guard<std::mutex> lock(mu_);
+  std::optional<json> old;
+  if (auto it = objects_.find(key); it != objects_.end()) {
+    old = std::move(it->second);
+    UnindexLocked(key, *old);
+  }
+  objects_[key] = object;
+  IndexLocked(key, object);
+  return old;
+}
+
+std::optional<json> ObjectCache::Remove(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = objects_.find(key);
+  if (it == objects_.end()) return std::nullopt;
+  json old = std::move(it->second);
+  objects_.erase(it);
+  UnindexLocked(key, old);
+  return old;
+}
+
+ObjectCache::Delta ObjectCache::Replace(const std::vector<json>& objects) {
+  Delta d;
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, json> fresh;
+  for (const auto& o : objects) fresh[ObjectKey(o)] = o;
+  for (const auto& [key, old] : objects_) {
+    auto it = fresh.find(key);
+    if (it == fresh.end()) {
+      d.deleted.push_back(old);
+    } else if (ResourceVersionOf(old) != ResourceVersionOf(it->second)) {
+      d.updated.emplace_back(old, it->second);
+    }
+  }
+  for (const auto& [key, o] : fresh) {
+    if (!objects_.count(key)) d.added.push_back(o);
+  }
+  objects_ = std::move(fresh);
+  indexes_.clear();
+  for (const auto& [key, o] : objects_) IndexLocked(key, o);
+  return d;
+}
+
+std::optional<json> ObjectCache::Get(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = objects_.find(key);
+  if (it == objects_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<json> ObjectCache::List() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<json> v;
+  v.reserve(objects_.size());
+  for (const auto& [key, o] : objects_) v.push_back(o);
+  return v;
+}
+
+std::vector<std::string> ObjectCache::Keys() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::string> v;
+  for (const auto& [key, o] : objects_) v.push_back(key);
+  return v;
+}
+
+std::vector<json> ObjectCache::ByIndex(const std::string& index, const std::string& value) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<json> v;
+  auto idx = indexes_.find(index);
+  if (idx == indexes_.end()) return v;
+  auto keys = idx->second.find(value);
+  if (keys == idx->second.end()) return v;
+  for (const auto& k : keys->second) v.push_back(objects_.at(k));
+  return v;
+}
+
+size_t ObjectCache::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return objects_.size();
+}
+
+}  // namespace tj::kube

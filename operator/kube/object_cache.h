@@ -1,0 +1,66 @@
+// A thread-safe in-memory copy of objects of one resource, keyed "namespace/name", with
+// indexes: by namespace, by owner (ownerReferences[].uid) and by label ("key=value"), plus any
+// added before use. What an informer fills and a controller reads instead of the API server.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace tj::kube {
+
+class ObjectCache {
+ public:
+  using json = nlohmann::json;
+  // Index values of one object (an object may have several, or none).
+  using IndexFunc = std::function<std::vector<std::string>(const json&)>;
+
+  static constexpr const char* kNamespaceIndex = "namespace";
+  static constexpr const char* kOwnerIndex = "owner";  // owner uid
+  static constexpr const char* kLabelIndex = "label";  // "key=value"
+
+  ObjectCache();
+
+  // Adds an index; call before the first object goes in.
+  void AddIndex(const std::string& name, IndexFunc func);
+
+  // Inserts or replaces; returns the previous object.
+  std::optional<json> Upsert(const json& object);
+  // Removes by key; returns the removed object.
+  std::optional<json> Remove(const std::string& key);
+
+  // What Replace() changed, to tell event handlers.
+  struct Delta {
+    std::vector<json> added;
+    std::vector<std::pair<json, json>> updated;  // (old, new) with a different resourceVersion
+    std::vector<json> deleted;
+  };
+  // Makes the content exactly `objects` (a relist) and reports the difference.
+  Delta Replace(const std::vector<json>& objects);
+
+  std::optional<json> Get(const std::string& key) const;
+  std::vector<json> List() const;
+  std::vector<std::string> Keys() const;
+  // Objects whose index `index` has `value`; empty for an unknown index.
+  std::vector<json> ByIndex(const std::string& index, const std::string& value) const;
+  size_t size() const;
+
+ private:
+  void IndexLocked(const std::string& key, const json& object);
+  void UnindexLocked(const std::string& key, const json& object);
+
+  mutable std::mutex mu_;
+  std::map<std::string, IndexFunc> index_funcs_;
+  std::map<std::string, json> objects_;  // GUARDED_BY(mu_)
+  // index name -> value -> keys. GUARDED_BY(mu_)
+  std::map<std::string, std::map<std::string, std::set<std::string>>> indexes_;
+};
+
+}  // namespace tj::kube

@@ -1,0 +1,69 @@
+// A rate-limited work queue of keys ("namespace/name"), with client-go's semantics:
+//  - a key is queued at most once however often it is added (de-duplication);
+//  - a key handed out by Get() is never handed to a second worker before Done(); if it is
+//    added meanwhile, it is queued again at Done();
+//  - AddAfter() delays a key, AddRateLimited() delays it by its per-item exponential backoff
+//    (5 ms * 2^failures, at most 1000 s) until Forget().
+// Time comes from a tj::Clock (delays are measured on it; Get() re-checks delayed keys at
+// least every 20 ms of real time, so a FakeClock works too). Thread-safe.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "common/clock.h"
+#include "operator/kube/backoff.h"
+
+namespace tj::kube {
+
+class WorkQueue {
+ public:
+  // Per-key backoff from `base_delay` doubling up to `max_delay`.
+  explicit WorkQueue(Clock* clock, Clock::Duration base_delay = std::chrono::milliseconds(5),
+                     Clock::Duration max_delay = std::chrono::seconds(1000));
+
+  void Add(const std::string& key);
+  void AddAfter(const std::string& key, Clock::Duration delay);
+  void AddRateLimited(const std::string& key);
+  void Forget(const std::string& key);  // reset the key's backoff
+  int NumRequeues(const std::string& key) const;
+
+  // Blocks until a key is ready; nullopt once ShutDown() was called and nothing is queued.
+  std::optional<std::string> Get();
+  // Returns a ready key, or nullopt at once.
+  std::optional<std::string> TryGet();
+  void Done(const std::string& key);
+
+  // Get() returns nullopt from now on once the queue is empty; adds are ignored.
+  void ShutDown();
+  bool ShuttingDown() const;
+
+  size_t Len() const;         // keys ready to be handed out (workqueue_depth)
+  size_t NumDelayed() const;  // keys waiting for their time
+  uint64_t adds() const;      // workqueue_adds_total
+  uint64_t retries() const;   // workqueue_retries_total
+
+ private:
+  void AddLocked(const std::string& key);
+  void PromoteReadyLocked();
+  std::optional<std::string> PopLocked();
+
+  Clock* clock_;
+  ItemExponentialBackoff backoff_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::string> queue_;                       // GUARDED_BY(mu_)
+  std::set<std::string> dirty_;                         // queued or to re-queue. GUARDED_BY(mu_)
+  std::set<std::string> processing_;                    // GUARDED_BY(mu_)
+  std::map<std::string, Clock::TimePoint> waiting_;     // key -> ready at. GUARDED_BY(mu_)
+  bool shutting_down_ = false;                          // GUARDED_BY(mu_)
+  uint64_t adds_ = 0, retries_ = 0;                     // GUARDED_BY(mu_)
+};
+
+}  // namespace tj::kube

@@ -1,0 +1,142 @@
+#include "operator/kube/work_queue.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <thread>
+#include <vector>
+
+namespace tj::kube {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+TEST(WorkQueue, DeduplicatesQueuedKeys) {
+  FakeClock clock;
+  WorkQueue q(&clock);
+  q.Add("a");
+  q.Add("b");
+  q.Add("a");
+  EXPECT_EQ(q.Len(), 2u);
+  EXPECT_EQ(q.TryGet(), "a");
+  EXPECT_EQ(q.TryGet(), "b");
+  EXPECT_EQ(q.TryGet(), std::nullopt);
+}
+
+TEST(WorkQueue, AKeyInFlightIsNotHandedOutAgainUntilDone) {
+  FakeClock clock;
+  WorkQueue q(&clock);
+  q.Add("a");
+  ASSERT_EQ(q.TryGet(), "a");
+  q.Add("a");  // changed while being processed
+  q.Add("a");
+  EXPECT_EQ(q.TryGet(), std::nullopt);  // not to a second worker
+  q.Done("a");
+  EXPECT_EQ(q.TryGet(), "a");  // but once more, after Done
+  q.Done("a");
+  EXPECT_EQ(q.TryGet(), std::nullopt);
+}
+
+TEST(WorkQueue, AddAfterWaitsForTheClockAndTheEarlierTimeWins) {
+  FakeClock clock;
+  WorkQueue q(&clock);
+  q.AddAfter("a", seconds(10));
+  q.AddAfter("a", seconds(5));
+  q.AddAfter("b", seconds(7));
+  EXPECT_EQ(q.NumDelayed(), 2u);
+  clock.Advance(seconds(4));
+  EXPECT_EQ(q.TryGet(), std::nullopt);
+  clock.Advance(seconds(1));
+  EXPECT_EQ(q.TryGet(), "a");
+  clock.Advance(seconds(2));
+  EXPECT_EQ(q.TryGet(), "b");
+  EXPECT_EQ(q.NumDelayed(), 0u);
+}
+
+TEST(WorkQueue, RateLimitedRequeuesBackOffExponentiallyUntilForget) {
+  FakeClock clock;
+  WorkQueue q(&clock);
+  for (auto expected : {milliseconds(5), milliseconds(10), milliseconds(20), milliseconds(40)}) {
+    q.AddRateLimited("a");
+    clock.Advance(expected - milliseconds(1));
+    EXPECT_EQ(q.TryGet(), std::nullopt) << expected.count();
+    clock.Advance(milliseconds(1));
+    ASSERT_EQ(q.TryGet(), "a") << expected.count();
+    q.Done("a");
+  }
+  EXPECT_EQ(q.NumRequeues("a"), 4);
+  EXPECT_EQ(q.retries(), 4u);
+  q.Forget("a");
+  EXPECT_EQ(q.NumRequeues("a"), 0);
+  q.AddRateLimited("a");
+  clock.Advance(milliseconds(5));
+  EXPECT_EQ(q.TryGet(), "a");
+}
+
+TEST(WorkQueue, BlockingGetSeesAFakeClockAdvance) {
+  FakeClock clock;
+  WorkQueue q(&clock);
+  q.AddAfter("later", seconds(30));
+  std::thread advancer([&] {
+    std::this_thread::sleep_for(milliseconds(50));
+    clock.Advance(seconds(30));
+  });
+  EXPECT_EQ(q.Get(), "later");
+  advancer.join();
+}
+
+TEST(WorkQueue, ShutDownWakesWaitersAndIgnoresAdds) {
+  FakeClock clock;
+  WorkQueue q(&clock);
+  std::optional<std::string> got = "unset";
+  std::thread worker([&] { got = q.Get(); });
+  std::this_thread::sleep_for(milliseconds(20));
+  q.ShutDown();
+  worker.join();
+  EXPECT_EQ(got, std::nullopt);
+  q.Add("x");
+  EXPECT_EQ(q.Len(), 0u);
+  EXPECT_TRUE(q.ShuttingDown());
+}
+
+TEST(WorkQueue, ConcurrentWorkersNeverShareAKey) {
+  RealClock* clock = RealClock::Get();
+  WorkQueue q(clock);
+  std::mutex mu;
+  std::map<std::string, int> in_flight;
+  std::atomic<int> overlaps{0}, processed{0};
+  std::vector<std::thread> workers;
+  for (int w = 0; w < 4; ++w) {
+    workers.emplace_back([&] {
+      while (auto key = q.Get()) {
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          if (++in_flight[*key] > 1) ++overlaps;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          --in_flight[*key];
+        }
+        ++processed;
+        q.Done(*key);
+      }
+    });
+  }
+  for (int i = 0; i < 2000; ++i) q.Add("key-" + std::to_string(i % 5));
+  auto deadline = std::chrono::steady_clock::now() + seconds(10);
+  while ((q.Len() > 0) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  std::this_thread::sleep_for(milliseconds(50));
+  q.ShutDown();
+  for (auto& w : workers) w.join();
+  EXPECT_EQ(overlaps.load(), 0);
+  EXPECT_GE(processed.load(), 5);
+  EXPECT_LE(processed.load(), 2000);
+}
+
+}  // namespace
+}  // namespace tj::kube
