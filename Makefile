@@ -1,0 +1,28 @@
+# The two commands of the README, and a few conveniences. Each does its own set-up.
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+
+.PHONY: deps configure build test demo bench clean
+
+deps:
+	bash hack/install-deps.sh
+
+configure: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+
+build: configure
+	cmake --build $(BUILD) -j$(JOBS)
+
+# Every test: unit, integration, e2e, fault; GPU tests skip with a reason without a GPU.
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) $(CTEST_ARGS)
+
+demo: build
+	bash hack/demo.sh
+
+bench: build
+	bash bench/run-all.sh
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,55 @@
+#include "common/sha256.h"
+
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include <stdexcept>
+
+namespace tj {
+
+Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
+  if (ctx_ == nullptr || EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(),
+                                           nullptr) != 1) {
+    throw std::runtime_error("OpenSSL: cannot initialise SHA-256");  // out of memory only
+  }
+}
+
+Sha256::~Sha256() { EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(ctx_)); }
+
+void Sha256::Update(const void* data, size_t size) {
+  EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(ctx_), data, size);
+}
+
+Digest Sha256::Final() {
+  Digest d{};
+  unsigned int len = 0;
+  EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), d.data(), &len);
+  return d;
+}
+
+Digest Sha256Of(const void* data, size_t size) {
+  Sha256 h;
+  h.Update(data, size);
+  return h.Final();
+}
+
+Digest HmacSha256(std::string_view key, const void* data, size_t size) {
+  Digest d{};
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       static_cast<const unsigned char*>(data), size, d.data(), &len);
+  return d;
+}
+
+std::string ToHex(std::span<const uint8_t> bytes) {
+  static const char* kDigits = "0123456789abcdef";
+  std::string out;
+  out.reserve(bytes.size() * 2);
+  for (uint8_t b : bytes) {
+    out.push_back(kDigits[b >> 4]);
+    out.push_back(kDigits[b & 15]);
+  }
+  return out;
+}
+
+}  // namespace tj

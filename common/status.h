@@ -1,0 +1,65 @@
+// Error values instead of exceptions. A Status is OK or carries a message that names the
+// object, the field or the file and what is wrong ("reading backup /b/latest: digest
+// mismatch"). StatusOr<T> holds a value or an error. Both are cheap to move.
+#pragma once
+
+#include <cassert>
+#include <optional>
+#include <string>
+#include <utility>
+#include <variant>
+
+namespace tj {
+
+class [[nodiscard]] Status {
+ public:
+  Status() = default;  // OK
+  static Status Ok() { return Status(); }
+  static Status Error(std::string message) { return Status(std::move(message)); }
+
+  bool ok() const { return !message_.has_value(); }
+  const std::string& message() const {
+    static const std::string kOk = "OK";
+    return message_ ? *message_ : kOk;
+  }
+  // Prefixes context: Status::Error("x").WithContext("reading f") -> "reading f: x".
+  Status WithContext(const std::string& context) const {
+    if (ok()) return *this;
+    return Status(context + ": " + *message_);
+  }
+
+ private:
+  explicit Status(std::string message) : message_(std::move(message)) {}
+  std::optional<std::string> message_;
+};
+
+template <typename T>
+class [[nodiscard]] StatusOr {
+ public:
+  StatusOr(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  StatusOr(Status status) : v_(std::move(status)) {  // NOLINT: implicit by design
+    assert(!std::get<Status>(v_).ok() && "StatusOr built from an OK status");
+  }
+
+  bool ok() const { return std::holds_alternative<T>(v_); }
+  Status status() const { return ok() ? Status::Ok() : std::get<Status>(v_); }
+  const T& value() const& { return std::get<T>(v_); }
+  T& value() & { return std::get<T>(v_); }
+  T&& value() && { return std::get<T>(std::move(v_)); }
+  const T& operator*() const& { return value(); }
+  T& operator*() & { return value(); }
+  const T* operator->() const { return &value(); }
+  T* operator->() { return &value(); }
+
+ private:
+  std::variant<T, Status> v_;
+};
+
+}  // namespace tj
+
+// Returns early from the enclosing function when `expr` (a Status) is an error.
+#define TJ_RETURN_IF_ERROR(expr)         \
+  do {                                   \
+    ::tj::Status tj_status_ = (expr);    \
+    if (!tj_status_.ok()) return tj_status_; \
+  } while (0)

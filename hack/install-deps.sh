@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs every Debian package that the build, the tests, the benchmarks and the demo need.
+# Idempotent: packages already present are skipped, so a second run is quick.
+# Runs as root, or through sudo otherwise. Debian 12 (bookworm).
+set -euo pipefail
+
+PACKAGES=(
+  # build
+  build-essential cmake pkg-config ninja-build
+  # libraries
+  libcpprest-dev nlohmann-json3-dev libssl-dev libgtest-dev libgmock-dev libgloo-dev
+  libyaml-cpp-dev zlib1g-dev libcli11-dev
+  # data
+  dataset-fashion-mnist
+  # reference implementations for tests and benchmarks
+  python3 python3-torch python3-numpy
+  # local cluster (etcd, Go to build kube-apiserver & co. from Debian's source package)
+  etcd-server golang-go rsync jq golang-github-modern-go-reflect2-dev
+  curl ca-certificates openssl procps iproute2 util-linux
+)
+
+# kubectl: Debian's kubernetes-client, unless the machine already has a kubectl (another
+# package that ships /usr/bin/kubectl would conflict with it).
+command -v kubectl >/dev/null 2>&1 || PACKAGES+=(kubernetes-client)
+
+if [ "$(id -u)" -eq 0 ]; then SUDO=(); else SUDO=(sudo); fi
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages already installed"
+  exit 0
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+"${SUDO[@]}" apt-get update -q
+"${SUDO[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"

@@ -1,0 +1,97 @@
+// tj-trainer: flags and environment in, a run out. See trainer/train/run.h.
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "trainer/train/options.h"
+#include "trainer/train/run.h"
+
+namespace {
+
+std::string Env(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? v : "";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using tj::train::Options;
+  Options o;
+  CLI::App app{
+      "tj-trainer: synchronous data-parallel training of the seeds' CNN on MNIST-format data.\n"
+      "Single process without TF_CONFIG; one replica per process with it (MultiWorkerMirrored).\n"
+      "Prints one JSON object per line on stdout; errors on stderr."};
+  std::string device = "auto", log_format = "json", role = "auto", save_freq = "epoch";
+  double rendezvous_timeout_s = 300, collective_timeout_s = 60, eval_poll_s = 1;
+  app.add_option("--data-dir", o.data_dir, "Directory with the four MNIST-format IDX files")
+      ->capture_default_str();
+  app.add_option("--epochs", o.epochs, "Epochs to train")->capture_default_str()->check(CLI::Range(1, 100000));
+  app.add_option("--batch-size", o.batch_size, "Images per replica per step")
+      ->capture_default_str()->check(CLI::Range(1, 65536));
+  app.add_option("--steps-per-epoch", o.steps_per_epoch, "Cap on steps per epoch (0: whole epoch)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--seed", o.seed, "Seed of the initial weights and the data order")->capture_default_str();
+  app.add_option("--threads", o.threads, "CPU threads (0: every usable core)")
+      ->capture_default_str()->check(CLI::Range(0, 1024));
+  app.add_option("--device", device, "auto|cpu|gpu")->capture_default_str()
+      ->check(CLI::IsMember({"auto", "cpu", "gpu"}));
+  app.add_option("--log-format", log_format, "json|text")->capture_default_str()
+      ->check(CLI::IsMember({"json", "text"}));
+  app.add_option("--role", role, "auto (from TF_CONFIG) | evaluator")->capture_default_str()
+      ->check(CLI::IsMember({"auto", "evaluator"}));
+  app.add_option("--rendezvous-timeout", rendezvous_timeout_s, "Seconds to wait for the peers")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--collective-timeout", collective_timeout_s,
+                 "Seconds a collective may wait on a peer before the process exits 75")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--backup-dir", o.backup_dir, "BackupAndRestore directory (shared by the job)");
+  app.add_option("--save-freq", save_freq, "epoch, or a number of steps between backups")
+      ->capture_default_str();
+  app.add_flag("--keep-backup", o.keep_backup, "Keep the backup after training succeeds");
+  app.add_option("--checkpoint-dir", o.checkpoint_dir, "Directory for ckpt-<epoch> files");
+  app.add_option("--keep-checkpoints", o.keep_checkpoints, "Checkpoints to keep (0: all)")
+      ->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--export-dir", o.export_dir, "Directory for the final model");
+  app.add_option("--log-dir", o.log_dir, "TensorBoard event files (train/ and eval/)");
+  app.add_option("--status-port", o.status_port, "Port of GET /status and /metrics (0: off)")
+      ->capture_default_str()->check(CLI::Range(0, 65535));
+  app.add_flag("--evaluate-only", o.evaluate_only, "Evaluate --model on the test set and exit");
+  app.add_option("--model", o.model_dir, "An --export-dir directory, for --evaluate-only");
+  app.add_option("--eval-poll-interval", eval_poll_s, "Evaluator: seconds between polls")
+      ->capture_default_str()->check(CLI::PositiveNumber);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : tj::train::kExitUsage;
+  }
+  if (save_freq == "epoch") {
+    o.save_freq_steps = 0;
+  } else {
+    char* end = nullptr;
+    long n = std::strtol(save_freq.c_str(), &end, 10);
+    if (save_freq.empty() || *end != '\0' || n <= 0) {
+      std::fprintf(stderr, "error: --save-freq %s: expected \"epoch\" or a positive number of steps\n",
+                   save_freq.c_str());
+      return tj::train::kExitUsage;
+    }
+    o.save_freq_steps = static_cast<int>(n);
+  }
+  if (o.evaluate_only && o.model_dir.empty()) {
+    std::fprintf(stderr, "error: --evaluate-only needs --model DIR (a directory written by --export-dir)\n");
+    return tj::train::kExitUsage;
+  }
+  o.device = device == "cpu" ? tj::train::Device::kCpu
+             : device == "gpu" ? tj::train::Device::kGpu : tj::train::Device::kAuto;
+  o.log_format = log_format == "text" ? tj::LogFormat::kText : tj::LogFormat::kJson;
+  o.role = role == "evaluator" ? tj::train::Role::kEvaluator : tj::train::Role::kAuto;
+  o.rendezvous_timeout = std::chrono::milliseconds(static_cast<int64_t>(rendezvous_timeout_s * 1000));
+  o.collective_timeout = std::chrono::milliseconds(static_cast<int64_t>(collective_timeout_s * 1000));
+  o.eval_poll_interval = std::chrono::milliseconds(static_cast<int64_t>(eval_poll_s * 1000));
+  o.tf_config = Env("TF_CONFIG");
+  o.rendezvous_key = Env("TJ_RENDEZVOUS_KEY");
+  return tj::train::RunTrainer(o);
+}

@@ -1,0 +1,48 @@
+#include "trainer/nn/adam.h"
+
+#include <cmath>
+
+namespace tj::nn {
+namespace {
+
+void AdamRange(float* __restrict w, const float* __restrict g, float* __restrict m,
+               float* __restrict v, int n, float alpha, float one_minus_b1, float one_minus_b2,
+               float eps) {
+  for (int i = 0; i < n; ++i) {
+    m[i] += (g[i] - m[i]) * one_minus_b1;
+    v[i] += (g[i] * g[i] - v[i]) * one_minus_b2;
+    w[i] -= alpha * m[i] / (std::sqrt(v[i]) + eps);
+  }
+}
+
+}  // namespace
+
+Adam::Adam(size_t count, AdamConfig config) : config_(config), m_(count, 0.0f), v_(count, 0.0f) {}
+
+void Adam::Apply(float* params, const float* grad, double learning_rate, ThreadPool* pool) {
+  ++iterations_;
+  const double t = static_cast<double>(iterations_);
+  const float alpha = static_cast<float>(learning_rate * std::sqrt(1.0 - std::pow(config_.beta2, t)) /
+                                         (1.0 - std::pow(config_.beta1, t)));
+  const float b1 = 1.0f - config_.beta1, b2 = 1.0f - config_.beta2;
+  const int count = static_cast<int>(m_.size());
+  pool->Run([&](int member, int members) {
+    auto [begin, end] = SplitRange(count, members, member);
+    AdamRange(params + begin, grad + begin, m_.data() + begin, v_.data() + begin, end - begin,
+              alpha, b1, b2, config_.epsilon);
+  });
+}
+
+void Adam::Restore(std::vector<float> m, std::vector<float> v, int64_t iterations) {
+  m_ = std::move(m);
+  v_ = std::move(v);
+  iterations_ = iterations;
+}
+
+double LearningRateForEpoch(int epoch) {
+  if (epoch <= 3) return 1e-3;
+  if (epoch <= 7) return 1e-4;
+  return 1e-5;
+}
+
+}  // namespace tj::nn

@@ -1,0 +1,58 @@
+// Everything a tj-trainer run is configured with: the command-line flags (main.cpp parses
+// them) and what the environment adds (TF_CONFIG, TJ_RENDEZVOUS_KEY).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "common/event_log.h"
+
+namespace tj::train {
+
+// Exit codes. 75 (EX_TEMPFAIL) means "a peer was lost or unreachable: restart the gang";
+// the operator treats it as retryable. 2 is a usage error; 1 any other failure.
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailure = 1;
+inline constexpr int kExitUsage = 2;
+inline constexpr int kExitPeerLost = 75;
+
+enum class Device { kAuto, kCpu, kGpu };
+enum class Role { kAuto, kEvaluator };
+
+struct Options {
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  int epochs = 12;
+  int batch_size = 64;       // per replica
+  int steps_per_epoch = 0;   // a cap; 0 = the whole epoch
+  uint64_t seed = 42;
+  int threads = 0;           // 0 = every core the process may use
+  Device device = Device::kAuto;
+  LogFormat log_format = LogFormat::kJson;
+  Role role = Role::kAuto;
+
+  // Multi-worker (TF_CONFIG).
+  std::string tf_config;        // the TF_CONFIG environment variable, empty when unset
+  std::string rendezvous_key;   // TJ_RENDEZVOUS_KEY
+  std::chrono::milliseconds rendezvous_timeout{300000};
+  std::chrono::milliseconds collective_timeout{60000};
+
+  // BackupAndRestore, checkpoints, export.
+  std::string backup_dir;
+  int save_freq_steps = 0;      // 0 = "epoch"; N = every N steps
+  bool keep_backup = false;
+  std::string checkpoint_dir;
+  int keep_checkpoints = 5;
+  std::string export_dir;
+
+  // Observability.
+  std::string log_dir;          // TensorBoard event files
+  int status_port = 0;          // 0 = no status server
+
+  // Evaluation.
+  bool evaluate_only = false;   // evaluate --model on the test set and exit
+  std::string model_dir;
+  std::chrono::milliseconds eval_poll_interval{1000};
+};
+
+}  // namespace tj::train

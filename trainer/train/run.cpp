@@ -1,0 +1,95 @@
+#include "trainer/train/run.h"
+
+#include <sched.h>
+
+#include <memory>
+#include <thread>
+
+#include "trainer/cluster/tf_config.h"
+#include "trainer/collective/gloo_communicator.h"
+#include "trainer/train/evaluator.h"
+#include "trainer/train/observability.h"
+#include "trainer/train/training_loop.h"
+
+namespace tj::train {
+namespace {
+
+int UsableCores() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+}  // namespace
+
+int RunTrainer(const Options& o) {
+  EventLog log(o.log_format);
+  if (o.device == Device::kGpu) {
+    log.Error("--device gpu: this build of tj-trainer has no GPU backend yet; use --device cpu "
+              "(or auto)");
+    return kExitUsage;
+  }
+  std::optional<cluster::TfConfig> tf_config;
+  if (!o.tf_config.empty()) {
+    auto parsed = cluster::ParseTfConfig(o.tf_config);
+    if (!parsed.ok()) {
+      log.Error(parsed.status().message());
+      return kExitUsage;
+    }
+    tf_config = *parsed;
+  }
+  const bool evaluator =
+      o.role == Role::kEvaluator || (tf_config && tf_config->is_evaluator());
+  const bool is_chief = !evaluator && (!tf_config || tf_config->is_chief());
+  const std::string role = evaluator ? "evaluator" : is_chief ? "chief" : "worker";
+
+  auto dataset = data::LoadDataset(o.data_dir);
+  if (!dataset.ok()) {
+    log.Error(dataset.status().message());
+    return kExitFailure;
+  }
+  nn::ThreadPool pool(o.threads > 0 ? o.threads : UsableCores());
+  Progress progress;
+  progress.Update([&](ProgressSnapshot& p) {
+    p.role = role;
+    p.total_epochs = o.epochs;
+  });
+  auto observability = Observability::Start(o, role, evaluator || is_chief, &progress, &log);
+  if (!observability.ok()) {
+    log.Error(observability.status().message());
+    return kExitUsage;
+  }
+  ScalarSink scalars = (*observability)->Scalars();
+
+  if (o.evaluate_only) {
+    return EvaluateExportedModel({&o, &*dataset, &pool, &log, &progress, scalars});
+  }
+  if (evaluator) return RunEvaluator({&o, &*dataset, &pool, &log, &progress, scalars});
+
+  std::unique_ptr<collective::Communicator> comm;
+  if (tf_config) {
+    collective::GlooOptions go;
+    go.config = *tf_config;
+    go.rendezvous_key = o.rendezvous_key;
+    go.rendezvous_timeout = o.rendezvous_timeout;
+    go.collective_timeout = o.collective_timeout;
+    go.log = &log;
+    auto connected = collective::ConnectGloo(go);
+    if (!connected.ok()) {
+      log.Error(connected.status().message());
+      return kExitPeerLost;
+    }
+    comm = std::move(*connected);
+  } else {
+    comm = collective::MakeSingleProcessCommunicator();
+  }
+  TrainingContext context{&o, &*dataset, comm.get(), &pool, &log, &progress, is_chief, scalars};
+  TrainingOutcome outcome = RunTraining(context);
+  if (!outcome.status.ok()) {
+    progress.Update([](ProgressSnapshot& p) { p.state = "failed"; });
+    log.Error(outcome.status.message());
+  }
+  return outcome.exit_code != kExitOk || outcome.status.ok() ? outcome.exit_code : kExitFailure;
+}
+
+}  // namespace tj::train

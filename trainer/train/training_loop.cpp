@@ -1,0 +1,315 @@
+#include "trainer/train/training_loop.h"
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+
+#include "common/clock.h"
+#include "trainer/checkpoint/backup_manager.h"
+#include "trainer/checkpoint/checkpoint_manager.h"
+#include "trainer/data/epoch_order.h"
+#include "trainer/nn/adam.h"
+#include "trainer/nn/cpu_step.h"
+#include "trainer/nn/model.h"
+#include "trainer/train/export.h"
+
+namespace tj::train {
+namespace {
+
+using checkpoint::TrainingState;
+
+// Running sums of the epoch in progress; saved in backups so a resumed run reports the same
+// epoch figures as an uninterrupted one.
+struct EpochTotals {
+  double loss_sum = 0.0;
+  double correct = 0.0;
+  double images = 0.0;
+};
+
+class Trainer {
+ public:
+  explicit Trainer(const TrainingContext& c)
+      : c_(c),
+        o_(*c.options),
+        data_(*c.dataset),
+        plan_{.batch_per_replica = o_.batch_size,
+              .replicas = c.comm->size(),
+              .rank = c.comm->rank(),
+              .steps_cap = o_.steps_per_epoch},
+        step_(o_.batch_size, c.pool),
+        adam_(nn::Layout::kCount),
+        grad_(nn::Layout::kCount + 2) {
+    if (!o_.backup_dir.empty()) backups_ = std::make_unique<checkpoint::BackupManager>(o_.backup_dir, c.log);
+    if (!o_.checkpoint_dir.empty())
+      checkpoints_ = std::make_unique<checkpoint::CheckpointManager>(o_.checkpoint_dir,
+                                                                     o_.keep_checkpoints);
+  }
+
+  TrainingOutcome Run();
+
+ private:
+  TrainingOutcome PeerLost(const Status& s) {
+    return {s.WithContext("collective failed (a peer was lost or timed out; the gang must "
+                          "restart and resume from the last backup)"),
+            kExitPeerLost};
+  }
+  TrainingOutcome Failed(const Status& s) { return {s, kExitFailure}; }
+
+  // The chief restores the newest valid backup and broadcasts it, so every replica starts
+  // from the same bits; a fresh run broadcasts the chief's initial weights.
+  TrainingOutcome RestoreOrInitialise();
+  TrainingState CurrentState(int completed_epochs, int64_t step) const;
+  Status SaveBackup(int epoch, int64_t step, bool epoch_end);
+  // `images_this_run`: images of this epoch trained by this process run (a resumed epoch's
+  // throughput counts only those).
+  Status EndOfEpoch(int epoch, int steps, double seconds, double images_this_run);
+  Status Finish();
+
+  const TrainingContext& c_;
+  const Options& o_;
+  const data::Dataset& data_;
+  data::ShardPlan plan_;
+  nn::CpuStep step_;
+  nn::Adam adam_;
+  std::vector<float> params_;
+  std::vector<float> grad_;  // gradients, then loss sum and correct count
+  EpochTotals totals_;
+  double images_per_sec_ = 0.0;  // over the whole run, for train_end
+  int start_epoch_ = 1;
+  int64_t start_step_ = 0;
+  std::unique_ptr<checkpoint::BackupManager> backups_;
+  std::unique_ptr<checkpoint::CheckpointManager> checkpoints_;
+};
+
+nlohmann::json TotalsJson(const EpochTotals& t) {
+  return {{"loss_sum", t.loss_sum}, {"correct", t.correct}, {"images", t.images}};
+}
+
+TrainingState Trainer::CurrentState(int completed_epochs, int64_t step) const {
+  TrainingState s;
+  s.fingerprint = TrainingFingerprint(o_, plan_.replicas, data_);
+  s.epoch = completed_epochs;
+  s.step = step;
+  s.optimizer_iterations = adam_.iterations();
+  s.seed = o_.seed;
+  s.extra = {{"epoch_totals", TotalsJson(totals_)}};
+  s.tensors = {{"weights", params_},
+               {"adam_m", const_cast<nn::Adam&>(adam_).m()},
+               {"adam_v", const_cast<nn::Adam&>(adam_).v()}};
+  return s;
+}
+
+TrainingOutcome Trainer::RestoreOrInitialise() {
+  collective::Communicator* comm = c_.comm;
+  std::string encoded;
+  std::string restored_path;
+  int64_t size = 0;
+  if (comm->rank() == 0) {
+    std::optional<TrainingState> state;
+    Status error;
+    if (backups_) {
+      auto r = backups_->Restore(TrainingFingerprint(o_, plan_.replicas, data_), &restored_path);
+      if (!r.ok()) {
+        error = r.status();
+      } else {
+        state = std::move(*r);
+      }
+    }
+    if (!state) {
+      params_ = nn::InitialParameters(o_.seed);
+      state = CurrentState(0, 0);
+      restored_path.clear();
+    }
+    auto bytes = checkpoint::EncodeState(*state);
+    if (error.ok() && !bytes.ok()) error = bytes.status();
+    // A negative size tells the workers that the chief could not restore: they stop too,
+    // with a message pointing at the chief, instead of waiting for a broadcast.
+    size = error.ok() ? static_cast<int64_t>(bytes->size() + restored_path.size() + 1) : -1;
+    Status s = comm->Broadcast(&size, sizeof size, 0);
+    if (!error.ok()) return Failed(error);
+    if (!s.ok()) return PeerLost(s);
+    encoded = restored_path + '\n' + *bytes;
+    s = comm->Broadcast(encoded.data(), encoded.size(), 0);
+    if (!s.ok()) return PeerLost(s);
+  } else {
+    Status s = comm->Broadcast(&size, sizeof size, 0);
+    if (!s.ok()) return PeerLost(s);
+    if (size < 0) {
+      return Failed(Status::Error("the chief could not restore the backup in " + o_.backup_dir +
+                                  "; see the chief's log"));
+    }
+    encoded.resize(static_cast<size_t>(size));
+    s = comm->Broadcast(encoded.data(), encoded.size(), 0);
+    if (!s.ok()) return PeerLost(s);
+  }
+  size_t newline = encoded.find('\n');
+  restored_path = encoded.substr(0, newline);
+  auto state = checkpoint::DecodeState(encoded.substr(newline + 1), "the chief's broadcast");
+  if (!state.ok()) return Failed(state.status());
+  const auto* weights = state->FindTensor("weights");
+  const auto* m = state->FindTensor("adam_m");
+  const auto* v = state->FindTensor("adam_v");
+  if (!weights || !m || !v || weights->size() != nn::Layout::kCount ||
+      m->size() != nn::Layout::kCount || v->size() != nn::Layout::kCount) {
+    return Failed(Status::Error("backup " + restored_path +
+                                " lacks the tensors weights, adam_m and adam_v of this model"));
+  }
+  params_ = *weights;
+  adam_.Restore(*m, *v, state->optimizer_iterations);
+  const int steps = plan_.StepsPerEpoch(data_.train.count);
+  start_epoch_ = static_cast<int>(state->epoch) + 1;
+  start_step_ = state->step;
+  if (start_step_ >= steps) {  // a backup taken after an epoch's last step
+    ++start_epoch_;
+    start_step_ = 0;
+  }
+  const auto& t = state->extra.value("epoch_totals", nlohmann::json::object());
+  totals_ = {t.value("loss_sum", 0.0), t.value("correct", 0.0), t.value("images", 0.0)};
+  if (!restored_path.empty()) {
+    // Reported as the save reported it: the epoch in progress and the steps done in it.
+    int epoch = state->step == 0 ? static_cast<int>(state->epoch) : static_cast<int>(state->epoch) + 1;
+    int64_t step = state->step == 0 ? steps : state->step;
+    c_.log->Emit({{"event", "restored"}, {"epoch", epoch}, {"step", step}, {"path", restored_path}});
+  }
+  return {};
+}
+
+Status Trainer::SaveBackup(int epoch, int64_t step, bool epoch_end) {
+  if (!c_.is_chief || !backups_) return Status::Ok();
+  auto start = RealClock::Get()->Now();
+  TrainingState state = epoch_end ? CurrentState(epoch, 0) : CurrentState(epoch - 1, step);
+  TJ_RETURN_IF_ERROR(backups_->Save(state).WithContext("writing a backup to " + o_.backup_dir));
+  double seconds = SecondsBetween(start, RealClock::Get()->Now());
+  c_.log->Emit({{"event", "backup_saved"}, {"epoch", epoch}, {"step", step}, {"seconds", seconds}});
+  c_.progress->Update([&](ProgressSnapshot& p) {
+    p.last_backup = nlohmann::json{{"epoch", epoch}, {"step", step}};
+  });
+  return Status::Ok();
+}
+
+Status Trainer::EndOfEpoch(int epoch, int steps, double seconds, double images_this_run) {
+  const double loss = totals_.images > 0 ? totals_.loss_sum / totals_.images : 0.0;
+  const double accuracy = totals_.images > 0 ? totals_.correct / totals_.images : 0.0;
+  const double images_per_sec = seconds > 0 ? images_this_run / seconds : 0.0;
+  c_.log->Emit({{"event", "epoch_end"},
+                {"epoch", epoch},
+                {"steps", steps},
+                {"loss", loss},
+                {"accuracy", accuracy},
+                {"lr", nn::LearningRateForEpoch(epoch)},
+                {"seconds", seconds},
+                {"images_per_sec", images_per_sec}});
+  c_.progress->Update([&](ProgressSnapshot& p) {
+    p.loss = loss;
+    p.accuracy = accuracy;
+    p.images_per_sec = images_per_sec;
+  });
+  if (c_.is_chief && c_.scalars) {
+    c_.scalars("epoch_loss", epoch, static_cast<float>(loss));
+    c_.scalars("epoch_accuracy", epoch, static_cast<float>(accuracy));
+    c_.scalars("learning_rate", epoch, static_cast<float>(nn::LearningRateForEpoch(epoch)));
+    c_.scalars("images_per_sec", epoch, static_cast<float>(images_per_sec));
+  }
+  totals_ = {};
+  if (c_.is_chief && checkpoints_) {
+    TrainingState state = CurrentState(epoch, 0);
+    state.tensors.resize(1);  // weights only: checkpoints are for evaluation
+    auto path = checkpoints_->Save(state);
+    if (!path.ok()) return path.status().WithContext("writing checkpoint for epoch " + std::to_string(epoch));
+  }
+  if (o_.save_freq_steps == 0) TJ_RETURN_IF_ERROR(SaveBackup(epoch, steps, /*epoch_end=*/true));
+  return Status::Ok();
+}
+
+Status Trainer::Finish() {
+  nn::Batch test{data_.test.images.data(), data_.test.labels.data(), nullptr, data_.test.count};
+  std::vector<uint32_t> all(static_cast<size_t>(data_.test.count));
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint32_t>(i);
+  test.index = all.data();
+  nn::BatchStats s = step_.Evaluate(params_.data(), test);
+  if (c_.is_chief) {
+    if (checkpoints_) TJ_RETURN_IF_ERROR(checkpoints_->WriteFinalMarker(o_.epochs));
+    if (!o_.export_dir.empty()) TJ_RETURN_IF_ERROR(ExportModel(o_.export_dir, params_, o_.epochs));
+    if (backups_ && !o_.keep_backup) TJ_RETURN_IF_ERROR(backups_->Delete());
+  }
+  c_.log->Emit({{"event", "train_end"},
+                {"epochs", o_.epochs},
+                {"test_loss", s.loss_sum / s.rows},
+                {"test_accuracy", double(s.correct) / s.rows},
+                {"weights_sha256", nn::WeightsDigest(params_.data())},
+                {"images_per_sec", images_per_sec_}});
+  return Status::Ok();
+}
+
+TrainingOutcome Trainer::Run() {
+  if (plan_.StepsPerEpoch(data_.train.count) < 1) {
+    return Failed(Status::Error("the global batch (" + std::to_string(plan_.GlobalBatch()) +
+                                ") is larger than the training set (" +
+                                std::to_string(data_.train.count) + " images)"));
+  }
+  if (TrainingOutcome r = RestoreOrInitialise(); !r.status.ok()) return r;
+  const int steps = plan_.StepsPerEpoch(data_.train.count);
+  const float scale = 1.0f / static_cast<float>(plan_.GlobalBatch());
+  c_.progress->Update([&](ProgressSnapshot& p) {
+    p.state = "training";
+    p.total_epochs = o_.epochs;
+  });
+  double train_seconds = 0.0, train_images = 0.0;
+  for (int epoch = start_epoch_; epoch <= o_.epochs; ++epoch) {
+    const std::vector<uint32_t> order = data::EpochOrder(o_.seed, epoch, data_.train.count);
+    const double lr = nn::LearningRateForEpoch(epoch);
+    auto epoch_start = RealClock::Get()->Now();
+    double images_this_run = 0.0;
+    for (int64_t step = (epoch == start_epoch_ ? start_step_ : 0); step < steps; ++step) {
+      nn::Batch batch{data_.train.images.data(), data_.train.labels.data(),
+                      order.data() + plan_.SliceStart(static_cast<int>(step)), o_.batch_size};
+      nn::BatchStats s = step_.ComputeGradients(params_.data(), batch, scale, grad_.data());
+      grad_[nn::Layout::kCount] = static_cast<float>(s.loss_sum);
+      grad_[nn::Layout::kCount + 1] = static_cast<float>(s.correct);
+      if (Status st = c_.comm->AllReduceSum(grad_.data(), grad_.size()); !st.ok()) return PeerLost(st);
+      totals_.loss_sum += grad_[nn::Layout::kCount];
+      totals_.correct += grad_[nn::Layout::kCount + 1];
+      totals_.images += plan_.GlobalBatch();
+      images_this_run += plan_.GlobalBatch();
+      adam_.Apply(params_.data(), grad_.data(), lr, c_.pool);
+      c_.progress->Update([&](ProgressSnapshot& p) {
+        p.epoch = epoch;
+        p.step = step + 1;
+        p.global_step = adam_.iterations();
+      });
+      if (o_.save_freq_steps > 0 && adam_.iterations() % o_.save_freq_steps == 0) {
+        if (Status st = SaveBackup(epoch, step + 1, /*epoch_end=*/false); !st.ok()) return Failed(st);
+      }
+    }
+    double seconds = SecondsBetween(epoch_start, RealClock::Get()->Now());
+    train_seconds += seconds;
+    train_images += images_this_run;
+    if (Status st = EndOfEpoch(epoch, steps, seconds, images_this_run); !st.ok()) return Failed(st);
+  }
+  images_per_sec_ = train_seconds > 0 ? train_images / train_seconds : 0.0;
+  if (Status st = Finish(); !st.ok()) return Failed(st);
+  c_.progress->Update([](ProgressSnapshot& p) { p.state = "succeeded"; });
+  return {};
+}
+
+}  // namespace
+
+nlohmann::json TrainingFingerprint(const Options& options, int replicas,
+                                   const data::Dataset& dataset) {
+  return {{"model", nn::ArchitectureJson()["name"]},
+          {"parameters", nn::Layout::kCount},
+          {"batch_size", options.batch_size},
+          {"workers", replicas},
+          {"steps_per_epoch_cap", options.steps_per_epoch},
+          {"seed", options.seed},
+          {"dataset_sha256", dataset.digest}};
+}
+
+TrainingOutcome RunTraining(const TrainingContext& context) {
+  Trainer trainer(context);
+  return trainer.Run();
+}
+
+}  // namespace tj::train

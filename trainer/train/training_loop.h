@@ -1,0 +1,48 @@
+// The synchronous data-parallel training loop of the chief and the workers: restore, then
+// per step compute the gradients of this replica's slice, all-reduce them (one fused call,
+// with the step's loss and accuracy counters riding along), apply Adam; per epoch report,
+// checkpoint and back up. Every replica runs the same loop and ends with bitwise the same
+// weights.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/event_log.h"
+#include "common/status.h"
+#include "trainer/collective/communicator.h"
+#include "trainer/data/idx_reader.h"
+#include "trainer/nn/thread_pool.h"
+#include "trainer/train/options.h"
+#include "trainer/train/progress.h"
+
+namespace tj::train {
+
+// Receives one scalar per call (TensorBoard): tag, step, value.
+using ScalarSink = std::function<void(std::string_view tag, int64_t step, float value)>;
+
+struct TrainingContext {
+  const Options* options = nullptr;
+  const data::Dataset* dataset = nullptr;
+  collective::Communicator* comm = nullptr;  // size 1 for a single process
+  nn::ThreadPool* pool = nullptr;
+  EventLog* log = nullptr;
+  Progress* progress = nullptr;
+  bool is_chief = true;   // only the chief writes backups, checkpoints, exports and summaries
+  ScalarSink scalars;     // may be empty
+};
+
+struct TrainingOutcome {
+  Status status;
+  int exit_code = kExitOk;  // kExitPeerLost when the collective failed
+};
+
+// The configuration fingerprint a backup must match to be restored.
+nlohmann::json TrainingFingerprint(const Options& options, int replicas,
+                                   const data::Dataset& dataset);
+
+TrainingOutcome RunTraining(const TrainingContext& context);
+
+}  // namespace tj::train
