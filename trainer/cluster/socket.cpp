@@ -1,0 +1,273 @@
+#include "trainer/cluster/socket.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace tj::cluster {
+namespace {
+
+std::string Errno(int err) { return std::strerror(err); }
+
+// Milliseconds left until the deadline, clamped to [0, INT_MAX].
+int MillisLeft(Deadline deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  if (left.count() <= 0) return 0;
+  if (left.count() > 1 << 30) return 1 << 30;
+  return static_cast<int>(left.count());
+}
+
+// Polls fd for events until the deadline; returns >0 ready, 0 timeout, <0 error (errno).
+int PollUntil(int fd, short events, Deadline deadline) {
+  while (true) {
+    pollfd p{fd, events, 0};
+    int rc = ::poll(&p, 1, MillisLeft(deadline));
+    if (rc < 0 && errno == EINTR) continue;
+    return rc;
+  }
+}
+
+Status SetNonBlocking(int fd) {
+  int flags = ::fcntl(fd, F_GETFL, 0);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+    return Status::Error("fcntl(O_NONBLOCK): " + Errno(errno));
+  }
+  return Status::Ok();
+}
+
+std::string SockaddrName(const sockaddr* sa) {
+  char host[NI_MAXHOST], serv[NI_MAXSERV];
+  socklen_t len = sa->sa_family == AF_INET6 ? sizeof(sockaddr_in6) : sizeof(sockaddr_in);
+  if (::getnameinfo(sa, len, host, sizeof host, serv, sizeof serv,
+                    NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+    return "unknown peer";
+  }
+  std::string h = host;
+  if (h.rfind("::ffff:", 0) == 0) h = h.substr(7);  // IPv4-mapped
+  return (h.find(':') != std::string::npos ? "[" + h + "]" : h) + ":" + serv;
+}
+
+}  // namespace
+
+Socket& Socket::operator=(Socket&& o) noexcept {
+  if (this != &o) {
+    Close();
+    fd_ = o.fd_;
+    o.fd_ = -1;
+  }
+  return *this;
+}
+
+void Socket::Close() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+}
+
+void Socket::Shutdown() {
+  if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+}
+
+Status Socket::WriteAll(const void* data, size_t size, Deadline deadline) {
+  const char* p = static_cast<const char*>(data);
+  while (size > 0) {
+    ssize_t n = ::send(fd_, p, size, MSG_NOSIGNAL);
+    if (n > 0) {
+      p += n;
+      size -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      int rc = PollUntil(fd_, POLLOUT, deadline);
+      if (rc == 0) return Status::Error("timed out writing");
+      if (rc < 0) return Status::Error("poll: " + Errno(errno));
+      continue;
+    }
+    return Status::Error("write: " + Errno(errno));
+  }
+  return Status::Ok();
+}
+
+Status Socket::ReadExactly(void* data, size_t size, Deadline deadline) {
+  char* p = static_cast<char*>(data);
+  while (size > 0) {
+    ssize_t n = ::recv(fd_, p, size, 0);
+    if (n > 0) {
+      p += n;
+      size -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n == 0) return Status::Error("connection closed by peer");
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      int rc = PollUntil(fd_, POLLIN, deadline);
+      if (rc == 0) return Status::Error("timed out reading");
+      if (rc < 0) return Status::Error("poll: " + Errno(errno));
+      continue;
+    }
+    return Status::Error("read: " + Errno(errno));
+  }
+  return Status::Ok();
+}
+
+bool Socket::WaitReadable(Deadline deadline) { return PollUntil(fd_, POLLIN, deadline) != 0; }
+
+std::string Socket::PeerName() const {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (::getpeername(fd_, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "unknown peer";
+  return SockaddrName(reinterpret_cast<sockaddr*>(&ss));
+}
+
+StatusOr<Socket> ConnectTcp(const std::string& host, int port, Deadline deadline) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const std::string service = std::to_string(port);
+  int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &res);
+  if (rc != 0) return Status::Error("resolving " + host + ": " + ::gai_strerror(rc));
+  std::string last_error = "no address";
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    Socket s(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
+    if (!s.valid()) {
+      last_error = "socket: " + Errno(errno);
+      continue;
+    }
+    if (Status st = SetNonBlocking(s.fd()); !st.ok()) {
+      last_error = st.message();
+      continue;
+    }
+    int one = 1;
+    ::setsockopt(s.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (::connect(s.fd(), ai->ai_addr, ai->ai_addrlen) != 0) {
+      if (errno != EINPROGRESS) {
+        last_error = "connect: " + Errno(errno);
+        continue;
+      }
+      int prc = PollUntil(s.fd(), POLLOUT, deadline);
+      if (prc == 0) {
+        last_error = "connect: timed out";
+        continue;
+      }
+      int err = 0;
+      socklen_t len = sizeof err;
+      ::getsockopt(s.fd(), SOL_SOCKET, SO_ERROR, &err, &len);
+      if (prc < 0 || err != 0) {
+        last_error = "connect: " + Errno(prc < 0 ? errno : err);
+        continue;
+      }
+    }
+    ::freeaddrinfo(res);
+    return s;
+  }
+  ::freeaddrinfo(res);
+  return Status::Error(last_error);
+}
+
+StatusOr<Socket> ListenTcp(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = host.empty() ? AF_INET6 : AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  const std::string service = std::to_string(port);
+  std::string last_error = "no address";
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (attempt == 1) {
+      if (!host.empty()) break;
+      hints.ai_family = AF_INET;  // no IPv6 on this machine
+    }
+    addrinfo* res = nullptr;
+    int rc = ::getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &res);
+    if (rc != 0) {
+      last_error = std::string("resolving: ") + ::gai_strerror(rc);
+      continue;
+    }
+    for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+      Socket s(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
+      if (!s.valid()) {
+        last_error = "socket: " + Errno(errno);
+        continue;
+      }
+      int one = 1, zero = 0;
+      ::setsockopt(s.fd(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+      if (ai->ai_family == AF_INET6 && host.empty()) {
+        ::setsockopt(s.fd(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+      }
+      if (::bind(s.fd(), ai->ai_addr, ai->ai_addrlen) != 0) {
+        last_error = "bind: " + Errno(errno);
+        continue;
+      }
+      if (::listen(s.fd(), 64) != 0) {
+        last_error = "listen: " + Errno(errno);
+        continue;
+      }
+      if (Status st = SetNonBlocking(s.fd()); !st.ok()) {
+        last_error = st.message();
+        continue;
+      }
+      ::freeaddrinfo(res);
+      return s;
+    }
+    ::freeaddrinfo(res);
+    if (last_error.rfind("bind: ", 0) == 0 && last_error != "bind: " + Errno(EAFNOSUPPORT) &&
+        last_error != "bind: " + Errno(EADDRNOTAVAIL)) {
+      break;  // e.g. address in use: IPv4 would fail the same way
+    }
+  }
+  return Status::Error(last_error);
+}
+
+int LocalPort(const Socket& socket) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  if (::getsockname(socket.fd(), reinterpret_cast<sockaddr*>(&ss), &len) != 0) return -1;
+  if (ss.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
+  return ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+}
+
+StatusOr<Socket> AcceptTcp(Socket& listener, Deadline deadline) {
+  int rc = PollUntil(listener.fd(), POLLIN, deadline);
+  if (rc == 0) return Socket();
+  if (rc < 0) return Status::Error("poll: " + Errno(errno));
+  int fd = ::accept4(listener.fd(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  if (fd < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED) {
+      return Socket();
+    }
+    return Status::Error("accept: " + Errno(errno));
+  }
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  return Socket(fd);
+}
+
+StatusOr<std::string> ResolveHost(const std::string& host) {
+  for (int family : {AF_INET, AF_UNSPEC}) {
+    addrinfo hints{};
+    hints.ai_family = family;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* res = nullptr;
+    int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res);
+    if (rc != 0) {
+      if (family == AF_UNSPEC) return Status::Error("resolving " + host + ": " + gai_strerror(rc));
+      continue;
+    }
+    char buf[NI_MAXHOST];
+    rc = ::getnameinfo(res->ai_addr, res->ai_addrlen, buf, sizeof buf, nullptr, 0, NI_NUMERICHOST);
+    ::freeaddrinfo(res);
+    if (rc == 0) return std::string(buf);
+  }
+  return Status::Error("resolving " + host + ": no address");
+}
+
+}  // namespace tj::cluster

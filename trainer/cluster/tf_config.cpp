@@ -1,0 +1,273 @@
+#include "trainer/cluster/tf_config.h"
+
+#include <charconv>
+#include <map>
+#include <nlohmann/json.hpp>
+
+namespace tj::cluster {
+namespace {
+
+constexpr std::string_view kExample =
+    R"({"cluster":{"worker":["host0:2222","host1:2222"]},"task":{"type":"worker","index":0}})";
+
+std::string Quote(std::string_view s) {
+  std::string q(1, '"');
+  q.append(s);
+  q.push_back('"');
+  return q;
+}
+
+bool ParseTaskType(std::string_view name, TaskType* type) {
+  static constexpr std::pair<std::string_view, TaskType> kTypes[] = {
+      {"chief", TaskType::kChief},
+      {"worker", TaskType::kWorker},
+      {"ps", TaskType::kPs},
+      {"evaluator", TaskType::kEvaluator}};
+  for (const auto& [n, t] : kTypes) {
+    if (n == name) {
+      *type = t;
+      return true;
+    }
+  }
+  return false;
+}
+
+const std::vector<std::string>& TasksOf(const TfConfig& c, TaskType type) {
+  switch (type) {
+    case TaskType::kChief:
+      return c.chief;
+    case TaskType::kWorker:
+      return c.worker;
+    case TaskType::kPs:
+      return c.ps;
+    case TaskType::kEvaluator:
+      return c.evaluator;
+  }
+  return c.worker;
+}
+
+std::vector<std::string>& TasksOf(TfConfig& c, TaskType type) {
+  return const_cast<std::vector<std::string>&>(TasksOf(static_cast<const TfConfig&>(c), type));
+}
+
+Status ParseCluster(const nlohmann::json& cluster, TfConfig* config) {
+  if (!cluster.is_object()) {
+    return Status::Error("TF_CONFIG.cluster must be an object of task type -> list of host:port");
+  }
+  // Every address once: address -> where it was first seen.
+  std::map<std::string, std::string> seen;
+  for (auto it = cluster.begin(); it != cluster.end(); ++it) {
+    const std::string field = "TF_CONFIG.cluster." + it.key();
+    TaskType type;
+    if (!ParseTaskType(it.key(), &type)) {
+      return Status::Error(field + ": unknown task type " + Quote(it.key()) +
+                           "; use chief, worker, ps or evaluator");
+    }
+    if (!it->is_array()) {
+      return Status::Error(field + " must be a list of \"host:port\" strings");
+    }
+    std::vector<std::string>& tasks = TasksOf(*config, type);
+    for (size_t i = 0; i < it->size(); ++i) {
+      const std::string where = field + "[" + std::to_string(i) + "]";
+      const nlohmann::json& entry = (*it)[i];
+      if (!entry.is_string()) {
+        return Status::Error(where + " must be a \"host:port\" string, not " + entry.dump());
+      }
+      const std::string address = entry.get<std::string>();
+      StatusOr<HostPort> hp = ParseHostPort(address, where);
+      if (!hp.ok()) return hp.status();
+      auto [prev, inserted] = seen.emplace(address, where);
+      if (!inserted) {
+        return Status::Error(where + " " + Quote(address) + " duplicates " + prev->second +
+                             "; every task needs its own host:port");
+      }
+      tasks.push_back(address);
+    }
+  }
+  if (config->chief.size() > 1) {
+    return Status::Error("TF_CONFIG.cluster.chief has " + std::to_string(config->chief.size()) +
+                         " entries; at most one chief is allowed");
+  }
+  if (config->evaluator.size() > 1) {
+    return Status::Error("TF_CONFIG.cluster.evaluator has " +
+                         std::to_string(config->evaluator.size()) +
+                         " entries; at most one evaluator is allowed");
+  }
+  if (config->chief.empty() && config->worker.empty()) {
+    return Status::Error("TF_CONFIG.cluster has no chief and no worker; list at least one worker");
+  }
+  return Status::Ok();
+}
+
+Status ParseTask(const nlohmann::json& root, TfConfig* config) {
+  auto task_it = root.find("task");
+  if (task_it == root.end()) {
+    return Status::Error(
+        std::string("TF_CONFIG has no task; add \"task\":{\"type\":\"worker\","
+                    "\"index\":N} naming this process's entry in the cluster"));
+  }
+  const nlohmann::json& task = *task_it;
+  if (!task.is_object()) {
+    return Status::Error("TF_CONFIG.task must be an object like {\"type\":\"worker\",\"index\":0}");
+  }
+  auto type_it = task.find("type");
+  if (type_it == task.end() || !type_it->is_string()) {
+    return Status::Error(
+        "TF_CONFIG.task.type is missing or not a string; use chief, worker or evaluator");
+  }
+  const std::string type_name = type_it->get<std::string>();
+  if (!ParseTaskType(type_name, &config->task_type)) {
+    return Status::Error("TF_CONFIG.task.type " + Quote(type_name) +
+                         " is unknown; use chief, worker or evaluator");
+  }
+  if (config->task_type == TaskType::kPs) {
+    return Status::Error(
+        "TF_CONFIG.task.type \"ps\": parameter servers are not supported (tj-trainer trains "
+        "with synchronous all-reduce, like MultiWorkerMirroredStrategy); run chief/worker "
+        "tasks only");
+  }
+  // TensorFlow defaults a missing index to 0.
+  config->task_index = 0;
+  auto index_it = task.find("index");
+  if (index_it != task.end()) {
+    if (!index_it->is_number_integer() || index_it->get<int64_t>() < 0) {
+      return Status::Error("TF_CONFIG.task.index must be a non-negative integer, not " +
+                           index_it->dump());
+    }
+    const int64_t index = index_it->get<int64_t>();
+    config->task_index = index > 1000000 ? 1000000 : static_cast<int>(index);
+  }
+  const size_t count = TasksOf(*config, config->task_type).size();
+  if (static_cast<size_t>(config->task_index) >= count) {
+    if (count == 0) {
+      return Status::Error("TF_CONFIG.task is " + type_name + " " +
+                           std::to_string(config->task_index) + " but cluster." + type_name +
+                           " is missing or empty; add this task's host:port there");
+    }
+    return Status::Error("TF_CONFIG.task.index " + std::to_string(config->task_index) +
+                         " is out of range: cluster." + type_name + " has " +
+                         std::to_string(count) + " entries (0.." + std::to_string(count - 1) + ")");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string_view TaskTypeName(TaskType type) {
+  switch (type) {
+    case TaskType::kChief:
+      return "chief";
+    case TaskType::kWorker:
+      return "worker";
+    case TaskType::kPs:
+      return "ps";
+    case TaskType::kEvaluator:
+      return "evaluator";
+  }
+  return "unknown";
+}
+
+StatusOr<HostPort> ParseHostPort(std::string_view address, std::string_view what) {
+  const std::string prefix = std::string(what) + " " + Quote(address);
+  HostPort hp;
+  std::string_view port_text;
+  if (!address.empty() && address.front() == '[') {  // [v6]:port
+    const size_t close = address.find(']');
+    if (close == std::string_view::npos) {
+      return Status::Error(prefix + ": unclosed '[' in IPv6 address; write [addr]:port");
+    }
+    hp.host = std::string(address.substr(1, close - 1));
+    if (close + 1 >= address.size() || address[close + 1] != ':') {
+      return Status::Error(prefix + ": missing port; write host:port (e.g. [::1]:2222)");
+    }
+    port_text = address.substr(close + 2);
+  } else {
+    const size_t colon = address.rfind(':');
+    if (colon == std::string_view::npos) {
+      return Status::Error(prefix + ": missing port; write host:port (e.g. " +
+                           std::string(address.empty() ? "host" : address) + ":2222)");
+    }
+    if (address.find(':') != colon) {
+      return Status::Error(prefix + ": IPv6 addresses need brackets; write [addr]:port");
+    }
+    hp.host = std::string(address.substr(0, colon));
+    port_text = address.substr(colon + 1);
+  }
+  if (hp.host.empty()) {
+    return Status::Error(prefix + ": missing host; write host:port");
+  }
+  if (port_text.empty()) {
+    return Status::Error(prefix + ": missing port; write host:port");
+  }
+  int port = 0;
+  auto [end, ec] = std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (ec != std::errc() || end != port_text.data() + port_text.size() || port < 1 || port > 65535) {
+    return Status::Error(prefix + ": bad port " + Quote(port_text) +
+                         "; use a number from 1 to 65535");
+  }
+  hp.port = port;
+  return hp;
+}
+
+bool TfConfig::is_chief() const {
+  if (!chief.empty()) return task_type == TaskType::kChief;
+  return task_type == TaskType::kWorker && task_index == 0;
+}
+
+int TfConfig::collective_size() const { return static_cast<int>(chief.size() + worker.size()); }
+
+int TfConfig::rank() const {
+  switch (task_type) {
+    case TaskType::kChief:
+      return 0;
+    case TaskType::kWorker:
+      return static_cast<int>(chief.size()) + task_index;
+    default:
+      return -1;
+  }
+}
+
+const std::string& TfConfig::chief_address() const {
+  return chief.empty() ? worker.front() : chief.front();
+}
+
+const std::string& TfConfig::own_address() const { return TasksOf(*this, task_type)[task_index]; }
+
+std::string TfConfig::task_name() const {
+  return std::string(TaskTypeName(task_type)) + " " + std::to_string(task_index);
+}
+
+std::string TfConfig::TaskNameOfRank(int r) const {
+  if (!chief.empty()) return r == 0 ? "chief 0" : "worker " + std::to_string(r - 1);
+  return "worker " + std::to_string(r);
+}
+
+const std::string& TfConfig::AddressOfRank(int r) const {
+  if (!chief.empty()) return r == 0 ? chief.front() : worker[r - 1];
+  return worker[r];
+}
+
+StatusOr<TfConfig> ParseTfConfig(std::string_view json_text) {
+  nlohmann::json root;
+  try {
+    root = nlohmann::json::parse(json_text);
+  } catch (const nlohmann::json::exception& e) {
+    return Status::Error("TF_CONFIG is not valid JSON (" + std::string(e.what()) +
+                         "); set it to an object like " + std::string(kExample));
+  }
+  if (!root.is_object()) {
+    return Status::Error("TF_CONFIG must be a JSON object like " + std::string(kExample));
+  }
+  TfConfig config;
+  auto cluster_it = root.find("cluster");
+  if (cluster_it == root.end()) {
+    return Status::Error(
+        "TF_CONFIG has no cluster; add \"cluster\":{\"worker\":[\"host:port\","
+        "...]}");
+  }
+  TJ_RETURN_IF_ERROR(ParseCluster(*cluster_it, &config));
+  TJ_RETURN_IF_ERROR(ParseTask(root, &config));
+  return config;
+}
+
+}  // namespace tj::cluster

@@ -1,0 +1,72 @@
+// TF_CONFIG, the cluster description TensorFlow's MultiWorkerMirroredStrategy reads, parsed
+// and validated, and the roles derived from it exactly as TensorFlow derives them
+// (tensorflow/python/distribute/multi_worker_util.py): the `chief` task is the chief, else
+// worker 0; evaluators take no part in the collective; parameter servers are not supported.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace tj::cluster {
+
+enum class TaskType { kChief, kWorker, kPs, kEvaluator };
+
+// "chief", "worker", "ps", "evaluator".
+std::string_view TaskTypeName(TaskType type);
+
+// A "host:port" (or "[v6addr]:port") address split into its parts.
+struct HostPort {
+  std::string host;
+  int port = 0;
+};
+
+// Splits and checks "host:port"; the error names `what` (e.g. "TF_CONFIG.cluster.worker[1]").
+StatusOr<HostPort> ParseHostPort(std::string_view address, std::string_view what);
+
+// A validated TF_CONFIG. Plain value; immutable after parsing in practice.
+struct TfConfig {
+  // The cluster, by task type, as "host:port" strings in TF_CONFIG order.
+  std::vector<std::string> chief;
+  std::vector<std::string> worker;
+  std::vector<std::string> ps;
+  std::vector<std::string> evaluator;
+  // This process's task. Never kPs (ParseTfConfig rejects it).
+  TaskType task_type = TaskType::kWorker;
+  int task_index = 0;
+
+  // The chief: the `chief` task, else worker 0. Only the chief writes checkpoints and serves
+  // the rendezvous.
+  bool is_chief() const;
+  bool is_evaluator() const { return task_type == TaskType::kEvaluator; }
+  // Chief and workers train together; the evaluator does not.
+  bool in_collective() const { return !is_evaluator(); }
+
+  // Number of processes in the collective: chief (0 or 1) + workers.
+  int collective_size() const;
+  // This task's rank in the collective: the chief task is rank 0 and worker i is rank i + 1;
+  // without a chief task, worker i is rank i. -1 for the evaluator.
+  int rank() const;
+
+  // "host:port" of the chief (the rendezvous server).
+  const std::string& chief_address() const;
+  // "host:port" of this task.
+  const std::string& own_address() const;
+  // A printable task name: "worker 1", "chief 0", "evaluator 0".
+  std::string task_name() const;
+
+  // The task name and address of collective rank `rank` (0 <= rank < collective_size()).
+  std::string TaskNameOfRank(int rank) const;
+  const std::string& AddressOfRank(int rank) const;
+};
+
+// Parses TF_CONFIG. Rejects, with a message naming the field and what to do: malformed JSON,
+// a missing or malformed `task`, an unknown task type, an index out of range, an address
+// without a port or with a bad port, duplicate addresses, more than one chief or evaluator,
+// a cluster without chief or worker, and a `ps` task (parameter servers are not supported).
+// `environment` and unknown top-level keys are ignored, as TensorFlow does.
+StatusOr<TfConfig> ParseTfConfig(std::string_view json_text);
+
+}  // namespace tj::cluster
