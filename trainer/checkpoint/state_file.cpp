@@ -5,7 +5,6 @@
 #include <cstring>
 #include <fstream>
 #include <set>
-#include <sstream>
 
 #include "common/sha256.h"
 #include "trainer/checkpoint/atomic_file.h"
@@ -259,10 +258,16 @@ StatusOr<TrainingState> ReadStateFile(const std::string& path) {
     if (err == ENOENT) return Status::Error(path + ": missing (no such file)");
     return Status::Error(path + ": cannot open: " + std::strerror(err));
   }
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) return Status::Error(path + ": read error");
-  return DecodeState(buffer.str(), path);
+  // One read into a buffer of the file's size (no stream copies: backups are megabytes).
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  in.seekg(0, std::ios::beg);
+  if (size < 0) return Status::Error(path + ": cannot determine its size");
+  std::string bytes(static_cast<size_t>(size), '\0');
+  if (size > 0 && !in.read(bytes.data(), size)) {
+    return Status::Error(path + ": read error (the file shrank while being read?)");
+  }
+  return DecodeState(bytes, path);
 }
 
 std::optional<std::string> DescribeMismatch(const nlohmann::json& expected,

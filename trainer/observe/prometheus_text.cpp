@@ -43,11 +43,15 @@ void PrometheusText::Add(const std::string& name, const std::string& help, const
   if (!labels.empty()) {
     text_ += "{";
     for (size_t i = 0; i < labels.size(); ++i) {
-      text_ += (i ? "," : "") + labels[i].first + "=\"" + EscapeLabel(labels[i].second) + "\"";
+      if (i > 0) text_ += ',';
+      text_.append(labels[i].first)
+          .append("=\"")
+          .append(EscapeLabel(labels[i].second))
+          .append("\"");
     }
     text_ += "}";
   }
-  text_ += " " + FormatValue(value) + "\n";
+  text_.append(" ").append(FormatValue(value)).append("\n");
 }
 
 void PrometheusText::Gauge(const std::string& name, const std::string& help, double value,
