@@ -42,7 +42,10 @@ class [[nodiscard]] StatusOr {
   }
 
   bool ok() const { return std::holds_alternative<T>(v_); }
-  Status status() const { return ok() ? Status::Ok() : std::get<Status>(v_); }
+  const Status& status() const {
+    static const Status kOk;
+    return ok() ? kOk : std::get<Status>(v_);
+  }
   const T& value() const& { return std::get<T>(v_); }
   T& value() & { return std::get<T>(v_); }
   T&& value() && { return std::get<T>(std::move(v_)); }

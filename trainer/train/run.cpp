@@ -77,7 +77,9 @@ int RunTrainer(const Options& o) {
     auto connected = collective::ConnectGloo(go);
     if (!connected.ok()) {
       log.Error(connected.status().message());
-      return kExitPeerLost;
+      // A refused key is a configuration error (or an intruder): restarting cannot help.
+      bool refused = connected.status().message().find("wrong TJ_RENDEZVOUS_KEY") != std::string::npos;
+      return refused ? kExitFailure : kExitPeerLost;
     }
     comm = std::move(*connected);
   } else {

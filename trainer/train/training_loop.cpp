@@ -118,6 +118,8 @@ TrainingOutcome Trainer::RestoreOrInitialise() {
       }
     }
     if (!state) {
+      // A fresh start: an old run's final marker must not stop the evaluator early.
+      if (error.ok() && checkpoints_) error = checkpoints_->ClearFinalMarker();
       params_ = nn::InitialParameters(o_.seed);
       state = CurrentState(0, 0);
       restored_path.clear();

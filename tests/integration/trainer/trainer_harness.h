@@ -1,0 +1,98 @@
+// Helpers for tests that run the real tj-trainer binary on the real Fashion-MNIST files:
+// start processes with a TF_CONFIG, read their JSON events, compare digests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tests/support/subprocess.h"
+
+namespace tj::testing {
+
+inline const std::string kTrainer = std::string(TJ_BIN_DIR) + "/tj-trainer";
+inline const std::string kDataDir = "/usr/share/datasets/fashion-mnist";
+
+// Skips the test (with the reason) when the dataset is not installed.
+#define TJ_REQUIRE_DATASET()                                                            \
+  if (!std::filesystem::exists(::tj::testing::kDataDir + "/train-images-idx3-ubyte.gz")) \
+  GTEST_SKIP() << "Fashion-MNIST not installed at " << ::tj::testing::kDataDir          \
+               << " (hack/install-deps.sh installs dataset-fashion-mnist)"
+
+// A fresh directory under the system temp dir, removed at destruction.
+class TempDir {
+ public:
+  TempDir() {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    path_ = std::filesystem::temp_directory_path() /
+            ("tj-" + std::string(info->test_suite_name()) + "-" + info->name() + "-" +
+             std::to_string(::getpid()));
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// The JSON events of a run's stdout, optionally only those of one kind.
+inline std::vector<nlohmann::json> Events(const Subprocess& p, const std::string& kind = "") {
+  std::vector<nlohmann::json> out;
+  for (const std::string& line : p.StdoutLines()) {
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_discarded()) continue;
+    if (kind.empty() || j.value("event", "") == kind) out.push_back(j);
+  }
+  return out;
+}
+
+inline std::string Digest(const Subprocess& p) {
+  auto ends = Events(p, "train_end");
+  return ends.empty() ? "" : ends.back().value("weights_sha256", "");
+}
+
+// TF_CONFIG for `workers` workers (and a chief / evaluator when asked) on loopback ports.
+struct LocalCluster {
+  std::vector<int> chief, worker, evaluator;
+
+  static LocalCluster Make(int workers, bool with_chief = false, bool with_evaluator = false) {
+    LocalCluster c;
+    if (with_chief) c.chief.push_back(FreePort());
+    for (int i = 0; i < workers; ++i) c.worker.push_back(FreePort());
+    if (with_evaluator) c.evaluator.push_back(FreePort());
+    return c;
+  }
+  std::string TfConfig(const std::string& type, int index) const {
+    nlohmann::json cluster = nlohmann::json::object();
+    auto list = [](const std::vector<int>& ports) {
+      nlohmann::json a = nlohmann::json::array();
+      for (int p : ports) a.push_back("localhost:" + std::to_string(p));
+      return a;
+    };
+    if (!chief.empty()) cluster["chief"] = list(chief);
+    cluster["worker"] = list(worker);
+    if (!evaluator.empty()) cluster["evaluator"] = list(evaluator);
+    return nlohmann::json{{"cluster", cluster}, {"task", {{"type", type}, {"index", index}}}}
+        .dump();
+  }
+};
+
+inline std::unique_ptr<Subprocess> StartTrainer(const std::vector<std::string>& flags,
+                                                const std::string& tf_config,
+                                                const std::string& log_prefix,
+                                                const std::string& key = "") {
+  std::vector<std::string> argv = {kTrainer, "--data-dir", kDataDir};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  return std::make_unique<Subprocess>(
+      argv, std::map<std::string, std::string>{{"TF_CONFIG", tf_config}, {"TJ_RENDEZVOUS_KEY", key}},
+      log_prefix);
+}
+
+}  // namespace tj::testing

@@ -1,0 +1,134 @@
+// Test support: a child process with its own environment, stdout and stderr captured to
+// files, that can be waited for with a deadline, signalled, and read line by line while it
+// runs. Header-only; for tests that exercise real executables (tj-trainer, tj-operator).
+#pragma once
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace tj::testing {
+
+class Subprocess {
+ public:
+  // Starts `argv` with the parent's environment plus `env` (an empty value unsets the
+  // variable). Output goes to `<log_prefix>.out` and `<log_prefix>.err`.
+  Subprocess(std::vector<std::string> argv, std::map<std::string, std::string> env,
+             std::string log_prefix)
+      : out_path_(log_prefix + ".out"), err_path_(log_prefix + ".err") {
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      int out = ::open(out_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      int err = ::open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(out, 1);
+      ::dup2(err, 2);
+      for (const auto& [k, v] : env) {
+        if (v.empty()) {
+          ::unsetenv(k.c_str());
+        } else {
+          ::setenv(k.c_str(), v.c_str(), 1);
+        }
+      }
+      std::vector<char*> args;
+      for (auto& a : argv) args.push_back(a.data());
+      args.push_back(nullptr);
+      ::execv(args[0], args.data());
+      ::_exit(127);
+    }
+  }
+  ~Subprocess() {
+    if (running()) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  Subprocess(const Subprocess&) = delete;
+  Subprocess& operator=(const Subprocess&) = delete;
+
+  pid_t pid() const { return pid_; }
+  bool running() {
+    if (exit_code_) return false;
+    Poll();
+    return !exit_code_;
+  }
+  void Signal(int sig) { ::kill(pid_, sig); }
+
+  // The exit code (128 + signal for a signalled child), or nullopt if still running at the
+  // deadline.
+  std::optional<int> Wait(std::chrono::milliseconds timeout) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!exit_code_ && std::chrono::steady_clock::now() < deadline) {
+      Poll();
+      if (!exit_code_) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return exit_code_;
+  }
+
+  std::string Stdout() const { return ReadFile(out_path_); }
+  std::string Stderr() const { return ReadFile(err_path_); }
+  std::vector<std::string> StdoutLines() const {
+    std::vector<std::string> lines;
+    std::istringstream in(Stdout());
+    for (std::string l; std::getline(in, l);) lines.push_back(l);
+    return lines;
+  }
+  // Waits until a complete stdout line contains `needle`; false at the deadline or if the
+  // process ended first.
+  bool WaitForLine(const std::string& needle, std::chrono::milliseconds timeout) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      for (const std::string& l : StdoutLines()) {
+        if (l.find(needle) != std::string::npos) return true;
+      }
+      if (!running()) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return false;
+  }
+
+ private:
+  void Poll() {
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+      exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+  }
+  static std::string ReadFile(const std::string& path) {
+    std::ifstream in(path);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+
+  std::string out_path_, err_path_;
+  pid_t pid_ = -1;
+  std::optional<int> exit_code_;
+};
+
+// A TCP port that was free a moment ago (bind to port 0 and read it back).
+inline int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+}  // namespace tj::testing
