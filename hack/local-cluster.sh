@@ -231,6 +231,12 @@ make_certs() {
   openssl x509 -req -in "$c/apiserver.csr" -CA "$c/ca.crt" -CAkey "$c/ca.key" \
     -CAcreateserial -out "$c/apiserver.leaf.crt" -days 3650 -extfile "$c/san.ext" 2>/dev/null
   cat "$c/apiserver.leaf.crt" "$c/ca.crt" >"$c/apiserver.crt"
+  # The node agent's log endpoint (what `kubectl logs` reaches through the API server).
+  openssl req -newkey rsa:2048 -nodes -keyout "$c/node.key" -out "$c/node.csr" \
+    -subj "/CN=tj-local-node" 2>/dev/null
+  echo 'subjectAltName=IP:127.0.0.1,DNS:localhost' >"$c/node.ext"
+  openssl x509 -req -in "$c/node.csr" -CA "$c/ca.crt" -CAkey "$c/ca.key" \
+    -CAcreateserial -out "$c/node.crt" -days 3650 -extfile "$c/node.ext" 2>/dev/null
   openssl genrsa -out "$c/sa.key" 2048 2>/dev/null
   openssl rsa -in "$c/sa.key" -pubout -out "$c/sa.pub" 2>/dev/null
 }
@@ -259,10 +265,10 @@ cmd_up() {
   rm -rf "$STATE_DIR"
   mkdir -p "$STATE_DIR/pids" "$STATE_DIR/logs" "$STATE_DIR/etcd"
   make_certs
-  local token port_e port_p port_a port_c port_s
+  local token port_e port_p port_a port_c port_s port_k
   token=$(openssl rand -hex 24)
   port_e=$(free_port); port_p=$(free_port); port_a=$(free_port)
-  port_c=$(free_port); port_s=$(free_port)
+  port_c=$(free_port); port_s=$(free_port); port_k=$(free_port)
   echo "$token" >"$STATE_DIR/token"; chmod 600 "$STATE_DIR/token"
   echo "$port_a" >"$STATE_DIR/port"
   echo "$token,admin,admin,system:masters" >"$STATE_DIR/tokens.csv"
@@ -308,7 +314,9 @@ EOF
   local node=${TJ_LOCAL_NODE_BIN:-$BIN_DIR_BUILD/tj-local-node}
   if [ -x "$node" ]; then
     start tj-local-node "$node" --kubeconfig="$kc" --node-name=local-node \
-      --state-dir="$STATE_DIR/node" --log-dir="$STATE_DIR/logs" --bin-dir="$BIN_DIR_BUILD"
+      --state-dir="$STATE_DIR/node" --log-dir="$STATE_DIR/logs" --bin-dir="$(dirname "$node")" \
+      --kubelet-port="$port_k" --tls-cert-file="$STATE_DIR/certs/node.crt" \
+      --tls-key-file="$STATE_DIR/certs/node.key" --heartbeat-seconds=5
     if ! wait_for "$HEALTH_TIMEOUT_S" "node" node_ready; then
       log "node local-node did not become Ready in ${HEALTH_TIMEOUT_S}s; see $STATE_DIR/logs"
       cmd_down
@@ -343,7 +351,7 @@ cmd_run_apiserver() {
     --service-account-key-file="$dir/certs/sa.pub" \
     --service-account-signing-key-file="$dir/certs/sa.key" \
     --disable-admission-plugins=ServiceAccount \
-    --etcd-compaction-interval=0
+    --etcd-compaction-interval=0 --kubelet-preferred-address-types=InternalIP
 }
 
 # Stops every process recorded under pids/, newest first: SIGTERM, then SIGKILL after 10 s.

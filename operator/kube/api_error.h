@@ -13,11 +13,11 @@
 namespace tj::kube {
 
 struct ApiError {
-  int code = 0;             // HTTP status; 0 when no response arrived
-  std::string reason;       // NotFound, AlreadyExists, Conflict, Expired, Gone, Invalid, ...
-  std::string message;      // the server's (or the transport's) words
-  std::string request;      // "GET /api/v1/namespaces/ns/pods/name"
-  int retry_after_s = 0;    // the Retry-After header, when the server sent one
+  int code = 0;           // HTTP status; 0 when no response arrived
+  std::string reason;     // NotFound, AlreadyExists, Conflict, Expired, Gone, Invalid, ...
+  std::string message;    // the server's (or the transport's) words
+  std::string request;    // "GET /api/v1/namespaces/ns/pods/name"
+  int retry_after_s = 0;  // the Retry-After header, when the server sent one
 
   // "GET /api/v1/...: 404 NotFound: pods \"x\" not found".
   std::string ToString() const;
@@ -42,7 +42,7 @@ inline bool IsInvalid(const ApiError& e) { return e.code == 422; }
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}       // NOLINT: implicit by design
+  Result(T value) : v_(std::move(value)) {}         // NOLINT: implicit by design
   Result(ApiError error) : v_(std::move(error)) {}  // NOLINT: implicit by design
 
   bool ok() const { return std::holds_alternative<T>(v_); }

@@ -10,8 +10,8 @@ Duration ExponentialDelay(Duration base, Duration max, double factor, int n) {
   return Duration(static_cast<Duration::rep>(d));
 }
 
-ExponentialBackoff::ExponentialBackoff(Duration initial, Duration max, double factor,
-                                       double jitter, uint64_t seed)
+ExponentialBackoff::ExponentialBackoff(Duration initial, Duration max, double factor, double jitter,
+                                       uint64_t seed)
     : initial_(initial), max_(max), factor_(factor), jitter_(jitter), rng_(seed) {}
 
 Duration ExponentialBackoff::Next() {

@@ -22,7 +22,7 @@ class ExponentialBackoff {
   ExponentialBackoff(Duration initial, Duration max, double factor = 2.0, double jitter = 0.0,
                      uint64_t seed = 0);
 
-  Duration Next();           // the delay before the next attempt; advances
+  Duration Next();  // the delay before the next attempt; advances
   void Reset() { attempts_ = 0; }
   int attempts() const { return attempts_; }
 

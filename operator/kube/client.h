@@ -6,11 +6,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <stop_token>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 #include "operator/kube/api_error.h"
 #include "operator/kube/resource.h"
@@ -23,16 +22,16 @@ using nlohmann::json;
 struct ListOptions {
   std::string label_selector;
   std::string field_selector;
-  int64_t page_size = 500;          // items per page; all pages are fetched
-  std::string resource_version;     // "" (most recent) or "0" (any, from the watch cache)
+  int64_t page_size = 500;       // items per page; all pages are fetched
+  std::string resource_version;  // "" (most recent) or "0" (any, from the watch cache)
 };
 
 struct WatchOptions {
   std::string label_selector;
   std::string field_selector;
-  std::string resource_version;     // start after this version ("" = from now)
+  std::string resource_version;  // start after this version ("" = from now)
   bool allow_bookmarks = true;
-  int timeout_seconds = 0;          // the server ends the watch after this long; 0: its default
+  int timeout_seconds = 0;  // the server ends the watch after this long; 0: its default
 };
 
 enum class PatchType {

@@ -89,8 +89,7 @@ StatusOr<RestConfig> ParseKubeconfigOrThrow(std::string_view yaml, const std::st
   if (!user_name.empty()) {
     YAML::Node user = FindNamed(root["users"], user_name)["user"];
     if (!user) {
-      return Status::Error("user \"" + user_name + "\" of context \"" + ctx_name +
-                           "\" not found");
+      return Status::Error("user \"" + user_name + "\" of context \"" + ctx_name + "\" not found");
     }
     std::string where = "user \"" + user_name + "\"";
     c.bearer_token = Str(user, "token");
@@ -130,9 +129,9 @@ std::optional<std::string> Base64Decode(std::string_view in) {
   }
   while (s.size() % 4 != 0) s.push_back('=');
   std::string out(s.size() / 4 * 3, '\0');
-  int n = EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
-                          reinterpret_cast<const unsigned char*>(s.data()),
-                          static_cast<int>(s.size()));
+  int n =
+      EVP_DecodeBlock(reinterpret_cast<unsigned char*>(out.data()),
+                      reinterpret_cast<const unsigned char*>(s.data()), static_cast<int>(s.size()));
   if (n < 0) return std::nullopt;
   size_t pad = 0;
   for (size_t i = s.size(); i > 0 && s[i - 1] == '='; --i) ++pad;

@@ -25,7 +25,7 @@ struct RestConfig {
   std::string default_namespace = "default";
   double qps = 5;  // client-side rate limit (client-go's defaults); qps <= 0: none
   int burst = 10;
-  int max_retries = 5;  // for 429, 5xx and (GETs only) transport errors
+  int max_retries = 5;               // for 429, 5xx and (GETs only) transport errors
   std::chrono::seconds timeout{30};  // per request, not per watch
   std::string user_agent = "tj-operator";
 };

@@ -78,6 +78,10 @@ class CppRestTransport final : public HttpTransport {
         return out;
       }
       auto buf = resp.body().streambuf();
+      // Cancelling the request does not end a body that is being read: closing the buffer's
+      // write side does (a pending read sees the end, the client's next write fails and it
+      // drops the connection).
+      std::stop_callback close_body(stop, [buf]() mutable { buf.close(std::ios_base::out); });
       std::string chunk;
       while (!stop.stop_requested()) {
         // Wait for one byte, then take whatever else has already arrived.

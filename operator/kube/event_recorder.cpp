@@ -17,18 +17,18 @@ EventRecorder::EventRecorder(Client* client, std::string component, std::string 
       host_(std::move(host)),
       wall_clock_(std::move(wall_clock)) {}
 
-Status EventRecorder::Record(const json& object, const std::string& type,
-                             const std::string& reason, const std::string& message) {
+Status EventRecorder::Record(const json& object, const std::string& type, const std::string& reason,
+                             const std::string& message) {
   const json md = object.value("metadata", json::object());
   const std::string obj_ns = md.value("namespace", "");
   const std::string obj_name = md.value("name", "");
   const std::string kind = object.value("kind", "");
   const std::string ns = obj_ns.empty() ? "default" : obj_ns;
-  const std::string what = "recording event " + reason + " for " + kind + " " +
-                           ObjectKey(obj_ns, obj_name);
+  const std::string what =
+      "recording event " + reason + " for " + kind + " " + ObjectKey(obj_ns, obj_name);
   if (obj_name.empty()) return Status::Error(what + ": the object has no metadata.name");
-  const std::string key = ns + "\x1f" + kind + "\x1f" + obj_name + "\x1f" +
-                          md.value("uid", "") + "\x1f" + type + "\x1f" + reason + "\x1f" + message;
+  const std::string key = ns + "\x1f" + kind + "\x1f" + obj_name + "\x1f" + md.value("uid", "") +
+                          "\x1f" + type + "\x1f" + reason + "\x1f" + message;
   const std::string now = FormatTime(wall_clock_());
 
   std::unique_lock<std::mutex> lock(mu_);
@@ -48,11 +48,11 @@ Status EventRecorder::Record(const json& object, const std::string& type,
   }
   if (seen_.size() >= kMaxRemembered) seen_.clear();
   char suffix[32];
-  auto nanos = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                   wall_clock_().time_since_epoch())
-                   .count();
-  std::snprintf(suffix, sizeof(suffix), ".%llx", static_cast<unsigned long long>(nanos) +
-                                                     sequence_++);
+  auto nanos =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(wall_clock_().time_since_epoch())
+          .count();
+  std::snprintf(suffix, sizeof(suffix), ".%llx",
+                static_cast<unsigned long long>(nanos) + sequence_++);
   lock.unlock();
 
   json ev = {{"apiVersion", "v1"},

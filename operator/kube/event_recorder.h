@@ -6,9 +6,8 @@
 #include <functional>
 #include <map>
 #include <mutex>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "common/status.h"
 #include "operator/kube/client.h"
@@ -19,10 +18,9 @@ namespace tj::kube {
 class EventRecorder {
  public:
   // `component` is the source (e.g. "tj-operator"); `client` must outlive the recorder.
-  EventRecorder(Client* client, std::string component, std::string host = "",
-                std::function<WallTime()> wall_clock = [] {
-                  return std::chrono::system_clock::now();
-                });
+  EventRecorder(
+      Client* client, std::string component, std::string host = "",
+      std::function<WallTime()> wall_clock = [] { return std::chrono::system_clock::now(); });
 
   // `object` is the involved object as read from the API server (apiVersion, kind, metadata).
   // `type` is "Normal" or "Warning"; `reason` UpperCamelCase; `message` for humans.

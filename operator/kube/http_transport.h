@@ -20,7 +20,7 @@ struct HttpRequest {
   std::string path_and_query;  // "/api/v1/pods?limit=500"
   std::string content_type;    // of body; empty when there is none
   std::string body;
-  std::string authorization;   // the Authorization header value, or empty
+  std::string authorization;         // the Authorization header value, or empty
   std::chrono::seconds timeout{30};  // Stream(): no byte for this long ends it (Send() uses
                                      // the configuration's timeout)
 };

@@ -49,7 +49,8 @@ std::string Informer::last_resource_version() const {
 }
 
 void Informer::Warn(const std::string& message) {
-  if (log_ != nullptr) log_->Warn("informer " + options_.resource.Path(options_.ns) + ": " + message);
+  if (log_ != nullptr)
+    log_->Warn("informer " + options_.resource.Path(options_.ns) + ": " + message);
 }
 
 void Informer::Sleep(std::stop_token stop, Clock::Duration d) {
@@ -131,8 +132,8 @@ void Informer::Run(std::stop_token stop) {
                              std::hash<std::string>{}(options_.resource.Path(options_.ns)));
   std::mt19937 rng(static_cast<unsigned>(std::hash<std::string>{}(options_.resource.plural)));
   std::uniform_int_distribution<int> timeout_dist(
-      options_.min_watch_timeout_s, std::max(options_.min_watch_timeout_s,
-                                             options_.max_watch_timeout_s));
+      options_.min_watch_timeout_s,
+      std::max(options_.min_watch_timeout_s, options_.max_watch_timeout_s));
   while (!stop.stop_requested()) {
     if (need_list_) {
       if (!ListAll()) {
@@ -152,8 +153,9 @@ void Informer::Run(std::stop_token stop) {
     wo.timeout_seconds = timeout_dist(rng);
     ++watches_;
     auto start = clock_->Now();
-    auto res = client_->Watch(options_.resource, options_.ns, wo,
-                              [this](const WatchEvent& ev) { return HandleEvent(ev); }, stop);
+    auto res = client_->Watch(
+        options_.resource, options_.ns, wo,
+        [this](const WatchEvent& ev) { return HandleEvent(ev); }, stop);
     if (stop.stop_requested()) break;
     if (!res.ok()) {
       if (IsGone(res.error())) {

@@ -64,7 +64,7 @@ class Informer {
   ObjectCache& cache() { return cache_; }
 
   // Counters, for tests and metrics.
-  int lists() const { return lists_.load(); }    // successful lists (1 + relists)
+  int lists() const { return lists_.load(); }      // successful lists (1 + relists)
   int watches() const { return watches_.load(); }  // watch connections opened
   std::string last_resource_version() const;
 

@@ -19,8 +19,8 @@ LeaderElector::LeaderElector(Client* client, Clock* clock, LeaderElectionConfig 
       wall_clock_(std::move(wall_clock)) {}
 
 Status LeaderElector::Validate() const {
-  const std::string what = "leader election lease " + config_.lease_namespace + "/" +
-                           config_.lease_name;
+  const std::string what =
+      "leader election lease " + config_.lease_namespace + "/" + config_.lease_name;
   if (config_.lease_name.empty() || config_.lease_namespace.empty()) {
     return Status::Error("leader election needs a lease namespace and name");
   }
@@ -105,7 +105,8 @@ bool LeaderElector::TryAcquireOrRenew() {
   // metadata.resourceVersion stays: a concurrent change makes this a 409, not a double leader.
   auto updated = client_->Update(leases, config_.lease_namespace, lease);
   if (!updated.ok()) {
-    if (!IsConflict(updated.error())) Warn("updating the lease failed: " + updated.error().ToString());
+    if (!IsConflict(updated.error()))
+      Warn("updating the lease failed: " + updated.error().ToString());
     return false;
   }
   std::lock_guard<std::mutex> lock(mu_);

@@ -40,11 +40,10 @@ struct LeaderCallbacks {
 class LeaderElector {
  public:
   // `client`, `clock` and `log` (may be null) must outlive the elector.
-  LeaderElector(Client* client, Clock* clock, LeaderElectionConfig config,
-                LeaderCallbacks callbacks, EventLog* log = nullptr,
-                std::function<WallTime()> wall_clock = [] {
-                  return std::chrono::system_clock::now();
-                });
+  LeaderElector(
+      Client* client, Clock* clock, LeaderElectionConfig config, LeaderCallbacks callbacks,
+      EventLog* log = nullptr,
+      std::function<WallTime()> wall_clock = [] { return std::chrono::system_clock::now(); });
 
   // Checks the configuration (durations, names) the way client-go does.
   Status Validate() const;
@@ -74,10 +73,10 @@ class LeaderElector {
 
   std::atomic<bool> leading_{false};
   mutable std::mutex mu_;
-  nlohmann::json observed_spec_;          // GUARDED_BY(mu_)
-  Clock::TimePoint observed_at_{};        // GUARDED_BY(mu_)
-  std::string observed_resource_version_; // GUARDED_BY(mu_)
-  std::string reported_leader_;           // GUARDED_BY(mu_)
+  nlohmann::json observed_spec_;           // GUARDED_BY(mu_)
+  Clock::TimePoint observed_at_{};         // GUARDED_BY(mu_)
+  std::string observed_resource_version_;  // GUARDED_BY(mu_)
+  std::string reported_leader_;            // GUARDED_BY(mu_)
 };
 
 }  // namespace tj::kube

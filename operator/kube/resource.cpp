@@ -6,8 +6,8 @@ namespace tj::kube {
 
 std::string Resource::Path(const std::string& ns, const std::string& name,
                            const std::string& subresource) const {
-  std::string p = api_version.find('/') == std::string::npos ? "/api/" + api_version
-                                                             : "/apis/" + api_version;
+  std::string p =
+      api_version.find('/') == std::string::npos ? "/api/" + api_version : "/apis/" + api_version;
   if (namespaced && !ns.empty()) p += "/namespaces/" + ns;
   p += "/" + plural;
   if (!name.empty()) p += "/" + name;

@@ -3,9 +3,8 @@
 // "leases") -> /apis/coordination.k8s.io/v1/....
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace tj::kube {
 

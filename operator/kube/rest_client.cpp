@@ -18,10 +18,14 @@ void AddParam(std::string* q, const std::string& key, const std::string& value) 
 
 const char* ContentType(PatchType t) {
   switch (t) {
-    case PatchType::kMerge: return "application/merge-patch+json";
-    case PatchType::kJson: return "application/json-patch+json";
-    case PatchType::kStrategicMerge: return "application/strategic-merge-patch+json";
-    case PatchType::kApply: return "application/apply-patch+yaml";
+    case PatchType::kMerge:
+      return "application/merge-patch+json";
+    case PatchType::kJson:
+      return "application/json-patch+json";
+    case PatchType::kStrategicMerge:
+      return "application/strategic-merge-patch+json";
+    case PatchType::kApply:
+      return "application/apply-patch+yaml";
   }
   return "application/json";
 }
@@ -180,8 +184,7 @@ Result<json> RestClient::Patch(const Resource& r, const std::string& ns, const s
   AddParam(&q, "fieldManager", options.field_manager);
   if (type == PatchType::kApply) {
     if (options.field_manager.empty()) {
-      return ApiError{0, "", "server-side apply needs PatchOptions.field_manager", "PATCH " + q,
-                      0};
+      return ApiError{0, "", "server-side apply needs PatchOptions.field_manager", "PATCH " + q, 0};
     }
     if (options.force) AddParam(&q, "force", "true");
   }
@@ -219,9 +222,13 @@ Result<WatchSummary> RestClient::Watch(const Resource& r, const std::string& ns,
   }
   const std::string what = "GET " + q;
   limiter_.Wait();
-  HttpRequest req{"GET", q, "", "", Authorization(),
-                  std::chrono::seconds(options.timeout_seconds > 0 ? options.timeout_seconds + 30
-                                                                   : 3600)};
+  HttpRequest req{
+      "GET",
+      q,
+      "",
+      "",
+      Authorization(),
+      std::chrono::seconds(options.timeout_seconds > 0 ? options.timeout_seconds + 30 : 3600)};
   WatchDecoder decoder;
   WatchSummary summary;
   ApiError bad_line;

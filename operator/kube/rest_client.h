@@ -29,14 +29,12 @@ class RestClient final : public Client {
                     const ListOptions& options = {}) override;
   Result<json> Create(const Resource& r, const std::string& ns, const json& object) override;
   Result<json> Update(const Resource& r, const std::string& ns, const json& object) override;
-  Result<json> UpdateStatus(const Resource& r, const std::string& ns,
-                            const json& object) override;
+  Result<json> UpdateStatus(const Resource& r, const std::string& ns, const json& object) override;
   Result<json> Patch(const Resource& r, const std::string& ns, const std::string& name,
                      PatchType type, const json& patch, const PatchOptions& options = {}) override;
   Result<json> Delete(const Resource& r, const std::string& ns, const std::string& name,
                       const DeleteOptions& options = {}) override;
-  Result<WatchSummary> Watch(const Resource& r, const std::string& ns,
-                             const WatchOptions& options,
+  Result<WatchSummary> Watch(const Resource& r, const std::string& ns, const WatchOptions& options,
                              const std::function<bool(const WatchEvent&)>& on_event,
                              std::stop_token stop = {}) override;
   Result<json> Raw(const std::string& method, const std::string& path_and_query,

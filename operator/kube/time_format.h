@@ -11,8 +11,8 @@ namespace tj::kube {
 
 using WallTime = std::chrono::system_clock::time_point;
 
-std::string FormatTime(WallTime t);       // seconds precision
-std::string FormatMicroTime(WallTime t);  // microseconds
+std::string FormatTime(WallTime t);                       // seconds precision
+std::string FormatMicroTime(WallTime t);                  // microseconds
 std::optional<WallTime> ParseTime(const std::string& s);  // either form
 
 }  // namespace tj::kube

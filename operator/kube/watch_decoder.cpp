@@ -4,11 +4,16 @@ namespace tj::kube {
 
 const char* ToString(WatchEvent::Type type) {
   switch (type) {
-    case WatchEvent::Type::kAdded: return "ADDED";
-    case WatchEvent::Type::kModified: return "MODIFIED";
-    case WatchEvent::Type::kDeleted: return "DELETED";
-    case WatchEvent::Type::kBookmark: return "BOOKMARK";
-    case WatchEvent::Type::kError: return "ERROR";
+    case WatchEvent::Type::kAdded:
+      return "ADDED";
+    case WatchEvent::Type::kModified:
+      return "MODIFIED";
+    case WatchEvent::Type::kDeleted:
+      return "DELETED";
+    case WatchEvent::Type::kBookmark:
+      return "BOOKMARK";
+    case WatchEvent::Type::kError:
+      return "ERROR";
   }
   return "?";
 }
@@ -33,8 +38,7 @@ std::string WatchEvent::ResourceVersion() const {
 Result<WatchEvent> ParseWatchEvent(std::string_view line) {
   auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
   ApiError bad{0, "", "", "watch", 0};
-  if (!j.is_object() || !j.contains("type") || !j["type"].is_string() ||
-      !j.contains("object")) {
+  if (!j.is_object() || !j.contains("type") || !j["type"].is_string() || !j.contains("object")) {
     std::string shown(line.substr(0, 200));
     bad.message = "not a watch event: " + shown;
     return bad;

@@ -58,12 +58,12 @@ class WorkQueue {
   ItemExponentialBackoff backoff_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::string> queue_;                       // GUARDED_BY(mu_)
-  std::set<std::string> dirty_;                         // queued or to re-queue. GUARDED_BY(mu_)
-  std::set<std::string> processing_;                    // GUARDED_BY(mu_)
-  std::map<std::string, Clock::TimePoint> waiting_;     // key -> ready at. GUARDED_BY(mu_)
-  bool shutting_down_ = false;                          // GUARDED_BY(mu_)
-  uint64_t adds_ = 0, retries_ = 0;                     // GUARDED_BY(mu_)
+  std::deque<std::string> queue_;                    // GUARDED_BY(mu_)
+  std::set<std::string> dirty_;                      // queued or to re-queue. GUARDED_BY(mu_)
+  std::set<std::string> processing_;                 // GUARDED_BY(mu_)
+  std::map<std::string, Clock::TimePoint> waiting_;  // key -> ready at. GUARDED_BY(mu_)
+  bool shutting_down_ = false;                       // GUARDED_BY(mu_)
+  uint64_t adds_ = 0, retries_ = 0;                  // GUARDED_BY(mu_)
 };
 
 }  // namespace tj::kube

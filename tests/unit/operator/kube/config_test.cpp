@@ -50,7 +50,8 @@ clusters:
 - name: dev-cluster
   cluster:
     server: https://127.0.0.1:6443/
-)" + ca_line + R"(
+)" + ca_line +
+         R"(
 - name: prod-cluster
   cluster:
     server: https://[fd00::1]:443
@@ -62,7 +63,8 @@ users:
 - name: prod-user
   user:
     client-certificate: certs/client.crt
-    client-key-data: )" + Base64Encode("KEY") + R"(
+    client-key-data: )" +
+         Base64Encode("KEY") + R"(
 contexts:
 - name: dev
   context: {cluster: dev-cluster, user: dev-user, namespace: team-a}
@@ -72,8 +74,8 @@ contexts:
 }
 
 TEST(Kubeconfig, CurrentContextWithInlineCaAndToken) {
-  auto c = ParseKubeconfig(
-      TwoContexts("    certificate-authority-data: " + Base64Encode(kPem)), "/nowhere");
+  auto c = ParseKubeconfig(TwoContexts("    certificate-authority-data: " + Base64Encode(kPem)),
+                           "/nowhere");
   ASSERT_TRUE(c.ok()) << c.status().message();
   EXPECT_EQ(c->server, "https://127.0.0.1:6443");  // trailing slash dropped
   EXPECT_EQ(c->ca_pem, kPem);
@@ -130,7 +132,8 @@ TEST(Kubeconfig, ErrorsNameWhatIsWrong) {
   auto no_scheme = ParseKubeconfig(R"(current-context: c
 clusters: [{name: k, cluster: {server: "h:1"}}]
 contexts: [{name: c, context: {cluster: k}}]
-)", "");
+)",
+                                   "");
   ASSERT_FALSE(no_scheme.ok());
   EXPECT_NE(no_scheme.status().message().find("https://"), std::string::npos);
 }

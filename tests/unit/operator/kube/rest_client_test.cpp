@@ -61,8 +61,9 @@ struct Fixture {
 
 TEST(RestClient, RetriesTooManyRequestsHonouringRetryAfter) {
   Fixture f;
-  f.t->answers = {Resp(429, StatusBody(429, "TooManyRequests", "slow down"), {{"retry-after", "3"}}),
-                  Resp(201, {{"metadata", {{"name", "p"}}}})};
+  f.t->answers = {
+      Resp(429, StatusBody(429, "TooManyRequests", "slow down"), {{"retry-after", "3"}}),
+      Resp(201, {{"metadata", {{"name", "p"}}}})};
   auto t0 = f.clock.Now();
   auto r = f.client->Create(resources::kPods, "ns", {{"metadata", {{"name", "p"}}}});
   ASSERT_TRUE(r.ok()) << r.error().ToString();
@@ -93,7 +94,8 @@ TEST(RestClient, GivesUpAfterMaxRetries) {
   RestConfig c;
   c.max_retries = 2;
   Fixture f(c);
-  for (int i = 0; i < 5; ++i) f.t->answers.push_back(Resp(429, StatusBody(429, "TooManyRequests", "")));
+  for (int i = 0; i < 5; ++i)
+    f.t->answers.push_back(Resp(429, StatusBody(429, "TooManyRequests", "")));
   auto r = f.client->Get(resources::kPods, "ns", "p");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code, 429);
@@ -113,10 +115,9 @@ TEST(RestClient, ErrorsCarryTheApiStatus) {
 
 TEST(RestClient, ListFollowsContinueTokens) {
   Fixture f;
-  f.t->answers = {
-      Resp(200, {{"metadata", {{"resourceVersion", "7"}, {"continue", "tok en"}}},
-                 {"items", {{{"n", 1}}, {{"n", 2}}}}}),
-      Resp(200, {{"metadata", {{"resourceVersion", "9"}}}, {"items", {{{"n", 3}}}}})};
+  f.t->answers = {Resp(200, {{"metadata", {{"resourceVersion", "7"}, {"continue", "tok en"}}},
+                             {"items", {{{"n", 1}}, {{"n", 2}}}}}),
+                  Resp(200, {{"metadata", {{"resourceVersion", "9"}}}, {"items", {{{"n", 3}}}}})};
   ListOptions o;
   o.page_size = 2;
   o.label_selector = "app=x";
@@ -135,16 +136,21 @@ TEST(RestClient, PatchAndDeleteShapes) {
   PatchOptions apply;
   apply.field_manager = "tj";
   apply.force = true;
-  ASSERT_TRUE(f.client->Patch(resources::kConfigMaps, "ns", "c", PatchType::kApply,
-                              {{"data", {{"k", "v"}}}}, apply).ok());
+  ASSERT_TRUE(f.client
+                  ->Patch(resources::kConfigMaps, "ns", "c", PatchType::kApply,
+                          {{"data", {{"k", "v"}}}}, apply)
+                  .ok());
   EXPECT_EQ(f.t->requests[0].content_type, "application/apply-patch+yaml");
   EXPECT_EQ(f.t->requests[0].path_and_query,
             "/api/v1/namespaces/ns/configmaps/c?fieldManager=tj&force=true");
   PatchOptions status;
   status.subresource = "status";
-  ASSERT_TRUE(f.client->Patch({"tjo.dev/v1alpha1", "trainingjobs"}, "ns", "j", PatchType::kMerge,
-                              {{"status", json::object()}}, status).ok());
-  EXPECT_EQ(f.t->requests[1].path_and_query, "/apis/tjo.dev/v1alpha1/namespaces/ns/trainingjobs/j/status");
+  ASSERT_TRUE(f.client
+                  ->Patch({"tjo.dev/v1alpha1", "trainingjobs"}, "ns", "j", PatchType::kMerge,
+                          {{"status", json::object()}}, status)
+                  .ok());
+  EXPECT_EQ(f.t->requests[1].path_and_query,
+            "/apis/tjo.dev/v1alpha1/namespaces/ns/trainingjobs/j/status");
   DeleteOptions d;
   d.propagation_policy = "Foreground";
   d.precondition_uid = "u-1";
@@ -158,8 +164,7 @@ TEST(RestClient, PatchAndDeleteShapes) {
 }
 
 TEST(RestClient, TokenFileIsReReadWhenItRotates) {
-  auto path = std::filesystem::temp_directory_path() /
-              ("tj-token-" + std::to_string(::getpid()));
+  auto path = std::filesystem::temp_directory_path() / ("tj-token-" + std::to_string(::getpid()));
   std::ofstream(path) << "first\n";
   RestConfig c;
   c.token_file = path.string();

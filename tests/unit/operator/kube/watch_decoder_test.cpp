@@ -8,17 +8,28 @@ namespace tj::kube {
 namespace {
 
 const std::string kStream =
-    R"({"type":"ADDED","object":{"metadata":{"name":"a","resourceVersion":"10"}}})" "\n"
-    R"({"type":"MODIFIED","object":{"metadata":{"name":"a","resourceVersion":"11"}}})" "\r\n"
-    R"({"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"15"}}})" "\n"
-    R"j({"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired","message":"too old resource version: 1 (40)"}})j" "\n";
+    R"({"type":"ADDED","object":{"metadata":{"name":"a","resourceVersion":"10"}}})"
+    "\n"
+    R"({"type":"MODIFIED","object":{"metadata":{"name":"a","resourceVersion":"11"}}})"
+    "\r\n"
+    R"({"type":"BOOKMARK","object":{"metadata":{"resourceVersion":"15"}}})"
+    "\n"
+    R"j({"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired","message":"too old resource version: 1 (40)"}})j"
+    "\n";
 
 std::vector<WatchEvent> Decode(const std::vector<std::string>& chunks, int* bad = nullptr) {
   WatchDecoder d;
   std::vector<WatchEvent> out;
   for (const auto& c : chunks) {
-    d.Feed(c, [&](const WatchEvent& e) { out.push_back(e); return true; },
-           [&](const ApiError&) { if (bad) ++*bad; });
+    d.Feed(
+        c,
+        [&](const WatchEvent& e) {
+          out.push_back(e);
+          return true;
+        },
+        [&](const ApiError&) {
+          if (bad) ++*bad;
+        });
   }
   return out;
 }
@@ -48,15 +59,19 @@ TEST(WatchDecoder, KeepsAnIncompleteLineForTheNextChunk) {
          [](const ApiError&) {});
   EXPECT_EQ(n, 0);
   EXPECT_GT(d.buffered(), 0u);
-  d.Feed("ect\":{}}\n", [&](const WatchEvent&) { return ++n, true; }, [](const ApiError&) {});
+  d.Feed(
+      "ect\":{}}\n", [&](const WatchEvent&) { return ++n, true; }, [](const ApiError&) {});
   EXPECT_EQ(n, 1);
   EXPECT_EQ(d.buffered(), 0u);
 }
 
 TEST(WatchDecoder, BadLinesAreReportedAndSkipped) {
   int bad = 0;
-  auto ev = Decode({"not json\n", R"({"type":"WEIRD","object":{}})" "\n",
-                    R"({"type":"DELETED","object":{"metadata":{"name":"x"}}})" "\n"},
+  auto ev = Decode({"not json\n",
+                    R"({"type":"WEIRD","object":{}})"
+                    "\n",
+                    R"({"type":"DELETED","object":{"metadata":{"name":"x"}}})"
+                    "\n"},
                    &bad);
   EXPECT_EQ(bad, 2);
   ASSERT_EQ(ev.size(), 1u);
@@ -66,7 +81,8 @@ TEST(WatchDecoder, BadLinesAreReportedAndSkipped) {
 TEST(WatchDecoder, StopsWhenTheHandlerSaysSo) {
   WatchDecoder d;
   int n = 0;
-  bool go_on = d.Feed(kStream, [&](const WatchEvent&) { return ++n < 2; }, [](const ApiError&) {});
+  bool go_on = d.Feed(
+      kStream, [&](const WatchEvent&) { return ++n < 2; }, [](const ApiError&) {});
   EXPECT_FALSE(go_on);
   EXPECT_EQ(n, 2);
 }

@@ -1,0 +1,94 @@
+// tj-local-node: flags and wiring only; see node_agent.h.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <stop_token>
+#include <string>
+#include <thread>
+
+#include "common/clock.h"
+#include "common/event_log.h"
+#include "operator/kube/config.h"
+#include "operator/kube/rest_client.h"
+#include "operator/localnode/node_agent.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: tj-local-node --kubeconfig=FILE [--node-name=local-node] --state-dir=DIR "
+    "--log-dir=DIR --bin-dir=DIR [--kubelet-port=N --tls-cert-file=F --tls-key-file=F] "
+    "[--heartbeat-seconds=10] [--mount-namespace=auto|true|false]\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::map<std::string, std::string> flags = {{"kubeconfig", ""},
+                                              {"node-name", "local-node"},
+                                              {"state-dir", ".local-cluster/node"},
+                                              {"log-dir", ".local-cluster/logs"},
+                                              {"bin-dir", "build/bin"},
+                                              {"kubelet-port", "0"},
+                                              {"tls-cert-file", ""},
+                                              {"tls-key-file", ""},
+                                              {"heartbeat-seconds", "10"},
+                                              {"mount-namespace", "auto"}};
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto eq = a.find('=');
+    if (a.rfind("--", 0) != 0 || eq == std::string::npos || !flags.count(a.substr(2, eq - 2))) {
+      std::fprintf(stderr, "tj-local-node: unknown argument %s\n%s", a.c_str(), kUsage);
+      return 2;
+    }
+    flags[a.substr(2, eq - 2)] = a.substr(eq + 1);
+  }
+  tj::EventLog log;
+  auto config = tj::kube::LoadConfig(flags["kubeconfig"], tj::kube::ProcessEnvironment());
+  if (!config.ok()) {
+    log.Error(config.status().message());
+    return 1;
+  }
+  config->qps = 50;
+  config->burst = 100;
+  config->user_agent = "tj-local-node";
+  auto client = tj::kube::RestClient::New(*config, tj::RealClock::Get());
+  if (!client.ok()) {
+    log.Error(client.status().message());
+    return 1;
+  }
+  tj::localnode::NodeAgentOptions o;
+  o.node_name = flags["node-name"];
+  o.state_dir = flags["state-dir"];
+  o.log_dir = flags["log-dir"];
+  o.bin_dir = flags["bin-dir"];
+  o.kubelet_port = std::atoi(flags["kubelet-port"].c_str());
+  o.tls_cert_file = flags["tls-cert-file"];
+  o.tls_key_file = flags["tls-key-file"];
+  o.heartbeat = std::chrono::seconds(std::max(1, std::atoi(flags["heartbeat-seconds"].c_str())));
+  const std::string mn = flags["mount-namespace"];
+  o.mount_namespace = mn == "true" || (mn == "auto" && geteuid() == 0);
+
+  // SIGTERM/SIGINT end Run(); every other thread has them blocked.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::stop_source stop;
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&set, &sig);
+    stop.request_stop();
+  });
+  waiter.detach();
+
+  tj::localnode::NodeAgent agent(client->get(), tj::RealClock::Get(), o, &log);
+  tj::Status s = agent.Run(stop.get_token());
+  if (!s.ok()) {
+    log.Error(s.message());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,675 @@
+#include "operator/localnode/node_agent.h"
+
+#include <cpprest/http_listener.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <condition_variable>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "operator/kube/backoff.h"
+#include "operator/kube/config.h"
+#include "operator/kube/time_format.h"
+#include "operator/localnode/process.h"
+
+namespace tj::localnode {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+namespace res = kube::resources;
+
+namespace {
+
+std::string Now() { return kube::FormatTime(std::chrono::system_clock::now()); }
+
+std::string SafeName(const std::string& s) {
+  std::string out = s;
+  for (char& c : out) {
+    if (c == '/') c = '_';
+  }
+  return out;
+}
+
+int GpuCount() {
+  int n = 0;
+  for (int i = 0; i < 64; ++i) {
+    if (fs::exists("/dev/nvidia" + std::to_string(i))) ++n;
+  }
+  return n;
+}
+
+void WriteFileInPlace(const std::string& path, const std::string& content) {
+  // Truncate and write the same inode: a bind mount of it sees the new content.
+  std::ofstream out(path, std::ios::trunc);
+  out << content;
+}
+
+}  // namespace
+
+// Runs the containers of one pod and reports their states. One thread per pod.
+class PodWorker {
+ public:
+  PodWorker(NodeAgent* agent, const json& pod, std::string ip)
+      : agent_(agent), pod_(pod), ip_(std::move(ip)) {
+    const json md = pod.value("metadata", json::object());
+    ns_ = md.value("namespace", "");
+    name_ = md.value("name", "");
+    uid_ = md.value("uid", "");
+    hostname_ = pod["spec"].value("hostname", name_);
+    subdomain_ = pod["spec"].value("subdomain", "");
+    dir_ = agent_->options_.state_dir + "/pods/" + uid_;
+    hosts_file_ = dir_ + "/etc-hosts";
+    start_time_ = Now();
+  }
+  ~PodWorker() {
+    if (thread_.joinable()) {
+      RequestDelete(0);
+      thread_.join();
+    }
+  }
+
+  void Start() {
+    thread_ = std::jthread([this](std::stop_token) { Run(); });
+  }
+
+  // The pod has a deletionTimestamp (or is gone): stop its containers within `grace_s`.
+  void RequestDelete(int grace_s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (delete_requested_) return;
+    delete_requested_ = true;
+    grace_s_ = grace_s;
+    cv_.notify_all();
+  }
+  void MarkGone() {
+    std::lock_guard<std::mutex> lock(mu_);
+    gone_ = true;
+  }
+
+  const std::string& ns() const { return ns_; }
+  HostEntry Entry() const { return {ip_, hostname_, subdomain_, ns_}; }
+  const std::string& hosts_file() const { return hosts_file_; }
+  std::string hostname() const { return hostname_; }
+  const std::string& ip() const { return ip_; }
+  std::string LogFile(const std::string& container) const {
+    return agent_->options_.log_dir + "/pods/" + ns_ + "_" + name_ + "_" + container + ".log";
+  }
+
+ private:
+  struct Container {
+    json spec;
+    ContainerState state;
+    ProcessSpec process;
+    pid_t pid = 0;
+    bool config_ok = false;
+    bool done = false;
+    Clock::TimePoint restart_at{};
+    kube::ExponentialBackoff backoff{std::chrono::seconds(1), std::chrono::seconds(30)};
+  };
+
+  void Warn(const std::string& m) { agent_->log_->Warn("pod " + ns_ + "/" + name_ + ": " + m); }
+
+  // Reads a key of a Secret or ConfigMap for env and volumes.
+  StatusOr<std::string> Lookup(const std::string& kind, const std::string& name,
+                               const std::string& key) {
+    const auto& r = kind == "Secret" ? res::kSecrets : res::kConfigMaps;
+    auto obj = agent_->client_->Get(r, ns_, name);
+    if (!obj.ok()) return obj.error().ToStatus();
+    const json data = obj->value("data", json::object());
+    if (!data.contains(key)) return Status::Error(kind + " " + name + " has no key " + key);
+    std::string v = data[key].get<std::string>();
+    if (kind == "Secret") {
+      auto d = kube::Base64Decode(v);
+      if (!d) return Status::Error(kind + " " + name + " key " + key + " is not base64");
+      v = *d;
+    }
+    return v;
+  }
+
+  // Prepares a volume's directory; returns it.
+  StatusOr<std::string> PrepareVolume(const json& v) {
+    const std::string name = v.value("name", "");
+    std::error_code ec;
+    if (v.contains("hostPath")) {
+      std::string p = v["hostPath"].value("path", "");
+      fs::create_directories(p, ec);
+      return p;
+    }
+    if (v.contains("persistentVolumeClaim")) {
+      std::string p = agent_->options_.state_dir + "/pvc/" + ns_ + "/" +
+                      v["persistentVolumeClaim"].value("claimName", "");
+      fs::create_directories(p, ec);
+      return p;
+    }
+    std::string dir = dir_ + "/volumes/" + name;
+    fs::create_directories(dir, ec);
+    for (const char* kind : {"secret", "configMap"}) {
+      if (!v.contains(kind)) continue;
+      std::string obj_name =
+          v[kind].value(std::string(kind) == "secret" ? "secretName" : "name", "");
+      const auto& r = std::string(kind) == "secret" ? res::kSecrets : res::kConfigMaps;
+      auto obj = agent_->client_->Get(r, ns_, obj_name);
+      if (!obj.ok()) {
+        if (v[kind].value("optional", false)) return dir;
+        return obj.error().ToStatus().WithContext("volume " + name);
+      }
+      for (const auto& [k, val] : obj->value("data", json::object()).items()) {
+        std::string content = val.get<std::string>();
+        if (std::string(kind) == "secret") content = kube::Base64Decode(content).value_or("");
+        std::ofstream(dir + "/" + k, std::ios::trunc) << content;
+      }
+    }
+    return dir;
+  }
+
+  Status Prepare() {
+    std::error_code ec;
+    fs::create_directories(dir_, ec);
+    fs::create_directories(agent_->options_.log_dir + "/pods", ec);
+    std::map<std::string, std::string> volume_dirs;
+    for (const auto& v : pod_["spec"].value("volumes", json::array())) {
+      auto d = PrepareVolume(v);
+      if (!d.ok()) return d.status();
+      volume_dirs[v.value("name", "")] = *d;
+    }
+    auto lookup = [this](const std::string& k, const std::string& n, const std::string& key) {
+      return Lookup(k, n, key);
+    };
+    for (auto& c : containers_) {
+      const std::string cname = c.spec.value("name", "");
+      auto argv = ContainerArgv(c.spec, agent_->options_.bin_dir);
+      if (!argv.ok()) return argv.status();
+      auto env = ContainerEnv(pod_, c.spec, ip_, agent_->options_.node_name, lookup);
+      if (!env.ok()) return env.status();
+      c.process.argv = *argv;
+      c.process.env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                       "HOME=/root", "HOSTNAME=" + hostname_, "TJ_POD_IP=" + ip_};
+      for (const auto& e : *env) c.process.env.push_back(e);
+      c.process.working_dir = c.spec.value("workingDir", "");
+      if (c.process.working_dir.empty()) c.process.working_dir = dir_;
+      c.process.log_file = LogFile(cname);
+      c.process.mount_namespace = agent_->options_.mount_namespace;
+      c.process.hosts_file = hosts_file_;
+      for (const auto& m : c.spec.value("volumeMounts", json::array())) {
+        auto it = volume_dirs.find(m.value("name", ""));
+        if (it == volume_dirs.end()) {
+          return Status::Error("container " + cname + ": volumeMount " + m.value("name", "") +
+                               " names no volume of the pod");
+        }
+        std::string src = it->second;
+        if (m.contains("subPath")) {
+          src += "/" + m.value("subPath", "");
+          fs::create_directories(src, ec);
+        }
+        c.process.binds.emplace_back(src, m.value("mountPath", ""));
+      }
+      if (!c.process.binds.empty() && !c.process.mount_namespace) {
+        Warn("volume mounts need a mount namespace (run tj-local-node as root); container " +
+             cname + " sees the volumes only through $TJ_VOLUME_<NAME>");
+        for (const auto& m : c.spec.value("volumeMounts", json::array())) {
+          std::string var = m.value("name", "");
+          for (char& ch : var) ch = ch == '-' ? '_' : static_cast<char>(toupper(ch));
+          c.process.env.push_back("TJ_VOLUME_" + var + "=" + volume_dirs[m.value("name", "")]);
+        }
+      }
+      c.config_ok = true;
+      // A fresh log per pod; restarts of the container append.
+      std::ofstream(c.process.log_file, std::ios::trunc);
+    }
+    return Status::Ok();
+  }
+
+  void PostStatus() {
+    std::vector<ContainerState> states;
+    for (const auto& c : containers_) states.push_back(c.state);
+    json status = PodStatus(pod_, states, ip_, agent_->options_.host_ip, start_time_, Now());
+    auto r = agent_->client_->Patch(res::kPods, ns_, name_, kube::PatchType::kMerge,
+                                    {{"status", status}}, {"", false, "status"});
+    if (!r.ok() && !kube::IsNotFound(r.error())) Warn("status update: " + r.error().ToString());
+  }
+
+  void Launch(Container& c) {
+    auto pid = StartProcess(c.process);
+    if (!pid.ok()) {
+      c.state.phase = ContainerState::Phase::kWaiting;
+      c.state.reason = "RunContainerError";
+      c.state.message = pid.status().message();
+      c.done = true;
+      return;
+    }
+    c.pid = *pid;
+    c.state.phase = ContainerState::Phase::kRunning;
+    c.state.reason.clear();
+    c.state.message.clear();
+    c.state.started_at = Now();
+  }
+
+  void Run() {
+    for (const auto& spec : pod_["spec"].value("containers", json::array())) {
+      Container c;
+      c.spec = spec;
+      c.state.name = spec.value("name", "");
+      containers_.push_back(std::move(c));
+    }
+    const std::string policy = pod_["spec"].value("restartPolicy", "Always");
+    agent_->RewriteHostsFiles(ns_);
+    // Configuration errors (a missing Secret, an image without executable) keep the pod
+    // Pending with the reason, and are retried, as with a kubelet.
+    for (;;) {
+      Status s = Prepare();
+      if (s.ok()) break;
+      for (auto& c : containers_) {
+        c.state.phase = ContainerState::Phase::kWaiting;
+        c.state.reason = "CreateContainerConfigError";
+        c.state.message = s.message();
+      }
+      PostStatus();
+      std::unique_lock<std::mutex> lock(mu_);
+      if (cv_.wait_for(lock, std::chrono::seconds(5), [this] { return delete_requested_; })) {
+        lock.unlock();
+        Finish();
+        return;
+      }
+    }
+    agent_->RewriteHostsFiles(ns_);
+    for (auto& c : containers_) Launch(c);
+    PostStatus();
+    for (;;) {
+      bool changed = false;
+      bool deleting;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        deleting = delete_requested_;
+      }
+      auto now = agent_->clock_->Now();
+      for (auto& c : containers_) {
+        if (c.pid > 0) {
+          ExitInfo info;
+          if (!PollExit(c.pid, &info)) continue;
+          c.pid = 0;
+          changed = true;
+          json term = {{"exitCode", info.code},
+                       {"reason", info.code == 0 ? "Completed" : "Error"},
+                       {"startedAt", c.state.started_at},
+                       {"finishedAt", Now()}};
+          if (info.signal != 0) term["signal"] = info.signal;
+          bool restart =
+              !deleting && (policy == "Always" || (policy == "OnFailure" && info.code != 0));
+          if (restart) {
+            c.state.last_terminated = term;
+            c.state.phase = ContainerState::Phase::kWaiting;
+            c.state.reason = "CrashLoopBackOff";
+            c.state.restart_count++;
+            c.restart_at = now + c.backoff.Next();
+          } else {
+            c.state.phase = ContainerState::Phase::kTerminated;
+            c.state.exit_code = info.code;
+            c.state.signal = info.signal;
+            c.state.reason = term["reason"];
+            c.state.finished_at = term["finishedAt"];
+            c.done = true;
+          }
+        } else if (!c.done && c.state.phase == ContainerState::Phase::kWaiting &&
+                   c.state.restart_count > 0 && now >= c.restart_at && !deleting) {
+          Launch(c);
+          changed = true;
+        }
+      }
+      if (changed) PostStatus();
+      std::unique_lock<std::mutex> lock(mu_);
+      if (delete_requested_) break;
+      cv_.wait_for(lock, std::chrono::milliseconds(100));
+      if (delete_requested_) break;
+    }
+    Finish();
+  }
+
+  // Graceful stop: SIGTERM, up to the grace period, SIGKILL; then the final delete.
+  void Finish() {
+    int grace;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      grace = grace_s_;
+    }
+    for (auto& c : containers_) {
+      if (c.pid > 0) SignalGroup(c.pid, SIGTERM);
+    }
+    auto deadline = agent_->clock_->Now() + std::chrono::seconds(grace);
+    for (;;) {
+      bool running = false;
+      for (auto& c : containers_) {
+        ExitInfo info;
+        if (c.pid > 0 && PollExit(c.pid, &info)) {
+          c.pid = 0;
+          c.state.phase = ContainerState::Phase::kTerminated;
+          c.state.exit_code = info.code;
+          c.state.signal = info.signal;
+          c.state.reason = info.code == 0 ? "Completed" : "Error";
+          c.state.finished_at = Now();
+        }
+        running = running || c.pid > 0;
+      }
+      if (!running) break;
+      if (agent_->clock_->Now() >= deadline) {
+        for (auto& c : containers_) {
+          if (c.pid > 0) SignalGroup(c.pid, SIGKILL);
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    bool gone;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      gone = gone_;
+    }
+    if (!gone) {
+      kube::DeleteOptions d;
+      d.grace_period_seconds = 0;
+      d.precondition_uid = uid_;
+      auto r = agent_->client_->Delete(res::kPods, ns_, name_, d);
+      if (!r.ok() && !kube::IsNotFound(r.error()) && r.error().code != 409) {
+        Warn("final delete: " + r.error().ToString());
+      }
+    }
+    std::error_code ec;
+    fs::remove_all(dir_ + "/volumes", ec);  // emptyDirs die with the pod
+  }
+
+  NodeAgent* agent_;
+  json pod_;
+  std::string ip_, ns_, name_, uid_, hostname_, subdomain_, dir_, hosts_file_, start_time_;
+  std::vector<Container> containers_;  // only the worker thread touches these
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool delete_requested_ = false;  // GUARDED_BY(mu_)
+  bool gone_ = false;              // GUARDED_BY(mu_)
+  int grace_s_ = 30;               // GUARDED_BY(mu_)
+  std::jthread thread_;
+};
+
+NodeAgent::NodeAgent(kube::Client* client, Clock* clock, NodeAgentOptions options, EventLog* log)
+    : client_(client), clock_(clock), options_(std::move(options)), log_(log) {}
+
+NodeAgent::~NodeAgent() {
+  std::map<std::string, std::shared_ptr<PodWorker>> workers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    workers.swap(workers_);
+  }
+  workers.clear();  // each destructor stops its pod
+}
+
+json NodeAgent::NodeObject() const {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  std::string mem = std::to_string(pages * (page / 1024)) + "Ki";
+  json capacity = {{"cpu", std::to_string(std::thread::hardware_concurrency())},
+                   {"memory", mem},
+                   {"pods", "110"},
+                   {"ephemeral-storage", "100Gi"}};
+  if (int g = GpuCount(); g > 0) capacity["nvidia.com/gpu"] = std::to_string(g);
+  std::string now = Now();
+  auto cond = [&](const char* type, const char* status, const char* reason, const char* msg) {
+    return json{{"type", type},   {"status", status},         {"reason", reason},
+                {"message", msg}, {"lastHeartbeatTime", now}, {"lastTransitionTime", now}};
+  };
+  return {{"apiVersion", "v1"},
+          {"kind", "Node"},
+          {"metadata",
+           {{"name", options_.node_name},
+            {"labels",
+             {{"kubernetes.io/hostname", options_.node_name},
+              {"kubernetes.io/os", "linux"},
+              {"kubernetes.io/arch", "amd64"},
+              {"tjo.dev/local-node", "true"}}}}},
+          {"status",
+           {{"capacity", capacity},
+            {"allocatable", capacity},
+            {"conditions",
+             json::array(
+                 {cond("Ready", "True", "KubeletReady", "tj-local-node is posting ready status"),
+                  cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "ok"),
+                  cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "ok"),
+                  cond("PIDPressure", "False", "KubeletHasSufficientPID", "ok")})},
+            {"addresses", json::array({{{"type", "InternalIP"}, {"address", options_.host_ip}}})},
+            {"daemonEndpoints", {{"kubeletEndpoint", {{"Port", options_.kubelet_port}}}}},
+            {"nodeInfo",
+             {{"machineID", ""},
+              {"systemUUID", ""},
+              {"bootID", ""},
+              {"kernelVersion", ""},
+              {"osImage", "tj-local-node"},
+              {"containerRuntimeVersion", "tj-local://0.1"},
+              {"kubeletVersion", "v1.20.2"},
+              {"kubeProxyVersion", "v1.20.2"},
+              {"operatingSystem", "linux"},
+              {"architecture", "amd64"}}}}}};
+}
+
+Status NodeAgent::Register() {
+  json node = NodeObject();
+  auto created = client_->Create(res::kNodes, "", node);
+  if (!created.ok() && !kube::IsAlreadyExists(created.error())) {
+    return created.error().ToStatus().WithContext("registering node " + options_.node_name);
+  }
+  TJ_RETURN_IF_ERROR(Heartbeat());
+  // The API server taints a new Node not-ready; we are ready, so clear it (the node lifecycle
+  // controller would do the same from our Ready condition, when it runs).
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    auto cur = client_->Get(res::kNodes, "", options_.node_name);
+    if (!cur.ok()) return cur.error().ToStatus().WithContext("reading node " + options_.node_name);
+    json n = *cur;
+    json taints = json::array();
+    bool had = false;
+    for (const auto& t : n["spec"].value("taints", json::array())) {
+      if (t.value("key", "") == "node.kubernetes.io/not-ready") {
+        had = true;
+      } else {
+        taints.push_back(t);
+      }
+    }
+    if (!had) return Status::Ok();
+    n["spec"]["taints"] = taints;
+    auto u = client_->Update(res::kNodes, "", n);
+    if (u.ok()) return Status::Ok();
+    if (!kube::IsConflict(u.error())) return u.error().ToStatus();
+  }
+  return Status::Error("could not clear the not-ready taint of node " + options_.node_name);
+}
+
+Status NodeAgent::Heartbeat() {
+  json status = NodeObject()["status"];
+  auto r = client_->Patch(res::kNodes, "", options_.node_name, kube::PatchType::kMerge,
+                          {{"status", status}}, {"", false, "status"});
+  if (!r.ok()) return r.error().ToStatus().WithContext("node status heartbeat");
+  std::string now = kube::FormatMicroTime(std::chrono::system_clock::now());
+  json lease = {
+      {"apiVersion", "coordination.k8s.io/v1"},
+      {"kind", "Lease"},
+      {"metadata", {{"name", options_.node_name}, {"namespace", "kube-node-lease"}}},
+      {"spec",
+       {{"holderIdentity", options_.node_name}, {"leaseDurationSeconds", 40}, {"renewTime", now}}}};
+  auto cur = client_->Get(res::kLeases, "kube-node-lease", options_.node_name);
+  if (cur.ok()) {
+    json l = *cur;
+    l["spec"]["renewTime"] = now;
+    l["spec"]["holderIdentity"] = options_.node_name;
+    auto u = client_->Update(res::kLeases, "kube-node-lease", l);
+    if (!u.ok()) return u.error().ToStatus().WithContext("node lease heartbeat");
+  } else if (kube::IsNotFound(cur.error())) {
+    auto c = client_->Create(res::kLeases, "kube-node-lease", lease);
+    if (!c.ok()) return c.error().ToStatus().WithContext("node lease heartbeat");
+  } else {
+    return cur.error().ToStatus().WithContext("node lease heartbeat");
+  }
+  return Status::Ok();
+}
+
+std::string NodeAgent::AllocateIp() {
+  return LoopbackAddress(next_ip_++);  // caller holds mu_
+}
+
+void NodeAgent::OnPod(const json& pod) {
+  const json md = pod.value("metadata", json::object());
+  const std::string uid = md.value("uid", "");
+  const std::string phase = pod.value("status", json::object()).value("phase", "");
+  std::shared_ptr<PodWorker> w;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = workers_.find(uid);
+    if (it == workers_.end()) {
+      if (md.contains("deletionTimestamp")) {
+        // Deleted before it ran here: nothing to stop, just let it go.
+        kube::DeleteOptions d;
+        d.grace_period_seconds = 0;
+        d.precondition_uid = uid;
+        client_->Delete(res::kPods, md.value("namespace", ""), md.value("name", ""), d).ok();
+        return;
+      }
+      if (phase == "Succeeded" || phase == "Failed") return;  // ran before a restart of ours
+      w = std::make_shared<PodWorker>(this, pod, AllocateIp());
+      workers_[uid] = w;
+      w->Start();
+      return;
+    }
+    w = it->second;
+  }
+  if (md.contains("deletionTimestamp")) {
+    int grace = md.value("deletionGracePeriodSeconds",
+                         pod["spec"].value("terminationGracePeriodSeconds", 30));
+    w->RequestDelete(grace);
+  }
+}
+
+void NodeAgent::OnPodDeleted(const json& pod) {
+  const std::string uid = pod["metadata"].value("uid", "");
+  std::shared_ptr<PodWorker> w;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = workers_.find(uid);
+    if (it == workers_.end()) return;
+    w = it->second;
+    workers_.erase(it);
+  }
+  w->MarkGone();
+  w->RequestDelete(0);
+  std::string ns = w->ns();
+  // The last reference joins the worker's thread: do that off the informer's thread.
+  std::thread([w = std::move(w)] {}).detach();
+  RewriteHostsFiles(ns);
+}
+
+void NodeAgent::RewriteHostsFiles(const std::string& ns) {
+  std::vector<std::shared_ptr<PodWorker>> same_ns;
+  std::vector<HostEntry> entries;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [uid, w] : workers_) {
+      if (w->ns() != ns) continue;
+      same_ns.push_back(w);
+      entries.push_back(w->Entry());
+    }
+  }
+  std::error_code ec;
+  for (const auto& w : same_ns) {
+    fs::create_directories(fs::path(w->hosts_file()).parent_path(), ec);
+    WriteFileInPlace(w->hosts_file(), HostsFile(w->ip(), w->hostname(), entries));
+  }
+}
+
+std::string NodeAgent::LogFile(const std::string& ns, const std::string& pod,
+                               const std::string& container) const {
+  std::string f = options_.log_dir + "/pods/" + SafeName(ns) + "_" + SafeName(pod) + "_" +
+                  SafeName(container) + ".log";
+  return fs::exists(f) ? f : "";
+}
+
+void NodeAgent::StartLogServer() {
+  using web::http::http_request;
+  using web::http::experimental::listener::http_listener;
+  using web::http::experimental::listener::http_listener_config;
+  http_listener_config cfg;
+  std::string cert = options_.tls_cert_file, key = options_.tls_key_file;
+  cfg.set_ssl_context_callback([cert, key](boost::asio::ssl::context& ctx) {
+    ctx.use_certificate_chain_file(cert);
+    ctx.use_private_key_file(key, boost::asio::ssl::context::pem);
+  });
+  std::string url = "https://" + options_.host_ip + ":" + std::to_string(options_.kubelet_port);
+  auto listener = std::make_shared<http_listener>(url, cfg);
+  listener->support(web::http::methods::GET, [this](http_request req) {
+    // /containerLogs/<ns>/<pod>/<container>
+    auto parts = web::uri::split_path(web::uri::decode(req.relative_uri().path()));
+    if (parts.size() == 4 && parts[0] == "containerLogs") {
+      std::string f = LogFile(parts[1], parts[2], parts[3]);
+      if (!f.empty()) {
+        std::ifstream in(f);
+        std::stringstream ss;
+        ss << in.rdbuf();
+        std::string body = ss.str();
+        auto q = web::uri::split_query(req.relative_uri().query());
+        if (auto it = q.find("tailLines"); it != q.end()) {
+          int n = std::max(0, std::atoi(it->second.c_str()));
+          size_t pos = body.size();
+          if (!body.empty() && body.back() == '\n') --pos;
+          for (int i = 0; i < n && pos != std::string::npos && pos > 0; ++i) {
+            pos = body.rfind('\n', pos - 1);
+          }
+          if (pos != std::string::npos && pos > 0) body = body.substr(pos + 1);
+        }
+        req.reply(web::http::status_codes::OK, body, "text/plain").wait();
+        return;
+      }
+    }
+    req.reply(web::http::status_codes::NotFound, "no such container log\n", "text/plain").wait();
+  });
+  try {
+    listener->open().wait();
+    log_server_ = listener;
+  } catch (const std::exception& e) {
+    log_->Warn("log endpoint " + url + " did not start (kubectl logs will not work): " + e.what());
+  }
+}
+
+Status NodeAgent::Run(std::stop_token stop) {
+  std::error_code ec;
+  fs::create_directories(options_.state_dir, ec);
+  fs::create_directories(options_.log_dir + "/pods", ec);
+  if (options_.kubelet_port > 0 && !options_.tls_cert_file.empty()) StartLogServer();
+  TJ_RETURN_IF_ERROR(Register());
+  kube::InformerOptions io;
+  io.resource = res::kPods;
+  io.field_selector = "spec.nodeName=" + options_.node_name;
+  pods_ = std::make_unique<kube::Informer>(client_, clock_, io, log_);
+  pods_->AddHandlers({[this](const json& p) { OnPod(p); },
+                      [this](const json&, const json& p) { OnPod(p); },
+                      [this](const json& p) { OnPodDeleted(p); }});
+  pods_->Start();
+  log_->Emit({{"event", "node_ready"}, {"node", options_.node_name}});
+  std::mutex m;
+  std::condition_variable_any cv;
+  while (!stop.stop_requested()) {
+    {
+      std::unique_lock<std::mutex> lock(m);
+      cv.wait_for(lock, stop, options_.heartbeat, [] { return false; });
+    }
+    if (stop.stop_requested()) break;
+    Status s = Heartbeat();
+    if (!s.ok()) log_->Warn(s.message());
+  }
+  pods_->Stop();
+  std::map<std::string, std::shared_ptr<PodWorker>> workers;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    workers.swap(workers_);
+  }
+  for (auto& [uid, w] : workers) w->MarkGone();  // stop processes; leave the pods to the server
+  workers.clear();
+  if (log_server_) {
+    std::static_pointer_cast<web::http::experimental::listener::http_listener>(log_server_)
+        ->close()
+        .wait();
+  }
+  return Status::Ok();
+}
+
+}  // namespace tj::localnode

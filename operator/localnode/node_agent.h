@@ -1,0 +1,80 @@
+// tj-local-node: a node agent standing in for a kubelet on one machine. It registers a Ready
+// Node with the machine's capacity, renews its Lease and status, and runs every pod bound to
+// it as local processes (see pod_spec.h for what it takes from the spec and process.h for
+// how a container runs). Each pod gets a loopback address 127.0.x.y as its IP and, as root,
+// a private /etc/hosts naming the namespace's pods. Restart policies, exit codes and graceful
+// deletion behave as with a kubelet; logs go to <log-dir>/pods/ and to `kubectl logs`
+// through the kubelet log endpoint it serves.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <stop_token>
+#include <string>
+#include <thread>
+
+#include "common/clock.h"
+#include "common/event_log.h"
+#include "common/status.h"
+#include "operator/kube/client.h"
+#include "operator/kube/informer.h"
+#include "operator/localnode/pod_spec.h"
+
+namespace tj::localnode {
+
+struct NodeAgentOptions {
+  std::string node_name = "local-node";
+  std::string state_dir;  // volumes, hosts files
+  std::string log_dir;    // pods/<ns>_<pod>_<container>.log
+  std::string bin_dir;    // where tj-trainer and tj-operator are
+  std::string host_ip = "127.0.0.1";
+  int kubelet_port = 0;                     // the log endpoint's port (0: none)
+  std::string tls_cert_file, tls_key_file;  // for the log endpoint
+  std::chrono::seconds heartbeat{10};
+  bool mount_namespace = false;  // private /etc/hosts and bind mounts (needs root)
+  std::chrono::milliseconds restart_backoff_min{1000};
+  std::chrono::milliseconds restart_backoff_max{30000};
+};
+
+class PodWorker;
+
+class NodeAgent {
+ public:
+  // `client`, `clock` and `log` must outlive the agent.
+  NodeAgent(kube::Client* client, Clock* clock, NodeAgentOptions options, EventLog* log);
+  ~NodeAgent();
+
+  // Creates or updates the Node (Ready, capacity, addresses, kubelet port) and clears the
+  // not-ready taint.
+  Status Register();
+  // Runs until `stop`: heartbeats, pod informer, pod workers. Stops all pods on the way out.
+  Status Run(std::stop_token stop);
+
+  // For the log endpoint: the log file of a container, or "" when unknown.
+  std::string LogFile(const std::string& ns, const std::string& pod,
+                      const std::string& container) const;
+
+ private:
+  friend class PodWorker;
+  Status Heartbeat();
+  void OnPod(const nlohmann::json& pod);
+  void OnPodDeleted(const nlohmann::json& pod);
+  void RewriteHostsFiles(const std::string& ns);
+  std::string AllocateIp();
+  nlohmann::json NodeObject() const;
+  void StartLogServer();
+
+  kube::Client* client_;
+  Clock* clock_;
+  NodeAgentOptions options_;
+  EventLog* log_;
+  std::unique_ptr<kube::Informer> pods_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<PodWorker>> workers_;  // by pod uid. GUARDED_BY(mu_)
+  int next_ip_ = 0;                                            // GUARDED_BY(mu_)
+  std::shared_ptr<void> log_server_;  // web::http::experimental::listener::http_listener
+};
+
+}  // namespace tj::localnode
