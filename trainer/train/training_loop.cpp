@@ -13,6 +13,7 @@
 #include "trainer/nn/adam.h"
 #include "trainer/nn/cpu_step.h"
 #include "trainer/nn/model.h"
+#include "trainer/train/backup_writer.h"
 #include "trainer/train/export.h"
 
 namespace tj::train {
@@ -41,7 +42,10 @@ class Trainer {
         step_(o_.batch_size, c.pool),
         adam_(nn::Layout::kCount),
         grad_(nn::Layout::kCount + 2) {
-    if (!o_.backup_dir.empty()) backups_ = std::make_unique<checkpoint::BackupManager>(o_.backup_dir, c.log);
+    if (!o_.backup_dir.empty()) {
+      backups_ = std::make_unique<checkpoint::BackupManager>(o_.backup_dir, c.log);
+      if (c.is_chief) backup_writer_ = std::make_unique<BackupWriter>(backups_.get(), c.log, c.progress);
+    }
     if (!o_.checkpoint_dir.empty())
       checkpoints_ = std::make_unique<checkpoint::CheckpointManager>(o_.checkpoint_dir,
                                                                      o_.keep_checkpoints);
@@ -77,9 +81,13 @@ class Trainer {
   std::vector<float> grad_;  // gradients, then loss sum and correct count
   EpochTotals totals_;
   double images_per_sec_ = 0.0;  // over the whole run, for train_end
+  double train_seconds_ = 0.0;    // time in the epochs' step loops, this process run
+  double allreduce_seconds_ = 0.0;
+  int64_t steps_this_run_ = 0;
   int start_epoch_ = 1;
   int64_t start_step_ = 0;
   std::unique_ptr<checkpoint::BackupManager> backups_;
+  std::unique_ptr<BackupWriter> backup_writer_;  // the chief's; declared after backups_
   std::unique_ptr<checkpoint::CheckpointManager> checkpoints_;
 };
 
@@ -179,16 +187,9 @@ TrainingOutcome Trainer::RestoreOrInitialise() {
 }
 
 Status Trainer::SaveBackup(int epoch, int64_t step, bool epoch_end) {
-  if (!c_.is_chief || !backups_) return Status::Ok();
-  auto start = RealClock::Get()->Now();
-  TrainingState state = epoch_end ? CurrentState(epoch, 0) : CurrentState(epoch - 1, step);
-  TJ_RETURN_IF_ERROR(backups_->Save(state).WithContext("writing a backup to " + o_.backup_dir));
-  double seconds = SecondsBetween(start, RealClock::Get()->Now());
-  c_.log->Emit({{"event", "backup_saved"}, {"epoch", epoch}, {"step", step}, {"seconds", seconds}});
-  c_.progress->Update([&](ProgressSnapshot& p) {
-    p.last_backup = nlohmann::json{{"epoch", epoch}, {"step", step}};
-  });
-  return Status::Ok();
+  if (!backup_writer_) return Status::Ok();
+  return backup_writer_->Submit(epoch_end ? CurrentState(epoch, 0) : CurrentState(epoch - 1, step),
+                                epoch, step);
 }
 
 Status Trainer::EndOfEpoch(int epoch, int steps, double seconds, double images_this_run) {
@@ -234,6 +235,7 @@ Status Trainer::Finish() {
   if (c_.is_chief) {
     if (checkpoints_) TJ_RETURN_IF_ERROR(checkpoints_->WriteFinalMarker(o_.epochs));
     if (!o_.export_dir.empty()) TJ_RETURN_IF_ERROR(ExportModel(o_.export_dir, params_, o_.epochs));
+    if (backup_writer_) TJ_RETURN_IF_ERROR(backup_writer_->Wait());
     if (backups_ && !o_.keep_backup) TJ_RETURN_IF_ERROR(backups_->Delete());
   }
   c_.log->Emit({{"event", "train_end"},
@@ -241,7 +243,10 @@ Status Trainer::Finish() {
                 {"test_loss", s.loss_sum / s.rows},
                 {"test_accuracy", double(s.correct) / s.rows},
                 {"weights_sha256", nn::WeightsDigest(params_.data())},
-                {"images_per_sec", images_per_sec_}});
+                {"images_per_sec", images_per_sec_},
+                {"train_seconds", train_seconds_},
+                {"step_ms", steps_this_run_ ? 1e3 * train_seconds_ / steps_this_run_ : 0.0},
+                {"allreduce_ms", steps_this_run_ ? 1e3 * allreduce_seconds_ / steps_this_run_ : 0.0}});
   return Status::Ok();
 }
 
@@ -270,7 +275,10 @@ TrainingOutcome Trainer::Run() {
       nn::BatchStats s = step_.ComputeGradients(params_.data(), batch, scale, grad_.data());
       grad_[nn::Layout::kCount] = static_cast<float>(s.loss_sum);
       grad_[nn::Layout::kCount + 1] = static_cast<float>(s.correct);
+      auto reduce_start = RealClock::Get()->Now();
       if (Status st = c_.comm->AllReduceSum(grad_.data(), grad_.size()); !st.ok()) return PeerLost(st);
+      allreduce_seconds_ += SecondsBetween(reduce_start, RealClock::Get()->Now());
+      ++steps_this_run_;
       totals_.loss_sum += grad_[nn::Layout::kCount];
       totals_.correct += grad_[nn::Layout::kCount + 1];
       totals_.images += plan_.GlobalBatch();
@@ -291,6 +299,7 @@ TrainingOutcome Trainer::Run() {
     if (Status st = EndOfEpoch(epoch, steps, seconds, images_this_run); !st.ok()) return Failed(st);
   }
   images_per_sec_ = train_seconds > 0 ? train_images / train_seconds : 0.0;
+  train_seconds_ = train_seconds;
   if (Status st = Finish(); !st.ok()) return Failed(st);
   c_.progress->Update([](ProgressSnapshot& p) { p.state = "succeeded"; });
   return {};

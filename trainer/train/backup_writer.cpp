@@ -1,0 +1,28 @@
+#include "trainer/train/backup_writer.h"
+
+#include "common/clock.h"
+
+namespace tj::train {
+
+Status BackupWriter::Wait() {
+  if (!pending_.valid()) return Status::Ok();
+  return pending_.get();
+}
+
+Status BackupWriter::Submit(checkpoint::TrainingState state, int epoch, int64_t step) {
+  TJ_RETURN_IF_ERROR(Wait());
+  pending_ = std::async(std::launch::async, [this, state = std::move(state), epoch, step] {
+    auto start = RealClock::Get()->Now();
+    Status s = backups_->Save(state);
+    if (!s.ok()) return s.WithContext("writing a backup to " + backups_->dir());
+    double seconds = SecondsBetween(start, RealClock::Get()->Now());
+    log_->Emit({{"event", "backup_saved"}, {"epoch", epoch}, {"step", step}, {"seconds", seconds}});
+    progress_->Update([&](ProgressSnapshot& p) {
+      p.last_backup = nlohmann::json{{"epoch", epoch}, {"step", step}};
+    });
+    return Status::Ok();
+  });
+  return Status::Ok();
+}
+
+}  // namespace tj::train
