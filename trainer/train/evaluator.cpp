@@ -42,13 +42,13 @@ int RunEvaluator(const EvaluatorContext& c) {
     }
     nn::BatchStats s = EvaluateTestSet(c, *w);
     const double loss = s.loss_sum / s.rows, accuracy = double(s.correct) / s.rows;
-    nlohmann::json ev = {{"event", "evaluation"}, {"checkpoint", name}, {"epoch", state.epoch},
+    nlohmann::ordered_json ev = {{"event", "evaluation"}, {"checkpoint", name}, {"epoch", state.epoch},
                          {"loss", loss},          {"accuracy", accuracy}};
     c.log->Emit(ev);
     c.progress->Update([&](ProgressSnapshot& p) {
       p.epoch = static_cast<int>(state.epoch);
-      ev.erase("event");
-      p.evaluation = ev;
+      p.evaluation = nlohmann::json{{"checkpoint", name}, {"epoch", state.epoch}, {"loss", loss},
+                                    {"accuracy", accuracy}};
     });
     if (c.scalars) {
       c.scalars("epoch_loss", state.epoch, static_cast<float>(loss));
