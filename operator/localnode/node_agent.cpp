@@ -287,6 +287,7 @@ class PodWorker {
         if (c.pid > 0) {
           ExitInfo info;
           if (!PollExit(c.pid, &info)) continue;
+          SignalGroup(c.pid, SIGKILL);  // the container ends with its main process
           c.pid = 0;
           changed = true;
           json term = {{"exitCode", info.code},
@@ -332,8 +333,10 @@ class PodWorker {
       std::lock_guard<std::mutex> lock(mu_);
       grace = grace_s_;
     }
+    // As a container runtime does: SIGTERM to the main process only; whatever else runs in
+    // the container (its process group) goes when the main process is gone.
     for (auto& c : containers_) {
-      if (c.pid > 0) SignalGroup(c.pid, SIGTERM);
+      if (c.pid > 0) kill(c.pid, SIGTERM);
     }
     auto deadline = agent_->clock_->Now() + std::chrono::seconds(grace);
     for (;;) {
@@ -341,6 +344,7 @@ class PodWorker {
       for (auto& c : containers_) {
         ExitInfo info;
         if (c.pid > 0 && PollExit(c.pid, &info)) {
+          SignalGroup(c.pid, SIGKILL);
           c.pid = 0;
           c.state.phase = ContainerState::Phase::kTerminated;
           c.state.exit_code = info.code;

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <thread>
 
 namespace tj::kube::testing {
@@ -118,6 +119,13 @@ void LocalCluster::Down() {
   auto r = Script("down");
   if (!r.ok()) ADD_FAILURE() << r.status().message();
   up_ = false;
+  // Keep the logs of a failed run, or when asked to (TJ_KEEP_CLUSTER_DIR=1).
+  const char* keep = std::getenv("TJ_KEEP_CLUSTER_DIR");
+  bool failed = ::testing::UnitTest::GetInstance()->failed_test_count() > 0;
+  if (r.ok() && !failed && (keep == nullptr || std::string(keep) != "1")) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
 }
 
 std::string NewNamespace(Client* client, const std::string& prefix) {

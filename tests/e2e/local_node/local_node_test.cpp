@@ -1,0 +1,201 @@
+// hack/local-cluster.sh up with tj-local-node: a Ready node, pods that run as processes, exit
+// codes, restart policies, logs through `kubectl logs`, graceful deletion, pod DNS names.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+
+#include "tests/integration/kube/local_cluster.h"
+
+namespace tj::kube {
+namespace {
+
+using nlohmann::json;
+using testing::Eventually;
+using testing::LocalCluster;
+
+json ShPod(const std::string& name, const std::string& script,
+           const std::string& restart_policy = "Never") {
+  return {{"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"metadata", {{"name", name}}},
+          {"spec",
+           {{"restartPolicy", restart_policy},
+            {"terminationGracePeriodSeconds", 5},
+            {"containers",
+             json::array(
+                 {{{"name", "main"}, {"image", "busybox"}, {"command", {"sh", "-c", script}}}})}}}};
+}
+
+std::string Kubectl(const LocalCluster* c, const std::string& args) {
+  std::string out;
+  FILE* p = popen(("kubectl --kubeconfig " + c->kubeconfig() + " " + args + " 2>&1").c_str(), "r");
+  if (p == nullptr) return out;
+  std::array<char, 4096> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  pclose(p);
+  return out;
+}
+
+json Terminated(const json& pod) {
+  const json st = pod.value("status", json::object());
+  if (!st.contains("containerStatuses") || st["containerStatuses"].empty()) return nullptr;
+  const json& s = st["containerStatuses"][0]["state"];
+  return s.contains("terminated") ? s["terminated"] : json(nullptr);
+}
+
+TEST(LocalNode, NodeIsReady) {
+  LocalCluster* cluster;
+  TJ_REQUIRE_LOCAL_CLUSTER(cluster);
+  auto client = cluster->NewClient();
+  auto node = client->Get(resources::kNodes, "", "local-node");
+  ASSERT_TRUE(node.ok()) << node.status().message();
+  bool ready = false;
+  for (const auto& c : (*node)["status"]["conditions"]) {
+    if (c["type"] == "Ready") ready = c["status"] == "True";
+  }
+  EXPECT_TRUE(ready);
+  EXPECT_TRUE((*node)["status"]["capacity"].contains("cpu"));
+  for (const auto& t : (*node)["spec"].value("taints", json::array())) {
+    EXPECT_NE(t["key"], "node.kubernetes.io/not-ready");
+  }
+  EXPECT_TRUE(client->Get(resources::kLeases, "kube-node-lease", "local-node").ok());
+  EXPECT_NE(Kubectl(cluster, "get nodes").find(" Ready"), std::string::npos);
+}
+
+TEST(LocalNode, PodExitingThreeFailsWithExitCodeAndLogs) {
+  LocalCluster* cluster;
+  TJ_REQUIRE_LOCAL_CLUSTER(cluster);
+  auto client = cluster->NewClient();
+  std::string ns = testing::NewNamespace(client.get(), "exit3");
+  ASSERT_TRUE(client->Create(resources::kPods, ns, ShPod("hello", "echo hello; exit 3")).ok());
+  json pod;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto p = client->Get(resources::kPods, ns, "hello");
+        if (p.ok()) pod = *p;
+        return p.ok() && pod["status"].value("phase", "") == "Failed";
+      },
+      std::chrono::seconds(60)))
+      << pod.dump(2);
+  json term = Terminated(pod);
+  ASSERT_FALSE(term.is_null()) << pod.dump(2);
+  EXPECT_EQ(term["exitCode"], 3);
+  EXPECT_EQ(term["reason"], "Error");
+  EXPECT_EQ(pod["spec"]["nodeName"], "local-node");
+  EXPECT_EQ(pod["status"]["podIP"].get<std::string>().rfind("127.0.", 0), 0u);
+  EXPECT_EQ(Kubectl(cluster, "logs -n " + ns + " hello"), "hello\n");
+}
+
+TEST(LocalNode, OnFailureRestartsInPlaceAndCountsRestarts) {
+  LocalCluster* cluster;
+  TJ_REQUIRE_LOCAL_CLUSTER(cluster);
+  auto client = cluster->NewClient();
+  std::string ns = testing::NewNamespace(client.get(), "onfailure");
+  // Fails the first time (the working directory is the pod's own), succeeds the second.
+  ASSERT_TRUE(client
+                  ->Create(resources::kPods, ns,
+                           ShPod("flaky",
+                                 "if [ -f ran ]; then echo second; exit 0; fi; "
+                                 "touch ran; echo first; exit 1",
+                                 "OnFailure"))
+                  .ok());
+  json pod;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto p = client->Get(resources::kPods, ns, "flaky");
+        if (p.ok()) pod = *p;
+        return p.ok() && pod["status"].value("phase", "") == "Succeeded";
+      },
+      std::chrono::seconds(60)))
+      << pod.dump(2);
+  const json& cs = pod["status"]["containerStatuses"][0];
+  EXPECT_EQ(cs["restartCount"], 1);
+  EXPECT_EQ(cs["lastState"]["terminated"]["exitCode"], 1);
+  EXPECT_EQ(cs["state"]["terminated"]["exitCode"], 0);
+  EXPECT_EQ(Kubectl(cluster, "logs -n " + ns + " flaky"), "first\nsecond\n");
+}
+
+TEST(LocalNode, GracefulDeletionSendsSigtermThenRemovesThePod) {
+  LocalCluster* cluster;
+  TJ_REQUIRE_LOCAL_CLUSTER(cluster);
+  auto client = cluster->NewClient();
+  std::string ns = testing::NewNamespace(client.get(), "graceful");
+  ASSERT_TRUE(client
+                  ->Create(resources::kPods, ns,
+                           ShPod("server",
+                                 "trap 'echo got TERM; exit 0' TERM; echo up; "
+                                 "while true; do sleep 0.1; done"))
+                  .ok());
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto p = client->Get(resources::kPods, ns, "server");
+        return p.ok() && (*p)["status"].value("phase", "") == "Running";
+      },
+      std::chrono::seconds(60)));
+  std::string log = cluster->dir() + "/logs/pods/" + ns + "_server_main.log";
+  ASSERT_TRUE(Eventually([&] { return Kubectl(cluster, "logs -n " + ns + " server") == "up\n"; }));
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(client->Delete(resources::kPods, ns, "server").ok());
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto p = client->Get(resources::kPods, ns, "server");
+        return !p.ok() && IsNotFound(p.error());
+      },
+      std::chrono::seconds(30)));
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));  // < grace period
+  FILE* f = fopen(log.c_str(), "r");
+  ASSERT_NE(f, nullptr) << log;
+  char buf[256] = {0};
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  EXPECT_EQ(std::string(buf, n), "up\ngot TERM\n");
+}
+
+TEST(LocalNode, PodsResolveEachOthersNamesAndGetEnvFromTheApi) {
+  LocalCluster* cluster;
+  TJ_REQUIRE_LOCAL_CLUSTER(cluster);
+  if (geteuid() != 0) GTEST_SKIP() << "private /etc/hosts needs a mount namespace (root)";
+  auto client = cluster->NewClient();
+  std::string ns = testing::NewNamespace(client.get(), "dns");
+  ASSERT_TRUE(client
+                  ->Create(resources::kSecrets, ns,
+                           {{"apiVersion", "v1"},
+                            {"kind", "Secret"},
+                            {"metadata", {{"name", "key"}}},
+                            {"stringData", {{"k", "s3cret"}}}})
+                  .ok());
+  for (int i = 0; i < 2; ++i) {
+    json pod = ShPod("job-worker-" + std::to_string(i),
+                     "echo KEY=$KEY POD=$POD; sleep 1; "
+                     "getent hosts job-worker-0.job." +
+                         ns + ".svc job-worker-1.job." + ns +
+                         ".svc >/dev/null || sleep 2; "
+                         "getent hosts job-worker-1.job." +
+                         ns + ".svc | cut -d' ' -f1");
+    pod["spec"]["hostname"] = "job-worker-" + std::to_string(i);
+    pod["spec"]["subdomain"] = "job";
+    pod["spec"]["containers"][0]["env"] = json::array(
+        {{{"name", "KEY"}, {"valueFrom", {{"secretKeyRef", {{"name", "key"}, {"key", "k"}}}}}},
+         {{"name", "POD"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "metadata.name"}}}}}}});
+    ASSERT_TRUE(client->Create(resources::kPods, ns, pod).ok());
+  }
+  json w1;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto a = client->Get(resources::kPods, ns, "job-worker-0");
+        auto b = client->Get(resources::kPods, ns, "job-worker-1");
+        if (b.ok()) w1 = *b;
+        return a.ok() && b.ok() && (*a)["status"].value("phase", "") == "Succeeded" &&
+               (*b)["status"].value("phase", "") == "Succeeded";
+      },
+      std::chrono::seconds(60)));
+  std::string ip1 = w1["status"]["podIP"];
+  EXPECT_EQ(Kubectl(cluster, "logs -n " + ns + " job-worker-0"),
+            "KEY=s3cret POD=job-worker-0\n" + ip1 + "\n");
+}
+
+}  // namespace
+}  // namespace tj::kube
