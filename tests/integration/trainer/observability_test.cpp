@@ -1,0 +1,105 @@
+// What a running tj-trainer shows besides stdout: TensorBoard event files (read back with
+// every record's CRCs checked) and the status endpoint (GET /status, GET /metrics).
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <map>
+
+#include "tests/integration/trainer/trainer_harness.h"
+#include "trainer/observe/tensorboard_writer.h"
+
+namespace tj::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A plain HTTP/1.0 GET on loopback; the body, or "" when nothing answers.
+std::string HttpGet(int port, const std::string& path) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    return "";
+  }
+  std::string req = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
+  ::send(fd, req.data(), req.size(), 0);
+  std::string resp;
+  char buf[4096];
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) resp.append(buf, size_t(n));
+  ::close(fd);
+  size_t body = resp.find("\r\n\r\n");
+  return body == std::string::npos ? "" : resp.substr(body + 4);
+}
+
+TEST(ObservabilityTest, TensorBoardFilesOfTrainerAndEvaluatorReadBack) {
+  TJ_REQUIRE_DATASET();
+  TempDir dir;
+  const std::vector<std::string> flags = {"--epochs", "2", "--steps-per-epoch", "20",
+                                          "--checkpoint-dir", dir / "ckpt", "--log-dir",
+                                          dir / "logs"};
+  auto train = StartTrainer(flags, "", dir / "train");
+  ASSERT_EQ(train->Wait(120s), 0) << train->Stderr();
+  auto eval_flags = flags;
+  eval_flags.insert(eval_flags.end(), {"--role", "evaluator", "--eval-poll-interval", "0.1"});
+  auto eval = StartTrainer(eval_flags, "", dir / "eval");
+  ASSERT_EQ(eval->Wait(120s), 0) << eval->Stderr();
+
+  for (const std::string& sub : {"train", "eval"}) {
+    auto files = observe::ListEventFiles(dir / ("logs/" + sub));
+    ASSERT_TRUE(files.ok()) << files.status().message();
+    ASSERT_EQ(files->size(), 1u) << sub;
+    auto events = observe::ReadEventFile(files->at(0));  // checks both CRCs of every record
+    ASSERT_TRUE(events.ok()) << events.status().message();
+    std::map<std::string, std::vector<std::pair<int64_t, float>>> by_tag;
+    for (const auto& e : *events)
+      for (const auto& s : e.scalars) by_tag[s.tag].push_back({e.step, s.value});
+    // The evaluator starts after training ended: it skips ckpt-1 and evaluates ckpt-2 only.
+    const size_t expected = sub == "train" ? 2u : 1u;
+    EXPECT_EQ(by_tag["epoch_loss"].size(), expected) << sub;
+    EXPECT_EQ(by_tag["epoch_accuracy"].size(), expected) << sub;
+    if (sub == "train") {
+      EXPECT_EQ(by_tag["learning_rate"].size(), 2u);
+      EXPECT_EQ(by_tag["images_per_sec"].size(), 2u);
+      auto ends = Events(*train, "epoch_end");
+      EXPECT_NEAR(by_tag["epoch_loss"][1].second, ends[1]["loss"].get<double>(), 1e-6);
+      EXPECT_EQ(by_tag["epoch_loss"][1].first, 2);
+    } else {
+      auto evals = Events(*eval, "evaluation");
+      ASSERT_EQ(evals.size(), 1u);
+      EXPECT_EQ(evals[0]["checkpoint"], "ckpt-2");
+      EXPECT_EQ(by_tag["epoch_accuracy"].back().first, 2);
+      EXPECT_NEAR(by_tag["epoch_accuracy"].back().second, evals.back()["accuracy"].get<double>(),
+                  1e-6);
+    }
+  }
+}
+
+TEST(ObservabilityTest, StatusEndpointWhileTraining) {
+  TJ_REQUIRE_DATASET();
+  TempDir dir;
+  const int port = FreePort();
+  auto p = StartTrainer({"--epochs", "200", "--steps-per-epoch", "20", "--threads", "1",
+                         "--status-port", std::to_string(port)},
+                        "", dir / "p");
+  ASSERT_TRUE(p->WaitForLine(R"("epoch":2,)", 120s)) << p->Stderr();
+  auto status = nlohmann::json::parse(HttpGet(port, "/status"), nullptr, false);
+  ASSERT_FALSE(status.is_discarded());
+  EXPECT_EQ(status["role"], "chief");
+  EXPECT_EQ(status["state"], "training");
+  EXPECT_EQ(status["total_epochs"], 200);
+  EXPECT_GE(status["epoch"].get<int>(), 2);
+  EXPECT_TRUE(status["loss"].is_number());
+  const std::string metrics = HttpGet(port, "/metrics");
+  EXPECT_NE(metrics.find("# TYPE tj_trainer_epoch gauge"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("tj_trainer_loss{role=\"chief\"}"), std::string::npos) << metrics;
+  p->Signal(SIGTERM);
+  EXPECT_TRUE(p->Wait(10s).has_value());
+}
+
+}  // namespace
+}  // namespace tj::testing
