@@ -54,7 +54,8 @@ TEST(MultiWorkerTest, ChiefAndTwoWorkersWithAKeyEndBitwiseEqual) {
 }
 
 // n workers x (64/n) images compute the update of 1 worker x 64 up to float summation order;
-// over 3 x 60 steps the epoch losses agree to well within 0.5% (measured: about 1e-5).
+// over 3 x 60 steps the epoch losses agree to well within 0.5% (measured 2026-11-22: relative
+// differences 8e-9, 9e-6, 8e-5 in epochs 1-3; equal accuracies; test accuracy 0.8301 vs 0.8303).
 TEST(MultiWorkerTest, TwoWorkersOf32FollowOneWorkerOf64) {
   TJ_REQUIRE_DATASET();
   TempDir dir;
