@@ -581,6 +581,69 @@ void NodeAgent::RewriteHostsFiles(const std::string& ns) {
   }
 }
 
+void NodeAgent::ProvisionClaim(const json& pvc) {
+  const json md = pvc.value("metadata", json::object());
+  const json spec = pvc.value("spec", json::object());
+  if (!spec.value("volumeName", "").empty() || md.contains("deletionTimestamp")) return;
+  const std::string ns = md.value("namespace", ""), name = md.value("name", "");
+  const std::string uid = md.value("uid", "");
+  const std::string pv_name = "pvc-" + uid;
+  const std::string dir = options_.state_dir + "/pvc/" + ns + "/" + name;
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  const json storage = spec.value("resources", json::object())
+                           .value("requests", json::object())
+                           .value("storage", json("1Gi"));
+  const json modes = spec.value("accessModes", json::array({"ReadWriteOnce"}));
+  json pv = {{"apiVersion", "v1"},
+             {"kind", "PersistentVolume"},
+             {"metadata",
+              {{"name", pv_name},
+               {"labels", {{"tjo.dev/local-node", options_.node_name}}},
+               {"annotations", {{"pv.kubernetes.io/provisioned-by", "tj-local-node"}}}}},
+             {"spec",
+              {{"capacity", {{"storage", storage}}},
+               {"accessModes", modes},
+               {"persistentVolumeReclaimPolicy", "Delete"},
+               {"storageClassName", spec.value("storageClassName", "")},
+               {"hostPath", {{"path", fs::weakly_canonical(fs::absolute(dir), ec).string()}}},
+               {"claimRef",
+                {{"apiVersion", "v1"},
+                 {"kind", "PersistentVolumeClaim"},
+                 {"namespace", ns},
+                 {"name", name},
+                 {"uid", uid}}}}}};
+  auto created = client_->Create(res::kPersistentVolumes, "", pv);
+  if (!created.ok() && !kube::IsAlreadyExists(created.error())) {
+    log_->Warn("provisioning a volume for claim " + ns + "/" + name + ": " +
+               created.error().ToString());
+    return;
+  }
+  client_
+      ->Patch(res::kPersistentVolumes, "", pv_name, kube::PatchType::kMerge,
+              {{"status", {{"phase", "Bound"}}}}, {"", false, "status"})
+      .ok();
+  // What the volume binder writes; the scheduler treats the claim as bound only with both.
+  json bind = {{"metadata",
+                {{"annotations",
+                  {{"pv.kubernetes.io/bind-completed", "yes"},
+                   {"pv.kubernetes.io/bound-by-controller", "yes"}}}}},
+               {"spec", {{"volumeName", pv_name}}}};
+  auto bound =
+      client_->Patch(res::kPersistentVolumeClaims, ns, name, kube::PatchType::kMerge, bind);
+  if (!bound.ok()) {
+    log_->Warn("binding claim " + ns + "/" + name + ": " + bound.error().ToString());
+    return;
+  }
+  client_
+      ->Patch(
+          res::kPersistentVolumeClaims, ns, name, kube::PatchType::kMerge,
+          {{"status",
+            {{"phase", "Bound"}, {"accessModes", modes}, {"capacity", {{"storage", storage}}}}}},
+          {"", false, "status"})
+      .ok();
+}
+
 std::string NodeAgent::LogFile(const std::string& ns, const std::string& pod,
                                const std::string& container) const {
   std::string f = options_.log_dir + "/pods/" + SafeName(ns) + "_" + SafeName(pod) + "_" +
@@ -648,6 +711,13 @@ Status NodeAgent::Run(std::stop_token stop) {
                       [this](const json&, const json& p) { OnPod(p); },
                       [this](const json& p) { OnPodDeleted(p); }});
   pods_->Start();
+  kube::InformerOptions co;
+  co.resource = res::kPersistentVolumeClaims;
+  claims_ = std::make_unique<kube::Informer>(client_, clock_, co, log_);
+  claims_->AddHandlers({[this](const json& c) { ProvisionClaim(c); },
+                        [this](const json&, const json& c) { ProvisionClaim(c); },
+                        {}});
+  claims_->Start();
   log_->Emit({{"event", "node_ready"}, {"node", options_.node_name}});
   std::mutex m;
   std::condition_variable_any cv;
@@ -661,6 +731,7 @@ Status NodeAgent::Run(std::stop_token stop) {
     if (!s.ok()) log_->Warn(s.message());
   }
   pods_->Stop();
+  claims_->Stop();
   std::map<std::string, std::shared_ptr<PodWorker>> workers;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -62,6 +62,9 @@ class NodeAgent {
   void OnPod(const nlohmann::json& pod);
   void OnPodDeleted(const nlohmann::json& pod);
   void RewriteHostsFiles(const std::string& ns);
+  // Binds an unbound PersistentVolumeClaim to a new hostPath PersistentVolume (a directory
+  // under <state-dir>/pvc/<ns>/<claim>), so the scheduler can place pods that use it.
+  void ProvisionClaim(const nlohmann::json& pvc);
   std::string AllocateIp();
   nlohmann::json NodeObject() const;
   void StartLogServer();
@@ -71,6 +74,7 @@ class NodeAgent {
   NodeAgentOptions options_;
   EventLog* log_;
   std::unique_ptr<kube::Informer> pods_;
+  std::unique_ptr<kube::Informer> claims_;
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<PodWorker>> workers_;  // by pod uid. GUARDED_BY(mu_)
   int next_ip_ = 0;                                            // GUARDED_BY(mu_)

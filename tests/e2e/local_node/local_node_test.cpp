@@ -197,5 +197,52 @@ TEST(LocalNode, PodsResolveEachOthersNamesAndGetEnvFromTheApi) {
             "KEY=s3cret POD=job-worker-0\n" + ip1 + "\n");
 }
 
+TEST(LocalNode, ClaimsAreBoundAndSharedBetweenPods) {
+  LocalCluster* cluster;
+  TJ_REQUIRE_LOCAL_CLUSTER(cluster);
+  if (geteuid() != 0) GTEST_SKIP() << "volume mounts need a mount namespace (root)";
+  auto client = cluster->NewClient();
+  std::string ns = testing::NewNamespace(client.get(), "pvc");
+  ASSERT_TRUE(client
+                  ->Create(resources::kPersistentVolumeClaims, ns,
+                           {{"apiVersion", "v1"},
+                            {"kind", "PersistentVolumeClaim"},
+                            {"metadata", {{"name", "shared"}}},
+                            {"spec",
+                             {{"accessModes", {"ReadWriteMany"}},
+                              {"resources", {{"requests", {{"storage", "1Gi"}}}}}}}})
+                  .ok());
+  auto with_claim = [](json pod) {
+    pod["spec"]["volumes"] =
+        json::array({{{"name", "data"}, {"persistentVolumeClaim", {{"claimName", "shared"}}}}});
+    pod["spec"]["containers"][0]["volumeMounts"] =
+        json::array({{{"name", "data"}, {"mountPath", "/tj-e2e-data"}}});
+    return pod;
+  };
+  ASSERT_TRUE(client
+                  ->Create(resources::kPods, ns,
+                           with_claim(ShPod("writer", "echo 42 > /tj-e2e-data/answer")))
+                  .ok());
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto p = client->Get(resources::kPods, ns, "writer");
+        return p.ok() && (*p)["status"].value("phase", "") == "Succeeded";
+      },
+      std::chrono::seconds(60)));
+  ASSERT_TRUE(
+      client->Create(resources::kPods, ns, with_claim(ShPod("reader", "cat /tj-e2e-data/answer")))
+          .ok());
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto p = client->Get(resources::kPods, ns, "reader");
+        return p.ok() && (*p)["status"].value("phase", "") == "Succeeded";
+      },
+      std::chrono::seconds(60)));
+  EXPECT_EQ(Kubectl(cluster, "logs -n " + ns + " reader"), "42\n");
+  auto pvc = client->Get(resources::kPersistentVolumeClaims, ns, "shared");
+  ASSERT_TRUE(pvc.ok());
+  EXPECT_EQ((*pvc)["status"]["phase"], "Bound");
+}
+
 }  // namespace
 }  // namespace tj::kube
