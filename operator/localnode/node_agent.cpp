@@ -202,7 +202,14 @@ class PodWorker {
           src += "/" + m.value("subPath", "");
           fs::create_directories(src, ec);
         }
-        c.process.binds.emplace_back(src, m.value("mountPath", ""));
+        const std::string target = m.value("mountPath", "");
+        // Mount points that do not exist are created on the host's file system in the
+        // child; remember them (deepest first) to remove them, if empty, with the pod.
+        for (fs::path p = target; !p.empty() && p != p.root_path() && !fs::exists(p, ec);
+             p = p.parent_path()) {
+          created_mount_points_.push_back(p.string());
+        }
+        c.process.binds.emplace_back(src, target);
       }
       if (!c.process.binds.empty() && !c.process.mount_namespace) {
         Warn("volume mounts need a mount namespace (run tj-local-node as root); container " +
@@ -377,13 +384,15 @@ class PodWorker {
       }
     }
     std::error_code ec;
-    fs::remove_all(dir_ + "/volumes", ec);  // emptyDirs die with the pod
+    fs::remove_all(dir_ + "/volumes", ec);                          // emptyDirs die with the pod
+    for (const auto& p : created_mount_points_) fs::remove(p, ec);  // only when empty
   }
 
   NodeAgent* agent_;
   json pod_;
   std::string ip_, ns_, name_, uid_, hostname_, subdomain_, dir_, hosts_file_, start_time_;
   std::vector<Container> containers_;  // only the worker thread touches these
+  std::vector<std::string> created_mount_points_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool delete_requested_ = false;  // GUARDED_BY(mu_)

@@ -239,6 +239,10 @@ TEST(LocalNode, ClaimsAreBoundAndSharedBetweenPods) {
       },
       std::chrono::seconds(60)));
   EXPECT_EQ(Kubectl(cluster, "logs -n " + ns + " reader"), "42\n");
+  // The mount point the pods needed is gone with them.
+  ASSERT_TRUE(client->Delete(resources::kPods, ns, "reader").ok());
+  ASSERT_TRUE(client->Delete(resources::kPods, ns, "writer").ok());
+  EXPECT_TRUE(Eventually([] { return access("/tj-e2e-data", F_OK) != 0; }));
   auto pvc = client->Get(resources::kPersistentVolumeClaims, ns, "shared");
   ASSERT_TRUE(pvc.ok());
   EXPECT_EQ((*pvc)["status"]["phase"], "Bound");
