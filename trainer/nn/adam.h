@@ -27,8 +27,8 @@ class Adam {
   void Apply(float* params, const float* grad, double learning_rate, ThreadPool* pool);
 
   int64_t iterations() const { return iterations_; }
-  std::vector<float>& m() { return m_; }
-  std::vector<float>& v() { return v_; }
+  const std::vector<float>& m() const { return m_; }
+  const std::vector<float>& v() const { return v_; }
   // Restores the state of a backup.
   void Restore(std::vector<float> m, std::vector<float> v, int64_t iterations);
 

@@ -104,8 +104,8 @@ TrainingState Trainer::CurrentState(int completed_epochs, int64_t step) const {
   s.seed = o_.seed;
   s.extra = {{"epoch_totals", TotalsJson(totals_)}};
   s.tensors = {{"weights", params_},
-               {"adam_m", const_cast<nn::Adam&>(adam_).m()},
-               {"adam_v", const_cast<nn::Adam&>(adam_).v()}};
+               {"adam_m", adam_.m()},
+               {"adam_v", adam_.v()}};
   return s;
 }
 
