@@ -2,6 +2,8 @@
 
 #include <sched.h>
 
+#include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <thread>
 
@@ -14,10 +16,21 @@
 namespace tj::train {
 namespace {
 
+// The cores this process may use: its CPU affinity, capped by a cgroup v2 CPU quota
+// (cpu.max, e.g. a pod's CPU limit), so that a pod limited to 2 CPUs on a 64-core node runs
+// 2 threads, not 64.
 int UsableCores() {
+  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (sched_getaffinity(0, sizeof set, &set) == 0) cores = CPU_COUNT(&set);
+  std::ifstream cpu_max("/sys/fs/cgroup/cpu.max");
+  std::string quota;
+  long long period = 0;
+  if (cpu_max >> quota >> period && quota != "max" && period > 0) {
+    long long q = std::atoll(quota.c_str());
+    if (q > 0) cores = std::min<int>(cores, static_cast<int>(std::max(1LL, (q + period - 1) / period)));
+  }
+  return std::max(1, cores);
 }
 
 }  // namespace
