@@ -1,0 +1,102 @@
+# syntax=docker/dockerfile:1
+# TrainingJob Operator images. Two targets:
+#
+#   docker build --target operator -t tj-operator:0.1.0 .   # small, no CUDA (debian:12-slim)
+#   docker build --target trainer  -t tj-trainer:0.1.0 .    # CUDA runtime with cuDNN and NCCL
+#
+# Each runtime image is built in a stage on the same distribution it runs on, so the shared
+# libraries it links (cpprestsdk, yaml-cpp, Gloo, OpenSSL, glibc) are the ones it finds:
+#   build-operator: debian:12 (bookworm), the distribution the project is developed on, with
+#                   -DTJ_WITH_CUDA=OFF: the operator needs no CUDA;
+#   build-trainer:  NVIDIA's CUDA 13.0 devel image with cuDNN (Ubuntu 24.04), the GPU backend
+#                   configured because nvcc is found.
+# Both build with -DTJ_NATIVE=OFF (x86-64-v3 instead of -march=native: an image runs on other
+# machines than the one that built it) and only the target they ship.
+# Tags are pinned; pin digests too (image@sha256:...) where your registry policy asks for it.
+
+ARG DEBIAN_IMAGE=debian:12.11
+ARG DEBIAN_SLIM_IMAGE=debian:12.11-slim
+ARG CUDA_DEVEL_IMAGE=nvidia/cuda:13.0.0-cudnn-devel-ubuntu24.04
+ARG CUDA_RUNTIME_IMAGE=nvidia/cuda:13.0.0-cudnn-runtime-ubuntu24.04
+# The GPU generations the trainer's kernels are compiled for (CMAKE_CUDA_ARCHITECTURES):
+# Ampere (80, 86), Ada (89), Hopper (90), Blackwell (100, 120).
+ARG CUDA_ARCHITECTURES="80;86;89;90;100;120"
+# The non-root user both images run as (the chart's runAsUser).
+ARG APP_UID=65532
+
+# ---------------------------------------------------------------------------------------------
+FROM ${DEBIAN_IMAGE} AS build-operator
+ARG DEBIAN_FRONTEND=noninteractive
+# The libraries of hack/install-deps.sh that the build needs (GoogleTest too: the top-level
+# CMakeLists.txt requires it even when no test is built).
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends \
+      build-essential cmake ninja-build pkg-config \
+      libcpprest-dev nlohmann-json3-dev libssl-dev libgtest-dev libgmock-dev libgloo-dev \
+      libyaml-cpp-dev zlib1g-dev libcli11-dev \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY . .
+RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTJ_NATIVE=OFF -DTJ_WITH_CUDA=OFF \
+ && cmake --build build --target tj-operator \
+ && strip build/bin/tj-operator
+
+# ---------------------------------------------------------------------------------------------
+FROM ${CUDA_DEVEL_IMAGE} AS build-trainer
+ARG DEBIAN_FRONTEND=noninteractive
+ARG CUDA_ARCHITECTURES
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends \
+      build-essential cmake ninja-build pkg-config \
+      libcpprest-dev nlohmann-json3-dev libssl-dev libgtest-dev libgmock-dev libgloo-dev \
+      libyaml-cpp-dev zlib1g-dev libcli11-dev \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY . .
+RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTJ_NATIVE=OFF -DTJ_WITH_CUDA=ON \
+      -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
+      "-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHITECTURES}" \
+ && cmake --build build --target tj-trainer \
+ && strip build/bin/tj-trainer
+
+# ---------------------------------------------------------------------------------------------
+# tj-operator: the controller. No CUDA, no compiler; runs as a non-root user with a read-only
+# root file system (it writes nothing).
+FROM ${DEBIAN_SLIM_IMAGE} AS operator
+ARG DEBIAN_FRONTEND=noninteractive
+ARG APP_UID
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends \
+      ca-certificates libcpprest2.10 libyaml-cpp0.7 libssl3 zlib1g \
+ && rm -rf /var/lib/apt/lists/* \
+ && groupadd --gid "${APP_UID}" tj \
+ && useradd --uid "${APP_UID}" --gid "${APP_UID}" --no-create-home --home-dir /nonexistent \
+      --shell /usr/sbin/nologin tj
+COPY --from=build-operator /src/build/bin/tj-operator /usr/local/bin/tj-operator
+# Fail the image build, not the pod, when a shared library is missing.
+RUN if ldd /usr/local/bin/tj-operator | grep 'not found'; then exit 1; fi
+USER ${APP_UID}:${APP_UID}
+EXPOSE 8080 8081
+ENTRYPOINT ["/usr/local/bin/tj-operator"]
+
+# ---------------------------------------------------------------------------------------------
+# tj-trainer: CUDA runtime with cuDNN and NCCL (from the base image), Gloo for CPU collectives,
+# Fashion-MNIST (the default --data-dir). Runs as a non-root user; backups, checkpoints and
+# logs go to the volumes the TrainingJob mounts.
+FROM ${CUDA_RUNTIME_IMAGE} AS trainer
+ARG DEBIAN_FRONTEND=noninteractive
+ARG APP_UID
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends \
+      ca-certificates libcpprest2.10 libgloo0 libyaml-cpp0.8 zlib1g dataset-fashion-mnist \
+ && rm -rf /var/lib/apt/lists/* \
+ && groupadd --gid "${APP_UID}" tj \
+ && useradd --uid "${APP_UID}" --gid "${APP_UID}" --create-home --home-dir /home/tj \
+      --shell /usr/sbin/nologin tj
+COPY --from=build-trainer /src/build/bin/tj-trainer /usr/local/bin/tj-trainer
+RUN if ldd /usr/local/bin/tj-trainer | grep 'not found'; then exit 1; fi
+USER ${APP_UID}:${APP_UID}
+WORKDIR /home/tj
+# TF_CONFIG's default port and the status endpoint (--status-port) the operator reads.
+EXPOSE 2222
+ENTRYPOINT ["/usr/local/bin/tj-trainer"]

@@ -1,0 +1,27 @@
+{{/*
+The operator's permissions, shared by the ClusterRole and the per-namespace Roles:
+- trainingjobs: read and watch them; update/patch for labels, annotations and finalizers;
+- trainingjobs/status: conditions, replica counts, progress (the status subresource);
+- trainingjobs/finalizers: update, so owner references with blockOwnerDeletion pass the
+  OwnerReferencesPermissionEnforcement admission plugin where a cluster enables it;
+- pods, services, secrets: what a job owns (one Pod per replica, the headless Service, the
+  rendezvous-key Secret): watched, created and deleted, never updated;
+- events: the decisions users must see (create, and patch to count repeats).
+*/}}
+{{- define "tj-operator.managerRules" -}}
+- apiGroups: ["tjo.dev"]
+  resources: ["trainingjobs"]
+  verbs: ["get", "list", "watch", "update", "patch"]
+- apiGroups: ["tjo.dev"]
+  resources: ["trainingjobs/status"]
+  verbs: ["get", "update", "patch"]
+- apiGroups: ["tjo.dev"]
+  resources: ["trainingjobs/finalizers"]
+  verbs: ["update"]
+- apiGroups: [""]
+  resources: ["pods", "services", "secrets"]
+  verbs: ["get", "list", "watch", "create", "delete"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end }}

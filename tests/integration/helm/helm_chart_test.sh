@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# helm lint and helm template of helm/tj-operator, checked against what issue 8 asks of the
+# chart, and manifests/{rbac,operator} (and the chart's crds/) equal to what it renders.
+# Usage: helm_chart_test.sh REPO_ROOT. Exit 77 (ctest: skipped) when Helm cannot be had,
+# unless CI or TJ_REQUIRE_HELM is set.
+set -euo pipefail
+ROOT=${1:-$(cd "$(dirname "$0")/../../.." && pwd)}
+CHART=$ROOT/helm/tj-operator
+fails=0
+pass() { echo "ok   $*"; }
+fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+
+if ! HELM=$("$ROOT/hack/helm.sh" --path 2>/tmp/helm-fetch.$$); then
+  cat /tmp/helm-fetch.$$; rm -f /tmp/helm-fetch.$$
+  if [ -n "${CI:-}${TJ_REQUIRE_HELM:-}" ]; then echo "FAIL no Helm"; exit 1; fi
+  echo "SKIP: no Helm (hack/helm.sh could not fetch it)"; exit 77
+fi
+rm -f /tmp/helm-fetch.$$
+echo "helm: $HELM ($("$HELM" version --short))"
+
+# 1. helm lint, strict, with the defaults and with every optional part on.
+if "$HELM" lint --strict "$CHART" >/dev/null; then pass "helm lint --strict (defaults)"
+else "$HELM" lint --strict "$CHART"; fail "helm lint --strict (defaults)"; fi
+ALL=(--set watchNamespaces='{team-a,team-b}' --set networkPolicy.enabled=true
+     --set metrics.serviceMonitor.enabled=true --set replicas=2)
+if "$HELM" lint --strict "$CHART" "${ALL[@]}" >/dev/null; then pass "helm lint --strict (all parts on)"
+else fail "helm lint --strict (all parts on)"; fi
+
+# 2. helm template: what the objects must say.
+render() { "$HELM" template tj-operator "$CHART" --namespace tj-system "$@"; }
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+render >"$TMP/default.yaml" && pass "helm template (defaults)" || fail "helm template (defaults)"
+render "${ALL[@]}" >"$TMP/all.yaml" && pass "helm template (all parts on)" ||
+  fail "helm template (all parts on)"
+if render --set replicas=2 --set leaderElection.enabled=false >/dev/null 2>&1; then
+  fail "replicas=2 without leader election must not render"
+else
+  pass "replicas=2 without leader election is refused"
+fi
+
+python3 - "$TMP/default.yaml" "$TMP/all.yaml" <<'PY' || fails=$((fails + 1))
+import sys, yaml
+
+failed = []
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        failed.append(what)
+
+def load(path):
+    return [d for d in yaml.safe_load_all(open(path)) if d]
+
+def by_kind(docs, kind):
+    return [d for d in docs if d["kind"] == kind]
+
+default, full = load(sys.argv[1]), load(sys.argv[2])
+
+dep = by_kind(default, "Deployment")[0]
+pod = dep["spec"]["template"]["spec"]
+c = pod["containers"][0]
+sc = c["securityContext"]
+check(pod["securityContext"]["runAsNonRoot"] is True, "pod runs as non-root")
+check(pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault", "seccomp RuntimeDefault")
+check(sc["readOnlyRootFilesystem"] is True, "read-only root file system")
+check(sc["allowPrivilegeEscalation"] is False, "no privilege escalation")
+check(sc["capabilities"]["drop"] == ["ALL"], "all capabilities dropped")
+check(c["livenessProbe"]["httpGet"]["path"] == "/healthz", "liveness /healthz")
+check(c["readinessProbe"]["httpGet"]["path"] == "/readyz", "readiness /readyz")
+ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+check(ports == {"metrics": 8080, "health": 8081}, "ports metrics 8080, health 8081")
+check(c["resources"] == {"requests": {"cpu": "10m", "memory": "64Mi"},
+                         "limits": {"cpu": "500m", "memory": "128Mi"}}, "requests and limits")
+args = c["args"]
+for flag in ("--leader-elect=true", "--metrics-bind-address=:8080",
+             "--health-probe-bind-address=:8081", "--workers=4", "--log-level=info"):
+    check(flag in args, "flag " + flag)
+check(not any(a.startswith("--namespace") for a in args), "no --namespace: every namespace")
+check(pod["serviceAccountName"] == "tj-operator", "runs as its ServiceAccount")
+
+# RBAC: only the verbs the operator uses, nothing wildcard, cluster-wide by default.
+def rules(docs, kind):
+    return [r for d in by_kind(docs, kind) for r in d["rules"]]
+allowed = {
+    ("tjo.dev", "trainingjobs"): {"get", "list", "watch", "update", "patch"},
+    ("tjo.dev", "trainingjobs/status"): {"get", "update", "patch"},
+    ("tjo.dev", "trainingjobs/finalizers"): {"update"},
+    ("", "pods"): {"get", "list", "watch", "create", "delete"},
+    ("", "services"): {"get", "list", "watch", "create", "delete"},
+    ("", "secrets"): {"get", "list", "watch", "create", "delete"},
+    ("", "events"): {"create", "patch"},
+    ("coordination.k8s.io", "leases"): {"get", "create", "update"},
+}
+for kind in ("ClusterRole", "Role"):
+    for r in rules(default, kind) + rules(full, kind):
+        for g in r["apiGroups"]:
+            for res in r["resources"]:
+                ok = (g, res) in allowed and set(r["verbs"]) <= allowed[(g, res)]
+                check(ok and "*" not in r["verbs"], "%s grants only %s %s/%s" % (kind, r["verbs"], g, res))
+check(len(by_kind(default, "ClusterRole")) == 1, "cluster-wide: one ClusterRole")
+lease_roles = [d for d in by_kind(default, "Role") if d["metadata"]["name"].endswith("leader-election")]
+check(len(lease_roles) == 1 and lease_roles[0]["metadata"]["namespace"] == "tj-system",
+      "leader-election Role in the release namespace")
+check(len(by_kind(default, "Service")) == 1, "metrics Service")
+check(not by_kind(default, "ServiceMonitor") and not by_kind(default, "NetworkPolicy"),
+      "ServiceMonitor and NetworkPolicy off by default")
+
+# Per-namespace mode: nothing cluster-wide, a Role and RoleBinding per watched namespace.
+check(not by_kind(full, "ClusterRole") and not by_kind(full, "ClusterRoleBinding"),
+      "watchNamespaces: no cluster-wide RBAC")
+for ns in ("team-a", "team-b"):
+    check(any(d["metadata"].get("namespace") == ns for d in by_kind(full, "Role")), "Role in " + ns)
+    check(any(d["metadata"].get("namespace") == ns for d in by_kind(full, "RoleBinding")),
+          "RoleBinding in " + ns)
+    np = [d for d in by_kind(full, "NetworkPolicy") if d["metadata"]["namespace"] == ns]
+    check(len(np) == 1 and np[0]["spec"]["policyTypes"] == ["Ingress"], "NetworkPolicy in " + ns)
+fargs = by_kind(full, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+check("--namespace=team-a,team-b" in fargs, "--namespace=team-a,team-b")
+check(by_kind(full, "Deployment")[0]["spec"]["replicas"] == 2, "replicas 2")
+check(len(by_kind(full, "ServiceMonitor")) == 1, "ServiceMonitor when enabled")
+sys.exit(1 if failed else 0)
+PY
+
+# 3. manifests/ equal what the chart renders.
+if "$ROOT/hack/generate-manifests.sh" --check; then
+  pass "manifests/rbac, manifests/operator (and crds/) equal the chart"
+else
+  fail "manifests/ differ from the chart: run hack/generate-manifests.sh"
+fi
+if [ -z "$(ls "$CHART/crds" 2>/dev/null)" ]; then
+  fail "helm/tj-operator/crds/ is empty: the CRD (manifests/crd/) is not in the chart yet"
+fi
+
+[ "$fails" -eq 0 ] && echo "helm_chart_test: all passed" || echo "helm_chart_test: $fails failed"
+[ "$fails" -eq 0 ]
