@@ -1,0 +1,327 @@
+#include "operator/api/training_job.h"
+
+#include <utility>
+
+namespace tj::api {
+namespace {
+
+using nlohmann::json;
+
+Status FieldError(const std::string& field, const std::string& what) {
+  return Status::Error(field + ": " + what);
+}
+
+// Reads an optional integer field of `obj` into `out`, within [min, max].
+Status ReadInt(const json& obj, const std::string& key, const std::string& path, int64_t min,
+               int64_t max, std::optional<int64_t>* out) {
+  if (!obj.contains(key) || obj[key].is_null()) return Status::Ok();
+  const json& v = obj[key];
+  if (!v.is_number_integer()) return FieldError(path + "." + key, "must be an integer");
+  const int64_t n = v.get<int64_t>();
+  if (n < min) return FieldError(path + "." + key, "must be >= " + std::to_string(min));
+  if (n > max) return FieldError(path + "." + key, "must be <= " + std::to_string(max));
+  *out = n;
+  return Status::Ok();
+}
+
+Status ReadEnum(const json& obj, const std::string& key, const std::string& path,
+                const std::vector<std::string>& allowed, std::optional<std::string>* out) {
+  if (!obj.contains(key) || obj[key].is_null()) return Status::Ok();
+  const json& v = obj[key];
+  std::string all;
+  for (const auto& a : allowed) all += (all.empty() ? "" : ", ") + a;
+  if (!v.is_string()) return FieldError(path + "." + key, "must be one of " + all);
+  for (const auto& a : allowed) {
+    if (v.get<std::string>() == a) {
+      *out = a;
+      return Status::Ok();
+    }
+  }
+  return FieldError(path + "." + key,
+                    "unsupported value \"" + v.get<std::string>() + "\": must be one of " + all);
+}
+
+Status ValidateTemplate(const json& tmpl, const std::string& path) {
+  if (!tmpl.is_object()) return FieldError(path, "required: a pod template with spec.containers");
+  if (!tmpl.contains("spec") || !tmpl["spec"].is_object()) {
+    return FieldError(path + ".spec", "required: a pod spec with containers");
+  }
+  const json& spec = tmpl["spec"];
+  if (!spec.contains("containers") || !spec["containers"].is_array() ||
+      spec["containers"].empty()) {
+    return FieldError(path + ".spec.containers", "must list at least one container");
+  }
+  bool has_trainer = false;
+  for (size_t i = 0; i < spec["containers"].size(); ++i) {
+    const json& c = spec["containers"][i];
+    const std::string cp = path + ".spec.containers[" + std::to_string(i) + "]";
+    if (!c.is_object()) return FieldError(cp, "must be a container object");
+    if (!c.contains("name") || !c["name"].is_string() || c["name"].get<std::string>().empty()) {
+      return FieldError(cp + ".name", "required");
+    }
+    if (!c.contains("image") || !c["image"].is_string()) return FieldError(cp + ".image", "required");
+    if (c["name"] == "trainer") has_trainer = true;
+    if (c.contains("env") && !c["env"].is_array()) return FieldError(cp + ".env", "must be a list");
+    if (c.contains("args") && !c["args"].is_array()) {
+      return FieldError(cp + ".args", "must be a list of strings");
+    }
+  }
+  if (spec["containers"].size() > 1 && !has_trainer) {
+    return FieldError(path + ".spec.containers",
+                      "with several containers, one must be named \"trainer\" (it gets TF_CONFIG)");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string ToString(ReplicaType t) {
+  switch (t) {
+    case ReplicaType::kChief: return "Chief";
+    case ReplicaType::kWorker: return "Worker";
+    case ReplicaType::kEvaluator: return "Evaluator";
+  }
+  return "?";
+}
+
+std::string TaskName(ReplicaType t) {
+  switch (t) {
+    case ReplicaType::kChief: return "chief";
+    case ReplicaType::kWorker: return "worker";
+    case ReplicaType::kEvaluator: return "evaluator";
+  }
+  return "?";
+}
+
+std::optional<ReplicaType> ParseReplicaType(const std::string& s) {
+  for (ReplicaType t : {ReplicaType::kChief, ReplicaType::kWorker, ReplicaType::kEvaluator}) {
+    if (s == ToString(t) || s == TaskName(t)) return t;
+  }
+  return std::nullopt;
+}
+
+std::string ToString(RestartPolicy p) {
+  switch (p) {
+    case RestartPolicy::kNever: return "Never";
+    case RestartPolicy::kOnFailure: return "OnFailure";
+    case RestartPolicy::kExitCode: return "ExitCode";
+    case RestartPolicy::kAlways: return "Always";
+  }
+  return "?";
+}
+
+std::string ToString(CleanPodPolicy p) {
+  switch (p) {
+    case CleanPodPolicy::kAll: return "All";
+    case CleanPodPolicy::kRunning: return "Running";
+    case CleanPodPolicy::kNone: return "None";
+  }
+  return "?";
+}
+
+std::string ToString(SuccessPolicy p) {
+  return p == SuccessPolicy::kChief ? "Chief" : "AllWorkers";
+}
+
+int32_t TrainingJobSpec::Replicas(ReplicaType t) const {
+  auto it = replica_specs.find(t);
+  return it == replica_specs.end() ? 0 : it->second.replicas;
+}
+
+StatusOr<TrainingJobSpec> ParseSpec(const json& spec) {
+  TrainingJobSpec out;
+  if (!spec.is_object()) return FieldError("spec", "required: an object with replicaSpecs");
+  if (!spec.contains("replicaSpecs") || !spec["replicaSpecs"].is_object()) {
+    return FieldError("spec.replicaSpecs", "required: an object keyed by replica type (Worker)");
+  }
+  for (const auto& [key, rs] : spec["replicaSpecs"].items()) {
+    const std::string path = "spec.replicaSpecs." + key;
+    std::optional<ReplicaType> type;
+    for (ReplicaType t : {ReplicaType::kChief, ReplicaType::kWorker, ReplicaType::kEvaluator}) {
+      if (key == ToString(t)) type = t;
+    }
+    if (!type) {
+      return FieldError(path, "unknown replica type: must be one of Chief, Worker, Evaluator");
+    }
+    if (!rs.is_object()) return FieldError(path, "must be an object");
+    ReplicaSpec r;
+    std::optional<int64_t> replicas;
+    const int64_t max = *type == ReplicaType::kWorker ? 10000 : 1;
+    const int64_t min = *type == ReplicaType::kWorker ? 1 : 0;
+    TJ_RETURN_IF_ERROR(ReadInt(rs, "replicas", path, min, max, &replicas));
+    if (replicas) r.replicas = static_cast<int32_t>(*replicas);
+    std::optional<std::string> policy;
+    TJ_RETURN_IF_ERROR(ReadEnum(rs, "restartPolicy", path,
+                                {"Never", "OnFailure", "ExitCode", "Always"}, &policy));
+    if (policy) {
+      if (*policy == "Never") r.restart_policy = RestartPolicy::kNever;
+      if (*policy == "OnFailure") r.restart_policy = RestartPolicy::kOnFailure;
+      if (*policy == "ExitCode") r.restart_policy = RestartPolicy::kExitCode;
+      if (*policy == "Always") r.restart_policy = RestartPolicy::kAlways;
+    }
+    const json tmpl = rs.contains("template") ? rs["template"] : json();
+    TJ_RETURN_IF_ERROR(ValidateTemplate(tmpl, path + ".template"));
+    r.pod_template = tmpl;
+    out.replica_specs[*type] = std::move(r);
+  }
+  if (!out.replica_specs.contains(ReplicaType::kWorker)) {
+    return FieldError("spec.replicaSpecs.Worker", "required: a job needs at least one worker");
+  }
+
+  json run = spec.value("runPolicy", json::object());
+  if (run.is_null()) run = json::object();
+  if (!run.is_object()) return FieldError("spec.runPolicy", "must be an object");
+  std::optional<int64_t> v;
+  TJ_RETURN_IF_ERROR(ReadInt(run, "backoffLimit", "spec.runPolicy", 0, 1000000, &v));
+  if (v) out.run_policy.backoff_limit = static_cast<int32_t>(*v);
+  TJ_RETURN_IF_ERROR(ReadInt(run, "activeDeadlineSeconds", "spec.runPolicy", 1, INT64_MAX / 4,
+                             &out.run_policy.active_deadline_seconds));
+  TJ_RETURN_IF_ERROR(ReadInt(run, "ttlSecondsAfterFinished", "spec.runPolicy", 0, INT64_MAX / 4,
+                             &out.run_policy.ttl_seconds_after_finished));
+  TJ_RETURN_IF_ERROR(ReadInt(run, "startupDeadlineSeconds", "spec.runPolicy", 1, INT64_MAX / 4,
+                             &out.run_policy.startup_deadline_seconds));
+  std::optional<std::string> clean;
+  TJ_RETURN_IF_ERROR(
+      ReadEnum(run, "cleanPodPolicy", "spec.runPolicy", {"All", "Running", "None"}, &clean));
+  if (clean == "All") out.run_policy.clean_pod_policy = CleanPodPolicy::kAll;
+  if (clean == "None") out.run_policy.clean_pod_policy = CleanPodPolicy::kNone;
+  if (run.contains("suspend") && !run["suspend"].is_null()) {
+    if (!run["suspend"].is_boolean()) return FieldError("spec.runPolicy.suspend", "must be a boolean");
+    out.run_policy.suspend = run["suspend"].get<bool>();
+  }
+
+  std::optional<std::string> success;
+  TJ_RETURN_IF_ERROR(ReadEnum(spec, "successPolicy", "spec", {"", "Chief", "AllWorkers"}, &success));
+  if (success == "AllWorkers") out.success_policy = SuccessPolicy::kAllWorkers;
+  std::optional<int64_t> port;
+  TJ_RETURN_IF_ERROR(ReadInt(spec, "port", "spec", 1, 65535, &port));
+  if (port) out.port = static_cast<int32_t>(*port);
+  return out;
+}
+
+namespace {
+
+// The lifecycle state shown by `kubectl get tj`, from the conditions.
+std::string StateOf(const std::vector<Condition>& conditions) {
+  for (const char* t : {condition::kFailed, condition::kSucceeded, condition::kSuspended,
+                        condition::kRestarting, condition::kRunning, condition::kCreated}) {
+    for (const auto& c : conditions) {
+      if (c.type == t && c.status == "True") return t;
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+TrainingJobStatus TrainingJobStatus::FromJson(const json& j) {
+  TrainingJobStatus s;
+  if (!j.is_object()) return s;
+  try {
+    if (j.contains("conditions") && j["conditions"].is_array()) {
+      for (const auto& c : j["conditions"]) {
+        if (!c.is_object()) continue;
+        s.conditions.push_back({c.value("type", ""), c.value("status", ""), c.value("reason", ""),
+                                c.value("message", ""), c.value("lastTransitionTime", ""),
+                                c.value("lastUpdateTime", "")});
+      }
+    }
+    if (j.contains("replicaStatuses") && j["replicaStatuses"].is_object()) {
+      for (const auto& [k, v] : j["replicaStatuses"].items()) {
+        if (!v.is_object()) continue;
+        s.replica_statuses[k] = {v.value("active", 0), v.value("succeeded", 0),
+                                 v.value("failed", 0)};
+      }
+    }
+    if (j.contains("restartCount") && j["restartCount"].is_number_integer()) {
+      s.restart_count = j["restartCount"].get<int32_t>();
+    }
+    if (j.contains("createdGeneration") && j["createdGeneration"].is_number_integer()) {
+      s.created_generation = j["createdGeneration"].get<int32_t>();
+    }
+    if (j.contains("startTime") && j["startTime"].is_string()) s.start_time = j["startTime"];
+    if (j.contains("completionTime") && j["completionTime"].is_string()) {
+      s.completion_time = j["completionTime"];
+    }
+    if (j.contains("progress") && j["progress"].is_object()) s.progress = j["progress"];
+    if (j.contains("evaluation") && j["evaluation"].is_object()) s.evaluation = j["evaluation"];
+  } catch (const json::exception&) {
+    // A malformed field written by someone else: keep what parsed.
+  }
+  s.state = StateOf(s.conditions);
+  return s;
+}
+
+json TrainingJobStatus::ToJson() const {
+  json j = json::object();
+  json conds = json::array();
+  for (const auto& c : conditions) {
+    json cj = {{"type", c.type}, {"status", c.status}, {"reason", c.reason},
+               {"message", c.message}};
+    if (!c.last_transition_time.empty()) cj["lastTransitionTime"] = c.last_transition_time;
+    if (!c.last_update_time.empty()) cj["lastUpdateTime"] = c.last_update_time;
+    conds.push_back(cj);
+  }
+  j["conditions"] = conds;
+  json rs = json::object();
+  for (const auto& [k, v] : replica_statuses) {
+    rs[k] = {{"active", v.active}, {"succeeded", v.succeeded}, {"failed", v.failed}};
+  }
+  j["replicaStatuses"] = rs;
+  j["restartCount"] = restart_count;
+  j["createdGeneration"] = created_generation;
+  if (start_time) j["startTime"] = *start_time;
+  if (completion_time) j["completionTime"] = *completion_time;
+  if (progress.is_object()) j["progress"] = progress;
+  if (evaluation.is_object()) j["evaluation"] = evaluation;
+  const std::string st = StateOf(conditions);
+  if (!st.empty()) j["state"] = st;
+  return j;
+}
+
+const Condition* TrainingJobStatus::Find(const std::string& type) const {
+  for (const auto& c : conditions) {
+    if (c.type == type) return &c;
+  }
+  return nullptr;
+}
+
+bool TrainingJobStatus::IsTrue(const std::string& type) const {
+  const Condition* c = Find(type);
+  return c != nullptr && c->status == "True";
+}
+
+bool TrainingJobStatus::SetCondition(const std::string& type, bool status,
+                                     const std::string& reason, const std::string& message,
+                                     kube::WallTime now) {
+  const std::string st = status ? "True" : "False";
+  const std::string t = kube::FormatTime(now);
+  for (auto& c : conditions) {
+    if (c.type != type) continue;
+    if (c.status == st && c.reason == reason && c.message == message) return false;
+    if (c.status != st) c.last_transition_time = t;
+    c.status = st;
+    c.reason = reason;
+    c.message = message;
+    c.last_update_time = t;
+    state = StateOf(conditions);
+    return true;
+  }
+  if (!status) return false;  // a condition that never held is not written as False
+  conditions.push_back({type, st, reason, message, t, t});
+  state = StateOf(conditions);
+  return true;
+}
+
+ObjectRef RefOf(const json& object) {
+  ObjectRef r;
+  if (!object.is_object() || !object.contains("metadata")) return r;
+  const json& m = object["metadata"];
+  if (!m.is_object()) return r;
+  r.name = m.value("name", "");
+  r.ns = m.value("namespace", "");
+  r.uid = m.value("uid", "");
+  return r;
+}
+
+}  // namespace tj::api

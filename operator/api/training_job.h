@@ -1,0 +1,128 @@
+// The TrainingJob API (group tjo.dev, version v1alpha1): typed spec parsed from the object's
+// JSON with defaults and validation (errors name the field: "spec.replicaSpecs.Worker.replicas:
+// must be >= 1"), the status and its conditions. Pure values; no I/O. Thread-compatible.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "operator/kube/resource.h"
+#include "operator/kube/time_format.h"
+
+namespace tj::api {
+
+inline constexpr char kGroup[] = "tjo.dev";
+inline constexpr char kApiVersion[] = "tjo.dev/v1alpha1";
+inline constexpr char kKind[] = "TrainingJob";
+inline const kube::Resource kTrainingJobs{"tjo.dev/v1alpha1", "trainingjobs"};
+
+// Labels on every object a job owns.
+inline constexpr char kLabelJobName[] = "tjo.dev/job-name";
+inline constexpr char kLabelReplicaType[] = "tjo.dev/replica-type";
+inline constexpr char kLabelReplicaIndex[] = "tjo.dev/replica-index";
+inline constexpr char kLabelRestartCount[] = "tjo.dev/restart-count";
+
+// Ordered as TensorFlow lists them in TF_CONFIG.
+enum class ReplicaType { kChief, kWorker, kEvaluator };
+enum class RestartPolicy { kNever, kOnFailure, kExitCode, kAlways };
+enum class CleanPodPolicy { kAll, kRunning, kNone };
+enum class SuccessPolicy { kChief, kAllWorkers };
+
+std::string ToString(ReplicaType t);   // "Chief", "Worker", "Evaluator" (spec keys)
+std::string TaskName(ReplicaType t);   // "chief", "worker", "evaluator" (TF_CONFIG, pod names)
+std::optional<ReplicaType> ParseReplicaType(const std::string& s);  // either spelling
+std::string ToString(RestartPolicy p);
+std::string ToString(CleanPodPolicy p);
+std::string ToString(SuccessPolicy p);
+
+struct ReplicaSpec {
+  int32_t replicas = 1;
+  RestartPolicy restart_policy = RestartPolicy::kExitCode;
+  nlohmann::json pod_template = nlohmann::json::object();  // a core/v1 PodTemplateSpec
+};
+
+struct RunPolicy {
+  int32_t backoff_limit = 3;
+  std::optional<int64_t> active_deadline_seconds;
+  std::optional<int64_t> ttl_seconds_after_finished;
+  CleanPodPolicy clean_pod_policy = CleanPodPolicy::kRunning;
+  bool suspend = false;
+  std::optional<int64_t> startup_deadline_seconds;
+};
+
+struct TrainingJobSpec {
+  std::map<ReplicaType, ReplicaSpec> replica_specs;  // Worker always present once parsed
+  RunPolicy run_policy;
+  SuccessPolicy success_policy = SuccessPolicy::kChief;
+  int32_t port = 2222;
+
+  // Number of replicas of `t` (0 when the type is absent).
+  int32_t Replicas(ReplicaType t) const;
+};
+
+// Parses `spec` (the object's .spec), applies defaults and validates. The error names the
+// first offending field and what a valid value is.
+StatusOr<TrainingJobSpec> ParseSpec(const nlohmann::json& spec);
+
+// Condition types and the reasons the operator writes.
+namespace condition {
+inline constexpr char kCreated[] = "Created";
+inline constexpr char kRunning[] = "Running";
+inline constexpr char kRestarting[] = "Restarting";
+inline constexpr char kSucceeded[] = "Succeeded";
+inline constexpr char kFailed[] = "Failed";
+inline constexpr char kSuspended[] = "Suspended";
+}  // namespace condition
+
+struct Condition {
+  std::string type;
+  std::string status;  // "True" | "False"
+  std::string reason;
+  std::string message;
+  std::string last_transition_time;  // metav1.Time
+  std::string last_update_time;
+};
+
+struct ReplicaStatus {
+  int32_t active = 0, succeeded = 0, failed = 0;
+  bool operator==(const ReplicaStatus&) const = default;
+};
+
+struct TrainingJobStatus {
+  std::vector<Condition> conditions;
+  std::map<std::string, ReplicaStatus> replica_statuses;  // keyed "Worker", "Evaluator", ...
+  int32_t restart_count = 0;
+  // restartCount for which every chief/worker pod was created; -1: not (yet) for the current
+  // one. A chief/worker pod missing while this equals restart_count was deleted by someone.
+  int32_t created_generation = -1;
+  std::optional<std::string> start_time, completion_time;
+  nlohmann::json progress;    // null or {epoch, totalEpochs, step, loss, accuracy, ...}
+  nlohmann::json evaluation;  // null or {checkpoint, epoch, loss, accuracy}
+  std::string state;          // the printer column: last true condition of the lifecycle
+
+  // Lenient: unknown or malformed fields are dropped (the operator owns status).
+  static TrainingJobStatus FromJson(const nlohmann::json& j);
+  nlohmann::json ToJson() const;
+
+  const Condition* Find(const std::string& type) const;
+  bool IsTrue(const std::string& type) const;
+  bool Finished() const { return IsTrue(condition::kSucceeded) || IsTrue(condition::kFailed); }
+  // Sets a condition; lastTransitionTime changes only when `status` flips. Returns true when
+  // anything changed. Keeps `state` in step.
+  bool SetCondition(const std::string& type, bool status, const std::string& reason,
+                    const std::string& message, kube::WallTime now);
+};
+
+// Object metadata the operator needs.
+struct ObjectRef {
+  std::string name, ns, uid;
+};
+ObjectRef RefOf(const nlohmann::json& object);
+
+}  // namespace tj::api

@@ -1,0 +1,212 @@
+#include "operator/controller/executor.h"
+
+#include <cpprest/http_client.h>
+
+#include <sstream>
+#include <utility>
+
+#include "operator/api/training_job.h"
+#include "operator/controller/job_resources.h"
+
+namespace tj::controller {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+
+std::string PodPhase(const json& pod) {
+  if (!pod.contains("status") || !pod["status"].is_object()) return "";
+  return pod["status"].value("phase", "");
+}
+
+}  // namespace
+
+json LastEvaluation(const std::string& log) {
+  std::istringstream in(log);
+  std::string line;
+  json last;
+  while (std::getline(in, line)) {
+    if (line.find("\"evaluation\"") == std::string::npos) continue;
+    json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j.value("event", "") == "evaluation" && j.contains("checkpoint")) {
+      last = j;
+    }
+  }
+  return last;
+}
+
+std::optional<json> HttpGetJson(const std::string& host, int port, const std::string& path,
+                                milliseconds timeout) {
+  try {
+    web::http::client::http_client_config cfg;
+    cfg.set_timeout(timeout);
+    web::http::client::http_client client(
+        utility::conversions::to_string_t("http://" + host + ":" + std::to_string(port)), cfg);
+    auto resp = client.request(web::http::methods::GET, path).get();
+    if (resp.status_code() != 200) return std::nullopt;
+    const std::string body = resp.extract_utf8string(true).get();
+    json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) return std::nullopt;
+    return j;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+Executor::Executor(ExecutorDeps deps, ReconcilerOptions options)
+    : deps_(std::move(deps)), options_(options) {}
+
+StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
+  const auto slash = key.find('/');
+  const std::string ns = slash == std::string::npos ? "" : key.substr(0, slash);
+  const std::string name = slash == std::string::npos ? key : key.substr(slash + 1);
+  kube::Client* c = deps_.client;
+
+  auto job = c->Get(api::kTrainingJobs, ns, name);
+  if (!job.ok()) {
+    if (kube::IsNotFound(job.error())) return std::optional<milliseconds>();
+    return job.error().ToStatus().WithContext("reading TrainingJob " + key);
+  }
+  Observed in;
+  in.job = *job;
+  in.now = deps_.wall_clock();
+  kube::ListOptions lo;
+  lo.label_selector = std::string(api::kLabelJobName) + "=" + name;
+  auto pods = c->List(kube::resources::kPods, ns, lo);
+  if (!pods.ok()) return pods.error().ToStatus().WithContext("listing pods of TrainingJob " + key);
+  for (const auto& p : (*pods)["items"]) in.pods.push_back(p);
+  auto svc = c->Get(kube::resources::kServices, ns, name);
+  if (svc.ok()) {
+    in.service = *svc;
+  } else if (!kube::IsNotFound(svc.error())) {
+    return svc.error().ToStatus().WithContext("reading the Service of TrainingJob " + key);
+  }
+  auto secret = c->Get(kube::resources::kSecrets, ns, SecretName(name));
+  if (secret.ok()) {
+    in.secret = *secret;
+  } else if (!kube::IsNotFound(secret.error())) {
+    return secret.error().ToStatus().WithContext("reading the Secret of TrainingJob " + key);
+  }
+  if (!in.secret && deps_.random_key) in.new_rendezvous_key = deps_.random_key();
+
+  const api::TrainingJobStatus st =
+      api::TrainingJobStatus::FromJson(in.job.value("status", json::object()));
+  if (!st.Finished()) {
+    for (const auto& p : in.pods) {
+      const std::string pod_name = api::RefOf(p).name;
+      const std::string phase = PodPhase(p);
+      if (phase == "Running" && deps_.trainer_status) {
+        if (auto s = deps_.trainer_status(p)) in.trainer_status[pod_name] = *s;
+      }
+      // The evaluator exits right after its final evaluation: read it from the log.
+      std::string type;
+      try {
+        type = p.at("metadata").at("labels").at(api::kLabelReplicaType).get<std::string>();
+      } catch (const json::exception&) {
+      }
+      if (phase == "Succeeded" && deps_.pod_log && type == "evaluator") {
+        if (auto log = deps_.pod_log(ns, pod_name)) {
+          json e = LastEvaluation(*log);
+          if (!e.is_null()) in.final_evaluation[pod_name] = e;
+        }
+      }
+    }
+  }
+
+  Decision d = Reconcile(in, options_);
+  TJ_RETURN_IF_ERROR(Apply(in.job, d));
+  if (d.status) TJ_RETURN_IF_ERROR(WriteStatus(in.job, *d.status));
+  if (deps_.metrics) {
+    if (d.job_created) deps_.metrics->JobCreated();
+    if (d.job_succeeded) deps_.metrics->JobSucceeded();
+    if (d.job_failed) deps_.metrics->JobFailed();
+    if (d.job_restarted) deps_.metrics->JobRestarted();
+  }
+  return d.requeue_after;
+}
+
+Status Executor::Apply(const json& job, const Decision& d) {
+  const api::ObjectRef ref = api::RefOf(job);
+  kube::Client* c = deps_.client;
+  for (const Action& a : d.actions) {
+    switch (a.kind) {
+      case Action::Kind::kCreate: {
+        auto r = c->Create(a.resource, ref.ns, a.object);
+        if (!r.ok() && !kube::IsAlreadyExists(r.error())) {
+          if (deps_.recorder) {
+            (void)deps_.recorder->Record(job, "Warning", "CreateFailed",
+                                         "creating " + a.resource.plural + " " + a.name + ": " +
+                                             r.error().message);
+          }
+          return r.error().ToStatus().WithContext("creating " + a.resource.plural + " " + ref.ns +
+                                                  "/" + a.name);
+        }
+        break;
+      }
+      case Action::Kind::kDelete: {
+        auto r = c->Delete(a.resource, ref.ns, a.name);
+        if (!r.ok() && !kube::IsNotFound(r.error())) {
+          return r.error().ToStatus().WithContext("deleting " + a.resource.plural + " " + ref.ns +
+                                                  "/" + a.name);
+        }
+        break;
+      }
+      case Action::Kind::kDeleteJob: {
+        kube::DeleteOptions o;
+        o.propagation_policy = "Background";
+        o.precondition_uid = ref.uid;
+        auto r = c->Delete(api::kTrainingJobs, ref.ns, ref.name, o);
+        if (!r.ok() && !kube::IsNotFound(r.error())) {
+          return r.error().ToStatus().WithContext("deleting finished TrainingJob " + ref.ns + "/" +
+                                                  ref.name + " after its TTL");
+        }
+        if (deps_.log) deps_.log->Emit({{"event", "ttl_deleted"}, {"job", ref.ns + "/" + ref.name}});
+        break;
+      }
+      case Action::Kind::kEvent: {
+        if (deps_.log) {
+          deps_.log->Emit({{"event", "job_event"},
+                           {"job", ref.ns + "/" + ref.name},
+                           {"type", a.event_type},
+                           {"reason", a.reason},
+                           {"message", a.message}});
+        }
+        if (deps_.recorder) {
+          Status s = deps_.recorder->Record(job, a.event_type, a.reason, a.message);
+          if (!s.ok() && deps_.log) deps_.log->Warn("recording an event: " + s.message());
+        }
+        break;
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status Executor::WriteStatus(const json& job, const json& status) {
+  const api::ObjectRef ref = api::RefOf(job);
+  json obj = job;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    obj["status"] = status;
+    auto r = deps_.client->UpdateStatus(api::kTrainingJobs, ref.ns, obj);
+    if (r.ok()) return Status::Ok();
+    if (kube::IsNotFound(r.error())) return Status::Ok();  // deleted meanwhile
+    if (!kube::IsConflict(r.error())) {
+      return r.error().ToStatus().WithContext("writing the status of TrainingJob " + ref.ns + "/" +
+                                              ref.name);
+    }
+    // 409: someone changed the object (spec or metadata). The operator alone writes the
+    // status, so ours still holds: re-read for the new resourceVersion and write again.
+    auto fresh = deps_.client->Get(api::kTrainingJobs, ref.ns, ref.name);
+    if (!fresh.ok()) {
+      if (kube::IsNotFound(fresh.error())) return Status::Ok();
+      return fresh.error().ToStatus().WithContext("re-reading TrainingJob " + ref.ns + "/" +
+                                                  ref.name + " after a conflict");
+    }
+    if (api::RefOf(*fresh).uid != ref.uid) return Status::Ok();  // a new job of the same name
+    obj = *fresh;
+  }
+  return Status::Error("writing the status of TrainingJob " + ref.ns + "/" + ref.name +
+                       ": still conflicting after 5 attempts; will retry");
+}
+
+}  // namespace tj::controller

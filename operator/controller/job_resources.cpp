@@ -1,0 +1,191 @@
+#include "operator/controller/job_resources.h"
+
+#include <string>
+
+namespace tj::controller {
+namespace {
+
+using nlohmann::json;
+
+json Labels(const std::string& job) { return {{api::kLabelJobName, job}}; }
+
+void SetEnv(json& container, const json& var) {
+  json env = container.contains("env") && container["env"].is_array() ? container["env"]
+                                                                        : json::array();
+  json out = json::array();
+  for (const auto& e : env) {
+    if (e.is_object() && e.value("name", "") == var["name"]) continue;
+    out.push_back(e);
+  }
+  out.push_back(var);
+  container["env"] = out;
+}
+
+}  // namespace
+
+std::string PodName(const std::string& job, api::ReplicaType type, int index) {
+  return job + "-" + api::TaskName(type) + "-" + std::to_string(index);
+}
+
+std::string SecretName(const std::string& job) { return job + "-rendezvous"; }
+
+json OwnerReference(const json& job) {
+  const api::ObjectRef r = api::RefOf(job);
+  return {{"apiVersion", api::kApiVersion}, {"kind", api::kKind},      {"name", r.name},
+          {"uid", r.uid},                   {"controller", true}, {"blockOwnerDeletion", true}};
+}
+
+bool IsOwnedBy(const json& object, const json& job) {
+  const api::ObjectRef r = api::RefOf(job);
+  if (!object.is_object() || !object.contains("metadata")) return false;
+  const json& m = object["metadata"];
+  if (!m.is_object() || !m.contains("ownerReferences") || !m["ownerReferences"].is_array()) {
+    return false;
+  }
+  for (const auto& o : m["ownerReferences"]) {
+    if (!o.is_object() || o.value("kind", "") != api::kKind) continue;
+    if (o.value("name", "") != r.name) continue;
+    if (!r.uid.empty() && o.value("uid", "") != r.uid) continue;
+    return true;
+  }
+  return false;
+}
+
+json TfConfig(const api::ObjectRef& job, const api::TrainingJobSpec& spec, api::ReplicaType type,
+              int index) {
+  json cluster = json::object();
+  for (const auto& [t, rs] : spec.replica_specs) {
+    if (rs.replicas <= 0) continue;
+    json hosts = json::array();
+    for (int i = 0; i < rs.replicas; ++i) {
+      hosts.push_back(PodName(job.name, t, i) + "." + job.name + "." + job.ns + ".svc:" +
+                      std::to_string(spec.port));
+    }
+    cluster[api::TaskName(t)] = hosts;
+  }
+  return {{"cluster", cluster},
+          {"task", {{"type", api::TaskName(type)}, {"index", index}}},
+          {"environment", "cloud"}};
+}
+
+json BuildService(const json& job, const api::TrainingJobSpec& spec) {
+  const api::ObjectRef r = api::RefOf(job);
+  return {{"apiVersion", "v1"},
+          {"kind", "Service"},
+          {"metadata",
+           {{"name", r.name},
+            {"namespace", r.ns},
+            {"labels", Labels(r.name)},
+            {"ownerReferences", json::array({OwnerReference(job)})}}},
+          {"spec",
+           {{"clusterIP", "None"},
+            {"publishNotReadyAddresses", true},
+            {"selector", Labels(r.name)},
+            {"ports", json::array({{{"name", "tj-port"}, {"port", spec.port},
+                                    {"targetPort", spec.port}}})}}}};
+}
+
+json BuildSecret(const json& job, const std::string& key) {
+  const api::ObjectRef r = api::RefOf(job);
+  return {{"apiVersion", "v1"},
+          {"kind", "Secret"},
+          {"metadata",
+           {{"name", SecretName(r.name)},
+            {"namespace", r.ns},
+            {"labels", Labels(r.name)},
+            {"ownerReferences", json::array({OwnerReference(job)})}}},
+          {"type", "Opaque"},
+          {"stringData", {{kRendezvousKeyField, key}}}};
+}
+
+int TrainerContainerIndex(const json& pod_spec) {
+  if (!pod_spec.is_object() || !pod_spec.contains("containers") ||
+      !pod_spec["containers"].is_array()) {
+    return -1;
+  }
+  const json& cs = pod_spec["containers"];
+  for (size_t i = 0; i < cs.size(); ++i) {
+    if (cs[i].is_object() && cs[i].value("name", "") == "trainer") return static_cast<int>(i);
+  }
+  return cs.size() == 1 ? 0 : -1;
+}
+
+std::optional<int> StatusPortOf(const json& pod) {
+  if (!pod.is_object() || !pod.contains("spec")) return std::nullopt;
+  const int i = TrainerContainerIndex(pod["spec"]);
+  if (i < 0) return std::nullopt;
+  const json& c = pod["spec"]["containers"][i];
+  if (!c.contains("args") || !c["args"].is_array()) return std::nullopt;
+  const json& args = c["args"];
+  std::string value;
+  for (size_t k = 0; k < args.size(); ++k) {
+    if (!args[k].is_string()) continue;
+    const std::string a = args[k];
+    if (a == "--status-port" && k + 1 < args.size() && args[k + 1].is_string()) {
+      value = args[k + 1];
+    } else if (a.rfind("--status-port=", 0) == 0) {
+      value = a.substr(14);
+    }
+  }
+  if (value.empty()) return std::nullopt;
+  try {
+    const int port = std::stoi(value);
+    if (port <= 0 || port > 65535) return std::nullopt;
+    return port;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+json BuildPod(const json& job, const api::TrainingJobSpec& spec, api::ReplicaType type, int index,
+              int restart_count) {
+  const api::ObjectRef r = api::RefOf(job);
+  const api::ReplicaSpec& rs = spec.replica_specs.at(type);
+  const json& tmpl = rs.pod_template;
+  const std::string name = PodName(r.name, type, index);
+
+  json meta = tmpl.value("metadata", json::object());
+  if (!meta.is_object()) meta = json::object();
+  json labels = meta.value("labels", json::object());
+  if (!labels.is_object()) labels = json::object();
+  labels[api::kLabelJobName] = r.name;
+  labels[api::kLabelReplicaType] = api::TaskName(type);
+  labels[api::kLabelReplicaIndex] = std::to_string(index);
+  labels[api::kLabelRestartCount] = std::to_string(restart_count);
+  meta["labels"] = labels;
+  meta["name"] = name;
+  meta["namespace"] = r.ns;
+  meta.erase("generateName");
+  meta["ownerReferences"] = json::array({OwnerReference(job)});
+
+  json pod_spec = tmpl["spec"];
+  // The operator restarts replicas itself (the whole gang, with backoff); the node must not.
+  pod_spec["restartPolicy"] = "Never";
+  pod_spec["hostname"] = name;
+  pod_spec["subdomain"] = r.name;
+  const int ci = TrainerContainerIndex(pod_spec);
+  if (ci >= 0) {
+    json& c = pod_spec["containers"][ci];
+    SetEnv(c, {{"name", "TF_CONFIG"}, {"value", TfConfig(r, spec, type, index).dump()}});
+    SetEnv(c, {{"name", "TJ_JOB_NAME"}, {"value", r.name}});
+    SetEnv(c, {{"name", "TJ_RESTART_COUNT"}, {"value", std::to_string(restart_count)}});
+    SetEnv(c, {{"name", "TJ_RENDEZVOUS_KEY"},
+               {"valueFrom",
+                {{"secretKeyRef", {{"name", SecretName(r.name)}, {"key", kRendezvousKeyField}}}}}});
+    json pod_view = {{"spec", pod_spec}};
+    if (!StatusPortOf(pod_view)) {
+      json args = c.contains("args") && c["args"].is_array() ? c["args"] : json::array();
+      args.push_back("--status-port");
+      // One port per replica (its place in TF_CONFIG's cluster): a real cluster gives every
+      // pod its own network namespace, the local cluster's pods share the host's.
+      int ordinal = index;
+      if (type != api::ReplicaType::kChief) ordinal += spec.Replicas(api::ReplicaType::kChief);
+      if (type == api::ReplicaType::kEvaluator) ordinal += spec.Replicas(api::ReplicaType::kWorker);
+      args.push_back(std::to_string(kDefaultStatusPort + ordinal));
+      c["args"] = args;
+    }
+  }
+  return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", pod_spec}};
+}
+
+}  // namespace tj::controller

@@ -1,0 +1,43 @@
+// The objects a TrainingJob owns, built from its spec: the headless Service, the rendezvous
+// Secret and one Pod per replica with TF_CONFIG and the TJ_* environment. Pure functions.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "operator/api/training_job.h"
+
+namespace tj::controller {
+
+// The trainer's /status port the operator asks for: `--status-port <8470 + n>` appended to
+// the trainer container's args unless the template already sets --status-port; n is the
+// replica's place in TF_CONFIG's cluster (chief, workers, evaluator), so pods that share a
+// network namespace (the local cluster) do not collide.
+inline constexpr int kDefaultStatusPort = 8470;
+inline constexpr char kRendezvousKeyField[] = "key";
+
+std::string PodName(const std::string& job, api::ReplicaType type, int index);
+std::string SecretName(const std::string& job);  // "<job>-rendezvous"
+
+// {"apiVersion", "kind", "name", "uid", "controller": true, "blockOwnerDeletion": true}.
+nlohmann::json OwnerReference(const nlohmann::json& job);
+// True when `object` has a controller owner reference to `job` (by uid when both have one).
+bool IsOwnedBy(const nlohmann::json& object, const nlohmann::json& job);
+
+// TF_CONFIG of replica (type, index): every replica of the job in "cluster" (evaluator
+// included, as TensorFlow expects), hosts "<pod>.<job>.<ns>.svc:<port>".
+nlohmann::json TfConfig(const api::ObjectRef& job, const api::TrainingJobSpec& spec,
+                        api::ReplicaType type, int index);
+
+nlohmann::json BuildService(const nlohmann::json& job, const api::TrainingJobSpec& spec);
+nlohmann::json BuildSecret(const nlohmann::json& job, const std::string& key);
+nlohmann::json BuildPod(const nlohmann::json& job, const api::TrainingJobSpec& spec,
+                        api::ReplicaType type, int index, int restart_count);
+
+// The container that gets TF_CONFIG: the one named "trainer", else the only one; -1 if none.
+int TrainerContainerIndex(const nlohmann::json& pod_spec);
+// The trainer's --status-port in `pod` (its trainer container's args); nullopt when absent or 0.
+std::optional<int> StatusPortOf(const nlohmann::json& pod);
+
+}  // namespace tj::controller

@@ -1,0 +1,638 @@
+#include "operator/controller/reconciler.h"
+
+#include <algorithm>
+#include <cctype>
+#include <utility>
+
+#include "operator/controller/job_resources.h"
+
+namespace tj::controller {
+namespace {
+
+using api::ReplicaType;
+using api::TrainingJobStatus;
+using nlohmann::json;
+using std::chrono::milliseconds;
+namespace cond = api::condition;
+
+std::string Label(const json& obj, const char* key) {
+  try {
+    return obj.at("metadata").at("labels").at(key).get<std::string>();
+  } catch (const json::exception&) {
+    return "";
+  }
+}
+
+int IntLabel(const json& obj, const char* key) {
+  const std::string v = Label(obj, key);
+  if (v.empty() || v.size() > 9 || !std::all_of(v.begin(), v.end(), ::isdigit)) return -1;
+  return std::stoi(v);
+}
+
+std::string NameOf(const json& obj) { return api::RefOf(obj).name; }
+
+bool Deleting(const json& obj) {
+  return obj.contains("metadata") && obj["metadata"].is_object() &&
+         obj["metadata"].contains("deletionTimestamp") &&
+         !obj["metadata"]["deletionTimestamp"].is_null();
+}
+
+std::string Phase(const json& pod) {
+  if (!pod.contains("status") || !pod["status"].is_object()) return "Pending";
+  return pod["status"].value("phase", "Pending");
+}
+
+bool Active(const json& pod) {
+  const std::string p = Phase(pod);
+  return !Deleting(pod) && (p == "Pending" || p == "Running" || p == "Unknown");
+}
+
+// The trainer container's status (or the first one's).
+json TrainerContainerStatus(const json& pod) {
+  if (!pod.contains("status") || !pod["status"].is_object()) return nullptr;
+  const json& st = pod["status"];
+  if (!st.contains("containerStatuses") || !st["containerStatuses"].is_array() ||
+      st["containerStatuses"].empty()) {
+    return nullptr;
+  }
+  for (const auto& cs : st["containerStatuses"]) {
+    if (cs.is_object() && cs.value("name", "") == "trainer") return cs;
+  }
+  return st["containerStatuses"][0];
+}
+
+std::optional<kube::WallTime> TimeAt(const json& obj, const std::vector<std::string>& path) {
+  const json* cur = &obj;
+  for (const auto& p : path) {
+    if (!cur->is_object() || !cur->contains(p)) return std::nullopt;
+    cur = &(*cur)[p];
+  }
+  if (!cur->is_string()) return std::nullopt;
+  return kube::ParseTime(cur->get<std::string>());
+}
+
+milliseconds Until(kube::WallTime now, kube::WallTime t) {
+  auto d = std::chrono::duration_cast<milliseconds>(t - now);
+  return std::max(d, milliseconds(0)) + milliseconds(1);
+}
+
+// Everything one pass decides, built up by the rules below.
+class Pass {
+ public:
+  Pass(const Observed& in, const ReconcilerOptions& o)
+      : in_(in), o_(o), ref_(api::RefOf(in.job)) {
+    status_ = TrainingJobStatus::FromJson(in.job.value("status", json::object()));
+    original_ = status_.ToJson();
+    for (const auto& p : in.pods) {
+      if (!IsOwnedBy(p, in.job)) continue;  // a foreign pod wearing our label: not ours
+      pods_.push_back(p);
+    }
+  }
+
+  Decision Run();
+
+ private:
+  void Event(const std::string& type, const std::string& reason, const std::string& message) {
+    Action a;
+    a.kind = Action::Kind::kEvent;
+    a.event_type = type;
+    a.reason = reason;
+    a.message = message;
+    d_.actions.push_back(std::move(a));
+  }
+  void Create(const kube::Resource& r, json object) {
+    Action a;
+    a.kind = Action::Kind::kCreate;
+    a.resource = r;
+    a.name = NameOf(object);
+    a.object = std::move(object);
+    d_.actions.push_back(std::move(a));
+  }
+  void DeletePod(const json& pod) {
+    if (Deleting(pod)) return;
+    Action a;
+    a.kind = Action::Kind::kDelete;
+    a.resource = kube::resources::kPods;
+    a.name = NameOf(pod);
+    d_.actions.push_back(std::move(a));
+  }
+  void RequeueAfter(milliseconds d) {
+    if (!d_.requeue_after || d < *d_.requeue_after) d_.requeue_after = d;
+  }
+  void RequeueAt(kube::WallTime t) { RequeueAfter(Until(in_.now, t)); }
+
+  void Fail(const std::string& reason, const std::string& message);
+  void Succeed(const std::string& message);
+  void Finished();  // cleanPodPolicy and TTL of a finished job
+  void ReplicaStatuses();
+  void Progress();
+  Decision Done();
+
+  const Observed& in_;
+  const ReconcilerOptions& o_;
+  api::ObjectRef ref_;
+  api::TrainingJobSpec spec_;
+  TrainingJobStatus status_;
+  json original_;
+  std::vector<json> pods_;
+  Decision d_;
+};
+
+void Pass::Fail(const std::string& reason, const std::string& message) {
+  status_.SetCondition(cond::kFailed, true, reason, message, in_.now);
+  status_.SetCondition(cond::kRunning, false, reason, message, in_.now);
+  status_.SetCondition(cond::kRestarting, false, reason, message, in_.now);
+  if (!status_.completion_time) status_.completion_time = kube::FormatTime(in_.now);
+  Event("Warning", reason, message);
+  d_.job_failed = true;
+}
+
+void Pass::Succeed(const std::string& message) {
+  status_.SetCondition(cond::kSucceeded, true, "JobSucceeded", message, in_.now);
+  status_.SetCondition(cond::kRunning, false, "JobSucceeded", message, in_.now);
+  status_.SetCondition(cond::kRestarting, false, "JobSucceeded", message, in_.now);
+  if (!status_.completion_time) status_.completion_time = kube::FormatTime(in_.now);
+  Event("Normal", "JobSucceeded", message);
+  d_.job_succeeded = true;
+}
+
+void Pass::Finished() {
+  const api::CleanPodPolicy policy = spec_.run_policy.clean_pod_policy;
+  for (const auto& p : pods_) {
+    if (policy == api::CleanPodPolicy::kAll ||
+        (policy == api::CleanPodPolicy::kRunning && Active(p))) {
+      DeletePod(p);
+    }
+  }
+  if (spec_.run_policy.ttl_seconds_after_finished && status_.completion_time) {
+    auto done = kube::ParseTime(*status_.completion_time);
+    if (done) {
+      const auto expires = *done + std::chrono::seconds(*spec_.run_policy.ttl_seconds_after_finished);
+      if (in_.now >= expires) {
+        Action a;
+        a.kind = Action::Kind::kDeleteJob;
+        a.resource = api::kTrainingJobs;
+        a.name = ref_.name;
+        d_.actions.push_back(std::move(a));
+      } else {
+        RequeueAt(expires);
+      }
+    }
+  }
+}
+
+void Pass::ReplicaStatuses() {
+  std::map<std::string, api::ReplicaStatus> out;
+  for (const auto& [t, rs] : spec_.replica_specs) out[api::ToString(t)] = {};
+  for (const auto& p : pods_) {
+    auto t = api::ParseReplicaType(Label(p, api::kLabelReplicaType));
+    if (!t || !out.contains(api::ToString(*t))) continue;
+    if (*t != ReplicaType::kEvaluator && IntLabel(p, api::kLabelRestartCount) != status_.restart_count) {
+      continue;  // a pod of an earlier gang
+    }
+    api::ReplicaStatus& s = out[api::ToString(*t)];
+    const std::string phase = Phase(p);
+    if (phase == "Succeeded") {
+      ++s.succeeded;
+    } else if (phase == "Failed") {
+      ++s.failed;
+    } else if (Active(p)) {
+      ++s.active;
+    }
+  }
+  status_.replica_statuses = out;
+}
+
+void Pass::Progress() {
+  const ReplicaType chief_type =
+      spec_.Replicas(ReplicaType::kChief) > 0 ? ReplicaType::kChief : ReplicaType::kWorker;
+  auto it = in_.trainer_status.find(PodName(ref_.name, chief_type, 0));
+  if (it != in_.trainer_status.end() && it->second.is_object()) {
+    const json& s = it->second;
+    json p = json::object();
+    auto copy = [&](const char* from, const char* to) {
+      if (s.contains(from) && !s[from].is_null()) p[to] = s[from];
+    };
+    copy("epoch", "epoch");
+    copy("total_epochs", "totalEpochs");
+    copy("step", "step");
+    copy("loss", "loss");
+    copy("accuracy", "accuracy");
+    copy("images_per_sec", "imagesPerSecond");
+    copy("last_backup", "lastBackup");
+    if (!p.empty()) status_.progress = p;
+  }
+  auto take_eval = [&](const json& e) {
+    if (!e.is_object() || !e.contains("checkpoint")) return;
+    json v = json::object();
+    for (const char* k : {"checkpoint", "epoch", "loss", "accuracy"}) {
+      if (e.contains(k) && !e[k].is_null()) v[k] = e[k];
+    }
+    status_.evaluation = v;
+  };
+  const std::string eval_pod = PodName(ref_.name, ReplicaType::kEvaluator, 0);
+  if (auto e = in_.trainer_status.find(eval_pod); e != in_.trainer_status.end()) {
+    if (e->second.is_object() && e->second.contains("evaluation")) take_eval(e->second["evaluation"]);
+  }
+  if (auto e = in_.final_evaluation.find(eval_pod); e != in_.final_evaluation.end()) {
+    take_eval(e->second);
+  }
+}
+
+Decision Pass::Done() {
+  ReplicaStatuses();
+  json now = status_.ToJson();
+  if (now != original_) d_.status = now;
+  return std::move(d_);
+}
+
+Decision Pass::Run() {
+  if (Deleting(in_.job)) return std::move(d_);  // the garbage collector removes what it owns
+
+  auto spec = api::ParseSpec(in_.job.value("spec", json()));
+  if (!spec.ok()) {
+    if (!status_.IsTrue(cond::kFailed)) {
+      Fail("InvalidSpec", "TrainingJob " + ref_.ns + "/" + ref_.name + " is invalid: " +
+                              spec.status().message() + "; fix the spec and re-create the job");
+    }
+    for (const auto& p : pods_) DeletePod(p);
+    json out = status_.ToJson();
+    if (out != original_) d_.status = out;
+    return std::move(d_);
+  }
+  spec_ = *spec;
+
+  if (status_.Finished()) {
+    Finished();
+    return Done();
+  }
+
+  if (status_.Find(cond::kCreated) == nullptr) {
+    status_.SetCondition(cond::kCreated, true, "JobCreated",
+                         "TrainingJob " + ref_.name + " is created", in_.now);
+    d_.job_created = true;
+  }
+
+  // Suspend: no pods; resume starts afresh (new start time, a fresh gang).
+  if (spec_.run_policy.suspend) {
+    for (const auto& p : pods_) DeletePod(p);
+    if (!status_.IsTrue(cond::kSuspended)) {
+      status_.SetCondition(cond::kSuspended, true, "JobSuspended", "the job is suspended",
+                           in_.now);
+      status_.SetCondition(cond::kRunning, false, "JobSuspended", "the job is suspended",
+                           in_.now);
+      status_.SetCondition(cond::kRestarting, false, "JobSuspended", "the job is suspended",
+                           in_.now);
+      Event("Normal", "JobSuspended", "suspended: deleting its pods");
+    }
+    status_.created_generation = -1;
+    status_.start_time.reset();
+    status_.progress = nullptr;
+    return Done();
+  }
+  if (status_.IsTrue(cond::kSuspended)) {
+    status_.SetCondition(cond::kSuspended, false, "JobResumed", "the job is resumed", in_.now);
+    Event("Normal", "JobResumed", "resumed: creating its pods");
+  }
+  if (!status_.start_time) status_.start_time = kube::FormatTime(in_.now);
+
+  if (!in_.service) Create(kube::resources::kServices, BuildService(in_.job, spec_));
+  if (!in_.secret) Create(kube::resources::kSecrets, BuildSecret(in_.job, in_.new_rendezvous_key));
+
+  // activeDeadlineSeconds, from the start time, enforced by a requeue at the deadline.
+  if (spec_.run_policy.active_deadline_seconds) {
+    auto start = kube::ParseTime(*status_.start_time);
+    if (start) {
+      const auto deadline =
+          *start + std::chrono::seconds(*spec_.run_policy.active_deadline_seconds);
+      if (in_.now >= deadline) {
+        Fail("DeadlineExceeded",
+             "the job ran longer than activeDeadlineSeconds=" +
+                 std::to_string(*spec_.run_policy.active_deadline_seconds));
+        Finished();
+        return Done();
+      }
+      RequeueAt(deadline);
+    }
+  }
+
+  const int gen = status_.restart_count;
+  const ReplicaType chief_type =
+      spec_.Replicas(ReplicaType::kChief) > 0 ? ReplicaType::kChief : ReplicaType::kWorker;
+
+  // Sort the pods: current gang, stale gang (earlier restarts, removed replicas), evaluator.
+  std::map<std::pair<ReplicaType, int>, json> current;
+  std::vector<json> stale;
+  std::optional<json> evaluator;
+  for (const auto& p : pods_) {
+    auto t = api::ParseReplicaType(Label(p, api::kLabelReplicaType));
+    const int index = IntLabel(p, api::kLabelReplicaIndex);
+    if (!t || index < 0 || index >= spec_.Replicas(*t)) {
+      stale.push_back(p);
+    } else if (*t == ReplicaType::kEvaluator) {
+      if (evaluator) {
+        stale.push_back(p);
+      } else {
+        evaluator = p;
+      }
+    } else if (IntLabel(p, api::kLabelRestartCount) != gen) {
+      stale.push_back(p);
+    } else {
+      current[{*t, index}] = p;
+    }
+  }
+  for (const auto& p : stale) DeletePod(p);
+
+  // Chief and worker pods: how each stands.
+  struct Failure {
+    std::string pod;
+    PodOutcome outcome;
+    bool retryable;
+    api::RestartPolicy policy;
+  };
+  std::vector<Failure> failures;
+  std::vector<std::pair<ReplicaType, int>> missing;
+  int running = 0, expected = 0, succeeded_workers = 0;
+  bool chief_succeeded = false;
+  std::optional<kube::WallTime> chief_finished;
+  std::optional<kube::WallTime> earliest_pending;
+  std::string pending_pod, pending_reason;
+  for (ReplicaType t : {ReplicaType::kChief, ReplicaType::kWorker}) {
+    if (!spec_.replica_specs.contains(t)) continue;
+    const api::ReplicaSpec& rs = spec_.replica_specs.at(t);
+    for (int i = 0; i < rs.replicas; ++i) {
+      ++expected;
+      const std::string name = PodName(ref_.name, t, i);
+      auto it = current.find({t, i});
+      if (it == current.end()) {
+        if (status_.created_generation == gen) {
+          PodOutcome o;
+          o.failed = o.deleted = true;
+          failures.push_back({name, o, true, rs.restart_policy});
+        } else {
+          missing.push_back({t, i});
+        }
+        continue;
+      }
+      const json& pod = it->second;
+      const std::string phase = Phase(pod);
+      if (Deleting(pod) || phase == "Failed") {
+        PodOutcome o = OutcomeOf(pod);
+        failures.push_back({name, o, IsRetryable(rs.restart_policy, o), rs.restart_policy});
+      } else if (phase == "Succeeded") {
+        ++running;
+        if (t == ReplicaType::kWorker) ++succeeded_workers;
+        if (t == chief_type && i == 0) {
+          chief_succeeded = true;
+          const json cs = TrainerContainerStatus(pod);
+          if (cs.is_object()) chief_finished = TimeAt(cs, {"state", "terminated", "finishedAt"});
+        }
+      } else if (phase == "Running") {
+        ++running;
+      } else {
+        auto created = TimeAt(pod, {"metadata", "creationTimestamp"});
+        if (created && (!earliest_pending || *created < *earliest_pending)) {
+          earliest_pending = created;
+          pending_pod = name;
+          const json cs = TrainerContainerStatus(pod);
+          pending_reason.clear();
+          if (cs.is_object() && cs.contains("state") && cs["state"].contains("waiting")) {
+            pending_reason = cs["state"]["waiting"].value("reason", "");
+          }
+        }
+      }
+    }
+  }
+
+  // Success: the chief (else worker 0) exited 0, or every worker under AllWorkers.
+  bool success = spec_.success_policy == api::SuccessPolicy::kChief
+                     ? chief_succeeded
+                     : (chief_succeeded || spec_.Replicas(ReplicaType::kChief) == 0) &&
+                           succeeded_workers == spec_.Replicas(ReplicaType::kWorker);
+  if (success) {
+    // Wait (bounded) for the evaluator's final evaluation, so cleanup never kills it.
+    if (evaluator && Active(*evaluator)) {
+      const kube::WallTime since = chief_finished.value_or(in_.now);
+      const auto until = since + o_.evaluator_grace;
+      if (in_.now < until) {
+        status_.SetCondition(cond::kRunning, true, "WaitingForEvaluator",
+                             "training finished; waiting for the evaluator's final evaluation",
+                             in_.now);
+        Progress();
+        RequeueAt(until);
+        RequeueAfter(o_.progress_poll);
+        return Done();
+      }
+      Progress();
+      Succeed("training finished; the evaluator did not finish within " +
+              std::to_string(o_.evaluator_grace.count() / 1000) + "s");
+    } else {
+      Progress();
+      Succeed("TrainingJob " + ref_.name + " succeeded" +
+              (status_.evaluation.is_object() && status_.evaluation.contains("accuracy")
+                   ? ": test accuracy " + status_.evaluation["accuracy"].dump()
+                   : ""));
+    }
+    Finished();
+    return Done();
+  }
+
+  // A failure that the pod's restart policy does not retry fails the job at once.
+  for (const auto& f : failures) {
+    if (f.retryable) continue;
+    Fail(f.policy == api::RestartPolicy::kNever ? "PodFailed" : "NonRetryableExitCode",
+         Describe(f.pod, f.outcome) + ", which restartPolicy " + api::ToString(f.policy) +
+             " does not retry");
+    Finished();
+    return Done();
+  }
+
+  if (!failures.empty()) {
+    // The gang restarts: prefer the root cause over peers that only lost it (exit 75).
+    const Failure* cause = &failures.front();
+    for (const auto& f : failures) {
+      if (f.outcome.exit_code != 75) {
+        cause = &f;
+        break;
+      }
+    }
+    const std::string why = Describe(cause->pod, cause->outcome);
+    if (status_.restart_count >= spec_.run_policy.backoff_limit) {
+      Fail("BackoffLimitExceeded", why + "; the gang was restarted " +
+                                       std::to_string(status_.restart_count) +
+                                       " times (backoffLimit " +
+                                       std::to_string(spec_.run_policy.backoff_limit) + ")");
+      Finished();
+      return Done();
+    }
+    status_.restart_count += 1;
+    status_.created_generation = -1;
+    const std::string msg = "restart " + std::to_string(status_.restart_count) + " of " +
+                            std::to_string(spec_.run_policy.backoff_limit) + ": " + why +
+                            "; restarting all chief and worker pods";
+    status_.SetCondition(cond::kRestarting, true, "GangRestart", msg, in_.now);
+    status_.SetCondition(cond::kRunning, false, "GangRestart", msg, in_.now);
+    Event("Warning", "GangRestart", msg);
+    d_.job_restarted = true;
+    for (const auto& [k, p] : current) DeletePod(p);
+    RequeueAfter(std::chrono::seconds(1));
+    Progress();
+    return Done();
+  }
+
+  // Create what is missing: after the previous gang is gone and the restart backoff passed.
+  if (!missing.empty()) {
+    bool old_gang_left = false;
+    for (const auto& p : stale) {
+      auto t = api::ParseReplicaType(Label(p, api::kLabelReplicaType));
+      if (t != ReplicaType::kEvaluator) old_gang_left = true;
+    }
+    std::optional<kube::WallTime> ready_at;
+    const api::Condition* restarting = status_.Find(cond::kRestarting);
+    if (gen > 0 && restarting != nullptr && restarting->status == "True") {
+      // lastUpdateTime: restarts in a row keep the condition True but change its message.
+      auto since = kube::ParseTime(restarting->last_update_time.empty()
+                                       ? restarting->last_transition_time
+                                       : restarting->last_update_time);
+      if (since) {
+        milliseconds backoff = o_.restart_backoff_base;
+        for (int k = 1; k < gen && backoff < o_.restart_backoff_max; ++k) backoff *= 2;
+        backoff = std::min(backoff, o_.restart_backoff_max);
+        ready_at = *since + backoff;
+      }
+    }
+    if (old_gang_left) {
+      RequeueAfter(std::chrono::seconds(1));  // deletions also trigger a pass
+    } else if (ready_at && in_.now < *ready_at) {
+      RequeueAt(*ready_at);
+    } else {
+      std::string names;
+      for (const auto& [t, i] : missing) {
+        Create(kube::resources::kPods, BuildPod(in_.job, spec_, t, i, gen));
+        names += (names.empty() ? "" : ", ") + PodName(ref_.name, t, i);
+      }
+      status_.created_generation = gen;
+      Event("Normal", "CreatedPods",
+            "created " + names + (gen > 0 ? " (restart " + std::to_string(gen) + ")" : ""));
+    }
+  }
+
+  // The evaluator runs on its own: created when missing, restarted alone when its policy says.
+  if (spec_.Replicas(ReplicaType::kEvaluator) > 0) {
+    const std::string name = PodName(ref_.name, ReplicaType::kEvaluator, 0);
+    const api::ReplicaSpec& rs = spec_.replica_specs.at(ReplicaType::kEvaluator);
+    if (!evaluator) {
+      Create(kube::resources::kPods, BuildPod(in_.job, spec_, ReplicaType::kEvaluator, 0, gen));
+    } else if (!Deleting(*evaluator) && Phase(*evaluator) == "Failed") {
+      PodOutcome o = OutcomeOf(*evaluator);
+      if (IsRetryable(rs.restart_policy, o)) {
+        Event("Warning", "EvaluatorRestart", Describe(name, o) + "; restarting the evaluator");
+        DeletePod(*evaluator);
+      }
+    }
+  }
+
+  // Running once every chief/worker pod runs; the startup deadline until then.
+  if (running == expected && missing.empty()) {
+    if (!status_.IsTrue(cond::kRunning)) {
+      const std::string msg = "all " + std::to_string(expected) + " chief/worker pods are running";
+      status_.SetCondition(cond::kRunning, true, "JobRunning", msg, in_.now);
+      status_.SetCondition(cond::kRestarting, false, "JobRunning", msg, in_.now);
+      Event("Normal", "JobRunning", msg);
+    }
+  } else if (spec_.run_policy.startup_deadline_seconds && earliest_pending) {
+    const auto deadline =
+        *earliest_pending + std::chrono::seconds(*spec_.run_policy.startup_deadline_seconds);
+    if (in_.now >= deadline) {
+      Fail("StartupDeadlineExceeded",
+           "pod " + pending_pod + " was not running " +
+               std::to_string(*spec_.run_policy.startup_deadline_seconds) +
+               "s after it was created" +
+               (pending_reason.empty() ? "" : " (" + pending_reason + ")"));
+      Finished();
+      return Done();
+    }
+    RequeueAt(deadline);
+  }
+
+  Progress();
+  RequeueAfter(o_.progress_poll);
+  return Done();
+}
+
+}  // namespace
+
+PodOutcome OutcomeOf(const json& pod) {
+  PodOutcome o;
+  const std::string phase = Phase(pod);
+  o.failed = phase == "Failed" || Deleting(pod);
+  if (Deleting(pod)) o.deleted = true;
+  if (pod.contains("status") && pod["status"].is_object()) {
+    o.reason = pod["status"].value("reason", "");
+    if (o.reason == "Evicted" || o.reason == "Preempting" || o.reason == "Shutdown") o.deleted = true;
+  }
+  const json cs = TrainerContainerStatus(pod);
+  if (cs.is_object() && cs.contains("state") && cs["state"].is_object() &&
+      cs["state"].contains("terminated") && cs["state"]["terminated"].is_object()) {
+    const json& t = cs["state"]["terminated"];
+    if (t.contains("exitCode") && t["exitCode"].is_number_integer()) o.exit_code = t["exitCode"];
+    if (o.reason.empty()) o.reason = t.value("reason", "");
+  }
+  return o;
+}
+
+bool IsRetryable(api::RestartPolicy policy, const PodOutcome& o) {
+  if (o.deleted) return true;  // not the trainer's fault: restart under every policy
+  switch (policy) {
+    case api::RestartPolicy::kNever: return false;
+    case api::RestartPolicy::kOnFailure:
+    case api::RestartPolicy::kAlways: return true;
+    case api::RestartPolicy::kExitCode:
+      // Signals (128+n), the trainer's "peer lost" (75); no exit code: the node lost it.
+      return !o.exit_code || *o.exit_code >= 128 || *o.exit_code == 75;
+  }
+  return false;
+}
+
+std::string Describe(const std::string& pod, const PodOutcome& o) {
+  if (o.reason == "Evicted") return "pod " + pod + " was evicted";
+  if (o.deleted && !o.exit_code) return "pod " + pod + " was deleted";
+  std::string s = "pod " + pod;
+  if (o.exit_code) {
+    s += " exited with code " + std::to_string(*o.exit_code);
+    if (*o.exit_code > 128) s += " (signal " + std::to_string(*o.exit_code - 128) + ")";
+    if (*o.exit_code == 75) s += " (peer lost)";
+  } else {
+    s += " failed";
+  }
+  if (!o.reason.empty() && o.reason != "Error" && o.reason != "Completed") {
+    s += " (" + o.reason + ")";
+  }
+  if (o.deleted) s += " and was deleted";
+  return s;
+}
+
+Decision Reconcile(const Observed& in, const ReconcilerOptions& options) {
+  try {
+    return Pass(in, options).Run();
+  } catch (const std::exception& e) {
+    // Nothing a user sends may crash the operator: a malformed object ends here.
+    Decision d;
+    TrainingJobStatus s = TrainingJobStatus::FromJson(
+        in.job.is_object() && in.job.contains("status") ? in.job["status"] : json::object());
+    if (!s.IsTrue(cond::kFailed)) {
+      const std::string msg = std::string("the operator cannot process this object: ") + e.what();
+      s.SetCondition(cond::kFailed, true, "InvalidSpec", msg, in.now);
+      d.status = s.ToJson();
+      Action a;
+      a.event_type = "Warning";
+      a.reason = "InvalidSpec";
+      a.message = msg;
+      d.actions.push_back(a);
+      d.job_failed = true;
+    }
+    return d;
+  }
+}
+
+}  // namespace tj::controller

@@ -1,0 +1,79 @@
+// The pure core of the operator: what one TrainingJob needs, given what is observed.
+//   Reconcile(observed job, pods, service, secret, trainer /status snapshots, now)
+//     -> actions (create/delete objects, events), the new status, when to look again.
+// No I/O and no clock of its own, so every lifecycle rule is unit-tested with tables
+// (tests/unit/operator/controller/). The executor (executor.h) applies the decision.
+// Every rule reads only what the API server holds (labels, status), so a restarted operator
+// continues where the last one stopped.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "operator/api/training_job.h"
+#include "operator/kube/resource.h"
+#include "operator/kube/time_format.h"
+
+namespace tj::controller {
+
+struct ReconcilerOptions {
+  // Gang restart k waits base * 2^(k-1), at most max, after its pods are gone.
+  std::chrono::milliseconds restart_backoff_base{std::chrono::seconds(1)};
+  std::chrono::milliseconds restart_backoff_max{std::chrono::seconds(60)};
+  // How long a job whose training succeeded waits for the evaluator's final evaluation.
+  std::chrono::milliseconds evaluator_grace{std::chrono::seconds(300)};
+  // Requeue period of a running job, so status.progress stays fresh.
+  std::chrono::milliseconds progress_poll{std::chrono::seconds(5)};
+};
+
+struct Observed {
+  nlohmann::json job;                         // the TrainingJob as read from the API server
+  std::vector<nlohmann::json> pods;           // pods labelled tjo.dev/job-name=<job>
+  std::optional<nlohmann::json> service;      // "<job>", when it exists
+  std::optional<nlohmann::json> secret;       // "<job>-rendezvous", when it exists
+  std::map<std::string, nlohmann::json> trainer_status;  // pod name -> its /status answer
+  // Evaluator pod name -> the last "evaluation" event of its log (read once it has ended).
+  std::map<std::string, nlohmann::json> final_evaluation;
+  std::string new_rendezvous_key;  // random; used when the Secret has to be created
+  kube::WallTime now{};
+};
+
+struct Action {
+  enum class Kind { kCreate, kDelete, kEvent, kDeleteJob };
+  Kind kind = Kind::kEvent;
+  kube::Resource resource;  // kCreate, kDelete
+  std::string name;         // kDelete
+  nlohmann::json object;    // kCreate
+  std::string event_type;   // kEvent: Normal | Warning
+  std::string reason;       // kEvent
+  std::string message;      // kEvent
+};
+
+struct Decision {
+  std::vector<Action> actions;                     // in order
+  std::optional<nlohmann::json> status;            // the new .status, when it changed
+  std::optional<std::chrono::milliseconds> requeue_after;
+  // For the job counters.
+  bool job_created = false, job_succeeded = false, job_failed = false, job_restarted = false;
+};
+
+Decision Reconcile(const Observed& in, const ReconcilerOptions& options = {});
+
+// How a finished pod ended, for restart decisions.
+struct PodOutcome {
+  bool failed = false;
+  bool deleted = false;  // deleted, being deleted or evicted
+  std::optional<int> exit_code;
+  std::string reason;    // Evicted, Error, OOMKilled, ...
+};
+PodOutcome OutcomeOf(const nlohmann::json& pod);
+// Whether `policy` restarts a pod that ended as `o`.
+bool IsRetryable(api::RestartPolicy policy, const PodOutcome& o);
+// "pod fmnist-worker-1 exited with code 1" / "... was deleted" / "... was evicted".
+std::string Describe(const std::string& pod, const PodOutcome& o);
+
+}  // namespace tj::controller

@@ -1,0 +1,319 @@
+// tj-operator: flags and wiring. Informers on TrainingJobs and the pods, services and secrets
+// they own feed a rate-limited work queue; --workers threads sync keys through the executor
+// (operator/controller/executor.h), only while this instance leads when --leader-elect.
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <stop_token>
+#include <thread>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/event_log.h"
+#include "operator/api/training_job.h"
+#include "operator/controller/executor.h"
+#include "operator/controller/http_endpoints.h"
+#include "operator/controller/job_resources.h"
+#include "operator/controller/metrics.h"
+#include "operator/kube/config.h"
+#include "operator/kube/cpprest_transport.h"
+#include "operator/kube/event_recorder.h"
+#include "operator/kube/informer.h"
+#include "operator/kube/leader_election.h"
+#include "operator/kube/rest_client.h"
+#include "operator/kube/work_queue.h"
+
+namespace {
+
+using nlohmann::json;
+
+std::string RandomHex(size_t bytes) {
+  std::random_device rd;
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string s;
+  for (size_t i = 0; i < bytes; ++i) {
+    const unsigned v = rd() & 0xff;
+    s += kHex[v >> 4];
+    s += kHex[v & 15];
+  }
+  return s;
+}
+
+std::string Hostname() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "tj-operator";
+  return buf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string kubeconfig, ns, metrics_addr = ":8080", probe_addr = ":8081";
+  std::string lease_ns, lease_name = "tj-operator-leader";
+  bool leader_elect = false;
+  int workers = 4;
+  double qps = 50;
+  int burst = 100;
+  int evaluator_grace_s = 300, progress_poll_s = 5, backoff_base_ms = 1000;
+  CLI::App app{"tj-operator: runs TrainingJobs (tjo.dev/v1alpha1) on Kubernetes"};
+  app.add_option("--kubeconfig", kubeconfig, "kubeconfig file (else $KUBECONFIG, ~/.kube/config, in-cluster)");
+  app.add_option("--namespace", ns, "watch only this namespace (default: all)");
+  app.add_flag("--leader-elect", leader_elect, "elect a leader on a Lease; only the leader acts");
+  app.add_option("--leader-election-namespace", lease_ns,
+                 "namespace of the Lease (default: --namespace, else default)");
+  app.add_option("--leader-election-id", lease_name, "name of the Lease")->capture_default_str();
+  app.add_option("--metrics-bind-address", metrics_addr, "/metrics address; 0 disables")
+      ->capture_default_str();
+  app.add_option("--health-probe-bind-address", probe_addr, "/healthz and /readyz address; 0 disables")
+      ->capture_default_str();
+  app.add_option("--workers", workers, "concurrent reconciles")->capture_default_str()->check(CLI::Range(1, 64));
+  app.add_option("--kube-api-qps", qps, "client-side QPS limit to the API server")->capture_default_str();
+  app.add_option("--kube-api-burst", burst, "client-side burst")->capture_default_str();
+  app.add_option("--evaluator-grace-seconds", evaluator_grace_s,
+                 "how long a finished job waits for the evaluator's final evaluation")
+      ->capture_default_str()->check(CLI::Range(0, 86400));
+  app.add_option("--progress-poll-seconds", progress_poll_s,
+                 "how often a running job's trainer /status is read")
+      ->capture_default_str()->check(CLI::Range(1, 3600));
+  app.add_option("--restart-backoff-ms", backoff_base_ms,
+                 "first gang-restart backoff; doubles per restart, at most 60 s")
+      ->capture_default_str()->check(CLI::Range(0, 600000));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+
+  tj::EventLog log;
+  auto config = tj::kube::LoadConfig(kubeconfig, tj::kube::ProcessEnvironment());
+  if (!config.ok()) {
+    log.Error(config.status().message());
+    return 1;
+  }
+  config->qps = qps;
+  config->burst = burst;
+  config->user_agent = "tj-operator";
+  tj::RealClock* clock = tj::RealClock::Get();
+  auto client_or = tj::kube::RestClient::New(*config, clock);
+  if (!client_or.ok()) {
+    log.Error(client_or.status().message());
+    return 1;
+  }
+  tj::kube::RestClient* client = client_or->get();
+  auto log_transport = tj::kube::NewCppRestTransport(*config);
+  if (!log_transport.ok()) {
+    log.Error(log_transport.status().message());
+    return 1;
+  }
+
+  // SIGTERM/SIGINT stop the operator; every other thread has them blocked.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::stop_source stop;
+  std::thread waiter([&] {
+    int sig = 0;
+    sigwait(&set, &sig);
+    stop.request_stop();
+  });
+  waiter.detach();
+
+  const std::string identity = Hostname() + "_" + RandomHex(8);
+  tj::kube::EventRecorder recorder(client, "tj-operator", Hostname());
+  tj::controller::OperatorMetrics metrics;
+  tj::kube::WorkQueue queue(clock);
+
+  tj::controller::ExecutorDeps deps;
+  deps.client = client;
+  deps.recorder = &recorder;
+  deps.metrics = &metrics;
+  deps.log = &log;
+  deps.random_key = [] { return RandomHex(32); };
+  deps.trainer_status = [](const json& pod) -> std::optional<json> {
+    if (!pod.contains("status") || !pod["status"].is_object()) return std::nullopt;
+    const std::string ip = pod["status"].value("podIP", "");
+    auto port = tj::controller::StatusPortOf(pod);
+    if (ip.empty() || !port) return std::nullopt;
+    return tj::controller::HttpGetJson(ip, *port, "/status", std::chrono::milliseconds(1500));
+  };
+  tj::kube::HttpTransport* lt = log_transport->get();
+  const tj::kube::RestConfig cfg = *config;
+  deps.pod_log = [lt, cfg](const std::string& pns,
+                           const std::string& pod) -> std::optional<std::string> {
+    std::string token = cfg.bearer_token;
+    if (!cfg.token_file.empty()) {
+      std::ifstream f(cfg.token_file);
+      std::stringstream ss;
+      ss << f.rdbuf();
+      token = ss.str();
+      while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
+    }
+    tj::kube::HttpRequest req;
+    req.method = "GET";
+    req.path_and_query = "/api/v1/namespaces/" + pns + "/pods/" + pod + "/log?tailLines=50";
+    if (!token.empty()) req.authorization = "Bearer " + token;
+    auto r = lt->Send(req);
+    if (!r.ok() || r->status != 200) return std::nullopt;
+    return r->body;
+  };
+  tj::controller::ReconcilerOptions ropts;
+  ropts.evaluator_grace = std::chrono::seconds(evaluator_grace_s);
+  ropts.progress_poll = std::chrono::seconds(progress_poll_s);
+  ropts.restart_backoff_base = std::chrono::milliseconds(backoff_base_ms);
+  tj::controller::Executor executor(deps, ropts);
+
+  // Informers: the jobs, and everything labelled with a job's name (enqueue its job).
+  std::vector<std::unique_ptr<tj::kube::Informer>> informers;
+  auto enqueue_job = [&queue](const json& obj) { queue.Add(tj::kube::ObjectKey(obj)); };
+  auto enqueue_owner = [&queue](const json& obj) {
+    const json& m = obj["metadata"];
+    if (!m.contains("labels") || !m["labels"].contains(tj::api::kLabelJobName)) return;
+    queue.Add(tj::kube::ObjectKey(m.value("namespace", ""),
+                                  m["labels"].value(tj::api::kLabelJobName, "")));
+  };
+  {
+    tj::kube::InformerOptions o;
+    o.resource = tj::api::kTrainingJobs;
+    o.ns = ns;
+    o.resync_period = std::chrono::minutes(10);
+    auto inf = std::make_unique<tj::kube::Informer>(client, clock, o, &log);
+    inf->AddHandlers({enqueue_job, [=](const json&, const json& n) { enqueue_job(n); },
+                      enqueue_job});
+    informers.push_back(std::move(inf));
+  }
+  for (const auto& r : {tj::kube::resources::kPods, tj::kube::resources::kServices,
+                        tj::kube::resources::kSecrets}) {
+    tj::kube::InformerOptions o;
+    o.resource = r;
+    o.ns = ns;
+    o.label_selector = tj::api::kLabelJobName;
+    auto inf = std::make_unique<tj::kube::Informer>(client, clock, o, &log);
+    inf->AddHandlers({enqueue_owner, [=](const json&, const json& n) { enqueue_owner(n); },
+                      enqueue_owner});
+    informers.push_back(std::move(inf));
+  }
+
+  std::atomic<bool> leading{!leader_elect};
+  std::atomic<bool> synced{false};
+  tj::controller::HttpEndpoints metrics_server(
+      metrics_addr, {{"/metrics", [&] {
+                        tj::controller::OperatorMetrics::QueueStats q{queue.Len(), queue.adds(),
+                                                                      queue.retries()};
+                        return tj::controller::HttpAnswer{
+                            200, "text/plain; version=0.0.4; charset=utf-8",
+                            metrics.Render(q, leading.load())};
+                      }}});
+  tj::controller::HttpEndpoints probes(
+      probe_addr,
+      {{"/healthz", [] { return tj::controller::HttpAnswer{200, "text/plain", "ok\n"}; }},
+       {"/readyz", [&] {
+          return synced.load() ? tj::controller::HttpAnswer{200, "text/plain", "ok\n"}
+                               : tj::controller::HttpAnswer{503, "text/plain",
+                                                            "informers not synced yet\n"};
+        }}});
+  for (auto* s : {&metrics_server, &probes}) {
+    tj::Status st = s->Start();
+    if (!st.ok()) {
+      log.Error(st.message());
+      return 1;
+    }
+  }
+
+  for (auto& inf : informers) inf->Start();
+  for (auto& inf : informers) {
+    while (!inf->WaitForSync(std::chrono::seconds(1))) {
+      if (stop.stop_requested()) return 0;
+    }
+  }
+  synced = true;
+  log.Emit({{"event", "operator_started"},
+            {"identity", identity},
+            {"namespace", ns.empty() ? "(all)" : ns},
+            {"workers", workers},
+            {"leader_elect", leader_elect}});
+
+  std::jthread elector_thread;
+  std::unique_ptr<tj::kube::LeaderElector> elector;
+  if (leader_elect) {
+    tj::kube::LeaderElectionConfig lc;
+    lc.lease_namespace = !lease_ns.empty() ? lease_ns : (!ns.empty() ? ns : "default");
+    lc.lease_name = lease_name;
+    lc.identity = identity;
+    tj::kube::LeaderCallbacks cb;
+    cb.on_started_leading = [&] {
+      log.Emit({{"event", "leading"}, {"identity", identity}});
+      leading = true;
+      // Look at every job once now that this instance acts.
+      for (const auto& key : informers[0]->cache().Keys()) queue.Add(key);
+    };
+    cb.on_stopped_leading = [&, lease = lc.lease_name] {
+      log.Error("lost the leader lease " + lease + "; exiting so a fresh start campaigns");
+      leading = false;
+      stop.request_stop();
+    };
+    elector = std::make_unique<tj::kube::LeaderElector>(client, clock, lc, cb, &log);
+    tj::Status v = elector->Validate();
+    if (!v.ok()) {
+      log.Error(v.message());
+      return 2;
+    }
+    elector_thread = std::jthread([&](std::stop_token) {
+      tj::Status s = elector->Run(stop.get_token());
+      if (!s.ok()) log.Error(s.message());
+      stop.request_stop();
+    });
+  }
+
+  std::vector<std::jthread> threads;
+  for (int i = 0; i < workers; ++i) {
+    threads.emplace_back([&] {
+      while (true) {
+        auto key = queue.Get();
+        if (!key) return;
+        if (!leading.load()) {
+          queue.Done(*key);
+          queue.AddAfter(*key, std::chrono::seconds(1));
+          continue;
+        }
+        const auto t0 = std::chrono::steady_clock::now();
+        auto r = executor.Sync(*key);
+        const double secs =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        if (!r.ok()) {
+          log.Warn("reconciling " + *key + ": " + r.status().message());
+          metrics.ReconcileDone("error", secs);
+          queue.Done(*key);
+          queue.AddRateLimited(*key);
+          continue;
+        }
+        queue.Forget(*key);
+        queue.Done(*key);
+        if (*r) {
+          metrics.ReconcileDone("requeue_after", secs);
+          queue.AddAfter(*key, **r);
+        } else {
+          metrics.ReconcileDone("success", secs);
+        }
+      }
+    });
+  }
+
+  while (!stop.stop_requested()) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  log.Emit({{"event", "operator_stopping"}});
+  queue.ShutDown();
+  threads.clear();
+  if (elector_thread.joinable()) elector_thread.join();
+  for (auto& inf : informers) inf->Stop();
+  metrics_server.Stop();
+  probes.Stop();
+  return 0;
+}

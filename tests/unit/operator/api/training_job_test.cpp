@@ -1,0 +1,208 @@
+// TrainingJob spec parsing: defaults, and one table row per validation rule (the message
+// must name the field).
+#include "operator/api/training_job.h"
+
+#include <gtest/gtest.h>
+
+namespace tj::api {
+namespace {
+
+using nlohmann::json;
+
+json Template() {
+  return {{"spec", {{"containers", json::array({{{"name", "trainer"}, {"image", "tj-trainer"}}})}}}};
+}
+
+json MinimalSpec() { return {{"replicaSpecs", {{"Worker", {{"template", Template()}}}}}}; }
+
+TEST(ParseSpec, Defaults) {
+  auto s = ParseSpec(MinimalSpec());
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_EQ(s->Replicas(ReplicaType::kWorker), 1);
+  EXPECT_EQ(s->Replicas(ReplicaType::kChief), 0);
+  EXPECT_EQ(s->replica_specs.at(ReplicaType::kWorker).restart_policy, RestartPolicy::kExitCode);
+  EXPECT_EQ(s->run_policy.backoff_limit, 3);
+  EXPECT_EQ(s->run_policy.clean_pod_policy, CleanPodPolicy::kRunning);
+  EXPECT_FALSE(s->run_policy.suspend);
+  EXPECT_FALSE(s->run_policy.active_deadline_seconds);
+  EXPECT_FALSE(s->run_policy.ttl_seconds_after_finished);
+  EXPECT_FALSE(s->run_policy.startup_deadline_seconds);
+  EXPECT_EQ(s->success_policy, SuccessPolicy::kChief);
+  EXPECT_EQ(s->port, 2222);
+}
+
+TEST(ParseSpec, FullSpec) {
+  json spec = MinimalSpec();
+  spec["replicaSpecs"]["Worker"]["replicas"] = 3;
+  spec["replicaSpecs"]["Worker"]["restartPolicy"] = "OnFailure";
+  spec["replicaSpecs"]["Chief"] = {{"replicas", 1}, {"template", Template()}};
+  spec["replicaSpecs"]["Evaluator"] = {{"replicas", 1}, {"restartPolicy", "Never"},
+                                       {"template", Template()}};
+  spec["runPolicy"] = {{"backoffLimit", 0},           {"activeDeadlineSeconds", 60},
+                       {"ttlSecondsAfterFinished", 0}, {"cleanPodPolicy", "All"},
+                       {"suspend", true},             {"startupDeadlineSeconds", 30}};
+  spec["successPolicy"] = "AllWorkers";
+  spec["port"] = 3000;
+  auto s = ParseSpec(spec);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  EXPECT_EQ(s->Replicas(ReplicaType::kWorker), 3);
+  EXPECT_EQ(s->Replicas(ReplicaType::kChief), 1);
+  EXPECT_EQ(s->Replicas(ReplicaType::kEvaluator), 1);
+  EXPECT_EQ(s->replica_specs.at(ReplicaType::kWorker).restart_policy, RestartPolicy::kOnFailure);
+  EXPECT_EQ(s->replica_specs.at(ReplicaType::kEvaluator).restart_policy, RestartPolicy::kNever);
+  EXPECT_EQ(s->run_policy.backoff_limit, 0);
+  EXPECT_EQ(*s->run_policy.active_deadline_seconds, 60);
+  EXPECT_EQ(*s->run_policy.ttl_seconds_after_finished, 0);
+  EXPECT_EQ(*s->run_policy.startup_deadline_seconds, 30);
+  EXPECT_EQ(s->run_policy.clean_pod_policy, CleanPodPolicy::kAll);
+  EXPECT_TRUE(s->run_policy.suspend);
+  EXPECT_EQ(s->success_policy, SuccessPolicy::kAllWorkers);
+  EXPECT_EQ(s->port, 3000);
+}
+
+struct InvalidCase {
+  std::string name;
+  std::function<void(json&)> mutate;
+  std::string message;  // a substring of the error
+};
+
+class InvalidSpecTest : public ::testing::TestWithParam<InvalidCase> {};
+
+TEST_P(InvalidSpecTest, NamesTheField) {
+  json spec = MinimalSpec();
+  GetParam().mutate(spec);
+  auto s = ParseSpec(spec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.status().message().find(GetParam().message), std::string::npos)
+      << s.status().message();
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Rules, InvalidSpecTest,
+    ::testing::Values(
+        InvalidCase{"NotAnObject", [](json& s) { s = "x"; }, "spec: required"},
+        InvalidCase{"NoReplicaSpecs", [](json& s) { s.erase("replicaSpecs"); },
+                    "spec.replicaSpecs: required"},
+        InvalidCase{"NoWorker",
+                    [](json& s) {
+                      s["replicaSpecs"]["Chief"] = s["replicaSpecs"]["Worker"];
+                      s["replicaSpecs"].erase("Worker");
+                    },
+                    "spec.replicaSpecs.Worker: required"},
+        InvalidCase{"UnknownType", [](json& s) { s["replicaSpecs"]["PS"] = json::object(); },
+                    "spec.replicaSpecs.PS: unknown replica type"},
+        InvalidCase{"ZeroWorkers", [](json& s) { s["replicaSpecs"]["Worker"]["replicas"] = 0; },
+                    "spec.replicaSpecs.Worker.replicas: must be >= 1"},
+        InvalidCase{"NegativeWorkers",
+                    [](json& s) { s["replicaSpecs"]["Worker"]["replicas"] = -2; },
+                    "spec.replicaSpecs.Worker.replicas: must be >= 1"},
+        InvalidCase{"StringReplicas",
+                    [](json& s) { s["replicaSpecs"]["Worker"]["replicas"] = "2"; },
+                    "spec.replicaSpecs.Worker.replicas: must be an integer"},
+        InvalidCase{"TwoChiefs",
+                    [](json& s) {
+                      s["replicaSpecs"]["Chief"] = {{"replicas", 2}, {"template", Template()}};
+                    },
+                    "spec.replicaSpecs.Chief.replicas: must be <= 1"},
+        InvalidCase{"TwoEvaluators",
+                    [](json& s) {
+                      s["replicaSpecs"]["Evaluator"] = {{"replicas", 2}, {"template", Template()}};
+                    },
+                    "spec.replicaSpecs.Evaluator.replicas: must be <= 1"},
+        InvalidCase{"BadRestartPolicy",
+                    [](json& s) { s["replicaSpecs"]["Worker"]["restartPolicy"] = "Sometimes"; },
+                    "spec.replicaSpecs.Worker.restartPolicy: unsupported value \"Sometimes\""},
+        InvalidCase{"NoTemplate", [](json& s) { s["replicaSpecs"]["Worker"].erase("template"); },
+                    "spec.replicaSpecs.Worker.template: required"},
+        InvalidCase{"NoContainers",
+                    [](json& s) {
+                      s["replicaSpecs"]["Worker"]["template"]["spec"]["containers"] = json::array();
+                    },
+                    "spec.replicaSpecs.Worker.template.spec.containers: must list"},
+        InvalidCase{"ContainerWithoutImage",
+                    [](json& s) {
+                      s["replicaSpecs"]["Worker"]["template"]["spec"]["containers"][0].erase("image");
+                    },
+                    "spec.replicaSpecs.Worker.template.spec.containers[0].image: required"},
+        InvalidCase{"TwoContainersNoTrainer",
+                    [](json& s) {
+                      auto& cs = s["replicaSpecs"]["Worker"]["template"]["spec"]["containers"];
+                      cs[0]["name"] = "a";
+                      cs.push_back({{"name", "b"}, {"image", "x"}});
+                    },
+                    "one must be named \"trainer\""},
+        InvalidCase{"NegativeBackoff", [](json& s) { s["runPolicy"]["backoffLimit"] = -1; },
+                    "spec.runPolicy.backoffLimit: must be >= 0"},
+        InvalidCase{"ZeroDeadline", [](json& s) { s["runPolicy"]["activeDeadlineSeconds"] = 0; },
+                    "spec.runPolicy.activeDeadlineSeconds: must be >= 1"},
+        InvalidCase{"NegativeTtl", [](json& s) { s["runPolicy"]["ttlSecondsAfterFinished"] = -5; },
+                    "spec.runPolicy.ttlSecondsAfterFinished: must be >= 0"},
+        InvalidCase{"ZeroStartup", [](json& s) { s["runPolicy"]["startupDeadlineSeconds"] = 0; },
+                    "spec.runPolicy.startupDeadlineSeconds: must be >= 1"},
+        InvalidCase{"BadCleanPodPolicy", [](json& s) { s["runPolicy"]["cleanPodPolicy"] = "Some"; },
+                    "spec.runPolicy.cleanPodPolicy: unsupported value"},
+        InvalidCase{"SuspendNotBool", [](json& s) { s["runPolicy"]["suspend"] = "yes"; },
+                    "spec.runPolicy.suspend: must be a boolean"},
+        InvalidCase{"BadSuccessPolicy", [](json& s) { s["successPolicy"] = "Evaluator"; },
+                    "spec.successPolicy: unsupported value"},
+        InvalidCase{"PortZero", [](json& s) { s["port"] = 0; }, "spec.port: must be >= 1"},
+        InvalidCase{"PortTooBig", [](json& s) { s["port"] = 70000; }, "spec.port: must be <= 65535"},
+        InvalidCase{"RunPolicyNotObject", [](json& s) { s["runPolicy"] = 3; },
+                    "spec.runPolicy: must be an object"}),
+    [](const ::testing::TestParamInfo<InvalidCase>& i) { return i.param.name; });
+
+TEST(Status, RoundTripsAndKeepsState) {
+  TrainingJobStatus s;
+  const auto now = std::chrono::system_clock::time_point(std::chrono::seconds(1700000000));
+  EXPECT_TRUE(s.SetCondition(condition::kCreated, true, "JobCreated", "m", now));
+  EXPECT_FALSE(s.SetCondition(condition::kCreated, true, "JobCreated", "m", now));
+  EXPECT_FALSE(s.SetCondition(condition::kRestarting, false, "X", "never held", now));
+  EXPECT_EQ(s.state, "Created");
+  EXPECT_TRUE(s.SetCondition(condition::kRunning, true, "JobRunning", "m", now));
+  EXPECT_EQ(s.state, "Running");
+  s.restart_count = 2;
+  s.created_generation = 2;
+  s.start_time = "2023-11-14T22:13:20Z";
+  s.replica_statuses["Worker"] = {2, 0, 0};
+  s.progress = {{"epoch", 1}};
+  json j = s.ToJson();
+  EXPECT_EQ(j["state"], "Running");
+  TrainingJobStatus back = TrainingJobStatus::FromJson(j);
+  EXPECT_EQ(back.ToJson(), j);
+  EXPECT_EQ(back.restart_count, 2);
+  EXPECT_TRUE(back.IsTrue(condition::kRunning));
+  EXPECT_FALSE(back.Finished());
+}
+
+TEST(Status, TransitionTimeChangesOnlyOnFlip) {
+  TrainingJobStatus s;
+  const auto t0 = std::chrono::system_clock::time_point(std::chrono::seconds(1700000000));
+  const auto t1 = t0 + std::chrono::seconds(10);
+  const auto t2 = t0 + std::chrono::seconds(20);
+  s.SetCondition(condition::kRestarting, true, "GangRestart", "restart 1", t0);
+  s.SetCondition(condition::kRestarting, true, "GangRestart", "restart 2", t1);
+  EXPECT_EQ(s.Find(condition::kRestarting)->last_transition_time, kube::FormatTime(t0));
+  EXPECT_EQ(s.Find(condition::kRestarting)->last_update_time, kube::FormatTime(t1));
+  s.SetCondition(condition::kRestarting, false, "JobRunning", "ok", t2);
+  EXPECT_EQ(s.Find(condition::kRestarting)->last_transition_time, kube::FormatTime(t2));
+}
+
+TEST(Status, MalformedFieldsAreDropped) {
+  json j = {{"conditions", "nope"}, {"restartCount", "x"}, {"replicaStatuses", {{"Worker", 3}}}};
+  TrainingJobStatus s = TrainingJobStatus::FromJson(j);
+  EXPECT_TRUE(s.conditions.empty());
+  EXPECT_EQ(s.restart_count, 0);
+  EXPECT_TRUE(s.replica_statuses.empty());
+  EXPECT_TRUE(TrainingJobStatus::FromJson("garbage").conditions.empty());
+}
+
+TEST(ReplicaTypes, Names) {
+  EXPECT_EQ(ToString(ReplicaType::kWorker), "Worker");
+  EXPECT_EQ(TaskName(ReplicaType::kEvaluator), "evaluator");
+  EXPECT_EQ(ParseReplicaType("chief"), ReplicaType::kChief);
+  EXPECT_EQ(ParseReplicaType("Worker"), ReplicaType::kWorker);
+  EXPECT_FALSE(ParseReplicaType("ps"));
+}
+
+}  // namespace
+}  // namespace tj::api

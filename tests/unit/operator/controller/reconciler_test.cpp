@@ -1,0 +1,739 @@
+// The reconciler, rule by rule: observed state and time in, actions, status and requeue out.
+// No API server: jobs and pods are JSON as the API server would return them.
+#include "operator/controller/reconciler.h"
+
+#include <gtest/gtest.h>
+
+#include "operator/controller/job_resources.h"
+
+namespace tj::controller {
+namespace {
+
+using api::ReplicaType;
+using nlohmann::json;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+const kube::WallTime kT0 = kube::WallTime(seconds(1700000000));
+
+json Template() {
+  return {{"spec",
+           {{"containers", json::array({{{"name", "trainer"},
+                                         {"image", "tj-trainer"},
+                                         {"args", json::array({"--epochs", "2"})}}})}}}};
+}
+
+json Job(int workers = 2, bool evaluator = true) {
+  json j = {{"apiVersion", "tjo.dev/v1alpha1"},
+            {"kind", "TrainingJob"},
+            {"metadata", {{"name", "mnist"}, {"namespace", "ns"}, {"uid", "uid-1"}}},
+            {"spec", {{"replicaSpecs", {{"Worker", {{"replicas", workers}, {"template", Template()}}}}}}}};
+  if (evaluator) j["spec"]["replicaSpecs"]["Evaluator"] = {{"replicas", 1}, {"template", Template()}};
+  return j;
+}
+
+// A pod as the operator would have created it, in `phase`.
+json Pod(const json& job, ReplicaType t, int i, int gen, const std::string& phase,
+         std::optional<int> exit_code = std::nullopt) {
+  auto spec = api::ParseSpec(job["spec"]);
+  json p = BuildPod(job, *spec, t, i, gen);
+  p["metadata"]["creationTimestamp"] = kube::FormatTime(kT0);
+  p["status"] = {{"phase", phase}, {"podIP", "127.0.1." + std::to_string(i + 1)}};
+  if (exit_code) {
+    p["status"]["containerStatuses"] = json::array(
+        {{{"name", "trainer"},
+          {"state",
+           {{"terminated",
+             {{"exitCode", *exit_code}, {"reason", *exit_code == 0 ? "Completed" : "Error"},
+              {"finishedAt", kube::FormatTime(kT0)}}}}}}});
+  }
+  return p;
+}
+
+// A job whose whole gang (generation `gen`) and evaluator run, with status to match.
+struct World {
+  json job = Job();
+  Observed in;
+  World() {
+    in.job = job;
+    in.now = kT0;
+    in.new_rendezvous_key = "k";
+  }
+  void Running(int gen = 0) {
+    json st = {{"restartCount", gen}, {"createdGeneration", gen},
+               {"startTime", kube::FormatTime(kT0)},
+               {"conditions", json::array({{{"type", "Created"}, {"status", "True"}}})}};
+    in.job["status"] = st;
+    in.service = json::object();
+    in.secret = json::object();
+    in.pods = {Pod(in.job, ReplicaType::kWorker, 0, gen, "Running"),
+               Pod(in.job, ReplicaType::kWorker, 1, gen, "Running")};
+    if (in.job["spec"]["replicaSpecs"].contains("Evaluator")) {
+      in.pods.push_back(Pod(in.job, ReplicaType::kEvaluator, 0, 0, "Running"));
+    }
+  }
+  // Applies a decision's status to the job, as the executor would.
+  void Keep(const Decision& d) {
+    if (d.status) in.job["status"] = *d.status;
+  }
+};
+
+std::vector<std::string> Created(const Decision& d) {
+  std::vector<std::string> out;
+  for (const auto& a : d.actions) {
+    if (a.kind == Action::Kind::kCreate) out.push_back(a.resource.plural + "/" + a.name);
+  }
+  return out;
+}
+std::vector<std::string> Deleted(const Decision& d) {
+  std::vector<std::string> out;
+  for (const auto& a : d.actions) {
+    if (a.kind == Action::Kind::kDelete) out.push_back(a.name);
+  }
+  return out;
+}
+const Action* FindEvent(const Decision& d, const std::string& reason) {
+  for (const auto& a : d.actions) {
+    if (a.kind == Action::Kind::kEvent && a.reason == reason) return &a;
+  }
+  return nullptr;
+}
+api::TrainingJobStatus StatusOf(const Decision& d) {
+  return api::TrainingJobStatus::FromJson(d.status.value_or(json::object()));
+}
+const api::Condition& Cond(const Decision& d, const std::string& type) {
+  static api::Condition none;
+  static thread_local api::TrainingJobStatus s;
+  s = StatusOf(d);
+  const api::Condition* c = s.Find(type);
+  return c ? *c : none;
+}
+
+TEST(Reconcile, NewJobCreatesServiceSecretAndEveryPod) {
+  World w;
+  Decision d = Reconcile(w.in);
+  EXPECT_EQ(Created(d), (std::vector<std::string>{"services/mnist", "secrets/mnist-rendezvous",
+                                                  "pods/mnist-worker-0", "pods/mnist-worker-1",
+                                                  "pods/mnist-evaluator-0"}));
+  auto s = StatusOf(d);
+  EXPECT_TRUE(s.IsTrue("Created"));
+  EXPECT_EQ(s.created_generation, 0);
+  EXPECT_EQ(s.start_time, kube::FormatTime(kT0));
+  EXPECT_TRUE(d.job_created);
+  EXPECT_NE(FindEvent(d, "CreatedPods"), nullptr);
+  ASSERT_TRUE(d.requeue_after);
+}
+
+TEST(Reconcile, IdempotentOncePodsExist) {
+  World w;
+  Decision d1 = Reconcile(w.in);
+  w.Keep(d1);
+  w.in.service = json::object();
+  w.in.secret = json::object();
+  for (const auto& a : d1.actions) {
+    if (a.kind == Action::Kind::kCreate && a.resource.plural == "pods") {
+      json p = a.object;
+      p["status"] = {{"phase", "Pending"}};
+      w.in.pods.push_back(p);
+    }
+  }
+  Decision d2 = Reconcile(w.in);
+  EXPECT_TRUE(Created(d2).empty());
+  EXPECT_TRUE(Deleted(d2).empty());
+  EXPECT_FALSE(d2.job_created);
+}
+
+TEST(Reconcile, PartialCreationIsCompletedNotRestarted) {
+  World w;
+  w.in.service = json::object();
+  w.in.secret = json::object();
+  w.in.job["status"] = {{"restartCount", 0}, {"createdGeneration", -1}};
+  w.in.pods = {Pod(w.in.job, ReplicaType::kWorker, 0, 0, "Pending")};
+  Decision d = Reconcile(w.in);
+  EXPECT_EQ(Created(d),
+            (std::vector<std::string>{"pods/mnist-worker-1", "pods/mnist-evaluator-0"}));
+  EXPECT_FALSE(d.job_restarted);
+}
+
+TEST(Pods, NamesLabelsEnvAndOwner) {
+  json job = Job();
+  auto spec = api::ParseSpec(job["spec"]);
+  json p = BuildPod(job, *spec, ReplicaType::kWorker, 1, 3);
+  EXPECT_EQ(p["metadata"]["name"], "mnist-worker-1");
+  EXPECT_EQ(p["metadata"]["labels"]["tjo.dev/job-name"], "mnist");
+  EXPECT_EQ(p["metadata"]["labels"]["tjo.dev/replica-type"], "worker");
+  EXPECT_EQ(p["metadata"]["labels"]["tjo.dev/replica-index"], "1");
+  EXPECT_EQ(p["metadata"]["labels"]["tjo.dev/restart-count"], "3");
+  EXPECT_EQ(p["metadata"]["ownerReferences"][0]["uid"], "uid-1");
+  EXPECT_EQ(p["metadata"]["ownerReferences"][0]["controller"], true);
+  EXPECT_EQ(p["spec"]["hostname"], "mnist-worker-1");
+  EXPECT_EQ(p["spec"]["subdomain"], "mnist");
+  EXPECT_EQ(p["spec"]["restartPolicy"], "Never");
+  const json& c = p["spec"]["containers"][0];
+  std::map<std::string, json> env;
+  for (const auto& e : c["env"]) env[e["name"]] = e;
+  json tf = json::parse(env["TF_CONFIG"]["value"].get<std::string>());
+  EXPECT_EQ(tf["task"]["type"], "worker");
+  EXPECT_EQ(tf["task"]["index"], 1);
+  EXPECT_EQ(tf["environment"], "cloud");
+  EXPECT_EQ(tf["cluster"]["worker"][1], "mnist-worker-1.mnist.ns.svc:2222");
+  EXPECT_EQ(tf["cluster"]["evaluator"][0], "mnist-evaluator-0.mnist.ns.svc:2222");
+  EXPECT_FALSE(tf["cluster"].contains("chief"));
+  EXPECT_EQ(env["TJ_JOB_NAME"]["value"], "mnist");
+  EXPECT_EQ(env["TJ_RESTART_COUNT"]["value"], "3");
+  EXPECT_EQ(env["TJ_RENDEZVOUS_KEY"]["valueFrom"]["secretKeyRef"]["name"], "mnist-rendezvous");
+  EXPECT_EQ(c["args"], json::array({"--epochs", "2", "--status-port", "8471"}));
+  EXPECT_EQ(StatusPortOf(p), 8471);
+  EXPECT_EQ(StatusPortOf(BuildPod(job, *spec, ReplicaType::kWorker, 0, 0)), 8470);
+  EXPECT_EQ(StatusPortOf(BuildPod(job, *spec, ReplicaType::kEvaluator, 0, 0)), 8472);
+}
+
+TEST(Pods, KeepsUserStatusPortAndPicksTrainerContainer) {
+  json job = Job();
+  job["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"] = json::array(
+      {{{"name", "sidecar"}, {"image", "busybox"}},
+       {{"name", "trainer"}, {"image", "x/tj-trainer"}, {"args", {"--status-port=9000"}},
+        {"env", json::array({{{"name", "TF_CONFIG"}, {"value", "user"}}})}}});
+  job["spec"]["port"] = 3333;
+  auto spec = api::ParseSpec(job["spec"]);
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  json p = BuildPod(job, *spec, ReplicaType::kWorker, 0, 0);
+  EXPECT_FALSE(p["spec"]["containers"][0].contains("env"));
+  const json& c = p["spec"]["containers"][1];
+  EXPECT_EQ(c["args"], json::array({"--status-port=9000"}));
+  EXPECT_EQ(StatusPortOf(p), 9000);
+  int tf_configs = 0;
+  for (const auto& e : c["env"]) {
+    if (e["name"] == "TF_CONFIG") {
+      ++tf_configs;
+      EXPECT_NE(e["value"].get<std::string>().find(":3333"), std::string::npos);
+    }
+  }
+  EXPECT_EQ(tf_configs, 1);
+}
+
+TEST(Pods, ChiefInClusterAndServiceHeadless) {
+  json job = Job();
+  job["spec"]["replicaSpecs"]["Chief"] = {{"replicas", 1}, {"template", Template()}};
+  auto spec = api::ParseSpec(job["spec"]);
+  json tf = TfConfig(api::RefOf(job), *spec, ReplicaType::kChief, 0);
+  EXPECT_EQ(tf["cluster"]["chief"][0], "mnist-chief-0.mnist.ns.svc:2222");
+  EXPECT_EQ(tf["cluster"]["worker"].size(), 2u);
+  json svc = BuildService(job, *spec);
+  EXPECT_EQ(svc["spec"]["clusterIP"], "None");
+  EXPECT_EQ(svc["spec"]["publishNotReadyAddresses"], true);
+  EXPECT_EQ(svc["spec"]["selector"]["tjo.dev/job-name"], "mnist");
+  json sec = BuildSecret(job, "abc");
+  EXPECT_EQ(sec["metadata"]["name"], "mnist-rendezvous");
+  EXPECT_EQ(sec["stringData"]["key"], "abc");
+}
+
+TEST(Reconcile, AllRunningSetsRunning) {
+  World w;
+  w.Running();
+  Decision d = Reconcile(w.in);
+  EXPECT_TRUE(Created(d).empty());
+  EXPECT_TRUE(Deleted(d).empty());
+  EXPECT_EQ(Cond(d, "Running").status, "True");
+  EXPECT_EQ(Cond(d, "Running").reason, "JobRunning");
+  EXPECT_NE(FindEvent(d, "JobRunning"), nullptr);
+  EXPECT_EQ(StatusOf(d).replica_statuses["Worker"], (api::ReplicaStatus{2, 0, 0}));
+  EXPECT_EQ(StatusOf(d).replica_statuses["Evaluator"], (api::ReplicaStatus{1, 0, 0}));
+  EXPECT_EQ(d.requeue_after, milliseconds(seconds(5)));
+  w.Keep(d);
+  Decision d2 = Reconcile(w.in);
+  EXPECT_FALSE(d2.status) << d2.status->dump();
+  EXPECT_EQ(FindEvent(d2, "JobRunning"), nullptr);
+}
+
+// How worker 1 ends -> what happens to the job.
+struct FailureCase {
+  std::string name;
+  std::string policy;
+  std::string phase;  // Failed, or "Deleted" (gone), or "Deleting" (deletionTimestamp)
+  std::optional<int> exit_code;
+  std::string pod_reason;
+  bool restart;  // else the job fails
+  std::string message;
+};
+
+class FailureTest : public ::testing::TestWithParam<FailureCase> {};
+
+TEST_P(FailureTest, RestartsTheGangOrFails) {
+  const FailureCase& c = GetParam();
+  World w;
+  w.in.job["spec"]["replicaSpecs"]["Worker"]["restartPolicy"] = c.policy;
+  w.Running();
+  if (c.phase == "Deleted") {
+    w.in.pods.erase(w.in.pods.begin() + 1);
+  } else if (c.phase == "Deleting") {
+    w.in.pods[1]["metadata"]["deletionTimestamp"] = kube::FormatTime(kT0);
+  } else {
+    w.in.pods[1] = Pod(w.in.job, ReplicaType::kWorker, 1, 0, c.phase, c.exit_code);
+    if (!c.pod_reason.empty()) w.in.pods[1]["status"]["reason"] = c.pod_reason;
+  }
+  Decision d = Reconcile(w.in);
+  auto s = StatusOf(d);
+  if (c.restart) {
+    EXPECT_EQ(s.restart_count, 1);
+    EXPECT_EQ(s.created_generation, -1);
+    EXPECT_EQ(Cond(d, "Restarting").status, "True");
+    EXPECT_EQ(Cond(d, "Restarting").reason, "GangRestart");
+    EXPECT_FALSE(s.IsTrue("Failed"));
+    ASSERT_NE(FindEvent(d, "GangRestart"), nullptr);
+    EXPECT_NE(FindEvent(d, "GangRestart")->message.find(c.message), std::string::npos)
+        << FindEvent(d, "GangRestart")->message;
+    EXPECT_EQ(FindEvent(d, "GangRestart")->event_type, "Warning");
+    // Every chief/worker pod goes; the evaluator stays.
+    std::vector<std::string> del = Deleted(d);
+    EXPECT_NE(std::find(del.begin(), del.end(), "mnist-worker-0"), del.end());
+    EXPECT_EQ(std::find(del.begin(), del.end(), "mnist-evaluator-0"), del.end());
+    EXPECT_TRUE(Created(d).empty());
+    EXPECT_TRUE(d.job_restarted);
+  } else {
+    EXPECT_TRUE(s.IsTrue("Failed"));
+    EXPECT_NE(Cond(d, "Failed").message.find(c.message), std::string::npos)
+        << Cond(d, "Failed").message;
+    EXPECT_EQ(s.restart_count, 0);
+    EXPECT_TRUE(s.completion_time);
+    EXPECT_TRUE(d.job_failed);
+    // cleanPodPolicy Running (default): the running pods go.
+    std::vector<std::string> del = Deleted(d);
+    EXPECT_NE(std::find(del.begin(), del.end(), "mnist-worker-0"), del.end());
+    EXPECT_NE(std::find(del.begin(), del.end(), "mnist-evaluator-0"), del.end());
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Policies, FailureTest,
+    ::testing::Values(
+        FailureCase{"ExitCodeSignal", "ExitCode", "Failed", 137, "", true, "exited with code 137 (signal 9)"},
+        FailureCase{"ExitCodePeerLost", "ExitCode", "Failed", 75, "", true, "code 75 (peer lost)"},
+        FailureCase{"ExitCodeOne", "ExitCode", "Failed", 1, "", false,
+                    "pod mnist-worker-1 exited with code 1, which restartPolicy ExitCode does not retry"},
+        FailureCase{"ExitCodeUsage", "ExitCode", "Failed", 2, "", false, "code 2"},
+        FailureCase{"ExitCodeDeleted", "ExitCode", "Deleted", std::nullopt, "", true,
+                    "pod mnist-worker-1 was deleted"},
+        FailureCase{"ExitCodeDeleting", "ExitCode", "Deleting", std::nullopt, "", true,
+                    "pod mnist-worker-1 was deleted"},
+        FailureCase{"ExitCodeEvicted", "ExitCode", "Failed", std::nullopt, "Evicted", true,
+                    "pod mnist-worker-1 was evicted"},
+        FailureCase{"ExitCodeNoStatus", "ExitCode", "Failed", std::nullopt, "", true, "failed"},
+        FailureCase{"OnFailureOne", "OnFailure", "Failed", 1, "", true, "code 1"},
+        FailureCase{"AlwaysOne", "Always", "Failed", 1, "", true, "code 1"},
+        FailureCase{"NeverSignal", "Never", "Failed", 137, "", false, "restartPolicy Never"},
+        FailureCase{"NeverOne", "Never", "Failed", 1, "", false, "code 1"},
+        FailureCase{"NeverDeleted", "Never", "Deleted", std::nullopt, "", true, "was deleted"}),
+    [](const ::testing::TestParamInfo<FailureCase>& i) { return i.param.name; });
+
+TEST(Reconcile, NonRetryableFailureReasonNamesThePolicy) {
+  World w;
+  w.Running();
+  w.in.pods[1] = Pod(w.in.job, ReplicaType::kWorker, 1, 0, "Failed", 1);
+  EXPECT_EQ(Cond(Reconcile(w.in), "Failed").reason, "NonRetryableExitCode");
+  w.in.job["spec"]["replicaSpecs"]["Worker"]["restartPolicy"] = "Never";
+  EXPECT_EQ(Cond(Reconcile(w.in), "Failed").reason, "PodFailed");
+}
+
+TEST(Reconcile, RestartNamesTheRootCauseNotThePeerThatLostIt) {
+  World w;
+  w.Running();
+  w.in.pods[0] = Pod(w.in.job, ReplicaType::kWorker, 0, 0, "Failed", 75);
+  w.in.pods[1] = Pod(w.in.job, ReplicaType::kWorker, 1, 0, "Failed", 137);
+  Decision d = Reconcile(w.in);
+  ASSERT_NE(FindEvent(d, "GangRestart"), nullptr);
+  EXPECT_NE(FindEvent(d, "GangRestart")->message.find("mnist-worker-1 exited with code 137"),
+            std::string::npos);
+}
+
+TEST(Reconcile, BackoffLimitFailsTheJob) {
+  World w;
+  w.in.job["spec"]["runPolicy"] = {{"backoffLimit", 2}};
+  w.Running(2);
+  w.in.pods[1] = Pod(w.in.job, ReplicaType::kWorker, 1, 2, "Failed", 137);
+  Decision d = Reconcile(w.in);
+  EXPECT_EQ(Cond(d, "Failed").reason, "BackoffLimitExceeded");
+  EXPECT_NE(Cond(d, "Failed").message.find("restarted 2 times (backoffLimit 2)"),
+            std::string::npos);
+  EXPECT_EQ(StatusOf(d).restart_count, 2);
+}
+
+TEST(Reconcile, ZeroBackoffLimitFailsOnFirstRetryableFailure) {
+  World w;
+  w.in.job["spec"]["runPolicy"] = {{"backoffLimit", 0}};
+  w.Running();
+  w.in.pods[1] = Pod(w.in.job, ReplicaType::kWorker, 1, 0, "Failed", 75);
+  EXPECT_EQ(Cond(Reconcile(w.in), "Failed").reason, "BackoffLimitExceeded");
+}
+
+TEST(Reconcile, GangRestartWaitsForOldPodsThenBackoffThenRecreates) {
+  World w;
+  w.Running();
+  w.in.pods[1] = Pod(w.in.job, ReplicaType::kWorker, 1, 0, "Failed", 137);
+  Decision d1 = Reconcile(w.in);
+  ASSERT_EQ(StatusOf(d1).restart_count, 1);
+  w.Keep(d1);
+
+  // Old pods still terminating: they are deleted (again, idempotent), nothing is created.
+  w.in.now = kT0 + seconds(5);
+  Decision d2 = Reconcile(w.in);
+  EXPECT_TRUE(Created(d2).empty());
+  EXPECT_EQ(Deleted(d2), (std::vector<std::string>{"mnist-worker-0", "mnist-worker-1"}));
+  EXPECT_FALSE(d2.job_restarted);  // no second restart for the same failure
+  w.Keep(d2);
+  EXPECT_EQ(api::TrainingJobStatus::FromJson(w.in.job["status"]).restart_count, 1);
+
+  // Old pods gone, inside the 1 s backoff: wait until it ends.
+  w.in.pods = {w.in.pods[2]};
+  w.in.now = kT0 + milliseconds(400);
+  Decision d3 = Reconcile(w.in);
+  EXPECT_TRUE(Created(d3).empty());
+  ASSERT_TRUE(d3.requeue_after);
+  EXPECT_LE(*d3.requeue_after, milliseconds(601));
+  EXPECT_GE(*d3.requeue_after, milliseconds(600));
+
+  // Backoff over: the new gang, generation 1.
+  w.in.now = kT0 + seconds(2);
+  Decision d4 = Reconcile(w.in);
+  EXPECT_EQ(Created(d4), (std::vector<std::string>{"pods/mnist-worker-0", "pods/mnist-worker-1"}));
+  for (const auto& a : d4.actions) {
+    if (a.kind != Action::Kind::kCreate) continue;
+    EXPECT_EQ(a.object["metadata"]["labels"]["tjo.dev/restart-count"], "1");
+  }
+  EXPECT_EQ(StatusOf(d4).created_generation, 1);
+  EXPECT_NE(FindEvent(d4, "CreatedPods")->message.find("(restart 1)"), std::string::npos);
+  w.Keep(d4);
+
+  // They run: Restarting ends, Running again.
+  w.in.pods = {Pod(w.in.job, ReplicaType::kWorker, 0, 1, "Running"),
+               Pod(w.in.job, ReplicaType::kWorker, 1, 1, "Running"), w.in.pods[0]};
+  Decision d5 = Reconcile(w.in);
+  EXPECT_EQ(Cond(d5, "Running").status, "True");
+  EXPECT_EQ(Cond(d5, "Restarting").status, "False");
+  EXPECT_EQ(StatusOf(d5).restart_count, 1);
+}
+
+struct BackoffCase {
+  int restart;
+  int expect_ms;
+};
+class BackoffTest : public ::testing::TestWithParam<BackoffCase> {};
+TEST_P(BackoffTest, DoublesUpToTheMax) {
+  World w;
+  w.Running(GetParam().restart);
+  w.in.job["status"]["createdGeneration"] = -1;
+  w.in.job["status"]["conditions"].push_back(
+      {{"type", "Restarting"}, {"status", "True"}, {"reason", "GangRestart"},
+       {"lastTransitionTime", kube::FormatTime(kT0)}, {"lastUpdateTime", kube::FormatTime(kT0)}});
+  w.in.pods = {w.in.pods[2]};
+  ReconcilerOptions o;
+  o.restart_backoff_max = seconds(10);
+  o.progress_poll = std::chrono::hours(1);
+  Decision d = Reconcile(w.in, o);
+  EXPECT_TRUE(Created(d).empty());
+  ASSERT_TRUE(d.requeue_after);
+  EXPECT_EQ(d.requeue_after->count(), GetParam().expect_ms + 1);
+}
+INSTANTIATE_TEST_SUITE_P(Exponential, BackoffTest,
+                         ::testing::Values(BackoffCase{1, 1000}, BackoffCase{2, 2000},
+                                           BackoffCase{3, 4000}, BackoffCase{4, 8000},
+                                           BackoffCase{5, 10000}, BackoffCase{9, 10000}));
+
+TEST(Reconcile, SuccessWaitsForTheEvaluatorThenSucceeds) {
+  World w;
+  w.Running();
+  w.in.pods[0] = Pod(w.in.job, ReplicaType::kWorker, 0, 0, "Succeeded", 0);
+  w.in.pods[1] = Pod(w.in.job, ReplicaType::kWorker, 1, 0, "Succeeded", 0);
+  w.in.now = kT0 + seconds(10);
+  Decision d1 = Reconcile(w.in);
+  EXPECT_FALSE(StatusOf(d1).Finished());
+  EXPECT_EQ(Cond(d1, "Running").reason, "WaitingForEvaluator");
+  EXPECT_TRUE(Deleted(d1).empty());  // the evaluator is not killed
+  ASSERT_TRUE(d1.requeue_after);
+  w.Keep(d1);
+
+  w.in.pods[2] = Pod(w.in.job, ReplicaType::kEvaluator, 0, 0, "Succeeded", 0);
+  w.in.final_evaluation["mnist-evaluator-0"] = {
+      {"event", "evaluation"}, {"checkpoint", "ckpt-final"}, {"epoch", 2}, {"loss", 0.3},
+      {"accuracy", 0.9}};
+  Decision d2 = Reconcile(w.in);
+  auto s = StatusOf(d2);
+  EXPECT_TRUE(s.IsTrue("Succeeded"));
+  EXPECT_EQ(Cond(d2, "Succeeded").reason, "JobSucceeded");
+  EXPECT_EQ(Cond(d2, "Running").status, "False");
+  EXPECT_EQ(s.evaluation["checkpoint"], "ckpt-final");
+  EXPECT_EQ(s.evaluation["accuracy"], 0.9);
+  EXPECT_FALSE(s.evaluation.contains("event"));
+  EXPECT_EQ(s.completion_time, kube::FormatTime(w.in.now));
+  EXPECT_NE(FindEvent(d2, "JobSucceeded")->message.find("0.9"), std::string::npos);
+  EXPECT_TRUE(d2.job_succeeded);
+  EXPECT_EQ(s.state, "Succeeded");
+}
+
+TEST(Reconcile, EvaluatorGraceIsBounded) {
+  World w;
+  w.Running();
+  w.in.pods[0] = Pod(w.in.job, ReplicaType::kWorker, 0, 0, "Succeeded", 0);
+  ReconcilerOptions o;
+  o.evaluator_grace = seconds(60);
+  w.in.now = kT0 + seconds(61);
+  Decision d = Reconcile(w.in, o);
+  EXPECT_TRUE(StatusOf(d).IsTrue("Succeeded"));
+  EXPECT_NE(Cond(d, "Succeeded").message.find("did not finish within 60s"), std::string::npos);
+  // cleanPodPolicy Running: the evaluator and worker 1 are still running, so they go now.
+  EXPECT_EQ(Deleted(d), (std::vector<std::string>{"mnist-worker-1", "mnist-evaluator-0"}));
+}
+
+TEST(Reconcile, WithoutEvaluatorChiefSuccessIsJobSuccess) {
+  World w;
+  w.in.job = Job(2, false);
+  w.Running();
+  w.in.pods[0] = Pod(w.in.job, ReplicaType::kWorker, 0, 0, "Succeeded", 0);
+  EXPECT_TRUE(StatusOf(Reconcile(w.in)).IsTrue("Succeeded"));
+}
+
+TEST(Reconcile, AllWorkersPolicyWaitsForEveryWorker) {
+  World w;
+  w.in.job = Job(2, false);
+  w.in.job["spec"]["successPolicy"] = "AllWorkers";
+  w.Running();
+  w.in.pods[0] = Pod(w.in.job, ReplicaType::kWorker, 0, 0, "Succeeded", 0);
+  EXPECT_FALSE(StatusOf(Reconcile(w.in)).Finished());
+  w.in.pods[1] = Pod(w.in.job, ReplicaType::kWorker, 1, 0, "Succeeded", 0);
+  EXPECT_TRUE(StatusOf(Reconcile(w.in)).IsTrue("Succeeded"));
+}
+
+TEST(Reconcile, ChiefDecidesSuccessWhenPresent) {
+  World w;
+  w.in.job = Job(2, false);
+  w.in.job["spec"]["replicaSpecs"]["Chief"] = {{"replicas", 1}, {"template", Template()}};
+  w.Running();
+  w.in.pods.push_back(Pod(w.in.job, ReplicaType::kChief, 0, 0, "Running"));
+  w.in.pods[0] = Pod(w.in.job, ReplicaType::kWorker, 0, 0, "Succeeded", 0);
+  EXPECT_FALSE(StatusOf(Reconcile(w.in)).Finished());  // worker 0 is not the chief here
+  w.in.pods[2] = Pod(w.in.job, ReplicaType::kChief, 0, 0, "Succeeded", 0);
+  EXPECT_TRUE(StatusOf(Reconcile(w.in)).IsTrue("Succeeded"));
+}
+
+TEST(Reconcile, EvaluatorRestartsAloneWhenRetryable) {
+  World w;
+  w.Running();
+  w.in.pods[2] = Pod(w.in.job, ReplicaType::kEvaluator, 0, 0, "Failed", 137);
+  Decision d = Reconcile(w.in);
+  EXPECT_EQ(Deleted(d), (std::vector<std::string>{"mnist-evaluator-0"}));
+  EXPECT_NE(FindEvent(d, "EvaluatorRestart"), nullptr);
+  EXPECT_EQ(StatusOf(d).restart_count, 0);
+  EXPECT_FALSE(d.job_restarted);
+  // Gone: created again, alone.
+  w.in.pods.pop_back();
+  w.Keep(d);
+  Decision d2 = Reconcile(w.in);
+  EXPECT_EQ(Created(d2), (std::vector<std::string>{"pods/mnist-evaluator-0"}));
+}
+
+TEST(Reconcile, EvaluatorNonRetryableFailureLeavesTheJobRunning) {
+  World w;
+  w.Running();
+  w.in.pods[2] = Pod(w.in.job, ReplicaType::kEvaluator, 0, 0, "Failed", 1);
+  Decision d = Reconcile(w.in);
+  EXPECT_TRUE(Deleted(d).empty());
+  EXPECT_FALSE(StatusOf(d).Finished());
+  EXPECT_EQ(StatusOf(d).replica_statuses["Evaluator"], (api::ReplicaStatus{0, 0, 1}));
+  // And success then does not wait for it.
+  w.in.pods[0] = Pod(w.in.job, ReplicaType::kWorker, 0, 0, "Succeeded", 0);
+  EXPECT_TRUE(StatusOf(Reconcile(w.in)).IsTrue("Succeeded"));
+}
+
+TEST(Reconcile, ActiveDeadlineFailsOnTimeAndRequeuesForIt) {
+  World w;
+  w.in.job["spec"]["runPolicy"] = {{"activeDeadlineSeconds", 100}};
+  w.Running();
+  w.in.now = kT0 + seconds(40);
+  Decision d1 = Reconcile(w.in);
+  ASSERT_TRUE(d1.requeue_after);
+  EXPECT_EQ(*d1.requeue_after, milliseconds(5000));  // the progress poll comes first
+  w.in.now = kT0 + seconds(98);
+  Decision d2 = Reconcile(w.in);
+  EXPECT_EQ(*d2.requeue_after, milliseconds(2001));
+  w.in.now = kT0 + seconds(100);
+  Decision d3 = Reconcile(w.in);
+  EXPECT_EQ(Cond(d3, "Failed").reason, "DeadlineExceeded");
+  EXPECT_NE(Cond(d3, "Failed").message.find("activeDeadlineSeconds=100"), std::string::npos);
+  EXPECT_EQ(Deleted(d3).size(), 3u);
+}
+
+TEST(Reconcile, StartupDeadlineNamesThePendingPod) {
+  World w;
+  w.in.job["spec"]["runPolicy"] = {{"startupDeadlineSeconds", 30}};
+  w.Running();
+  w.in.pods[1] = Pod(w.in.job, ReplicaType::kWorker, 1, 0, "Pending");
+  w.in.pods[1]["status"]["containerStatuses"] = json::array(
+      {{{"name", "trainer"}, {"state", {{"waiting", {{"reason", "ImagePullBackOff"}}}}}}});
+  w.in.now = kT0 + seconds(29);
+  Decision d1 = Reconcile(w.in);
+  EXPECT_FALSE(StatusOf(d1).Finished());
+  EXPECT_EQ(*d1.requeue_after, milliseconds(1001));
+  w.in.now = kT0 + seconds(30);
+  Decision d2 = Reconcile(w.in);
+  EXPECT_EQ(Cond(d2, "Failed").reason, "StartupDeadlineExceeded");
+  EXPECT_NE(Cond(d2, "Failed").message.find("mnist-worker-1"), std::string::npos);
+  EXPECT_NE(Cond(d2, "Failed").message.find("ImagePullBackOff"), std::string::npos);
+}
+
+struct CleanCase {
+  std::string policy;
+  std::vector<std::string> deleted;
+};
+class CleanPodPolicyTest : public ::testing::TestWithParam<CleanCase> {};
+TEST_P(CleanPodPolicyTest, AppliesOnceFinished) {
+  World w;
+  w.in.job["spec"]["runPolicy"] = {{"cleanPodPolicy", GetParam().policy}};
+  w.Running();
+  w.in.job["status"]["conditions"].push_back({{"type", "Succeeded"}, {"status", "True"}});
+  w.in.job["status"]["completionTime"] = kube::FormatTime(kT0);
+  w.in.pods[0] = Pod(w.in.job, ReplicaType::kWorker, 0, 0, "Succeeded", 0);
+  Decision d = Reconcile(w.in);
+  EXPECT_EQ(Deleted(d), GetParam().deleted);
+  EXPECT_TRUE(Created(d).empty());
+  EXPECT_FALSE(d.requeue_after);
+}
+INSTANTIATE_TEST_SUITE_P(
+    Policies, CleanPodPolicyTest,
+    ::testing::Values(
+        CleanCase{"All", {"mnist-worker-0", "mnist-worker-1", "mnist-evaluator-0"}},
+        CleanCase{"Running", {"mnist-worker-1", "mnist-evaluator-0"}}, CleanCase{"None", {}}));
+
+TEST(Reconcile, TtlDeletesTheJobOnTime) {
+  World w;
+  w.in.job["spec"]["runPolicy"] = {{"ttlSecondsAfterFinished", 60}};
+  w.in.job["status"] = {{"conditions", json::array({{{"type", "Failed"}, {"status", "True"}}})},
+                        {"completionTime", kube::FormatTime(kT0)}};
+  w.in.now = kT0 + seconds(45);
+  Decision d1 = Reconcile(w.in);
+  EXPECT_EQ(*d1.requeue_after, milliseconds(15001));
+  w.in.now = kT0 + seconds(60);
+  Decision d2 = Reconcile(w.in);
+  ASSERT_EQ(d2.actions.size(), 1u);
+  EXPECT_EQ(d2.actions[0].kind, Action::Kind::kDeleteJob);
+  EXPECT_EQ(d2.actions[0].name, "mnist");
+}
+
+TEST(Reconcile, SuspendDeletesPodsAndResumeRecreatesThem) {
+  World w;
+  w.Running();
+  w.in.job["spec"]["runPolicy"] = {{"suspend", true}};
+  Decision d1 = Reconcile(w.in);
+  EXPECT_EQ(Deleted(d1).size(), 3u);
+  EXPECT_EQ(Cond(d1, "Suspended").status, "True");
+  EXPECT_NE(Cond(d1, "Running").status, "True");
+  EXPECT_EQ(StatusOf(d1).state, "Suspended");
+  EXPECT_NE(FindEvent(d1, "JobSuspended"), nullptr);
+  EXPECT_FALSE(StatusOf(d1).start_time);
+  w.Keep(d1);
+  w.in.pods.clear();
+  Decision d2 = Reconcile(w.in);
+  EXPECT_TRUE(Created(d2).empty());
+  EXPECT_EQ(FindEvent(d2, "JobSuspended"), nullptr);  // said once
+  w.Keep(d2);
+
+  w.in.job["spec"]["runPolicy"]["suspend"] = false;
+  w.in.now = kT0 + seconds(100);
+  Decision d3 = Reconcile(w.in);
+  EXPECT_EQ(Cond(d3, "Suspended").status, "False");
+  EXPECT_EQ(Cond(d3, "Suspended").reason, "JobResumed");
+  EXPECT_EQ(Created(d3).size(), 3u);
+  EXPECT_FALSE(d3.job_restarted);  // the missing pods are not "deleted" failures
+  EXPECT_EQ(StatusOf(d3).start_time, kube::FormatTime(w.in.now));
+}
+
+TEST(Reconcile, InvalidSpecFailsOnceWithTheField) {
+  World w;
+  w.in.job["spec"]["replicaSpecs"]["Worker"]["replicas"] = -1;
+  Decision d1 = Reconcile(w.in);
+  EXPECT_EQ(Cond(d1, "Failed").reason, "InvalidSpec");
+  EXPECT_NE(Cond(d1, "Failed").message.find("spec.replicaSpecs.Worker.replicas: must be >= 1"),
+            std::string::npos);
+  EXPECT_TRUE(Created(d1).empty());
+  ASSERT_NE(FindEvent(d1, "InvalidSpec"), nullptr);
+  w.Keep(d1);
+  Decision d2 = Reconcile(w.in);
+  EXPECT_FALSE(d2.status);
+  EXPECT_EQ(FindEvent(d2, "InvalidSpec"), nullptr);
+}
+
+TEST(Reconcile, GarbageNeverCrashes) {
+  for (json spec : {json(nullptr), json(3), json("x"), json::array(),
+                    json{{"replicaSpecs", {{"Worker", nullptr}}}},
+                    json{{"replicaSpecs", {{"Worker", {{"template", {{"spec", 3}}}}}}}}}) {
+    World w;
+    w.in.job["spec"] = spec;
+    Decision d = Reconcile(w.in);
+    EXPECT_EQ(Cond(d, "Failed").reason, "InvalidSpec") << spec.dump();
+  }
+  World w;
+  w.Running();
+  w.in.pods[0]["metadata"]["labels"]["tjo.dev/replica-index"] = "not-a-number";
+  w.in.pods[1]["status"] = "garbage";
+  Decision d = Reconcile(w.in);  // must not throw
+  (void)d;
+}
+
+TEST(Reconcile, ForeignPodsAreIgnoredAndDeletingJobsLeftAlone) {
+  World w;
+  w.Running();
+  json foreign = w.in.pods[0];
+  foreign["metadata"]["ownerReferences"][0]["uid"] = "someone-else";
+  foreign["metadata"]["name"] = "mnist-worker-7";
+  foreign["status"]["phase"] = "Failed";
+  w.in.pods.push_back(foreign);
+  Decision d = Reconcile(w.in);
+  EXPECT_TRUE(Deleted(d).empty());
+  EXPECT_FALSE(d.job_restarted);
+
+  w.in.job["metadata"]["deletionTimestamp"] = kube::FormatTime(kT0);
+  EXPECT_TRUE(Reconcile(w.in).actions.empty());
+}
+
+TEST(Reconcile, StalePodsOfRemovedReplicasAreDeleted) {
+  World w;
+  w.Running();
+  w.in.pods.push_back(Pod(Job(3), ReplicaType::kWorker, 2, 0, "Running"));
+  w.in.pods.back()["metadata"]["ownerReferences"][0]["uid"] = "uid-1";
+  Decision d = Reconcile(w.in);
+  EXPECT_EQ(Deleted(d), (std::vector<std::string>{"mnist-worker-2"}));
+}
+
+TEST(Reconcile, ProgressAndEvaluationFromTrainerStatus) {
+  World w;
+  w.Running();
+  w.in.trainer_status["mnist-worker-0"] = {
+      {"role", "chief"},  {"state", "training"}, {"epoch", 2},          {"total_epochs", 3},
+      {"step", 10},       {"global_step", 40},   {"loss", 0.4},         {"accuracy", 0.85},
+      {"images_per_sec", 900.0}, {"last_backup", {{"epoch", 1}, {"step", 0}}}, {"evaluation", nullptr}};
+  w.in.trainer_status["mnist-evaluator-0"] = {
+      {"role", "evaluator"},
+      {"evaluation", {{"checkpoint", "ckpt-1"}, {"epoch", 1}, {"loss", 0.5}, {"accuracy", 0.8}}}};
+  auto s = StatusOf(Reconcile(w.in));
+  EXPECT_EQ(s.progress["epoch"], 2);
+  EXPECT_EQ(s.progress["totalEpochs"], 3);
+  EXPECT_EQ(s.progress["step"], 10);
+  EXPECT_EQ(s.progress["accuracy"], 0.85);
+  EXPECT_EQ(s.progress["imagesPerSecond"], 900.0);
+  EXPECT_EQ(s.progress["lastBackup"]["epoch"], 1);
+  EXPECT_EQ(s.evaluation["checkpoint"], "ckpt-1");
+  EXPECT_EQ(s.evaluation["accuracy"], 0.8);
+}
+
+TEST(Outcome, Classification) {
+  EXPECT_TRUE(IsRetryable(api::RestartPolicy::kExitCode, {true, false, 143, ""}));
+  EXPECT_TRUE(IsRetryable(api::RestartPolicy::kExitCode, {true, false, 128, ""}));
+  EXPECT_FALSE(IsRetryable(api::RestartPolicy::kExitCode, {true, false, 127, ""}));
+  EXPECT_TRUE(IsRetryable(api::RestartPolicy::kExitCode, {true, false, 75, ""}));
+  EXPECT_FALSE(IsRetryable(api::RestartPolicy::kNever, {true, false, 75, ""}));
+  EXPECT_TRUE(IsRetryable(api::RestartPolicy::kNever, {true, true, std::nullopt, ""}));
+  EXPECT_EQ(Describe("p", {true, false, 143, ""}), "pod p exited with code 143 (signal 15)");
+  EXPECT_EQ(Describe("p", {true, true, std::nullopt, "Evicted"}), "pod p was evicted");
+}
+
+}  // namespace
+}  // namespace tj::controller
