@@ -18,6 +18,9 @@
 # they are built once from Debian's `kubernetes` source package (about 8 minutes on 2 cores)
 # and cached there. etcd is the one from Debian's etcd-server (or $KUBEBUILDER_ASSETS/etcd).
 #
+# TJ_LOCAL_NODE_MOUNT_NAMESPACE=false runs the node agent as it runs when not root (no mount
+# namespaces: no private /etc/hosts, volumes as $TJ_VOLUME_<NAME>), to test that mode as root.
+#
 # State: ${TJ_LOCAL_CLUSTER_DIR:-<repo>/.local-cluster}: kubeconfig, pids/, logs/, certs, etcd
 # data. Several clusters can run on one machine with different TJ_LOCAL_CLUSTER_DIR values:
 # every port is picked free at `up`.
@@ -301,6 +304,15 @@ EOF
       --root-ca-file="$STATE_DIR/certs/ca.crt" \
       --controllers=garbagecollector,namespace,serviceaccount,serviceaccount-token,ttl-after-finished,root-ca-cert-publisher,nodelifecycle \
       --leader-elect=false --bind-address=127.0.0.1 --secure-port="$port_c" --port=0
+    # The ServiceAccount admission plugin rejects pods whose ServiceAccount does not exist
+    # yet: return only once the serviceaccount controller runs (it has created `default`).
+    if ! wait_for "$HEALTH_TIMEOUT_S" "ServiceAccount default/default" api_get \
+        /api/v1/namespaces/default/serviceaccounts/default; then
+      log "the controller manager created no ServiceAccount in ${HEALTH_TIMEOUT_S}s; last log lines:"
+      tail -n 20 "$STATE_DIR/logs/kube-controller-manager.log" >&2 || true
+      cmd_down
+      exit 1
+    fi
   else
     log "no kube-controller-manager in $KUBE_BIN: no garbage collection of owned objects"
   fi
@@ -316,7 +328,8 @@ EOF
     start tj-local-node "$node" --kubeconfig="$kc" --node-name=local-node \
       --state-dir="$STATE_DIR/node" --log-dir="$STATE_DIR/logs" --bin-dir="$(dirname "$node")" \
       --kubelet-port="$port_k" --tls-cert-file="$STATE_DIR/certs/node.crt" \
-      --tls-key-file="$STATE_DIR/certs/node.key" --heartbeat-seconds=5
+      --tls-key-file="$STATE_DIR/certs/node.key" --heartbeat-seconds=5 \
+      --mount-namespace="${TJ_LOCAL_NODE_MOUNT_NAMESPACE:-auto}"
     if ! wait_for "$HEALTH_TIMEOUT_S" "node" node_ready; then
       log "node local-node did not become Ready in ${HEALTH_TIMEOUT_S}s; see $STATE_DIR/logs"
       cmd_down
@@ -327,6 +340,12 @@ EOF
   fi
   log "up in $((SECONDS - t0)) s: export KUBECONFIG=$kc"
   echo "$kc"
+}
+
+api_get() {  # api_get PATH: the API server answers 2xx
+  curl -fsS --max-time 3 --cacert "$STATE_DIR/certs/ca.crt" \
+    -H "Authorization: Bearer $(cat "$STATE_DIR/token")" \
+    "https://127.0.0.1:$(cat "$STATE_DIR/port")$1" >/dev/null 2>&1
 }
 
 node_ready() {
@@ -341,6 +360,18 @@ cmd_run_apiserver() {
   local dir=$1
   # shellcheck disable=SC1091
   . "$dir/cluster.env"
+  # Pods that use in-cluster configuration get what a kubelet gives them: the ServiceAccount
+  # admission plugin adds to every pod a projected volume (a TokenRequest token, the
+  # kube-root-ca.crt ConfigMap, the namespace) at /var/run/secrets/kubernetes.io/serviceaccount,
+  # which tj-local-node fills. BoundServiceAccountTokenVolume (alpha in 1.20, on by default
+  # from 1.21) makes it a projected volume instead of a legacy token Secret. The plugin needs
+  # the controller manager's serviceaccount controller (a `default` ServiceAccount per
+  # namespace); without a controller manager it stays off, as in envtest.
+  local sa_flags=(--disable-admission-plugins=ServiceAccount)
+  if [ -x "$KUBE_BIN/kube-controller-manager" ]; then
+    sa_flags=(--enable-admission-plugins=ServiceAccount
+              --feature-gates=BoundServiceAccountTokenVolume=true)
+  fi
   exec "$KUBE_BIN/kube-apiserver" --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
     --cert-dir="$dir/certs" --tls-cert-file="$dir/certs/apiserver.crt" \
     --tls-private-key-file="$dir/certs/apiserver.key" \
@@ -350,7 +381,7 @@ cmd_run_apiserver() {
     --service-account-issuer="https://127.0.0.1:$APISERVER_PORT" \
     --service-account-key-file="$dir/certs/sa.pub" \
     --service-account-signing-key-file="$dir/certs/sa.key" \
-    --disable-admission-plugins=ServiceAccount \
+    "${sa_flags[@]}" \
     --etcd-compaction-interval=0 --kubelet-preferred-address-types=InternalIP
 }
 
@@ -436,5 +467,5 @@ case "${1:-}" in
   run-apiserver) cmd_run_apiserver "$2" ;;
   restart-apiserver) cmd_restart_apiserver ;;
   compact) cmd_compact ;;
-  *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

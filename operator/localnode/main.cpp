@@ -63,6 +63,7 @@ int main(int argc, char** argv) {
   o.state_dir = flags["state-dir"];
   o.log_dir = flags["log-dir"];
   o.bin_dir = flags["bin-dir"];
+  o.api_server = config->server;
   o.kubelet_port = std::atoi(flags["kubelet-port"].c_str());
   o.tls_cert_file = flags["tls-cert-file"];
   o.tls_key_file = flags["tls-key-file"];

@@ -4,15 +4,19 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "operator/kube/backoff.h"
 #include "operator/kube/config.h"
 #include "operator/kube/time_format.h"
+#include "operator/localnode/probe.h"
 #include "operator/localnode/process.h"
+#include "operator/localnode/service_account.h"
 
 namespace tj::localnode {
 
@@ -38,6 +42,23 @@ int GpuCount() {
     if (fs::exists("/dev/nvidia" + std::to_string(i))) ++n;
   }
   return n;
+}
+
+// Writes a volume file as the kubelet's atomic writer does: a temporary file renamed over the
+// old one, so a reader never sees half a token. Volumes are bind-mounted as directories, so
+// the pod sees the new file.
+Status WriteVolumeFile(const std::string& path, const std::string& content) {
+  std::error_code ec;
+  fs::create_directories(fs::path(path).parent_path(), ec);
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc | std::ios::binary);
+    out << content;
+    if (!out.good()) return Status::Error("writing " + tmp + ": check the node's state directory");
+  }
+  fs::rename(tmp, path, ec);
+  if (ec) return Status::Error("renaming " + tmp + " to " + path + ": " + ec.message());
+  return Status::Ok();
 }
 
 void WriteFileInPlace(const std::string& path, const std::string& content) {
@@ -106,6 +127,8 @@ class PodWorker {
     bool done = false;
     Clock::TimePoint restart_at{};
     kube::ExponentialBackoff backoff{std::chrono::seconds(1), std::chrono::seconds(30)};
+    // The probes of the current run (reset at each start).
+    std::optional<ProbeTracker> startup, liveness, readiness;
   };
 
   void Warn(const std::string& m) { agent_->log_->Warn("pod " + ns_ + "/" + name_ + ": " + m); }
@@ -144,6 +167,13 @@ class PodWorker {
     }
     std::string dir = dir_ + "/volumes/" + name;
     fs::create_directories(dir, ec);
+    if (v.contains("projected")) {
+      for (const auto& source : v["projected"].value("sources", json::array())) {
+        Status s = WriteProjection(dir, source);
+        if (!s.ok()) return s.WithContext("projected volume " + name);
+      }
+      return dir;
+    }
     for (const char* kind : {"secret", "configMap"}) {
       if (!v.contains(kind)) continue;
       std::string obj_name =
@@ -163,7 +193,120 @@ class PodWorker {
     return dir;
   }
 
+  // Secret or ConfigMap data (decoded). The kube-root-ca.crt ConfigMap appears a moment after
+  // its namespace (root-ca-cert-publisher): wait for it a little before giving up.
+  StatusOr<json> ObjectData(const std::string& kind, const std::string& obj_name) {
+    const auto& r = kind == "secret" ? res::kSecrets : res::kConfigMaps;
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    for (;;) {
+      auto obj = agent_->client_->Get(r, ns_, obj_name);
+      if (obj.ok()) {
+        json data = obj->value("data", json::object());
+        if (kind == "secret") {
+          for (auto& [k, val] : data.items()) {
+            val = kube::Base64Decode(val.get<std::string>()).value_or("");
+          }
+        }
+        return data;
+      }
+      if (!kube::IsNotFound(obj.error()) || obj_name != "kube-root-ca.crt" ||
+          std::chrono::steady_clock::now() >= deadline) {
+        return obj.error().ToStatus().WithContext(kind + " " + ns_ + "/" + obj_name);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+
+  // One source of a projected volume: secret, configMap, downwardAPI or serviceAccountToken.
+  Status WriteProjection(const std::string& dir, const json& source) {
+    for (const char* kind : {"secret", "configMap"}) {
+      if (!source.contains(kind)) continue;
+      const json& src = source[kind];
+      auto data = ObjectData(kind, src.value("name", ""));
+      if (!data.ok()) {
+        if (src.value("optional", false)) return Status::Ok();
+        return data.status();
+      }
+      if (src.contains("items")) {
+        for (const auto& item : src["items"]) {
+          const std::string key = item.value("key", "");
+          if (!data->contains(key)) {
+            if (src.value("optional", false)) continue;
+            return Status::Error(std::string(kind) + " " + ns_ + "/" + src.value("name", "") +
+                                 " has no key " + key);
+          }
+          TJ_RETURN_IF_ERROR(WriteVolumeFile(dir + "/" + item.value("path", key),
+                                             (*data)[key].get<std::string>()));
+        }
+      } else {
+        for (const auto& [k, val] : data->items()) {
+          TJ_RETURN_IF_ERROR(WriteVolumeFile(dir + "/" + k, val.get<std::string>()));
+        }
+      }
+    }
+    if (source.contains("downwardAPI")) {
+      for (const auto& item : source["downwardAPI"].value("items", json::array())) {
+        if (!item.contains("fieldRef")) {
+          return Status::Error("downwardAPI item " + item.value("path", "") +
+                               ": only fieldRef is supported by the local node");
+        }
+        auto value = PodFieldValue(pod_, item["fieldRef"].value("fieldPath", ""), ip_,
+                                   agent_->options_.node_name);
+        if (!value.ok()) return value.status();
+        TJ_RETURN_IF_ERROR(WriteVolumeFile(dir + "/" + item.value("path", ""), *value));
+      }
+    }
+    if (source.contains("serviceAccountToken")) {
+      TokenFile t{dir + "/" + source["serviceAccountToken"].value("path", "token"),
+                  source["serviceAccountToken"],
+                  {}};
+      TJ_RETURN_IF_ERROR(RequestToken(&t));
+      tokens_.push_back(std::move(t));
+    }
+    return Status::Ok();
+  }
+
+  // A projected service-account token: where it is written and when to renew it.
+  struct TokenFile {
+    std::string path;
+    json projection;
+    Clock::TimePoint refresh_at;
+  };
+
+  // Asks the API server for a token bound to this pod (TokenRequest) and writes it.
+  Status RequestToken(TokenFile* t) {
+    json body = TokenRequestBody(pod_, t->projection);
+    const std::string path = TokenRequestPath(pod_);
+    auto r = agent_->client_->Raw("POST", path, body);
+    if (!r.ok()) {
+      return r.error().ToStatus().WithContext(
+          "requesting a service-account token (POST " + path +
+          "); does the ServiceAccount exist, and does the API server have "
+          "--service-account-signing-key-file?");
+    }
+    const std::string token = r->value("status", json::object()).value("token", "");
+    if (token.empty()) return Status::Error("TokenRequest " + path + " returned no token");
+    TJ_RETURN_IF_ERROR(WriteVolumeFile(t->path, token));
+    const auto lifetime = std::chrono::seconds(body["spec"].value("expirationSeconds", 3600));
+    t->refresh_at = agent_->clock_->Now() + TokenRefreshAfter(lifetime);
+    return Status::Ok();
+  }
+
+  void RefreshTokens() {
+    const auto now = agent_->clock_->Now();
+    for (auto& t : tokens_) {
+      if (now < t.refresh_at) continue;
+      Status s = RequestToken(&t);
+      if (!s.ok()) {
+        Warn("renewing the service-account token " + t.path + ": " + s.message());
+        t.refresh_at = now + std::chrono::seconds(10);
+      }
+    }
+  }
+
   Status Prepare() {
+    tokens_.clear();
+    created_mount_points_.clear();
     std::error_code ec;
     fs::create_directories(dir_, ec);
     fs::create_directories(agent_->options_.log_dir + "/pods", ec);
@@ -182,10 +325,40 @@ class PodWorker {
       if (!argv.ok()) return argv.status();
       auto env = ContainerEnv(pod_, c.spec, ip_, agent_->options_.node_name, lookup);
       if (!env.ok()) return env.status();
+      c.process = ProcessSpec{};  // Prepare() may run again after a configuration error
       c.process.argv = *argv;
       c.process.env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                        "HOME=/root", "HOSTNAME=" + hostname_, "TJ_POD_IP=" + ip_};
       for (const auto& e : *env) c.process.env.push_back(e);
+      // What a kubelet adds for the `kubernetes` Service, here the API server's real address
+      // (the Service's cluster IP is not routed on this machine). The pod's own env wins.
+      auto defined = [&](const std::string& var) {
+        return std::any_of(env->begin(), env->end(),
+                           [&](const std::string& e) { return e.rfind(var + "=", 0) == 0; });
+      };
+      if (!agent_->options_.api_server.empty()) {
+        auto service_env = KubernetesServiceEnv(agent_->options_.api_server);
+        if (!service_env.ok()) return service_env.status();
+        for (const auto& e : *service_env) {
+          if (!defined(e.substr(0, e.find('=')))) c.process.env.push_back(e);
+        }
+      }
+      if (!agent_->options_.mount_namespace && MountsServiceAccount(c.spec)) {
+        // Nothing can be mounted at /var/run/secrets/kubernetes.io/serviceaccount without a
+        // mount namespace: point in-cluster clients at the pod's copy instead.
+        std::string sa_dir;
+        for (const auto& m : c.spec.value("volumeMounts", json::array())) {
+          if (MountsServiceAccount(json{{"volumeMounts", json::array({m})}})) {
+            sa_dir = volume_dirs[m.value("name", "")];
+          }
+        }
+        const std::string kubeconfig = dir_ + "/serviceaccount.kubeconfig";
+        TJ_RETURN_IF_ERROR(WriteVolumeFile(
+            kubeconfig, ServiceAccountKubeconfig(agent_->options_.api_server, sa_dir + "/ca.crt",
+                                                 sa_dir + "/token", ns_)));
+        c.process.env.push_back("TJ_SERVICE_ACCOUNT_DIR=" + sa_dir);
+        if (!defined("KUBECONFIG")) c.process.env.push_back("KUBECONFIG=" + kubeconfig);
+      }
       c.process.working_dir = c.spec.value("workingDir", "");
       if (c.process.working_dir.empty()) c.process.working_dir = dir_;
       c.process.log_file = LogFile(cname);
@@ -205,21 +378,27 @@ class PodWorker {
         const std::string target = m.value("mountPath", "");
         // Mount points that do not exist are created on the host's file system in the
         // child; remember them (deepest first) to remove them, if empty, with the pod.
+        // Not the service-account path: every pod mounts it, and removing a directory that
+        // is a mount point in another pod's namespace would unmount it there.
         for (fs::path p = target; !p.empty() && p != p.root_path() && !fs::exists(p, ec);
              p = p.parent_path()) {
+          if (std::string(kServiceAccountMountPath).rfind(p.string(), 0) == 0) break;
           created_mount_points_.push_back(p.string());
         }
         c.process.binds.emplace_back(src, target);
       }
+      const bool only_service_account = c.process.binds.size() == 1 && MountsServiceAccount(c.spec);
       if (!c.process.binds.empty() && !c.process.mount_namespace) {
-        Warn("volume mounts need a mount namespace (run tj-local-node as root); container " +
-             cname + " sees the volumes only through $TJ_VOLUME_<NAME>");
+        if (!only_service_account)
+          Warn("volume mounts need a mount namespace (run tj-local-node as root); container " +
+               cname + " sees the volumes only through $TJ_VOLUME_<NAME>");
         for (const auto& m : c.spec.value("volumeMounts", json::array())) {
           std::string var = m.value("name", "");
           for (char& ch : var) ch = ch == '-' ? '_' : static_cast<char>(toupper(ch));
           c.process.env.push_back("TJ_VOLUME_" + var + "=" + volume_dirs[m.value("name", "")]);
         }
       }
+      c.process.argv = ExpandArgs(c.process.argv, c.process.env);
       c.config_ok = true;
       // A fresh log per pod; restarts of the container append.
       std::ofstream(c.process.log_file, std::ios::trunc);
@@ -250,6 +429,69 @@ class PodWorker {
     c.state.reason.clear();
     c.state.message.clear();
     c.state.started_at = Now();
+    const auto now = agent_->clock_->Now();
+    c.startup.reset();
+    c.liveness.reset();
+    c.readiness.reset();
+    for (auto [field, tracker] :
+         {std::pair{"startupProbe", &c.startup}, std::pair{"livenessProbe", &c.liveness},
+          std::pair{"readinessProbe", &c.readiness}}) {
+      if (!c.spec.contains(field)) continue;
+      auto probe = ParseProbe(c.spec[field], c.spec, field);
+      if (!probe.ok()) {
+        Warn(probe.status().message() + "; the probe is ignored");
+        continue;
+      }
+      tracker->emplace(*probe, now);
+    }
+    c.state.started = !c.startup.has_value();
+    c.state.probe_ready = !c.readiness.has_value();
+  }
+
+  // Runs the probes that are due; returns true when the container's status changed. A failed
+  // startup or liveness probe kills the container; the restart policy decides what follows.
+  bool RunProbes(Container& c) {
+    const auto now = agent_->clock_->Now();
+    auto run = [&](ProbeTracker& t, const char* which) {
+      std::string detail;
+      bool ok = RunProbe(t.probe(), ip_, c.process.env, c.process.working_dir,
+                         c.process.mount_namespace, c.pid, &detail);
+      t.Record(ok, agent_->clock_->Now());
+      if (!ok)
+        Warn(std::string(which) + " probe of container " + c.state.name + " failed: " + detail);
+    };
+    bool changed = false;
+    if (c.startup && !c.startup->succeeded()) {
+      if (!c.startup->Due(now)) return false;
+      run(*c.startup, "startup");
+      if (c.startup->failed()) {
+        Warn("container " + c.state.name + " failed its startup probe; killing it");
+        SignalGroup(c.pid, SIGKILL);
+        return false;
+      }
+      if (!c.startup->succeeded()) return false;
+      c.state.started = true;
+      changed = true;
+      // Liveness and readiness start now, after their own initial delays.
+      if (c.liveness) c.liveness = ProbeTracker(Probe(c.liveness->probe()), now);
+      if (c.readiness) c.readiness = ProbeTracker(Probe(c.readiness->probe()), now);
+    }
+    if (c.liveness && c.liveness->Due(now)) {
+      run(*c.liveness, "liveness");
+      if (c.liveness->failed()) {
+        Warn("container " + c.state.name + " failed its liveness probe; killing it");
+        SignalGroup(c.pid, SIGKILL);
+        return changed;
+      }
+    }
+    if (c.readiness && c.readiness->Due(now)) {
+      run(*c.readiness, "readiness");
+      if (c.readiness->succeeded() != c.state.probe_ready) {
+        c.state.probe_ready = c.readiness->succeeded();
+        changed = true;
+      }
+    }
+    return changed;
   }
 
   void Run() {
@@ -293,7 +535,11 @@ class PodWorker {
       for (auto& c : containers_) {
         if (c.pid > 0) {
           ExitInfo info;
-          if (!PollExit(c.pid, &info)) continue;
+          if (!PollExit(c.pid, &info)) {
+            if (!deleting && RunProbes(c)) changed = true;
+            continue;
+          }
+          c.state.probe_ready = false;
           SignalGroup(c.pid, SIGKILL);  // the container ends with its main process
           c.pid = 0;
           changed = true;
@@ -325,6 +571,7 @@ class PodWorker {
         }
       }
       if (changed) PostStatus();
+      if (!deleting) RefreshTokens();
       std::unique_lock<std::mutex> lock(mu_);
       if (delete_requested_) break;
       cv_.wait_for(lock, std::chrono::milliseconds(100));
@@ -393,6 +640,7 @@ class PodWorker {
   std::string ip_, ns_, name_, uid_, hostname_, subdomain_, dir_, hosts_file_, start_time_;
   std::vector<Container> containers_;  // only the worker thread touches these
   std::vector<std::string> created_mount_points_;
+  std::vector<TokenFile> tokens_;  // only the worker thread touches these
   std::mutex mu_;
   std::condition_variable cv_;
   bool delete_requested_ = false;  // GUARDED_BY(mu_)

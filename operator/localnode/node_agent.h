@@ -30,6 +30,8 @@ struct NodeAgentOptions {
   std::string log_dir;    // pods/<ns>_<pod>_<container>.log
   std::string bin_dir;    // where tj-trainer and tj-operator are
   std::string host_ip = "127.0.0.1";
+  // The API server's URL as pods reach it: KUBERNETES_SERVICE_HOST/_PORT (none when empty).
+  std::string api_server;
   int kubelet_port = 0;                     // the log endpoint's port (0: none)
   std::string tls_cert_file, tls_key_file;  // for the log endpoint
   std::chrono::seconds heartbeat{10};

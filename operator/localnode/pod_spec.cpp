@@ -71,6 +71,24 @@ StatusOr<std::string> FieldRef(const json& pod, const std::string& path, const s
 
 }  // namespace
 
+std::vector<std::string> ExpandArgs(const std::vector<std::string>& argv,
+                                    const std::vector<std::string>& env) {
+  std::map<std::string, std::string> vars;
+  for (const auto& e : env) {
+    auto eq = e.find('=');
+    if (eq != std::string::npos) vars[e.substr(0, eq)] = e.substr(eq + 1);
+  }
+  std::vector<std::string> out;
+  out.reserve(argv.size());
+  for (const auto& a : argv) out.push_back(Expand(a, vars));
+  return out;
+}
+
+StatusOr<std::string> PodFieldValue(const json& pod, const std::string& field_path,
+                                    const std::string& pod_ip, const std::string& node_name) {
+  return FieldRef(pod, field_path, pod_ip, node_name);
+}
+
 std::optional<std::string> ExecutableForImage(const std::string& image,
                                               const std::string& bin_dir) {
   std::string base = ImageBaseName(image);
@@ -206,8 +224,8 @@ json PodStatus(const json& pod, const std::vector<ContainerState>& containers,
   for (const auto& c : containers) {
     json st = {{"name", c.name},
                {"restartCount", c.restart_count},
-               {"ready", c.phase == P::kRunning},
-               {"started", c.phase == P::kRunning},
+               {"ready", c.phase == P::kRunning && c.probe_ready},
+               {"started", c.phase == P::kRunning && c.started},
                {"image", ""},
                {"imageID", ""}};
     for (const auto& spec_c : pod["spec"].value("containers", json::array())) {
@@ -228,7 +246,7 @@ json PodStatus(const json& pod, const std::vector<ContainerState>& containers,
       st["state"] = {{"terminated", term}};
     }
     if (!c.last_terminated.is_null()) st["lastState"] = {{"terminated", c.last_terminated}};
-    if (c.phase != P::kRunning) all_running = false;
+    if (c.phase != P::kRunning || !c.probe_ready) all_running = false;
     statuses.push_back(st);
   }
   auto cond = [&](const char* type, bool ok, const std::string& reason = "") {

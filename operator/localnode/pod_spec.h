@@ -25,6 +25,11 @@ std::optional<std::string> ExecutableForImage(const std::string& image, const st
 // argv of a container: command + args, or the image's executable + args.
 StatusOr<std::vector<std::string>> ContainerArgv(const json& container, const std::string& bin_dir);
 
+// command and args with $(VAR) expanded from the container's environment (NAME=value), as
+// the kubelet does; $$(VAR) is a literal $(VAR), unknown references stay as they are.
+std::vector<std::string> ExpandArgs(const std::vector<std::string>& argv,
+                                    const std::vector<std::string>& env);
+
 // Looks up a key of a Secret or ConfigMap in the pod's namespace: (kind, name, key) -> value.
 using KeyLookup = std::function<StatusOr<std::string>(
     const std::string& kind, const std::string& name, const std::string& key)>;
@@ -35,6 +40,11 @@ StatusOr<std::vector<std::string>> ContainerEnv(const json& pod, const json& con
                                                 const std::string& pod_ip,
                                                 const std::string& node_name,
                                                 const KeyLookup& lookup);
+
+// The value of a downward-API fieldRef (metadata.name, metadata.namespace, metadata.uid,
+// labels/annotations['k'], spec.nodeName, spec.serviceAccountName, status.podIP/hostIP).
+StatusOr<std::string> PodFieldValue(const json& pod, const std::string& field_path,
+                                    const std::string& pod_ip, const std::string& node_name);
 
 // "127.0.x.y" for the n-th pod (n >= 0): x in 1..254, y in 2..254.
 std::string LoopbackAddress(int n);
@@ -58,6 +68,8 @@ struct ContainerState {
   int restart_count = 0;
   std::string started_at, finished_at;  // metav1.Time
   json last_terminated;                 // the previous run's terminated state, or null
+  bool started = true;                  // its startup probe passed (or it has none)
+  bool probe_ready = true;              // its readiness probe passes (or it has none)
 };
 
 // The pod's phase from its containers and restart policy (Pending, Running, Succeeded,

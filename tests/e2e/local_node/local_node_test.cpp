@@ -1,5 +1,6 @@
 // hack/local-cluster.sh up with tj-local-node: a Ready node, pods that run as processes, exit
-// codes, restart policies, logs through `kubectl logs`, graceful deletion, pod DNS names.
+// codes, restart policies, logs through `kubectl logs`, graceful deletion, pod DNS names,
+// service-account tokens for pods that call the API server, probes.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -246,6 +247,130 @@ TEST(LocalNode, ClaimsAreBoundAndSharedBetweenPods) {
   auto pvc = client->Get(resources::kPersistentVolumeClaims, ns, "shared");
   ASSERT_TRUE(pvc.ok());
   EXPECT_EQ((*pvc)["status"]["phase"], "Bound");
+}
+
+// What a kubelet gives a pod for in-cluster configuration: the ServiceAccount admission plugin
+// adds a projected volume, the node fills it (a TokenRequest token bound to the pod,
+// kube-root-ca.crt, the namespace) and sets KUBERNETES_SERVICE_HOST/_PORT. The token
+// authenticates as the pod's ServiceAccount, and RBAC allows exactly what its Role grants.
+TEST(LocalNode, PodCallsTheApiServerWithItsServiceAccountToken) {
+  LocalCluster* cluster;
+  TJ_REQUIRE_LOCAL_CLUSTER(cluster);
+  auto client = cluster->NewClient();
+  std::string ns = testing::NewNamespace(client.get(), "satoken");
+  ASSERT_TRUE(client
+                  ->Raw("POST", "/api/v1/namespaces/" + ns + "/serviceaccounts",
+                        json{{"apiVersion", "v1"},
+                             {"kind", "ServiceAccount"},
+                             {"metadata", {{"name", "reader"}}}})
+                  .ok());
+  auto role =
+      client->Raw("POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/" + ns + "/roles",
+                  json{{"apiVersion", "rbac.authorization.k8s.io/v1"},
+                       {"kind", "Role"},
+                       {"metadata", {{"name", "pod-reader"}}},
+                       {"rules", json::array({{{"apiGroups", json::array({""})},
+                                               {"resources", json::array({"pods"})},
+                                               {"verbs", json::array({"get", "list"})}}})}});
+  ASSERT_TRUE(role.ok()) << role.error().ToString();
+  auto binding = client->Raw(
+      "POST", "/apis/rbac.authorization.k8s.io/v1/namespaces/" + ns + "/rolebindings",
+      json{{"apiVersion", "rbac.authorization.k8s.io/v1"},
+           {"kind", "RoleBinding"},
+           {"metadata", {{"name", "reader"}}},
+           {"roleRef",
+            {{"apiGroup", "rbac.authorization.k8s.io"}, {"kind", "Role"}, {"name", "pod-reader"}}},
+           {"subjects",
+            json::array({{{"kind", "ServiceAccount"}, {"name", "reader"}, {"namespace", ns}}})}});
+  ASSERT_TRUE(binding.ok()) << binding.error().ToString();
+  // Without a mount namespace (not root) the node points the pod at its copy of the files.
+  json pod = ShPod(
+      "caller",
+      "D=${TJ_SERVICE_ACCOUNT_DIR:-/var/run/secrets/kubernetes.io/serviceaccount}; "
+      "U=https://$KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT; N=$(cat $D/namespace); "
+      "get() { curl -sS --cacert $D/ca.crt -H \"Authorization: Bearer $(cat $D/token)\" "
+      "-o /tmp/tj-sa-$$ -w '%{http_code}' \"$U$1\"; }; "
+      "echo ns=$N api=$(get /api) pods=$(get /api/v1/namespaces/$N/pods) "
+      "secrets=$(get /api/v1/namespaces/$N/secrets) nodes=$(get /api/v1/nodes); "
+      "grep -o 'system:serviceaccount:[a-z0-9:-]*' /tmp/tj-sa-$$ | head -n1; rm -f /tmp/tj-sa-$$");
+  pod["spec"]["serviceAccountName"] = "reader";
+  auto created = client->Create(resources::kPods, ns, pod);
+  ASSERT_TRUE(created.ok()) << created.error().ToString();
+  // The admission plugin gave it the projected volume a kubelet fills.
+  bool projected_token = false;
+  for (const auto& v : (*created)["spec"].value("volumes", json::array())) {
+    for (const auto& src : v.value("projected", json::object()).value("sources", json::array())) {
+      projected_token = projected_token || src.contains("serviceAccountToken");
+    }
+  }
+  EXPECT_TRUE(projected_token) << created->dump(2);
+  json got;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto p = client->Get(resources::kPods, ns, "caller");
+        if (p.ok()) got = *p;
+        std::string phase = p.ok() ? got["status"].value("phase", "") : "";
+        return phase == "Succeeded" || phase == "Failed";
+      },
+      std::chrono::seconds(60)))
+      << got.dump(2);
+  EXPECT_EQ(got["status"]["phase"], "Succeeded") << got.dump(2);
+  EXPECT_EQ(Kubectl(cluster, "logs -n " + ns + " caller"),
+            "ns=" + ns + " api=200 pods=200 secrets=403 nodes=403\n" +
+                "system:serviceaccount:" + ns + ":reader\n");
+}
+
+// Probes as a kubelet runs them: the liveness probe fails on the first run (no `ready` file),
+// the container is killed and restarted in place; the second run creates the file, both
+// probes pass and the pod becomes Ready only then.
+TEST(LocalNode, LivenessRestartsAndReadinessGatesReady) {
+  LocalCluster* cluster;
+  TJ_REQUIRE_LOCAL_CLUSTER(cluster);
+  auto client = cluster->NewClient();
+  std::string ns = testing::NewNamespace(client.get(), "probes");
+  json pod = ShPod("probed",
+                   "if [ -f ran ]; then touch ready; echo second; else touch ran; echo first; fi; "
+                   "exec sleep 60",
+                   "Always");
+  json check = {{"exec", {{"command", json::array({"test", "-f", "ready"})}}},
+                {"periodSeconds", 1}};
+  json liveness = check;
+  liveness["initialDelaySeconds"] = 1;
+  liveness["failureThreshold"] = 2;
+  pod["spec"]["containers"][0]["livenessProbe"] = liveness;
+  pod["spec"]["containers"][0]["readinessProbe"] = check;
+  ASSERT_TRUE(client->Create(resources::kPods, ns, pod).ok());
+  auto ready = [](const json& p) {
+    for (const auto& c : p["status"].value("conditions", json::array())) {
+      if (c.value("type", "") == "Ready") return c.value("status", "") == "True";
+    }
+    return false;
+  };
+  json got;
+  // Running but not Ready while the readiness probe fails.
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto p = client->Get(resources::kPods, ns, "probed");
+        if (p.ok()) got = *p;
+        return p.ok() && got["status"].value("phase", "") == "Running";
+      },
+      std::chrono::seconds(60)))
+      << got.dump(2);
+  EXPECT_FALSE(ready(got)) << got.dump(2);
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto p = client->Get(resources::kPods, ns, "probed");
+        if (p.ok()) got = *p;
+        return p.ok() && ready(got);
+      },
+      std::chrono::seconds(60)))
+      << got.dump(2);
+  const json& cs = got["status"]["containerStatuses"][0];
+  EXPECT_EQ(cs["restartCount"], 1);
+  EXPECT_TRUE(cs["ready"].get<bool>());
+  EXPECT_EQ(cs["lastState"]["terminated"]["exitCode"], 137);  // killed by the liveness probe
+  EXPECT_EQ(Kubectl(cluster, "logs -n " + ns + " probed"), "first\nsecond\n");
+  ASSERT_TRUE(client->Delete(resources::kPods, ns, "probed").ok());
 }
 
 }  // namespace

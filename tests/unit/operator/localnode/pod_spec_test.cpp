@@ -124,5 +124,13 @@ TEST(PodSpec, StatusCarriesExitCodesAndConditions) {
   EXPECT_TRUE(ready_false);
 }
 
+TEST(PodSpec, ArgsExpandVariablesFromTheEnvironment) {
+  EXPECT_EQ(ExpandArgs({"tj-operator", "--metrics-bind-address=$(POD_IP):8080", "$$(POD_IP)",
+                        "$(UNKNOWN)"},
+                       {"POD_IP=127.0.1.2", "X=y"}),
+            (std::vector<std::string>{"tj-operator", "--metrics-bind-address=127.0.1.2:8080",
+                                      "$(POD_IP)", "$(UNKNOWN)"}));
+}
+
 }  // namespace
 }  // namespace tj::localnode
