@@ -1,6 +1,7 @@
 {{/*
 The operator's permissions, shared by the ClusterRole and the per-namespace Roles:
-- trainingjobs: read and watch them; update/patch for labels, annotations and finalizers;
+- trainingjobs: read and watch them; delete a finished one after ttlSecondsAfterFinished
+  (it never changes a job's spec or metadata: no update, no patch);
 - trainingjobs/status: conditions, replica counts, progress (the status subresource);
 - trainingjobs/finalizers: update, so owner references with blockOwnerDeletion pass the
   OwnerReferencesPermissionEnforcement admission plugin where a cluster enables it;
@@ -11,7 +12,7 @@ The operator's permissions, shared by the ClusterRole and the per-namespace Role
 {{- define "tj-operator.managerRules" -}}
 - apiGroups: ["tjo.dev"]
   resources: ["trainingjobs"]
-  verbs: ["get", "list", "watch", "update", "patch"]
+  verbs: ["get", "list", "watch", "delete"]
 - apiGroups: ["tjo.dev"]
   resources: ["trainingjobs/status"]
   verbs: ["get", "update", "patch"]

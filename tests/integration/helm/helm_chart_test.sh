@@ -21,7 +21,7 @@ echo "helm: $HELM ($("$HELM" version --short))"
 # 1. helm lint, strict, with the defaults and with every optional part on.
 if "$HELM" lint --strict "$CHART" >/dev/null; then pass "helm lint --strict (defaults)"
 else "$HELM" lint --strict "$CHART"; fail "helm lint --strict (defaults)"; fi
-ALL=(--set watchNamespaces='{team-a,team-b}' --set networkPolicy.enabled=true
+ALL=(--set watchNamespaces='{team-a}' --set networkPolicy.enabled=true
      --set metrics.serviceMonitor.enabled=true --set replicas=2)
 if "$HELM" lint --strict "$CHART" "${ALL[@]}" >/dev/null; then pass "helm lint --strict (all parts on)"
 else fail "helm lint --strict (all parts on)"; fi
@@ -37,6 +37,11 @@ if render --set replicas=2 --set leaderElection.enabled=false >/dev/null 2>&1; t
   fail "replicas=2 without leader election must not render"
 else
   pass "replicas=2 without leader election is refused"
+fi
+if render --set watchNamespaces='{a,b}' >/dev/null 2>&1; then
+  fail "two watchNamespaces must not render (tj-operator takes one --namespace)"
+else
+  pass "two watchNamespaces are refused"
 fi
 
 python3 - "$TMP/default.yaml" "$TMP/all.yaml" <<'PY' || fails=$((fails + 1))
@@ -72,9 +77,16 @@ check(ports == {"metrics": 8080, "health": 8081}, "ports metrics 8080, health 80
 check(c["resources"] == {"requests": {"cpu": "10m", "memory": "64Mi"},
                          "limits": {"cpu": "500m", "memory": "128Mi"}}, "requests and limits")
 args = c["args"]
-for flag in ("--leader-elect=true", "--metrics-bind-address=:8080",
-             "--health-probe-bind-address=:8081", "--workers=4", "--log-level=info"):
+for flag in ("--leader-elect", "--leader-election-namespace=tj-system",
+             "--metrics-bind-address=:8080", "--health-probe-bind-address=:8081", "--workers=4"):
     check(flag in args, "flag " + flag)
+# Only flags tj-operator has (operator/main.cpp); an unknown one makes it exit 2.
+known = ("--kubeconfig", "--namespace", "--leader-elect", "--leader-election-namespace",
+         "--leader-election-id", "--metrics-bind-address", "--health-probe-bind-address",
+         "--workers", "--kube-api-qps", "--kube-api-burst")
+check(all(a.split("=")[0] in known for a in args), "every flag is one tj-operator has: %s" % args)
+env = {e["name"]: e.get("value") for e in c["env"]}
+check(env.get("TJ_LOG_LEVEL") == "info", "TJ_LOG_LEVEL from logLevel")
 check(not any(a.startswith("--namespace") for a in args), "no --namespace: every namespace")
 check(pod["serviceAccountName"] == "tj-operator", "runs as its ServiceAccount")
 
@@ -82,7 +94,7 @@ check(pod["serviceAccountName"] == "tj-operator", "runs as its ServiceAccount")
 def rules(docs, kind):
     return [r for d in by_kind(docs, kind) for r in d["rules"]]
 allowed = {
-    ("tjo.dev", "trainingjobs"): {"get", "list", "watch", "update", "patch"},
+    ("tjo.dev", "trainingjobs"): {"get", "list", "watch", "delete"},
     ("tjo.dev", "trainingjobs/status"): {"get", "update", "patch"},
     ("tjo.dev", "trainingjobs/finalizers"): {"update"},
     ("", "pods"): {"get", "list", "watch", "create", "delete"},
@@ -108,14 +120,14 @@ check(not by_kind(default, "ServiceMonitor") and not by_kind(default, "NetworkPo
 # Per-namespace mode: nothing cluster-wide, a Role and RoleBinding per watched namespace.
 check(not by_kind(full, "ClusterRole") and not by_kind(full, "ClusterRoleBinding"),
       "watchNamespaces: no cluster-wide RBAC")
-for ns in ("team-a", "team-b"):
+for ns in ("team-a",):
     check(any(d["metadata"].get("namespace") == ns for d in by_kind(full, "Role")), "Role in " + ns)
     check(any(d["metadata"].get("namespace") == ns for d in by_kind(full, "RoleBinding")),
           "RoleBinding in " + ns)
     np = [d for d in by_kind(full, "NetworkPolicy") if d["metadata"]["namespace"] == ns]
     check(len(np) == 1 and np[0]["spec"]["policyTypes"] == ["Ingress"], "NetworkPolicy in " + ns)
 fargs = by_kind(full, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
-check("--namespace=team-a,team-b" in fargs, "--namespace=team-a,team-b")
+check("--namespace=team-a" in fargs, "--namespace=team-a")
 check(by_kind(full, "Deployment")[0]["spec"]["replicas"] == 2, "replicas 2")
 check(len(by_kind(full, "ServiceMonitor")) == 1, "ServiceMonitor when enabled")
 sys.exit(1 if failed else 0)
