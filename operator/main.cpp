@@ -256,8 +256,12 @@ int main(int argc, char** argv) {
       for (const auto& key : informers[0]->cache().Keys()) queue.Add(key);
     };
     cb.on_stopped_leading = [&, lease = lc.lease_name] {
-      log.Error("lost the leader lease " + lease + "; exiting so a fresh start campaigns");
       leading = false;
+      if (stop.stop_requested()) {
+        log.Emit({{"event", "released_lease"}, {"lease", lease}});
+        return;
+      }
+      log.Error("lost the leader lease " + lease + "; exiting so a fresh start campaigns");
       stop.request_stop();
     };
     elector = std::make_unique<tj::kube::LeaderElector>(client, clock, lc, cb, &log);

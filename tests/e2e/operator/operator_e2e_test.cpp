@@ -109,19 +109,41 @@ json ScaledExample(int epochs, int steps, int save_freq) {
 
 class OperatorProcess {
  public:
+  // `extra`: more flags; with --metrics-bind-address it must also give
+  // --health-probe-bind-address.
   OperatorProcess(const LocalCluster* c, const std::string& ns, const std::string& log_path,
-                  bool append = false)
+                  bool append = false, std::vector<std::string> extra = {})
       : log_path_(log_path) {
+    std::vector<std::string> args = {std::string(TJ_BIN_DIR) + "/tj-operator",
+                                     "--kubeconfig",
+                                     c->kubeconfig(),
+                                     "--namespace",
+                                     ns,
+                                     "--workers",
+                                     "2",
+                                     "--progress-poll-seconds",
+                                     "1",
+                                     "--restart-backoff-ms",
+                                     "500",
+                                     "--evaluator-grace-seconds",
+                                     "120"};
+    bool metrics = false;
+    for (const auto& e : extra) metrics = metrics || e == "--metrics-bind-address";
+    if (!metrics) {
+      for (const char* a : {"--metrics-bind-address", "0", "--health-probe-bind-address", "0"}) {
+        args.push_back(a);
+      }
+    }
+    args.insert(args.end(), extra.begin(), extra.end());
     pid_ = fork();
     if (pid_ == 0) {
       FILE* f = freopen(log_path.c_str(), append ? "a" : "w", stdout);
       (void)f;
       dup2(fileno(stdout), 2);
-      const std::string bin = std::string(TJ_BIN_DIR) + "/tj-operator";
-      execl(bin.c_str(), bin.c_str(), "--kubeconfig", c->kubeconfig().c_str(), "--namespace",
-            ns.c_str(), "--metrics-bind-address", "0", "--health-probe-bind-address", "0",
-            "--workers", "2", "--progress-poll-seconds", "1", "--restart-backoff-ms", "500",
-            "--evaluator-grace-seconds", "120", static_cast<char*>(nullptr));
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
       _exit(127);
     }
   }
@@ -376,6 +398,58 @@ TEST_F(OperatorE2E, OperatorRestartedMidJobCreatesNoDuplicates) {
     EXPECT_TRUE(uids.contains(p["metadata"]["uid"].get<std::string>()))
         << "pod " << p["metadata"]["name"] << " was re-created";
   }
+}
+
+TEST_F(OperatorE2E, LeaderElectionOneActsTheOtherTakesOver) {
+  op_.reset();  // this test runs its own two
+  const int base = 20000 + static_cast<int>(getpid() % 20000);
+  const std::string lease_args = "--leader-elect";
+  auto start = [&](const std::string& name, int port) {
+    return std::make_unique<OperatorProcess>(
+        cluster_, ns_, cluster_->dir() + "/operator-" + ns_ + "-" + name + ".log", false,
+        std::vector<std::string>{"--leader-elect", "--leader-election-namespace", ns_,
+                                 "--metrics-bind-address", "127.0.0.1:" + std::to_string(port),
+                                 "--health-probe-bind-address",
+                                 "127.0.0.1:" + std::to_string(port + 1)});
+  };
+  auto a = start("a", base);
+  ASSERT_TRUE(Eventually([&] { return a->Log().find("\"leading\"") != std::string::npos; },
+                         std::chrono::seconds(30)))
+      << a->Log();
+  auto b = start("b", base + 2);
+  EXPECT_TRUE(Eventually(
+      [&] { return Sh("curl -s http://127.0.0.1:" + std::to_string(base + 3) + "/readyz") == "ok\n"; },
+      std::chrono::seconds(20)));
+  const std::string healthz = Sh("curl -s http://127.0.0.1:" + std::to_string(base + 1) + "/healthz");
+  EXPECT_EQ(healthz, "ok\n");
+
+  json job = ScaledExample(2, 10, 5);
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, job).ok());
+  job = WaitFinished("fmnist", std::chrono::seconds(120));
+  ASSERT_TRUE(StatusOf(job).IsTrue("Succeeded")) << job.dump(2) << a->Log() << b->Log();
+  EXPECT_EQ(b->Log().find("\"leading\""), std::string::npos) << b->Log();
+  EXPECT_EQ(b->Log().find("job_event"), std::string::npos) << b->Log();  // b never acted
+  const std::string metrics = Sh("curl -s http://127.0.0.1:" + std::to_string(base) + "/metrics");
+  EXPECT_NE(metrics.find("leader_election_master_status{name=\"tj-operator\"} 1"),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(metrics.find("tj_operator_jobs_successful_total 1"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("controller_runtime_reconcile_total{controller=\"trainingjob\",result="),
+            std::string::npos);
+  EXPECT_NE(Sh("curl -s http://127.0.0.1:" + std::to_string(base + 2) + "/metrics")
+                .find("leader_election_master_status{name=\"tj-operator\"} 0"),
+            std::string::npos);
+
+  // The leader stops (and releases the lease): the other takes over and runs the next job.
+  a->Stop(SIGTERM);
+  ASSERT_TRUE(Eventually([&] { return b->Log().find("\"leading\"") != std::string::npos; },
+                         std::chrono::seconds(30)))
+      << b->Log();
+  json second = ScaledExample(2, 10, 5);
+  second["metadata"]["name"] = "second";
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, second).ok());
+  second = WaitFinished("second", std::chrono::seconds(120));
+  EXPECT_TRUE(StatusOf(second).IsTrue("Succeeded")) << second.dump(2) << b->Log();
 }
 
 }  // namespace
