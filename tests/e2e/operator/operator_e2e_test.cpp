@@ -452,5 +452,42 @@ TEST_F(OperatorE2E, LeaderElectionOneActsTheOtherTakesOver) {
   EXPECT_TRUE(StatusOf(second).IsTrue("Succeeded")) << second.dump(2) << b->Log();
 }
 
+TEST_F(OperatorE2E, DeadlineAndTtlEnforcedOnTime) {
+  // A job far longer than its 4 s deadline: Failed at the deadline, not on some later event;
+  // then deleted 2 s after it finished.
+  json job = ScaledExample(50, 0, 100);
+  job["spec"]["runPolicy"]["activeDeadlineSeconds"] = 4;
+  job["spec"]["runPolicy"]["ttlSecondsAfterFinished"] = 2;
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, job).ok());
+  job = WaitFinished("fmnist", std::chrono::seconds(30));
+  const double failed_after =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  auto s = StatusOf(job);
+  ASSERT_TRUE(s.IsTrue("Failed")) << job.dump(2);
+  EXPECT_EQ(s.Find("Failed")->reason, "DeadlineExceeded");
+  EXPECT_LT(failed_after, 8.0);
+  EXPECT_TRUE(Eventually([&] { return !client_->Get(api::kTrainingJobs, ns_, "fmnist").ok(); },
+                         std::chrono::seconds(10)));
+}
+
+TEST_F(OperatorE2E, SuspendAndResume) {
+  json job = ScaledExample(2, 10, 5);
+  job["spec"]["runPolicy"]["suspend"] = true;
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, job).ok());
+  ASSERT_TRUE(Eventually([&] { return StatusOf(Get("fmnist")).IsTrue("Suspended"); },
+                         std::chrono::seconds(20)));
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  EXPECT_TRUE(Pods("fmnist").empty());
+  auto r = client_->Patch(api::kTrainingJobs, ns_, "fmnist", PatchType::kMerge,
+                          {{"spec", {{"runPolicy", {{"suspend", false}}}}}});
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  job = WaitFinished("fmnist", std::chrono::seconds(120));
+  auto s = StatusOf(job);
+  ASSERT_TRUE(s.IsTrue("Succeeded")) << job.dump(2);
+  EXPECT_EQ(s.Find("Suspended")->status, "False");
+  EXPECT_EQ(s.Find("Suspended")->reason, "JobResumed");
+}
+
 }  // namespace
 }  // namespace tj::kube
