@@ -302,7 +302,7 @@ EOF
       --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
       --service-account-private-key-file="$STATE_DIR/certs/sa.key" \
       --root-ca-file="$STATE_DIR/certs/ca.crt" \
-      --controllers=garbagecollector,namespace,serviceaccount,serviceaccount-token,ttl-after-finished,root-ca-cert-publisher,nodelifecycle \
+      --controllers=garbagecollector,namespace,serviceaccount,serviceaccount-token,ttl-after-finished,root-ca-cert-publisher,nodelifecycle,deployment,replicaset \
       --leader-elect=false --bind-address=127.0.0.1 --secure-port="$port_c" --port=0
     # The ServiceAccount admission plugin rejects pods whose ServiceAccount does not exist
     # yet: return only once the serviceaccount controller runs (it has created `default`).

@@ -327,8 +327,10 @@ class PodWorker {
       if (!env.ok()) return env.status();
       c.process = ProcessSpec{};  // Prepare() may run again after a configuration error
       c.process.argv = *argv;
+      // HOME is the pod's own directory, not the host user's: a container never sees the
+      // host's ~/.kube/config (an in-cluster client would take it over its ServiceAccount).
       c.process.env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                       "HOME=/root", "HOSTNAME=" + hostname_, "TJ_POD_IP=" + ip_};
+                       "HOME=" + dir_, "HOSTNAME=" + hostname_, "TJ_POD_IP=" + ip_};
       for (const auto& e : *env) c.process.env.push_back(e);
       // What a kubelet adds for the `kubernetes` Service, here the API server's real address
       // (the Service's cluster IP is not routed on this machine). The pod's own env wins.

@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# `helm install` on the local cluster runs the operator for real and the example job to
+# Succeeded under the chart's RBAC (issue 8): the node agent runs the operator image as
+# BUILD/bin/tj-operator with the ServiceAccount token, CA and KUBERNETES_SERVICE_* a kubelet
+# gives it. Then, with its ClusterRoleBinding deleted, the operator is refused (a missing
+# permission shows as a failure, not as silent success).
+# Usage: helm_install_e2e.sh REPO_ROOT BUILD_DIR. Exit 77 (skipped) when Helm or the
+# cluster's binaries cannot be had, unless CI / TJ_REQUIRE_CLUSTER / TJ_REQUIRE_HELM is set.
+set -euo pipefail
+ROOT=$1
+BUILD=$2
+export TJ_BUILD_DIR=$BUILD
+export TJ_LOCAL_CLUSTER_DIR=$BUILD/helm-e2e-cluster
+required() { [ -n "${CI:-}${TJ_REQUIRE_CLUSTER:-}${TJ_REQUIRE_HELM:-}" ]; }
+skip() { if required; then echo "FAIL $*"; exit 1; fi; echo "SKIP: $*"; exit 77; }
+t0=$SECONDS
+step() { echo "[$((SECONDS - t0))s] $*"; }
+
+for b in tj-local-node tj-operator tj-trainer; do
+  [ -x "$BUILD/bin/$b" ] || skip "$BUILD/bin/$b is not built"
+done
+HELM=$("$ROOT/hack/helm.sh" --path) || skip "no Helm (hack/helm.sh could not fetch it)"
+"$ROOT/hack/local-cluster.sh" build >/dev/null || skip "no Kubernetes binaries"
+
+cleanup() {
+  local rc=$?
+  if [ $rc -ne 0 ]; then
+    echo "--- operator log"; kubectl -n tj-system logs deploy/tj-operator --tail=30 || true
+    echo "--- pods"; kubectl get pods -A -o wide || true
+    echo "(cluster state kept in $TJ_LOCAL_CLUSTER_DIR)"
+  fi
+  "$ROOT/hack/local-cluster.sh" down >/dev/null 2>&1 || true
+  [ $rc -ne 0 ] || rm -rf "$TJ_LOCAL_CLUSTER_DIR"
+}
+trap cleanup EXIT
+export KUBECONFIG
+KUBECONFIG=$("$ROOT/hack/local-cluster.sh" up 2>/dev/null | tail -n1)
+step "cluster up"
+
+"$HELM" install tj-operator "$ROOT/helm/tj-operator" --namespace tj-system --create-namespace \
+  --set bindAddress='$(POD_IP)' --wait --timeout 120s >/dev/null
+step "helm install: operator Ready (its readiness probe /readyz passed)"
+pid=""
+for p in $(pgrep -f "^$BUILD/bin/tj-operator" || true); do pid=$p; done
+[ -n "$pid" ] || { echo "FAIL no tj-operator process"; exit 1; }
+if tr '\0' '\n' <"/proc/$pid/environ" | grep -q '^KUBECONFIG='; then
+  echo "FAIL the operator pod has a KUBECONFIG: it must run in-cluster"; exit 1
+fi
+tr '\0' '\n' <"/proc/$pid/environ" | grep -q '^KUBERNETES_SERVICE_HOST=127.0.0.1$' ||
+  { echo "FAIL no KUBERNETES_SERVICE_HOST in the operator's environment"; exit 1; }
+echo "ok   the operator runs in-cluster (no KUBECONFIG, KUBERNETES_SERVICE_HOST set)"
+kubectl -n tj-system get lease tj-operator-leader >/dev/null
+echo "ok   it holds the leader Lease in tj-system"
+
+kubectl create namespace helm-e2e >/dev/null
+kubectl -n helm-e2e apply -f "$ROOT/manifests/examples/fmnist.yaml" >/dev/null
+deadline=$((SECONDS + 600))
+state=""
+while [ $SECONDS -lt $deadline ]; do
+  state=$(kubectl -n helm-e2e get trainingjob fmnist \
+    -o jsonpath='{range .status.conditions[?(@.status=="True")]}{.type} {end}' 2>/dev/null || true)
+  case "$state" in *Succeeded*|*Failed*) break ;; esac
+  sleep 2
+done
+step "job conditions: $state"
+case "$state" in *Succeeded*) echo "ok   fmnist Succeeded under the chart's RBAC" ;;
+  *) echo "FAIL fmnist did not succeed"; exit 1 ;; esac
+echo "     evaluation: $(kubectl -n helm-e2e get trainingjob fmnist -o jsonpath='{.status.evaluation}')"
+
+# Without its ClusterRoleBinding the operator is refused by the API server.
+kubectl delete clusterrolebinding tj-operator-manager >/dev/null
+[ "$(kubectl auth can-i --as=system:serviceaccount:tj-system:tj-operator list pods -A)" = no ]
+sed 's/name: fmnist$/name: fmnist-denied/' "$ROOT/manifests/examples/fmnist.yaml" |
+  kubectl -n helm-e2e apply -f - >/dev/null 2>&1 || true
+forbidden=false
+for _ in $(seq 1 60); do
+  if kubectl -n tj-system logs deploy/tj-operator 2>/dev/null | grep -qi 'forbidden'; then
+    forbidden=true; break
+  fi
+  sleep 1
+done
+$forbidden && echo "ok   without its RBAC the operator is refused (403 Forbidden in its log)" ||
+  { echo "FAIL no Forbidden in the operator's log after its ClusterRoleBinding was deleted"; exit 1; }
+[ -z "$(kubectl -n helm-e2e get pods -l tjo.dev/job-name=fmnist-denied -o name)" ] &&
+  echo "ok   and it created no pod for the new job" ||
+  { echo "FAIL pods were created without RBAC"; exit 1; }
+step "done"
+echo "helm_install_e2e: 1 passed, 0 failed"
