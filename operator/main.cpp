@@ -63,7 +63,8 @@ int main(int argc, char** argv) {
   int burst = 100;
   int evaluator_grace_s = 300, progress_poll_s = 5, backoff_base_ms = 1000;
   CLI::App app{"tj-operator: runs TrainingJobs (tjo.dev/v1alpha1) on Kubernetes"};
-  app.add_option("--kubeconfig", kubeconfig, "kubeconfig file (else $KUBECONFIG, ~/.kube/config, in-cluster)");
+  app.add_option("--kubeconfig", kubeconfig,
+                 "kubeconfig file (else $KUBECONFIG, ~/.kube/config, in-cluster)");
   app.add_option("--namespace", ns, "watch only this namespace (default: all)");
   app.add_flag("--leader-elect", leader_elect, "elect a leader on a Lease; only the leader acts");
   app.add_option("--leader-election-namespace", lease_ns,
@@ -71,20 +72,27 @@ int main(int argc, char** argv) {
   app.add_option("--leader-election-id", lease_name, "name of the Lease")->capture_default_str();
   app.add_option("--metrics-bind-address", metrics_addr, "/metrics address; 0 disables")
       ->capture_default_str();
-  app.add_option("--health-probe-bind-address", probe_addr, "/healthz and /readyz address; 0 disables")
+  app.add_option("--health-probe-bind-address", probe_addr,
+                 "/healthz and /readyz address; 0 disables")
       ->capture_default_str();
-  app.add_option("--workers", workers, "concurrent reconciles")->capture_default_str()->check(CLI::Range(1, 64));
-  app.add_option("--kube-api-qps", qps, "client-side QPS limit to the API server")->capture_default_str();
+  app.add_option("--workers", workers, "concurrent reconciles")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  app.add_option("--kube-api-qps", qps, "client-side QPS limit to the API server")
+      ->capture_default_str();
   app.add_option("--kube-api-burst", burst, "client-side burst")->capture_default_str();
   app.add_option("--evaluator-grace-seconds", evaluator_grace_s,
                  "how long a finished job waits for the evaluator's final evaluation")
-      ->capture_default_str()->check(CLI::Range(0, 86400));
+      ->capture_default_str()
+      ->check(CLI::Range(0, 86400));
   app.add_option("--progress-poll-seconds", progress_poll_s,
                  "how often a running job's trainer /status is read")
-      ->capture_default_str()->check(CLI::Range(1, 3600));
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600));
   app.add_option("--restart-backoff-ms", backoff_base_ms,
                  "first gang-restart backoff; doubles per restart, at most 60 s")
-      ->capture_default_str()->check(CLI::Range(0, 600000));
+      ->capture_default_str()
+      ->check(CLI::Range(0, 600000));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -186,8 +194,8 @@ int main(int argc, char** argv) {
     o.ns = ns;
     o.resync_period = std::chrono::minutes(10);
     auto inf = std::make_unique<tj::kube::Informer>(client, clock, o, &log);
-    inf->AddHandlers({enqueue_job, [=](const json&, const json& n) { enqueue_job(n); },
-                      enqueue_job});
+    inf->AddHandlers(
+        {enqueue_job, [=](const json&, const json& n) { enqueue_job(n); }, enqueue_job});
     informers.push_back(std::move(inf));
   }
   for (const auto& r : {tj::kube::resources::kPods, tj::kube::resources::kServices,
@@ -197,29 +205,30 @@ int main(int argc, char** argv) {
     o.ns = ns;
     o.label_selector = tj::api::kLabelJobName;
     auto inf = std::make_unique<tj::kube::Informer>(client, clock, o, &log);
-    inf->AddHandlers({enqueue_owner, [=](const json&, const json& n) { enqueue_owner(n); },
-                      enqueue_owner});
+    inf->AddHandlers(
+        {enqueue_owner, [=](const json&, const json& n) { enqueue_owner(n); }, enqueue_owner});
     informers.push_back(std::move(inf));
   }
 
   std::atomic<bool> leading{!leader_elect};
   std::atomic<bool> synced{false};
   tj::controller::HttpEndpoints metrics_server(
-      metrics_addr, {{"/metrics", [&] {
-                        tj::controller::OperatorMetrics::QueueStats q{queue.Len(), queue.adds(),
-                                                                      queue.retries()};
-                        return tj::controller::HttpAnswer{
-                            200, "text/plain; version=0.0.4; charset=utf-8",
-                            metrics.Render(q, leading.load())};
-                      }}});
-  tj::controller::HttpEndpoints probes(
-      probe_addr,
-      {{"/healthz", [] { return tj::controller::HttpAnswer{200, "text/plain", "ok\n"}; }},
-       {"/readyz", [&] {
-          return synced.load() ? tj::controller::HttpAnswer{200, "text/plain", "ok\n"}
-                               : tj::controller::HttpAnswer{503, "text/plain",
-                                                            "informers not synced yet\n"};
+      metrics_addr,
+      {{"/metrics", [&] {
+          tj::controller::OperatorMetrics::QueueStats q{queue.Len(), queue.adds(), queue.retries()};
+          return tj::controller::HttpAnswer{200, "text/plain; version=0.0.4; charset=utf-8",
+                                            metrics.Render(q, leading.load())};
         }}});
+  tj::controller::HttpEndpoints probes(
+      probe_addr, {{"/healthz",
+                    [] {
+                      return tj::controller::HttpAnswer{200, "text/plain", "ok\n"};
+                    }},
+                   {"/readyz", [&] {
+                      return synced.load() ? tj::controller::HttpAnswer{200, "text/plain", "ok\n"}
+                                           : tj::controller::HttpAnswer{
+                                                 503, "text/plain", "informers not synced yet\n"};
+                    }}});
   for (auto* s : {&metrics_server, &probes}) {
     tj::Status st = s->Start();
     if (!st.ok()) {

@@ -59,7 +59,8 @@ Status ValidateTemplate(const json& tmpl, const std::string& path) {
     if (!c.contains("name") || !c["name"].is_string() || c["name"].get<std::string>().empty()) {
       return FieldError(cp + ".name", "required");
     }
-    if (!c.contains("image") || !c["image"].is_string()) return FieldError(cp + ".image", "required");
+    if (!c.contains("image") || !c["image"].is_string())
+      return FieldError(cp + ".image", "required");
     if (c["name"] == "trainer") has_trainer = true;
     if (c.contains("env") && !c["env"].is_array()) return FieldError(cp + ".env", "must be a list");
     if (c.contains("args") && !c["args"].is_array()) {
@@ -77,18 +78,24 @@ Status ValidateTemplate(const json& tmpl, const std::string& path) {
 
 std::string ToString(ReplicaType t) {
   switch (t) {
-    case ReplicaType::kChief: return "Chief";
-    case ReplicaType::kWorker: return "Worker";
-    case ReplicaType::kEvaluator: return "Evaluator";
+    case ReplicaType::kChief:
+      return "Chief";
+    case ReplicaType::kWorker:
+      return "Worker";
+    case ReplicaType::kEvaluator:
+      return "Evaluator";
   }
   return "?";
 }
 
 std::string TaskName(ReplicaType t) {
   switch (t) {
-    case ReplicaType::kChief: return "chief";
-    case ReplicaType::kWorker: return "worker";
-    case ReplicaType::kEvaluator: return "evaluator";
+    case ReplicaType::kChief:
+      return "chief";
+    case ReplicaType::kWorker:
+      return "worker";
+    case ReplicaType::kEvaluator:
+      return "evaluator";
   }
   return "?";
 }
@@ -102,19 +109,26 @@ std::optional<ReplicaType> ParseReplicaType(const std::string& s) {
 
 std::string ToString(RestartPolicy p) {
   switch (p) {
-    case RestartPolicy::kNever: return "Never";
-    case RestartPolicy::kOnFailure: return "OnFailure";
-    case RestartPolicy::kExitCode: return "ExitCode";
-    case RestartPolicy::kAlways: return "Always";
+    case RestartPolicy::kNever:
+      return "Never";
+    case RestartPolicy::kOnFailure:
+      return "OnFailure";
+    case RestartPolicy::kExitCode:
+      return "ExitCode";
+    case RestartPolicy::kAlways:
+      return "Always";
   }
   return "?";
 }
 
 std::string ToString(CleanPodPolicy p) {
   switch (p) {
-    case CleanPodPolicy::kAll: return "All";
-    case CleanPodPolicy::kRunning: return "Running";
-    case CleanPodPolicy::kNone: return "None";
+    case CleanPodPolicy::kAll:
+      return "All";
+    case CleanPodPolicy::kRunning:
+      return "Running";
+    case CleanPodPolicy::kNone:
+      return "None";
   }
   return "?";
 }
@@ -151,8 +165,8 @@ StatusOr<TrainingJobSpec> ParseSpec(const json& spec) {
     TJ_RETURN_IF_ERROR(ReadInt(rs, "replicas", path, min, max, &replicas));
     if (replicas) r.replicas = static_cast<int32_t>(*replicas);
     std::optional<std::string> policy;
-    TJ_RETURN_IF_ERROR(ReadEnum(rs, "restartPolicy", path,
-                                {"Never", "OnFailure", "ExitCode", "Always"}, &policy));
+    TJ_RETURN_IF_ERROR(
+        ReadEnum(rs, "restartPolicy", path, {"Never", "OnFailure", "ExitCode", "Always"}, &policy));
     if (policy) {
       if (*policy == "Never") r.restart_policy = RestartPolicy::kNever;
       if (*policy == "OnFailure") r.restart_policy = RestartPolicy::kOnFailure;
@@ -186,12 +200,14 @@ StatusOr<TrainingJobSpec> ParseSpec(const json& spec) {
   if (clean == "All") out.run_policy.clean_pod_policy = CleanPodPolicy::kAll;
   if (clean == "None") out.run_policy.clean_pod_policy = CleanPodPolicy::kNone;
   if (run.contains("suspend") && !run["suspend"].is_null()) {
-    if (!run["suspend"].is_boolean()) return FieldError("spec.runPolicy.suspend", "must be a boolean");
+    if (!run["suspend"].is_boolean())
+      return FieldError("spec.runPolicy.suspend", "must be a boolean");
     out.run_policy.suspend = run["suspend"].get<bool>();
   }
 
   std::optional<std::string> success;
-  TJ_RETURN_IF_ERROR(ReadEnum(spec, "successPolicy", "spec", {"", "Chief", "AllWorkers"}, &success));
+  TJ_RETURN_IF_ERROR(
+      ReadEnum(spec, "successPolicy", "spec", {"", "Chief", "AllWorkers"}, &success));
   if (success == "AllWorkers") out.success_policy = SuccessPolicy::kAllWorkers;
   std::optional<int64_t> port;
   TJ_RETURN_IF_ERROR(ReadInt(spec, "port", "spec", 1, 65535, &port));
@@ -256,8 +272,8 @@ json TrainingJobStatus::ToJson() const {
   json j = json::object();
   json conds = json::array();
   for (const auto& c : conditions) {
-    json cj = {{"type", c.type}, {"status", c.status}, {"reason", c.reason},
-               {"message", c.message}};
+    json cj = {
+        {"type", c.type}, {"status", c.status}, {"reason", c.reason}, {"message", c.message}};
     if (!c.last_transition_time.empty()) cj["lastTransitionTime"] = c.last_transition_time;
     if (!c.last_update_time.empty()) cj["lastUpdateTime"] = c.last_update_time;
     conds.push_back(cj);

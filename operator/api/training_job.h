@@ -34,8 +34,8 @@ enum class RestartPolicy { kNever, kOnFailure, kExitCode, kAlways };
 enum class CleanPodPolicy { kAll, kRunning, kNone };
 enum class SuccessPolicy { kChief, kAllWorkers };
 
-std::string ToString(ReplicaType t);   // "Chief", "Worker", "Evaluator" (spec keys)
-std::string TaskName(ReplicaType t);   // "chief", "worker", "evaluator" (TF_CONFIG, pod names)
+std::string ToString(ReplicaType t);  // "Chief", "Worker", "Evaluator" (spec keys)
+std::string TaskName(ReplicaType t);  // "chief", "worker", "evaluator" (TF_CONFIG, pod names)
 std::optional<ReplicaType> ParseReplicaType(const std::string& s);  // either spelling
 std::string ToString(RestartPolicy p);
 std::string ToString(CleanPodPolicy p);

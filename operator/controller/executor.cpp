@@ -134,9 +134,9 @@ Status Executor::Apply(const json& job, const Decision& d) {
         auto r = c->Create(a.resource, ref.ns, a.object);
         if (!r.ok() && !kube::IsAlreadyExists(r.error())) {
           if (deps_.recorder) {
-            (void)deps_.recorder->Record(job, "Warning", "CreateFailed",
-                                         "creating " + a.resource.plural + " " + a.name + ": " +
-                                             r.error().message);
+            (void)deps_.recorder->Record(
+                job, "Warning", "CreateFailed",
+                "creating " + a.resource.plural + " " + a.name + ": " + r.error().message);
           }
           return r.error().ToStatus().WithContext("creating " + a.resource.plural + " " + ref.ns +
                                                   "/" + a.name);
@@ -160,7 +160,8 @@ Status Executor::Apply(const json& job, const Decision& d) {
           return r.error().ToStatus().WithContext("deleting finished TrainingJob " + ref.ns + "/" +
                                                   ref.name + " after its TTL");
         }
-        if (deps_.log) deps_.log->Emit({{"event", "ttl_deleted"}, {"job", ref.ns + "/" + ref.name}});
+        if (deps_.log)
+          deps_.log->Emit({{"event", "ttl_deleted"}, {"job", ref.ns + "/" + ref.name}});
         break;
       }
       case Action::Kind::kEvent: {

@@ -21,7 +21,7 @@
 namespace tj::controller {
 
 struct ExecutorDeps {
-  kube::Client* client = nullptr;          // required
+  kube::Client* client = nullptr;           // required
   kube::EventRecorder* recorder = nullptr;  // may be null: no Events
   OperatorMetrics* metrics = nullptr;       // may be null
   EventLog* log = nullptr;                  // may be null
@@ -30,8 +30,7 @@ struct ExecutorDeps {
   // not answer (quickly: it runs inside a reconcile).
   std::function<std::optional<nlohmann::json>(const nlohmann::json& pod)> trainer_status;
   // The tail of a pod's trainer log; nullopt when it cannot be read.
-  std::function<std::optional<std::string>(const std::string& ns, const std::string& pod)>
-      pod_log;
+  std::function<std::optional<std::string>(const std::string& ns, const std::string& pod)> pod_log;
   std::function<std::string()> random_key;  // a fresh rendezvous key
 };
 

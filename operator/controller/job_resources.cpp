@@ -10,8 +10,8 @@ using nlohmann::json;
 json Labels(const std::string& job) { return {{api::kLabelJobName, job}}; }
 
 void SetEnv(json& container, const json& var) {
-  json env = container.contains("env") && container["env"].is_array() ? container["env"]
-                                                                        : json::array();
+  json env =
+      container.contains("env") && container["env"].is_array() ? container["env"] : json::array();
   json out = json::array();
   for (const auto& e : env) {
     if (e.is_object() && e.value("name", "") == var["name"]) continue;
@@ -31,8 +31,12 @@ std::string SecretName(const std::string& job) { return job + "-rendezvous"; }
 
 json OwnerReference(const json& job) {
   const api::ObjectRef r = api::RefOf(job);
-  return {{"apiVersion", api::kApiVersion}, {"kind", api::kKind},      {"name", r.name},
-          {"uid", r.uid},                   {"controller", true}, {"blockOwnerDeletion", true}};
+  return {{"apiVersion", api::kApiVersion},
+          {"kind", api::kKind},
+          {"name", r.name},
+          {"uid", r.uid},
+          {"controller", true},
+          {"blockOwnerDeletion", true}};
 }
 
 bool IsOwnedBy(const json& object, const json& job) {
@@ -58,8 +62,8 @@ json TfConfig(const api::ObjectRef& job, const api::TrainingJobSpec& spec, api::
     if (rs.replicas <= 0) continue;
     json hosts = json::array();
     for (int i = 0; i < rs.replicas; ++i) {
-      hosts.push_back(PodName(job.name, t, i) + "." + job.name + "." + job.ns + ".svc:" +
-                      std::to_string(spec.port));
+      hosts.push_back(PodName(job.name, t, i) + "." + job.name + "." + job.ns +
+                      ".svc:" + std::to_string(spec.port));
     }
     cluster[api::TaskName(t)] = hosts;
   }
@@ -70,19 +74,20 @@ json TfConfig(const api::ObjectRef& job, const api::TrainingJobSpec& spec, api::
 
 json BuildService(const json& job, const api::TrainingJobSpec& spec) {
   const api::ObjectRef r = api::RefOf(job);
-  return {{"apiVersion", "v1"},
-          {"kind", "Service"},
-          {"metadata",
-           {{"name", r.name},
-            {"namespace", r.ns},
-            {"labels", Labels(r.name)},
-            {"ownerReferences", json::array({OwnerReference(job)})}}},
-          {"spec",
-           {{"clusterIP", "None"},
-            {"publishNotReadyAddresses", true},
-            {"selector", Labels(r.name)},
-            {"ports", json::array({{{"name", "tj-port"}, {"port", spec.port},
-                                    {"targetPort", spec.port}}})}}}};
+  return {
+      {"apiVersion", "v1"},
+      {"kind", "Service"},
+      {"metadata",
+       {{"name", r.name},
+        {"namespace", r.ns},
+        {"labels", Labels(r.name)},
+        {"ownerReferences", json::array({OwnerReference(job)})}}},
+      {"spec",
+       {{"clusterIP", "None"},
+        {"publishNotReadyAddresses", true},
+        {"selector", Labels(r.name)},
+        {"ports",
+         json::array({{{"name", "tj-port"}, {"port", spec.port}, {"targetPort", spec.port}}})}}}};
 }
 
 json BuildSecret(const json& job, const std::string& key) {

@@ -23,8 +23,10 @@ std::string OperatorMetrics::Render(const QueueStats& queue, bool leader) const 
   std::lock_guard<std::mutex> lock(mu_);
   o << "# HELP controller_runtime_reconcile_total Total number of reconciliations per controller\n"
     << "# TYPE controller_runtime_reconcile_total counter\n";
-  for (auto [r, n] : {std::pair<const char*, uint64_t>{"success", success_}, {"error", error_},
-                      {"requeue", requeue_}, {"requeue_after", requeue_after_}}) {
+  for (auto [r, n] : {std::pair<const char*, uint64_t>{"success", success_},
+                      {"error", error_},
+                      {"requeue", requeue_},
+                      {"requeue_after", requeue_after_}}) {
     o << "controller_runtime_reconcile_total{" << c << ",result=\"" << r << "\"} " << n << "\n";
   }
   o << "# HELP controller_runtime_reconcile_errors_total Total number of reconciliation errors\n"
@@ -56,7 +58,8 @@ std::string OperatorMetrics::Render(const QueueStats& queue, bool leader) const 
        {std::tuple<const char*, const char*, uint64_t>{"tj_operator_jobs_created_total",
                                                        "TrainingJobs seen for the first time",
                                                        jobs_created_.load()},
-        {"tj_operator_jobs_successful_total", "TrainingJobs that succeeded", jobs_succeeded_.load()},
+        {"tj_operator_jobs_successful_total", "TrainingJobs that succeeded",
+         jobs_succeeded_.load()},
         {"tj_operator_jobs_failed_total", "TrainingJobs that failed", jobs_failed_.load()},
         {"tj_operator_jobs_restarted_total", "Gang restarts", jobs_restarted_.load()}}) {
     o << "# HELP " << name << " " << help << "\n# TYPE " << name << " counter\n"

@@ -14,7 +14,8 @@ namespace tj::controller {
 
 class OperatorMetrics {
  public:
-  void ReconcileDone(const std::string& result, double seconds);  // success|error|requeue|requeue_after
+  void ReconcileDone(const std::string& result,
+                     double seconds);  // success|error|requeue|requeue_after
   void JobCreated() { ++jobs_created_; }
   void JobSucceeded() { ++jobs_succeeded_; }
   void JobFailed() { ++jobs_failed_; }
@@ -35,8 +36,7 @@ class OperatorMetrics {
   std::array<uint64_t, kBuckets.size()> buckets_{};                     // GUARDED_BY(mu_)
   uint64_t count_ = 0;                                                  // GUARDED_BY(mu_)
   double sum_ = 0;                                                      // GUARDED_BY(mu_)
-  std::atomic<uint64_t> jobs_created_{0}, jobs_succeeded_{0}, jobs_failed_{0},
-      jobs_restarted_{0};
+  std::atomic<uint64_t> jobs_created_{0}, jobs_succeeded_{0}, jobs_failed_{0}, jobs_restarted_{0};
 };
 
 }  // namespace tj::controller

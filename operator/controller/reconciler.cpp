@@ -79,8 +79,7 @@ milliseconds Until(kube::WallTime now, kube::WallTime t) {
 // Everything one pass decides, built up by the rules below.
 class Pass {
  public:
-  Pass(const Observed& in, const ReconcilerOptions& o)
-      : in_(in), o_(o), ref_(api::RefOf(in.job)) {
+  Pass(const Observed& in, const ReconcilerOptions& o) : in_(in), o_(o), ref_(api::RefOf(in.job)) {
     status_ = TrainingJobStatus::FromJson(in.job.value("status", json::object()));
     original_ = status_.ToJson();
     for (const auto& p : in.pods) {
@@ -167,7 +166,8 @@ void Pass::Finished() {
   if (spec_.run_policy.ttl_seconds_after_finished && status_.completion_time) {
     auto done = kube::ParseTime(*status_.completion_time);
     if (done) {
-      const auto expires = *done + std::chrono::seconds(*spec_.run_policy.ttl_seconds_after_finished);
+      const auto expires =
+          *done + std::chrono::seconds(*spec_.run_policy.ttl_seconds_after_finished);
       if (in_.now >= expires) {
         Action a;
         a.kind = Action::Kind::kDeleteJob;
@@ -187,7 +187,8 @@ void Pass::ReplicaStatuses() {
   for (const auto& p : pods_) {
     auto t = api::ParseReplicaType(Label(p, api::kLabelReplicaType));
     if (!t || !out.contains(api::ToString(*t))) continue;
-    if (*t != ReplicaType::kEvaluator && IntLabel(p, api::kLabelRestartCount) != status_.restart_count) {
+    if (*t != ReplicaType::kEvaluator &&
+        IntLabel(p, api::kLabelRestartCount) != status_.restart_count) {
       continue;  // a pod of an earlier gang
     }
     api::ReplicaStatus& s = out[api::ToString(*t)];
@@ -232,7 +233,8 @@ void Pass::Progress() {
   };
   const std::string eval_pod = PodName(ref_.name, ReplicaType::kEvaluator, 0);
   if (auto e = in_.trainer_status.find(eval_pod); e != in_.trainer_status.end()) {
-    if (e->second.is_object() && e->second.contains("evaluation")) take_eval(e->second["evaluation"]);
+    if (e->second.is_object() && e->second.contains("evaluation"))
+      take_eval(e->second["evaluation"]);
   }
   if (auto e = in_.final_evaluation.find(eval_pod); e != in_.final_evaluation.end()) {
     take_eval(e->second);
@@ -277,10 +279,8 @@ Decision Pass::Run() {
   if (spec_.run_policy.suspend) {
     for (const auto& p : pods_) DeletePod(p);
     if (!status_.IsTrue(cond::kSuspended)) {
-      status_.SetCondition(cond::kSuspended, true, "JobSuspended", "the job is suspended",
-                           in_.now);
-      status_.SetCondition(cond::kRunning, false, "JobSuspended", "the job is suspended",
-                           in_.now);
+      status_.SetCondition(cond::kSuspended, true, "JobSuspended", "the job is suspended", in_.now);
+      status_.SetCondition(cond::kRunning, false, "JobSuspended", "the job is suspended", in_.now);
       status_.SetCondition(cond::kRestarting, false, "JobSuspended", "the job is suspended",
                            in_.now);
       Event("Normal", "JobSuspended", "suspended: deleting its pods");
@@ -306,9 +306,8 @@ Decision Pass::Run() {
       const auto deadline =
           *start + std::chrono::seconds(*spec_.run_policy.active_deadline_seconds);
       if (in_.now >= deadline) {
-        Fail("DeadlineExceeded",
-             "the job ran longer than activeDeadlineSeconds=" +
-                 std::to_string(*spec_.run_policy.active_deadline_seconds));
+        Fail("DeadlineExceeded", "the job ran longer than activeDeadlineSeconds=" +
+                                     std::to_string(*spec_.run_policy.active_deadline_seconds));
         Finished();
         return Done();
       }
@@ -458,10 +457,9 @@ Decision Pass::Run() {
     }
     const std::string why = Describe(cause->pod, cause->outcome);
     if (status_.restart_count >= spec_.run_policy.backoff_limit) {
-      Fail("BackoffLimitExceeded", why + "; the gang was restarted " +
-                                       std::to_string(status_.restart_count) +
-                                       " times (backoffLimit " +
-                                       std::to_string(spec_.run_policy.backoff_limit) + ")");
+      Fail("BackoffLimitExceeded",
+           why + "; the gang was restarted " + std::to_string(status_.restart_count) +
+               " times (backoffLimit " + std::to_string(spec_.run_policy.backoff_limit) + ")");
       Finished();
       return Done();
     }
@@ -491,9 +489,9 @@ Decision Pass::Run() {
     const api::Condition* restarting = status_.Find(cond::kRestarting);
     if (gen > 0 && restarting != nullptr && restarting->status == "True") {
       // lastUpdateTime: restarts in a row keep the condition True but change its message.
-      auto since = kube::ParseTime(restarting->last_update_time.empty()
-                                       ? restarting->last_transition_time
-                                       : restarting->last_update_time);
+      auto since =
+          kube::ParseTime(restarting->last_update_time.empty() ? restarting->last_transition_time
+                                                               : restarting->last_update_time);
       if (since) {
         milliseconds backoff = o_.restart_backoff_base;
         for (int k = 1; k < gen && backoff < o_.restart_backoff_max; ++k) backoff *= 2;
@@ -569,7 +567,8 @@ PodOutcome OutcomeOf(const json& pod) {
   if (Deleting(pod)) o.deleted = true;
   if (pod.contains("status") && pod["status"].is_object()) {
     o.reason = pod["status"].value("reason", "");
-    if (o.reason == "Evicted" || o.reason == "Preempting" || o.reason == "Shutdown") o.deleted = true;
+    if (o.reason == "Evicted" || o.reason == "Preempting" || o.reason == "Shutdown")
+      o.deleted = true;
   }
   const json cs = TrainerContainerStatus(pod);
   if (cs.is_object() && cs.contains("state") && cs["state"].is_object() &&
@@ -584,9 +583,11 @@ PodOutcome OutcomeOf(const json& pod) {
 bool IsRetryable(api::RestartPolicy policy, const PodOutcome& o) {
   if (o.deleted) return true;  // not the trainer's fault: restart under every policy
   switch (policy) {
-    case api::RestartPolicy::kNever: return false;
+    case api::RestartPolicy::kNever:
+      return false;
     case api::RestartPolicy::kOnFailure:
-    case api::RestartPolicy::kAlways: return true;
+    case api::RestartPolicy::kAlways:
+      return true;
     case api::RestartPolicy::kExitCode:
       // Signals (128+n), the trainer's "peer lost" (75); no exit code: the node lost it.
       return !o.exit_code || *o.exit_code >= 128 || *o.exit_code == 75;

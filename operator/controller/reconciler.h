@@ -31,10 +31,10 @@ struct ReconcilerOptions {
 };
 
 struct Observed {
-  nlohmann::json job;                         // the TrainingJob as read from the API server
-  std::vector<nlohmann::json> pods;           // pods labelled tjo.dev/job-name=<job>
-  std::optional<nlohmann::json> service;      // "<job>", when it exists
-  std::optional<nlohmann::json> secret;       // "<job>-rendezvous", when it exists
+  nlohmann::json job;                     // the TrainingJob as read from the API server
+  std::vector<nlohmann::json> pods;       // pods labelled tjo.dev/job-name=<job>
+  std::optional<nlohmann::json> service;  // "<job>", when it exists
+  std::optional<nlohmann::json> secret;   // "<job>-rendezvous", when it exists
   std::map<std::string, nlohmann::json> trainer_status;  // pod name -> its /status answer
   // Evaluator pod name -> the last "evaluation" event of its log (read once it has ended).
   std::map<std::string, nlohmann::json> final_evaluation;
@@ -54,8 +54,8 @@ struct Action {
 };
 
 struct Decision {
-  std::vector<Action> actions;                     // in order
-  std::optional<nlohmann::json> status;            // the new .status, when it changed
+  std::vector<Action> actions;           // in order
+  std::optional<nlohmann::json> status;  // the new .status, when it changed
   std::optional<std::chrono::milliseconds> requeue_after;
   // For the job counters.
   bool job_created = false, job_succeeded = false, job_failed = false, job_restarted = false;
@@ -68,7 +68,7 @@ struct PodOutcome {
   bool failed = false;
   bool deleted = false;  // deleted, being deleted or evicted
   std::optional<int> exit_code;
-  std::string reason;    // Evicted, Error, OOMKilled, ...
+  std::string reason;  // Evicted, Error, OOMKilled, ...
 };
 PodOutcome OutcomeOf(const nlohmann::json& pod);
 // Whether `policy` restarts a pod that ended as `o`.

@@ -74,8 +74,8 @@ json YamlToJson(const YAML::Node& n) {
 // The documents of manifests/examples/fmnist.yaml: {PersistentVolumeClaim, TrainingJob}.
 std::vector<json> ExampleDocs() {
   std::vector<json> out;
-  for (const auto& d : YAML::LoadAllFromFile(std::string(TJ_SOURCE_DIR) +
-                                             "/manifests/examples/fmnist.yaml")) {
+  for (const auto& d :
+       YAML::LoadAllFromFile(std::string(TJ_SOURCE_DIR) + "/manifests/examples/fmnist.yaml")) {
     out.push_back(YamlToJson(d));
   }
   return out;
@@ -171,11 +171,10 @@ class OperatorE2E : public ::testing::Test {
       GTEST_SKIP() << "build tj-operator and tj-trainer first (" << TJ_BIN_DIR << ")";
     }
     client_ = cluster_->NewClient();
-    const std::string out = Kubectl(cluster_, "apply -f " + std::string(TJ_SOURCE_DIR) +
-                                                  "/manifests/crd/trainingjob.yaml");
-    ASSERT_TRUE(Eventually(
-        [&] { return client_->List(api::kTrainingJobs, "default").ok(); },
-        std::chrono::seconds(20)))
+    const std::string out = Kubectl(
+        cluster_, "apply -f " + std::string(TJ_SOURCE_DIR) + "/manifests/crd/trainingjob.yaml");
+    ASSERT_TRUE(Eventually([&] { return client_->List(api::kTrainingJobs, "default").ok(); },
+                           std::chrono::seconds(20)))
         << out;
     const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
     std::string prefix;
@@ -418,9 +417,12 @@ TEST_F(OperatorE2E, LeaderElectionOneActsTheOtherTakesOver) {
       << a->Log();
   auto b = start("b", base + 2);
   EXPECT_TRUE(Eventually(
-      [&] { return Sh("curl -s http://127.0.0.1:" + std::to_string(base + 3) + "/readyz") == "ok\n"; },
+      [&] {
+        return Sh("curl -s http://127.0.0.1:" + std::to_string(base + 3) + "/readyz") == "ok\n";
+      },
       std::chrono::seconds(20)));
-  const std::string healthz = Sh("curl -s http://127.0.0.1:" + std::to_string(base + 1) + "/healthz");
+  const std::string healthz =
+      Sh("curl -s http://127.0.0.1:" + std::to_string(base + 1) + "/healthz");
   EXPECT_EQ(healthz, "ok\n");
 
   json job = ScaledExample(2, 10, 5);

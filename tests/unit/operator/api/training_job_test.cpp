@@ -10,7 +10,8 @@ namespace {
 using nlohmann::json;
 
 json Template() {
-  return {{"spec", {{"containers", json::array({{{"name", "trainer"}, {"image", "tj-trainer"}}})}}}};
+  return {
+      {"spec", {{"containers", json::array({{{"name", "trainer"}, {"image", "tj-trainer"}}})}}}};
 }
 
 json MinimalSpec() { return {{"replicaSpecs", {{"Worker", {{"template", Template()}}}}}}; }
@@ -36,11 +37,14 @@ TEST(ParseSpec, FullSpec) {
   spec["replicaSpecs"]["Worker"]["replicas"] = 3;
   spec["replicaSpecs"]["Worker"]["restartPolicy"] = "OnFailure";
   spec["replicaSpecs"]["Chief"] = {{"replicas", 1}, {"template", Template()}};
-  spec["replicaSpecs"]["Evaluator"] = {{"replicas", 1}, {"restartPolicy", "Never"},
-                                       {"template", Template()}};
-  spec["runPolicy"] = {{"backoffLimit", 0},           {"activeDeadlineSeconds", 60},
-                       {"ttlSecondsAfterFinished", 0}, {"cleanPodPolicy", "All"},
-                       {"suspend", true},             {"startupDeadlineSeconds", 30}};
+  spec["replicaSpecs"]["Evaluator"] = {
+      {"replicas", 1}, {"restartPolicy", "Never"}, {"template", Template()}};
+  spec["runPolicy"] = {{"backoffLimit", 0},
+                       {"activeDeadlineSeconds", 60},
+                       {"ttlSecondsAfterFinished", 0},
+                       {"cleanPodPolicy", "All"},
+                       {"suspend", true},
+                       {"startupDeadlineSeconds", 30}};
   spec["successPolicy"] = "AllWorkers";
   spec["port"] = 3000;
   auto s = ParseSpec(spec);
@@ -121,7 +125,8 @@ INSTANTIATE_TEST_SUITE_P(
                     "spec.replicaSpecs.Worker.template.spec.containers: must list"},
         InvalidCase{"ContainerWithoutImage",
                     [](json& s) {
-                      s["replicaSpecs"]["Worker"]["template"]["spec"]["containers"][0].erase("image");
+                      s["replicaSpecs"]["Worker"]["template"]["spec"]["containers"][0].erase(
+                          "image");
                     },
                     "spec.replicaSpecs.Worker.template.spec.containers[0].image: required"},
         InvalidCase{"TwoContainersNoTrainer",
@@ -146,7 +151,8 @@ INSTANTIATE_TEST_SUITE_P(
         InvalidCase{"BadSuccessPolicy", [](json& s) { s["successPolicy"] = "Evaluator"; },
                     "spec.successPolicy: unsupported value"},
         InvalidCase{"PortZero", [](json& s) { s["port"] = 0; }, "spec.port: must be >= 1"},
-        InvalidCase{"PortTooBig", [](json& s) { s["port"] = 70000; }, "spec.port: must be <= 65535"},
+        InvalidCase{"PortTooBig", [](json& s) { s["port"] = 70000; },
+                    "spec.port: must be <= 65535"},
         InvalidCase{"RunPolicyNotObject", [](json& s) { s["runPolicy"] = 3; },
                     "spec.runPolicy: must be an object"}),
     [](const ::testing::TestParamInfo<InvalidCase>& i) { return i.param.name; });

@@ -1,8 +1,9 @@
 // The executor's pure helpers: reading the final evaluation from a trainer log; metrics text.
 // The executor itself runs against a real API server in tests/e2e/operator/.
+#include "operator/controller/executor.h"
+
 #include <gtest/gtest.h>
 
-#include "operator/controller/executor.h"
 #include "operator/controller/metrics.h"
 
 namespace tj::controller {
@@ -37,12 +38,13 @@ TEST(OperatorMetrics, ControllerRuntimeNamesAndJobCounters) {
        {"controller_runtime_reconcile_total{controller=\"trainingjob\",result=\"success\"} 1",
         "controller_runtime_reconcile_total{controller=\"trainingjob\",result=\"error\"} 1",
         "controller_runtime_reconcile_errors_total{controller=\"trainingjob\"} 1",
-        "controller_runtime_reconcile_time_seconds_bucket{controller=\"trainingjob\",le=\"0.005\"} 1",
+        "controller_runtime_reconcile_time_seconds_bucket{controller=\"trainingjob\",le=\"0.005\"} "
+        "1",
         "controller_runtime_reconcile_time_seconds_count{controller=\"trainingjob\"} 3",
         "workqueue_depth{name=\"trainingjob\"} 4", "workqueue_adds_total{name=\"trainingjob\"} 10",
         "workqueue_retries_total{name=\"trainingjob\"} 2",
-        "leader_election_master_status{name=\"tj-operator\"} 1",
-        "tj_operator_jobs_created_total 1", "tj_operator_jobs_restarted_total 2"}) {
+        "leader_election_master_status{name=\"tj-operator\"} 1", "tj_operator_jobs_created_total 1",
+        "tj_operator_jobs_restarted_total 2"}) {
     EXPECT_NE(t.find(want), std::string::npos) << want << "\n" << t;
   }
 }

@@ -27,8 +27,10 @@ json Job(int workers = 2, bool evaluator = true) {
   json j = {{"apiVersion", "tjo.dev/v1alpha1"},
             {"kind", "TrainingJob"},
             {"metadata", {{"name", "mnist"}, {"namespace", "ns"}, {"uid", "uid-1"}}},
-            {"spec", {{"replicaSpecs", {{"Worker", {{"replicas", workers}, {"template", Template()}}}}}}}};
-  if (evaluator) j["spec"]["replicaSpecs"]["Evaluator"] = {{"replicas", 1}, {"template", Template()}};
+            {"spec",
+             {{"replicaSpecs", {{"Worker", {{"replicas", workers}, {"template", Template()}}}}}}}};
+  if (evaluator)
+    j["spec"]["replicaSpecs"]["Evaluator"] = {{"replicas", 1}, {"template", Template()}};
   return j;
 }
 
@@ -40,12 +42,13 @@ json Pod(const json& job, ReplicaType t, int i, int gen, const std::string& phas
   p["metadata"]["creationTimestamp"] = kube::FormatTime(kT0);
   p["status"] = {{"phase", phase}, {"podIP", "127.0.1." + std::to_string(i + 1)}};
   if (exit_code) {
-    p["status"]["containerStatuses"] = json::array(
-        {{{"name", "trainer"},
-          {"state",
-           {{"terminated",
-             {{"exitCode", *exit_code}, {"reason", *exit_code == 0 ? "Completed" : "Error"},
-              {"finishedAt", kube::FormatTime(kT0)}}}}}}});
+    p["status"]["containerStatuses"] =
+        json::array({{{"name", "trainer"},
+                      {"state",
+                       {{"terminated",
+                         {{"exitCode", *exit_code},
+                          {"reason", *exit_code == 0 ? "Completed" : "Error"},
+                          {"finishedAt", kube::FormatTime(kT0)}}}}}}});
   }
   return p;
 }
@@ -60,7 +63,8 @@ struct World {
     in.new_rendezvous_key = "k";
   }
   void Running(int gen = 0) {
-    json st = {{"restartCount", gen}, {"createdGeneration", gen},
+    json st = {{"restartCount", gen},
+               {"createdGeneration", gen},
                {"startTime", kube::FormatTime(kT0)},
                {"conditions", json::array({{{"type", "Created"}, {"status", "True"}}})}};
     in.job["status"] = st;
@@ -190,10 +194,12 @@ TEST(Pods, NamesLabelsEnvAndOwner) {
 
 TEST(Pods, KeepsUserStatusPortAndPicksTrainerContainer) {
   json job = Job();
-  job["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"] = json::array(
-      {{{"name", "sidecar"}, {"image", "busybox"}},
-       {{"name", "trainer"}, {"image", "x/tj-trainer"}, {"args", {"--status-port=9000"}},
-        {"env", json::array({{{"name", "TF_CONFIG"}, {"value", "user"}}})}}});
+  job["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"] =
+      json::array({{{"name", "sidecar"}, {"image", "busybox"}},
+                   {{"name", "trainer"},
+                    {"image", "x/tj-trainer"},
+                    {"args", {"--status-port=9000"}},
+                    {"env", json::array({{{"name", "TF_CONFIG"}, {"value", "user"}}})}}});
   job["spec"]["port"] = 3333;
   auto spec = api::ParseSpec(job["spec"]);
   ASSERT_TRUE(spec.ok()) << spec.status().message();
@@ -307,10 +313,12 @@ TEST_P(FailureTest, RestartsTheGangOrFails) {
 INSTANTIATE_TEST_SUITE_P(
     Policies, FailureTest,
     ::testing::Values(
-        FailureCase{"ExitCodeSignal", "ExitCode", "Failed", 137, "", true, "exited with code 137 (signal 9)"},
+        FailureCase{"ExitCodeSignal", "ExitCode", "Failed", 137, "", true,
+                    "exited with code 137 (signal 9)"},
         FailureCase{"ExitCodePeerLost", "ExitCode", "Failed", 75, "", true, "code 75 (peer lost)"},
-        FailureCase{"ExitCodeOne", "ExitCode", "Failed", 1, "", false,
-                    "pod mnist-worker-1 exited with code 1, which restartPolicy ExitCode does not retry"},
+        FailureCase{
+            "ExitCodeOne", "ExitCode", "Failed", 1, "", false,
+            "pod mnist-worker-1 exited with code 1, which restartPolicy ExitCode does not retry"},
         FailureCase{"ExitCodeUsage", "ExitCode", "Failed", 2, "", false, "code 2"},
         FailureCase{"ExitCodeDeleted", "ExitCode", "Deleted", std::nullopt, "", true,
                     "pod mnist-worker-1 was deleted"},
@@ -422,9 +430,11 @@ TEST_P(BackoffTest, DoublesUpToTheMax) {
   World w;
   w.Running(GetParam().restart);
   w.in.job["status"]["createdGeneration"] = -1;
-  w.in.job["status"]["conditions"].push_back(
-      {{"type", "Restarting"}, {"status", "True"}, {"reason", "GangRestart"},
-       {"lastTransitionTime", kube::FormatTime(kT0)}, {"lastUpdateTime", kube::FormatTime(kT0)}});
+  w.in.job["status"]["conditions"].push_back({{"type", "Restarting"},
+                                              {"status", "True"},
+                                              {"reason", "GangRestart"},
+                                              {"lastTransitionTime", kube::FormatTime(kT0)},
+                                              {"lastUpdateTime", kube::FormatTime(kT0)}});
   w.in.pods = {w.in.pods[2]};
   ReconcilerOptions o;
   o.restart_backoff_max = seconds(10);
@@ -453,9 +463,11 @@ TEST(Reconcile, SuccessWaitsForTheEvaluatorThenSucceeds) {
   w.Keep(d1);
 
   w.in.pods[2] = Pod(w.in.job, ReplicaType::kEvaluator, 0, 0, "Succeeded", 0);
-  w.in.final_evaluation["mnist-evaluator-0"] = {
-      {"event", "evaluation"}, {"checkpoint", "ckpt-final"}, {"epoch", 2}, {"loss", 0.3},
-      {"accuracy", 0.9}};
+  w.in.final_evaluation["mnist-evaluator-0"] = {{"event", "evaluation"},
+                                                {"checkpoint", "ckpt-final"},
+                                                {"epoch", 2},
+                                                {"loss", 0.3},
+                                                {"accuracy", 0.9}};
   Decision d2 = Reconcile(w.in);
   auto s = StatusOf(d2);
   EXPECT_TRUE(s.IsTrue("Succeeded"));
@@ -599,9 +611,9 @@ TEST_P(CleanPodPolicyTest, AppliesOnceFinished) {
 }
 INSTANTIATE_TEST_SUITE_P(
     Policies, CleanPodPolicyTest,
-    ::testing::Values(
-        CleanCase{"All", {"mnist-worker-0", "mnist-worker-1", "mnist-evaluator-0"}},
-        CleanCase{"Running", {"mnist-worker-1", "mnist-evaluator-0"}}, CleanCase{"None", {}}));
+    ::testing::Values(CleanCase{"All", {"mnist-worker-0", "mnist-worker-1", "mnist-evaluator-0"}},
+                      CleanCase{"Running", {"mnist-worker-1", "mnist-evaluator-0"}},
+                      CleanCase{"None", {}}));
 
 TEST(Reconcile, TtlDeletesTheJobOnTime) {
   World w;
@@ -706,10 +718,17 @@ TEST(Reconcile, StalePodsOfRemovedReplicasAreDeleted) {
 TEST(Reconcile, ProgressAndEvaluationFromTrainerStatus) {
   World w;
   w.Running();
-  w.in.trainer_status["mnist-worker-0"] = {
-      {"role", "chief"},  {"state", "training"}, {"epoch", 2},          {"total_epochs", 3},
-      {"step", 10},       {"global_step", 40},   {"loss", 0.4},         {"accuracy", 0.85},
-      {"images_per_sec", 900.0}, {"last_backup", {{"epoch", 1}, {"step", 0}}}, {"evaluation", nullptr}};
+  w.in.trainer_status["mnist-worker-0"] = {{"role", "chief"},
+                                           {"state", "training"},
+                                           {"epoch", 2},
+                                           {"total_epochs", 3},
+                                           {"step", 10},
+                                           {"global_step", 40},
+                                           {"loss", 0.4},
+                                           {"accuracy", 0.85},
+                                           {"images_per_sec", 900.0},
+                                           {"last_backup", {{"epoch", 1}, {"step", 0}}},
+                                           {"evaluation", nullptr}};
   w.in.trainer_status["mnist-evaluator-0"] = {
       {"role", "evaluator"},
       {"evaluation", {{"checkpoint", "ckpt-1"}, {"epoch", 1}, {"loss", 0.5}, {"accuracy", 0.8}}}};
