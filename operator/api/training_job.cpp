@@ -255,6 +255,9 @@ TrainingJobStatus TrainingJobStatus::FromJson(const json& j) {
     if (j.contains("createdGeneration") && j["createdGeneration"].is_number_integer()) {
       s.created_generation = j["createdGeneration"].get<int32_t>();
     }
+    if (j.contains("evaluatorRestarts") && j["evaluatorRestarts"].is_number_integer()) {
+      s.evaluator_restarts = j["evaluatorRestarts"].get<int32_t>();
+    }
     if (j.contains("startTime") && j["startTime"].is_string()) s.start_time = j["startTime"];
     if (j.contains("completionTime") && j["completionTime"].is_string()) {
       s.completion_time = j["completionTime"];
@@ -286,6 +289,7 @@ json TrainingJobStatus::ToJson() const {
   j["replicaStatuses"] = rs;
   j["restartCount"] = restart_count;
   j["createdGeneration"] = created_generation;
+  if (evaluator_restarts > 0) j["evaluatorRestarts"] = evaluator_restarts;
   if (start_time) j["startTime"] = *start_time;
   if (completion_time) j["completionTime"] = *completion_time;
   if (progress.is_object()) j["progress"] = progress;

@@ -101,6 +101,7 @@ struct TrainingJobStatus {
   // restartCount for which every chief/worker pod was created; -1: not (yet) for the current
   // one. A chief/worker pod missing while this equals restart_count was deleted by someone.
   int32_t created_generation = -1;
+  int32_t evaluator_restarts = 0;  // the evaluator's own restarts (also bounded by backoffLimit)
   std::optional<std::string> start_time, completion_time;
   nlohmann::json progress;    // null or {epoch, totalEpochs, step, loss, accuracy, ...}
   nlohmann::json evaluation;  // null or {checkpoint, epoch, loss, accuracy}

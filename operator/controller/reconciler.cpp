@@ -523,9 +523,33 @@ Decision Pass::Run() {
       Create(kube::resources::kPods, BuildPod(in_.job, spec_, ReplicaType::kEvaluator, 0, gen));
     } else if (!Deleting(*evaluator) && Phase(*evaluator) == "Failed") {
       PodOutcome o = OutcomeOf(*evaluator);
-      if (IsRetryable(rs.restart_policy, o)) {
-        Event("Warning", "EvaluatorRestart", Describe(name, o) + "; restarting the evaluator");
-        DeletePod(*evaluator);
+      const int limit = spec_.run_policy.backoff_limit;
+      if (IsRetryable(rs.restart_policy, o) && status_.evaluator_restarts < limit) {
+        // Its own backoff (base * 2^restarts from when it ended), its own share of backoffLimit.
+        milliseconds backoff = o_.restart_backoff_base;
+        for (int k = 0; k < status_.evaluator_restarts && backoff < o_.restart_backoff_max; ++k) {
+          backoff *= 2;
+        }
+        backoff = std::min(backoff, o_.restart_backoff_max);
+        const json cs = TrainerContainerStatus(*evaluator);
+        std::optional<kube::WallTime> ended;
+        if (cs.is_object()) ended = TimeAt(cs, {"state", "terminated", "finishedAt"});
+        const kube::WallTime ready_at = ended.value_or(in_.now) + backoff;
+        if (in_.now < ready_at) {
+          RequeueAt(ready_at);
+        } else {
+          status_.evaluator_restarts += 1;
+          Event("Warning", "EvaluatorRestart",
+                Describe(name, o) + "; restarting the evaluator (" +
+                    std::to_string(status_.evaluator_restarts) + " of " + std::to_string(limit) +
+                    ")");
+          DeletePod(*evaluator);
+        }
+      } else if (IsRetryable(rs.restart_policy, o) && status_.evaluator_restarts == limit) {
+        status_.evaluator_restarts += 1;  // said once
+        Event("Warning", "EvaluatorGaveUp",
+              Describe(name, o) + "; not restarted: backoffLimit " + std::to_string(limit) +
+                  " reached. Training goes on without evaluations");
       }
     }
   }

@@ -531,8 +531,10 @@ TEST(Reconcile, EvaluatorRestartsAloneWhenRetryable) {
   World w;
   w.Running();
   w.in.pods[2] = Pod(w.in.job, ReplicaType::kEvaluator, 0, 0, "Failed", 137);
+  w.in.now = kT0 + seconds(1);  // its first backoff (1 s from when it ended) is over
   Decision d = Reconcile(w.in);
   EXPECT_EQ(Deleted(d), (std::vector<std::string>{"mnist-evaluator-0"}));
+  EXPECT_EQ(StatusOf(d).evaluator_restarts, 1);
   EXPECT_NE(FindEvent(d, "EvaluatorRestart"), nullptr);
   EXPECT_EQ(StatusOf(d).restart_count, 0);
   EXPECT_FALSE(d.job_restarted);
@@ -541,6 +543,36 @@ TEST(Reconcile, EvaluatorRestartsAloneWhenRetryable) {
   w.Keep(d);
   Decision d2 = Reconcile(w.in);
   EXPECT_EQ(Created(d2), (std::vector<std::string>{"pods/mnist-evaluator-0"}));
+}
+
+TEST(Reconcile, EvaluatorRestartsBackOffAndAreBounded) {
+  World w;
+  w.in.job["spec"]["runPolicy"] = {{"backoffLimit", 2}};
+  w.Running();
+  w.in.job["status"]["evaluatorRestarts"] = 1;
+  w.in.pods[2] = Pod(w.in.job, ReplicaType::kEvaluator, 0, 0, "Failed", 137);
+  ReconcilerOptions o;
+  o.progress_poll = std::chrono::hours(1);
+  // Ended at kT0; the second restart waits 2 s.
+  w.in.now = kT0 + seconds(1);
+  Decision d1 = Reconcile(w.in, o);
+  EXPECT_TRUE(Deleted(d1).empty());
+  EXPECT_EQ(*d1.requeue_after, milliseconds(1001));
+  w.in.now = kT0 + seconds(2);
+  Decision d2 = Reconcile(w.in, o);
+  EXPECT_EQ(Deleted(d2), (std::vector<std::string>{"mnist-evaluator-0"}));
+  EXPECT_EQ(StatusOf(d2).evaluator_restarts, 2);
+  EXPECT_NE(FindEvent(d2, "EvaluatorRestart")->message.find("(2 of 2)"), std::string::npos);
+  // At the limit: left failed, said once.
+  w.Keep(d2);
+  Decision d3 = Reconcile(w.in, o);
+  EXPECT_TRUE(Deleted(d3).empty());
+  ASSERT_NE(FindEvent(d3, "EvaluatorGaveUp"), nullptr);
+  w.Keep(d3);
+  Decision d4 = Reconcile(w.in, o);
+  EXPECT_EQ(FindEvent(d4, "EvaluatorGaveUp"), nullptr);
+  EXPECT_TRUE(Deleted(d4).empty());
+  EXPECT_FALSE(StatusOf(d4).Finished());
 }
 
 TEST(Reconcile, EvaluatorNonRetryableFailureLeavesTheJobRunning) {
