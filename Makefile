@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: deps configure build test demo bench clean manifests helm-lint
+.PHONY: deps configure build test demo demo-local bench clean manifests helm-lint
 
 deps:
 	bash hack/install-deps.sh
@@ -22,8 +22,14 @@ test: build
 	bash hack/helm.sh version --short
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) $(CTEST_ARGS)
 
+# The example TrainingJob on the local cluster, through the Helm chart.
 demo: build
+	bash hack/local-cluster.sh build
 	bash hack/demo.sh
+
+# The trainer alone: 2 workers + an evaluator as local processes, no Kubernetes.
+demo-local: build
+	bash hack/demo-local.sh
 
 bench: build
 	bash bench/run-all.sh
