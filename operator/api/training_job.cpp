@@ -245,8 +245,12 @@ TrainingJobStatus TrainingJobStatus::FromJson(const json& j) {
     if (j.contains("replicaStatuses") && j["replicaStatuses"].is_object()) {
       for (const auto& [k, v] : j["replicaStatuses"].items()) {
         if (!v.is_object()) continue;
-        s.replica_statuses[k] = {v.value("active", 0), v.value("succeeded", 0),
-                                 v.value("failed", 0)};
+        // Integers only: value<int>() of a float such as 1e300 is undefined behaviour.
+        auto count = [&v](const char* key) {
+          auto it = v.find(key);
+          return it != v.end() && it->is_number_integer() ? it->get<int32_t>() : 0;
+        };
+        s.replica_statuses[k] = {count("active"), count("succeeded"), count("failed")};
       }
     }
     if (j.contains("restartCount") && j["restartCount"].is_number_integer()) {

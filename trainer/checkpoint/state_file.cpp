@@ -96,14 +96,18 @@ StatusOr<Header> ParseHeader(const std::string& text) {
       if (!h.json.contains(key))
         return Status::Error(std::string("malformed header: no \"") + key + "\"");
     }
+    // Counters and sizes must be JSON integers: converting a float out of their range
+    // (1e300, -1.5) to an integer type is undefined behaviour, not an error.
+    for (const char* key : {"epoch", "step", "optimizer_iterations", "seed", "data_bytes"}) {
+      if (!h.json.at(key).is_number_integer())
+        return Status::Error(std::string("malformed header: \"") + key + "\" is not an integer");
+    }
     for (const auto& t : h.json.at("tensors")) {
+      if (!t.at("count").is_number_integer())
+        return Status::Error("malformed header: a tensor's \"count\" is not an integer");
       h.tensors.emplace_back(t.at("name").get<std::string>(), t.at("count").get<uint64_t>());
     }
     h.data_bytes = h.json.at("data_bytes").get<uint64_t>();
-    (void)h.json.at("epoch").get<int64_t>();
-    (void)h.json.at("step").get<int64_t>();
-    (void)h.json.at("optimizer_iterations").get<int64_t>();
-    (void)h.json.at("seed").get<uint64_t>();
   } catch (const nlohmann::json::exception& e) {
     return Status::Error(std::string("malformed header: ") + e.what());
   }

@@ -24,6 +24,7 @@ constexpr char kMagic[4] = {'T', 'J', 'R', 'V'};
 constexpr uint8_t kVersion = 1;
 constexpr uint32_t kMaxString = 64u << 20;
 constexpr uint32_t kMaxKeys = 1 << 16;
+constexpr uint32_t kMaxTaskName = 256;  // in the client hello, read before authentication
 enum Op : uint8_t { kSet = 1, kGet = 2, kWait = 3 };
 
 class Encoder {
@@ -73,10 +74,12 @@ class Decoder {
     *v = (uint64_t{hi} << 32) | lo;
     return Status::Ok();
   }
-  Status Str(std::string* out) {
+  // Checks the announced length against `max` before allocating anything: a peer that has
+  // not authenticated yet must not make the server allocate (and zero) 64 MiB.
+  Status Str(std::string* out, uint32_t max = kMaxString) {
     uint32_t n;
     TJ_RETURN_IF_ERROR(U32(&n));
-    if (n > kMaxString) return Status::Error("string of " + std::to_string(n) + " bytes too long");
+    if (n > max) return Status::Error("string of " + std::to_string(n) + " bytes too long");
     out->resize(n);
     return s_.ReadExactly(out->data(), n, d_);
   }
@@ -270,10 +273,7 @@ Status RendezvousServer::Handshake(Socket& socket, std::string* task_name) {
   if (st.ok() && std::memcmp(magic, kMagic, 4) != 0) {
     return Status::Error("not a tj-trainer rendezvous client (bad magic); closed");
   }
-  if (st.ok()) st = in.Str(task_name);
-  if (st.ok() && task_name->size() > 256) {
-    return Status::Error("task name too long; closed");
-  }
+  if (st.ok()) st = in.Str(task_name, kMaxTaskName);  // "string of N bytes too long"
   if (st.ok()) st = in.U8(&has_key);
   if (st.ok()) st = in.Bytes(answer.data(), answer.size());
   TJ_RETURN_IF_ERROR(st.WithContext("reading the client's hello"));

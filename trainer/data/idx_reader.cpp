@@ -77,10 +77,19 @@ StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
                          " bytes, the header needs " + std::to_string(header) + ")");
   }
   IdxArray out;
+  // Four 32-bit dimensions can multiply past 64 bits: a wrapped product could match the
+  // file's size and let a header announce far more values than are there.
   uint64_t total = 1;
+  bool overflow = false;
+  bool has_zero = false;
   for (int i = 0; i < ndims; ++i) {
     out.dims.push_back(BigEndian32(&b[4 + 4 * i]));
-    total *= out.dims.back();
+    has_zero = has_zero || out.dims.back() == 0;
+    overflow = __builtin_mul_overflow(total, uint64_t{out.dims.back()}, &total) || overflow;
+  }
+  if (overflow && !has_zero) {  // with a zero dimension the (wrapped) product is still 0
+    return Status::Error(context + ": truncated: the header announces more than 2^64 values "
+                         "but the file holds " + std::to_string(b.size() - header));
   }
   if (b.size() - header < total) {
     return Status::Error(context + ": truncated: the header announces " + std::to_string(total) +

@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Writes the hand-made seed inputs under corpus/ (idempotent; inputs the fuzzers found and
+the regression inputs are committed next to them and left alone). Each target's first input
+byte is its mode; see the comment at the top of <target>_fuzz.cpp."""
+import gzip
+import hashlib
+import json
+import os
+import struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def put(target, name, data):
+    d = os.path.join(HERE, "corpus", target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data)
+
+
+# ---- checkpoint (state_file): magic, u32 version, u64 header length, header, floats, SHA-256.
+def state_file(header, floats, version=1, digest=True):
+    h = json.dumps(header, separators=(",", ":")).encode()
+    body = b"TJCKPT\r\n" + struct.pack("<IQ", version, len(h)) + h
+    body += struct.pack("<%df" % len(floats), *floats)
+    return body + (hashlib.sha256(body).digest() if digest else b"")
+
+
+good_header = {"fingerprint": {"model": "cnn", "batch_size": 64, "workers": 2},
+               "epoch": 1, "step": 3, "optimizer_iterations": 10, "seed": 42,
+               "extra": {"loss_sum": 1.5},
+               "tensors": [{"name": "w", "count": 3}, {"name": "adam_m", "count": 2}],
+               "data_bytes": 20}
+good = state_file(good_header, [1.0, -2.0, 0.5, 0.0, 3.25])
+put("state_file", "valid", b"\x00" + good)
+put("state_file", "valid_no_digest", b"\x01" + good[:-32])
+put("state_file", "truncated", b"\x00" + good[:40])
+put("state_file", "corrupt_byte", b"\x00" + good[:30] + b"X" + good[31:])
+put("state_file", "bad_version", b"\x01" + state_file(good_header, [1.0] * 5, 2, False))
+put("state_file", "sizes_mismatch",
+    b"\x01" + state_file(dict(good_header, data_bytes=8), [1.0, 2.0], digest=False))
+put("state_file", "tensors_not_list",
+    b"\x01" + state_file(dict(good_header, tensors={"name": "w"}, data_bytes=0), [],
+                         digest=False))
+put("state_file", "empty", b"\x00")
+
+# ---- IDX: big-endian dims after 0 0 type ndims.
+def idx(dims, values, type_byte=8):
+    return bytes([0, 0, type_byte, len(dims)]) + b"".join(struct.pack(">I", d) for d in dims) + \
+        bytes(values)
+
+
+labels = idx([5], [0, 1, 2, 9, 3])
+images = idx([1, 28, 28], [i % 256 for i in range(784)])
+put("idx_reader", "labels_raw", b"\x00" + labels)
+put("idx_reader", "labels_gzip_by_harness", b"\x01" + labels)
+put("idx_reader", "images_gzip", b"\x00" + gzip.compress(images, mtime=0))
+put("idx_reader", "four_dims", b"\x01" + idx([2, 1, 2, 1], [1, 2, 3, 4]))
+put("idx_reader", "truncated", b"\x00" + labels[:-2])
+put("idx_reader", "trailing", b"\x00" + labels + b"\x00")
+put("idx_reader", "float_type", b"\x00" + idx([1], [0, 0, 0, 0], 0x0D))
+put("idx_reader", "gzip_truncated", b"\x00" + gzip.compress(images, mtime=0)[:50])
+
+
+# ---- rendezvous: big-endian; str = u32 length + bytes.
+def s(b):
+    b = b.encode() if isinstance(b, str) else b
+    return struct.pack(">I", len(b)) + b
+
+
+def client_hello(name="worker 1", has_key=0, answer=b"\x00" * 32):
+    return b"TJRV" + s(name) + bytes([has_key]) + answer
+
+
+SET, GET, WAIT = 1, 2, 3
+requests = (bytes([SET]) + s("gloo/0") + s("addr0") + bytes([GET]) + s("gloo/0") +
+            bytes([GET]) + s("missing") + bytes([WAIT]) + struct.pack(">I", 1) + s("gloo/0") +
+            struct.pack(">Q", 0))
+put("rendezvous", "open_session", b"\x00" + client_hello() + requests)
+put("rendezvous", "open_bad_magic", b"\x00" + b"HTTP/1.1 GET /\r\n\r\n")
+put("rendezvous", "open_unknown_op", b"\x00" + client_hello() + b"\x07")
+put("rendezvous", "open_long_name", b"\x00" + b"TJRV" + struct.pack(">I", 300) + b"w" * 300)
+put("rendezvous", "keyed_wrong_answer", b"\x01" + client_hello(has_key=1) + requests)
+put("rendezvous", "keyed_no_key", b"\x01" + client_hello(has_key=0))
+put("rendezvous", "authenticated_session", b"\x02" + requests)
+put("rendezvous", "authenticated_wait_times_out",
+    b"\x02" + bytes([WAIT]) + struct.pack(">I", 2) + s("a") + s("b") + struct.pack(">Q", 50))
+put("rendezvous", "authenticated_truncated_set", b"\x02" + bytes([SET]) + struct.pack(">I", 1000))
+
+# ---- trainingjob: whole objects as the API server sends them, or bare specs.
+template = {"spec": {"containers": [{"name": "trainer", "image": "tj-trainer:latest",
+                                     "args": ["--epochs=3"], "env": []}]}}
+job = {"apiVersion": "tjo.dev/v1alpha1", "kind": "TrainingJob",
+       "metadata": {"name": "fmnist", "namespace": "default", "uid": "u-1"},
+       "spec": {"replicaSpecs": {"Worker": {"replicas": 2, "restartPolicy": "ExitCode",
+                                            "template": template},
+                                 "Evaluator": {"replicas": 1, "template": template}},
+                "runPolicy": {"backoffLimit": 3, "activeDeadlineSeconds": 3600,
+                              "ttlSecondsAfterFinished": 600, "cleanPodPolicy": "Running",
+                              "suspend": False, "startupDeadlineSeconds": 600},
+                "successPolicy": "Chief", "port": 2222},
+       "status": {"conditions": [{"type": "Running", "status": "True", "reason": "r",
+                                  "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+                  "replicaStatuses": {"Worker": {"active": 2}}, "restartCount": 1,
+                  "progress": {"epoch": 1, "loss": 0.5}}}
+
+
+def put_json(name, value):
+    put("trainingjob", name, json.dumps(value, separators=(",", ":")).encode())
+
+
+put_json("valid_job", job)
+put_json("bare_spec", job["spec"])
+bad = json.loads(json.dumps(job))
+bad["spec"]["replicaSpecs"]["Worker"]["replicas"] = -1
+put_json("negative_replicas", bad)
+bad["spec"]["replicaSpecs"]["Worker"]["replicas"] = "2"
+put_json("replicas_string", bad)
+bad["spec"]["replicaSpecs"]["Worker"]["replicas"] = 10 ** 12
+put_json("absurd_replicas", bad)
+bad = json.loads(json.dumps(job))
+bad["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"] = []
+put_json("no_containers", bad)
+bad = json.loads(json.dumps(job))
+bad["spec"]["replicaSpecs"]["Ps"] = {"replicas": 1}
+bad["spec"]["unknownField"] = True
+put_json("unknown_fields", bad)
+bad = json.loads(json.dumps(job))
+bad["status"] = {"conditions": "x", "replicaStatuses": [1], "restartCount": "many"}
+put_json("malformed_status", bad)
