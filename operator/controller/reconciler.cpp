@@ -266,7 +266,11 @@ Decision Pass::Run() {
 
   if (status_.Finished()) {
     Finished();
-    return Done();
+    // replicaStatuses stay as they were when the job finished: cleanup deleting pods does
+    // not rewrite how the replicas ended.
+    json out = status_.ToJson();
+    if (out != original_) d_.status = out;
+    return std::move(d_);
   }
 
   if (status_.Find(cond::kCreated) == nullptr) {

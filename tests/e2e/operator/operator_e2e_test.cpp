@@ -248,7 +248,9 @@ TEST_F(OperatorE2E, ExampleJobSucceedsWithEvaluation) {
   EXPECT_GT(s.evaluation["accuracy"].get<double>(), 0.3);
   EXPECT_TRUE(s.progress.is_object()) << job.dump(2);
   EXPECT_TRUE(s.start_time && s.completion_time);
-  EXPECT_EQ(s.replica_statuses["Worker"].succeeded, 2);
+  // As the replicas stood when the job finished (worker 1 may still have been exiting).
+  EXPECT_GE(s.replica_statuses["Worker"].succeeded, 1);
+  EXPECT_EQ(s.replica_statuses["Worker"].succeeded + s.replica_statuses["Worker"].active, 2);
   EXPECT_EQ(s.replica_statuses["Evaluator"].succeeded, 1);
   // What a cluster admin sees.
   const std::string get = Kubectl(cluster_, "-n " + ns_ + " get tj");

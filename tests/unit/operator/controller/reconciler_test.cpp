@@ -636,10 +636,12 @@ TEST_P(CleanPodPolicyTest, AppliesOnceFinished) {
   w.in.job["status"]["conditions"].push_back({{"type", "Succeeded"}, {"status", "True"}});
   w.in.job["status"]["completionTime"] = kube::FormatTime(kT0);
   w.in.pods[0] = Pod(w.in.job, ReplicaType::kWorker, 0, 0, "Succeeded", 0);
+  w.in.job["status"]["replicaStatuses"] = {{"Worker", {{"active", 1}, {"succeeded", 1}}}};
   Decision d = Reconcile(w.in);
   EXPECT_EQ(Deleted(d), GetParam().deleted);
   EXPECT_TRUE(Created(d).empty());
   EXPECT_FALSE(d.requeue_after);
+  EXPECT_FALSE(d.status);  // replicaStatuses frozen at the end
 }
 INSTANTIATE_TEST_SUITE_P(
     Policies, CleanPodPolicyTest,
