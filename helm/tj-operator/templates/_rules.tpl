@@ -7,6 +7,7 @@ The operator's permissions, shared by the ClusterRole and the per-namespace Role
   OwnerReferencesPermissionEnforcement admission plugin where a cluster enables it;
 - pods, services, secrets: what a job owns (one Pod per replica, the headless Service, the
   rendezvous-key Secret): watched, created and deleted, never updated;
+- pods/log: get, to read the evaluator's final evaluation after its process has exited;
 - events: the decisions users must see (create, and patch to count repeats).
 */}}
 {{- define "tj-operator.managerRules" -}}
@@ -22,6 +23,9 @@ The operator's permissions, shared by the ClusterRole and the per-namespace Role
 - apiGroups: [""]
   resources: ["pods", "services", "secrets"]
   verbs: ["get", "list", "watch", "create", "delete"]
+- apiGroups: [""]
+  resources: ["pods/log"]
+  verbs: ["get"]
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch"]

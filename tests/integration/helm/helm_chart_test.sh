@@ -98,6 +98,7 @@ allowed = {
     ("tjo.dev", "trainingjobs/status"): {"get", "update", "patch"},
     ("tjo.dev", "trainingjobs/finalizers"): {"update"},
     ("", "pods"): {"get", "list", "watch", "create", "delete"},
+    ("", "pods/log"): {"get"},  # the evaluator's final evaluation, read after it exits
     ("", "services"): {"get", "list", "watch", "create", "delete"},
     ("", "secrets"): {"get", "list", "watch", "create", "delete"},
     ("", "events"): {"create", "patch"},
