@@ -246,11 +246,11 @@ TrainingJobStatus TrainingJobStatus::FromJson(const json& j) {
       for (const auto& [k, v] : j["replicaStatuses"].items()) {
         if (!v.is_object()) continue;
         // Integers only: value<int>() of a float such as 1e300 is undefined behaviour.
-        auto count = [&v](const char* key) {
-          auto it = v.find(key);
-          return it != v.end() && it->is_number_integer() ? it->get<int32_t>() : 0;
+        auto count = [](const json& counts, const char* key) {
+          auto it = counts.find(key);
+          return it != counts.end() && it->is_number_integer() ? it->get<int32_t>() : 0;
         };
-        s.replica_statuses[k] = {count("active"), count("succeeded"), count("failed")};
+        s.replica_statuses[k] = {count(v, "active"), count(v, "succeeded"), count(v, "failed")};
       }
     }
     if (j.contains("restartCount") && j["restartCount"].is_number_integer()) {
