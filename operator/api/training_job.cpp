@@ -342,9 +342,14 @@ ObjectRef RefOf(const json& object) {
   if (!object.is_object() || !object.contains("metadata")) return r;
   const json& m = object["metadata"];
   if (!m.is_object()) return r;
-  r.name = m.value("name", "");
-  r.ns = m.value("namespace", "");
-  r.uid = m.value("uid", "");
+  // value() throws when a field is not a string; a malformed object must not end the process.
+  auto text = [&m](const char* key) {
+    auto it = m.find(key);
+    return it != m.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  r.name = text("name");
+  r.ns = text("namespace");
+  r.uid = text("uid");
   return r;
 }
 

@@ -37,8 +37,9 @@ CC=clang CXX=clang++ cmake -S "$REPO_ROOT" -B "$BUILD" -DTJ_FUZZ=ON -DTJ_WITH_CU
 
 # Only the targets that this build defines (trainingjob needs operator/api).
 BUILT=()
+defined=$(cmake --build "$BUILD" --target help)
 for t in "${TARGETS[@]}"; do
-  if cmake --build "$BUILD" --target help | grep -qw "${t}_fuzz"; then
+  if grep -qw "${t}_fuzz" <<<"$defined"; then
     BUILT+=("$t")
   else
     log "$t: not part of this build (skipped)"
