@@ -12,8 +12,13 @@ using nlohmann::json;
 using testing::Eventually;
 using testing::LocalCluster;
 
+// Labelled, so the informers below see only the test's own objects: the controller manager
+// publishes kube-root-ca.crt into every new namespace.
+constexpr char kSelector[] = "tj-test=restart";
 json ConfigMap(const std::string& name) {
-  return {{"apiVersion", "v1"}, {"kind", "ConfigMap"}, {"metadata", {{"name", name}}}};
+  return {{"apiVersion", "v1"},
+          {"kind", "ConfigMap"},
+          {"metadata", {{"name", name}, {"labels", {{"tj-test", "restart"}}}}}};
 }
 
 TEST(KubeRestart, InformerSurvivesApiServerRestartAndRelistsAfterCompaction) {
@@ -26,6 +31,7 @@ TEST(KubeRestart, InformerSurvivesApiServerRestartAndRelistsAfterCompaction) {
   InformerOptions o;
   o.resource = cm;
   o.ns = ns;
+  o.label_selector = kSelector;
   o.min_backoff = std::chrono::milliseconds(200);
   o.max_backoff = std::chrono::milliseconds(1000);
   Informer informer(client.get(), RealClock::Get(), o);
@@ -89,6 +95,7 @@ TEST(KubeRestart, TooOldVersionIsGoneAndTheInformerRelists) {
   InformerOptions o;
   o.resource = resources::kConfigMaps;
   o.ns = ns;
+  o.label_selector = kSelector;
   o.initial_resource_version = "1";  // as if resuming from long ago
   Informer informer(client.get(), RealClock::Get(), o);
   informer.Start();
