@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/termination_signals.h"
 #include "common/clock.h"
 #include "common/event_log.h"
 #include "operator/api/training_job.h"
@@ -122,18 +123,7 @@ int main(int argc, char** argv) {
   }
 
   // SIGTERM/SIGINT stop the operator; every other thread has them blocked.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  std::stop_source stop;
-  std::thread waiter([&] {
-    int sig = 0;
-    sigwait(&set, &sig);
-    stop.request_stop();
-  });
-  waiter.detach();
+  std::stop_source stop = tj::StopOnTerminationSignals();
 
   const std::string identity = Hostname() + "_" + RandomHex(8);
   tj::kube::EventRecorder recorder(client, "tj-operator", Hostname());

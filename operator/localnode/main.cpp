@@ -9,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "common/termination_signals.h"
 #include "common/clock.h"
 #include "common/event_log.h"
 #include "operator/kube/config.h"
@@ -72,18 +73,7 @@ int main(int argc, char** argv) {
   o.mount_namespace = mn == "true" || (mn == "auto" && geteuid() == 0);
 
   // SIGTERM/SIGINT end Run(); every other thread has them blocked.
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  std::stop_source stop;
-  std::thread waiter([&] {
-    int sig = 0;
-    sigwait(&set, &sig);
-    stop.request_stop();
-  });
-  waiter.detach();
+  std::stop_source stop = tj::StopOnTerminationSignals();
 
   tj::localnode::NodeAgent agent(client->get(), tj::RealClock::Get(), o, &log);
   tj::Status s = agent.Run(stop.get_token());
