@@ -1,8 +1,19 @@
 #include "trainer/train/backup_writer.h"
 
+#include <time.h>
+
 #include "common/clock.h"
 
 namespace tj::train {
+namespace {
+
+double ThreadCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+}  // namespace
 
 Status BackupWriter::Wait() {
   if (!pending_.valid()) return Status::Ok();
@@ -13,10 +24,17 @@ Status BackupWriter::Submit(checkpoint::TrainingState state, int epoch, int64_t 
   TJ_RETURN_IF_ERROR(Wait());
   pending_ = std::async(std::launch::async, [this, state = std::move(state), epoch, step] {
     auto start = RealClock::Get()->Now();
+    const double cpu_start = ThreadCpuSeconds();
     Status s = backups_->Save(state);
+    const double cpu = ThreadCpuSeconds() - cpu_start;
+    cpu_seconds_ += cpu;
     if (!s.ok()) return s.WithContext("writing a backup to " + backups_->dir());
     double seconds = SecondsBetween(start, RealClock::Get()->Now());
-    log_->Emit({{"event", "backup_saved"}, {"epoch", epoch}, {"step", step}, {"seconds", seconds}});
+    log_->Emit({{"event", "backup_saved"},
+                {"epoch", epoch},
+                {"step", step},
+                {"seconds", seconds},
+                {"cpu_seconds", cpu}});
     progress_->Update([&](ProgressSnapshot& p) {
       p.last_backup = nlohmann::json{{"epoch", epoch}, {"step", step}};
     });

@@ -27,12 +27,16 @@ class BackupWriter {
   Status Submit(checkpoint::TrainingState state, int epoch, int64_t step);
   // Waits for the write in flight, if any; returns its error.
   Status Wait();
+  // CPU seconds the writer thread spent on the backups finished so far (encoding, digest,
+  // write, fsync): what backups take from the training threads at most. Read after Wait().
+  double cpu_seconds() const { return cpu_seconds_; }
 
  private:
   checkpoint::BackupManager* backups_;
   EventLog* log_;
   Progress* progress_;
   std::future<Status> pending_;
+  double cpu_seconds_ = 0.0;  // written by the write in flight only; read after Wait()
 };
 
 }  // namespace tj::train

@@ -83,6 +83,7 @@ class Trainer {
   double images_per_sec_ = 0.0;  // over the whole run, for train_end
   double train_seconds_ = 0.0;    // time in the epochs' step loops, this process run
   double allreduce_seconds_ = 0.0;
+  double backup_stall_seconds_ = 0.0;  // the step loop waiting in SaveBackup, this process run
   int64_t steps_this_run_ = 0;
   int start_epoch_ = 1;
   int64_t start_step_ = 0;
@@ -188,8 +189,13 @@ TrainingOutcome Trainer::RestoreOrInitialise() {
 
 Status Trainer::SaveBackup(int epoch, int64_t step, bool epoch_end) {
   if (!backup_writer_) return Status::Ok();
-  return backup_writer_->Submit(epoch_end ? CurrentState(epoch, 0) : CurrentState(epoch - 1, step),
-                                epoch, step);
+  // The training threads wait for the snapshot (and for the previous write, if it is still
+  // in flight); the rest happens on the writer's thread.
+  auto start = RealClock::Get()->Now();
+  Status s = backup_writer_->Submit(
+      epoch_end ? CurrentState(epoch, 0) : CurrentState(epoch - 1, step), epoch, step);
+  backup_stall_seconds_ += SecondsBetween(start, RealClock::Get()->Now());
+  return s;
 }
 
 Status Trainer::EndOfEpoch(int epoch, int steps, double seconds, double images_this_run) {
@@ -246,7 +252,9 @@ Status Trainer::Finish() {
                 {"images_per_sec", images_per_sec_},
                 {"train_seconds", train_seconds_},
                 {"step_ms", steps_this_run_ ? 1e3 * train_seconds_ / steps_this_run_ : 0.0},
-                {"allreduce_ms", steps_this_run_ ? 1e3 * allreduce_seconds_ / steps_this_run_ : 0.0}});
+                {"allreduce_ms", steps_this_run_ ? 1e3 * allreduce_seconds_ / steps_this_run_ : 0.0},
+                {"backup_stall_seconds", backup_stall_seconds_},
+                {"backup_cpu_seconds", backup_writer_ ? backup_writer_->cpu_seconds() : 0.0}});
   return Status::Ok();
 }
 
