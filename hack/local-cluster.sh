@@ -18,6 +18,8 @@
 # they are built once from Debian's `kubernetes` source package (about 8 minutes on 2 cores)
 # and cached there. etcd is the one from Debian's etcd-server (or $KUBEBUILDER_ASSETS/etcd).
 #
+# TJ_LOCAL_CLUSTER_OWNER_PID=PID at `up`: bring the cluster down when process PID ends.
+#
 # TJ_LOCAL_NODE_MOUNT_NAMESPACE=false runs the node agent as it runs when not root (no mount
 # namespaces: no private /etc/hosts, volumes as $TJ_VOLUME_<NAME>), to test that mode as root.
 #
@@ -339,7 +341,20 @@ EOF
     log "no node agent at $node (build target tj-local-node): the cluster has no node"
   fi
   log "up in $((SECONDS - t0)) s: export KUBECONFIG=$kc"
+  [ -z "${TJ_LOCAL_CLUSTER_OWNER_PID:-}" ] || start_owner_watch "$TJ_LOCAL_CLUSTER_OWNER_PID"
   echo "$kc"
+}
+
+# With TJ_LOCAL_CLUSTER_OWNER_PID set at `up`, the cluster goes down when that process ends
+# (a test binary killed by ctest's timeout, say) rather than running on. The watcher ends by
+# itself once the cluster is down.
+start_owner_watch() {  # start_owner_watch PID
+  TJ_LOCAL_CLUSTER_DIR=$STATE_DIR setsid bash -c '
+    while kill -0 "$1" 2>/dev/null && [ -d "$TJ_LOCAL_CLUSTER_DIR/pids" ]; do sleep 2; done
+    [ -d "$TJ_LOCAL_CLUSTER_DIR/pids" ] && exec "$2" down' \
+    owner-watch "$1" "$REPO_ROOT/hack/local-cluster.sh" \
+    >>"$STATE_DIR/logs/owner-watch.log" 2>&1 </dev/null &
+  log "the cluster goes down when process $1 ends"
 }
 
 api_get() {  # api_get PATH: the API server answers 2xx

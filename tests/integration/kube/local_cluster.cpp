@@ -56,10 +56,11 @@ bool ClusterRequired() {
          (req != nullptr && std::string(req) == "1");
 }
 
-StatusOr<std::string> LocalCluster::Script(const std::string& subcommand) const {
-  return RunCommand("TJ_LOCAL_CLUSTER_DIR='" + dir_ + "' TJ_BUILD_DIR='" + std::string(TJ_BIN_DIR) +
-                    "/..' '" + std::string(TJ_SOURCE_DIR) + "/hack/local-cluster.sh' " +
-                    subcommand);
+StatusOr<std::string> LocalCluster::Script(const std::string& subcommand,
+                                           const std::string& env) const {
+  return RunCommand(env + " TJ_LOCAL_CLUSTER_DIR='" + dir_ + "' TJ_BUILD_DIR='" +
+                    std::string(TJ_BIN_DIR) + "/..' '" + std::string(TJ_SOURCE_DIR) +
+                    "/hack/local-cluster.sh' " + subcommand);
 }
 
 LocalCluster* LocalCluster::Get(std::string* why_not) {
@@ -86,7 +87,8 @@ LocalCluster* LocalCluster::Get(std::string* why_not) {
     *why_not = failure;
     return nullptr;
   }
-  auto up = c->Script("up");
+  // Down with this process, also when a timeout kills it before TearDown.
+  auto up = c->Script("up", "TJ_LOCAL_CLUSTER_OWNER_PID=" + std::to_string(::getpid()));
   if (!up.ok()) {
     // Binaries exist but the cluster does not start: a real failure, never a skip.
     ADD_FAILURE() << "hack/local-cluster.sh up failed: " << up.status().message();

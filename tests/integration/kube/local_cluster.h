@@ -28,8 +28,9 @@ class LocalCluster {
   Status CompactEtcd() const;
   void Down();
 
-  // Runs a hack/local-cluster.sh subcommand for this cluster; returns its output.
-  StatusOr<std::string> Script(const std::string& subcommand) const;
+  // Runs a hack/local-cluster.sh subcommand for this cluster, with `env` (VAR=value ...)
+  // in its environment; returns its output.
+  StatusOr<std::string> Script(const std::string& subcommand, const std::string& env = "") const;
 
  private:
   std::string dir_, kubeconfig_;
