@@ -61,6 +61,17 @@ RUN { cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTJ_NATIVE=OFF -D
  && strip build/bin/tj-trainer
 
 # ---------------------------------------------------------------------------------------------
+# Fashion-MNIST, the trainer's default --data-dir, from Debian's dataset-fashion-mnist (four
+# arch-independent IDX files). Taken from Debian 12, where the package is known to exist, rather
+# than from Ubuntu's universe.
+FROM ${DEBIAN_SLIM_IMAGE} AS dataset
+ARG DEBIAN_FRONTEND=noninteractive
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends dataset-fashion-mnist \
+ && rm -rf /var/lib/apt/lists/* \
+ && test -s /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
+
+# ---------------------------------------------------------------------------------------------
 # tj-operator: the controller. No CUDA, no compiler; runs as a non-root user with a read-only
 # root file system (it writes nothing).
 FROM ${DEBIAN_SLIM_IMAGE} AS operator
@@ -81,23 +92,26 @@ EXPOSE 8080 8081
 ENTRYPOINT ["/usr/local/bin/tj-operator"]
 
 # ---------------------------------------------------------------------------------------------
-# tj-trainer: CUDA runtime with cuDNN and NCCL (from the base image), Gloo for CPU collectives,
-# Fashion-MNIST (the default --data-dir). Runs as a non-root user; backups, checkpoints and
-# logs go to the volumes the TrainingJob mounts.
+# tj-trainer: CUDA runtime with cuDNN and NCCL (from the base image), Gloo for CPU collectives
+# (Ubuntu 24.04 universe: libgloo0), cpprestsdk (libcpprest2.10), Fashion-MNIST (the default
+# --data-dir). tj-trainer does not link yaml-cpp (only tj-operator does). Runs as a non-root
+# user; backups, checkpoints and logs go to the volumes the TrainingJob mounts.
 FROM ${CUDA_RUNTIME_IMAGE} AS trainer
 ARG DEBIAN_FRONTEND=noninteractive
 ARG APP_UID
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-      ca-certificates libcpprest2.10 libgloo0 libyaml-cpp0.8 zlib1g dataset-fashion-mnist \
+      ca-certificates libcpprest2.10 libgloo0 zlib1g \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --gid "${APP_UID}" tj \
  && useradd --uid "${APP_UID}" --gid "${APP_UID}" --create-home --home-dir /home/tj \
       --shell /usr/sbin/nologin tj
 COPY --from=build-trainer /src/build/bin/tj-trainer /usr/local/bin/tj-trainer
+COPY --from=dataset /usr/share/datasets/fashion-mnist /usr/share/datasets/fashion-mnist
 RUN if ldd /usr/local/bin/tj-trainer | grep 'not found'; then exit 1; fi
 USER ${APP_UID}:${APP_UID}
 WORKDIR /home/tj
-# TF_CONFIG's default port and the status endpoint (--status-port) the operator reads.
+# TF_CONFIG's default port. The status endpoint the operator reads is per replica (--status-port,
+# 8470 + the replica's place in TF_CONFIG), so it is not declared here.
 EXPOSE 2222
 ENTRYPOINT ["/usr/local/bin/tj-trainer"]

@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# The Dockerfile, checked without a Docker engine (none runs on the development machine):
+#   1. dockerfile-utils lint (the npm package; fetched once into the tj-operator cache);
+#   2. the structure issue 8 asks for: build stages on pinned images (a CUDA devel image for the
+#      trainer), runtime targets `operator` (no CUDA) and `trainer` (CUDA runtime with cuDNN),
+#      a non-root USER in each, COPY sources that exist, a .dockerignore without build trees;
+#   3. the operator image installs every Debian package that holds a shared library
+#      tj-operator links (ldd of the build's binary here; the operator image is Debian 12 too),
+#      and the trainer image the packages of the non-CUDA libraries tj-trainer links.
+# Usage: dockerfile_test.sh REPO_ROOT BUILD_DIR. Exit 77 (ctest: skipped) when dockerfile-utils
+# cannot be fetched, unless CI or TJ_REQUIRE_DOCKERFILE_LINT is set.
+set -euo pipefail
+ROOT=${1:?usage: dockerfile_test.sh REPO_ROOT BUILD_DIR}
+BUILD=${2:?usage: dockerfile_test.sh REPO_ROOT BUILD_DIR}
+DOCKERFILE=$ROOT/Dockerfile
+LINT_VERSION=${TJ_DOCKERFILE_UTILS_VERSION:-0.16.3}
+CACHE_ROOT=${TJ_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tj-operator}
+fails=0
+pass() { echo "ok   $*"; }
+fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+
+# 1. dockerfile-utils lint: any diagnostic (error or warning) fails.
+lint_dir=$CACHE_ROOT/dockerfile-utils/$LINT_VERSION
+lint=$lint_dir/node_modules/.bin/dockerfile-utils
+if [ ! -x "$lint" ]; then
+  mkdir -p "$lint_dir"
+  if ! command -v npm >/dev/null ||
+     ! timeout 300 npm install --silent --no-audit --no-fund --prefix "$lint_dir" \
+         "dockerfile-utils@$LINT_VERSION" >"$lint_dir/npm.log" 2>&1 || [ ! -x "$lint" ]; then
+    tail -n 5 "$lint_dir/npm.log" 2>/dev/null || true
+    if [ -n "${CI:-}${TJ_REQUIRE_DOCKERFILE_LINT:-}" ]; then
+      echo "FAIL could not fetch dockerfile-utils@$LINT_VERSION with npm"; exit 1
+    fi
+    echo "SKIP: could not fetch dockerfile-utils@$LINT_VERSION with npm (apt-get install npm)"
+    exit 77
+  fi
+fi
+if out=$("$lint" lint "$DOCKERFILE" 2>&1) && [ -z "$out" ]; then
+  pass "dockerfile-utils $LINT_VERSION lint: no diagnostics"
+else
+  echo "$out"; fail "dockerfile-utils lint"
+fi
+# The linter must itself catch a broken file, or step 1 proves nothing.
+broken=$(mktemp)
+trap 'rm -f "$broken"' EXIT
+printf 'FROM debian:12.11\nFROOM x\nUSER\n' >"$broken"
+if "$lint" lint "$broken" >/dev/null 2>&1; then
+  fail "dockerfile-utils lint accepts an unknown instruction"
+else
+  pass "dockerfile-utils lint rejects a broken Dockerfile"
+fi
+
+# 2 and 3: the structure and the runtime packages.
+python3 - "$ROOT" "$BUILD" <<'PY' || fails=$((fails + 1))
+import os, re, subprocess, sys
+
+root, build = sys.argv[1], sys.argv[2]
+failed = []
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        failed.append(what)
+
+# Instructions with their continuation lines joined; comments dropped.
+lines, cur = [], ""
+for raw in open(os.path.join(root, "Dockerfile")):
+    s = raw.rstrip("\n")
+    if not cur and (not s.strip() or s.lstrip().startswith("#")):
+        continue
+    if s.endswith("\\"):
+        cur += s[:-1] + " "
+        continue
+    lines.append((cur + s).strip())
+    cur = ""
+instr = [(l.split(None, 1)[0].upper(), l.split(None, 1)[1] if " " in l else "") for l in lines]
+
+# Global ARG defaults (before the first FROM) and the stages.
+args, stages, stage = {}, {}, None
+for op, rest in instr:
+    if op == "ARG" and stage is None:
+        name, _, value = rest.partition("=")
+        args[name.strip()] = value.strip()
+    elif op == "FROM":
+        m = re.match(r"(\S+)\s+AS\s+(\S+)", rest, re.I)
+        check(m is not None, f"FROM {rest} names its stage (FROM image AS name)")
+        if not m:
+            continue
+        image = re.sub(r"\$\{(\w+)\}", lambda v: args.get(v.group(1), ""), m.group(1))
+        stage = m.group(2)
+        stages[stage] = {"image": image, "ops": []}
+    elif stage is not None:
+        stages[stage]["ops"].append((op, rest))
+
+for name in ("build-operator", "build-trainer", "operator", "trainer"):
+    check(name in stages, f"stage {name} exists")
+if failed:
+    sys.exit(1)
+
+# Pinned tags: a version with at least major.minor, never latest, no untagged image.
+for name, st in stages.items():
+    image = st["image"]
+    if image in stages:
+        continue
+    tag = image.rsplit(":", 1)[1] if ":" in image.split("/")[-1] else ""
+    pinned = "@sha256:" in image or (re.match(r"\d+\.\d+", tag) is not None and "latest" not in tag)
+    check(pinned, f"stage {name}: base image {image} is pinned to a version")
+
+check(re.search(r"^nvidia/cuda:.*-cudnn-devel-ubuntu", stages["build-trainer"]["image"]) is not None,
+      "build-trainer builds on an NVIDIA CUDA devel image with cuDNN")
+check(re.search(r"^nvidia/cuda:.*-cudnn-runtime-ubuntu", stages["trainer"]["image"]) is not None,
+      "trainer runs on an NVIDIA CUDA runtime image with cuDNN (NCCL ships in it)")
+check("cuda" not in stages["operator"]["image"] and "cuda" not in stages["build-operator"]["image"],
+      "operator: built and run without CUDA")
+cuda_ver = lambda img: re.search(r"cuda:(\d+\.\d+\.\d+)", img).group(1)
+check(cuda_ver(stages["build-trainer"]["image"]) == cuda_ver(stages["trainer"]["image"]),
+      "trainer: the devel and runtime images have the same CUDA version")
+check("-DTJ_WITH_CUDA=ON" in " ".join(r for o, r in stages["build-trainer"]["ops"] if o == "RUN")
+      and "GPU backend ON" in " ".join(r for o, r in stages["build-trainer"]["ops"]),
+      "build-trainer configures the GPU backend and fails without it")
+check("-DTJ_WITH_CUDA=OFF" in " ".join(r for o, r in stages["build-operator"]["ops"]),
+      "build-operator configures without CUDA")
+
+# A runtime stage: its last USER is a non-root uid; it copies its binary from its build stage.
+for name, binary in (("operator", "tj-operator"), ("trainer", "tj-trainer")):
+    ops = stages[name]["ops"]
+    users = [r for o, r in ops if o == "USER"]
+    uid = re.sub(r"\$\{(\w+)\}", lambda v: args.get(v.group(1), ""), users[-1]).split(":")[0] if users else ""
+    check(uid.isdigit() and int(uid) != 0, f"{name}: runs as a non-root uid (USER {users[-1] if users else 'missing'} -> {uid})")
+    check(any(o == "COPY" and f"--from=build-{name}" in r and binary in r for o, r in ops),
+          f"{name}: copies {binary} from build-{name}")
+    check(any(o == "RUN" and "ldd" in r and "not found" in r for o, r in ops),
+          f"{name}: the image build fails on a missing shared library (ldd)")
+    check(any(o == "ENTRYPOINT" and binary in r for o, r in ops), f"{name}: ENTRYPOINT is {binary}")
+
+# COPY sources from the build context exist.
+for name, st in stages.items():
+    for o, r in st["ops"]:
+        if o not in ("COPY", "ADD") or "--from=" in r:
+            continue
+        parts = [p for p in r.split() if not p.startswith("--")]
+        for src in parts[:-1]:
+            check(os.path.exists(os.path.join(root, src)), f"{name}: COPY source {src} exists")
+
+# .dockerignore keeps build trees, cluster state and git out of the context.
+ignore = [l.strip() for l in open(os.path.join(root, ".dockerignore")) if l.strip() and not l.startswith("#")]
+for pattern in (".git", "build", "build-*", ".local-cluster", ".cache"):
+    check(pattern in ignore, f".dockerignore excludes {pattern}")
+
+# 3. Runtime packages against the libraries the binaries link.
+def apt_installs(stage):
+    pkgs = []
+    for o, r in stages[stage]["ops"]:
+        if o == "RUN" and "apt-get install" in r:
+            seg = r.split("apt-get install", 1)[1].split("&&")[0]
+            pkgs += [w for w in seg.split() if not w.startswith("-")]
+    return pkgs
+
+def linked_packages(binary):
+    """The Debian packages that hold the shared libraries ldd resolves (one dpkg -S for all)."""
+    out = subprocess.run(["ldd", binary], capture_output=True, text=True).stdout
+    libs = [m.group(1) for m in re.finditer(r"=>\s+(/\S+)", out)]
+    candidates = {}
+    for lib in libs:
+        real = os.path.realpath(lib)
+        for p in (lib, real, real.replace("/usr/lib/", "/lib/", 1), real.replace("/lib/", "/usr/lib/", 1)):
+            candidates.setdefault(p, lib)
+    r = subprocess.run(["dpkg", "-S"] + sorted(candidates), capture_output=True, text=True)
+    owner = {}
+    for line in r.stdout.splitlines():
+        pkg, _, path = line.partition(": ")
+        if path.strip() in candidates:
+            owner.setdefault(candidates[path.strip()], pkg.split(":")[0].strip())
+    return {owner.get(lib, "?" + lib) for lib in libs}
+
+def depends_closure(pkgs):
+    if not pkgs:
+        return set()
+    r = subprocess.run(["apt-cache", "depends", "--recurse", "--no-recommends", "--no-suggests",
+                        "--no-conflicts", "--no-breaks", "--no-replaces", "--no-enhances"] + pkgs,
+                       capture_output=True, text=True)
+    closure = {l.strip() for l in r.stdout.splitlines() if l and not l.startswith(" ")}
+    check(len(closure - set(pkgs)) > 0,
+          f"apt-cache depends knows the dependencies of {pkgs} (else: run apt-get update)")
+    return closure | set(pkgs)
+
+# Packages every Debian/Ubuntu base image has (apt itself depends on them).
+base = {"libc6", "libgcc-s1", "libstdc++6", "zlib1g"}
+for name, binary in (("operator", "tj-operator"), ("trainer", "tj-trainer")):
+    path = os.path.join(build, "bin", binary)
+    check(os.path.exists(path), f"{path} is built (needed to compare its libraries)")
+    if not os.path.exists(path):
+        continue
+    needed = linked_packages(path) - base
+    installs = apt_installs(name)
+    if name == "operator":
+        # Debian 12 here and in the image: the same package names, checked with their depends.
+        have = depends_closure(installs)
+        missing = sorted(p for p in needed if p not in have)
+        check(not missing, f"operator image installs (or pulls in) the packages of every library "
+                           f"tj-operator links: {sorted(needed)}; missing {missing}")
+    else:
+        # Ubuntu 24.04 in the image: the direct packages must be named (names checked by hand
+        # against packages.ubuntu.com, docs/deploy.md); their own depends come with them.
+        have = depends_closure([p for p in installs if p in ("libcpprest2.10", "libgloo0")])
+        direct = {"libcpprest2.10", "libgloo0"}
+        check(direct <= set(installs), f"trainer image installs {sorted(direct)}")
+        missing = sorted(p for p in needed if p not in have)
+        check(not missing, f"every library tj-trainer links here comes with {sorted(direct)} "
+                           f"or the base image: {sorted(needed)}; missing {missing}")
+
+sys.exit(1 if failed else 0)
+PY
+
+if [ "$fails" -ne 0 ]; then echo "$fails check group(s) failed"; exit 1; fi
+echo "all Dockerfile checks passed"
