@@ -3,7 +3,8 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 
-.PHONY: deps configure build test demo demo-local bench clean manifests helm-lint
+.PHONY: deps configure build test test-sanitized fuzz ci demo demo-local bench clean manifests \
+        helm-lint
 
 deps:
 	bash hack/install-deps.sh
@@ -21,6 +22,21 @@ test: build
 	bash hack/local-cluster.sh build
 	bash hack/helm.sh version --short
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) $(CTEST_ARGS)
+
+# ASan + UBSan over the unit and integration tests (build-asan/), ThreadSanitizer over the
+# work queue, informer and leader election (build-tsan/); see hack/test-sanitized.sh.
+test-sanitized: deps
+	TJ_SANITIZE_JOBS=$(JOBS) bash hack/test-sanitized.sh all
+
+# Every libFuzzer target (clang, build-fuzz/) for FUZZ_SECONDS each from its corpus.
+FUZZ_SECONDS ?= 45
+fuzz: deps
+	TJ_FUZZ_JOBS=$(JOBS) bash tests/fuzz/run.sh $(FUZZ_SECONDS)
+
+# What CI runs (.ci/run): make test, then the sanitizer runs and the bounded fuzzing, with a
+# table of the time of each phase at the end.
+ci:
+	bash .ci/run
 
 # The example TrainingJob on the local cluster, through the Helm chart.
 demo: build

@@ -4,7 +4,9 @@
 #   hack/test-sanitized.sh [asan|tsan|all]      default: all
 #
 #   asan  build-asan/, -DTJ_SANITIZE=ON (AddressSanitizer + UndefinedBehaviorSanitizer, gcc):
-#         every test labelled `unit` or `integration`, then the `fuzz` corpus replay.
+#         every test labelled `unit` or `integration` but not `e2e` (the e2e tests run whole
+#         jobs end to end, which take several times longer under ASan and exercise the same
+#         code as the integration tests), then the `fuzz` corpus replay.
 #   tsan  build-tsan/, -fsanitize=thread through CMAKE_CXX_FLAGS (no option needed):
 #         the work queue unit tests, and the informer and leader election tests against the
 #         local cluster's API server (the same binaries `make test` uses).
@@ -14,12 +16,14 @@
 #
 # Environment: TJ_SANITIZE_JOBS (build and ctest parallelism, default 1),
 # TJ_ASAN_LABELS (ctest label regex for the asan run, default 'unit|integration'),
+# TJ_ASAN_EXCLUDE (label regex left out of it, default 'e2e'; empty: nothing left out),
 # TJ_ASAN_BUILD_DIR / TJ_TSAN_BUILD_DIR, CTEST_ARGS (extra ctest arguments).
 set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 WHAT=${1:-all}
 ASAN_LABELS=${TJ_ASAN_LABELS:-unit|integration}
+ASAN_EXCLUDE=${TJ_ASAN_EXCLUDE-e2e}
 JOBS=${TJ_SANITIZE_JOBS:-1}
 ASAN_BUILD=${TJ_ASAN_BUILD_DIR:-$REPO_ROOT/build-asan}
 TSAN_BUILD=${TJ_TSAN_BUILD_DIR:-$REPO_ROOT/build-tsan}
@@ -50,8 +54,11 @@ run_asan() {
     -DTJ_WITH_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null || return
   phase "asan build" cmake --build "$ASAN_BUILD" -j"$JOBS" || return
   phase "asan cluster binaries" cluster_binaries "$ASAN_BUILD" || return
-  phase "asan ctest -L '$ASAN_LABELS'" \
-    ctest --test-dir "$ASAN_BUILD" --output-on-failure -j"$JOBS" -L "$ASAN_LABELS" "${EXTRA[@]}"
+  local exclude=()
+  [ -z "$ASAN_EXCLUDE" ] || exclude=(-LE "$ASAN_EXCLUDE")
+  phase "asan ctest -L '$ASAN_LABELS' ${exclude[*]}" \
+    ctest --test-dir "$ASAN_BUILD" --output-on-failure -j"$JOBS" -L "$ASAN_LABELS" \
+    "${exclude[@]}" "${EXTRA[@]}"
   phase "asan fuzz replay" ctest --test-dir "$ASAN_BUILD" --output-on-failure -L fuzz
 }
 
