@@ -29,7 +29,9 @@ Status ReadEnum(const json& obj, const std::string& key, const std::string& path
   if (!obj.contains(key) || obj[key].is_null()) return Status::Ok();
   const json& v = obj[key];
   std::string all;
-  for (const auto& a : allowed) all += (all.empty() ? "" : ", ") + a;
+  for (const auto& a : allowed) {
+    if (!a.empty()) all += (all.empty() ? "" : ", ") + a;  // "" (unset) is not listed
+  }
   if (!v.is_string()) return FieldError(path + "." + key, "must be one of " + all);
   for (const auto& a : allowed) {
     if (v.get<std::string>() == a) {
@@ -57,12 +59,14 @@ Status ValidateTemplate(const json& tmpl, const std::string& path) {
     const std::string cp = path + ".spec.containers[" + std::to_string(i) + "]";
     if (!c.is_object()) return FieldError(cp, "must be a container object");
     if (!c.contains("name") || !c["name"].is_string() || c["name"].get<std::string>().empty()) {
-      return FieldError(cp + ".name", "required");
+      return FieldError(cp + ".name", "required: a non-empty container name");
     }
     if (!c.contains("image") || !c["image"].is_string())
-      return FieldError(cp + ".image", "required");
+      return FieldError(cp + ".image", "required: the image to run (the tj-trainer image)");
     if (c["name"] == "trainer") has_trainer = true;
-    if (c.contains("env") && !c["env"].is_array()) return FieldError(cp + ".env", "must be a list");
+    if (c.contains("env") && !c["env"].is_array()) {
+      return FieldError(cp + ".env", "must be a list of {name, value} objects");
+    }
     if (c.contains("args") && !c["args"].is_array()) {
       return FieldError(cp + ".args", "must be a list of strings");
     }
@@ -157,7 +161,7 @@ StatusOr<TrainingJobSpec> ParseSpec(const json& spec) {
     if (!type) {
       return FieldError(path, "unknown replica type: must be one of Chief, Worker, Evaluator");
     }
-    if (!rs.is_object()) return FieldError(path, "must be an object");
+    if (!rs.is_object()) return FieldError(path, "must be an object with replicas and template");
     ReplicaSpec r;
     std::optional<int64_t> replicas;
     const int64_t max = *type == ReplicaType::kWorker ? 10000 : 1;

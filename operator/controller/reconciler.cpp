@@ -61,6 +61,34 @@ json TrainerContainerStatus(const json& pod) {
   return st["containerStatuses"][0];
 }
 
+// Why a pod is not running yet: its trainer container's waiting reason (ImagePullBackOff,
+// ...), else the scheduler's (a claim that does not exist: "Unschedulable: 0/1 nodes are
+// available: 1 persistentvolumeclaim \"data\" not found."), else "".
+std::string PendingReason(const json& pod) {
+  // Status is written by the kubelet: a field of another type is ignored, never thrown on.
+  auto text = [](const json& o, const char* key) {
+    auto it = o.find(key);
+    return it != o.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  const json cs = TrainerContainerStatus(pod);
+  if (cs.is_object() && cs.contains("state") && cs["state"].is_object() &&
+      cs["state"].contains("waiting") && cs["state"]["waiting"].is_object()) {
+    const std::string r = text(cs["state"]["waiting"], "reason");
+    if (!r.empty()) return r;
+  }
+  if (!pod.contains("status") || !pod["status"].is_object()) return "";
+  const json& st = pod["status"];
+  if (!st.contains("conditions") || !st["conditions"].is_array()) return "";
+  for (const auto& c : st["conditions"]) {
+    if (!c.is_object() || text(c, "type") != "PodScheduled" || text(c, "status") != "False") {
+      continue;
+    }
+    const std::string reason = text(c, "reason"), message = text(c, "message");
+    return (reason.empty() ? "Unschedulable" : reason) + (message.empty() ? "" : ": " + message);
+  }
+  return "";
+}
+
 std::optional<kube::WallTime> TimeAt(const json& obj, const std::vector<std::string>& path) {
   const json* cur = &obj;
   for (const auto& p : path) {
@@ -397,11 +425,7 @@ Decision Pass::Run() {
         if (created && (!earliest_pending || *created < *earliest_pending)) {
           earliest_pending = created;
           pending_pod = name;
-          const json cs = TrainerContainerStatus(pod);
-          pending_reason.clear();
-          if (cs.is_object() && cs.contains("state") && cs["state"].contains("waiting")) {
-            pending_reason = cs["state"]["waiting"].value("reason", "");
-          }
+          pending_reason = PendingReason(pod);
         }
       }
     }
