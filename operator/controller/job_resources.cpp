@@ -142,6 +142,25 @@ std::optional<int> StatusPortOf(const json& pod) {
   }
 }
 
+void ApplySecurityDefaults(json& pod_spec) {
+  if (!pod_spec.contains("securityContext") || !pod_spec["securityContext"].is_object()) {
+    pod_spec["securityContext"] = json::object();
+  }
+  json& psc = pod_spec["securityContext"];
+  if (!psc.contains("runAsNonRoot")) psc["runAsNonRoot"] = true;
+  if (!psc.contains("seccompProfile")) psc["seccompProfile"] = {{"type", "RuntimeDefault"}};
+  if (!pod_spec.contains("containers") || !pod_spec["containers"].is_array()) return;
+  for (json& c : pod_spec["containers"]) {
+    if (!c.is_object()) continue;
+    if (!c.contains("securityContext") || !c["securityContext"].is_object()) {
+      c["securityContext"] = json::object();
+    }
+    json& csc = c["securityContext"];
+    if (!csc.contains("allowPrivilegeEscalation")) csc["allowPrivilegeEscalation"] = false;
+    if (!csc.contains("capabilities")) csc["capabilities"] = {{"drop", json::array({"ALL"})}};
+  }
+}
+
 json BuildPod(const json& job, const api::TrainingJobSpec& spec, api::ReplicaType type, int index,
               int restart_count) {
   const api::ObjectRef r = api::RefOf(job);
@@ -164,6 +183,7 @@ json BuildPod(const json& job, const api::TrainingJobSpec& spec, api::ReplicaTyp
   meta["ownerReferences"] = json::array({OwnerReference(job)});
 
   json pod_spec = tmpl["spec"];
+  ApplySecurityDefaults(pod_spec);
   // The operator restarts replicas itself (the whole gang, with backoff); the node must not.
   pod_spec["restartPolicy"] = "Never";
   pod_spec["hostname"] = name;

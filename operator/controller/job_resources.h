@@ -30,6 +30,12 @@ bool IsOwnedBy(const nlohmann::json& object, const nlohmann::json& job);
 nlohmann::json TfConfig(const api::ObjectRef& job, const api::TrainingJobSpec& spec,
                         api::ReplicaType type, int index);
 
+// The security settings trainer pods get where their template leaves them unset (a value the
+// template sets wins, field by field): pod runAsNonRoot true and seccompProfile RuntimeDefault;
+// per container allowPrivilegeEscalation false and capabilities drop ALL. The tj-trainer image
+// runs as a non-root UID; a template that needs root sets runAsNonRoot: false itself.
+void ApplySecurityDefaults(nlohmann::json& pod_spec);
+
 nlohmann::json BuildService(const nlohmann::json& job, const api::TrainingJobSpec& spec);
 nlohmann::json BuildSecret(const nlohmann::json& job, const std::string& key);
 nlohmann::json BuildPod(const nlohmann::json& job, const api::TrainingJobSpec& spec,

@@ -1,0 +1,71 @@
+// Trainer pods run as non-root, without privilege escalation or capabilities, unless the pod
+// template says otherwise (its own value wins, field by field).
+#include <gtest/gtest.h>
+
+#include "operator/api/training_job.h"
+#include "operator/controller/job_resources.h"
+
+namespace tj::controller {
+namespace {
+
+using nlohmann::json;
+
+json Job(json pod_spec) {
+  return {{"apiVersion", api::kApiVersion},
+          {"kind", api::kKind},
+          {"metadata", {{"name", "j"}, {"namespace", "ns"}, {"uid", "u"}}},
+          {"spec", {{"replicaSpecs", {{"Worker", {{"template", {{"spec", pod_spec}}}}}}}}}};
+}
+
+json TrainerPod(const json& pod_spec) {
+  const json job = Job(pod_spec);
+  auto spec = api::ParseSpec(job["spec"]);
+  EXPECT_TRUE(spec.ok()) << spec.status().message();
+  return BuildPod(job, *spec, api::ReplicaType::kWorker, 0, 0);
+}
+
+TEST(PodSecurityDefaults, NonRootNoEscalationNoCapabilitiesForEveryContainer) {
+  json pod = TrainerPod({{"containers", json::array({{{"name", "trainer"}, {"image", "t"}},
+                                                     {{"name", "sidecar"}, {"image", "s"}}})}});
+  const json& s = pod["spec"];
+  EXPECT_EQ(s["securityContext"]["runAsNonRoot"], true);
+  EXPECT_EQ(s["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+  ASSERT_EQ(s["containers"].size(), 2u);
+  for (const json& c : s["containers"]) {
+    EXPECT_EQ(c["securityContext"]["allowPrivilegeEscalation"], false) << c.dump();
+    EXPECT_EQ(c["securityContext"]["capabilities"], json({{"drop", json::array({"ALL"})}}))
+        << c.dump();
+  }
+}
+
+TEST(PodSecurityDefaults, TheTemplatesOwnSettingsWinFieldByField) {
+  json pod = TrainerPod(
+      {{"securityContext", {{"runAsNonRoot", false}, {"runAsUser", 0}}},
+       {"containers",
+        json::array(
+            {{{"name", "trainer"},
+              {"image", "t"},
+              {"securityContext", {{"capabilities", {{"add", json::array({"SYS_PTRACE"})}}}}}}})}});
+  const json& psc = pod["spec"]["securityContext"];
+  EXPECT_EQ(psc["runAsNonRoot"], false);
+  EXPECT_EQ(psc["runAsUser"], 0);
+  EXPECT_EQ(psc["seccompProfile"]["type"], "RuntimeDefault");  // unset there: the default
+  const json& csc = pod["spec"]["containers"][0]["securityContext"];
+  EXPECT_EQ(csc["capabilities"], json({{"add", json::array({"SYS_PTRACE"})}}));
+  EXPECT_EQ(csc["allowPrivilegeEscalation"], false);
+}
+
+TEST(PodSecurityDefaults, MalformedSecurityContextIsReplacedNotThrownOn) {
+  json spec = {
+      {"securityContext", "root please"},
+      {"containers", json::array({{{"name", "trainer"}, {"image", "t"}, {"securityContext", 7}}})}};
+  ApplySecurityDefaults(spec);
+  EXPECT_EQ(spec["securityContext"]["runAsNonRoot"], true);
+  EXPECT_EQ(spec["containers"][0]["securityContext"]["allowPrivilegeEscalation"], false);
+  json no_containers = json::object();
+  ApplySecurityDefaults(no_containers);
+  EXPECT_EQ(no_containers["securityContext"]["runAsNonRoot"], true);
+}
+
+}  // namespace
+}  // namespace tj::controller
