@@ -36,7 +36,9 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.seed, "Seed of the initial weights and the data order")->capture_default_str();
   app.add_option("--threads", o.threads, "CPU threads (0: every usable core)")
       ->capture_default_str()->check(CLI::Range(0, 1024));
-  app.add_option("--device", device, "auto|cpu|gpu")->capture_default_str()
+  app.add_option("--device", device,
+                 "auto|cpu|gpu (auto: the GPU when one is visible and the build has CUDA; the "
+                 "GPU is LOCAL_RANK's, 0 by default)")->capture_default_str()
       ->check(CLI::IsMember({"auto", "cpu", "gpu"}));
   app.add_option("--log-format", log_format, "json|text")->capture_default_str()
       ->check(CLI::IsMember({"json", "text"}));
@@ -91,6 +93,16 @@ int main(int argc, char** argv) {
   o.rendezvous_timeout = std::chrono::milliseconds(static_cast<int64_t>(rendezvous_timeout_s * 1000));
   o.collective_timeout = std::chrono::milliseconds(static_cast<int64_t>(collective_timeout_s * 1000));
   o.eval_poll_interval = std::chrono::milliseconds(static_cast<int64_t>(eval_poll_s * 1000));
+  if (std::string local_rank = Env("LOCAL_RANK"); !local_rank.empty()) {
+    char* end = nullptr;
+    long n = std::strtol(local_rank.c_str(), &end, 10);
+    if (*end != '\0' || n < 0 || n > 1023) {
+      std::fprintf(stderr, "error: LOCAL_RANK=%s: expected the index of this process's GPU on "
+                   "its machine (0, 1, ...)\n", local_rank.c_str());
+      return tj::train::kExitUsage;
+    }
+    o.local_rank = static_cast<int>(n);
+  }
   o.tf_config = Env("TF_CONFIG");
   o.rendezvous_key = Env("TJ_RENDEZVOUS_KEY");
   return tj::train::RunTrainer(o);

@@ -28,6 +28,10 @@ struct Options {
   uint64_t seed = 42;
   int threads = 0;           // 0 = every core the process may use
   Device device = Device::kAuto;
+  // The CUDA device of this process: one GPU per process, several processes per machine
+  // (LOCAL_RANK, as torchrun sets it; 0 when unset). CUDA_VISIBLE_DEVICES narrows what is
+  // visible first.
+  int local_rank = 0;
   LogFormat log_format = LogFormat::kJson;
   Role role = Role::kAuto;
 

@@ -9,8 +9,12 @@
 
 #include "trainer/cluster/tf_config.h"
 #include "trainer/collective/gloo_communicator.h"
+#ifdef TJ_HAVE_NCCL
+#include "trainer/collective/nccl_communicator.h"
+#endif
 #include "trainer/train/evaluator.h"
 #include "trainer/train/observability.h"
+#include "trainer/train/step_backend.h"
 #include "trainer/train/training_loop.h"
 
 namespace tj::train {
@@ -33,13 +37,47 @@ int UsableCores() {
   return std::max(1, cores);
 }
 
+#ifdef TJ_HAVE_CUDA
+constexpr bool kBuiltWithCuda = true;
+#else
+constexpr bool kBuiltWithCuda = false;
+#endif
+
+std::string Env(const char* name, const char* otherwise) {
+  const char* v = std::getenv(name);
+  return v ? v : otherwise;
+}
+
+// NCCL over the GPU backend's stream, its unique id handed out through `bootstrap`.
+StatusOr<std::unique_ptr<collective::Communicator>> ConnectGradientCommunicator(
+    const Options& o, collective::Communicator* bootstrap, StepBackend* backend) {
+#ifdef TJ_HAVE_NCCL
+  collective::NcclOptions no;
+  no.bootstrap = bootstrap;
+  no.device = o.local_rank;
+  no.stream = backend->device_stream();
+  no.init_timeout = o.rendezvous_timeout;
+  no.collective_timeout = o.collective_timeout;
+  return collective::ConnectNccl(no);
+#else
+  (void)o;
+  (void)bootstrap;
+  (void)backend;
+  return Status::Error("GPU training with " + std::to_string(bootstrap->size()) +
+                       " workers needs NCCL, and this tj-trainer was built without it; use "
+                       "--device cpu or rebuild with NCCL installed");
+#endif
+}
+
 }  // namespace
 
 int RunTrainer(const Options& o) {
   EventLog log(o.log_format);
-  if (o.device == Device::kGpu) {
-    log.Error("--device gpu: this build of tj-trainer has no GPU backend yet; use --device cpu "
-              "(or auto)");
+  const int gpus = o.device == Device::kCpu ? 0 : VisibleGpus();
+  if (o.device == Device::kGpu && gpus == 0) {
+    const std::string build = kBuiltWithCuda ? "" : "; this tj-trainer was built without CUDA";
+    log.Error("--device gpu: no CUDA device is visible to this process (CUDA_VISIBLE_DEVICES=" +
+              Env("CUDA_VISIBLE_DEVICES", "(unset)") + build + "); use --device cpu or auto");
     return kExitUsage;
   }
   std::optional<cluster::TfConfig> tf_config;
@@ -79,6 +117,20 @@ int RunTrainer(const Options& o) {
   }
   if (evaluator) return RunEvaluator({&o, &*dataset, &pool, &log, &progress, scalars});
 
+  // The device: auto takes the GPU when one is visible (and the build has CUDA).
+  std::unique_ptr<StepBackend> backend;
+  if (o.device == Device::kGpu || (o.device == Device::kAuto && gpus > 0)) {
+    auto gpu = MakeGpuBackend(*dataset, o.batch_size, o.local_rank);
+    if (!gpu.ok()) {
+      log.Error("--device " + std::string(o.device == Device::kGpu ? "gpu" : "auto") + ": " +
+                gpu.status().message());
+      return kExitFailure;
+    }
+    backend = std::move(*gpu);
+  } else {
+    backend = MakeCpuBackend(*dataset, o.batch_size, &pool);
+  }
+
   std::unique_ptr<collective::Communicator> comm;
   if (tf_config) {
     collective::GlooOptions go;
@@ -98,7 +150,32 @@ int RunTrainer(const Options& o) {
   } else {
     comm = collective::MakeSingleProcessCommunicator();
   }
-  TrainingContext context{&o, &*dataset, comm.get(), &pool, &log, &progress, is_chief, scalars};
+  // Every replica must step on the same kind of device (their all-reduces must match).
+  if (comm->size() > 1) {
+    float on_gpu = backend->device_buffers() ? 1.0f : 0.0f;
+    if (Status s = comm->AllReduceSum(&on_gpu, 1); !s.ok()) {
+      log.Error(s.WithContext("agreeing on the device").message());
+      return kExitPeerLost;
+    }
+    if (on_gpu != 0.0f && on_gpu != static_cast<float>(comm->size())) {
+      log.Error(std::to_string(static_cast<int>(on_gpu)) + " of " + std::to_string(comm->size()) +
+                " replicas train on a GPU and the others on the CPU (this one: " +
+                backend->description() + "); give every replica the same --device");
+      return kExitFailure;
+    }
+  }
+  // Device buffers are all-reduced by NCCL, bootstrapped through the Gloo communicator.
+  std::unique_ptr<collective::Communicator> gradient_comm;
+  if (backend->device_buffers() && comm->size() > 1) {
+    auto nccl = ConnectGradientCommunicator(o, comm.get(), backend.get());
+    if (!nccl.ok()) {
+      log.Error(nccl.status().message());
+      return kExitPeerLost;
+    }
+    gradient_comm = std::move(*nccl);
+  }
+  TrainingContext context{&o, &*dataset, comm.get(), &pool, &log, &progress, is_chief, scalars,
+                          backend.get(), gradient_comm.get()};
   TrainingOutcome outcome = RunTraining(context);
   if (!outcome.status.ok()) {
     progress.Update([](ProgressSnapshot& p) { p.state = "failed"; });

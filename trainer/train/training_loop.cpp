@@ -39,9 +39,14 @@ class Trainer {
               .replicas = c.comm->size(),
               .rank = c.comm->rank(),
               .steps_cap = o_.steps_per_epoch},
-        step_(o_.batch_size, c.pool),
-        adam_(nn::Layout::kCount),
-        grad_(nn::Layout::kCount + 2) {
+        eval_step_(o_.batch_size, c.pool),
+        gradient_comm_(c.gradient_comm ? c.gradient_comm : c.comm) {
+    if (c.backend) {
+      backend_ = c.backend;
+    } else {
+      own_backend_ = MakeCpuBackend(data_, o_.batch_size, c.pool);
+      backend_ = own_backend_.get();
+    }
     if (!o_.backup_dir.empty()) {
       backups_ = std::make_unique<checkpoint::BackupManager>(o_.backup_dir, c.log);
       if (c.is_chief) backup_writer_ = std::make_unique<BackupWriter>(backups_.get(), c.log, c.progress);
@@ -64,7 +69,9 @@ class Trainer {
   // The chief restores the newest valid backup and broadcasts it, so every replica starts
   // from the same bits; a fresh run broadcasts the chief's initial weights.
   TrainingOutcome RestoreOrInitialise();
-  TrainingState CurrentState(int completed_epochs, int64_t step) const;
+  // The state to save: the model state (from the backend), the epoch's totals, the position.
+  StatusOr<TrainingState> CurrentState(int completed_epochs, int64_t step);
+  TrainingState StateOf(ModelState model, int completed_epochs, int64_t step) const;
   Status SaveBackup(int epoch, int64_t step, bool epoch_end);
   // `images_this_run`: images of this epoch trained by this process run (a resumed epoch's
   // throughput counts only those).
@@ -75,11 +82,12 @@ class Trainer {
   const Options& o_;
   const data::Dataset& data_;
   data::ShardPlan plan_;
-  nn::CpuStep step_;
-  nn::Adam adam_;
-  std::vector<float> params_;
-  std::vector<float> grad_;  // gradients, then loss sum and correct count
-  EpochTotals totals_;
+  nn::CpuStep eval_step_;  // the final test-set evaluation, on the CPU for every backend
+  collective::Communicator* gradient_comm_;
+  std::unique_ptr<StepBackend> own_backend_;
+  StepBackend* backend_ = nullptr;
+  int64_t iterations_ = 0;  // optimizer steps so far, mirrored here so that no step syncs
+  double epoch_images_ = 0.0;  // the loss and correct sums of the epoch live in the backend
   double images_per_sec_ = 0.0;  // over the whole run, for train_end
   double train_seconds_ = 0.0;    // time in the epochs' step loops, this process run
   double allreduce_seconds_ = 0.0;
@@ -96,17 +104,27 @@ nlohmann::json TotalsJson(const EpochTotals& t) {
   return {{"loss_sum", t.loss_sum}, {"correct", t.correct}, {"images", t.images}};
 }
 
-TrainingState Trainer::CurrentState(int completed_epochs, int64_t step) const {
+TrainingState Trainer::StateOf(ModelState model, int completed_epochs, int64_t step) const {
   TrainingState s;
   s.fingerprint = TrainingFingerprint(o_, plan_.replicas, data_);
   s.epoch = completed_epochs;
   s.step = step;
-  s.optimizer_iterations = adam_.iterations();
+  s.optimizer_iterations = model.iterations;
   s.seed = o_.seed;
-  s.extra = {{"epoch_totals", TotalsJson(totals_)}};
-  s.tensors = {{"weights", params_},
-               {"adam_m", adam_.m()},
-               {"adam_v", adam_.v()}};
+  s.tensors = {{"weights", std::move(model.params)},
+               {"adam_m", std::move(model.adam_m)},
+               {"adam_v", std::move(model.adam_v)}};
+  return s;
+}
+
+StatusOr<TrainingState> Trainer::CurrentState(int completed_epochs, int64_t step) {
+  auto model = backend_->GetState();
+  if (!model.ok()) return model.status().WithContext("copying the state from " + backend_->description());
+  EpochTotals totals;
+  TJ_RETURN_IF_ERROR(backend_->GetEpochSums(&totals.loss_sum, &totals.correct));
+  totals.images = epoch_images_;
+  TrainingState s = StateOf(std::move(*model), completed_epochs, step);
+  s.extra = {{"epoch_totals", TotalsJson(totals)}};
   return s;
 }
 
@@ -129,8 +147,12 @@ TrainingOutcome Trainer::RestoreOrInitialise() {
     if (!state) {
       // A fresh start: an old run's final marker must not stop the evaluator early.
       if (error.ok() && checkpoints_) error = checkpoints_->ClearFinalMarker();
-      params_ = nn::InitialParameters(o_.seed);
-      state = CurrentState(0, 0);
+      ModelState fresh{.params = nn::InitialParameters(o_.seed),
+                       .adam_m = std::vector<float>(nn::Layout::kCount, 0.0f),
+                       .adam_v = std::vector<float>(nn::Layout::kCount, 0.0f),
+                       .iterations = 0};
+      state = StateOf(std::move(fresh), 0, 0);
+      state->extra = {{"epoch_totals", TotalsJson({})}};
       restored_path.clear();
     }
     auto bytes = checkpoint::EncodeState(*state);
@@ -167,8 +189,10 @@ TrainingOutcome Trainer::RestoreOrInitialise() {
     return Failed(Status::Error("backup " + restored_path +
                                 " lacks the tensors weights, adam_m and adam_v of this model"));
   }
-  params_ = *weights;
-  adam_.Restore(*m, *v, state->optimizer_iterations);
+  iterations_ = state->optimizer_iterations;
+  if (Status s = backend_->SetState({*weights, *m, *v, iterations_}); !s.ok()) {
+    return Failed(s.WithContext("loading the state into " + backend_->description()));
+  }
   const int steps = plan_.StepsPerEpoch(data_.train.count);
   start_epoch_ = static_cast<int>(state->epoch) + 1;
   start_step_ = state->step;
@@ -177,7 +201,10 @@ TrainingOutcome Trainer::RestoreOrInitialise() {
     start_step_ = 0;
   }
   const auto& t = state->extra.value("epoch_totals", nlohmann::json::object());
-  totals_ = {t.value("loss_sum", 0.0), t.value("correct", 0.0), t.value("images", 0.0)};
+  epoch_images_ = t.value("images", 0.0);
+  if (Status s = backend_->SetEpochSums(t.value("loss_sum", 0.0), t.value("correct", 0.0)); !s.ok()) {
+    return Failed(s);
+  }
   if (!restored_path.empty()) {
     // Reported as the save reported it: the epoch in progress and the steps done in it.
     int epoch = state->step == 0 ? static_cast<int>(state->epoch) : static_cast<int>(state->epoch) + 1;
@@ -192,15 +219,18 @@ Status Trainer::SaveBackup(int epoch, int64_t step, bool epoch_end) {
   // The training threads wait for the snapshot (and for the previous write, if it is still
   // in flight); the rest happens on the writer's thread.
   auto start = RealClock::Get()->Now();
-  Status s = backup_writer_->Submit(
-      epoch_end ? CurrentState(epoch, 0) : CurrentState(epoch - 1, step), epoch, step);
+  auto state = epoch_end ? CurrentState(epoch, 0) : CurrentState(epoch - 1, step);
+  if (!state.ok()) return state.status();
+  Status s = backup_writer_->Submit(std::move(*state), epoch, step);
   backup_stall_seconds_ += SecondsBetween(start, RealClock::Get()->Now());
   return s;
 }
 
 Status Trainer::EndOfEpoch(int epoch, int steps, double seconds, double images_this_run) {
-  const double loss = totals_.images > 0 ? totals_.loss_sum / totals_.images : 0.0;
-  const double accuracy = totals_.images > 0 ? totals_.correct / totals_.images : 0.0;
+  EpochTotals totals{.images = epoch_images_};
+  TJ_RETURN_IF_ERROR(backend_->GetEpochSums(&totals.loss_sum, &totals.correct));
+  const double loss = totals.images > 0 ? totals.loss_sum / totals.images : 0.0;
+  const double accuracy = totals.images > 0 ? totals.correct / totals.images : 0.0;
   const double images_per_sec = seconds > 0 ? images_this_run / seconds : 0.0;
   c_.log->Emit({{"event", "epoch_end"},
                 {"epoch", epoch},
@@ -221,11 +251,13 @@ Status Trainer::EndOfEpoch(int epoch, int steps, double seconds, double images_t
     c_.scalars("learning_rate", epoch, static_cast<float>(nn::LearningRateForEpoch(epoch)));
     c_.scalars("images_per_sec", epoch, static_cast<float>(images_per_sec));
   }
-  totals_ = {};
+  epoch_images_ = 0.0;
+  TJ_RETURN_IF_ERROR(backend_->SetEpochSums(0.0, 0.0));
   if (c_.is_chief && checkpoints_) {
-    TrainingState state = CurrentState(epoch, 0);
-    state.tensors.resize(1);  // weights only: checkpoints are for evaluation
-    auto path = checkpoints_->Save(state);
+    auto state = CurrentState(epoch, 0);
+    if (!state.ok()) return state.status();
+    state->tensors.resize(1);  // weights only: checkpoints are for evaluation
+    auto path = checkpoints_->Save(*state);
     if (!path.ok()) return path.status().WithContext("writing checkpoint for epoch " + std::to_string(epoch));
   }
   if (o_.save_freq_steps == 0) TJ_RETURN_IF_ERROR(SaveBackup(epoch, steps, /*epoch_end=*/true));
@@ -233,22 +265,26 @@ Status Trainer::EndOfEpoch(int epoch, int steps, double seconds, double images_t
 }
 
 Status Trainer::Finish() {
+  auto model = backend_->GetState();
+  if (!model.ok()) return model.status().WithContext("copying the final weights from " + backend_->description());
+  const std::vector<float>& params = model->params;
   nn::Batch test{data_.test.images.data(), data_.test.labels.data(), nullptr, data_.test.count};
   std::vector<uint32_t> all(static_cast<size_t>(data_.test.count));
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint32_t>(i);
   test.index = all.data();
-  nn::BatchStats s = step_.Evaluate(params_.data(), test);
+  nn::BatchStats s = eval_step_.Evaluate(params.data(), test);
   if (c_.is_chief) {
     if (checkpoints_) TJ_RETURN_IF_ERROR(checkpoints_->WriteFinalMarker(o_.epochs));
-    if (!o_.export_dir.empty()) TJ_RETURN_IF_ERROR(ExportModel(o_.export_dir, params_, o_.epochs));
+    if (!o_.export_dir.empty()) TJ_RETURN_IF_ERROR(ExportModel(o_.export_dir, params, o_.epochs));
     if (backup_writer_) TJ_RETURN_IF_ERROR(backup_writer_->Wait());
     if (backups_ && !o_.keep_backup) TJ_RETURN_IF_ERROR(backups_->Delete());
   }
   c_.log->Emit({{"event", "train_end"},
                 {"epochs", o_.epochs},
+                {"device", backend_->description()},
                 {"test_loss", s.loss_sum / s.rows},
                 {"test_accuracy", double(s.correct) / s.rows},
-                {"weights_sha256", nn::WeightsDigest(params_.data())},
+                {"weights_sha256", nn::WeightsDigest(params.data())},
                 {"images_per_sec", images_per_sec_},
                 {"train_seconds", train_seconds_},
                 {"step_ms", steps_this_run_ ? 1e3 * train_seconds_ / steps_this_run_ : 0.0},
@@ -274,33 +310,38 @@ TrainingOutcome Trainer::Run() {
   double train_seconds = 0.0, train_images = 0.0;
   for (int epoch = start_epoch_; epoch <= o_.epochs; ++epoch) {
     const std::vector<uint32_t> order = data::EpochOrder(o_.seed, epoch, data_.train.count);
-    const double lr = nn::LearningRateForEpoch(epoch);
+    const int64_t first_step = epoch == start_epoch_ ? start_step_ : 0;
     auto epoch_start = RealClock::Get()->Now();
+    if (Status st = backend_->BeginEpoch(order, plan_.SliceStart(static_cast<int>(first_step)),
+                                         plan_.GlobalBatch(), nn::LearningRateForEpoch(epoch));
+        !st.ok()) {
+      return Failed(st);
+    }
     double images_this_run = 0.0;
-    for (int64_t step = (epoch == start_epoch_ ? start_step_ : 0); step < steps; ++step) {
-      nn::Batch batch{data_.train.images.data(), data_.train.labels.data(),
-                      order.data() + plan_.SliceStart(static_cast<int>(step)), o_.batch_size};
-      nn::BatchStats s = step_.ComputeGradients(params_.data(), batch, scale, grad_.data());
-      grad_[nn::Layout::kCount] = static_cast<float>(s.loss_sum);
-      grad_[nn::Layout::kCount + 1] = static_cast<float>(s.correct);
+    for (int64_t step = first_step; step < steps; ++step) {
+      if (Status st = backend_->ComputeGradients(scale); !st.ok()) return Failed(st);
       auto reduce_start = RealClock::Get()->Now();
-      if (Status st = c_.comm->AllReduceSum(grad_.data(), grad_.size()); !st.ok()) return PeerLost(st);
+      if (Status st = gradient_comm_->AllReduceSum(backend_->reduce_buffer(), nn::Layout::kCount + 2);
+          !st.ok()) {
+        return PeerLost(st);
+      }
       allreduce_seconds_ += SecondsBetween(reduce_start, RealClock::Get()->Now());
+      if (Status st = backend_->ApplyUpdate(); !st.ok()) return Failed(st);
       ++steps_this_run_;
-      totals_.loss_sum += grad_[nn::Layout::kCount];
-      totals_.correct += grad_[nn::Layout::kCount + 1];
-      totals_.images += plan_.GlobalBatch();
+      ++iterations_;
+      epoch_images_ += plan_.GlobalBatch();
       images_this_run += plan_.GlobalBatch();
-      adam_.Apply(params_.data(), grad_.data(), lr, c_.pool);
       c_.progress->Update([&](ProgressSnapshot& p) {
         p.epoch = epoch;
         p.step = step + 1;
-        p.global_step = adam_.iterations();
+        p.global_step = iterations_;
       });
-      if (o_.save_freq_steps > 0 && adam_.iterations() % o_.save_freq_steps == 0) {
+      if (o_.save_freq_steps > 0 && iterations_ % o_.save_freq_steps == 0) {
         if (Status st = SaveBackup(epoch, step + 1, /*epoch_end=*/false); !st.ok()) return Failed(st);
       }
     }
+    // The epoch's time includes the device finishing the steps queued on it.
+    if (Status st = backend_->WaitForSteps(); !st.ok()) return Failed(st);
     double seconds = SecondsBetween(epoch_start, RealClock::Get()->Now());
     train_seconds += seconds;
     train_images += images_this_run;

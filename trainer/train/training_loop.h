@@ -17,6 +17,7 @@
 #include "trainer/nn/thread_pool.h"
 #include "trainer/train/options.h"
 #include "trainer/train/progress.h"
+#include "trainer/train/step_backend.h"
 
 namespace tj::train {
 
@@ -32,6 +33,10 @@ struct TrainingContext {
   Progress* progress = nullptr;
   bool is_chief = true;   // only the chief writes backups, checkpoints, exports and summaries
   ScalarSink scalars;     // may be empty
+  // Where the steps run; null: the CPU backend over `pool`.
+  StepBackend* backend = nullptr;
+  // All-reduces the backend's reduce_buffer() (NCCL for device buffers); null: `comm`.
+  collective::Communicator* gradient_comm = nullptr;
 };
 
 struct TrainingOutcome {

@@ -1,0 +1,108 @@
+// The CPU backend: nn::CpuStep and nn::Adam on host vectors, in the order the training loop
+// ran them before the backend seam existed (so results are bitwise the same).
+#include <string>
+
+#include "trainer/nn/adam.h"
+#include "trainer/nn/cpu_step.h"
+#include "trainer/nn/model.h"
+#include "trainer/train/step_backend.h"
+
+namespace tj::train {
+namespace {
+
+class CpuBackend final : public StepBackend {
+ public:
+  CpuBackend(const data::Dataset& dataset, int batch_size, nn::ThreadPool* pool)
+      : data_(dataset),
+        batch_size_(batch_size),
+        pool_(pool),
+        step_(batch_size, pool),
+        adam_(nn::Layout::kCount),
+        params_(nn::Layout::kCount, 0.0f),
+        grad_(nn::Layout::kCount + 2, 0.0f) {}
+
+  std::string description() const override {
+    return "cpu (" + std::to_string(pool_->size()) + " threads)";
+  }
+  bool device_buffers() const override { return false; }
+  void* device_stream() override { return nullptr; }
+
+  Status SetState(const ModelState& state) override {
+    if (state.params.size() != nn::Layout::kCount || state.adam_m.size() != nn::Layout::kCount ||
+        state.adam_v.size() != nn::Layout::kCount) {
+      return Status::Error("CPU backend: the state's tensors do not have the model's " +
+                           std::to_string(nn::Layout::kCount) + " floats");
+    }
+    params_ = state.params;
+    adam_.Restore(state.adam_m, state.adam_v, state.iterations);
+    return Status::Ok();
+  }
+  StatusOr<ModelState> GetState() override {
+    return ModelState{params_, adam_.m(), adam_.v(), adam_.iterations()};
+  }
+
+  Status SetEpochSums(double loss_sum, double correct) override {
+    loss_sum_ = loss_sum;
+    correct_ = correct;
+    return Status::Ok();
+  }
+  Status GetEpochSums(double* loss_sum, double* correct) override {
+    *loss_sum = loss_sum_;
+    *correct = correct_;
+    return Status::Ok();
+  }
+
+  Status BeginEpoch(const std::vector<uint32_t>& order, int64_t first_slice, int64_t slice_stride,
+                    double learning_rate) override {
+    order_ = order;
+    slice_ = first_slice;
+    slice_stride_ = slice_stride;
+    learning_rate_ = learning_rate;
+    return Status::Ok();
+  }
+
+  Status ComputeGradients(float scale) override {
+    if (slice_ < 0 || slice_ + batch_size_ > static_cast<int64_t>(order_.size())) {
+      return Status::Error("CPU backend: step past the end of the epoch's order");
+    }
+    nn::Batch batch{data_.train.images.data(), data_.train.labels.data(), order_.data() + slice_,
+                    batch_size_};
+    nn::BatchStats s = step_.ComputeGradients(params_.data(), batch, scale, grad_.data());
+    grad_[nn::Layout::kCount] = static_cast<float>(s.loss_sum);
+    grad_[nn::Layout::kCount + 1] = static_cast<float>(s.correct);
+    return Status::Ok();
+  }
+  float* reduce_buffer() override { return grad_.data(); }
+  Status ApplyUpdate() override {
+    loss_sum_ += grad_[nn::Layout::kCount];
+    correct_ += grad_[nn::Layout::kCount + 1];
+    adam_.Apply(params_.data(), grad_.data(), learning_rate_, pool_);
+    slice_ += slice_stride_;
+    return Status::Ok();
+  }
+  Status WaitForSteps() override { return Status::Ok(); }
+
+ private:
+  const data::Dataset& data_;
+  int batch_size_;
+  nn::ThreadPool* pool_;
+  nn::CpuStep step_;
+  nn::Adam adam_;
+  std::vector<float> params_;
+  std::vector<float> grad_;  // gradients, then the batch's loss sum and correct count
+  std::vector<uint32_t> order_;
+  int64_t slice_ = 0;
+  int64_t slice_stride_ = 0;
+  double learning_rate_ = 0.0;
+  double loss_sum_ = 0.0;
+  double correct_ = 0.0;
+};
+
+}  // namespace
+
+std::unique_ptr<StepBackend> MakeCpuBackend(const data::Dataset& dataset, int batch_size,
+                                            nn::ThreadPool* pool) {
+  return std::make_unique<CpuBackend>(dataset, batch_size, pool);
+}
+
+}  // namespace tj::train

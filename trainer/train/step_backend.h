@@ -1,0 +1,77 @@
+// Where the training step runs: the seam between the training loop (which drives epochs,
+// all-reduces, backups and reports) and a device that holds the model and computes. The CPU
+// backend wraps nn::CpuStep and nn::Adam unchanged (bitwise the results of before the seam);
+// the GPU backend (built with CUDA) wraps cuda::GpuStep. Not thread-safe: the training thread
+// only.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "trainer/data/idx_reader.h"
+#include "trainer/nn/thread_pool.h"
+
+namespace tj::train {
+
+// The model and optimizer state as host vectors (Layout::kCount floats each), for backups,
+// checkpoints, exports and the broadcast of a restored state.
+struct ModelState {
+  std::vector<float> params;
+  std::vector<float> adam_m;
+  std::vector<float> adam_v;
+  int64_t iterations = 0;
+};
+
+class StepBackend {
+ public:
+  virtual ~StepBackend() = default;
+
+  // The device, for logs: "cpu (N threads)" or "gpu <index> <name> (...)".
+  virtual std::string description() const = 0;
+  // True when reduce_buffer() is device memory (an all-reduce must then be NCCL's).
+  virtual bool device_buffers() const = 0;
+  // The cudaStream_t (as void*) the steps run on, for NCCL; null on the CPU.
+  virtual void* device_stream() = 0;
+
+  virtual Status SetState(const ModelState& state) = 0;
+  // Copies the state to the host (synchronises with the device).
+  virtual StatusOr<ModelState> GetState() = 0;
+
+  // The running sums of the epoch in progress (per-image loss and correct predictions over
+  // every replica); Set restores them from a backup.
+  virtual Status SetEpochSums(double loss_sum, double correct) = 0;
+  virtual Status GetEpochSums(double* loss_sum, double* correct) = 0;
+
+  // Starts an epoch: its image order, the offset of this replica's first row of the next step
+  // in it, how far a step moves on (the global batch), and the learning rate.
+  virtual Status BeginEpoch(const std::vector<uint32_t>& order, int64_t first_slice,
+                            int64_t slice_stride, double learning_rate) = 0;
+  // This replica's gradients of (sum of losses) x scale into reduce_buffer()[0..kCount), the
+  // batch's loss sum and number correct into its last two floats. May return before the
+  // device is done.
+  virtual Status ComputeGradients(float scale) = 0;
+  // kCount + 2 floats to all-reduce between ComputeGradients and ApplyUpdate.
+  virtual float* reduce_buffer() = 0;
+  // Adds the (reduced) loss and correct to the epoch sums, applies Adam, moves the slice on.
+  virtual Status ApplyUpdate() = 0;
+  // Returns once every step queued so far has finished (at once on the CPU), with the first
+  // error the device reported.
+  virtual Status WaitForSteps() = 0;
+};
+
+// The CPU backend over `pool` (borrowed): the dataset stays where `dataset` holds it.
+std::unique_ptr<StepBackend> MakeCpuBackend(const data::Dataset& dataset, int batch_size,
+                                            nn::ThreadPool* pool);
+
+// The GPU backend on CUDA device `device`: copies the training set there once. Fails when the
+// build has no CUDA ("built without CUDA") or the device cannot be used.
+StatusOr<std::unique_ptr<StepBackend>> MakeGpuBackend(const data::Dataset& dataset, int batch_size,
+                                                      int device);
+
+// CUDA devices visible to this process (0 in a build without CUDA).
+int VisibleGpus();
+
+}  // namespace tj::train
