@@ -10,6 +10,9 @@
 #   hack/local-cluster.sh env      print `export KUBECONFIG=...` for eval
 #   hack/local-cluster.sh restart-apiserver   stop and start kube-apiserver (same port; tests)
 #   hack/local-cluster.sh compact  compact etcd's history up to now (tests of 410 Gone)
+#   hack/local-cluster.sh restart-node [--graceful]   kill the node agent (SIGKILL, as a crash:
+#                                  pods keep running and the new agent adopts them; with
+#                                  --graceful SIGTERM, a node shutdown) and start it again
 #
 # Binaries: kube-apiserver, kube-controller-manager and kube-scheduler come from
 # $KUBEBUILDER_ASSETS when it names a directory holding kube-apiserver (envtest's convention;
@@ -327,11 +330,9 @@ EOF
   fi
   local node=${TJ_LOCAL_NODE_BIN:-$BIN_DIR_BUILD/tj-local-node}
   if [ -x "$node" ]; then
-    start tj-local-node "$node" --kubeconfig="$kc" --node-name=local-node \
-      --state-dir="$STATE_DIR/node" --log-dir="$STATE_DIR/logs" --bin-dir="$(dirname "$node")" \
-      --kubelet-port="$port_k" --tls-cert-file="$STATE_DIR/certs/node.crt" \
-      --tls-key-file="$STATE_DIR/certs/node.key" --heartbeat-seconds=5 \
-      --mount-namespace="${TJ_LOCAL_NODE_MOUNT_NAMESPACE:-auto}"
+    printf 'NODE_BIN=%q\nKUBELET_PORT=%q\nNODE_MOUNT_NAMESPACE=%q\n' "$node" "$port_k" \
+      "${TJ_LOCAL_NODE_MOUNT_NAMESPACE:-auto}" >"$STATE_DIR/node.env"
+    start_node
     if ! wait_for "$HEALTH_TIMEOUT_S" "node" node_ready; then
       log "node local-node did not become Ready in ${HEALTH_TIMEOUT_S}s; see $STATE_DIR/logs"
       cmd_down
@@ -355,6 +356,48 @@ start_owner_watch() {  # start_owner_watch PID
     owner-watch "$1" "$REPO_ROOT/hack/local-cluster.sh" \
     >>"$STATE_DIR/logs/owner-watch.log" 2>&1 </dev/null &
   log "the cluster goes down when process $1 ends"
+}
+
+# Starts tj-local-node as recorded in node.env by `up` (also for restart-node).
+start_node() {
+  # shellcheck disable=SC1091
+  . "$STATE_DIR/node.env"
+  start tj-local-node "$NODE_BIN" --kubeconfig="$STATE_DIR/kubeconfig" --node-name=local-node \
+    --state-dir="$STATE_DIR/node" --log-dir="$STATE_DIR/logs" --bin-dir="$(dirname "$NODE_BIN")" \
+    --kubelet-port="$KUBELET_PORT" --tls-cert-file="$STATE_DIR/certs/node.crt" \
+    --tls-key-file="$STATE_DIR/certs/node.key" --heartbeat-seconds=5 \
+    --mount-namespace="$NODE_MOUNT_NAMESPACE"
+}
+
+# Stops the node agent, SIGKILL (a crash; the pods' processes live on and the next agent
+# adopts them) or, with --graceful, SIGTERM (a node shutdown: the agent stops the pods), and
+# starts it again; returns when it has registered again. The previous log is kept as
+# tj-local-node.log.<n>.
+cmd_restart_node() {
+  local f=$STATE_DIR/pids/tj-local-node sig=KILL
+  case "${1:-}" in
+    --graceful) sig=TERM ;;
+    "") ;;
+    *) die "restart-node: unknown option '$1' (only --graceful)" ;;
+  esac
+  [ -f "$f" ] && [ -f "$STATE_DIR/node.env" ] ||
+    die "no tj-local-node recorded in $STATE_DIR: run up first (with tj-local-node built)"
+  local pid
+  pid=$(cat "$f")
+  if pid_alive "$pid"; then
+    kill "-$sig" "$pid"
+    local deadline=$((SECONDS + 30))
+    while pid_alive "$pid" && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
+    pid_alive "$pid" && die "tj-local-node (pid $pid) still runs 30 s after SIG$sig"
+  fi
+  local n=1
+  while [ -e "$STATE_DIR/logs/tj-local-node.log.$n" ]; do n=$((n + 1)); done
+  mv "$STATE_DIR/logs/tj-local-node.log" "$STATE_DIR/logs/tj-local-node.log.$n" 2>/dev/null || true
+  start_node
+  # Ready alone could be the old heartbeat: wait for the new agent's own announcement.
+  wait_for "$HEALTH_TIMEOUT_S" "node agent" grep -q node_ready "$STATE_DIR/logs/tj-local-node.log" ||
+    die "tj-local-node did not come back; see $STATE_DIR/logs/tj-local-node.log"
+  log "tj-local-node restarted after SIG$sig (pid $(cat "$f"))"
 }
 
 api_get() {  # api_get PATH: the API server answers 2xx
@@ -482,5 +525,6 @@ case "${1:-}" in
   run-apiserver) cmd_run_apiserver "$2" ;;
   restart-apiserver) cmd_restart_apiserver ;;
   compact) cmd_compact ;;
-  *) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  restart-node) cmd_restart_node "${2:-}" ;;
+  *) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -9,9 +9,9 @@
 #include <string>
 #include <thread>
 
-#include "common/termination_signals.h"
 #include "common/clock.h"
 #include "common/event_log.h"
+#include "common/termination_signals.h"
 #include "operator/kube/config.h"
 #include "operator/kube/rest_client.h"
 #include "operator/localnode/node_agent.h"
@@ -45,6 +45,11 @@ int main(int argc, char** argv) {
     }
     flags[a.substr(2, eq - 2)] = a.substr(eq + 1);
   }
+  // SIGTERM/SIGINT end Run(): blocked here, before any thread starts (the REST client's
+  // I/O threads among them), so that every thread inherits the mask. A thread started
+  // earlier would take the signal's default action and kill the agent without stopping its
+  // pods.
+  std::stop_source stop = tj::StopOnTerminationSignals();
   tj::EventLog log;
   auto config = tj::kube::LoadConfig(flags["kubeconfig"], tj::kube::ProcessEnvironment());
   if (!config.ok()) {
@@ -71,9 +76,6 @@ int main(int argc, char** argv) {
   o.heartbeat = std::chrono::seconds(std::max(1, std::atoi(flags["heartbeat-seconds"].c_str())));
   const std::string mn = flags["mount-namespace"];
   o.mount_namespace = mn == "true" || (mn == "auto" && geteuid() == 0);
-
-  // SIGTERM/SIGINT end Run(); every other thread has them blocked.
-  std::stop_source stop = tj::StopOnTerminationSignals();
 
   tj::localnode::NodeAgent agent(client->get(), tj::RealClock::Get(), o, &log);
   tj::Status s = agent.Run(stop.get_token());

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <set>
 #include <sstream>
 
 #include "operator/kube/backoff.h"
@@ -27,6 +28,10 @@ namespace res = kube::resources;
 namespace {
 
 std::string Now() { return kube::FormatTime(std::chrono::system_clock::now()); }
+
+// The longest a node shutdown (SIGTERM to the agent) waits for a pod's processes to end after
+// their SIGTERM: less than the 10 s `hack/local-cluster.sh down` gives the agent itself.
+constexpr int kShutdownGraceSeconds = 5;
 
 std::string SafeName(const std::string& s) {
   std::string out = s;
@@ -69,11 +74,15 @@ void WriteFileInPlace(const std::string& path, const std::string& content) {
 
 }  // namespace
 
-// Runs the containers of one pod and reports their states. One thread per pod.
+// Runs the containers of one pod and reports their states. One thread per pod. Each
+// container runs under a supervisor (process.h) and the worker keeps <pod dir>/state.json
+// (pid, start time, restarts): a worker created with that state after a restart of the
+// agent adopts the processes that still run instead of starting them again.
 class PodWorker {
  public:
-  PodWorker(NodeAgent* agent, const json& pod, std::string ip)
-      : agent_(agent), pod_(pod), ip_(std::move(ip)) {
+  // `adopted`: the pod's state.json from before a restart of the agent, or null.
+  PodWorker(NodeAgent* agent, const json& pod, std::string ip, json adopted = nullptr)
+      : agent_(agent), pod_(pod), ip_(std::move(ip)), adopted_(std::move(adopted)) {
     const json md = pod.value("metadata", json::object());
     ns_ = md.value("namespace", "");
     name_ = md.value("name", "");
@@ -82,7 +91,7 @@ class PodWorker {
     subdomain_ = pod["spec"].value("subdomain", "");
     dir_ = agent_->options_.state_dir + "/pods/" + uid_;
     hosts_file_ = dir_ + "/etc-hosts";
-    start_time_ = Now();
+    start_time_ = adopted_.is_object() ? adopted_.value("startTime", Now()) : Now();
   }
   ~PodWorker() {
     if (thread_.joinable()) {
@@ -107,6 +116,17 @@ class PodWorker {
     std::lock_guard<std::mutex> lock(mu_);
     gone_ = true;
   }
+  // The agent stops (node shutdown): stop the containers, within the pod's grace period
+  // but at most `max_grace_s`, and keep state.json, so that the next agent reports how they
+  // ended and applies the restart policy.
+  void StopForAgentShutdown(int max_grace_s) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      gone_ = true;
+      keep_state_ = true;
+    }
+    RequestDelete(std::min(max_grace_s, pod_["spec"].value("terminationGracePeriodSeconds", 30)));
+  }
 
   const std::string& ns() const { return ns_; }
   HostEntry Entry() const { return {ip_, hostname_, subdomain_, ns_}; }
@@ -122,7 +142,8 @@ class PodWorker {
     json spec;
     ContainerState state;
     ProcessSpec process;
-    pid_t pid = 0;
+    pid_t pid = 0;                       // the supervisor's, also the process group's
+    unsigned long long start_ticks = 0;  // ProcessStartTime(pid): guards against pid reuse
     bool config_ok = false;
     bool done = false;
     Clock::TimePoint restart_at{};
@@ -364,6 +385,8 @@ class PodWorker {
       c.process.working_dir = c.spec.value("workingDir", "");
       if (c.process.working_dir.empty()) c.process.working_dir = dir_;
       c.process.log_file = LogFile(cname);
+      c.process.exit_file = ExitFile(cname);
+      fs::create_directories(fs::path(c.process.exit_file).parent_path(), ec);
       c.process.mount_namespace = agent_->options_.mount_namespace;
       c.process.hosts_file = hosts_file_;
       for (const auto& m : c.spec.value("volumeMounts", json::array())) {
@@ -402,13 +425,89 @@ class PodWorker {
       }
       c.process.argv = ExpandArgs(c.process.argv, c.process.env);
       c.config_ok = true;
-      // A fresh log per pod; restarts of the container append.
-      std::ofstream(c.process.log_file, std::ios::trunc);
+      // A fresh log per pod; restarts of the container, and adoption, append.
+      if (!adopted_.is_object()) std::ofstream(c.process.log_file, std::ios::trunc);
     }
     return Status::Ok();
   }
 
+  std::string ExitFile(const std::string& container) const {
+    return dir_ + "/containers/" + container + ".exit";
+  }
+  std::string StateFile() const { return dir_ + "/state.json"; }
+
+  // Records what a restarted agent needs to adopt the pod's processes.
+  void SaveState() {
+    json containers = json::array();
+    for (const auto& c : containers_) {
+      json e = {{"name", c.state.name},
+                {"pid", c.pid},
+                {"startTicks", c.start_ticks},
+                {"startedAt", c.state.started_at},
+                {"restartCount", c.state.restart_count},
+                {"lastTerminated", c.state.last_terminated}};
+      if (c.state.phase == ContainerState::Phase::kTerminated) {
+        e["terminated"] = {{"exitCode", c.state.exit_code},
+                           {"signal", c.state.signal},
+                           {"reason", c.state.reason},
+                           {"finishedAt", c.state.finished_at}};
+      }
+      containers.push_back(e);
+    }
+    json state = {{"uid", uid_}, {"namespace", ns_},         {"name", name_},
+                  {"ip", ip_},   {"startTime", start_time_}, {"containers", containers}};
+    Status s = WriteVolumeFile(StateFile(), state.dump());
+    if (!s.ok()) Warn("saving the pod's state (a restarted agent cannot adopt it): " + s.message());
+  }
+
+  // Takes over a container from the state of the previous agent: still running (the same
+  // pid and start time; the main loop notices when it ends, from its exit file), or ended
+  // for good. false when there is nothing to adopt (the container is to be started).
+  bool Adopt(Container& c) {
+    for (const auto& e : adopted_.value("containers", json::array())) {
+      if (e.value("name", "") != c.state.name) continue;
+      c.state.restart_count = e.value("restartCount", 0);
+      c.state.last_terminated = e.value("lastTerminated", json(nullptr));
+      c.state.started_at = e.value("startedAt", "");
+      if (e.contains("terminated")) {
+        const json& t = e["terminated"];
+        c.state.phase = ContainerState::Phase::kTerminated;
+        c.state.exit_code = t.value("exitCode", 0);
+        c.state.signal = t.value("signal", 0);
+        c.state.reason = t.value("reason", "");
+        c.state.finished_at = t.value("finishedAt", "");
+        c.done = true;
+        return true;
+      }
+      const pid_t pid = e.value("pid", 0);
+      if (pid <= 0) return false;
+      c.pid = pid;
+      c.start_ticks = e.value("startTicks", 0ULL);
+      c.state.phase = ContainerState::Phase::kRunning;
+      StartProbes(c);
+      agent_->log_->Emit({{"event", "container_adopted"},
+                          {"pod", ns_ + "/" + name_},
+                          {"container", c.state.name},
+                          {"pid", pid}});
+      return true;
+    }
+    return false;
+  }
+
+  // Non-blocking: whether the container's process ended, and how.
+  bool Poll(const Container& c, ExitInfo* info) {
+    bool lost = false;
+    if (!PollSupervised(c.pid, c.start_ticks, ExitFile(c.state.name), info, &lost)) return false;
+    if (lost) {
+      Warn("container " + c.state.name + " (pid " + std::to_string(c.pid) +
+           ") ended while no agent watched it and left no exit status; reported as exit code " +
+           std::to_string(info->code));
+    }
+    return true;
+  }
+
   void PostStatus() {
+    SaveState();
     std::vector<ContainerState> states;
     for (const auto& c : containers_) states.push_back(c.state);
     json status = PodStatus(pod_, states, ip_, agent_->options_.host_ip, start_time_, Now());
@@ -427,10 +526,16 @@ class PodWorker {
       return;
     }
     c.pid = *pid;
+    c.start_ticks = ProcessStartTime(c.pid);
     c.state.phase = ContainerState::Phase::kRunning;
     c.state.reason.clear();
     c.state.message.clear();
     c.state.started_at = Now();
+    StartProbes(c);
+  }
+
+  // The probes of a new (or adopted) run of the container, from its spec.
+  void StartProbes(Container& c) {
     const auto now = agent_->clock_->Now();
     c.startup.reset();
     c.liveness.reset();
@@ -510,6 +615,10 @@ class PodWorker {
     for (;;) {
       Status s = Prepare();
       if (s.ok()) break;
+      if (adopted_.is_object()) {  // its processes run: adopt them; restarts will fail
+        Warn("preparing the adopted pod again: " + s.message());
+        break;
+      }
       for (auto& c : containers_) {
         c.state.phase = ContainerState::Phase::kWaiting;
         c.state.reason = "CreateContainerConfigError";
@@ -524,7 +633,9 @@ class PodWorker {
       }
     }
     agent_->RewriteHostsFiles(ns_);
-    for (auto& c : containers_) Launch(c);
+    for (auto& c : containers_) {
+      if (!adopted_.is_object() || !Adopt(c)) Launch(c);
+    }
     PostStatus();
     for (;;) {
       bool changed = false;
@@ -537,7 +648,7 @@ class PodWorker {
       for (auto& c : containers_) {
         if (c.pid > 0) {
           ExitInfo info;
-          if (!PollExit(c.pid, &info)) {
+          if (!Poll(c, &info)) {
             if (!deleting && RunProbes(c)) changed = true;
             continue;
           }
@@ -599,7 +710,7 @@ class PodWorker {
       bool running = false;
       for (auto& c : containers_) {
         ExitInfo info;
-        if (c.pid > 0 && PollExit(c.pid, &info)) {
+        if (c.pid > 0 && Poll(c, &info)) {
           SignalGroup(c.pid, SIGKILL);
           c.pid = 0;
           c.state.phase = ContainerState::Phase::kTerminated;
@@ -618,10 +729,11 @@ class PodWorker {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
-    bool gone;
+    bool gone, keep_state;
     {
       std::lock_guard<std::mutex> lock(mu_);
       gone = gone_;
+      keep_state = keep_state_;
     }
     if (!gone) {
       kube::DeleteOptions d;
@@ -633,6 +745,10 @@ class PodWorker {
       }
     }
     std::error_code ec;
+    if (!keep_state) {  // the pod is deleted: nothing left to adopt
+      fs::remove(StateFile(), ec);
+      fs::remove_all(dir_ + "/containers", ec);
+    }
     fs::remove_all(dir_ + "/volumes", ec);                          // emptyDirs die with the pod
     for (const auto& p : created_mount_points_) fs::remove(p, ec);  // only when empty
   }
@@ -640,6 +756,7 @@ class PodWorker {
   NodeAgent* agent_;
   json pod_;
   std::string ip_, ns_, name_, uid_, hostname_, subdomain_, dir_, hosts_file_, start_time_;
+  json adopted_;                       // state.json of the previous agent, or null
   std::vector<Container> containers_;  // only the worker thread touches these
   std::vector<std::string> created_mount_points_;
   std::vector<TokenFile> tokens_;  // only the worker thread touches these
@@ -647,6 +764,7 @@ class PodWorker {
   std::condition_variable cv_;
   bool delete_requested_ = false;  // GUARDED_BY(mu_)
   bool gone_ = false;              // GUARDED_BY(mu_)
+  bool keep_state_ = false;        // GUARDED_BY(mu_)
   int grace_s_ = 30;               // GUARDED_BY(mu_)
   std::jthread thread_;
 };
@@ -769,7 +887,60 @@ Status NodeAgent::Heartbeat() {
 }
 
 std::string NodeAgent::AllocateIp() {
-  return LoopbackAddress(next_ip_++);  // caller holds mu_
+  // Caller holds mu_. Skips the addresses of running and adoptable pods (after a restart
+  // the counter starts again from the first address).
+  std::set<std::string> used;
+  for (const auto& [uid, w] : workers_) used.insert(w->ip());
+  for (const auto& [uid, state] : adoptable_) used.insert(state.value("ip", ""));
+  for (;;) {
+    std::string ip = LoopbackAddress(next_ip_++);
+    if (!used.count(ip)) return ip;
+  }
+}
+
+void NodeAgent::LoadPodStates() {
+  std::error_code ec;
+  const fs::path pods = options_.state_dir + "/pods";
+  if (!fs::is_directory(pods, ec)) return;
+  std::map<std::string, json> found;
+  for (const auto& entry : fs::directory_iterator(pods, ec)) {
+    const fs::path file = entry.path() / "state.json";
+    if (!fs::exists(file, ec)) continue;
+    std::ifstream in(file);
+    json state = json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (!state.is_object() || state.value("uid", "") != entry.path().filename().string()) {
+      log_->Warn("ignoring " + file.string() +
+                 ": not a pod state written by tj-local-node (remove it if it is stale)");
+      continue;
+    }
+    found[state.value("uid", "")] = state;
+  }
+  if (found.empty()) return;
+  log_->Emit({{"event", "pods_to_adopt"}, {"count", found.size()}});
+  std::lock_guard<std::mutex> lock(mu_);
+  adoptable_ = std::move(found);
+}
+
+void NodeAgent::StopOrphans() {
+  std::map<std::string, json> orphans;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    orphans.swap(adoptable_);
+  }
+  for (const auto& [uid, state] : orphans) {
+    // A pod deleted (or finished) while no agent ran: its processes have nobody to report to.
+    for (const auto& c : state.value("containers", json::array())) {
+      const pid_t pid = c.value("pid", 0);
+      if (pid > 0 && ProcessStartTime(pid) == c.value("startTicks", 0ULL)) {
+        log_->Warn("pod " + state.value("namespace", "") + "/" + state.value("name", "") +
+                   " (uid " + uid + ") is no longer running here; killing its container " +
+                   c.value("name", "") + " (pid " + std::to_string(pid) + ")");
+        SignalGroup(pid, SIGKILL);
+      }
+    }
+    std::error_code ec;
+    fs::remove_all(options_.state_dir + "/pods/" + uid, ec);
+  }
 }
 
 void NodeAgent::OnPod(const json& pod) {
@@ -781,7 +952,14 @@ void NodeAgent::OnPod(const json& pod) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = workers_.find(uid);
     if (it == workers_.end()) {
-      if (md.contains("deletionTimestamp")) {
+      // Ran before a restart of ours: StopOrphans cleans up its state.
+      if (phase == "Succeeded" || phase == "Failed") return;
+      json adopted = nullptr;
+      if (auto a = adoptable_.find(uid); a != adoptable_.end()) {
+        adopted = a->second;
+        adoptable_.erase(a);
+      }
+      if (md.contains("deletionTimestamp") && adopted.is_null()) {
         // Deleted before it ran here: nothing to stop, just let it go.
         kube::DeleteOptions d;
         d.grace_period_seconds = 0;
@@ -789,13 +967,13 @@ void NodeAgent::OnPod(const json& pod) {
         client_->Delete(res::kPods, md.value("namespace", ""), md.value("name", ""), d).ok();
         return;
       }
-      if (phase == "Succeeded" || phase == "Failed") return;  // ran before a restart of ours
-      w = std::make_shared<PodWorker>(this, pod, AllocateIp());
+      const std::string ip = adopted.is_null() ? AllocateIp() : adopted.value("ip", "");
+      w = std::make_shared<PodWorker>(this, pod, ip, adopted);
       workers_[uid] = w;
       w->Start();
-      return;
+    } else {
+      w = it->second;
     }
-    w = it->second;
   }
   if (md.contains("deletionTimestamp")) {
     int grace = md.value("deletionGracePeriodSeconds",
@@ -962,6 +1140,7 @@ Status NodeAgent::Run(std::stop_token stop) {
   fs::create_directories(options_.log_dir + "/pods", ec);
   if (options_.kubelet_port > 0 && !options_.tls_cert_file.empty()) StartLogServer();
   TJ_RETURN_IF_ERROR(Register());
+  LoadPodStates();  // before the first pod event
   kube::InformerOptions io;
   io.resource = res::kPods;
   io.field_selector = "spec.nodeName=" + options_.node_name;
@@ -980,12 +1159,18 @@ Status NodeAgent::Run(std::stop_token stop) {
   log_->Emit({{"event", "node_ready"}, {"node", options_.node_name}});
   std::mutex m;
   std::condition_variable_any cv;
+  bool orphans_stopped = false;
   while (!stop.stop_requested()) {
     {
       std::unique_lock<std::mutex> lock(m);
       cv.wait_for(lock, stop, options_.heartbeat, [] { return false; });
     }
     if (stop.stop_requested()) break;
+    // Once the first list has been handed to OnPod, what was not adopted has no pod here.
+    if (!orphans_stopped && pods_->HasSynced()) {
+      StopOrphans();
+      orphans_stopped = true;
+    }
     Status s = Heartbeat();
     if (!s.ok()) log_->Warn(s.message());
   }
@@ -996,7 +1181,9 @@ Status NodeAgent::Run(std::stop_token stop) {
     std::lock_guard<std::mutex> lock(mu_);
     workers.swap(workers_);
   }
-  for (auto& [uid, w] : workers) w->MarkGone();  // stop processes; leave the pods to the server
+  // Stop the processes, all at once; leave the pods to the server and their state to the
+  // next agent.
+  for (auto& [uid, w] : workers) w->StopForAgentShutdown(kShutdownGraceSeconds);
   workers.clear();
   if (log_server_) {
     std::static_pointer_cast<web::http::experimental::listener::http_listener>(log_server_)

@@ -5,6 +5,13 @@
 // a private /etc/hosts naming the namespace's pods. Restart policies, exit codes and graceful
 // deletion behave as with a kubelet; logs go to <log-dir>/pods/ and to `kubectl logs`
 // through the kubelet log endpoint it serves.
+//
+// Restarts: as a kubelet's, the pods' processes outlive the agent when it dies (SIGKILL, a
+// crash): the next agent adopts them from <state-dir>/pods/<uid>/state.json, keeps reporting
+// them and learns how they end from the exit file their supervisor writes, and kills those
+// whose pod was deleted meanwhile. SIGTERM/SIGINT is a node shutdown: the pods' processes
+// are stopped and the next agent reports them terminated (exit code 143), so the restart
+// policy, and the operator above it, decide what follows.
 #pragma once
 
 #include <atomic>
@@ -68,6 +75,10 @@ class NodeAgent {
   // under <state-dir>/pvc/<ns>/<claim>), so the scheduler can place pods that use it.
   void ProvisionClaim(const nlohmann::json& pvc);
   std::string AllocateIp();
+  // Reads the states the previous agent left (pods to adopt) into adoptable_.
+  void LoadPodStates();
+  // After the first pod list: kills the processes of states no pod claimed, removes them.
+  void StopOrphans();
   nlohmann::json NodeObject() const;
   void StartLogServer();
 
@@ -80,6 +91,7 @@ class NodeAgent {
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<PodWorker>> workers_;  // by pod uid. GUARDED_BY(mu_)
   int next_ip_ = 0;                                            // GUARDED_BY(mu_)
+  std::map<std::string, nlohmann::json> adoptable_;            // by pod uid. GUARDED_BY(mu_)
   std::shared_ptr<void> log_server_;  // web::http::experimental::listener::http_listener
 };
 

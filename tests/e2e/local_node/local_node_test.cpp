@@ -1,11 +1,15 @@
 // hack/local-cluster.sh up with tj-local-node: a Ready node, pods that run as processes, exit
 // codes, restart policies, logs through `kubectl logs`, graceful deletion, pod DNS names,
-// service-account tokens for pods that call the API server, probes.
+// service-account tokens for pods that call the API server, probes, and restarts of the node
+// agent (pods adopted after a crash, stopped by a node shutdown, killed when deleted meanwhile).
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <array>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 
 #include "tests/integration/kube/local_cluster.h"
 
@@ -371,6 +375,158 @@ TEST(LocalNode, LivenessRestartsAndReadinessGatesReady) {
   EXPECT_EQ(cs["lastState"]["terminated"]["exitCode"], 137);  // killed by the liveness probe
   EXPECT_EQ(Kubectl(cluster, "logs -n " + ns + " probed"), "first\nsecond\n");
   ASSERT_TRUE(client->Delete(resources::kPods, ns, "probed").ok());
+}
+
+// --- Restarts of the node agent ------------------------------------------------------------
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A live (not zombie) process with this pid: its /proc/<pid>/stat state is not Z.
+bool Alive(pid_t pid) {
+  const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  auto close = stat.rfind(')');
+  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
+}
+
+json GetPod(Client* client, const std::string& ns, const std::string& name) {
+  auto p = client->Get(resources::kPods, ns, name);
+  return p.ok() ? *p : json(nullptr);
+}
+
+std::string Phase(const json& pod) { return pod.is_null() ? "" : pod["status"].value("phase", ""); }
+
+// Waits (60 s) until the pod's phase is `phase`; returns the pod as last read.
+json WaitForPhase(Client* client, const std::string& ns, const std::string& name,
+                  const std::string& phase) {
+  json pod;
+  EXPECT_TRUE(Eventually(
+      [&] {
+        pod = GetPod(client, ns, name);
+        return Phase(pod) == phase;
+      },
+      std::chrono::seconds(60)))
+      << pod.dump(2);
+  return pod;
+}
+
+// Waits for the pod to run; returns it with the pid of its container from the agent's state.
+json RunningPod(LocalCluster* cluster, Client* client, const std::string& ns,
+                const std::string& name, pid_t* pid) {
+  json pod = WaitForPhase(client, ns, name, "Running");
+  const std::string state_file =
+      cluster->dir() + "/node/pods/" + pod["metadata"].value("uid", "") + "/state.json";
+  json state = json::parse(ReadFile(state_file), nullptr, false);
+  EXPECT_TRUE(state.is_object()) << state_file;
+  *pid = state.is_object() ? state["containers"][0].value("pid", 0) : 0;
+  return pod;
+}
+
+// A pod that waits for a file in its working directory (its own directory on the node),
+// then exits 7; each start appends "started" to its log.
+json WaitForFilePod(const std::string& name) {
+  return ShPod(name, "echo started; while [ ! -f release ]; do sleep 0.1; done; echo done; exit 7");
+}
+
+void Release(LocalCluster* cluster, const json& pod) {
+  std::ofstream(cluster->dir() + "/node/pods/" + pod["metadata"].value("uid", "") + "/release");
+}
+
+TEST(LocalNodeRestart, KilledAgentAdoptsRunningPodsAndReportsTheirExit) {
+  LocalCluster* cluster;
+  TJ_REQUIRE_LOCAL_CLUSTER(cluster);
+  auto client = cluster->NewClient();
+  std::string ns = testing::NewNamespace(client.get(), "adopt");
+  ASSERT_TRUE(client->Create(resources::kPods, ns, WaitForFilePod("waiter")).ok());
+  pid_t pid = 0;
+  json before = RunningPod(cluster, client.get(), ns, "waiter", &pid);
+  ASSERT_GT(pid, 0);
+  ASSERT_TRUE(
+      Eventually([&] { return Kubectl(cluster, "logs -n " + ns + " waiter") == "started\n"; }));
+
+  auto restarted = cluster->Script("restart-node");  // SIGKILL, as a crash
+  ASSERT_TRUE(restarted.ok()) << restarted.status().message();
+  EXPECT_TRUE(Alive(pid)) << "the pod's process died with the agent";
+  // The new agent reports the same run: not started again, no restart counted.
+  json after;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        after = GetPod(client.get(), ns, "waiter");
+        return ReadFile(cluster->dir() + "/logs/tj-local-node.log").find("container_adopted") !=
+               std::string::npos;
+      },
+      std::chrono::seconds(30)))
+      << ReadFile(cluster->dir() + "/logs/tj-local-node.log");
+  EXPECT_EQ(Phase(after), "Running");
+  EXPECT_EQ(after["status"]["podIP"], before["status"]["podIP"]);
+  const json& cs = after["status"]["containerStatuses"][0];
+  EXPECT_EQ(cs["restartCount"], 0);
+  EXPECT_EQ(cs["state"]["running"]["startedAt"],
+            before["status"]["containerStatuses"][0]["state"]["running"]["startedAt"]);
+
+  // Its exit code reaches the new agent, which is not its parent.
+  Release(cluster, after);
+  json pod = WaitForPhase(client.get(), ns, "waiter", "Failed");
+  ASSERT_EQ(Phase(pod), "Failed");
+  EXPECT_EQ(Terminated(pod)["exitCode"], 7);
+  EXPECT_EQ(Kubectl(cluster, "logs -n " + ns + " waiter"), "started\ndone\n");
+  EXPECT_FALSE(Alive(pid));
+}
+
+TEST(LocalNodeRestart, PodDeletedWhileTheAgentIsDownIsKilledWhenItComesBack) {
+  LocalCluster* cluster;
+  TJ_REQUIRE_LOCAL_CLUSTER(cluster);
+  auto client = cluster->NewClient();
+  std::string ns = testing::NewNamespace(client.get(), "orphan");
+  ASSERT_TRUE(client->Create(resources::kPods, ns, WaitForFilePod("orphan")).ok());
+  pid_t pid = 0;
+  json pod = RunningPod(cluster, client.get(), ns, "orphan", &pid);
+  ASSERT_GT(pid, 0);
+  const pid_t agent = std::atoi(ReadFile(cluster->dir() + "/pids/tj-local-node").c_str());
+  ASSERT_GT(agent, 0);
+  ASSERT_EQ(kill(agent, SIGKILL), 0);
+  ASSERT_TRUE(Eventually([&] { return !Alive(agent); }));
+  DeleteOptions force;
+  force.grace_period_seconds = 0;
+  ASSERT_TRUE(client->Delete(resources::kPods, ns, "orphan", force).ok());
+  EXPECT_TRUE(Alive(pid));                           // nobody stopped it yet
+  auto restarted = cluster->Script("restart-node");  // finds the agent dead, starts it
+  ASSERT_TRUE(restarted.ok()) << restarted.status().message();
+  EXPECT_TRUE(Eventually([&] { return !Alive(pid); }, std::chrono::seconds(60)))
+      << "pid " << pid << " of a deleted pod still runs";
+  const std::string dir = cluster->dir() + "/node/pods/" + pod["metadata"].value("uid", "");
+  EXPECT_TRUE(Eventually([&] { return access(dir.c_str(), F_OK) != 0; }));
+}
+
+TEST(LocalNodeRestart, GracefulStopEndsThePodsAndTheNextAgentReportsIt) {
+  LocalCluster* cluster;
+  TJ_REQUIRE_LOCAL_CLUSTER(cluster);
+  auto client = cluster->NewClient();
+  std::string ns = testing::NewNamespace(client.get(), "shutdown");
+  ASSERT_TRUE(client->Create(resources::kPods, ns, WaitForFilePod("stopped")).ok());
+  pid_t pid = 0;
+  RunningPod(cluster, client.get(), ns, "stopped", &pid);
+  ASSERT_GT(pid, 0);
+  auto restarted = cluster->Script("restart-node --graceful");  // SIGTERM: a node shutdown
+  ASSERT_TRUE(restarted.ok()) << restarted.status().message();
+  EXPECT_FALSE(Alive(pid));
+  json pod = WaitForPhase(client.get(), ns, "stopped", "Failed");
+  ASSERT_EQ(Phase(pod), "Failed");
+  EXPECT_EQ(Terminated(pod)["exitCode"], 143);  // SIGTERM, seen by the next agent
+  EXPECT_EQ(Terminated(pod)["signal"], 15);
+}
+
+TEST(LocalNodeRestart, RestartNodeRejectsUnknownOptions) {
+  LocalCluster* cluster;
+  TJ_REQUIRE_LOCAL_CLUSTER(cluster);
+  auto r = cluster->Script("restart-node --gentle");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("unknown option '--gentle'"), std::string::npos)
+      << r.status().message();
 }
 
 }  // namespace

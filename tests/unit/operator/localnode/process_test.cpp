@@ -89,5 +89,105 @@ TEST(Process, MissingExecutableExits127WithTheReasonInTheLog) {
   fs::remove(log);
 }
 
+// Supervised processes (ProcessSpec::exit_file): the outcome survives the parent.
+
+ExitInfo WaitSupervised(pid_t pid, unsigned long long start, const std::string& exit_file,
+                        bool* lost) {
+  ExitInfo info;
+  for (int i = 0; i < 400 && !PollSupervised(pid, start, exit_file, &info, lost); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  return info;
+}
+
+std::string TempPath(const std::string& what) {
+  return fs::temp_directory_path() / ("tj-proc-" + what + "-" + std::to_string(getpid()));
+}
+
+TEST(SupervisedProcess, ForwardsSigtermAndRecordsTheSignal) {
+  const std::string exit_file = TempPath("term.exit");
+  ProcessSpec spec;
+  spec.argv = {"sh", "-c", "echo up; exec sleep 30"};
+  spec.log_file = TempPath("term.log");
+  spec.exit_file = exit_file;
+  auto pid = StartProcess(spec);
+  ASSERT_TRUE(pid.ok()) << pid.status().message();
+  const auto start = ProcessStartTime(*pid);
+  ASSERT_NE(start, 0u);
+  for (int i = 0; i < 200 && Read(spec.log_file) != "up\n"; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(25));
+  }
+  kill(*pid, SIGTERM);  // to the supervisor, as the agent's graceful stop sends it
+  bool lost = true;
+  ExitInfo info = WaitSupervised(*pid, start, exit_file, &lost);
+  EXPECT_TRUE(info.exited);
+  EXPECT_FALSE(lost);
+  EXPECT_EQ(info.signal, SIGTERM);
+  EXPECT_EQ(info.code, 128 + SIGTERM);
+  EXPECT_EQ(Read(exit_file), "143 15\n");
+  fs::remove(exit_file);
+  fs::remove(spec.log_file);
+}
+
+TEST(SupervisedProcess, ExitCodeOfAProcessThatIsNotOurChild) {
+  // A short-lived intermediate process starts it and exits, as an agent that died would:
+  // the supervisor is then nobody's child here, like after a restart of the agent.
+  const std::string exit_file = TempPath("adopt.exit"), release = TempPath("adopt.release");
+  ProcessSpec spec;
+  spec.argv = {"sh", "-c", "while [ ! -f '" + release + "' ]; do sleep 0.05; done; exit 7"};
+  spec.log_file = "/dev/null";
+  spec.exit_file = exit_file;
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  pid_t parent = fork();
+  ASSERT_GE(parent, 0);
+  if (parent == 0) {
+    auto pid = StartProcess(spec);
+    pid_t p = pid.ok() ? *pid : -1;
+    (void)!write(fds[1], &p, sizeof(p));
+    _exit(0);
+  }
+  close(fds[1]);
+  pid_t pid = -1;
+  ASSERT_EQ(read(fds[0], &pid, sizeof(pid)), static_cast<ssize_t>(sizeof(pid)));
+  close(fds[0]);
+  waitpid(parent, nullptr, 0);
+  ASSERT_GT(pid, 0);
+  const auto start = ProcessStartTime(pid);
+  ASSERT_NE(start, 0u);
+  ExitInfo info;
+  bool lost = false;
+  EXPECT_FALSE(PollSupervised(pid, start, exit_file, &info, &lost));  // still running
+  // Another start time is another process: the one recorded is gone (pid reuse guard).
+  EXPECT_TRUE(PollSupervised(pid, start + 1, TempPath("none.exit"), &info, &lost));
+  EXPECT_TRUE(lost);
+  EXPECT_EQ(info.code, 137);
+  std::ofstream(release).put('x');
+  info = WaitSupervised(pid, start, exit_file, &lost);
+  EXPECT_TRUE(info.exited);
+  EXPECT_FALSE(lost);
+  EXPECT_EQ(info.code, 7);
+  EXPECT_EQ(info.signal, 0);
+  fs::remove(exit_file);
+  fs::remove(release);
+}
+
+TEST(SupervisedProcess, KilledSupervisorWithoutExitFileIsReportedAsLostOrSignalled) {
+  const std::string exit_file = TempPath("killed.exit");
+  ProcessSpec spec;
+  spec.argv = {"sleep", "30"};
+  spec.log_file = "/dev/null";
+  spec.exit_file = exit_file;
+  auto pid = StartProcess(spec);
+  ASSERT_TRUE(pid.ok());
+  const auto start = ProcessStartTime(*pid);
+  SignalGroup(*pid, SIGKILL);  // supervisor and container at once: nothing writes the file
+  bool lost = false;
+  ExitInfo info = WaitSupervised(*pid, start, exit_file, &lost);
+  EXPECT_TRUE(info.exited);
+  EXPECT_EQ(info.code, 128 + SIGKILL);  // our child: waitpid tells
+  EXPECT_FALSE(fs::exists(exit_file));
+}
+
 }  // namespace
 }  // namespace tj::localnode
