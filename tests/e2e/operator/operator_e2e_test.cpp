@@ -6,233 +6,27 @@
 // its own operator process (--namespace), started with the cluster's kubeconfig.
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
-#include <yaml-cpp/yaml.h>
 
-#include <array>
 #include <chrono>
-#include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <thread>
 
-#include "operator/api/training_job.h"
-#include "tests/integration/kube/local_cluster.h"
+#include "tests/e2e/support/e2e_support.h"
 
 namespace tj::kube {
 namespace {
 
 using nlohmann::json;
 using testing::Eventually;
-using testing::LocalCluster;
-namespace fs = std::filesystem;
+using testing::Kubectl;
+using testing::OperatorProcess;
+using testing::ScaledExample;
+using testing::SetArg;
+using testing::Sh;
+using testing::StatusOf;
 
-std::string Sh(const std::string& cmd) {
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (p == nullptr) return out;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
-  pclose(p);
-  return out;
-}
-
-std::string Kubectl(const LocalCluster* c, const std::string& args) {
-  return Sh("kubectl --kubeconfig " + c->kubeconfig() + " " + args);
-}
-
-json YamlToJson(const YAML::Node& n) {
-  switch (n.Type()) {
-    case YAML::NodeType::Map: {
-      json o = json::object();
-      for (const auto& kv : n) o[kv.first.as<std::string>()] = YamlToJson(kv.second);
-      return o;
-    }
-    case YAML::NodeType::Sequence: {
-      json a = json::array();
-      for (const auto& v : n) a.push_back(YamlToJson(v));
-      return a;
-    }
-    case YAML::NodeType::Scalar: {
-      const std::string s = n.Scalar();
-      if (n.Tag() == "!") return s;  // quoted
-      if (s == "true" || s == "false") return s == "true";
-      char* end = nullptr;
-      long long v = std::strtoll(s.c_str(), &end, 10);
-      if (!s.empty() && *end == '\0') return v;
-      return s;
-    }
-    default:
-      return nullptr;
-  }
-}
-
-// The documents of manifests/examples/fmnist.yaml: {PersistentVolumeClaim, TrainingJob}.
-std::vector<json> ExampleDocs() {
-  std::vector<json> out;
-  for (const auto& d :
-       YAML::LoadAllFromFile(std::string(TJ_SOURCE_DIR) + "/manifests/examples/fmnist.yaml")) {
-    out.push_back(YamlToJson(d));
-  }
-  return out;
-}
-
-// Replaces or adds "--flag value" in a container's args.
-void SetArg(json& args, const std::string& flag, const std::string& value) {
-  for (size_t i = 0; i + 1 < args.size(); ++i) {
-    if (args[i] == flag) {
-      args[i + 1] = value;
-      return;
-    }
-  }
-  args.push_back(flag);
-  args.push_back(value);
-}
-
-// The example, scaled down: `epochs` epochs of `steps` steps; backups every `save_freq` steps.
-json ScaledExample(int epochs, int steps, int save_freq) {
-  json job = ExampleDocs().at(1);
-  for (const char* t : {"Worker", "Evaluator"}) {
-    json& c = job["spec"]["replicaSpecs"][t]["template"]["spec"]["containers"][0];
-    SetArg(c["args"], "--epochs", std::to_string(epochs));
-    SetArg(c["args"], "--steps-per-epoch", std::to_string(steps));
-    if (std::string(t) == "Worker") SetArg(c["args"], "--save-freq", std::to_string(save_freq));
-    SetArg(c["args"], "--eval-poll-interval", "0.2");
-  }
-  job["spec"]["runPolicy"].erase("ttlSecondsAfterFinished");
-  return job;
-}
-
-class OperatorProcess {
- public:
-  // `extra`: more flags; with --metrics-bind-address it must also give
-  // --health-probe-bind-address.
-  OperatorProcess(const LocalCluster* c, const std::string& ns, const std::string& log_path,
-                  bool append = false, std::vector<std::string> extra = {})
-      : log_path_(log_path) {
-    std::vector<std::string> args = {std::string(TJ_BIN_DIR) + "/tj-operator",
-                                     "--kubeconfig",
-                                     c->kubeconfig(),
-                                     "--namespace",
-                                     ns,
-                                     "--workers",
-                                     "2",
-                                     "--progress-poll-seconds",
-                                     "1",
-                                     "--restart-backoff-ms",
-                                     "500",
-                                     "--evaluator-grace-seconds",
-                                     "120"};
-    bool metrics = false;
-    for (const auto& e : extra) metrics = metrics || e == "--metrics-bind-address";
-    if (!metrics) {
-      for (const char* a : {"--metrics-bind-address", "0", "--health-probe-bind-address", "0"}) {
-        args.push_back(a);
-      }
-    }
-    args.insert(args.end(), extra.begin(), extra.end());
-    pid_ = fork();
-    if (pid_ == 0) {
-      FILE* f = freopen(log_path.c_str(), append ? "a" : "w", stdout);
-      (void)f;
-      dup2(fileno(stdout), 2);
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
-  }
-  ~OperatorProcess() { Stop(SIGTERM); }
-  void Stop(int sig) {
-    if (pid_ <= 0) return;
-    kill(pid_, sig);
-    int st = 0;
-    waitpid(pid_, &st, 0);
-    pid_ = -1;
-  }
-  std::string Log() const { return Sh("cat " + log_path_); }
-
- private:
-  pid_t pid_ = -1;
-  std::string log_path_;
-};
-
-class OperatorE2E : public ::testing::Test {
- protected:
-  void SetUp() override {
-    TJ_REQUIRE_LOCAL_CLUSTER(cluster_);
-    if (!fs::exists(std::string(TJ_BIN_DIR) + "/tj-operator") ||
-        !fs::exists(std::string(TJ_BIN_DIR) + "/tj-trainer")) {
-      GTEST_SKIP() << "build tj-operator and tj-trainer first (" << TJ_BIN_DIR << ")";
-    }
-    client_ = cluster_->NewClient();
-    const std::string out = Kubectl(
-        cluster_, "apply -f " + std::string(TJ_SOURCE_DIR) + "/manifests/crd/trainingjob.yaml");
-    ASSERT_TRUE(Eventually([&] { return client_->List(api::kTrainingJobs, "default").ok(); },
-                           std::chrono::seconds(20)))
-        << out;
-    const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
-    std::string prefix;
-    for (char ch : name) prefix += static_cast<char>(std::tolower(ch));
-    ns_ = testing::NewNamespace(client_.get(), prefix.substr(0, 20));
-    json pvc = ExampleDocs().at(0);
-    ASSERT_TRUE(client_->Create(resources::kPersistentVolumeClaims, ns_, pvc).ok());
-    log_path_ = cluster_->dir() + "/operator-" + ns_ + ".log";
-    op_ = std::make_unique<OperatorProcess>(cluster_, ns_, log_path_);
-  }
-  void TearDown() override {
-    if (HasFailure() && op_) {
-      std::cerr << "--- operator log ---\n" << op_->Log().substr(0, 20000) << "\n";
-      std::cerr << Kubectl(cluster_, "-n " + ns_ + " get tj,pods -o wide") << "\n"
-                << Kubectl(cluster_, "-n " + ns_ + " get tj -o yaml") << "\n";
-    }
-    op_.reset();
-  }
-
-  json Get(const std::string& name) {
-    auto j = client_->Get(api::kTrainingJobs, ns_, name);
-    return j.ok() ? *j : json();
-  }
-  // Waits for the job's Succeeded or Failed condition; returns the job.
-  json WaitFinished(const std::string& name, std::chrono::seconds timeout) {
-    json job;
-    Eventually(
-        [&] {
-          job = Get(name);
-          auto s = api::TrainingJobStatus::FromJson(job.value("status", json::object()));
-          return s.Finished();
-        },
-        timeout);
-    return job;
-  }
-  std::vector<json> Pods(const std::string& job) {
-    ListOptions lo;
-    lo.label_selector = std::string(api::kLabelJobName) + "=" + job;
-    auto l = client_->List(resources::kPods, ns_, lo);
-    std::vector<json> out;
-    if (l.ok()) {
-      for (const auto& p : (*l)["items"]) out.push_back(p);
-    }
-    return out;
-  }
-  std::string PodLog(const std::string& pod) {
-    return Sh("cat " + cluster_->dir() + "/logs/pods/" + ns_ + "_" + pod + "_trainer.log");
-  }
-
-  LocalCluster* cluster_ = nullptr;
-  std::unique_ptr<RestClient> client_;
-  std::string ns_, log_path_;
-  std::unique_ptr<OperatorProcess> op_;
-};
-
-api::TrainingJobStatus StatusOf(const json& job) {
-  return api::TrainingJobStatus::FromJson(job.value("status", json::object()));
-}
+class OperatorE2E : public testing::JobTest {};
 
 TEST_F(OperatorE2E, ExampleJobSucceedsWithEvaluation) {
   json job = ScaledExample(2, 15, 5);
@@ -379,7 +173,7 @@ TEST_F(OperatorE2E, OperatorRestartedMidJobCreatesNoDuplicates) {
       std::chrono::seconds(90)));
   op_->Stop(SIGKILL);
   std::this_thread::sleep_for(std::chrono::seconds(1));
-  op_ = std::make_unique<OperatorProcess>(cluster_, ns_, log_path_, /*append=*/true);
+  op_ = std::make_unique<OperatorProcess>(cluster_, ns_, log_path_, /*keep_previous_log=*/true);
   // The new operator finds the running pods and keeps them.
   bool duplicates = false;
   json finished;

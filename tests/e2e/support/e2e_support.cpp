@@ -1,0 +1,348 @@
+#include "tests/e2e/support/e2e_support.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cctype>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+namespace tj::kube::testing {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The NUL-separated entries of /proc/<pid>/environ.
+std::vector<std::string> EnvironOf(pid_t pid) {
+  std::vector<std::string> out;
+  std::istringstream in(ReadFile("/proc/" + std::to_string(pid) + "/environ"));
+  for (std::string e; std::getline(in, e, '\0');) out.push_back(e);
+  return out;
+}
+
+}  // namespace
+
+std::string Sh(const std::string& cmd, std::chrono::seconds timeout) {
+  static std::atomic<int> counter{0};
+  const std::string prefix = (fs::temp_directory_path() / ("tj-e2e-sh-" + std::to_string(getpid()) +
+                                                           "-" + std::to_string(counter++)))
+                                 .string();
+  std::string out;
+  {
+    ::tj::testing::Subprocess p({"/bin/sh", "-c", cmd + " 2>&1"}, {}, prefix);
+    if (!p.Wait(timeout)) {
+      out =
+          "[killed: `" + cmd + "` still running after " + std::to_string(timeout.count()) + " s]\n";
+    }
+    out = p.Stdout() + p.Stderr() + out;
+  }  // the destructor kills and reaps a command that is still running
+  std::error_code ec;
+  fs::remove(prefix + ".out", ec);
+  fs::remove(prefix + ".err", ec);
+  return out;
+}
+
+std::string Kubectl(const LocalCluster* cluster, const std::string& args) {
+  return Sh("kubectl --kubeconfig " + cluster->kubeconfig() + " " + args);
+}
+
+json YamlToJson(const YAML::Node& n) {
+  switch (n.Type()) {
+    case YAML::NodeType::Map: {
+      json o = json::object();
+      for (const auto& kv : n) o[kv.first.as<std::string>()] = YamlToJson(kv.second);
+      return o;
+    }
+    case YAML::NodeType::Sequence: {
+      json a = json::array();
+      for (const auto& v : n) a.push_back(YamlToJson(v));
+      return a;
+    }
+    case YAML::NodeType::Scalar: {
+      const std::string s = n.Scalar();
+      if (n.Tag() == "!") return s;  // quoted
+      if (s == "true" || s == "false") return s == "true";
+      char* end = nullptr;
+      long long v = std::strtoll(s.c_str(), &end, 10);
+      if (!s.empty() && *end == '\0') return v;
+      return s;
+    }
+    default:
+      return nullptr;
+  }
+}
+
+std::vector<json> ExampleDocs() {
+  std::vector<json> out;
+  for (const auto& d :
+       YAML::LoadAllFromFile(std::string(TJ_SOURCE_DIR) + "/manifests/examples/fmnist.yaml")) {
+    out.push_back(YamlToJson(d));
+  }
+  return out;
+}
+
+void SetArg(json& args, const std::string& flag, const std::string& value) {
+  for (size_t i = 0; i + 1 < args.size(); ++i) {
+    if (args[i] == flag) {
+      args[i + 1] = value;
+      return;
+    }
+  }
+  args.push_back(flag);
+  args.push_back(value);
+}
+
+json ScaledExample(int epochs, int steps, int save_freq) {
+  json job = ExampleDocs().at(1);
+  for (const char* t : {"Worker", "Evaluator"}) {
+    json& c = job["spec"]["replicaSpecs"][t]["template"]["spec"]["containers"][0];
+    SetArg(c["args"], "--epochs", std::to_string(epochs));
+    SetArg(c["args"], "--steps-per-epoch", std::to_string(steps));
+    if (std::string(t) == "Worker") SetArg(c["args"], "--save-freq", std::to_string(save_freq));
+    SetArg(c["args"], "--eval-poll-interval", "0.2");
+  }
+  job["spec"]["runPolicy"].erase("ttlSecondsAfterFinished");
+  return job;
+}
+
+json FaultJob(const std::string& failpoints) {
+  json job = ScaledExample(kFaultEpochs, kFaultSteps, kFaultSaveFreq);
+  if (!failpoints.empty()) SetEnv(job, "Worker", "TJ_FAILPOINTS", failpoints);
+  return job;
+}
+
+std::string PaceFailpoint(int ms) { return "backup.before_rename=sleep:" + std::to_string(ms); }
+
+void SetEnv(json& job, const std::string& replica_type, const std::string& name,
+            const std::string& value) {
+  for (json& c : job["spec"]["replicaSpecs"][replica_type]["template"]["spec"]["containers"]) {
+    json& env = c["env"];
+    if (!env.is_array()) env = json::array();
+    bool replaced = false;
+    for (json& e : env) {
+      if (e.value("name", "") == name) {
+        e["value"] = value;
+        replaced = true;
+      }
+    }
+    if (!replaced) env.push_back({{"name", name}, {"value", value}});
+  }
+}
+
+api::TrainingJobStatus StatusOf(const json& job) {
+  return api::TrainingJobStatus::FromJson(job.value("status", json::object()));
+}
+
+OperatorProcess::OperatorProcess(const LocalCluster* c, const std::string& ns,
+                                 const std::string& log_path, bool keep_previous_log,
+                                 std::vector<std::string> extra) {
+  if (keep_previous_log) previous_log_ = ReadFile(log_path + ".out") + ReadFile(log_path + ".err");
+  std::vector<std::string> args = {std::string(TJ_BIN_DIR) + "/tj-operator",
+                                   "--kubeconfig",
+                                   c->kubeconfig(),
+                                   "--namespace",
+                                   ns,
+                                   "--workers",
+                                   "2",
+                                   "--progress-poll-seconds",
+                                   "1",
+                                   "--restart-backoff-ms",
+                                   "500",
+                                   "--evaluator-grace-seconds",
+                                   "120"};
+  bool metrics = false;
+  for (const auto& e : extra) metrics = metrics || e == "--metrics-bind-address";
+  if (!metrics) {
+    for (const char* a : {"--metrics-bind-address", "0", "--health-probe-bind-address", "0"}) {
+      args.push_back(a);
+    }
+  }
+  args.insert(args.end(), extra.begin(), extra.end());
+  process_ = std::make_unique<::tj::testing::Subprocess>(args, std::map<std::string, std::string>{},
+                                                         log_path);
+}
+
+void OperatorProcess::Stop(int sig) {
+  if (!process_ || !process_->running()) return;
+  process_->Signal(sig);
+  if (!process_->Wait(std::chrono::seconds(20))) {
+    std::cerr << "tj-operator did not exit within 20 s of signal " << sig << "; killing it\n";
+    process_->Signal(SIGKILL);
+    process_->Wait(std::chrono::seconds(20));
+  }
+}
+
+std::string OperatorProcess::Log() const {
+  return previous_log_ + process_->Stdout() + process_->Stderr();
+}
+
+std::vector<pid_t> TrainerPids(const std::string& ns, const std::string& hostname,
+                               int restart_count) {
+  std::vector<pid_t> out;
+  std::error_code ec;
+  for (fs::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
+    std::error_code link_ec;
+    const fs::path exe = fs::read_symlink(it->path() / "exe", link_ec);
+    if (link_ec || exe.filename() != "tj-trainer") continue;
+    const pid_t pid = static_cast<pid_t>(std::stol(name));
+    bool in_ns = false, on_host = hostname.empty(), of_gang = restart_count < 0;
+    for (const std::string& e : EnvironOf(pid)) {
+      if (e.rfind("TF_CONFIG=", 0) == 0 && e.find("." + ns + ".svc") != std::string::npos) {
+        in_ns = true;
+      }
+      if (!hostname.empty() && e == "HOSTNAME=" + hostname) on_host = true;
+      if (restart_count >= 0 && e == "TJ_RESTART_COUNT=" + std::to_string(restart_count)) {
+        of_gang = true;
+      }
+    }
+    if (in_ns && on_host && of_gang) out.push_back(pid);
+  }
+  return out;
+}
+
+void JobTest::SetUp() {
+  TJ_REQUIRE_LOCAL_CLUSTER(cluster_);
+  if (!fs::exists(std::string(TJ_BIN_DIR) + "/tj-operator") ||
+      !fs::exists(std::string(TJ_BIN_DIR) + "/tj-trainer")) {
+    GTEST_SKIP() << "build tj-operator and tj-trainer first (" << TJ_BIN_DIR << ")";
+  }
+  client_ = cluster_->NewClient();
+  const std::string out = Kubectl(
+      cluster_, "apply -f " + std::string(TJ_SOURCE_DIR) + "/manifests/crd/trainingjob.yaml");
+  ASSERT_TRUE(Eventually([&] { return client_->List(api::kTrainingJobs, "default").ok(); },
+                         std::chrono::seconds(20)))
+      << out;
+  const std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  std::string prefix;
+  for (char ch : name) prefix += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  ns_ = NewNamespace(client_.get(), prefix.substr(0, 20));
+  json pvc = ExampleDocs().at(0);
+  ASSERT_TRUE(client_->Create(resources::kPersistentVolumeClaims, ns_, pvc).ok());
+  log_path_ = cluster_->dir() + "/operator-" + ns_ + ".log";
+  op_ = std::make_unique<OperatorProcess>(cluster_, ns_, log_path_);
+}
+
+void JobTest::TearDown() {
+  if (HasFailure() && op_) {
+    std::cerr << "--- operator log ---\n" << op_->Log().substr(0, 20000) << "\n";
+    std::cerr << Kubectl(cluster_, "-n " + ns_ + " get tj,pods -o wide") << "\n"
+              << Kubectl(cluster_, "-n " + ns_ + " get tj -o yaml") << "\n";
+  }
+  op_.reset();
+}
+
+json JobTest::Get(const std::string& name) {
+  auto j = client_->Get(api::kTrainingJobs, ns_, name);
+  return j.ok() ? *j : json();
+}
+
+json JobTest::WaitFinished(const std::string& name, std::chrono::seconds timeout) {
+  json job;
+  Eventually(
+      [&] {
+        job = Get(name);
+        return StatusOf(job).Finished();
+      },
+      timeout);
+  return job;
+}
+
+std::vector<json> JobTest::Pods(const std::string& job) {
+  ListOptions lo;
+  lo.label_selector = std::string(api::kLabelJobName) + "=" + job;
+  auto l = client_->List(resources::kPods, ns_, lo);
+  std::vector<json> out;
+  if (l.ok()) {
+    for (const auto& p : (*l)["items"]) out.push_back(p);
+  }
+  return out;
+}
+
+std::string JobTest::PodLog(const std::string& pod) {
+  return ReadFile(cluster_->dir() + "/logs/pods/" + ns_ + "_" + pod + "_trainer.log");
+}
+
+std::vector<json> JobTest::PodEvents(const std::string& pod, const std::string& kind) {
+  std::vector<json> out;
+  std::istringstream log(PodLog(pod));
+  for (std::string line; std::getline(log, line);) {
+    if (line.empty() || line[0] != '{') continue;  // stderr lines (warnings, failpoints)
+    json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && (kind.empty() || j.value("event", "") == kind)) out.push_back(j);
+  }
+  return out;
+}
+
+bool JobTest::WaitForPodLog(const std::string& pod, const std::string& needle,
+                            std::chrono::seconds timeout) {
+  return Eventually([&] { return PodLog(pod).find(needle) != std::string::npos; }, timeout);
+}
+
+pid_t JobTest::SignalTrainer(const std::string& pod, int sig) {
+  const std::vector<pid_t> pids = TrainerPids(ns_, pod);
+  if (pids.size() != 1) {
+    ADD_FAILURE() << "expected one tj-trainer process of pod " << ns_ << "/" << pod << ", found "
+                  << pids.size();
+    return 0;
+  }
+  if (::kill(pids[0], sig) != 0) {
+    ADD_FAILURE() << "kill(" << pids[0] << ", " << sig << ") of pod " << pod << " failed";
+    return 0;
+  }
+  return pids[0];
+}
+
+std::string JobTest::FinalWeightsSha(const json& job) {
+  const std::string name = job["metadata"].value("name", "");
+  const bool has_chief = job["spec"]["replicaSpecs"].contains("Chief");
+  const auto ends = PodEvents(name + (has_chief ? "-chief-0" : "-worker-0"), "train_end");
+  return ends.empty() ? "" : ends.back().value("weights_sha256", "");
+}
+
+json JobTest::FirstBackup(const std::string& chief, std::chrono::seconds timeout) {
+  json first;
+  EXPECT_TRUE(Eventually(
+      [&] {
+        auto saved = PodEvents(chief, "backup_saved");
+        if (saved.empty()) return false;
+        first = saved.front();
+        return true;
+      },
+      timeout))
+      << "no backup_saved from " << chief << ":\n"
+      << PodLog(chief);
+  return first;
+}
+
+// A re-created pod's log starts fresh before its process starts, so once the process of gang
+// `n` runs, a `restored` line in the log is its own.
+json JobTest::WaitResumed(const std::string& chief, int n, std::chrono::seconds timeout) {
+  json restored;
+  EXPECT_TRUE(Eventually(
+      [&] {
+        if (TrainerPids(ns_, chief, n).size() != 1) return false;
+        auto r = PodEvents(chief, "restored");
+        if (r.empty()) return false;
+        restored = r.back();
+        return true;
+      },
+      timeout))
+      << "gang " << n << " did not resume:\n"
+      << PodLog(chief);
+  return restored;
+}
+
+}  // namespace tj::kube::testing

@@ -1,0 +1,130 @@
+// Shared fixture of the end-to-end tests (tests/e2e/operator, tests/e2e/fault, ...): the local
+// cluster (hack/local-cluster.sh with tj-local-node, so pods are real tj-trainer processes),
+// the example TrainingJob scaled down, a tj-operator process per test, and what a test reads
+// back: the job, its pods, pod logs, the final weights digest, the trainer processes of a pod.
+// Each test gets its own namespace and its own operator (--namespace).
+#pragma once
+
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/types.h>
+#include <yaml-cpp/yaml.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "operator/api/training_job.h"
+#include "tests/integration/kube/local_cluster.h"
+#include "tests/support/subprocess.h"
+
+namespace tj::kube::testing {
+
+// Runs `cmd` under /bin/sh with stderr folded into stdout; returns the output. A command still
+// running after `timeout` is killed (its output so far is returned, with a note).
+std::string Sh(const std::string& cmd, std::chrono::seconds timeout = std::chrono::seconds(60));
+
+// kubectl against `cluster`.
+std::string Kubectl(const LocalCluster* cluster, const std::string& args);
+
+// A YAML document as JSON (quoted scalars stay strings; integers and booleans are typed).
+nlohmann::json YamlToJson(const YAML::Node& node);
+
+// The documents of manifests/examples/fmnist.yaml: {PersistentVolumeClaim, TrainingJob}.
+std::vector<nlohmann::json> ExampleDocs();
+
+// Replaces or adds "--flag value" in a container's args.
+void SetArg(nlohmann::json& args, const std::string& flag, const std::string& value);
+
+// The example, scaled down: `epochs` epochs of `steps` steps; backups every `save_freq` steps;
+// no TTL (tests read the finished job).
+nlohmann::json ScaledExample(int epochs, int steps, int save_freq);
+
+// The job of the fault tests: the example scaled to kFaultEpochs epochs of kFaultSteps steps,
+// a backup every kFaultSaveFreq steps; its Worker pods get TJ_FAILPOINTS=`failpoints`
+// (common/failpoint.h) unless empty.
+inline constexpr int kFaultEpochs = 3;
+inline constexpr int kFaultSteps = 20;
+inline constexpr int kFaultSaveFreq = 5;
+nlohmann::json FaultJob(const std::string& failpoints);
+// Failpoints that hold every backup write `ms` milliseconds before its rename. The chief waits
+// for the previous write before the next one, so training then lasts at least
+// kFaultEpochs * kFaultSteps / kFaultSaveFreq * ms: a window in which a fault lands mid-run.
+std::string PaceFailpoint(int ms);
+
+// Adds or replaces an environment variable of every container of a replica type's template.
+void SetEnv(nlohmann::json& job, const std::string& replica_type, const std::string& name,
+            const std::string& value);
+
+api::TrainingJobStatus StatusOf(const nlohmann::json& job);
+
+// tj-operator watching one namespace, with short poll/backoff settings; output to
+// `<log_path>.out` / `.err`. Stopped (SIGTERM, then SIGKILL after 20 s) when destroyed.
+class OperatorProcess {
+ public:
+  // `keep_previous_log`: Log() also returns what an earlier operator wrote to `log_path`
+  // (for a test that restarts the operator). `extra`: more flags; with --metrics-bind-address
+  // it must also give --health-probe-bind-address.
+  OperatorProcess(const LocalCluster* cluster, const std::string& ns, const std::string& log_path,
+                  bool keep_previous_log = false, std::vector<std::string> extra = {});
+  ~OperatorProcess() { Stop(SIGTERM); }
+  OperatorProcess(const OperatorProcess&) = delete;
+  OperatorProcess& operator=(const OperatorProcess&) = delete;
+
+  // Sends `sig` and waits for the exit (SIGKILL after 20 s).
+  void Stop(int sig);
+  std::string Log() const;
+
+ private:
+  std::string previous_log_;
+  std::unique_ptr<::tj::testing::Subprocess> process_;
+};
+
+// The trainer processes of a namespace as the node agent runs them: tj-trainer processes whose
+// TF_CONFIG names hosts in `<ns>.svc`; with `hostname`, only those of that pod (HOSTNAME);
+// with `restart_count` >= 0, only those of that gang (TJ_RESTART_COUNT).
+std::vector<pid_t> TrainerPids(const std::string& ns, const std::string& hostname = "",
+                               int restart_count = -1);
+
+// The base of the end-to-end tests: SetUp applies the CRD, creates a namespace named after the
+// test with the example's claim, and starts an operator for it; TearDown prints the operator
+// log and the objects when the test failed.
+class JobTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
+
+  nlohmann::json Get(const std::string& name);
+  // Waits for the job's Succeeded or Failed condition; returns the job as it was then.
+  nlohmann::json WaitFinished(const std::string& name, std::chrono::seconds timeout);
+  std::vector<nlohmann::json> Pods(const std::string& job);
+  // The container log of a pod of this namespace (restarts of the container append to it; a
+  // re-created pod starts a fresh one).
+  std::string PodLog(const std::string& pod);
+  // The trainer's JSON events in a pod's log, in order; only those of `kind` when given.
+  std::vector<nlohmann::json> PodEvents(const std::string& pod, const std::string& kind = "");
+  // Waits until the pod's log contains `needle`.
+  bool WaitForPodLog(const std::string& pod, const std::string& needle,
+                     std::chrono::seconds timeout);
+  // Sends `sig` to the tj-trainer process of a pod of this namespace (not a pod deletion: the
+  // process dies as it would of a crash or the OOM killer). Returns its pid, or 0 (with a test
+  // failure) when there is not exactly one such process.
+  pid_t SignalTrainer(const std::string& pod, int sig = SIGKILL);
+  // The last `train_end` line's weights_sha256 in the chief's log (the Chief pod, else worker
+  // 0); empty when there is none.
+  std::string FinalWeightsSha(const nlohmann::json& job);
+  // The first backup_saved event in the log of `chief` (waits for it; null at the timeout,
+  // with a test failure).
+  nlohmann::json FirstBackup(const std::string& chief, std::chrono::seconds timeout);
+  // Waits until the tj-trainer of `chief` for gang `n` (TJ_RESTART_COUNT) runs and has
+  // restored a backup; returns that `restored` event (null at the timeout, with a failure).
+  nlohmann::json WaitResumed(const std::string& chief, int n, std::chrono::seconds timeout);
+
+  LocalCluster* cluster_ = nullptr;
+  std::unique_ptr<RestClient> client_;
+  std::string ns_, log_path_;
+  std::unique_ptr<OperatorProcess> op_;
+};
+
+}  // namespace tj::kube::testing
