@@ -23,6 +23,10 @@
 #
 # TJ_LOCAL_CLUSTER_OWNER_PID=PID at `up`: bring the cluster down when process PID ends.
 #
+# TJ_LOCAL_CLUSTER_AUDIT_LOG=FILE at `up`: the API server writes an audit log (JSON lines, level
+# Metadata: who did which verb on which resource, and the answer's code) to FILE, so tests can
+# derive the requests a component makes (tests/security: the operator's RBAC).
+#
 # TJ_LOCAL_NODE_MOUNT_NAMESPACE=false runs the node agent as it runs when not root (no mount
 # namespaces: no private /etc/hosts, volumes as $TJ_VOLUME_<NAME>), to test that mode as root.
 #
@@ -287,6 +291,7 @@ ETCD_BIN=$ETCD_BIN
 ETCD_PORT=$port_e
 APISERVER_PORT=$port_a
 EOF
+  write_audit_policy
 
   start etcd "$ETCD_BIN" --data-dir "$STATE_DIR/etcd" --name local \
     --listen-client-urls "http://127.0.0.1:$port_e" \
@@ -413,6 +418,21 @@ node_ready() {
     jq -e '.status.conditions[]? | select(.type=="Ready" and .status=="True")' >/dev/null
 }
 
+# With TJ_LOCAL_CLUSTER_AUDIT_LOG: an audit policy that records every request's metadata (no
+# bodies, so no Secret data), and AUDIT_LOG in cluster.env for run-apiserver.
+write_audit_policy() {
+  [ -n "${TJ_LOCAL_CLUSTER_AUDIT_LOG:-}" ] || return 0
+  cat >"$STATE_DIR/audit-policy.yaml" <<'EOF'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+  - level: Metadata
+EOF
+  printf 'AUDIT_LOG=%q\n' "$TJ_LOCAL_CLUSTER_AUDIT_LOG" >>"$STATE_DIR/cluster.env"
+  log "audit log: $TJ_LOCAL_CLUSTER_AUDIT_LOG"
+}
+
 # Runs kube-apiserver in the foreground (called by `up` and by tests that restart it).
 cmd_run_apiserver() {
   local dir=$1
@@ -430,6 +450,11 @@ cmd_run_apiserver() {
     sa_flags=(--enable-admission-plugins=ServiceAccount
               --feature-gates=BoundServiceAccountTokenVolume=true)
   fi
+  local audit_flags=()
+  if [ -n "${AUDIT_LOG:-}" ]; then
+    audit_flags=(--audit-policy-file="$dir/audit-policy.yaml" --audit-log-path="$AUDIT_LOG"
+                 --audit-log-format=json --audit-log-mode=blocking)
+  fi
   exec "$KUBE_BIN/kube-apiserver" --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
     --cert-dir="$dir/certs" --tls-cert-file="$dir/certs/apiserver.crt" \
     --tls-private-key-file="$dir/certs/apiserver.key" \
@@ -439,7 +464,7 @@ cmd_run_apiserver() {
     --service-account-issuer="https://127.0.0.1:$APISERVER_PORT" \
     --service-account-key-file="$dir/certs/sa.pub" \
     --service-account-signing-key-file="$dir/certs/sa.key" \
-    "${sa_flags[@]}" \
+    "${sa_flags[@]}" "${audit_flags[@]}" \
     --etcd-compaction-interval=0 --kubelet-preferred-address-types=InternalIP
 }
 
@@ -526,5 +551,5 @@ case "${1:-}" in
   restart-apiserver) cmd_restart_apiserver ;;
   compact) cmd_compact ;;
   restart-node) cmd_restart_node "${2:-}" ;;
-  *) sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
