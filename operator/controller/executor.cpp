@@ -54,7 +54,42 @@ std::optional<json> HttpGetJson(const std::string& host, int port, const std::st
 }
 
 Executor::Executor(ExecutorDeps deps, ReconcilerOptions options)
-    : deps_(std::move(deps)), options_(options) {}
+    : deps_(std::move(deps)),
+      options_(options),
+      expectations_(deps_.clock != nullptr ? deps_.clock : RealClock::Get(), kExpectationsTtl) {}
+
+Status Executor::ReadOwned(const std::string& key, const std::string& ns, const std::string& name,
+                           Observed* in) {
+  if (deps_.caches) {
+    const OwnedObjectCaches& c = *deps_.caches;
+    for (auto& p : c.pods->ByIndex(kube::ObjectCache::kLabelIndex,
+                                   std::string(api::kLabelJobName) + "=" + name)) {
+      if (api::RefOf(p).ns == ns) in->pods.push_back(std::move(p));
+    }
+    in->service = c.services->Get(ns + "/" + name);
+    in->secret = c.secrets->Get(ns + "/" + SecretName(name));
+    return Status::Ok();
+  }
+  kube::Client* client = deps_.client;
+  kube::ListOptions lo;
+  lo.label_selector = std::string(api::kLabelJobName) + "=" + name;
+  auto pods = client->List(kube::resources::kPods, ns, lo);
+  if (!pods.ok()) return pods.error().ToStatus().WithContext("listing pods of TrainingJob " + key);
+  for (auto& p : (*pods)["items"]) in->pods.push_back(std::move(p));
+  auto svc = client->Get(kube::resources::kServices, ns, name);
+  if (svc.ok()) {
+    in->service = std::move(*svc);
+  } else if (!kube::IsNotFound(svc.error())) {
+    return svc.error().ToStatus().WithContext("reading the Service of TrainingJob " + key);
+  }
+  auto secret = client->Get(kube::resources::kSecrets, ns, SecretName(name));
+  if (secret.ok()) {
+    in->secret = std::move(*secret);
+  } else if (!kube::IsNotFound(secret.error())) {
+    return secret.error().ToStatus().WithContext("reading the Secret of TrainingJob " + key);
+  }
+  return Status::Ok();
+}
 
 StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
   const auto slash = key.find('/');
@@ -62,31 +97,42 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
   const std::string name = slash == std::string::npos ? key : key.substr(slash + 1);
   kube::Client* c = deps_.client;
 
-  auto job = c->Get(api::kTrainingJobs, ns, name);
-  if (!job.ok()) {
-    if (kube::IsNotFound(job.error())) return std::optional<milliseconds>();
-    return job.error().ToStatus().WithContext("reading TrainingJob " + key);
+  if (deps_.caches) {
+    // Wait until the caches show what the previous pass created and deleted; the informer
+    // events that bring it enqueue the key again, the TTL bounds the wait.
+    const OwnedObjectCaches& caches = *deps_.caches;
+    auto wait = expectations_.Pending(
+        key, [&caches](const kube::Resource& r, const std::string& object_key) {
+          const kube::ObjectCache* cache = caches.secrets;
+          if (r.plural == kube::resources::kPods.plural) cache = caches.pods;
+          if (r.plural == kube::resources::kServices.plural) cache = caches.services;
+          if (r.plural == api::kTrainingJobs.plural) cache = caches.jobs;
+          return cache->Get(object_key);
+        });
+    if (wait) {
+      return std::optional<milliseconds>(std::chrono::duration_cast<milliseconds>(*wait) +
+                                         milliseconds(1));
+    }
   }
+
   Observed in;
-  in.job = *job;
+  if (deps_.caches) {
+    auto cached = deps_.caches->jobs->Get(key);
+    if (!cached) {
+      expectations_.Clear(key);
+      return std::optional<milliseconds>();  // deleted
+    }
+    in.job = std::move(*cached);
+  } else {
+    auto job = c->Get(api::kTrainingJobs, ns, name);
+    if (!job.ok()) {
+      if (kube::IsNotFound(job.error())) return std::optional<milliseconds>();
+      return job.error().ToStatus().WithContext("reading TrainingJob " + key);
+    }
+    in.job = std::move(*job);
+  }
   in.now = deps_.wall_clock();
-  kube::ListOptions lo;
-  lo.label_selector = std::string(api::kLabelJobName) + "=" + name;
-  auto pods = c->List(kube::resources::kPods, ns, lo);
-  if (!pods.ok()) return pods.error().ToStatus().WithContext("listing pods of TrainingJob " + key);
-  for (const auto& p : (*pods)["items"]) in.pods.push_back(p);
-  auto svc = c->Get(kube::resources::kServices, ns, name);
-  if (svc.ok()) {
-    in.service = *svc;
-  } else if (!kube::IsNotFound(svc.error())) {
-    return svc.error().ToStatus().WithContext("reading the Service of TrainingJob " + key);
-  }
-  auto secret = c->Get(kube::resources::kSecrets, ns, SecretName(name));
-  if (secret.ok()) {
-    in.secret = *secret;
-  } else if (!kube::IsNotFound(secret.error())) {
-    return secret.error().ToStatus().WithContext("reading the Secret of TrainingJob " + key);
-  }
+  TJ_RETURN_IF_ERROR(ReadOwned(key, ns, name, &in));
   if (!in.secret && deps_.random_key) in.new_rendezvous_key = deps_.random_key();
 
   const api::TrainingJobStatus st =
@@ -114,8 +160,8 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
   }
 
   Decision d = Reconcile(in, options_);
-  TJ_RETURN_IF_ERROR(Apply(in.job, d));
-  if (d.status) TJ_RETURN_IF_ERROR(WriteStatus(in.job, *d.status));
+  TJ_RETURN_IF_ERROR(Apply(key, in.job, d));
+  if (d.status) TJ_RETURN_IF_ERROR(WriteStatus(key, in.job, *d.status));
   if (deps_.metrics) {
     if (d.job_created) deps_.metrics->JobCreated();
     if (d.job_succeeded) deps_.metrics->JobSucceeded();
@@ -125,27 +171,39 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
   return d.requeue_after;
 }
 
-Status Executor::Apply(const json& job, const Decision& d) {
+Status Executor::Create(const std::string& key, const json& job, const Action& a) {
+  const api::ObjectRef ref = api::RefOf(job);
+  const std::string object_key = ref.ns + "/" + a.name;
+  if (deps_.caches) expectations_.ExpectCreate(key, a.resource, object_key);
+  auto r = deps_.client->Create(a.resource, ref.ns, a.object);
+  if (r.ok() || kube::IsAlreadyExists(r.error())) return Status::Ok();
+  if (deps_.caches) expectations_.Forget(key, a.resource, object_key);
+  if (deps_.recorder) {
+    deps_.recorder->RecordAsync(
+        job, "Warning", "CreateFailed",
+        "creating " + a.resource.plural + " " + a.name + ": " + r.error().message);
+  }
+  return r.error().ToStatus().WithContext("creating " + a.resource.plural + " " + object_key);
+}
+
+Status Executor::Apply(const std::string& key, const json& job, const Decision& d) {
   const api::ObjectRef ref = api::RefOf(job);
   kube::Client* c = deps_.client;
   for (const Action& a : d.actions) {
     switch (a.kind) {
-      case Action::Kind::kCreate: {
-        auto r = c->Create(a.resource, ref.ns, a.object);
-        if (!r.ok() && !kube::IsAlreadyExists(r.error())) {
-          if (deps_.recorder) {
-            (void)deps_.recorder->Record(
-                job, "Warning", "CreateFailed",
-                "creating " + a.resource.plural + " " + a.name + ": " + r.error().message);
-          }
-          return r.error().ToStatus().WithContext("creating " + a.resource.plural + " " + ref.ns +
-                                                  "/" + a.name);
-        }
+      case Action::Kind::kCreate:
+        TJ_RETURN_IF_ERROR(Create(key, job, a));
         break;
-      }
       case Action::Kind::kDelete: {
+        const std::string object_key = ref.ns + "/" + a.name;
+        if (deps_.caches) {
+          std::string uid;
+          if (auto cached = deps_.caches->pods->Get(object_key)) uid = api::RefOf(*cached).uid;
+          expectations_.ExpectDelete(key, a.resource, object_key, uid);
+        }
         auto r = c->Delete(a.resource, ref.ns, a.name);
         if (!r.ok() && !kube::IsNotFound(r.error())) {
+          if (deps_.caches) expectations_.Forget(key, a.resource, object_key);
           return r.error().ToStatus().WithContext("deleting " + a.resource.plural + " " + ref.ns +
                                                   "/" + a.name);
         }
@@ -172,10 +230,8 @@ Status Executor::Apply(const json& job, const Decision& d) {
                            {"reason", a.reason},
                            {"message", a.message}});
         }
-        if (deps_.recorder) {
-          Status s = deps_.recorder->Record(job, a.event_type, a.reason, a.message);
-          if (!s.ok() && deps_.log) deps_.log->Warn("recording an event: " + s.message());
-        }
+        // Written in the background: a reconcile does not wait for its Events.
+        if (deps_.recorder) deps_.recorder->RecordAsync(job, a.event_type, a.reason, a.message);
         break;
       }
     }
@@ -183,13 +239,20 @@ Status Executor::Apply(const json& job, const Decision& d) {
   return Status::Ok();
 }
 
-Status Executor::WriteStatus(const json& job, const json& status) {
+Status Executor::WriteStatus(const std::string& key, const json& job, const json& status) {
   const api::ObjectRef ref = api::RefOf(job);
   json obj = job;
   for (int attempt = 0; attempt < 5; ++attempt) {
     obj["status"] = status;
     auto r = deps_.client->UpdateStatus(api::kTrainingJobs, ref.ns, obj);
-    if (r.ok()) return Status::Ok();
+    if (r.ok()) {
+      // The next pass reads the job from the cache: not before it holds this write.
+      if (deps_.caches) {
+        expectations_.ExpectNewVersion(key, api::kTrainingJobs, key,
+                                       obj["metadata"].value("resourceVersion", ""));
+      }
+      return Status::Ok();
+    }
     if (kube::IsNotFound(r.error())) return Status::Ok();  // deleted meanwhile
     if (!kube::IsConflict(r.error())) {
       return r.error().ToStatus().WithContext("writing the status of TrainingJob " + ref.ns + "/" +

@@ -1,8 +1,10 @@
-// The executor: reads one TrainingJob and what it owns from the API server (live reads, not
-// the informer cache, so a pass never acts on a stale view), asks the pure reconciler what to
-// do, and applies it through kube::Client: creates and deletes, Events, and the status through
-// the /status subresource (409 -> re-read the job and write again). Thread-safe as long as
-// one key is synced by one thread at a time (the work queue guarantees it).
+// The executor: reads one TrainingJob and what it owns from the informer caches (or live from
+// the API server, when no caches are given), asks the pure reconciler what to do, and applies
+// it through kube::Client: creates and deletes, Events (in the background), and the status
+// through the /status subresource (409 -> re-read the job and write again). A pass never acts
+// on a cache that lags behind its own writes: until the caches show the creates, deletes and
+// status write of the previous pass (kube::Expectations), the key waits. Thread-safe as long
+// as one key is synced by one thread at a time (the work queue guarantees it).
 #pragma once
 
 #include <chrono>
@@ -17,8 +19,22 @@
 #include "operator/controller/reconciler.h"
 #include "operator/kube/client.h"
 #include "operator/kube/event_recorder.h"
+#include "operator/kube/expectations.h"
+#include "operator/kube/object_cache.h"
 
 namespace tj::controller {
+
+// Informer caches (kept filled by their informers) of the objects jobs own.
+struct OwnedObjectCaches {
+  const kube::ObjectCache* jobs = nullptr;  // TrainingJobs, whole (managedFields aside)
+  const kube::ObjectCache* pods = nullptr;  // labelled tjo.dev/job-name
+  const kube::ObjectCache* services = nullptr;
+  const kube::ObjectCache* secrets = nullptr;
+};
+
+// How long a pass waits for the caches to show its own creates and deletes before it acts on
+// what they show (client-go's expectations timeout).
+inline constexpr std::chrono::minutes kExpectationsTtl{5};
 
 struct ExecutorDeps {
   kube::Client* client = nullptr;           // required
@@ -32,6 +48,10 @@ struct ExecutorDeps {
   // The tail of a pod's trainer log; nullopt when it cannot be read.
   std::function<std::optional<std::string>(const std::string& ns, const std::string& pod)> pod_log;
   std::function<std::string()> random_key;  // a fresh rendezvous key
+  // Set: the job, its pods, Service and Secret are read from these caches, with expectations.
+  // Null: they are read live on every pass (no informers needed; tests of the executor alone).
+  std::optional<OwnedObjectCaches> caches;
+  Clock* clock = nullptr;  // for the expectations' TTL; null: the real clock
 };
 
 class Executor {
@@ -43,11 +63,17 @@ class Executor {
   StatusOr<std::optional<std::chrono::milliseconds>> Sync(const std::string& key);
 
  private:
-  Status Apply(const nlohmann::json& job, const Decision& d);
-  Status WriteStatus(const nlohmann::json& job, const nlohmann::json& status);
+  // Fills in.pods, in.service and in.secret of job `name` in `ns`.
+  Status ReadOwned(const std::string& key, const std::string& ns, const std::string& name,
+                   Observed* in);
+  Status Apply(const std::string& key, const nlohmann::json& job, const Decision& d);
+  Status Create(const std::string& key, const nlohmann::json& job, const Action& a);
+  Status WriteStatus(const std::string& key, const nlohmann::json& job,
+                     const nlohmann::json& status);
 
   ExecutorDeps deps_;
   ReconcilerOptions options_;
+  kube::Expectations expectations_;
 };
 
 // The last {"event":"evaluation",...} line of a trainer log, or null.

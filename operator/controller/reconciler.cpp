@@ -132,6 +132,7 @@ class Pass {
     a.kind = Action::Kind::kCreate;
     a.resource = r;
     a.name = NameOf(object);
+    if (r.plural == kube::resources::kPods.plural) created_pods_.push_back(object);
     a.object = std::move(object);
     d_.actions.push_back(std::move(a));
   }
@@ -162,6 +163,7 @@ class Pass {
   TrainingJobStatus status_;
   json original_;
   std::vector<json> pods_;
+  std::vector<json> created_pods_;  // by this pass: Pending, so active in replicaStatuses
   Decision d_;
 };
 
@@ -212,7 +214,11 @@ void Pass::Finished() {
 void Pass::ReplicaStatuses() {
   std::map<std::string, api::ReplicaStatus> out;
   for (const auto& [t, rs] : spec_.replica_specs) out[api::ToString(t)] = {};
-  for (const auto& p : pods_) {
+  std::vector<const json*> pods;
+  for (const auto& p : pods_) pods.push_back(&p);
+  for (const auto& p : created_pods_) pods.push_back(&p);
+  for (const json* pod : pods) {
+    const json& p = *pod;
     auto t = api::ParseReplicaType(Label(p, api::kLabelReplicaType));
     if (!t || !out.contains(api::ToString(*t))) continue;
     if (*t != ReplicaType::kEvaluator &&
@@ -606,7 +612,11 @@ Decision Pass::Run() {
   }
 
   Progress();
-  RequeueAfter(o_.progress_poll);
+  // Poll while a trainer runs (status.progress); pending pods are watched, not polled.
+  if (std::any_of(pods_.begin(), pods_.end(),
+                  [](const json& p) { return Phase(p) == "Running"; })) {
+    RequeueAfter(o_.progress_poll);
+  }
   return Done();
 }
 

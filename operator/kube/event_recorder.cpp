@@ -17,6 +17,63 @@ EventRecorder::EventRecorder(Client* client, std::string component, std::string 
       host_(std::move(host)),
       wall_clock_(std::move(wall_clock)) {}
 
+EventRecorder::~EventRecorder() {
+  if (sender_.joinable()) {
+    sender_.request_stop();
+    sender_.join();
+  }
+}
+
+void EventRecorder::RecordAsync(const json& object, const std::string& type,
+                                const std::string& reason, const std::string& message) {
+  // What Record() reads of the object: no need to keep its spec and status.
+  json ref = {{"apiVersion", object.value("apiVersion", "")}, {"kind", object.value("kind", "")}};
+  const json md = object.value("metadata", json::object());
+  for (const char* k : {"name", "namespace", "uid", "resourceVersion"}) {
+    if (md.contains(k)) ref["metadata"][k] = md[k];
+  }
+  std::string overflow;
+  {
+    std::lock_guard<std::mutex> lock(queue_mu_);
+    if (queue_.size() >= kMaxQueuedEvents) {
+      ++dropped_;
+      overflow = "dropped event " + reason + " for " +
+                 ObjectKey(md.value("namespace", ""), md.value("name", "")) + ": " +
+                 std::to_string(kMaxQueuedEvents) + " events are waiting for the API server (" +
+                 std::to_string(dropped_) + " dropped so far)";
+    } else {
+      queue_.push_back({std::move(ref), type, reason, message});
+      if (!sender_.joinable()) {
+        sender_ = std::jthread([this](std::stop_token stop) { SendLoop(stop); });
+      }
+    }
+  }
+  queue_cv_.notify_all();
+  if (!overflow.empty() && on_error_) on_error_(Status::Error(overflow));
+}
+
+void EventRecorder::SendLoop(std::stop_token stop) {
+  while (true) {
+    Pending p;
+    {
+      std::unique_lock<std::mutex> lock(queue_mu_);
+      sending_ = false;
+      queue_cv_.notify_all();
+      if (!queue_cv_.wait(lock, stop, [this] { return !queue_.empty(); })) return;
+      p = std::move(queue_.front());
+      queue_.pop_front();
+      sending_ = true;
+    }
+    Status s = Record(p.object, p.type, p.reason, p.message);
+    if (!s.ok() && on_error_) on_error_(s);
+  }
+}
+
+bool EventRecorder::Flush(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(queue_mu_);
+  return queue_cv_.wait_for(lock, timeout, [this] { return queue_.empty() && !sending_; });
+}
+
 Status EventRecorder::Record(const json& object, const std::string& type, const std::string& reason,
                              const std::string& message) {
   const json md = object.value("metadata", json::object());

@@ -1,13 +1,18 @@
 // Records core/v1 Events about objects, as `kubectl describe` shows them. An event repeated
 // (same object, type, reason and message) is not written again: the existing Event's count
-// and lastTimestamp are patched, as client-go's correlator does. Thread-safe.
+// and lastTimestamp are patched, as client-go's correlator does. RecordAsync() hands the
+// Event to a background thread (client-go's broadcaster), so a reconcile never waits for it.
+// Thread-safe.
 #pragma once
 
+#include <condition_variable>
+#include <deque>
 #include <functional>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 
 #include "common/status.h"
 #include "operator/kube/client.h"
@@ -27,7 +32,29 @@ class EventRecorder {
   Status Record(const nlohmann::json& object, const std::string& type, const std::string& reason,
                 const std::string& message);
 
+  // Record() on a background thread, in order; returns at once. At most kMaxQueuedEvents wait:
+  // more are dropped (and reported). Failures go to `on_error` when set (before the first
+  // call). Events still queued when the recorder is destroyed are dropped.
+  static constexpr size_t kMaxQueuedEvents = 1000;
+  void RecordAsync(const nlohmann::json& object, const std::string& type, const std::string& reason,
+                   const std::string& message);
+  void set_on_error(std::function<void(const Status&)> on_error) {
+    on_error_ = std::move(on_error);
+  }
+  // Blocks until every queued Event was written (or failed), at most `timeout`; for tests.
+  bool Flush(std::chrono::milliseconds timeout);
+
+  ~EventRecorder();
+  EventRecorder(const EventRecorder&) = delete;
+  EventRecorder& operator=(const EventRecorder&) = delete;
+
  private:
+  struct Pending {
+    nlohmann::json object;
+    std::string type, reason, message;
+  };
+  void SendLoop(std::stop_token stop);
+
   struct Seen {
     std::string ns, name;  // of the Event object
     int count = 0;
@@ -39,6 +66,14 @@ class EventRecorder {
   std::mutex mu_;
   std::map<std::string, Seen> seen_;  // correlation key -> Event. GUARDED_BY(mu_)
   uint64_t sequence_ = 0;             // GUARDED_BY(mu_)
+
+  std::function<void(const Status&)> on_error_;
+  std::mutex queue_mu_;
+  std::condition_variable_any queue_cv_;
+  std::deque<Pending> queue_;  // GUARDED_BY(queue_mu_)
+  bool sending_ = false;       // GUARDED_BY(queue_mu_)
+  uint64_t dropped_ = 0;       // GUARDED_BY(queue_mu_)
+  std::jthread sender_;        // started by the first RecordAsync()
 };
 
 }  // namespace tj::kube

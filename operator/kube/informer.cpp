@@ -6,6 +6,12 @@
 
 namespace tj::kube {
 
+void StripManagedFields(nlohmann::json& object) {
+  if (object.is_object() && object.contains("metadata") && object["metadata"].is_object()) {
+    object["metadata"].erase("managedFields");
+  }
+}
+
 Informer::Informer(Client* client, Clock* clock, InformerOptions options, EventLog* log)
     : client_(client), clock_(clock), options_(std::move(options)), log_(log) {
   if (!options_.initial_resource_version.empty()) {
@@ -68,7 +74,12 @@ bool Informer::ListAll() {
     return false;
   }
   std::vector<nlohmann::json> items;
-  for (auto& item : (*list)["items"]) items.push_back(std::move(item));
+  items.reserve((*list)["items"].size());
+  for (auto& item : (*list)["items"]) {
+    if (options_.transform) options_.transform(item);
+    items.push_back(std::move(item));
+  }
+  list->erase("items");  // the cache holds the only copy from here on
   auto delta = cache_.Replace(items);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -98,6 +109,7 @@ bool Informer::HandleEvent(const WatchEvent& ev) {
   if (ev.type == T::kError) {
     ApiError e = ev.AsError();
     if (IsGone(e)) {
+      Warn("watch from version " + last_resource_version() + ": 410 Gone; listing again");
       need_list_ = true;  // our version is too old: start over from a list
     } else {
       Warn("watch error event: " + e.ToString());
@@ -105,19 +117,25 @@ bool Informer::HandleEvent(const WatchEvent& ev) {
     return false;
   }
   std::string rv = ev.ResourceVersion();
-  if (ev.type == T::kAdded || ev.type == T::kModified) {
-    auto old = cache_.Upsert(ev.object);
-    for (const auto& h : handlers_) {
-      if (old && h.on_update) {
-        h.on_update(*old, ev.object);
-      } else if (!old && h.on_add) {
-        h.on_add(ev.object);
+  if (ev.type != T::kAdded && ev.type != T::kModified && ev.type != T::kDeleted) {
+    // Bookmarks only move the version on.
+  } else {
+    nlohmann::json object = ev.object;
+    if (options_.transform) options_.transform(object);
+    if (ev.type == T::kDeleted) {
+      cache_.Remove(ObjectKey(object));
+      for (const auto& h : handlers_) {
+        if (h.on_delete) h.on_delete(object);
       }
-    }
-  } else if (ev.type == T::kDeleted) {
-    auto old = cache_.Remove(ObjectKey(ev.object));
-    for (const auto& h : handlers_) {
-      if (h.on_delete) h.on_delete(ev.object);
+    } else {
+      auto old = cache_.Upsert(object);
+      for (const auto& h : handlers_) {
+        if (old && h.on_update) {
+          h.on_update(*old, object);
+        } else if (!old && h.on_add) {
+          h.on_add(object);
+        }
+      }
     }
   }
   if (!rv.empty()) {
@@ -159,6 +177,7 @@ void Informer::Run(std::stop_token stop) {
     if (stop.stop_requested()) break;
     if (!res.ok()) {
       if (IsGone(res.error())) {
+        Warn("watch from version " + wo.resource_version + ": 410 Gone; listing again");
         need_list_ = true;
         continue;
       }

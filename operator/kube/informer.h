@@ -36,7 +36,15 @@ struct InformerOptions {
   std::chrono::milliseconds max_backoff{30000};
   std::string initial_resource_version;  // start watching here without listing first (tests
                                          // and resumption); "" lists first
+  // Applied to every listed or watched object before it is cached and handed to the handlers
+  // (client-go's SetTransform): drop what the controller never reads (managedFields, a
+  // Secret's data) so the cache holds less. Null: objects are kept as the server sent them.
+  std::function<void(nlohmann::json& object)> transform;
 };
+
+// A transform that removes metadata.managedFields (server-side apply bookkeeping, often the
+// largest part of an object, never read by a controller).
+void StripManagedFields(nlohmann::json& object);
 
 struct ResourceEventHandlers {
   std::function<void(const nlohmann::json&)> on_add;

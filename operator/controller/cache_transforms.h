@@ -1,0 +1,27 @@
+// What the operator's informer caches keep of each object (kube::InformerOptions::transform):
+// only the fields the reconciler and the executor read, so the caches of a large cluster stay
+// small. A field the reconciler starts to read must be kept here too; the unit tests of this
+// file and the load test (tests/load/) notice when it is not.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+namespace tj::controller {
+
+// A pod as the reconciler reads it: metadata without managedFields and annotations; of the
+// spec only each container's name and args (the trainer's --status-port); of the status the
+// phase, reason, podIP and containerStatuses. Drops the env (TF_CONFIG), volumes, conditions.
+void TrimPodForCache(nlohmann::json& pod);
+
+// Only what names an object and ties it to its job: name, namespace, uid, resourceVersion,
+// generation, labels, deletionTimestamp. For the Services and Secrets: only their existence
+// matters (and no Secret data stays in memory).
+void KeepIdentity(nlohmann::json& object);
+
+// Whether an update changed nothing the reconciler reads: the two objects (as transformed
+// above) differ in metadata.resourceVersion only, e.g. a pod condition written by the
+// scheduler on a pod the cache keeps trimmed. A resync (same version)
+// is not such an update.
+bool OnlyVersionChanged(const nlohmann::json& old_obj, const nlohmann::json& new_obj);
+
+}  // namespace tj::controller
