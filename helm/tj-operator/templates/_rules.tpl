@@ -2,11 +2,14 @@
 The operator's permissions, shared by the ClusterRole and the per-namespace Roles:
 - trainingjobs: read and watch them; delete a finished one after ttlSecondsAfterFinished
   (it never changes a job's spec or metadata: no update, no patch);
-- trainingjobs/status: conditions, replica counts, progress (the status subresource);
+- trainingjobs/status: update (PUT) of conditions, replica counts, progress; it reads a job
+  through the main resource and never patches status;
 - trainingjobs/finalizers: update, so owner references with blockOwnerDeletion pass the
   OwnerReferencesPermissionEnforcement admission plugin where a cluster enables it;
 - pods, services, secrets: what a job owns (one Pod per replica, the headless Service, the
-  rendezvous-key Secret): watched, created and deleted, never updated;
+  rendezvous-key Secret): listed, watched and created, never updated; pods are never read one
+  by one (no get); only pods are deleted (gang restarts, cleanPodPolicy), the Service and
+  Secret go with the job (garbage collector);
 - pods/log: get, to read the evaluator's final evaluation after its process has exited;
 - events: the decisions users must see (create, and patch to count repeats).
 */}}
@@ -16,13 +19,16 @@ The operator's permissions, shared by the ClusterRole and the per-namespace Role
   verbs: ["get", "list", "watch", "delete"]
 - apiGroups: ["tjo.dev"]
   resources: ["trainingjobs/status"]
-  verbs: ["get", "update", "patch"]
+  verbs: ["update"]
 - apiGroups: ["tjo.dev"]
   resources: ["trainingjobs/finalizers"]
   verbs: ["update"]
 - apiGroups: [""]
-  resources: ["pods", "services", "secrets"]
-  verbs: ["get", "list", "watch", "create", "delete"]
+  resources: ["pods"]
+  verbs: ["list", "watch", "create", "delete"]
+- apiGroups: [""]
+  resources: ["services", "secrets"]
+  verbs: ["get", "list", "watch", "create"]
 - apiGroups: [""]
   resources: ["pods/log"]
   verbs: ["get"]

@@ -9,30 +9,11 @@
 set -euo pipefail
 ROOT=$1
 BUILD=$2
-export TJ_BUILD_DIR=$BUILD
 export TJ_LOCAL_CLUSTER_DIR=$BUILD/helm-e2e-cluster
-required() { [ -n "${CI:-}${TJ_REQUIRE_CLUSTER:-}${TJ_REQUIRE_HELM:-}" ]; }
-skip() { if required; then echo "FAIL $*"; exit 1; fi; echo "SKIP: $*"; exit 77; }
-t0=$SECONDS
-step() { echo "[$((SECONDS - t0))s] $*"; }
-
-for b in tj-local-node tj-operator tj-trainer; do
-  [ -x "$BUILD/bin/$b" ] || skip "$BUILD/bin/$b is not built"
-done
-HELM=$("$ROOT/hack/helm.sh" --path) || skip "no Helm (hack/helm.sh could not fetch it)"
-"$ROOT/hack/local-cluster.sh" build >/dev/null || skip "no Kubernetes binaries"
-
-cleanup() {
-  local rc=$?
-  if [ $rc -ne 0 ]; then
-    echo "--- operator log"; kubectl -n tj-system logs deploy/tj-operator --tail=30 || true
-    echo "--- pods"; kubectl get pods -A -o wide || true
-    echo "(cluster state kept in $TJ_LOCAL_CLUSTER_DIR)"
-  fi
-  "$ROOT/hack/local-cluster.sh" down >/dev/null 2>&1 || true
-  [ $rc -ne 0 ] || rm -rf "$TJ_LOCAL_CLUSTER_DIR"
-}
-trap cleanup EXIT
+# shellcheck source=../../support/cluster_e2e.sh
+. "$ROOT/tests/support/cluster_e2e.sh"
+e2e_prerequisites
+e2e_cleanup_on_exit
 export KUBECONFIG
 KUBECONFIG=$("$ROOT/hack/local-cluster.sh" up 2>/dev/null | tail -n1)
 step "cluster up"

@@ -1,0 +1,41 @@
+# Shared by the shell tests that run the operator on the local cluster through the Helm chart
+# (tests/integration/helm/helm_install_e2e.sh, tests/security/security_e2e.sh). Source it with
+# ROOT (the repository), BUILD (the build directory) and TJ_LOCAL_CLUSTER_DIR set:
+#   skip REASON          exit 77 (ctest: skipped), or fail when CI / TJ_REQUIRE_CLUSTER /
+#                        TJ_REQUIRE_HELM is set
+#   step TEXT            prints TEXT after the seconds since the test began
+#   e2e_prerequisites    skips unless tj-local-node, tj-operator, tj-trainer are built, Helm
+#                        can be had (sets HELM) and the Kubernetes binaries are there
+#   e2e_cleanup_on_exit [PATH...]   on exit: the cluster goes down; on failure the operator's
+#                        log and the pods are printed and the state kept, on success the state
+#                        and PATHs are removed
+export TJ_BUILD_DIR=$BUILD
+required() { [ -n "${CI:-}${TJ_REQUIRE_CLUSTER:-}${TJ_REQUIRE_HELM:-}" ]; }
+skip() { if required; then echo "FAIL $*"; exit 1; fi; echo "SKIP: $*"; exit 77; }
+t0=$SECONDS
+step() { echo "[$((SECONDS - t0))s] $*"; }
+
+e2e_prerequisites() {
+  local b
+  for b in tj-local-node tj-operator tj-trainer; do
+    [ -x "$BUILD/bin/$b" ] || skip "$BUILD/bin/$b is not built"
+  done
+  HELM=$("$ROOT/hack/helm.sh" --path) || skip "no Helm (hack/helm.sh could not fetch it)"
+  "$ROOT/hack/local-cluster.sh" build >/dev/null || skip "no Kubernetes binaries"
+}
+
+E2E_REMOVE_ON_SUCCESS=()
+e2e_cleanup() {
+  local rc=$?
+  if [ $rc -ne 0 ]; then
+    echo "--- operator log"; kubectl -n tj-system logs deploy/tj-operator --tail=30 || true
+    echo "--- pods"; kubectl get pods -A -o wide || true
+    echo "(cluster state kept in $TJ_LOCAL_CLUSTER_DIR ${E2E_REMOVE_ON_SUCCESS[*]})"
+  fi
+  "$ROOT/hack/local-cluster.sh" down >/dev/null 2>&1 || true
+  [ $rc -ne 0 ] || rm -rf "$TJ_LOCAL_CLUSTER_DIR" "${E2E_REMOVE_ON_SUCCESS[@]}"
+}
+e2e_cleanup_on_exit() {
+  E2E_REMOVE_ON_SUCCESS=("$@")
+  trap e2e_cleanup EXIT
+}
