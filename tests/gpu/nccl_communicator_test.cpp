@@ -100,6 +100,7 @@ TEST(NcclCommunicatorTest, OneRankAllReduceLeavesTheDataAsItWas) {
   for (size_t i = 0; i < n; ++i) host[i] = static_cast<float>(i % 1000) * 0.5f - 3.0f;
   ASSERT_EQ(cudaMemcpy(dev.buffer, host.data(), n * sizeof(float), cudaMemcpyHostToDevice),
             cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   auto comm = ConnectNccl(Options(&bootstrap, 0, dev.stream, milliseconds(30000)));
   ASSERT_TRUE(comm.ok()) << comm.status().message();
   EXPECT_EQ((*comm)->size(), 1);
@@ -124,6 +125,7 @@ TEST(NcclCommunicatorTest, TwoRanksOnTwoGpusSumExactly) {
     std::vector<float> host(n);
     for (size_t i = 0; i < n; ++i) host[i] = static_cast<float>((i + rank * 7) % 64);
     cudaMemcpy(dev.buffer, host.data(), n * sizeof(float), cudaMemcpyHostToDevice);
+    cudaDeviceSynchronize();  // the copy ran on the legacy stream, NCCL runs on dev.stream
     auto comm = ConnectNccl(Options(&bootstrap, rank, dev.stream, milliseconds(30000)));
     if (!comm.ok()) {
       errors[rank] = comm.status().message();

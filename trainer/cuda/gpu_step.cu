@@ -294,9 +294,8 @@ class GpuStepImpl final : public GpuStep {
     TJ_CUBLAS(cublasSetWorkspace(blas_, blas_workspace_, kCublasWorkspaceBytes));
     TJ_RETURN_IF_ERROR(Own(&images_, size_t(count) * kInputPixels));
     TJ_RETURN_IF_ERROR(Own(&labels_, size_t(count)));
-    TJ_CUDA(cudaMemcpy(images_, images, size_t(count) * kInputPixels * sizeof(float),
-                       cudaMemcpyHostToDevice));
-    TJ_CUDA(cudaMemcpy(labels_, labels, size_t(count), cudaMemcpyHostToDevice));
+    TJ_RETURN_IF_ERROR(Upload(images_, images, size_t(count) * kInputPixels));
+    TJ_RETURN_IF_ERROR(Upload(labels_, labels, size_t(count)));
     TJ_RETURN_IF_ERROR(Own(&order_, size_t(count)));
     TJ_RETURN_IF_ERROR(Own(&params_, Layout::kCount));
     TJ_RETURN_IF_ERROR(Own(&grad_, kReduceCount));
@@ -347,8 +346,7 @@ class GpuStepImpl final : public GpuStep {
                            int64_t* iterations) override {
     TJ_RETURN_IF_ERROR(Download(m_, m));
     TJ_RETURN_IF_ERROR(Download(v_, v));
-    TJ_CUDA(cudaMemcpy(iterations, iterations_, sizeof(int64_t), cudaMemcpyDeviceToHost));
-    return Status::Ok();
+    return DownloadTo(iterations, iterations_, 1);
   }
   Status SetEpochSums(double loss_sum, double correct) override {
     const double sums[2] = {loss_sum, correct};
@@ -356,8 +354,7 @@ class GpuStepImpl final : public GpuStep {
   }
   Status GetEpochSums(double* loss_sum, double* correct) override {
     double sums[2];
-    TJ_RETURN_IF_ERROR(Synchronize());
-    TJ_CUDA(cudaMemcpy(sums, sums_, sizeof sums, cudaMemcpyDeviceToHost));
+    TJ_RETURN_IF_ERROR(DownloadTo(sums, sums_, 2));
     *loss_sum = sums[0];
     *correct = sums[1];
     return Status::Ok();
@@ -374,7 +371,7 @@ class GpuStepImpl final : public GpuStep {
     }
     // The previous epoch's replays read order_ and the scalars: finish them first.
     TJ_RETURN_IF_ERROR(Synchronize());
-    TJ_CUDA(cudaMemcpy(order_, order, size_t(count) * sizeof(uint32_t), cudaMemcpyHostToDevice));
+    TJ_RETURN_IF_ERROR(Upload(order_, order, size_t(count)));
     order_count_ = count;
     TJ_RETURN_IF_ERROR(Upload(slice_, &first_slice, 1));
     TJ_RETURN_IF_ERROR(Upload(learning_rate_, &learning_rate, 1));
@@ -425,18 +422,14 @@ class GpuStepImpl final : public GpuStep {
                              " out of range (" + std::to_string(count_) + " images)");
       }
     }
-    TJ_RETURN_IF_ERROR(Synchronize());
-    TJ_CUDA(cudaMemcpy(index_, index, size_t(rows) * sizeof(uint32_t), cudaMemcpyHostToDevice));
+    TJ_RETURN_IF_ERROR(Upload(index_, index, size_t(rows)));
     TJ_RETURN_IF_ERROR(EnqueueForwardBackward(rows, scale));
     BatchTail<<<1, 1, 0, stream_>>>(row_loss_, row_correct_, rows, grad_ + Layout::kCount);
     TJ_CUDA(cudaGetLastError());
-    TJ_RETURN_IF_ERROR(Synchronize());
     std::vector<double> host_loss(rows);
     std::vector<int> host_correct(rows);
-    TJ_CUDA(cudaMemcpy(host_loss.data(), row_loss_, size_t(rows) * sizeof(double),
-                       cudaMemcpyDeviceToHost));
-    TJ_CUDA(cudaMemcpy(host_correct.data(), row_correct_, size_t(rows) * sizeof(int),
-                       cudaMemcpyDeviceToHost));
+    TJ_RETURN_IF_ERROR(DownloadTo(host_loss.data(), row_loss_, size_t(rows)));
+    TJ_RETURN_IF_ERROR(DownloadTo(host_correct.data(), row_correct_, size_t(rows)));
     *loss_sum = 0.0;
     *correct = 0;
     for (int r = 0; r < rows; ++r) {
@@ -508,18 +501,21 @@ class GpuStepImpl final : public GpuStep {
     owned_.push_back(*p);
     return Status::Ok();
   }
-  // Host to device, ordered after the work already on the stream.
+  // Copies on stream_ (which does not synchronise with the legacy default stream), complete
+  // when these return: after the work already queued, before any queued later.
   template <typename T>
   Status Upload(T* dst, const T* src, size_t count) {
-    TJ_RETURN_IF_ERROR(Synchronize());
-    TJ_CUDA(cudaMemcpy(dst, src, count * sizeof(T), cudaMemcpyHostToDevice));
-    return Status::Ok();
+    TJ_CUDA(cudaMemcpyAsync(dst, src, count * sizeof(T), cudaMemcpyHostToDevice, stream_));
+    return Synchronize();
+  }
+  template <typename T>
+  Status DownloadTo(T* dst, const T* src, size_t count) {
+    TJ_CUDA(cudaMemcpyAsync(dst, src, count * sizeof(T), cudaMemcpyDeviceToHost, stream_));
+    return Synchronize();
   }
   Status Download(const float* src, std::vector<float>* out) {
-    TJ_RETURN_IF_ERROR(Synchronize());
     out->resize(Layout::kCount);
-    TJ_CUDA(cudaMemcpy(out->data(), src, Layout::kCount * sizeof(float), cudaMemcpyDeviceToHost));
-    return Status::Ok();
+    return DownloadTo(out->data(), src, Layout::kCount);
   }
 
   int count_ = 0;
