@@ -11,15 +11,13 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 WHAT=${1:-all}
 BUNDLE=$PWD/.gpu-bundle
-FINAL_OUT=${OUT:-$PWD/.gpu-check-out}
+# The reports are written straight into $OUT (so a run killed at the time limit still returns
+# what it had), the raw logs into a scratch folder packed into $OUT/logs.tar.gz on exit.
+REPORTS=${OUT:-$PWD/.gpu-check-out}
+mkdir -p "$REPORTS"
 OUT=$(mktemp -d /tmp/gpu-check.XXXXXX)
-mkdir -p "$FINAL_OUT"
-# Whatever happens (a failed step, the time limit's TERM), the reports go where the tool looks.
-deliver() {
-  for f in env.txt tests.log bench.log RESULTS.md; do [ -f "$OUT/$f" ] && cp "$OUT/$f" "$FINAL_OUT/"; done
-  tar -C "$OUT" -czf "$FINAL_OUT/logs.tar.gz" . 2>/dev/null
-}
-trap deliver EXIT
+for f in env.txt tests.log bench.log RESULTS.md; do ln -s "$REPORTS/$f" "$OUT/$f"; done
+trap 'tar -C "$OUT" -czhf "$REPORTS/logs.tar.gz" . 2>/dev/null' EXIT
 [ -x "$BUNDLE/bin/tj-trainer" ] ||
   { echo "gpu-check: no $BUNDLE/bin/tj-trainer: run hack/gpu-bundle.sh first and carry .gpu-bundle" >&2; exit 1; }
 PYTHON=${PYTHON:-python3}
@@ -62,7 +60,7 @@ if [ "$WHAT" = all ] || [ "$WHAT" = tests ]; then
   : >"$OUT/tests.log"
   for t in gpu_step_test gpu_backend_test nccl_communicator_test; do
     echo "== $t" | tee -a "$OUT/tests.log"
-    tj timeout 300 "$BUNDLE/bin/$t" --gtest_color=no >"$OUT/$t.log" 2>&1
+    tj timeout 120 "$BUNDLE/bin/$t" --gtest_color=no >"$OUT/$t.log" 2>&1
     rc=$?
     cat "$OUT/$t.log" >>"$OUT/tests.log"
     grep -E '^\[ +(OK|FAILED|SKIPPED|PASSED) +\]' "$OUT/$t.log"
@@ -72,8 +70,8 @@ if [ "$WHAT" = all ] || [ "$WHAT" = tests ]; then
   # GPUs two processes (one per GPU, NCCL) against one.
   if [ "$gpus" -ge 1 ]; then
     short="--data-dir $BUNDLE/data --epochs 1 --steps-per-epoch 200 --batch-size 64"
-    tj "$BUNDLE/bin/tj-trainer" --device gpu $short >"$OUT/short_gpu.jsonl" 2>>"$OUT/tests.log" || status=1
-    tj "$BUNDLE/bin/tj-trainer" --device cpu $short >"$OUT/short_cpu.jsonl" 2>>"$OUT/tests.log" || status=1
+    tj timeout 120 "$BUNDLE/bin/tj-trainer" --device gpu $short >"$OUT/short_gpu.jsonl" 2>>"$OUT/tests.log" || status=1
+    tj timeout 120 "$BUNDLE/bin/tj-trainer" --device cpu $short >"$OUT/short_cpu.jsonl" 2>>"$OUT/tests.log" || status=1
     echo "== short run, GPU then CPU:" | tee -a "$OUT/tests.log"
     grep -h train_end "$OUT/short_gpu.jsonl" "$OUT/short_cpu.jsonl" | tee -a "$OUT/tests.log"
   fi
@@ -82,7 +80,7 @@ if [ "$WHAT" = all ] || [ "$WHAT" = tests ]; then
     cluster="{\"worker\":[\"localhost:$p0\",\"localhost:$p1\"]}"
     for r in 0 1; do
       TF_CONFIG="{\"cluster\":$cluster,\"task\":{\"type\":\"worker\",\"index\":$r}}" LOCAL_RANK=$r \
-        tj timeout 300 "$BUNDLE/bin/tj-trainer" --device gpu $short >"$OUT/two_gpus_$r.jsonl" 2>>"$OUT/tests.log" &
+        tj timeout 120 "$BUNDLE/bin/tj-trainer" --device gpu $short >"$OUT/two_gpus_$r.jsonl" 2>>"$OUT/tests.log" &
     done
     wait || status=1
     echo "== two processes on two GPUs (NCCL):" | tee -a "$OUT/tests.log"
@@ -100,5 +98,5 @@ if [ "$WHAT" = all ] || [ "$WHAT" = bench ]; then
     echo "== bench: skipped, no GPU here" | tee "$OUT/bench.log"
   fi
 fi
-echo "gpu-check: done (exit $status); reports in $FINAL_OUT"
+echo "gpu-check: done (exit $status); reports in $REPORTS"
 exit $status

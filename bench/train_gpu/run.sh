@@ -27,11 +27,12 @@ eager_cmd="$PYTHON bench/train_gpu/pytorch_seeds_gpu.py --data-dir $DATA_DIR --e
 compile_cmd="${eager_cmd/--mode eager/--mode compile}"
 
 echo "train_gpu: tj-trainer on the GPU (graphs), then without graphs, on the CPU, PyTorch eager, PyTorch compile" >&2
-tj $gpu_cmd >"$LOGS/tj_gpu.jsonl" 2>"$LOGS/tj_gpu.err"; tj_gpu_rc=$?
-TJ_GPU_GRAPHS=0 tj $gpu_cmd >"$LOGS/tj_gpu_nographs.jsonl" 2>"$LOGS/tj_gpu_nographs.err"; tj_nog_rc=$?
-tj $cpu_cmd >"$LOGS/tj_cpu.jsonl" 2>"$LOGS/tj_cpu.err"; tj_cpu_rc=$?
-$eager_cmd >"$LOGS/pt_eager.jsonl" 2>"$LOGS/pt_eager.err"; pt_eager_rc=$?
-timeout 400 $compile_cmd >"$LOGS/pt_compile.jsonl" 2>"$LOGS/pt_compile.err"; pt_compile_rc=$?
+# Each run is bounded, so that the whole fits one 10-minute device call.
+tj timeout 120 $gpu_cmd >"$LOGS/tj_gpu.jsonl" 2>"$LOGS/tj_gpu.err"; tj_gpu_rc=$?
+TJ_GPU_GRAPHS=0 tj timeout 120 $gpu_cmd >"$LOGS/tj_gpu_nographs.jsonl" 2>"$LOGS/tj_gpu_nographs.err"; tj_nog_rc=$?
+tj timeout 150 $cpu_cmd >"$LOGS/tj_cpu.jsonl" 2>"$LOGS/tj_cpu.err"; tj_cpu_rc=$?
+timeout 120 $eager_cmd >"$LOGS/pt_eager.jsonl" 2>"$LOGS/pt_eager.err"; pt_eager_rc=$?
+timeout 200 $compile_cmd >"$LOGS/pt_compile.jsonl" 2>"$LOGS/pt_compile.err"; pt_compile_rc=$?
 
 # One table row per run, and the criteria, from the JSON lines (Python: the device has it).
 "$PYTHON" - "$LOGS" "$RESULTS" "$EPOCHS" <<PY
