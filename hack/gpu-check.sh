@@ -71,9 +71,10 @@ if [ "$WHAT" = all ] || [ "$WHAT" = tests ]; then
   if [ "$gpus" -ge 1 ]; then
     short="--data-dir $BUNDLE/data --epochs 1 --steps-per-epoch 200 --batch-size 64"
     tj timeout 120 "$BUNDLE/bin/tj-trainer" --device gpu $short >"$OUT/short_gpu.jsonl" 2>>"$OUT/tests.log" || status=1
+    TJ_GPU_CONV=cudnn tj timeout 120 "$BUNDLE/bin/tj-trainer" --device gpu $short >"$OUT/short_gpu_cudnn.jsonl" 2>>"$OUT/tests.log" || status=1
     tj timeout 120 "$BUNDLE/bin/tj-trainer" --device cpu $short >"$OUT/short_cpu.jsonl" 2>>"$OUT/tests.log" || status=1
-    echo "== short run, GPU then CPU:" | tee -a "$OUT/tests.log"
-    grep -h train_end "$OUT/short_gpu.jsonl" "$OUT/short_cpu.jsonl" | tee -a "$OUT/tests.log"
+    echo "== short run: GPU, GPU with cuDNN's convolution, CPU:" | tee -a "$OUT/tests.log"
+    grep -h train_end "$OUT/short_gpu.jsonl" "$OUT/short_gpu_cudnn.jsonl" "$OUT/short_cpu.jsonl" | tee -a "$OUT/tests.log"
   fi
   if [ "$gpus" -ge 2 ]; then
     p0=$((20000 + RANDOM % 10000)); p1=$((p0 + 1))

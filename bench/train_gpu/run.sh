@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# GPU training: tj-trainer --device gpu against PyTorch (eager, and torch.compile where it
+# GPU training: tj-trainer --device gpu (the fused convolution; also TJ_GPU_CONV=cudnn and
+# TJ_GPU_GRAPHS=0 to measure those choices) against PyTorch (eager, and torch.compile where it
 # works) with the same model, recipe and batch (64) on the same GPU, 12 epochs each; plus
 # tj-trainer --device cpu for the accuracy criterion. Writes RESULTS.md (RESULTS=path to
 # change where) with the GPU's name, the commands, times, images/s and test accuracies, and
@@ -26,10 +27,11 @@ cpu_cmd="$TRAINER --device cpu $common"
 eager_cmd="$PYTHON bench/train_gpu/pytorch_seeds_gpu.py --data-dir $DATA_DIR --epochs $EPOCHS --batch-size 64 --mode eager"
 compile_cmd="${eager_cmd/--mode eager/--mode compile}"
 
-echo "train_gpu: tj-trainer on the GPU (graphs), then without graphs, on the CPU, PyTorch eager, PyTorch compile" >&2
+echo "train_gpu: tj-trainer on the GPU (graphs; without graphs; cuDNN conv), on the CPU, PyTorch eager, PyTorch compile" >&2
 # Each run is bounded, so that the whole fits one 10-minute device call.
 tj timeout 120 $gpu_cmd >"$LOGS/tj_gpu.jsonl" 2>"$LOGS/tj_gpu.err"; tj_gpu_rc=$?
 TJ_GPU_GRAPHS=0 tj timeout 120 $gpu_cmd >"$LOGS/tj_gpu_nographs.jsonl" 2>"$LOGS/tj_gpu_nographs.err"; tj_nog_rc=$?
+TJ_GPU_CONV=cudnn tj timeout 120 $gpu_cmd >"$LOGS/tj_gpu_cudnn.jsonl" 2>"$LOGS/tj_gpu_cudnn.err"; tj_cudnn_rc=$?
 tj timeout 150 $cpu_cmd >"$LOGS/tj_cpu.jsonl" 2>"$LOGS/tj_cpu.err"; tj_cpu_rc=$?
 timeout 120 $eager_cmd >"$LOGS/pt_eager.jsonl" 2>"$LOGS/pt_eager.err"; pt_eager_rc=$?
 timeout 200 $compile_cmd >"$LOGS/pt_compile.jsonl" 2>"$LOGS/pt_compile.err"; pt_compile_rc=$?
@@ -51,6 +53,7 @@ def err_tail(name):
     except OSError: return ""
 runs = [("tj-trainer --device gpu", "tj_gpu", "$gpu_cmd", $tj_gpu_rc),
         ("tj-trainer --device gpu, TJ_GPU_GRAPHS=0", "tj_gpu_nographs", "TJ_GPU_GRAPHS=0 $gpu_cmd", $tj_nog_rc),
+        ("tj-trainer --device gpu, TJ_GPU_CONV=cudnn", "tj_gpu_cudnn", "TJ_GPU_CONV=cudnn $gpu_cmd", $tj_cudnn_rc),
         ("tj-trainer --device cpu", "tj_cpu", "$cpu_cmd", $tj_cpu_rc),
         ("PyTorch eager", "pt_eager", "$eager_cmd", $pt_eager_rc),
         ("PyTorch torch.compile", "pt_compile", "$compile_cmd", $pt_compile_rc)]

@@ -7,6 +7,9 @@
 
 #include "trainer/cuda/gpu_step.h"
 #include "trainer/nn/model.h"
+#ifdef TJ_HAVE_CUDNN
+#include "trainer/cuda/cudnn_conv.h"
+#endif
 
 namespace tj::cuda {
 namespace {
@@ -264,6 +267,22 @@ bool GraphsEnabled() {
   return !(v && std::string(v) == "0");
 }
 
+// TJ_GPU_CONV=own (default) | cudnn: which convolution the step uses (to measure both).
+StatusOr<bool> UseCudnnConv() {
+  const char* v = std::getenv("TJ_GPU_CONV");
+  const std::string conv = v ? v : "own";
+  if (conv == "own") return false;
+  if (conv != "cudnn") {
+    return Status::Error("TJ_GPU_CONV=" + conv + ": expected own (the fused kernel) or cudnn");
+  }
+#ifdef TJ_HAVE_CUDNN
+  return true;
+#else
+  return Status::Error(
+      "TJ_GPU_CONV=cudnn: this build has no cuDNN; unset it or rebuild with cuDNN");
+#endif
+}
+
 constexpr size_t kReduceCount = Layout::kCount + 2;
 constexpr size_t kCublasWorkspaceBytes = size_t{4} << 20;
 
@@ -283,6 +302,8 @@ class GpuStepImpl final : public GpuStep {
     count_ = count;
     max_rows_ = max_rows;
     use_graphs_ = GraphsEnabled();
+    auto cudnn = UseCudnnConv();
+    if (!cudnn.ok()) return cudnn.status();
     TJ_CUDA(cudaSetDevice(device));
     TJ_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     TJ_CUBLAS(cublasCreate(&blas_));
@@ -323,6 +344,13 @@ class GpuStepImpl final : public GpuStep {
     TJ_RETURN_IF_ERROR(Own(&dlogits_, rows * kClasses));
     TJ_RETURN_IF_ERROR(Own(&row_loss_, rows));
     TJ_RETURN_IF_ERROR(Own(&row_correct_, rows));
+#ifdef TJ_HAVE_CUDNN
+    if (*cudnn) {
+      auto conv = CudnnConv::Create(max_rows, stream_);
+      if (!conv.ok()) return conv.status();
+      cudnn_conv_ = std::move(*conv);
+    }
+#endif
     TJ_CUDA(cudaDeviceSynchronize());
     return Status::Ok();
   }
@@ -405,6 +433,12 @@ class GpuStepImpl final : public GpuStep {
     return update_graph_.Launch(stream_);
   }
 
+  std::string convolution() const override {
+#ifdef TJ_HAVE_CUDNN
+    if (cudnn_conv_) return "cudnn";
+#endif
+    return "own";
+  }
   float* reduce_buffer() override { return grad_; }
   void* stream() override { return stream_; }
   Status Synchronize() override {
@@ -452,8 +486,16 @@ class GpuStepImpl final : public GpuStep {
   // The forward and backward kernels over index_[0..rows), on stream_.
   Status EnqueueForwardBackward(int rows, float scale) {
     const float* p = params_;
-    ConvReluPoolForward<<<rows, 256, 0, stream_>>>(images_, index_, p + Layout::kConvKernel,
-                                                   p + Layout::kConvBias, pooled_, argmax_);
+#ifdef TJ_HAVE_CUDNN
+    if (cudnn_conv_) {
+      TJ_RETURN_IF_ERROR(cudnn_conv_->Forward(images_, index_, rows, p + Layout::kConvKernel,
+                                              p + Layout::kConvBias, pooled_, argmax_));
+    } else
+#endif
+    {
+      ConvReluPoolForward<<<rows, 256, 0, stream_>>>(images_, index_, p + Layout::kConvKernel,
+                                                     p + Layout::kConvBias, pooled_, argmax_);
+    }
     const float one = 1.0f, zero = 0.0f;
     // hidden (col-major 64 x rows) = W1 (row-major 64 x 5408, i.e. col-major 5408 x 64)^T . pooled
     TJ_CUBLAS(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, kHidden, rows, kFlat, &one,
@@ -471,8 +513,16 @@ class GpuStepImpl final : public GpuStep {
     // dW1 (col-major 5408 x 64) = pooled (5408 x rows) . dhidden^T (rows x 64)
     TJ_CUBLAS(cublasSgemm(blas_, CUBLAS_OP_N, CUBLAS_OP_T, kFlat, kHidden, rows, &one, pooled_,
                           kFlat, dhidden_, kHidden, &zero, grad_ + Layout::kDense1Kernel, kFlat));
-    ConvBackwardParams<<<32, 256, 0, stream_>>>(images_, index_, pooled_, argmax_, dpooled_, rows,
-                                                grad_ + Layout::kConvKernel);
+#ifdef TJ_HAVE_CUDNN
+    if (cudnn_conv_) {
+      TJ_RETURN_IF_ERROR(cudnn_conv_->BackwardParams(pooled_, argmax_, dpooled_, rows,
+                                                     grad_ + Layout::kConvKernel));
+    } else
+#endif
+    {
+      ConvBackwardParams<<<32, 256, 0, stream_>>>(images_, index_, pooled_, argmax_, dpooled_, rows,
+                                                  grad_ + Layout::kConvKernel);
+    }
     const int small = kHidden + kClasses * kHidden + kClasses;
     SmallGradients<<<(small + 255) / 256, 256, 0, stream_>>>(hidden_, dlogits_, dhidden_, rows,
                                                              grad_);
@@ -545,6 +595,9 @@ class GpuStepImpl final : public GpuStep {
   int* row_correct_ = nullptr;
   Graph gradients_graph_;
   Graph update_graph_;
+#ifdef TJ_HAVE_CUDNN
+  std::unique_ptr<CudnnConv> cudnn_conv_;  // set: the convolution goes through cuDNN
+#endif
 };
 
 }  // namespace

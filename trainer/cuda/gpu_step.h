@@ -64,6 +64,8 @@ class GpuStep {
   // Adds reduce_buffer()'s loss and correct to the epoch sums, applies one Keras-Adam update
   // (see trainer/nn/adam.h) with its gradients, and advances the slice.
   virtual Status EnqueueUpdate() = 0;
+  // The convolution in use: "own" (the fused kernel) or "cudnn" (TJ_GPU_CONV=cudnn).
+  virtual std::string convolution() const = 0;
   // Device pointer to kCount + 2 floats (gradients, loss sum, correct), for an all-reduce.
   virtual float* reduce_buffer() = 0;
   // The cudaStream_t every call above enqueues on (as void*, so that this header needs no

@@ -13,7 +13,8 @@ namespace {
 class GpuBackend final : public StepBackend {
  public:
   GpuBackend(std::unique_ptr<cuda::GpuStep> step, int device)
-      : step_(std::move(step)), description_("gpu " + cuda::DeviceDescription(device)) {}
+      : step_(std::move(step)),
+        description_("gpu " + cuda::DeviceDescription(device) + ", conv " + step_->convolution()) {}
 
   std::string description() const override { return description_; }
   bool device_buffers() const override { return true; }
