@@ -4,7 +4,7 @@
 #   hack/test-sanitized.sh [asan|tsan|all]      default: all
 #
 #   asan  build-asan/, -DTJ_SANITIZE=ON (AddressSanitizer + UndefinedBehaviorSanitizer, gcc):
-#         every test labelled `unit` or `integration` but not `e2e` (the e2e tests run whole
+#         builds only what the selected tests run, then every test labelled `unit` or `integration` but not `e2e` (the e2e tests run whole
 #         jobs end to end, which take several times longer under ASan and exercise the same
 #         code as the integration tests), then the `fuzz` corpus replay.
 #   tsan  build-tsan/, -fsanitize=thread through CMAKE_CXX_FLAGS (no option needed):
@@ -52,10 +52,24 @@ run_asan() {
   export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
   phase "asan configure" cmake -S "$REPO_ROOT" -B "$ASAN_BUILD" -DTJ_SANITIZE=ON \
     -DTJ_WITH_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null || return
-  phase "asan build" cmake --build "$ASAN_BUILD" -j"$JOBS" || return
-  phase "asan cluster binaries" cluster_binaries "$ASAN_BUILD" || return
   local exclude=()
   [ -z "$ASAN_EXCLUDE" ] || exclude=(-LE "$ASAN_EXCLUDE")
+  # Only what the selected tests run: their binaries (ctest names them after their targets),
+  # the fuzz replay runners and the three programs; not the benchmarks or the e2e tests.
+  local defined targets=(tj-operator tj-trainer tj-local-node) t
+  defined=$(cmake --build "$ASAN_BUILD" --target help)
+  for t in $( (ctest --test-dir "$ASAN_BUILD" -N -L "$ASAN_LABELS" "${exclude[@]}"
+               ctest --test-dir "$ASAN_BUILD" -N -L fuzz) | sed -n 's/^ *Test *#[0-9]*: //p'); do
+    t=${t#fuzz_replay_}
+    if grep -qw -- "$t" <<<"$defined"; then
+      targets+=("$t")
+    elif grep -qw -- "${t}_fuzz_replay" <<<"$defined"; then
+      targets+=("${t}_fuzz_replay")
+    fi
+  done
+  phase "asan build (${#targets[@]} targets)" \
+    cmake --build "$ASAN_BUILD" -j"$JOBS" --target "${targets[@]}" || return
+  phase "asan cluster binaries" cluster_binaries "$ASAN_BUILD" || return
   phase "asan ctest -L '$ASAN_LABELS' ${exclude[*]}" \
     ctest --test-dir "$ASAN_BUILD" --output-on-failure -j"$JOBS" -L "$ASAN_LABELS" \
     "${exclude[@]}" "${EXTRA[@]}"
