@@ -10,6 +10,8 @@
 #include <system_error>
 #include <vector>
 
+#include "common/failpoint.h"
+
 namespace tj::checkpoint {
 namespace {
 
@@ -51,7 +53,8 @@ bool IsTempFileName(std::string_view name) {
   return name.size() > 1 && name[0] == '.' && name.find(kTempMarker) != std::string_view::npos;
 }
 
-Status WriteFileAtomically(const std::string& path, std::string_view bytes) {
+Status WriteFileAtomically(const std::string& path, std::string_view bytes,
+                           std::string_view before_rename_failpoint) {
   namespace fs = std::filesystem;
   const fs::path target(path);
   const std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
@@ -78,6 +81,7 @@ Status WriteFileAtomically(const std::string& path, std::string_view bytes) {
   int rc = ::close(fd);
   fd = -1;
   if (rc != 0) return fail("close of " + tmp + ": " + ErrnoText(errno));
+  if (!before_rename_failpoint.empty()) failpoint::Hit(before_rename_failpoint);
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
     return fail("rename of " + tmp + " to " + path + ": " + ErrnoText(errno));
   }

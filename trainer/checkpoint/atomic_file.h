@@ -12,7 +12,10 @@ namespace tj::checkpoint {
 
 // Writes `bytes` to `path` atomically and durably. The directory must exist. On failure the
 // temporary file is removed and `path` is left as it was. Thread-safe for distinct paths.
-Status WriteFileAtomically(const std::string& path, std::string_view bytes);
+// `before_rename_failpoint`, when given, is hit (common/failpoint.h) once the temporary file
+// is complete and closed, just before the rename: where fault tests kill a writer.
+Status WriteFileAtomically(const std::string& path, std::string_view bytes,
+                           std::string_view before_rename_failpoint = {});
 
 // True for the names WriteFileAtomically uses for its temporary files (".<name>.tmp.XXXXXX").
 // Such a file left in a directory is debris of a writer that crashed mid-write.

@@ -72,7 +72,8 @@ Status BackupManager::Save(const TrainingState& state) {
   if (!backups.ok()) return backups.status();
   const int64_t next = backups->empty() ? 1 : backups->front().first + 1;
   const std::string path = (fs::path(dir_) / FileName(next)).string();
-  TJ_RETURN_IF_ERROR(WriteStateFile(path, state).WithContext("saving backup"));
+  TJ_RETURN_IF_ERROR(
+      WriteStateFile(path, state, "backup.before_rename").WithContext("saving backup"));
 
   // The new file is durable; now older ones may go (the newest kKeep stay).
   backups->insert(backups->begin(), {next, path});

@@ -249,10 +249,11 @@ StatusOr<TrainingState> DecodeState(const std::string& bytes, const std::string&
   return state;
 }
 
-Status WriteStateFile(const std::string& path, const TrainingState& state) {
+Status WriteStateFile(const std::string& path, const TrainingState& state,
+                      std::string_view before_rename_failpoint) {
   StatusOr<std::string> bytes = EncodeState(state);
   if (!bytes.ok()) return bytes.status().WithContext("writing " + path);
-  return WriteFileAtomically(path, *bytes);
+  return WriteFileAtomically(path, *bytes, before_rename_failpoint);
 }
 
 StatusOr<TrainingState> ReadStateFile(const std::string& path) {

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -52,7 +53,9 @@ StatusOr<TrainingState> DecodeState(const std::string& bytes, const std::string&
 
 // Encodes and writes atomically and durably (temporary file, fsync, rename, fsync of the
 // directory). The directory must exist.
-Status WriteStateFile(const std::string& path, const TrainingState& state);
+// `before_rename_failpoint`: see WriteFileAtomically.
+Status WriteStateFile(const std::string& path, const TrainingState& state,
+                      std::string_view before_rename_failpoint = {});
 
 // Reads and verifies a file written by WriteStateFile. A missing file is an error that says
 // "missing" (callers that expect absence check first).

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 
 namespace tj::kube::testing {
@@ -310,6 +311,37 @@ std::string JobTest::FinalWeightsSha(const json& job) {
   const bool has_chief = job["spec"]["replicaSpecs"].contains("Chief");
   const auto ends = PodEvents(name + (has_chief ? "-chief-0" : "-worker-0"), "train_end");
   return ends.empty() ? "" : ends.back().value("weights_sha256", "");
+}
+
+std::string JobTest::ReferenceSha(const json& job, std::chrono::seconds timeout) {
+  static std::map<std::string, std::string> cache;  // spec -> digest; tests run one at a time
+  const std::string key = job.value("spec", json()).dump();
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  json pvc = ExampleDocs().at(0);
+  pvc["metadata"]["name"] = "reference-data";
+  EXPECT_TRUE(client_->Create(resources::kPersistentVolumeClaims, ns_, pvc).ok());
+  json reference = job;
+  reference["metadata"] = {{"name", "reference"}};
+  for (auto& [type, replica] : reference["spec"]["replicaSpecs"].items()) {
+    for (json& v : replica["template"]["spec"]["volumes"]) {
+      if (v.contains("persistentVolumeClaim")) {
+        v["persistentVolumeClaim"]["claimName"] = "reference-data";
+      }
+    }
+  }
+  auto created = client_->Create(api::kTrainingJobs, ns_, reference);
+  EXPECT_TRUE(created.ok()) << created.status().message();
+  reference = WaitFinished("reference", timeout);
+  const auto s = StatusOf(reference);
+  const std::string sha = FinalWeightsSha(reference);
+  if (!s.IsTrue("Succeeded") || s.restart_count != 0 || sha.size() != 64) {
+    ADD_FAILURE() << "the reference run did not succeed at once with a weights digest: "
+                  << reference.dump(2) << "\n"
+                  << PodLog("reference-worker-0");
+    return "";
+  }
+  cache[key] = sha;
+  return sha;
 }
 
 json JobTest::FirstBackup(const std::string& chief, std::chrono::seconds timeout) {

@@ -114,6 +114,11 @@ class JobTest : public ::testing::Test {
   // The last `train_end` line's weights_sha256 in the chief's log (the Chief pod, else worker
   // 0); empty when there is none.
   std::string FinalWeightsSha(const nlohmann::json& job);
+  // The final weights digest of `job` run without faults, as job "reference" in this test's
+  // namespace on a claim of its own (its backups and checkpoints must not meet the test's
+  // job). Cached per binary by the job's spec, so only the first test that asks pays for the
+  // run. Empty, with a test failure, when it does not succeed at once with a digest.
+  std::string ReferenceSha(const nlohmann::json& job, std::chrono::seconds timeout);
   // The first backup_saved event in the log of `chief` (waits for it; null at the timeout,
   // with a test failure).
   nlohmann::json FirstBackup(const std::string& chief, std::chrono::seconds timeout);

@@ -1,0 +1,197 @@
+// Workload faults on the local cluster (label `fault`): trainer processes killed by PID at
+// chosen moments (a worker mid-step, the chief while it writes a backup, the evaluator, two
+// in a row), each ending Succeeded with final weights bitwise equal to those of the same job
+// run without faults; and a job that keeps failing until backoffLimit is exhausted, which
+// must end Failed with a clear reason and nothing left running.
+//
+// The moments are made deterministic with the trainer's failpoints (common/failpoint.h),
+// set through the Worker template's env: `backup.before_rename=sleep:<ms>` holds every backup
+// write just before its rename; since the chief waits for the previous write before the next
+// one, this also paces training, so a fault lands while training is still going on.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "tests/e2e/support/e2e_support.h"
+
+namespace tj::kube {
+namespace {
+
+using nlohmann::json;
+using testing::Eventually;
+using testing::FaultJob;
+using testing::Kubectl;
+using testing::PaceFailpoint;
+using testing::StatusOf;
+using testing::TrainerPids;
+namespace fs = std::filesystem;
+using std::chrono::seconds;
+
+// Each backup write held this long (see PaceFailpoint).
+constexpr int kPaceMs = 400;
+const std::string kPace = PaceFailpoint(kPaceMs);
+
+constexpr char kJob[] = "fmnist";
+constexpr char kChief[] = "fmnist-worker-0";  // no Chief replica: worker 0 is the chief
+constexpr char kWorker1[] = "fmnist-worker-1";
+constexpr char kEvaluator[] = "fmnist-evaluator-0";
+const seconds kStartTimeout(180);   // from creation to the first backup
+const seconds kFinishTimeout(420);  // from the fault to the end, restarts included
+
+class FaultWorkload : public testing::JobTest {
+ protected:
+  // The final weights digest of FaultJob run without faults (the pace changes no result).
+  std::string ReferenceSha() { return JobTest::ReferenceSha(FaultJob(""), kFinishTimeout); }
+
+  // The job Succeeded, after `restarts` gang restarts, with the reference's weights.
+  void ExpectSucceededWithReferenceWeights(int restarts) {
+    const std::string reference = ReferenceSha();
+    json job = WaitFinished(kJob, kFinishTimeout);
+    const auto s = StatusOf(job);
+    ASSERT_TRUE(s.IsTrue("Succeeded")) << job.dump(2);
+    EXPECT_EQ(s.restart_count, restarts) << job.dump(2);
+    const std::string got = FinalWeightsSha(job);
+    EXPECT_EQ(got.size(), 64u) << PodLog(kChief);
+    EXPECT_EQ(got, reference) << "the final weights differ from those of the uninterrupted run";
+  }
+
+  json FirstBackup() { return JobTest::FirstBackup(kChief, kStartTimeout); }
+  json WaitResumed(int n) { return JobTest::WaitResumed(kChief, n, kFinishTimeout); }
+
+  std::string Describe() { return Kubectl(cluster_, "-n " + ns_ + " describe tj " + kJob); }
+};
+
+TEST_F(FaultWorkload, UninterruptedRunIsTheReference) {
+  const std::string sha = ReferenceSha();
+  EXPECT_EQ(sha.size(), 64u);
+}
+
+TEST_F(FaultWorkload, WorkerKilledMidStepRestartsTheGangWithEqualWeights) {
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, FaultJob(kPace)).ok());
+  const json backup = FirstBackup();
+  ASSERT_TRUE(backup.is_object());
+  // Worker 1 is inside a step (computing, or waiting in the all-reduce for the chief).
+  ASSERT_GT(SignalTrainer(kWorker1, SIGKILL), 0);
+  const json restored = WaitResumed(1);
+  EXPECT_EQ(restored.value("path", "").rfind("/data/backup/backup-", 0), 0u) << restored.dump();
+  ExpectSucceededWithReferenceWeights(1);
+  const std::string d = Describe();
+  EXPECT_NE(d.find("GangRestart"), std::string::npos) << d;
+  EXPECT_NE(d.find(kWorker1), std::string::npos) << d;
+}
+
+TEST_F(FaultWorkload, ChiefKilledWhileWritingABackupResumesFromThePreviousOne) {
+  // The chief's second backup write holds 10 s between its temporary file and the rename.
+  ASSERT_TRUE(
+      client_->Create(api::kTrainingJobs, ns_, FaultJob("backup.before_rename=sleep:10000@2"))
+          .ok());
+  ASSERT_TRUE(WaitForPodLog(kChief, "failpoint backup.before_rename: sleep", kStartTimeout))
+      << PodLog(kChief);
+  const std::vector<json> saved = PodEvents(kChief, "backup_saved");
+  ASSERT_EQ(saved.size(), 1u) << PodLog(kChief);  // the first is durable, the second is not
+  const std::vector<pid_t> pids = TrainerPids(ns_, kChief);
+  ASSERT_EQ(pids.size(), 1u);
+  // What the chief sees of its backup directory: backup-1, and backup-2 only as a temporary
+  // file (through the process's own mount namespace, where the claim is mounted at /data).
+  const fs::path dir = "/proc/" + std::to_string(pids[0]) + "/root/data/backup";
+  std::error_code ec;
+  std::vector<std::string> names;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    names.push_back(it->path().filename().string());
+  }
+  ASSERT_FALSE(ec) << "listing " << dir << ": " << ec.message()
+                   << " (the example mounts its claim at /data: is tj-local-node running pods "
+                      "in mount namespaces, as it does as root?)";
+  EXPECT_TRUE(std::ranges::count(names, "backup-1") == 1 && !std::ranges::count(names, "backup-2"))
+      << ::testing::PrintToString(names);
+  EXPECT_TRUE(std::ranges::any_of(names, [](const std::string& n) {
+    return n.rfind(".backup-2.tmp.", 0) == 0;
+  })) << ::testing::PrintToString(names);
+  ASSERT_EQ(::kill(pids[0], SIGKILL), 0);
+
+  const json restored = WaitResumed(1);
+  EXPECT_TRUE(restored.value("path", "").ends_with("/backup-1")) << restored.dump();
+  EXPECT_EQ(restored.value("epoch", -1), saved[0].value("epoch", -2)) << restored.dump();
+  EXPECT_EQ(restored.value("step", -1), saved[0].value("step", -2)) << restored.dump();
+  ExpectSucceededWithReferenceWeights(1);
+}
+
+TEST_F(FaultWorkload, EvaluatorKilledIsRestartedAloneAndEvaluatesTheFinalCheckpoint) {
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, FaultJob(kPace)).ok());
+  ASSERT_TRUE(WaitForPodLog(kEvaluator, "\"evaluation\"", kStartTimeout)) << PodLog(kEvaluator);
+  ASSERT_GT(SignalTrainer(kEvaluator, SIGKILL), 0);
+  ExpectSucceededWithReferenceWeights(0);  // the evaluator does not restart the gang
+  const json job = Get(kJob);
+  const auto s = StatusOf(job);
+  EXPECT_EQ(s.evaluator_restarts, 1) << job.dump(2);
+  ASSERT_TRUE(s.evaluation.is_object()) << job.dump(2);
+  EXPECT_EQ(s.evaluation.value("checkpoint", ""), "ckpt-" + std::to_string(testing::kFaultEpochs))
+      << job.dump(2);
+  EXPECT_EQ(s.evaluation.value("epoch", 0), testing::kFaultEpochs) << job.dump(2);
+  EXPECT_NE(Describe().find("EvaluatorRestart"), std::string::npos) << Describe();
+}
+
+TEST_F(FaultWorkload, TwoFaultsInARowWorkerThenChiefRightAfterResuming) {
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, FaultJob(kPace)).ok());
+  ASSERT_TRUE(FirstBackup().is_object());
+  ASSERT_GT(SignalTrainer(kWorker1, SIGKILL), 0);
+  ASSERT_TRUE(WaitResumed(1).is_object());
+  ASSERT_GT(SignalTrainer(kChief, SIGKILL), 0);
+  ASSERT_TRUE(WaitResumed(2).is_object());
+  ExpectSucceededWithReferenceWeights(2);
+}
+
+TEST_F(FaultWorkload, BackoffLimitExhaustedFailsAndLeavesNothingRunning) {
+  json job = FaultJob(kPace);
+  job["spec"]["runPolicy"]["backoffLimit"] = 1;
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, job).ok());
+  ASSERT_TRUE(FirstBackup().is_object());
+  ASSERT_GT(SignalTrainer(kWorker1, SIGKILL), 0);
+  ASSERT_TRUE(WaitResumed(1).is_object());
+  ASSERT_TRUE(Eventually([&] { return TrainerPids(ns_, kWorker1, 1).size() == 1; }, seconds(60)));
+  ASSERT_GT(SignalTrainer(kWorker1, SIGKILL), 0);
+
+  job = WaitFinished(kJob, kFinishTimeout);
+  const auto s = StatusOf(job);
+  ASSERT_TRUE(s.IsTrue("Failed")) << job.dump(2);
+  EXPECT_EQ(s.Find("Failed")->reason, "BackoffLimitExceeded") << job.dump(2);
+  const std::string message = s.Find("Failed")->message;
+  EXPECT_NE(message.find(kWorker1), std::string::npos) << message;
+  EXPECT_NE(message.find("backoffLimit 1"), std::string::npos) << message;
+  EXPECT_EQ(s.restart_count, 1) << job.dump(2);
+  EXPECT_TRUE(Eventually(
+      [&] { return Describe().find("BackoffLimitExceeded") != std::string::npos; }, seconds(20)))
+      << Describe();
+
+  // cleanPodPolicy Running: no pod left Running, no trainer process of the namespace alive.
+  EXPECT_TRUE(Eventually(
+      [&] {
+        for (const auto& p : Pods(kJob)) {
+          if (p["status"].value("phase", "") == "Running") return false;
+        }
+        return TrainerPids(ns_).empty();
+      },
+      seconds(60)))
+      << Kubectl(cluster_, "-n " + ns_ + " get pods -o wide") << TrainerPids(ns_).size()
+      << " trainer processes";
+  // The Service and the rendezvous Secret stay with the finished job (for inspection) and go
+  // with it: owner references, collected by the garbage collector.
+  EXPECT_TRUE(client_->Get(resources::kServices, ns_, kJob).ok());
+  ASSERT_TRUE(client_->Delete(api::kTrainingJobs, ns_, kJob).ok());
+  EXPECT_TRUE(Eventually(
+      [&] {
+        return !client_->Get(resources::kServices, ns_, kJob).ok() &&
+               !client_->Get(resources::kSecrets, ns_, std::string(kJob) + "-rendezvous").ok() &&
+               Pods(kJob).empty();
+      },
+      seconds(90)))
+      << Kubectl(cluster_, "-n " + ns_ + " get all,secrets");
+}
+
+}  // namespace
+}  // namespace tj::kube
