@@ -122,7 +122,9 @@ TEST_F(FaultWorkload, ChiefKilledWhileWritingABackupResumesFromThePreviousOne) {
 }
 
 TEST_F(FaultWorkload, EvaluatorKilledIsRestartedAloneAndEvaluatesTheFinalCheckpoint) {
-  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, FaultJob(kPace)).ok());
+  // A slower pace: the kill must land before the chief's last checkpoint, and the first
+  // evaluation (on the whole test set) may itself take seconds on a loaded machine.
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, FaultJob(PaceFailpoint(3 * kPaceMs))).ok());
   ASSERT_TRUE(WaitForPodLog(kEvaluator, "\"evaluation\"", kStartTimeout)) << PodLog(kEvaluator);
   ASSERT_GT(SignalTrainer(kEvaluator, SIGKILL), 0);
   ExpectSucceededWithReferenceWeights(0);  // the evaluator does not restart the gang
