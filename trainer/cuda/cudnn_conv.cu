@@ -3,6 +3,7 @@
 #include <string>
 #include <vector>
 
+#include "trainer/cuda/cuda_check.h"
 #include "trainer/cuda/cudnn_conv.h"
 #include "trainer/nn/model.h"
 
@@ -17,20 +18,8 @@ using nn::kPoolOut;
 
 constexpr int kConvOutPixels = kConvOut * kConvOut;  // 676 per channel
 
-Status CudnnError(cudnnStatus_t s, const char* what) {
-  return Status::Error(std::string("cuDNN: ") + what + ": " + cudnnGetErrorString(s));
-}
-#define TJ_CUDNN(call)                                            \
-  do {                                                            \
-    cudnnStatus_t s_ = (call);                                    \
-    if (s_ != CUDNN_STATUS_SUCCESS) return CudnnError(s_, #call); \
-  } while (0)
-#define TJ_CUDA_OK(call)                                                                   \
-  do {                                                                                     \
-    cudaError_t e_ = (call);                                                               \
-    if (e_ != cudaSuccess)                                                                 \
-      return Status::Error(std::string("CUDA: ") + #call + ": " + cudaGetErrorString(e_)); \
-  } while (0)
+#define TJ_CUDNN(call) \
+  TJ_CHECK_LIBRARY_CALL("cuDNN", cudnnStatus_t, CUDNN_STATUS_SUCCESS, cudnnGetErrorString, call)
 
 // x[r][p] = images[index[r]][p]: the batch as cuDNN's NCHW input (C = 1).
 __global__ void GatherImages(const float* images, const uint32_t* index, int rows, float* x) {
@@ -147,7 +136,7 @@ class CudnnConvImpl final : public CudnnConv {
                                      y()));
     const size_t outputs = size_t(rows) * kFlat;
     BiasPoolRelu<<<(outputs + 255) / 256, 256, 0, stream_>>>(y(), bias, rows, pooled, argmax);
-    TJ_CUDA_OK(cudaGetLastError());
+    TJ_CUDA(cudaGetLastError());
     return Status::Ok();
   }
 
@@ -164,7 +153,7 @@ class CudnnConvImpl final : public CudnnConv {
     // The bias gradient: our layout's 32 floats after the kernel's 288.
     TJ_CUDNN(cudnnConvolutionBackwardBias(handle_, &one, y_desc_, y(), &zero, bias_desc_,
                                           dconv + 9 * kConvChannels));
-    TJ_CUDA_OK(cudaGetLastError());
+    TJ_CUDA(cudaGetLastError());
     return Status::Ok();
   }
 
@@ -185,7 +174,7 @@ class CudnnConvImpl final : public CudnnConv {
     return Status::Ok();
   }
   Status Own(void** p, size_t bytes) {
-    TJ_CUDA_OK(cudaMalloc(p, bytes));
+    TJ_CUDA(cudaMalloc(p, bytes));
     owned_.push_back(*p);
     return Status::Ok();
   }

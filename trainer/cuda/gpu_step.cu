@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "trainer/cuda/cuda_check.h"
 #include "trainer/cuda/gpu_step.h"
 #include "trainer/nn/model.h"
 #ifdef TJ_HAVE_CUDNN
@@ -26,23 +27,9 @@ constexpr float kBeta1 = 0.9f;
 constexpr float kBeta2 = 0.999f;
 constexpr float kEpsilon = 1e-7f;
 
-Status CudaError(cudaError_t e, const char* what) {
-  return Status::Error(std::string("CUDA: ") + what + ": " + cudaGetErrorString(e));
-}
-Status CublasError(cublasStatus_t s, const char* what) {
-  return Status::Error(std::string("cuBLAS: ") + what + " failed with status " +
-                       std::to_string(static_cast<int>(s)));
-}
-#define TJ_CUDA(call)                                   \
-  do {                                                  \
-    cudaError_t e_ = (call);                            \
-    if (e_ != cudaSuccess) return CudaError(e_, #call); \
-  } while (0)
-#define TJ_CUBLAS(call)                                             \
-  do {                                                              \
-    cublasStatus_t s_ = (call);                                     \
-    if (s_ != CUBLAS_STATUS_SUCCESS) return CublasError(s_, #call); \
-  } while (0)
+#define TJ_CUBLAS(call)                                                                         \
+  TJ_CHECK_LIBRARY_CALL("cuBLAS", cublasStatus_t, CUBLAS_STATUS_SUCCESS, cublasGetStatusString, \
+                        call)
 
 // ---- Kernels. Sums run in a fixed order (no atomics), so results are deterministic.
 
@@ -246,7 +233,9 @@ class Graph {
     Status inner = enqueue();
     cudaError_t end = cudaStreamEndCapture(stream, &graph_);
     TJ_RETURN_IF_ERROR(inner);
-    if (end != cudaSuccess) return CudaError(end, "cudaStreamEndCapture");
+    if (end != cudaSuccess) {
+      return Status::Error(std::string("CUDA: cudaStreamEndCapture: ") + cudaGetErrorString(end));
+    }
     TJ_CUDA(cudaGraphInstantiate(&exec_, graph_, 0));
     return Status::Ok();
   }
