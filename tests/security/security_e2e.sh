@@ -51,11 +51,16 @@ KUBECONFIG=$("$ROOT/hack/local-cluster.sh" up 2>/dev/null | tail -n1)
 [ -f "$AUDIT" ] || { echo "FAIL the API server writes no audit log to $AUDIT"; exit 1; }
 step "cluster up, audit log $AUDIT"
 
-HELM_ARGS=(tj-operator "$ROOT/helm/tj-operator" --namespace tj-system --set bindAddress='$(POD_IP)')
+# Pods of every local cluster on a machine share the 127.0.x.y addresses: ports of our own,
+# so that another cluster's operator on the same address does not stop this one.
+port=$((20000 + RANDOM % 20000))
+HELM_ARGS=(tj-operator "$ROOT/helm/tj-operator" --namespace tj-system --set bindAddress='$(POD_IP)'
+           --set metrics.port=$port --set health.port=$((port + 1)))
 "$HELM" install "${HELM_ARGS[@]}" --create-namespace --wait --timeout 120s >/dev/null
 step "helm install: operator Ready"
 
-# The example job, short: 2 epochs of 30 steps, a backup every 10 steps.
+# The example job, short: 3 epochs of 80 steps (long enough to see a backup and lose a
+# worker before it ends), a backup every 10 steps.
 job_json() {  # job_json NAME
   python3 - "$ROOT/manifests/examples/fmnist.yaml" "$1" <<'EOF'
 import json, sys, yaml
@@ -64,8 +69,8 @@ job = next(d for d in docs if d["kind"] == "TrainingJob")
 job["metadata"]["name"] = sys.argv[2]
 for t, rs in job["spec"]["replicaSpecs"].items():
     args = rs["template"]["spec"]["containers"][0]["args"]
-    args[args.index("--epochs") + 1] = "2"
-    args += ["--steps-per-epoch", "30"]
+    args[args.index("--epochs") + 1] = "3"
+    args += ["--steps-per-epoch", "80"]
     if "--save-freq" in args:
         args[args.index("--save-freq") + 1] = "10"
 print(json.dumps(job))
@@ -79,7 +84,9 @@ job_uid=$(kubectl -n "$NS" get tj sec -o jsonpath='{.metadata.uid}')
 
 # A worker lost mid-training: the operator deletes the gang and creates it again.
 has_backup() { [ -n "$(kubectl -n "$NS" get tj sec -o jsonpath='{.status.progress.lastBackup}')" ]; }
-wait_until 240 "a first backup" has_backup || fail "job sec made no backup in 240 s"
+wait_until 240 "a first backup" has_backup ||
+  fail "job sec showed no backup in 240 s (state $(kubectl -n "$NS" get tj sec \
+    -o jsonpath='{.status.state}'))"
 kubectl -n "$NS" delete pod sec-worker-1 --wait=false >/dev/null
 step "worker 1 deleted after the first backup"
 
