@@ -513,7 +513,13 @@ class PodWorker {
     json status = PodStatus(pod_, states, ip_, agent_->options_.host_ip, start_time_, Now());
     auto r = agent_->client_->Patch(res::kPods, ns_, name_, kube::PatchType::kMerge,
                                     {{"status", status}}, {"", false, "status"});
-    if (!r.ok() && !kube::IsNotFound(r.error())) Warn("status update: " + r.error().ToString());
+    // A status the API server did not take (it restarts, say) is sent again by the main
+    // loop, or a pod that ended meanwhile would stay Running on the server for good.
+    status_pending_ = !r.ok() && !kube::IsNotFound(r.error());
+    if (status_pending_) {
+      Warn("status update (retried in 1 s): " + r.error().ToString());
+      status_retry_at_ = agent_->clock_->Now() + std::chrono::seconds(1);
+    }
   }
 
   void Launch(Container& c) {
@@ -683,7 +689,7 @@ class PodWorker {
           changed = true;
         }
       }
-      if (changed) PostStatus();
+      if (changed || (status_pending_ && agent_->clock_->Now() >= status_retry_at_)) PostStatus();
       if (!deleting) RefreshTokens();
       std::unique_lock<std::mutex> lock(mu_);
       if (delete_requested_) break;
@@ -760,6 +766,8 @@ class PodWorker {
   std::vector<Container> containers_;  // only the worker thread touches these
   std::vector<std::string> created_mount_points_;
   std::vector<TokenFile> tokens_;  // only the worker thread touches these
+  bool status_pending_ = false;    // the last status was not taken; worker thread only
+  Clock::TimePoint status_retry_at_{};
   std::mutex mu_;
   std::condition_variable cv_;
   bool delete_requested_ = false;  // GUARDED_BY(mu_)
