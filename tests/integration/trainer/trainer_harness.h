@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -89,6 +90,11 @@ inline std::unique_ptr<Subprocess> StartTrainer(const std::vector<std::string>& 
                                                 const std::string& log_prefix,
                                                 const std::string& key = "") {
   std::vector<std::string> argv = {kTrainer, "--data-dir", kDataDir};
+  // These tests are about the CPU path (bitwise digests, Gloo): on a machine with one GPU,
+  // --device auto would put every worker on it.
+  if (std::find(flags.begin(), flags.end(), "--device") == flags.end()) {
+    argv.insert(argv.end(), {"--device", "cpu"});
+  }
   argv.insert(argv.end(), flags.begin(), flags.end());
   return std::make_unique<Subprocess>(
       argv, std::map<std::string, std::string>{{"TF_CONFIG", tf_config}, {"TJ_RENDEZVOUS_KEY", key}},
