@@ -246,10 +246,14 @@ Status Executor::WriteStatus(const std::string& key, const json& job, const json
     obj["status"] = status;
     auto r = deps_.client->UpdateStatus(api::kTrainingJobs, ref.ns, obj);
     if (r.ok()) {
-      // The next pass reads the job from the cache: not before it holds this write.
-      if (deps_.caches) {
-        expectations_.ExpectNewVersion(key, api::kTrainingJobs, key,
-                                       obj["metadata"].value("resourceVersion", ""));
+      // The next pass reads the job from the cache: not before it holds this write. A write
+      // that changed nothing keeps the version (the API server skips it): nothing to wait for.
+      const std::string before = obj["metadata"].value("resourceVersion", "");
+      const std::string after = r->is_object() && r->contains("metadata")
+                                    ? (*r)["metadata"].value("resourceVersion", "")
+                                    : "";
+      if (deps_.caches && after != before) {
+        expectations_.ExpectNewVersion(key, api::kTrainingJobs, key, before);
       }
       return Status::Ok();
     }

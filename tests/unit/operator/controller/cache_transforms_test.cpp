@@ -1,0 +1,94 @@
+#include "operator/controller/cache_transforms.h"
+
+#include <gtest/gtest.h>
+
+#include "operator/controller/job_resources.h"
+
+namespace tj::controller {
+namespace {
+
+using nlohmann::json;
+
+json Job() {
+  return {{"apiVersion", "tjo.dev/v1alpha1"},
+          {"kind", "TrainingJob"},
+          {"metadata", {{"name", "mnist"}, {"namespace", "ns"}, {"uid", "uid-1"}}},
+          {"spec",
+           {{"replicaSpecs",
+             {{"Worker",
+               {{"replicas", 2},
+                {"template",
+                 {{"spec",
+                   {{"containers", json::array({{{"name", "trainer"},
+                                                 {"image", "tj-trainer"},
+                                                 {"args", {"--epochs", "2"}}}})}}}}}}}}}}}};
+}
+
+TEST(TrimPodForCache, KeepsWhatTheReconcilerReads) {
+  const json job = Job();
+  auto spec = api::ParseSpec(job["spec"]);
+  ASSERT_TRUE(spec.ok());
+  json pod = BuildPod(job, *spec, api::ReplicaType::kWorker, 1, 0);
+  pod["metadata"]["managedFields"] = json::array({{{"manager", "tj-operator"}}});
+  pod["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z";
+  pod["metadata"]["resourceVersion"] = "7";
+  pod["status"] = {{"phase", "Running"},
+                   {"podIP", "127.0.1.2"},
+                   {"conditions", json::array({{{"type", "PodScheduled"}}})},
+                   {"containerStatuses", json::array({{{"name", "trainer"}}})}};
+  const json full = pod;
+  TrimPodForCache(pod);
+
+  EXPECT_FALSE(pod["metadata"].contains("managedFields"));
+  for (const char* k :
+       {"name", "namespace", "labels", "ownerReferences", "creationTimestamp", "resourceVersion"}) {
+    EXPECT_EQ(pod["metadata"][k], full["metadata"][k]) << k;
+  }
+  EXPECT_TRUE(IsOwnedBy(pod, job));
+  EXPECT_EQ(StatusPortOf(pod), StatusPortOf(full));  // the trainer's args stay
+  ASSERT_TRUE(StatusPortOf(pod).has_value());
+  EXPECT_FALSE(pod["spec"]["containers"][0].contains("env"));  // TF_CONFIG goes
+  EXPECT_FALSE(pod["spec"].contains("volumes"));
+  EXPECT_EQ(pod["status"]["phase"], "Running");
+  EXPECT_EQ(pod["status"]["podIP"], "127.0.1.2");
+  EXPECT_EQ(pod["status"]["containerStatuses"], full["status"]["containerStatuses"]);
+  EXPECT_EQ(pod["status"]["conditions"], full["status"]["conditions"]);  // why it is pending
+  EXPECT_FALSE(pod["spec"].contains("hostname"));
+}
+
+TEST(KeepIdentity, NamesAndLabelsOnly) {
+  json secret = {{"apiVersion", "v1"},
+                 {"kind", "Secret"},
+                 {"metadata",
+                  {{"name", "mnist-rendezvous"},
+                   {"namespace", "ns"},
+                   {"uid", "u"},
+                   {"resourceVersion", "3"},
+                   {"labels", {{"tjo.dev/job-name", "mnist"}}},
+                   {"managedFields", json::array()}}},
+                 {"data", {{"key", "c2VjcmV0"}}}};
+  KeepIdentity(secret);
+  EXPECT_FALSE(secret.contains("data"));
+  EXPECT_FALSE(secret["metadata"].contains("managedFields"));
+  EXPECT_EQ(secret["metadata"]["labels"]["tjo.dev/job-name"], "mnist");
+  EXPECT_EQ(secret["metadata"]["name"], "mnist-rendezvous");
+}
+
+TEST(OnlyVersionChanged, SkipsVersionOnlyUpdatesButNotResyncsOrRealChanges) {
+  json a = {{"metadata", {{"name", "p"}, {"resourceVersion", "1"}}},
+            {"status", {{"phase", "Pending"}}}};
+  json b = a;
+  EXPECT_FALSE(OnlyVersionChanged(a, b));  // a resync: same version
+  b["metadata"]["resourceVersion"] = "2";
+  EXPECT_TRUE(OnlyVersionChanged(a, b));
+  b["status"]["phase"] = "Running";
+  EXPECT_FALSE(OnlyVersionChanged(a, b));
+  json c = a;
+  c["metadata"]["resourceVersion"] = "3";
+  c["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z";
+  EXPECT_FALSE(OnlyVersionChanged(a, c));
+  EXPECT_FALSE(OnlyVersionChanged(a, json()));
+}
+
+}  // namespace
+}  // namespace tj::controller
