@@ -1,5 +1,7 @@
 #include "trainer/train/observability.h"
 
+#include <cstdlib>
+
 #include "trainer/observe/status_server.h"
 #include "trainer/observe/tensorboard_writer.h"
 
@@ -19,9 +21,14 @@ StatusOr<std::unique_ptr<Observability>> Observability::Start(const Options& opt
   o->impl_ = std::make_unique<Impl>();
   o->impl_->log = log;
   if (options.status_port > 0) {
+    // On the local cluster every pod shares the host's network: listen on the pod's own
+    // address (TJ_POD_IP, set by tj-local-node), so that pods of two clusters on one machine
+    // do not take each other's port. Elsewhere, every interface.
+    const char* pod_ip = std::getenv("TJ_POD_IP");
     o->impl_->server = std::make_unique<observe::StatusServer>(
         options.status_port, [progress] { return progress->StatusJson(); },
-        [progress] { return progress->PrometheusText(); });
+        [progress] { return progress->PrometheusText(); },
+        pod_ip != nullptr && *pod_ip != '\0' ? pod_ip : "0.0.0.0");
     TJ_RETURN_IF_ERROR(o->impl_->server->Start().WithContext("--status-port"));
   }
   if (!options.log_dir.empty() && writes_summaries) {

@@ -1,0 +1,274 @@
+// Control-plane faults on the local cluster (label `fault`): the operator SIGKILLed at three
+// moments of one job (right after the job's creation, once its pods exist, mid-training),
+// the API server restarted mid-job, etcd compacted mid-job so that every watch must list
+// again, and the node agent killed (its pods are adopted) or stopped (its pods end and the
+// gang restarts from its backup) mid-job. Each job ends Succeeded with final weights bitwise
+// equal to those of the same job run without faults, creates no object twice, and leaves no
+// trainer process behind.
+//
+// Training is paced with the trainer's failpoint backup.before_rename=sleep:<ms> (see
+// common/failpoint.h) so that a fault struck after the first backup lands mid-training.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "operator/kube/informer.h"
+#include "tests/e2e/support/e2e_support.h"
+
+namespace tj::kube {
+namespace {
+
+using nlohmann::json;
+using std::chrono::seconds;
+using testing::Eventually;
+using testing::ExampleDocs;
+using testing::Kubectl;
+using testing::OperatorProcess;
+using testing::ScaledExample;
+using testing::SetEnv;
+using testing::StatusOf;
+using testing::TrainerPids;
+
+constexpr int kEpochs = 3;
+constexpr int kSteps = 20;
+constexpr int kSaveFreq = 5;
+// Each backup write held this long: training lasts at least
+// kEpochs * kSteps / kSaveFreq * kPaceMs, long enough for a fault to land in it.
+constexpr int kPaceMs = 700;
+const std::string kPace = "backup.before_rename=sleep:" + std::to_string(kPaceMs);
+
+constexpr char kJob[] = "fmnist";
+constexpr char kChief[] = "fmnist-worker-0";  // no Chief replica: worker 0 is the chief
+const seconds kStartTimeout(240);             // from creation to the first backup
+const seconds kFinishTimeout(480);            // from the fault to the end, restarts included
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Every uid the API server ever gave to an object of a kind, by name, as seen by a watch
+// (an informer) from before the job exists: an object created twice shows two uids.
+class CreationRecorder {
+ public:
+  CreationRecorder(Client* client, const std::string& ns) {
+    for (const Resource& r : {resources::kPods, resources::kServices, resources::kSecrets}) {
+      InformerOptions o;
+      o.resource = r;
+      o.ns = ns;
+      auto informer = std::make_unique<Informer>(client, RealClock::Get(), o);
+      const std::string kind = r.plural;
+      informer->AddHandlers({[this, kind](const json& obj) { Record(kind, obj); },
+                             [this, kind](const json&, const json& obj) { Record(kind, obj); },
+                             {}});
+      informer->Start();
+      informers_.push_back(std::move(informer));
+    }
+    for (auto& i : informers_) EXPECT_TRUE(i->WaitForSync(std::chrono::seconds(30)));
+  }
+  ~CreationRecorder() {
+    for (auto& i : informers_) i->Stop();
+  }
+
+  // "<kind>/<name>: n uids" for each object that had more than one; empty when none did.
+  std::vector<std::string> Duplicates() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<std::string> out;
+    for (const auto& [key, uids] : uids_) {
+      if (uids.size() > 1) out.push_back(key + ": " + std::to_string(uids.size()) + " uids");
+    }
+    return out;
+  }
+  size_t Count(const std::string& kind) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t n = 0;
+    for (const auto& [key, uids] : uids_) n += key.rfind(kind + "/", 0) == 0;
+    return n;
+  }
+
+ private:
+  void Record(const std::string& kind, const json& obj) {
+    const json md = obj.value("metadata", json::object());
+    // Only the job's objects: not the namespace's default token Secret or root CA.
+    bool owned = false;
+    for (const auto& ref : md.value("ownerReferences", json::array())) {
+      owned = owned || ref.value("kind", "") == "TrainingJob";
+    }
+    if (!owned) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    uids_[kind + "/" + md.value("name", "")].insert(md.value("uid", ""));
+  }
+
+  mutable std::mutex mu_;
+  std::map<std::string, std::set<std::string>> uids_;  // GUARDED_BY(mu_)
+  std::vector<std::unique_ptr<Informer>> informers_;
+};
+
+class FaultControlPlane : public testing::JobTest {
+ protected:
+  static json PacedJob() {
+    json job = ScaledExample(kEpochs, kSteps, kSaveFreq);
+    SetEnv(job, "Worker", "TJ_FAILPOINTS", kPace);
+    return job;
+  }
+
+  // The final weights digest of PacedJob run without faults. Computed once per binary, by
+  // the first test that asks, in that test's namespace as job "reference" on a claim of its
+  // own (its backups must not meet the test's job).
+  const std::string& ReferenceSha() {
+    static std::string sha;
+    if (!sha.empty()) return sha;
+    json pvc = ExampleDocs().at(0);
+    pvc["metadata"]["name"] = "reference-data";
+    EXPECT_TRUE(client_->Create(resources::kPersistentVolumeClaims, ns_, pvc).ok());
+    json job = PacedJob();
+    job["metadata"]["name"] = "reference";
+    for (const char* t : {"Worker", "Evaluator"}) {
+      job["spec"]["replicaSpecs"][t]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"]
+         ["claimName"] = "reference-data";
+    }
+    auto created = client_->Create(api::kTrainingJobs, ns_, job);
+    EXPECT_TRUE(created.ok()) << created.status().message();
+    job = WaitFinished("reference", kFinishTimeout);
+    const auto s = StatusOf(job);
+    const std::string got = FinalWeightsSha(job);
+    EXPECT_TRUE(s.IsTrue("Succeeded") && s.restart_count == 0 && got.size() == 64)
+        << "the reference run did not succeed at once with a weights digest: " << job.dump(2)
+        << PodLog("reference-worker-0");
+    if (s.IsTrue("Succeeded") && s.restart_count == 0 && got.size() == 64) sha = got;
+    return sha;
+  }
+
+  // Waits for the chief's first backup: training is under way and far from over.
+  void WaitMidTraining() {
+    ASSERT_TRUE(
+        Eventually([&] { return !PodEvents(kChief, "backup_saved").empty(); }, kStartTimeout))
+        << PodLog(kChief) << Kubectl(cluster_, "-n " + ns_ + " get tj,pods");
+  }
+
+  // The job Succeeded after `restarts` gang restarts, with the reference's weights, and
+  // nothing of it still runs.
+  void ExpectSucceededWithReferenceWeights(int restarts) {
+    const std::string reference = ReferenceSha();
+    json job = WaitFinished(kJob, kFinishTimeout);
+    const auto s = StatusOf(job);
+    ASSERT_TRUE(s.IsTrue("Succeeded")) << job.dump(2);
+    EXPECT_EQ(s.restart_count, restarts) << job.dump(2);
+    const std::string got = FinalWeightsSha(job);
+    EXPECT_EQ(got.size(), 64u) << PodLog(kChief);
+    EXPECT_EQ(got, reference) << "the final weights differ from those of the uninterrupted run";
+    EXPECT_TRUE(Eventually([&] { return TrainerPids(ns_).empty(); }, seconds(60)))
+        << TrainerPids(ns_).size() << " tj-trainer processes of " << ns_ << " still run";
+  }
+
+  // Kills the operator (SIGKILL: no cleanup, no lease release) and starts a new one.
+  void KillAndRestartOperator() {
+    op_->Stop(SIGKILL);
+    op_ = std::make_unique<OperatorProcess>(cluster_, ns_, log_path_, /*keep_previous_log=*/true);
+    ++operator_kills_;
+  }
+
+  int operator_kills_ = 0;
+};
+
+TEST_F(FaultControlPlane, UninterruptedRunIsTheReference) { EXPECT_EQ(ReferenceSha().size(), 64u); }
+
+TEST_F(FaultControlPlane, OperatorKilledThreeTimesMidReconcileCreatesNothingTwice) {
+  const std::string reference = ReferenceSha();  // before the recorder: not its objects
+  CreationRecorder recorder(client_.get(), ns_);
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, PacedJob()).ok());
+  // 1. Right after the job's creation: the operator has just seen it, or is creating its
+  // Service, Secret and pods.
+  KillAndRestartOperator();
+  // 2. Once the first pod exists: creating or about to report the rest.
+  ASSERT_TRUE(Eventually([&] { return recorder.Count("pods") >= 1; }, kStartTimeout)) << op_->Log();
+  KillAndRestartOperator();
+  // 3. Mid-training.
+  ASSERT_NO_FATAL_FAILURE(WaitMidTraining());
+  KillAndRestartOperator();
+  ExpectSucceededWithReferenceWeights(0);
+  EXPECT_EQ(operator_kills_, 3);
+  EXPECT_TRUE(recorder.Duplicates().empty()) << ::testing::PrintToString(recorder.Duplicates());
+  EXPECT_EQ(recorder.Count("pods"), 3u);  // two workers and the evaluator, once each
+  EXPECT_EQ(recorder.Count("services"), 1u);
+  EXPECT_EQ(recorder.Count("secrets"), 1u);
+}
+
+TEST_F(FaultControlPlane, ApiServerRestartedMidJob) {
+  const std::string reference = ReferenceSha();
+  CreationRecorder recorder(client_.get(), ns_);
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, PacedJob()).ok());
+  ASSERT_NO_FATAL_FAILURE(WaitMidTraining());
+  ASSERT_TRUE(cluster_->RestartApiServer().ok());
+  ExpectSucceededWithReferenceWeights(0);
+  EXPECT_TRUE(recorder.Duplicates().empty()) << ::testing::PrintToString(recorder.Duplicates());
+}
+
+TEST_F(FaultControlPlane, EtcdCompactedMidJobWatchesListAgain) {
+  const std::string reference = ReferenceSha();
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, PacedJob()).ok());
+  ASSERT_NO_FATAL_FAILURE(WaitMidTraining());
+  // Writes elsewhere move etcd's revision past every version the operator's watches hold;
+  // compaction removes that history from etcd and a restart empties the API server's watch
+  // cache: resuming a watch is answered 410 Gone, and only a new list recovers.
+  std::string other = testing::NewNamespace(client_.get(), "compaction-writes");
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(client_
+                    ->Create(resources::kConfigMaps, other,
+                             {{"apiVersion", "v1"},
+                              {"kind", "ConfigMap"},
+                              {"metadata", {{"name", "w" + std::to_string(i)}}}})
+                    .ok());
+  }
+  ASSERT_TRUE(cluster_->CompactEtcd().ok());
+  ASSERT_TRUE(cluster_->RestartApiServer().ok());
+  EXPECT_TRUE(
+      Eventually([&] { return op_->Log().find("410 Gone") != std::string::npos; }, seconds(120)))
+      << "the operator's log shows no watch that had to list again:\n"
+      << op_->Log();
+  ExpectSucceededWithReferenceWeights(0);
+}
+
+TEST_F(FaultControlPlane, NodeAgentKilledMidJobAdoptsThePods) {
+  const std::string reference = ReferenceSha();
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, PacedJob()).ok());
+  ASSERT_NO_FATAL_FAILURE(WaitMidTraining());
+  const std::vector<pid_t> before = TrainerPids(ns_);
+  ASSERT_GE(before.size(), 2u);  // the workers (and the evaluator, when it has a TF_CONFIG)
+  auto restarted = cluster_->Script("restart-node");  // SIGKILL, as a crash
+  ASSERT_TRUE(restarted.ok()) << restarted.status().message();
+  // The trainers lived through it (those that had not finished meanwhile are the same).
+  for (pid_t pid : TrainerPids(ns_)) {
+    EXPECT_NE(std::find(before.begin(), before.end(), pid), before.end())
+        << "tj-trainer " << pid << " was started again";
+  }
+  ExpectSucceededWithReferenceWeights(0);
+  EXPECT_NE(ReadFile(cluster_->dir() + "/logs/tj-local-node.log").find("container_adopted"),
+            std::string::npos);
+}
+
+TEST_F(FaultControlPlane, NodeAgentStoppedMidJobRestartsTheGangFromItsBackup) {
+  const std::string reference = ReferenceSha();
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, PacedJob()).ok());
+  ASSERT_NO_FATAL_FAILURE(WaitMidTraining());
+  // SIGTERM: a node shutdown. The agent stops the pods; the next one reports them ended
+  // (143) and the operator restarts the gang, which resumes from its last backup.
+  auto restarted = cluster_->Script("restart-node --graceful");
+  ASSERT_TRUE(restarted.ok()) << restarted.status().message();
+  ExpectSucceededWithReferenceWeights(1);
+  EXPECT_FALSE(PodEvents(kChief, "restored").empty()) << PodLog(kChief);
+}
+
+}  // namespace
+}  // namespace tj::kube
