@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -31,6 +32,10 @@ class Subprocess {
       : out_path_(log_prefix + ".out"), err_path_(log_prefix + ".err") {
     pid_ = ::fork();
     if (pid_ == 0) {
+      // Dies with the test (a ctest timeout kills the test binary, whose destructors never
+      // run): no operator or trainer is left behind. Subprocesses are started from the
+      // test's main thread, whose end this follows.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
       int out = ::open(out_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       int err = ::open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
       ::dup2(out, 1);
