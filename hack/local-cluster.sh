@@ -335,8 +335,8 @@ EOF
   fi
   local node=${TJ_LOCAL_NODE_BIN:-$BIN_DIR_BUILD/tj-local-node}
   if [ -x "$node" ]; then
-    printf 'NODE_BIN=%q\nKUBELET_PORT=%q\nNODE_MOUNT_NAMESPACE=%q\n' "$node" "$port_k" \
-      "${TJ_LOCAL_NODE_MOUNT_NAMESPACE:-auto}" >"$STATE_DIR/node.env"
+    printf 'NODE_BIN=%q\nKUBELET_PORT=%q\nNODE_MOUNT_NAMESPACE=%q\nPOD_NETWORK=%q\n' "$node" \
+      "$port_k" "${TJ_LOCAL_NODE_MOUNT_NAMESPACE:-auto}" "$(free_pod_network)" >"$STATE_DIR/node.env"
     start_node
     if ! wait_for "$HEALTH_TIMEOUT_S" "node" node_ready; then
       log "node local-node did not become Ready in ${HEALTH_TIMEOUT_S}s; see $STATE_DIR/logs"
@@ -371,7 +371,22 @@ start_node() {
     --state-dir="$STATE_DIR/node" --log-dir="$STATE_DIR/logs" --bin-dir="$(dirname "$NODE_BIN")" \
     --kubelet-port="$KUBELET_PORT" --tls-cert-file="$STATE_DIR/certs/node.crt" \
     --tls-key-file="$STATE_DIR/certs/node.key" --heartbeat-seconds=5 \
-    --mount-namespace="$NODE_MOUNT_NAMESPACE"
+    --mount-namespace="$NODE_MOUNT_NAMESPACE" --pod-network="${POD_NETWORK:-0}"
+}
+
+# The second octet N of this cluster's pod addresses 127.N.x.y: one that no other cluster on
+# this machine uses (no socket bound in 127.N.0.0/16 and no other cluster's node.env names
+# it), so that pods of two clusters never take each other's address and port.
+free_pod_network() {
+  local taken n
+  taken=$( { ss -Htan 2>/dev/null | awk '{print $4}' | sed -n 's/^127\.\([0-9]*\)\..*/\1/p'
+             grep -hs '^POD_NETWORK=' "$REPO_ROOT"/build*/local-cluster-*/node.env \
+               "$REPO_ROOT/.local-cluster/node.env" | cut -d= -f2; } | sort -u)
+  for _ in $(seq 50); do
+    n=$((RANDOM % 254 + 1))
+    grep -qx "$n" <<<"$taken" || { echo "$n"; return; }
+  done
+  echo $((RANDOM % 254 + 1))
 }
 
 # Stops the node agent, SIGKILL (a crash; the pods' processes live on and the next agent

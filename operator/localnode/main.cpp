@@ -21,7 +21,7 @@ namespace {
 constexpr const char* kUsage =
     "usage: tj-local-node --kubeconfig=FILE [--node-name=local-node] --state-dir=DIR "
     "--log-dir=DIR --bin-dir=DIR [--kubelet-port=N --tls-cert-file=F --tls-key-file=F] "
-    "[--heartbeat-seconds=10] [--mount-namespace=auto|true|false]\n";
+    "[--heartbeat-seconds=10] [--mount-namespace=auto|true|false] [--pod-network=0..255]\n";
 
 }  // namespace
 
@@ -35,7 +35,8 @@ int main(int argc, char** argv) {
                                               {"tls-cert-file", ""},
                                               {"tls-key-file", ""},
                                               {"heartbeat-seconds", "10"},
-                                              {"mount-namespace", "auto"}};
+                                              {"mount-namespace", "auto"},
+                                              {"pod-network", "0"}};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto eq = a.find('=');
@@ -74,6 +75,14 @@ int main(int argc, char** argv) {
   o.tls_cert_file = flags["tls-cert-file"];
   o.tls_key_file = flags["tls-key-file"];
   o.heartbeat = std::chrono::seconds(std::max(1, std::atoi(flags["heartbeat-seconds"].c_str())));
+  char* end = nullptr;
+  const long network = std::strtol(flags["pod-network"].c_str(), &end, 10);
+  if (flags["pod-network"].empty() || *end != '\0' || network < 0 || network > 255) {
+    std::fprintf(stderr, "tj-local-node: --pod-network=%s: expected 0..255, the second octet of "
+                 "the pods' addresses 127.N.x.y\n%s", flags["pod-network"].c_str(), kUsage);
+    return 2;
+  }
+  o.pod_network = static_cast<int>(network);
   const std::string mn = flags["mount-namespace"];
   o.mount_namespace = mn == "true" || (mn == "auto" && geteuid() == 0);
 

@@ -901,7 +901,7 @@ std::string NodeAgent::AllocateIp() {
   for (const auto& [uid, w] : workers_) used.insert(w->ip());
   for (const auto& [uid, state] : adoptable_) used.insert(state.value("ip", ""));
   for (;;) {
-    std::string ip = LoopbackAddress(next_ip_++);
+    std::string ip = LoopbackAddress(next_ip_++, options_.pod_network);
     if (!used.count(ip)) return ip;
   }
 }

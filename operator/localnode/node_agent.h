@@ -43,6 +43,7 @@ struct NodeAgentOptions {
   std::string tls_cert_file, tls_key_file;  // for the log endpoint
   std::chrono::seconds heartbeat{10};
   bool mount_namespace = false;  // private /etc/hosts and bind mounts (needs root)
+  int pod_network = 0;           // pods get 127.<pod_network>.x.y (LoopbackAddress)
   std::chrono::milliseconds restart_backoff_min{1000};
   std::chrono::milliseconds restart_backoff_max{30000};
 };

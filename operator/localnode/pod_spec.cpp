@@ -165,10 +165,10 @@ StatusOr<std::vector<std::string>> ContainerEnv(const json& pod, const json& con
   return out;
 }
 
-std::string LoopbackAddress(int n) {
+std::string LoopbackAddress(int n, int network) {
   int x = 1 + (n / 253) % 254;
   int y = 2 + n % 253;
-  return "127.0." + std::to_string(x) + "." + std::to_string(y);
+  return "127." + std::to_string(network) + "." + std::to_string(x) + "." + std::to_string(y);
 }
 
 std::string HostsFile(const std::string& own_ip, const std::string& own_hostname,

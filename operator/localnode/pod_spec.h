@@ -46,8 +46,9 @@ StatusOr<std::vector<std::string>> ContainerEnv(const json& pod, const json& con
 StatusOr<std::string> PodFieldValue(const json& pod, const std::string& field_path,
                                     const std::string& pod_ip, const std::string& node_name);
 
-// "127.0.x.y" for the n-th pod (n >= 0): x in 1..254, y in 2..254.
-std::string LoopbackAddress(int n);
+// "127.<network>.x.y" for the n-th pod (n >= 0): x in 1..254, y in 2..254. Clusters on one
+// machine use different networks (0..255), so their pods never share an address and port.
+std::string LoopbackAddress(int n, int network = 0);
 
 // /etc/hosts of a pod: localhost, the pod's own name, and every known pod of its namespace
 // that has hostname and subdomain as <hostname>.<subdomain>.<ns>.svc[.cluster.local].

@@ -74,6 +74,8 @@ TEST(PodSpec, LoopbackAddressesAreDistinctAndValid) {
     EXPECT_NE(ip.substr(ip.rfind('.') + 1), "255");
   }
   EXPECT_EQ(LoopbackAddress(0), "127.0.1.2");
+  EXPECT_EQ(LoopbackAddress(0, 37), "127.37.1.2");
+  EXPECT_EQ(LoopbackAddress(253, 37), "127.37.2.2");
 }
 
 TEST(PodSpec, HostsFileNamesThePeers) {
