@@ -176,7 +176,22 @@ Status Executor::Create(const std::string& key, const json& job, const Action& a
   const std::string object_key = ref.ns + "/" + a.name;
   if (deps_.caches) expectations_.ExpectCreate(key, a.resource, object_key);
   auto r = deps_.client->Create(a.resource, ref.ns, a.object);
-  if (r.ok() || kube::IsAlreadyExists(r.error())) return Status::Ok();
+  if (r.ok()) return Status::Ok();
+  if (kube::IsAlreadyExists(r.error())) {
+    // Usually ours, created by an earlier pass that the cache does not show yet. But a pod of
+    // a deleted job of the same name may still be terminating: counted as ours, it would
+    // look deleted once it goes, and restart the new job's gang. Such a pod is waited for.
+    if (!deps_.caches || a.resource.plural != kube::resources::kPods.plural) return Status::Ok();
+    auto cached = deps_.caches->pods->Get(object_key);
+    if (cached && IsOwnedBy(*cached, job)) return Status::Ok();
+    expectations_.Forget(key, a.resource, object_key);
+    return Status::Error(
+        "pod " + object_key + " already exists and is not this job's" +
+        (cached ? " (owned by another object, e.g. a deleted TrainingJob of the same name whose "
+                  "pods are still terminating)"
+                : " (or the cache does not show it yet)") +
+        "; waiting for it to go before creating this job's pod");
+  }
   if (deps_.caches) expectations_.Forget(key, a.resource, object_key);
   if (deps_.recorder) {
     deps_.recorder->RecordAsync(

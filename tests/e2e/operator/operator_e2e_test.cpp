@@ -85,6 +85,48 @@ TEST_F(OperatorE2E, WorkerDeletedMidTrainingRestartsTheGangAndResumes) {
   EXPECT_NE(d.find("fmnist-worker-1 was deleted"), std::string::npos) << d;
 }
 
+// A job deleted and created again under the same name while a pod of the old one is still
+// terminating (held here by a finalizer): the new job waits for that pod to go rather than
+// taking it for its own (it would look deleted once it went, and restart the new gang).
+TEST_F(OperatorE2E, RecreatedJobWaitsForTheOldJobsTerminatingPod) {
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, ScaledExample(1, 10, 5)).ok());
+  ASSERT_TRUE(Eventually([&] { return client_->Get(resources::kPods, ns_, "fmnist-worker-1").ok(); },
+                         std::chrono::seconds(60)));
+  const json hold = {{"metadata", {{"finalizers", {"tjo.dev/e2e-hold"}}}}};
+  ASSERT_TRUE(
+      client_->Patch(resources::kPods, ns_, "fmnist-worker-1", PatchType::kMerge, hold).ok());
+  DeleteOptions background;
+  background.propagation_policy = "Background";
+  ASSERT_TRUE(client_->Delete(api::kTrainingJobs, ns_, "fmnist", background).ok());
+  auto old_pod_terminating = [&] {
+    auto p = client_->Get(resources::kPods, ns_, "fmnist-worker-1");
+    return p.ok() && (*p)["metadata"].contains("deletionTimestamp");
+  };
+  ASSERT_TRUE(Eventually(
+      [&] {
+        return !client_->Get(api::kTrainingJobs, ns_, "fmnist").ok() && old_pod_terminating();
+      },
+      std::chrono::seconds(60)));
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, ScaledExample(1, 10, 5)).ok());
+  // While the old pod stays, the new job gets no worker 1 and restarts nothing.
+  ASSERT_TRUE(Eventually(
+      [&] { return client_->Get(resources::kPods, ns_, "fmnist-worker-0").ok(); },
+      std::chrono::seconds(60)));
+  std::this_thread::sleep_for(std::chrono::seconds(5));  // passes that must not act on it
+  ASSERT_TRUE(old_pod_terminating());
+  EXPECT_EQ(StatusOf(Get("fmnist")).restart_count, 0) << Get("fmnist").dump(2);
+  ASSERT_TRUE(client_
+                  ->Patch(resources::kPods, ns_, "fmnist-worker-1", PatchType::kMerge,
+                          json{{"metadata", {{"finalizers", nullptr}}}})
+                  .ok());
+  json job = WaitFinished("fmnist", std::chrono::seconds(180));
+  auto s = StatusOf(job);
+  ASSERT_TRUE(s.IsTrue("Succeeded")) << job.dump(2);
+  EXPECT_EQ(s.restart_count, 0) << job.dump(2);
+  const std::string d = Kubectl(cluster_, "-n " + ns_ + " describe tj fmnist");
+  EXPECT_EQ(d.find("GangRestart"), std::string::npos) << d;
+}
+
 TEST_F(OperatorE2E, NonRetryableExitCodeFailsWithTheCode) {
   json job = ScaledExample(2, 10, 5);
   job["metadata"]["name"] = "baddata";
