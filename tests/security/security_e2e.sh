@@ -59,8 +59,8 @@ HELM_ARGS=(tj-operator "$ROOT/helm/tj-operator" --namespace tj-system --set bind
 "$HELM" install "${HELM_ARGS[@]}" --create-namespace --wait --timeout 120s >/dev/null
 step "helm install: operator Ready"
 
-# The example job, short: 3 epochs of 80 steps (long enough to see a backup and lose a
-# worker before it ends), a backup every 10 steps.
+# The example job, short: 3 epochs of 80 steps, a backup every 10 steps, paced so that it
+# lasts long enough to see a backup and lose a worker before it ends.
 job_json() {  # job_json NAME
   python3 - "$ROOT/manifests/examples/fmnist.yaml" "$1" <<'EOF'
 import json, sys, yaml
@@ -73,6 +73,11 @@ for t, rs in job["spec"]["replicaSpecs"].items():
     args += ["--steps-per-epoch", "80"]
     if "--save-freq" in args:
         args[args.index("--save-freq") + 1] = "10"
+        # Paced (each backup held 1 s before its rename; the next step waits for it): on a
+        # quiet machine 240 steps take 3 s, less than the operator's 5 s progress poll that
+        # shows the first backup, and the worker would be deleted after the job's end.
+        env = rs["template"]["spec"]["containers"][0].setdefault("env", [])
+        env.append({"name": "TJ_FAILPOINTS", "value": "backup.before_rename=sleep:1000"})
 print(json.dumps(job))
 EOF
 }
