@@ -48,18 +48,6 @@ class FaultWorkload : public testing::JobTest {
   // The final weights digest of FaultJob run without faults (the pace changes no result).
   std::string ReferenceSha() { return JobTest::ReferenceSha(FaultJob(""), kFinishTimeout); }
 
-  // The job Succeeded, after `restarts` gang restarts, with the reference's weights.
-  void ExpectSucceededWithReferenceWeights(int restarts) {
-    const std::string reference = ReferenceSha();
-    json job = WaitFinished(kJob, kFinishTimeout);
-    const auto s = StatusOf(job);
-    ASSERT_TRUE(s.IsTrue("Succeeded")) << job.dump(2);
-    EXPECT_EQ(s.restart_count, restarts) << job.dump(2);
-    const std::string got = FinalWeightsSha(job);
-    EXPECT_EQ(got.size(), 64u) << PodLog(kChief);
-    EXPECT_EQ(got, reference) << "the final weights differ from those of the uninterrupted run";
-  }
-
   json FirstBackup() { return JobTest::FirstBackup(kChief, kStartTimeout); }
   json WaitResumed(int n) { return JobTest::WaitResumed(kChief, n, kFinishTimeout); }
 
@@ -79,7 +67,7 @@ TEST_F(FaultWorkload, WorkerKilledMidStepRestartsTheGangWithEqualWeights) {
   ASSERT_GT(SignalTrainer(kWorker1, SIGKILL), 0);
   const json restored = WaitResumed(1);
   EXPECT_EQ(restored.value("path", "").rfind("/data/backup/backup-", 0), 0u) << restored.dump();
-  ExpectSucceededWithReferenceWeights(1);
+  ExpectSucceededWithReferenceWeights(kJob, kChief, ReferenceSha(), 1, kFinishTimeout);
   const std::string d = Describe();
   EXPECT_NE(d.find("GangRestart"), std::string::npos) << d;
   EXPECT_NE(d.find(kWorker1), std::string::npos) << d;
@@ -118,7 +106,7 @@ TEST_F(FaultWorkload, ChiefKilledWhileWritingABackupResumesFromThePreviousOne) {
   EXPECT_TRUE(restored.value("path", "").ends_with("/backup-1")) << restored.dump();
   EXPECT_EQ(restored.value("epoch", -1), saved[0].value("epoch", -2)) << restored.dump();
   EXPECT_EQ(restored.value("step", -1), saved[0].value("step", -2)) << restored.dump();
-  ExpectSucceededWithReferenceWeights(1);
+  ExpectSucceededWithReferenceWeights(kJob, kChief, ReferenceSha(), 1, kFinishTimeout);
 }
 
 TEST_F(FaultWorkload, EvaluatorKilledIsRestartedAloneAndEvaluatesTheFinalCheckpoint) {
@@ -127,7 +115,8 @@ TEST_F(FaultWorkload, EvaluatorKilledIsRestartedAloneAndEvaluatesTheFinalCheckpo
   ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, FaultJob(PaceFailpoint(3 * kPaceMs))).ok());
   ASSERT_TRUE(WaitForPodLog(kEvaluator, "\"evaluation\"", kStartTimeout)) << PodLog(kEvaluator);
   ASSERT_GT(SignalTrainer(kEvaluator, SIGKILL), 0);
-  ExpectSucceededWithReferenceWeights(0);  // the evaluator does not restart the gang
+  // The evaluator does not restart the gang.
+  ExpectSucceededWithReferenceWeights(kJob, kChief, ReferenceSha(), 0, kFinishTimeout);
   const json job = Get(kJob);
   const auto s = StatusOf(job);
   EXPECT_EQ(s.evaluator_restarts, 1) << job.dump(2);
@@ -145,7 +134,7 @@ TEST_F(FaultWorkload, TwoFaultsInARowWorkerThenChiefRightAfterResuming) {
   ASSERT_TRUE(WaitResumed(1).is_object());
   ASSERT_GT(SignalTrainer(kChief, SIGKILL), 0);
   ASSERT_TRUE(WaitResumed(2).is_object());
-  ExpectSucceededWithReferenceWeights(2);
+  ExpectSucceededWithReferenceWeights(kJob, kChief, ReferenceSha(), 2, kFinishTimeout);
 }
 
 TEST_F(FaultWorkload, BackoffLimitExhaustedFailsAndLeavesNothingRunning) {

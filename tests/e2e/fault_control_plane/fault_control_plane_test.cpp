@@ -30,21 +30,15 @@ namespace {
 using nlohmann::json;
 using std::chrono::seconds;
 using testing::Eventually;
-using testing::ExampleDocs;
 using testing::Kubectl;
 using testing::OperatorProcess;
-using testing::ScaledExample;
-using testing::SetEnv;
 using testing::StatusOf;
 using testing::TrainerPids;
 
-constexpr int kEpochs = 3;
-constexpr int kSteps = 20;
-constexpr int kSaveFreq = 5;
-// Each backup write held this long: training lasts at least
-// kEpochs * kSteps / kSaveFreq * kPaceMs, long enough for a fault to land in it.
+// Each backup write held this long (see PaceFailpoint): long enough for a fault to land in
+// training.
 constexpr int kPaceMs = 700;
-const std::string kPace = "backup.before_rename=sleep:" + std::to_string(kPaceMs);
+const std::string kPace = testing::PaceFailpoint(kPaceMs);
 
 constexpr char kJob[] = "fmnist";
 constexpr char kChief[] = "fmnist-worker-0";  // no Chief replica: worker 0 is the chief
@@ -117,37 +111,12 @@ class CreationRecorder {
 
 class FaultControlPlane : public testing::JobTest {
  protected:
-  static json PacedJob() {
-    json job = ScaledExample(kEpochs, kSteps, kSaveFreq);
-    SetEnv(job, "Worker", "TJ_FAILPOINTS", kPace);
-    return job;
-  }
+  // The fault job, paced so that a fault struck after the first backup lands mid-training.
+  static json PacedJob() { return testing::FaultJob(kPace); }
 
-  // The final weights digest of PacedJob run without faults. Computed once per binary, by
-  // the first test that asks, in that test's namespace as job "reference" on a claim of its
-  // own (its backups must not meet the test's job).
-  const std::string& ReferenceSha() {
-    static std::string sha;
-    if (!sha.empty()) return sha;
-    json pvc = ExampleDocs().at(0);
-    pvc["metadata"]["name"] = "reference-data";
-    EXPECT_TRUE(client_->Create(resources::kPersistentVolumeClaims, ns_, pvc).ok());
-    json job = PacedJob();
-    job["metadata"]["name"] = "reference";
-    for (const char* t : {"Worker", "Evaluator"}) {
-      job["spec"]["replicaSpecs"][t]["template"]["spec"]["volumes"][0]["persistentVolumeClaim"]
-         ["claimName"] = "reference-data";
-    }
-    auto created = client_->Create(api::kTrainingJobs, ns_, job);
-    EXPECT_TRUE(created.ok()) << created.status().message();
-    job = WaitFinished("reference", kFinishTimeout);
-    const auto s = StatusOf(job);
-    const std::string got = FinalWeightsSha(job);
-    EXPECT_TRUE(s.IsTrue("Succeeded") && s.restart_count == 0 && got.size() == 64)
-        << "the reference run did not succeed at once with a weights digest: " << job.dump(2)
-        << PodLog("reference-worker-0");
-    if (s.IsTrue("Succeeded") && s.restart_count == 0 && got.size() == 64) sha = got;
-    return sha;
+  // The final weights digest of the fault job run without faults (the pace changes no result).
+  std::string ReferenceSha() {
+    return JobTest::ReferenceSha(testing::FaultJob(""), kFinishTimeout);
   }
 
   // Waits for the chief's first backup: training is under way and far from over.
@@ -155,21 +124,6 @@ class FaultControlPlane : public testing::JobTest {
     ASSERT_TRUE(
         Eventually([&] { return !PodEvents(kChief, "backup_saved").empty(); }, kStartTimeout))
         << PodLog(kChief) << Kubectl(cluster_, "-n " + ns_ + " get tj,pods");
-  }
-
-  // The job Succeeded after `restarts` gang restarts, with the reference's weights, and
-  // nothing of it still runs.
-  void ExpectSucceededWithReferenceWeights(int restarts) {
-    const std::string reference = ReferenceSha();
-    json job = WaitFinished(kJob, kFinishTimeout);
-    const auto s = StatusOf(job);
-    ASSERT_TRUE(s.IsTrue("Succeeded")) << job.dump(2);
-    EXPECT_EQ(s.restart_count, restarts) << job.dump(2);
-    const std::string got = FinalWeightsSha(job);
-    EXPECT_EQ(got.size(), 64u) << PodLog(kChief);
-    EXPECT_EQ(got, reference) << "the final weights differ from those of the uninterrupted run";
-    EXPECT_TRUE(Eventually([&] { return TrainerPids(ns_).empty(); }, seconds(60)))
-        << TrainerPids(ns_).size() << " tj-trainer processes of " << ns_ << " still run";
   }
 
   // Kills the operator (SIGKILL: no cleanup, no lease release) and starts a new one.
@@ -197,7 +151,8 @@ TEST_F(FaultControlPlane, OperatorKilledThreeTimesMidReconcileCreatesNothingTwic
   // 3. Mid-training.
   ASSERT_NO_FATAL_FAILURE(WaitMidTraining());
   KillAndRestartOperator();
-  ExpectSucceededWithReferenceWeights(0);
+  ExpectSucceededWithReferenceWeights(kJob, kChief, reference, 0, kFinishTimeout,
+                                      /*expect_no_trainer_left=*/true);
   EXPECT_EQ(operator_kills_, 3);
   EXPECT_TRUE(recorder.Duplicates().empty()) << ::testing::PrintToString(recorder.Duplicates());
   EXPECT_EQ(recorder.Count("pods"), 3u);  // two workers and the evaluator, once each
@@ -211,7 +166,8 @@ TEST_F(FaultControlPlane, ApiServerRestartedMidJob) {
   ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, PacedJob()).ok());
   ASSERT_NO_FATAL_FAILURE(WaitMidTraining());
   ASSERT_TRUE(cluster_->RestartApiServer().ok());
-  ExpectSucceededWithReferenceWeights(0);
+  ExpectSucceededWithReferenceWeights(kJob, kChief, reference, 0, kFinishTimeout,
+                                      /*expect_no_trainer_left=*/true);
   EXPECT_TRUE(recorder.Duplicates().empty()) << ::testing::PrintToString(recorder.Duplicates());
 }
 
@@ -237,7 +193,8 @@ TEST_F(FaultControlPlane, EtcdCompactedMidJobWatchesListAgain) {
       Eventually([&] { return op_->Log().find("410 Gone") != std::string::npos; }, seconds(120)))
       << "the operator's log shows no watch that had to list again:\n"
       << op_->Log();
-  ExpectSucceededWithReferenceWeights(0);
+  ExpectSucceededWithReferenceWeights(kJob, kChief, reference, 0, kFinishTimeout,
+                                      /*expect_no_trainer_left=*/true);
 }
 
 TEST_F(FaultControlPlane, NodeAgentKilledMidJobAdoptsThePods) {
@@ -253,7 +210,8 @@ TEST_F(FaultControlPlane, NodeAgentKilledMidJobAdoptsThePods) {
     EXPECT_NE(std::find(before.begin(), before.end(), pid), before.end())
         << "tj-trainer " << pid << " was started again";
   }
-  ExpectSucceededWithReferenceWeights(0);
+  ExpectSucceededWithReferenceWeights(kJob, kChief, reference, 0, kFinishTimeout,
+                                      /*expect_no_trainer_left=*/true);
   EXPECT_NE(ReadFile(cluster_->dir() + "/logs/tj-local-node.log").find("container_adopted"),
             std::string::npos);
 }
@@ -266,7 +224,8 @@ TEST_F(FaultControlPlane, NodeAgentStoppedMidJobRestartsTheGangFromItsBackup) {
   // (143) and the operator restarts the gang, which resumes from its last backup.
   auto restarted = cluster_->Script("restart-node --graceful");
   ASSERT_TRUE(restarted.ok()) << restarted.status().message();
-  ExpectSucceededWithReferenceWeights(1);
+  ExpectSucceededWithReferenceWeights(kJob, kChief, reference, 1, kFinishTimeout,
+                                      /*expect_no_trainer_left=*/true);
   EXPECT_FALSE(PodEvents(kChief, "restored").empty()) << PodLog(kChief);
 }
 

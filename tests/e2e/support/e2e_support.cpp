@@ -344,6 +344,23 @@ std::string JobTest::ReferenceSha(const json& job, std::chrono::seconds timeout)
   return sha;
 }
 
+void JobTest::ExpectSucceededWithReferenceWeights(const std::string& name, const std::string& chief,
+                                                  const std::string& reference, int restarts,
+                                                  std::chrono::seconds timeout,
+                                                  bool expect_no_trainer_left) {
+  const json job = WaitFinished(name, timeout);
+  const auto s = StatusOf(job);
+  ASSERT_TRUE(s.IsTrue("Succeeded")) << job.dump(2);
+  EXPECT_EQ(s.restart_count, restarts) << job.dump(2);
+  const std::string got = FinalWeightsSha(job);
+  EXPECT_EQ(got.size(), 64u) << PodLog(chief);
+  EXPECT_EQ(got, reference) << "the final weights differ from those of the uninterrupted run";
+  if (expect_no_trainer_left) {
+    EXPECT_TRUE(Eventually([&] { return TrainerPids(ns_).empty(); }, std::chrono::seconds(60)))
+        << TrainerPids(ns_).size() << " tj-trainer processes of " << ns_ << " still run";
+  }
+}
+
 json JobTest::FirstBackup(const std::string& chief, std::chrono::seconds timeout) {
   json first;
   EXPECT_TRUE(Eventually(

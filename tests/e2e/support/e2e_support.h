@@ -119,6 +119,15 @@ class JobTest : public ::testing::Test {
   // job). Cached per binary by the job's spec, so only the first test that asks pays for the
   // run. Empty, with a test failure, when it does not succeed at once with a digest.
   std::string ReferenceSha(const nlohmann::json& job, std::chrono::seconds timeout);
+  // Waits up to `timeout` for job `name` to finish, then expects it Succeeded after `restarts`
+  // gang restarts, with a final weights digest (FinalWeightsSha) equal to `reference` (from
+  // ReferenceSha); the log of `chief` is printed when it has none. With
+  // `expect_no_trainer_left`, also expects no tj-trainer process of this namespace to be left
+  // within 60 s (nothing of the job outlives it).
+  void ExpectSucceededWithReferenceWeights(const std::string& name, const std::string& chief,
+                                           const std::string& reference, int restarts,
+                                           std::chrono::seconds timeout,
+                                           bool expect_no_trainer_left = false);
   // The first backup_saved event in the log of `chief` (waits for it; null at the timeout,
   // with a test failure).
   nlohmann::json FirstBackup(const std::string& chief, std::chrono::seconds timeout);
