@@ -1,6 +1,7 @@
 #include "trainer/cluster/tf_config.h"
 
 #include <charconv>
+#include <cstdlib>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -268,6 +269,11 @@ StatusOr<TfConfig> ParseTfConfig(std::string_view json_text) {
   TJ_RETURN_IF_ERROR(ParseCluster(*cluster_it, &config));
   TJ_RETURN_IF_ERROR(ParseTask(root, &config));
   return config;
+}
+
+std::string PodListenAddress() {
+  const char* pod_ip = std::getenv("TJ_POD_IP");
+  return pod_ip != nullptr ? pod_ip : "";
 }
 
 }  // namespace tj::cluster

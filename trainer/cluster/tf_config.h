@@ -2,6 +2,8 @@
 // and validated, and the roles derived from it exactly as TensorFlow derives them
 // (tensorflow/python/distribute/multi_worker_util.py): the `chief` task is the chief, else
 // worker 0; evaluators take no part in the collective; parameter servers are not supported.
+// Also the address this pod listens on (TJ_POD_IP), the other thing the pod's environment
+// says about its place in the cluster.
 #pragma once
 
 #include <string>
@@ -68,5 +70,13 @@ struct TfConfig {
 // a cluster without chief or worker, and a `ps` task (parameter servers are not supported).
 // `environment` and unknown top-level keys are ignored, as TensorFlow does.
 StatusOr<TfConfig> ParseTfConfig(std::string_view json_text);
+
+// The address this pod's servers (the chief's rendezvous, the status server) listen on: the
+// value of TJ_POD_IP, or "" (every interface) when it is unset or empty. On the local cluster
+// pods are processes on one host, each with its own 127.N.x.y address that tj-local-node puts
+// in TJ_POD_IP: listening on every interface there, pods of two jobs or two clusters on that
+// host would take each other's ports. Kubernetes gives each pod a network of its own and no
+// TJ_POD_IP.
+std::string PodListenAddress();
 
 }  // namespace tj::cluster

@@ -1,7 +1,6 @@
 #include "trainer/train/observability.h"
 
-#include <cstdlib>
-
+#include "trainer/cluster/tf_config.h"
 #include "trainer/observe/status_server.h"
 #include "trainer/observe/tensorboard_writer.h"
 
@@ -21,14 +20,10 @@ StatusOr<std::unique_ptr<Observability>> Observability::Start(const Options& opt
   o->impl_ = std::make_unique<Impl>();
   o->impl_->log = log;
   if (options.status_port > 0) {
-    // On the local cluster every pod shares the host's network: listen on the pod's own
-    // address (TJ_POD_IP, set by tj-local-node), so that pods of two clusters on one machine
-    // do not take each other's port. Elsewhere, every interface.
-    const char* pod_ip = std::getenv("TJ_POD_IP");
+    const std::string listen = cluster::PodListenAddress();
     o->impl_->server = std::make_unique<observe::StatusServer>(
         options.status_port, [progress] { return progress->StatusJson(); },
-        [progress] { return progress->PrometheusText(); },
-        pod_ip != nullptr && *pod_ip != '\0' ? pod_ip : "0.0.0.0");
+        [progress] { return progress->PrometheusText(); }, listen.empty() ? "0.0.0.0" : listen);
     TJ_RETURN_IF_ERROR(o->impl_->server->Start().WithContext("--status-port"));
   }
   if (!options.log_dir.empty() && writes_summaries) {

@@ -136,12 +136,7 @@ int RunTrainer(const Options& o) {
     collective::GlooOptions go;
     go.config = *tf_config;
     go.rendezvous_key = o.rendezvous_key;
-    // On the local cluster every pod shares the host's network: the chief's rendezvous
-    // listens on the pod's own address (TJ_POD_IP, set by tj-local-node), so that chiefs of
-    // two clusters on one machine do not take each other's port. Elsewhere, every interface.
-    if (const char* pod_ip = std::getenv("TJ_POD_IP"); pod_ip != nullptr && *pod_ip != '\0') {
-      go.rendezvous_bind_host = pod_ip;
-    }
+    go.rendezvous_bind_host = cluster::PodListenAddress();
     go.rendezvous_timeout = o.rendezvous_timeout;
     go.collective_timeout = o.collective_timeout;
     go.log = &log;

@@ -1,7 +1,12 @@
-// TF_CONFIG parsing and roles: table-driven good and bad inputs, exact error texts.
+// TF_CONFIG parsing and roles: table-driven good and bad inputs, exact error texts; the pod's
+// listen address (TJ_POD_IP).
 #include "trainer/cluster/tf_config.h"
 
 #include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <optional>
+#include <string>
 
 namespace tj::cluster {
 namespace {
@@ -190,6 +195,34 @@ TEST(HostPort, SplitsHostAndPort) {
   ASSERT_TRUE(hp.ok());
   EXPECT_EQ(hp->host, "fe80::1");
   EXPECT_EQ(hp->port, 80);
+}
+
+// TJ_POD_IP is the process's: set for the test, restored after it.
+class PodListenAddressTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (const char* v = std::getenv("TJ_POD_IP")) saved_ = v;
+  }
+  void TearDown() override {
+    if (saved_) {
+      setenv("TJ_POD_IP", saved_->c_str(), 1);
+    } else {
+      unsetenv("TJ_POD_IP");
+    }
+  }
+  std::optional<std::string> saved_;
+};
+
+TEST_F(PodListenAddressTest, IsThePodsOwnAddressOnTheLocalCluster) {
+  ASSERT_EQ(setenv("TJ_POD_IP", "127.3.0.2", 1), 0);
+  EXPECT_EQ(PodListenAddress(), "127.3.0.2");
+}
+
+TEST_F(PodListenAddressTest, IsEveryInterfaceWithoutTjPodIp) {
+  ASSERT_EQ(unsetenv("TJ_POD_IP"), 0);
+  EXPECT_EQ(PodListenAddress(), "");
+  ASSERT_EQ(setenv("TJ_POD_IP", "", 1), 0);
+  EXPECT_EQ(PodListenAddress(), "");
 }
 
 }  // namespace
