@@ -43,7 +43,7 @@ void KeepIdentity(json& object) {
   KeepOnly(object, {"apiVersion", "kind", "metadata"});
   if (auto md = object.find("metadata"); md != object.end()) {
     KeepOnly(*md, {"name", "namespace", "uid", "resourceVersion", "generation", "labels",
-                   "deletionTimestamp"});
+                   "ownerReferences", "deletionTimestamp"});
   }
 }
 

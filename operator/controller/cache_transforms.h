@@ -15,8 +15,9 @@ namespace tj::controller {
 void TrimPodForCache(nlohmann::json& pod);
 
 // Only what names an object and ties it to its job: name, namespace, uid, resourceVersion,
-// generation, labels, deletionTimestamp. For the Services and Secrets: only their existence
-// matters (and no Secret data stays in memory).
+// generation, labels, ownerReferences, deletionTimestamp. For the Services and Secrets: only
+// their existence and owner matter (one of the job's name that another owns is not the job's),
+// and no Secret data stays in memory.
 void KeepIdentity(nlohmann::json& object);
 
 // Whether an update changed nothing the reconciler reads: the two objects (as transformed

@@ -19,7 +19,53 @@ std::string PodPhase(const json& pod) {
   return pod["status"].value("phase", "");
 }
 
+// The cache of `r`'s objects; null for a resource the executor does not cache.
+const kube::ObjectCache* CacheOf(const OwnedObjectCaches& caches, const kube::Resource& r) {
+  if (r.plural == kube::resources::kPods.plural) return caches.pods;
+  if (r.plural == kube::resources::kServices.plural) return caches.services;
+  if (r.plural == kube::resources::kSecrets.plural) return caches.secrets;
+  if (r.plural == api::kTrainingJobs.plural) return caches.jobs;
+  return nullptr;
+}
+
+// The owners of `object`, for a message: "TrainingJob mnist (uid u-1)", or "no owner".
+std::string OwnersOf(const json& object) {
+  std::string out;
+  const json md = object.value("metadata", json::object());
+  for (const json& ref : md.value("ownerReferences", json::array())) {
+    if (!ref.is_object()) continue;
+    if (!out.empty()) out += ", ";
+    out += ref.value("kind", "?") + " " + ref.value("name", "?") + " (uid " +
+           ref.value("uid", "?") + ")";
+  }
+  return out.empty() ? "no owner" : out;
+}
+
+// Leaves out a Service or Secret of the job's name that the job does not own (a deleted job's,
+// or a user's): the reconciler then creates it, and Create's owner check waits for it to go.
+void DropUnowned(Observed* in) {
+  if (in->service && !IsOwnedBy(*in->service, in->job)) in->service.reset();
+  if (in->secret && !IsOwnedBy(*in->secret, in->job)) in->secret.reset();
+}
+
 }  // namespace
+
+Status CheckExistingIsOwned(const std::string& kind, const std::string& object_key,
+                            const std::optional<json>& existing, const json& job) {
+  if (existing && IsOwnedBy(*existing, job)) return Status::Ok();
+  std::string why;
+  if (!existing) {
+    why = "it was deleted meanwhile; creating it again on the next pass";
+  } else {
+    const json md = existing->value("metadata", json::object());
+    why = "it belongs to " + OwnersOf(*existing) +
+          (md.contains("deletionTimestamp")
+               ? " and is being deleted (e.g. a deleted TrainingJob of the same name); waiting "
+                 "for it to go"
+               : "; delete or rename it, or rename this job");
+  }
+  return Status::Error(kind + " " + object_key + " already exists and is not this job's: " + why);
+}
 
 json LastEvaluation(const std::string& log) {
   std::istringstream in(log);
@@ -68,6 +114,7 @@ Status Executor::ReadOwned(const std::string& key, const std::string& ns, const 
     }
     in->service = c.services->Get(ns + "/" + name);
     in->secret = c.secrets->Get(ns + "/" + SecretName(name));
+    DropUnowned(in);
     return Status::Ok();
   }
   kube::Client* client = deps_.client;
@@ -88,6 +135,7 @@ Status Executor::ReadOwned(const std::string& key, const std::string& ns, const 
   } else if (!kube::IsNotFound(secret.error())) {
     return secret.error().ToStatus().WithContext("reading the Secret of TrainingJob " + key);
   }
+  DropUnowned(in);
   return Status::Ok();
 }
 
@@ -103,11 +151,8 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
     const OwnedObjectCaches& caches = *deps_.caches;
     auto wait = expectations_.Pending(
         key, [&caches](const kube::Resource& r, const std::string& object_key) {
-          const kube::ObjectCache* cache = caches.secrets;
-          if (r.plural == kube::resources::kPods.plural) cache = caches.pods;
-          if (r.plural == kube::resources::kServices.plural) cache = caches.services;
-          if (r.plural == api::kTrainingJobs.plural) cache = caches.jobs;
-          return cache->Get(object_key);
+          const kube::ObjectCache* cache = CacheOf(caches, r);
+          return cache != nullptr ? cache->Get(object_key) : std::nullopt;
         });
     if (wait) {
       return std::optional<milliseconds>(std::chrono::duration_cast<milliseconds>(*wait) +
@@ -171,6 +216,22 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
   return d.requeue_after;
 }
 
+StatusOr<std::optional<json>> Executor::ReadExisting(const kube::Resource& r, const std::string& ns,
+                                                     const std::string& name) {
+  if (deps_.caches) {
+    const kube::ObjectCache* cache = CacheOf(*deps_.caches, r);
+    if (cache != nullptr) {
+      if (auto cached = cache->Get(ns + "/" + name)) return std::optional<json>(std::move(*cached));
+    }
+  }
+  // Not cached (yet, or not labelled as a job's, so no informer of ours lists it): ask.
+  auto live = deps_.client->Get(r, ns, name);
+  if (live.ok()) return std::optional<json>(std::move(*live));
+  if (kube::IsNotFound(live.error())) return std::optional<json>();
+  return live.error().ToStatus().WithContext("reading " + r.plural + " " + ns + "/" + name +
+                                             ", which already exists");
+}
+
 Status Executor::Create(const std::string& key, const json& job, const Action& a) {
   const api::ObjectRef ref = api::RefOf(job);
   const std::string object_key = ref.ns + "/" + a.name;
@@ -178,19 +239,18 @@ Status Executor::Create(const std::string& key, const json& job, const Action& a
   auto r = deps_.client->Create(a.resource, ref.ns, a.object);
   if (r.ok()) return Status::Ok();
   if (kube::IsAlreadyExists(r.error())) {
-    // Usually ours, created by an earlier pass that the cache does not show yet. But a pod of
-    // a deleted job of the same name may still be terminating: counted as ours, it would
-    // look deleted once it goes, and restart the new job's gang. Such a pod is waited for.
-    if (!deps_.caches || a.resource.plural != kube::resources::kPods.plural) return Status::Ok();
-    auto cached = deps_.caches->pods->Get(object_key);
-    if (cached && IsOwnedBy(*cached, job)) return Status::Ok();
-    expectations_.Forget(key, a.resource, object_key);
-    return Status::Error(
-        "pod " + object_key + " already exists and is not this job's" +
-        (cached ? " (owned by another object, e.g. a deleted TrainingJob of the same name whose "
-                  "pods are still terminating)"
-                : " (or the cache does not show it yet)") +
-        "; waiting for it to go before creating this job's pod");
+    // Usually ours, created by an earlier pass that the cache does not show yet. But it may be
+    // another's: a pod, Service or Secret of a deleted job of the same name that is still
+    // terminating or not yet collected (counted as ours, a pod would look deleted once it
+    // goes and restart the new job's gang; a Secret would hand out the old rendezvous key), or
+    // a user's object of the same name. Such an object is waited for, the key retried.
+    StatusOr<std::optional<json>> existing = ReadExisting(a.resource, ref.ns, a.name);
+    Status owned = existing.ok() ? CheckExistingIsOwned(a.object.value("kind", a.resource.plural),
+                                                        object_key, *existing, job)
+                                 : existing.status();
+    if (owned.ok()) return owned;
+    if (deps_.caches) expectations_.Forget(key, a.resource, object_key);
+    return owned;
   }
   if (deps_.caches) expectations_.Forget(key, a.resource, object_key);
   if (deps_.recorder) {
@@ -213,7 +273,10 @@ Status Executor::Apply(const std::string& key, const json& job, const Decision& 
         const std::string object_key = ref.ns + "/" + a.name;
         if (deps_.caches) {
           std::string uid;
-          if (auto cached = deps_.caches->pods->Get(object_key)) uid = api::RefOf(*cached).uid;
+          const kube::ObjectCache* cache = CacheOf(*deps_.caches, a.resource);
+          if (auto cached = cache != nullptr ? cache->Get(object_key) : std::nullopt) {
+            uid = api::RefOf(*cached).uid;
+          }
           expectations_.ExpectDelete(key, a.resource, object_key, uid);
         }
         auto r = c->Delete(a.resource, ref.ns, a.name);

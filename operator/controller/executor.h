@@ -63,9 +63,15 @@ class Executor {
   StatusOr<std::optional<std::chrono::milliseconds>> Sync(const std::string& key);
 
  private:
-  // Fills in.pods, in.service and in.secret of job `name` in `ns`.
+  // Fills in.pods, in.service and in.secret of job `name` in `ns` (in->job set). A Service or
+  // Secret of the job's name that in->job does not own is left out.
   Status ReadOwned(const std::string& key, const std::string& ns, const std::string& name,
                    Observed* in);
+  // The object `name` of `r` in `ns` as the cache shows it, else as the API server does;
+  // nullopt when there is none.
+  StatusOr<std::optional<nlohmann::json>> ReadExisting(const kube::Resource& r,
+                                                       const std::string& ns,
+                                                       const std::string& name);
   Status Apply(const std::string& key, const nlohmann::json& job, const Decision& d);
   Status Create(const std::string& key, const nlohmann::json& job, const Action& a);
   Status WriteStatus(const std::string& key, const nlohmann::json& job,
@@ -75,6 +81,15 @@ class Executor {
   ReconcilerOptions options_;
   kube::Expectations expectations_;
 };
+
+// Whether a create that was answered AlreadyExists may count as done: Ok when `existing` (the
+// object `object_key` of `kind` as the cache or the API server shows it; nullopt when it is
+// gone) is owned by `job`. Otherwise an error that names the object and its owners, and the
+// key is retried: a pod, Service or Secret of a deleted job of the same name, or a user's
+// object, is never taken as this job's. The same check for pods, Services and Secrets.
+Status CheckExistingIsOwned(const std::string& kind, const std::string& object_key,
+                            const std::optional<nlohmann::json>& existing,
+                            const nlohmann::json& job);
 
 // The last {"event":"evaluation",...} line of a trainer log, or null.
 nlohmann::json LastEvaluation(const std::string& log);

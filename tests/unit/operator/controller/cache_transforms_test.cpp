@@ -3,29 +3,15 @@
 #include <gtest/gtest.h>
 
 #include "operator/controller/job_resources.h"
+#include "tests/unit/operator/controller/test_job.h"
 
 namespace tj::controller {
 namespace {
 
 using nlohmann::json;
 
-json Job() {
-  return {{"apiVersion", "tjo.dev/v1alpha1"},
-          {"kind", "TrainingJob"},
-          {"metadata", {{"name", "mnist"}, {"namespace", "ns"}, {"uid", "uid-1"}}},
-          {"spec",
-           {{"replicaSpecs",
-             {{"Worker",
-               {{"replicas", 2},
-                {"template",
-                 {{"spec",
-                   {{"containers", json::array({{{"name", "trainer"},
-                                                 {"image", "tj-trainer"},
-                                                 {"args", {"--epochs", "2"}}}})}}}}}}}}}}}};
-}
-
 TEST(TrimPodForCache, KeepsWhatTheReconcilerReads) {
-  const json job = Job();
+  const json job = TestJob();
   auto spec = api::ParseSpec(job["spec"]);
   ASSERT_TRUE(spec.ok());
   json pod = BuildPod(job, *spec, api::ReplicaType::kWorker, 1, 0);
@@ -56,7 +42,7 @@ TEST(TrimPodForCache, KeepsWhatTheReconcilerReads) {
   EXPECT_FALSE(pod["spec"].contains("hostname"));
 }
 
-TEST(KeepIdentity, NamesAndLabelsOnly) {
+TEST(KeepIdentity, NamesLabelsAndOwnersOnly) {
   json secret = {{"apiVersion", "v1"},
                  {"kind", "Secret"},
                  {"metadata",
@@ -65,6 +51,7 @@ TEST(KeepIdentity, NamesAndLabelsOnly) {
                    {"uid", "u"},
                    {"resourceVersion", "3"},
                    {"labels", {{"tjo.dev/job-name", "mnist"}}},
+                   {"ownerReferences", json::array({OwnerReference(TestJob())})},
                    {"managedFields", json::array()}}},
                  {"data", {{"key", "c2VjcmV0"}}}};
   KeepIdentity(secret);
@@ -72,6 +59,26 @@ TEST(KeepIdentity, NamesAndLabelsOnly) {
   EXPECT_FALSE(secret["metadata"].contains("managedFields"));
   EXPECT_EQ(secret["metadata"]["labels"]["tjo.dev/job-name"], "mnist");
   EXPECT_EQ(secret["metadata"]["name"], "mnist-rendezvous");
+  EXPECT_EQ(secret["metadata"]["ownerReferences"], json::array({OwnerReference(TestJob())}));
+}
+
+// The executor takes a cached Service or Secret of the job's name as the job's only when the
+// job owns it: the owner must survive the transform.
+TEST(KeepIdentity, KeepsWhoseServiceAndSecretItIs) {
+  const json job = TestJob();
+  auto spec = api::ParseSpec(job["spec"]);
+  ASSERT_TRUE(spec.ok());
+  json other = job;
+  other["metadata"]["uid"] = "uid-of-a-deleted-job-of-the-same-name";
+  for (json o : {BuildService(job, *spec), BuildSecret(job, "k")}) {
+    json theirs = o;
+    theirs["metadata"]["ownerReferences"] = json::array({OwnerReference(other)});
+    KeepIdentity(o);
+    KeepIdentity(theirs);
+    EXPECT_TRUE(IsOwnedBy(o, job)) << o.dump();
+    EXPECT_FALSE(IsOwnedBy(theirs, job)) << theirs.dump();
+    EXPECT_TRUE(IsOwnedBy(theirs, other)) << theirs.dump();
+  }
 }
 
 TEST(OnlyVersionChanged, SkipsVersionOnlyUpdatesButNotResyncsOrRealChanges) {

@@ -1,13 +1,27 @@
-// The executor's pure helpers: reading the final evaluation from a trainer log; metrics text.
-// The executor itself runs against a real API server in tests/e2e/operator/.
+// The executor's pure helpers (the final evaluation from a trainer log, metrics text, the
+// owner check of a create answered AlreadyExists) and one pass against informer caches and a
+// fake client: a Service or Secret of the job's name that another owns is not the job's. The
+// executor runs against a real API server in tests/e2e/operator/.
 #include "operator/controller/executor.h"
 
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <map>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <vector>
+
+#include "operator/controller/cache_transforms.h"
+#include "operator/controller/job_resources.h"
 #include "operator/controller/metrics.h"
+#include "tests/unit/operator/controller/test_job.h"
 
 namespace tj::controller {
 namespace {
+
+using nlohmann::json;
 
 TEST(LastEvaluation, TakesTheLastEvaluationLine) {
   const std::string log =
@@ -47,6 +61,182 @@ TEST(OperatorMetrics, ControllerRuntimeNamesAndJobCounters) {
         "tj_operator_jobs_restarted_total 2"}) {
     EXPECT_NE(t.find(want), std::string::npos) << want << "\n" << t;
   }
+}
+
+// The job's Service, Secret and worker 0 as `owner` builds them, as the operator's caches keep
+// them (cache_transforms.h).
+std::vector<json> CachedObjectsOf(const json& owner) {
+  auto spec = api::ParseSpec(owner["spec"]);
+  EXPECT_TRUE(spec.ok()) << spec.status().message();
+  json service = BuildService(owner, *spec);
+  json secret = BuildSecret(owner, "k");
+  json pod = BuildPod(owner, *spec, api::ReplicaType::kWorker, 0, 0);
+  KeepIdentity(service);
+  KeepIdentity(secret);
+  TrimPodForCache(pod);
+  return {service, secret, pod};
+}
+
+TEST(CheckExistingIsOwned, TakesTheJobsOwnPodServiceAndSecretAsDone) {
+  const json job = TestJob();
+  for (const json& o : CachedObjectsOf(job)) {
+    const std::string kind = o.value("kind", "");
+    EXPECT_TRUE(CheckExistingIsOwned(kind, "ns/" + o["metadata"].value("name", ""), o, job).ok())
+        << kind << " " << o.dump();
+  }
+}
+
+TEST(CheckExistingIsOwned, RefusesAnotherJobsOrAnUnownedPodServiceOrSecret) {
+  const json job = TestJob("uid-new");
+  // A deleted job of the same name (another uid), its objects still there.
+  for (json o : CachedObjectsOf(TestJob("uid-old"))) {
+    const std::string kind = o.value("kind", "");
+    const std::string key = "ns/" + o["metadata"].value("name", "");
+    Status s = CheckExistingIsOwned(kind, key, o, job);
+    ASSERT_FALSE(s.ok()) << kind;
+    EXPECT_EQ(s.message().rfind(kind + " " + key + " already exists and is not this job's", 0), 0u)
+        << s.message();
+    EXPECT_NE(s.message().find("uid-old"), std::string::npos) << s.message();
+    o["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z";
+    s = CheckExistingIsOwned(kind, key, o, job);
+    EXPECT_NE(s.message().find("is being deleted"), std::string::npos) << s.message();
+    // A user's object of the same name.
+    o["metadata"].erase("ownerReferences");
+    o["metadata"].erase("deletionTimestamp");
+    s = CheckExistingIsOwned(kind, key, o, job);
+    EXPECT_NE(s.message().find("no owner; delete or rename it"), std::string::npos) << s.message();
+  }
+  Status gone = CheckExistingIsOwned("Service", "ns/mnist", std::nullopt, job);
+  EXPECT_NE(gone.message().find("deleted meanwhile"), std::string::npos) << gone.message();
+}
+
+// Answers Create with AlreadyExists for the objects in `existing` (by "plural/name"), Get from
+// them, and every other call as a server that accepts it. Records the creates.
+class FakeClient : public kube::Client {
+ public:
+  std::map<std::string, json> existing;  // "services/mnist" -> the object on the server
+  std::vector<std::string> created;      // "services/mnist", in order
+
+  kube::Result<json> Get(const kube::Resource& r, const std::string&,
+                         const std::string& name) override {
+    auto it = existing.find(r.plural + "/" + name);
+    if (it == existing.end()) return kube::ApiError{404, "NotFound", name + " not found"};
+    return it->second;
+  }
+  kube::Result<json> List(const kube::Resource&, const std::string&,
+                          const kube::ListOptions&) override {
+    return json{{"items", json::array()}};
+  }
+  kube::Result<json> Create(const kube::Resource& r, const std::string&,
+                            const json& object) override {
+    const std::string key = r.plural + "/" + object["metadata"].value("name", "");
+    if (existing.contains(key)) return kube::ApiError{409, "AlreadyExists", key + " exists"};
+    created.push_back(key);
+    return object;
+  }
+  kube::Result<json> Update(const kube::Resource&, const std::string&, const json& o) override {
+    return o;
+  }
+  kube::Result<json> UpdateStatus(const kube::Resource&, const std::string&,
+                                  const json& o) override {
+    return o;
+  }
+  kube::Result<json> Patch(const kube::Resource&, const std::string&, const std::string&,
+                           kube::PatchType, const json& patch, const kube::PatchOptions&) override {
+    return patch;
+  }
+  kube::Result<json> Delete(const kube::Resource&, const std::string&, const std::string&,
+                            const kube::DeleteOptions&) override {
+    return json::object();
+  }
+  kube::Result<kube::WatchSummary> Watch(const kube::Resource&, const std::string&,
+                                         const kube::WatchOptions&,
+                                         const std::function<bool(const kube::WatchEvent&)>&,
+                                         std::stop_token) override {
+    return kube::WatchSummary{};
+  }
+  kube::Result<json> Raw(const std::string&, const std::string&,
+                         const std::optional<json>&) override {
+    return json::object();
+  }
+};
+
+// One pass of job ns/mnist (uid-new) with informer caches, as the operator runs it.
+class ExecutorPass : public ::testing::Test {
+ protected:
+  ExecutorPass() { jobs_.Upsert(TestJob("uid-new")); }
+
+  StatusOr<std::optional<std::chrono::milliseconds>> Sync() {
+    ExecutorDeps deps;
+    deps.client = &client_;
+    deps.random_key = [] { return std::string("key"); };
+    deps.caches = OwnedObjectCaches{&jobs_, &pods_, &services_, &secrets_};
+    Executor executor(std::move(deps), ReconcilerOptions{});
+    return executor.Sync("ns/mnist");
+  }
+
+  // The Service or Secret (`kind`) of a deleted job of the same name (uid-old), on the server
+  // and, with `in_cache`, in `cache` (without: like a user's object without the job-name label,
+  // which no informer of the operator lists).
+  void OldObject(const std::string& kind, kube::ObjectCache* cache, bool in_cache) {
+    for (const json& o : CachedObjectsOf(TestJob("uid-old"))) {
+      if (o.value("kind", "") != kind) continue;
+      client_.existing[PluralOf(kind) + "/" + o["metadata"].value("name", "")] = o;
+      if (in_cache) cache->Upsert(o);
+    }
+  }
+  static std::string PluralOf(const std::string& kind) {
+    return kind == "Service" ? "services" : kind == "Secret" ? "secrets" : "pods";
+  }
+
+  FakeClient client_;
+  kube::ObjectCache jobs_, pods_, services_, secrets_;
+};
+
+TEST_F(ExecutorPass, CreatesTheServiceAndSecretItFindsNotThere) {
+  auto r = Sync();
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(client_.created.at(0), "services/mnist") << ::testing::PrintToString(client_.created);
+  EXPECT_EQ(client_.created.at(1), "secrets/mnist-rendezvous");
+}
+
+TEST_F(ExecutorPass, TakesItsOwnServiceAndSecretWhenTheCacheLagsBehind) {
+  // Created by an earlier pass; the caches do not show them yet.
+  for (const json& o : CachedObjectsOf(TestJob("uid-new"))) {
+    const std::string kind = o.value("kind", "");
+    if (kind != "Pod") client_.existing[PluralOf(kind) + "/" + o["metadata"].value("name", "")] = o;
+  }
+  auto r = Sync();
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_FALSE(client_.created.empty());  // its pods
+}
+
+TEST_F(ExecutorPass, DoesNotTakeADeletedJobsCachedServiceAsItsOwn) {
+  OldObject("Service", &services_, /*in_cache=*/true);
+  auto r = Sync();
+  ASSERT_FALSE(r.ok()) << "the old job's Service was taken as the new job's";
+  EXPECT_NE(r.status().message().find("Service ns/mnist already exists and is not this job's"),
+            std::string::npos)
+      << r.status().message();
+  EXPECT_TRUE(client_.created.empty()) << ::testing::PrintToString(client_.created);
+}
+
+TEST_F(ExecutorPass, DoesNotTakeADeletedJobsCachedSecretAsItsOwn) {
+  OldObject("Secret", &secrets_, /*in_cache=*/true);
+  auto r = Sync();
+  ASSERT_FALSE(r.ok()) << "the old job's Secret (its old rendezvous key) was taken as the new "
+                          "job's";
+  EXPECT_NE(
+      r.status().message().find("Secret ns/mnist-rendezvous already exists and is not this job's"),
+      std::string::npos)
+      << r.status().message();
+}
+
+TEST_F(ExecutorPass, DoesNotTakeAnUncachedForeignSecretAsItsOwn) {
+  OldObject("Secret", &secrets_, /*in_cache=*/false);
+  auto r = Sync();
+  ASSERT_FALSE(r.ok()) << "creating the Secret answered AlreadyExists and was taken as done";
+  EXPECT_NE(r.status().message().find("uid-old"), std::string::npos) << r.status().message();
 }
 
 }  // namespace
