@@ -30,8 +30,11 @@
 # TJ_LOCAL_NODE_MOUNT_NAMESPACE=false runs the node agent as it runs when not root (no mount
 # namespaces: no private /etc/hosts, volumes as $TJ_VOLUME_<NAME>), to test that mode as root.
 #
+# TJ_LOCAL_CLUSTER_ETCD_ON_DISK=1 at `up` keeps etcd's data under the state directory, on disk;
+# by default it is in /dev/shm (see place_etcd_data).
+#
 # State: ${TJ_LOCAL_CLUSTER_DIR:-<repo>/.local-cluster}: kubeconfig, pids/, logs/, certs, etcd
-# data. Several clusters can run on one machine with different TJ_LOCAL_CLUSTER_DIR values:
+# data (a link into /dev/shm). Several clusters can run on one machine with different TJ_LOCAL_CLUSTER_DIR values:
 # every port is picked free at `up`.
 set -euo pipefail
 
@@ -274,8 +277,10 @@ cmd_up() {
   fi
   find_binaries
   local t0=$SECONDS
+  remove_etcd_memory
   rm -rf "$STATE_DIR"
-  mkdir -p "$STATE_DIR/pids" "$STATE_DIR/logs" "$STATE_DIR/etcd"
+  mkdir -p "$STATE_DIR/pids" "$STATE_DIR/logs"
+  place_etcd_data
   make_certs
   local token port_e port_p port_a port_c port_s port_k
   token=$(openssl rand -hex 24)
@@ -293,7 +298,7 @@ APISERVER_PORT=$port_a
 EOF
   write_audit_policy
 
-  start etcd "$ETCD_BIN" --data-dir "$STATE_DIR/etcd" --name local \
+  start etcd "$ETCD_BIN" --data-dir "$(etcd_data_dir)" --name local \
     --listen-client-urls "http://127.0.0.1:$port_e" \
     --advertise-client-urls "http://127.0.0.1:$port_e" \
     --listen-peer-urls "http://127.0.0.1:$port_p" \
@@ -484,8 +489,41 @@ cmd_run_apiserver() {
 }
 
 # Stops every process recorded under pids/, newest first: SIGTERM, then SIGKILL after 10 s.
+# etcd's data directory: in memory (/dev/shm) unless TJ_LOCAL_CLUSTER_ETCD_ON_DISK=1.
+# etcd fsyncs every commit; on a disk that a build is writing to at the same time a commit
+# waited tens of milliseconds, so the API server's throughput (and every test's pace) followed
+# the machine's I/O rather than its CPU. A test cluster's data need not survive the machine.
+# $STATE_DIR/etcd is then a link to /dev/shm/tj-etcd.XXXXXX, removed at `down`; directories
+# left there by clusters that were never brought down are removed at the next `up`.
+place_etcd_data() {
+  if [ "${TJ_LOCAL_CLUSTER_ETCD_ON_DISK:-0}" != 1 ] && [ -d /dev/shm ] && [ -w /dev/shm ]; then
+    local dir
+    # (older than a minute: not one that another cluster's `up` is setting up right now)
+    for dir in $(find /dev/shm -maxdepth 1 -name 'tj-etcd.*' -type d -mmin +1 2>/dev/null); do
+      local owner
+      owner=$(cat "$dir/owner" 2>/dev/null) || owner=
+      [ -n "$owner" ] && [ "$(readlink "$owner/etcd" 2>/dev/null)" = "$dir" ] || rm -rf "$dir"
+    done
+    if dir=$(mktemp -d /dev/shm/tj-etcd.XXXXXX); then
+      echo "$STATE_DIR" >"$dir/owner"
+      mkdir -m 700 "$dir/data"
+      ln -s "$dir" "$STATE_DIR/etcd"
+      return 0
+    fi
+  fi
+  mkdir -p "$STATE_DIR/etcd"
+}
+etcd_data_dir() {
+  if [ -L "$STATE_DIR/etcd" ]; then echo "$STATE_DIR/etcd/data"; else echo "$STATE_DIR/etcd"; fi
+}
+remove_etcd_memory() {
+  [ -L "$STATE_DIR/etcd" ] || return 0
+  rm -rf "$(readlink "$STATE_DIR/etcd")"
+  rm -f "$STATE_DIR/etcd"
+}
+
 cmd_down() {
-  [ -d "$STATE_DIR/pids" ] || { log "nothing to stop in $STATE_DIR"; return 0; }
+  [ -d "$STATE_DIR/pids" ] || { log "nothing to stop in $STATE_DIR"; remove_etcd_memory; return 0; }
   local order=(tj-local-node kube-scheduler kube-controller-manager kube-apiserver etcd)
   local name pid
   for name in "${order[@]}"; do
@@ -506,6 +544,7 @@ cmd_down() {
     rm -f "$f"
   done
   rmdir "$STATE_DIR/pids" 2>/dev/null || true
+  remove_etcd_memory
 }
 
 # Stops kube-apiserver and starts it again on the same port; returns when it is healthy.
