@@ -29,8 +29,8 @@ ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       build-essential cmake ninja-build pkg-config \
-      libcpprest-dev nlohmann-json3-dev libssl-dev libgtest-dev libgmock-dev libgloo-dev \
-      libyaml-cpp-dev zlib1g-dev libcli11-dev \
+      libcpprest-dev libcurl4-openssl-dev nlohmann-json3-dev libssl-dev libgtest-dev \
+      libgmock-dev libgloo-dev libyaml-cpp-dev zlib1g-dev libcli11-dev libjemalloc-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -46,8 +46,8 @@ ARG DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
       build-essential cmake ninja-build pkg-config \
-      libcpprest-dev nlohmann-json3-dev libssl-dev libgtest-dev libgmock-dev libgloo-dev \
-      libyaml-cpp-dev zlib1g-dev libcli11-dev \
+      libcpprest-dev libcurl4-openssl-dev nlohmann-json3-dev libssl-dev libgtest-dev \
+      libgmock-dev libgloo-dev libyaml-cpp-dev zlib1g-dev libcli11-dev libjemalloc-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -79,7 +79,7 @@ ARG DEBIAN_FRONTEND=noninteractive
 ARG APP_UID
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
-      ca-certificates libcpprest2.10 libyaml-cpp0.7 libssl3 zlib1g \
+      ca-certificates libcpprest2.10 libcurl4 libjemalloc2 libyaml-cpp0.7 libssl3 zlib1g \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --gid "${APP_UID}" tj \
  && useradd --uid "${APP_UID}" --gid "${APP_UID}" --no-create-home --home-dir /nonexistent \

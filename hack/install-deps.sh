@@ -8,8 +8,8 @@ PACKAGES=(
   # build
   build-essential cmake pkg-config ninja-build
   # libraries
-  libcpprest-dev nlohmann-json3-dev libssl-dev libgtest-dev libgmock-dev libgloo-dev
-  libyaml-cpp-dev zlib1g-dev libcli11-dev
+  libcpprest-dev libcurl4-openssl-dev nlohmann-json3-dev libssl-dev libgtest-dev libgmock-dev
+  libgloo-dev libyaml-cpp-dev zlib1g-dev libcli11-dev libjemalloc-dev
   # data
   dataset-fashion-mnist
   # reference implementations for tests and benchmarks

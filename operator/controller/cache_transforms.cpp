@@ -47,33 +47,64 @@ void KeepIdentity(json& object) {
   }
 }
 
-bool OnlyVersionChanged(const json& old_obj, const json& new_obj) {
+namespace {
+
+// Equal but for metadata.resourceVersion (which must differ: a resync is a change) and, with
+// `ignore_conditions`, status.conditions. Compared without copies.
+bool EqualButForVersion(const json& old_obj, const json& new_obj, bool ignore_conditions) {
   static const json kNone;
-  auto metadata = [](const json& o) -> const json& {
+  auto field = [](const json& o, const char* name) -> const json& {
     if (!o.is_object()) return kNone;
-    auto it = o.find("metadata");
+    auto it = o.find(name);
     return it != o.end() && it->is_object() ? *it : kNone;
   };
-  const json& ma = metadata(old_obj);
-  const json& mb = metadata(new_obj);
+  const json& ma = field(old_obj, "metadata");
+  const json& mb = field(new_obj, "metadata");
   if (!ma.is_object() || !mb.is_object()) return false;
   if (ma.value("resourceVersion", json()) == mb.value("resourceVersion", json())) {
     return false;  // a resync: look again
   }
-  // Compared without copies: the same top-level fields, equal but for the metadata, whose
-  // fields are equal but for resourceVersion.
-  if (old_obj.size() != new_obj.size() || ma.size() != mb.size()) return false;
+  // The same fields, equal but for those named.
+  auto equal_but = [](const json& a, const json& b, const char* skip) {
+    if (a.size() != b.size()) return false;
+    for (auto it = a.begin(); it != a.end(); ++it) {
+      if (it.key() == skip) continue;
+      auto other = b.find(it.key());
+      if (other == b.end() || *it != *other) return false;
+    }
+    return true;
+  };
+  if (old_obj.size() != new_obj.size()) return false;
   for (auto it = old_obj.begin(); it != old_obj.end(); ++it) {
     auto other = new_obj.find(it.key());
     if (other == new_obj.end()) return false;
-    if (it.key() != "metadata" && *it != *other) return false;
+    if (it.key() == "metadata") continue;
+    if (ignore_conditions && it.key() == "status" && it->is_object() && other->is_object()) {
+      // A condition may also appear where there was none: compare the rest.
+      if (!equal_but(*it, *other, "conditions")) {
+        const bool only_added = it->size() + 1 == other->size() && !it->contains("conditions") &&
+                                other->contains("conditions");
+        if (!only_added) return false;
+        for (auto f = it->begin(); f != it->end(); ++f) {
+          auto g = other->find(f.key());
+          if (g == other->end() || *f != *g) return false;
+        }
+      }
+      continue;
+    }
+    if (*it != *other) return false;
   }
-  for (auto it = ma.begin(); it != ma.end(); ++it) {
-    if (it.key() == "resourceVersion") continue;
-    auto other = mb.find(it.key());
-    if (other == mb.end() || *it != *other) return false;
-  }
-  return true;
+  return equal_but(ma, mb, "resourceVersion");
+}
+
+}  // namespace
+
+bool OnlyVersionChanged(const json& old_obj, const json& new_obj) {
+  return EqualButForVersion(old_obj, new_obj, /*ignore_conditions=*/false);
+}
+
+bool OnlyVersionOrConditionsChanged(const json& old_pod, const json& new_pod) {
+  return EqualButForVersion(old_pod, new_pod, /*ignore_conditions=*/true);
 }
 
 }  // namespace tj::controller

@@ -26,4 +26,11 @@ void KeepIdentity(nlohmann::json& object);
 // is not such an update.
 bool OnlyVersionChanged(const nlohmann::json& old_obj, const nlohmann::json& new_obj);
 
+// For pods: OnlyVersionChanged, or status.conditions changed too (written by the scheduler
+// and the node: PodScheduled, Ready, ...). The reconciler acts on a pod's phase and container
+// statuses; of the conditions it reads only PodScheduled=False's message, when a pod's startup
+// deadline passes (a pass it schedules itself, which reads the cache as it is then). Under a
+// burst of new jobs this spares one reconcile per pod the scheduler looks at.
+bool OnlyVersionOrConditionsChanged(const nlohmann::json& old_pod, const nlohmann::json& new_pod);
+
 }  // namespace tj::controller

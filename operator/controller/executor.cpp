@@ -7,6 +7,7 @@
 
 #include "operator/api/training_job.h"
 #include "operator/controller/job_resources.h"
+#include "operator/controller/slow_start.h"
 
 namespace tj::controller {
 namespace {
@@ -261,14 +262,34 @@ Status Executor::Create(const std::string& key, const json& job, const Action& a
   return r.error().ToStatus().WithContext("creating " + a.resource.plural + " " + object_key);
 }
 
+// A run of creates: the objects pods need (the Service, the Secret) together, then the pods
+// in slow-start batches (slow_start.h).
+Status Executor::CreateAll(const std::string& key, const json& job,
+                           const std::vector<const Action*>& creates) {
+  std::vector<std::function<Status()>> first, pods;
+  for (const Action* a : creates) {
+    auto& into = a->resource.plural == kube::resources::kPods.plural ? pods : first;
+    into.push_back([this, &key, &job, a] { return Create(key, job, *a); });
+  }
+  TJ_RETURN_IF_ERROR(RunSlowStart(first, 0));
+  return RunSlowStart(pods, kFirstPodBatch);
+}
+
 Status Executor::Apply(const std::string& key, const json& job, const Decision& d) {
   const api::ObjectRef ref = api::RefOf(job);
   kube::Client* c = deps_.client;
-  for (const Action& a : d.actions) {
+  for (size_t i = 0; i < d.actions.size(); ++i) {
+    const Action& a = d.actions[i];
     switch (a.kind) {
-      case Action::Kind::kCreate:
-        TJ_RETURN_IF_ERROR(Create(key, job, a));
+      case Action::Kind::kCreate: {
+        std::vector<const Action*> creates;
+        for (; i < d.actions.size() && d.actions[i].kind == Action::Kind::kCreate; ++i) {
+          creates.push_back(&d.actions[i]);
+        }
+        --i;  // the loop's ++i moves past the run
+        TJ_RETURN_IF_ERROR(CreateAll(key, job, creates));
         break;
+      }
       case Action::Kind::kDelete: {
         const std::string object_key = ref.ns + "/" + a.name;
         if (deps_.caches) {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "common/event_log.h"
 #include "common/status.h"
@@ -74,6 +75,8 @@ class Executor {
                                                        const std::string& name);
   Status Apply(const std::string& key, const nlohmann::json& job, const Decision& d);
   Status Create(const std::string& key, const nlohmann::json& job, const Action& a);
+  Status CreateAll(const std::string& key, const nlohmann::json& job,
+                   const std::vector<const Action*>& creates);
   Status WriteStatus(const std::string& key, const nlohmann::json& job,
                      const nlohmann::json& status);
 

@@ -86,10 +86,11 @@ class Client {
   // Streams events to `on_event` until the server ends the watch (its timeout), `on_event`
   // returns false, or `stop` is requested; all three return the summary. ERROR events are
   // passed to on_event (a 410 there means: relist). A non-200 answer (410 Gone included) is
-  // returned as an error.
+  // returned as an error. on_event may take (move) the event's object: it is not used after.
+  // The objects come without metadata.managedFields (watch_decoder.h).
   virtual Result<WatchSummary> Watch(const Resource& r, const std::string& ns,
                                      const WatchOptions& options,
-                                     const std::function<bool(const WatchEvent&)>& on_event,
+                                     const std::function<bool(WatchEvent&)>& on_event,
                                      std::stop_token stop = {}) = 0;
 
   // Any other call: method and path (with query), JSON body or none. Returns the JSON answer.

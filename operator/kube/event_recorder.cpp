@@ -42,7 +42,8 @@ void EventRecorder::RecordAsync(const json& object, const std::string& type,
                  std::to_string(kMaxQueuedEvents) + " events are waiting for the API server (" +
                  std::to_string(dropped_) + " dropped so far)";
     } else {
-      queue_.push_back({std::move(ref), type, reason, message});
+      queue_.push_back({std::move(ref), type, reason, message, wall_clock_(),
+                        std::chrono::steady_clock::now() + max_delay_});
       if (!sender_.joinable()) {
         sender_ = std::jthread([this](std::stop_token stop) { SendLoop(stop); });
       }
@@ -63,8 +64,12 @@ void EventRecorder::SendLoop(std::stop_token stop) {
       p = std::move(queue_.front());
       queue_.pop_front();
       sending_ = true;
+      while (busy_ && std::chrono::steady_clock::now() < p.due && busy_()) {
+        queue_cv_.wait_for(lock, stop, std::chrono::milliseconds(20), [] { return false; });
+        if (stop.stop_requested()) return;
+      }
     }
-    Status s = Record(p.object, p.type, p.reason, p.message);
+    Status s = RecordAt(p.object, p.type, p.reason, p.message, p.at);
     if (!s.ok() && on_error_) on_error_(s);
   }
 }
@@ -76,6 +81,12 @@ bool EventRecorder::Flush(std::chrono::milliseconds timeout) {
 
 Status EventRecorder::Record(const json& object, const std::string& type, const std::string& reason,
                              const std::string& message) {
+  return RecordAt(object, type, reason, message, wall_clock_());
+}
+
+Status EventRecorder::RecordAt(const json& object, const std::string& type,
+                               const std::string& reason, const std::string& message,
+                               WallTime at) {
   const json md = object.value("metadata", json::object());
   const std::string obj_ns = md.value("namespace", "");
   const std::string obj_name = md.value("name", "");
@@ -86,7 +97,7 @@ Status EventRecorder::Record(const json& object, const std::string& type, const 
   if (obj_name.empty()) return Status::Error(what + ": the object has no metadata.name");
   const std::string key = ns + "\x1f" + kind + "\x1f" + obj_name + "\x1f" + md.value("uid", "") +
                           "\x1f" + type + "\x1f" + reason + "\x1f" + message;
-  const std::string now = FormatTime(wall_clock_());
+  const std::string now = FormatTime(at);
 
   std::unique_lock<std::mutex> lock(mu_);
   if (auto it = seen_.find(key); it != seen_.end()) {

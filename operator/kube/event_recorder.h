@@ -1,8 +1,9 @@
 // Records core/v1 Events about objects, as `kubectl describe` shows them. An event repeated
 // (same object, type, reason and message) is not written again: the existing Event's count
 // and lastTimestamp are patched, as client-go's correlator does. RecordAsync() hands the
-// Event to a background thread (client-go's broadcaster), so a reconcile never waits for it.
-// Thread-safe.
+// Event to a background thread (client-go's broadcaster), so a reconcile never waits for it;
+// with DeferWhile() that thread also gives way to the controller's own writes while it is
+// busy. Thread-safe.
 #pragma once
 
 #include <condition_variable>
@@ -41,6 +42,15 @@ class EventRecorder {
   void set_on_error(std::function<void(const Status&)> on_error) {
     on_error_ = std::move(on_error);
   }
+  // Events are information, the objects a controller creates are its work: while `busy()`
+  // says the controller has work in hand, a queued Event waits, at most `max_delay` after it
+  // was recorded (its timestamps stay the time it was recorded). A burst of work (a few
+  // hundred jobs submitted at once) then gets the API server to itself, and its Events follow.
+  // Set before the first RecordAsync().
+  void DeferWhile(std::function<bool()> busy, std::chrono::milliseconds max_delay) {
+    busy_ = std::move(busy);
+    max_delay_ = max_delay;
+  }
   // Blocks until every queued Event was written (or failed), at most `timeout`; for tests.
   bool Flush(std::chrono::milliseconds timeout);
 
@@ -52,8 +62,12 @@ class EventRecorder {
   struct Pending {
     nlohmann::json object;
     std::string type, reason, message;
+    WallTime at;                                 // when it was recorded
+    std::chrono::steady_clock::time_point due;  // send by then even while busy
   };
   void SendLoop(std::stop_token stop);
+  Status RecordAt(const nlohmann::json& object, const std::string& type, const std::string& reason,
+                  const std::string& message, WallTime at);
 
   struct Seen {
     std::string ns, name;  // of the Event object
@@ -68,6 +82,8 @@ class EventRecorder {
   uint64_t sequence_ = 0;             // GUARDED_BY(mu_)
 
   std::function<void(const Status&)> on_error_;
+  std::function<bool()> busy_;
+  std::chrono::milliseconds max_delay_{0};
   std::mutex queue_mu_;
   std::condition_variable_any queue_cv_;
   std::deque<Pending> queue_;  // GUARDED_BY(queue_mu_)

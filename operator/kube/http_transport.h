@@ -1,5 +1,5 @@
 // The HTTP seam of the Kubernetes client: one request/response exchange, or a streamed
-// response (watches). CppRestTransport (cpprest_transport.h) is the real one; tests of logic
+// response (watches). CurlTransport (curl_transport.h) is the real one; tests of logic
 // above it may pass their own.
 #pragma once
 

@@ -104,7 +104,7 @@ bool Informer::ListAll() {
   return true;
 }
 
-bool Informer::HandleEvent(const WatchEvent& ev) {
+bool Informer::HandleEvent(WatchEvent& ev) {
   using T = WatchEvent::Type;
   if (ev.type == T::kError) {
     ApiError e = ev.AsError();
@@ -120,7 +120,7 @@ bool Informer::HandleEvent(const WatchEvent& ev) {
   if (ev.type != T::kAdded && ev.type != T::kModified && ev.type != T::kDeleted) {
     // Bookmarks only move the version on.
   } else {
-    nlohmann::json object = ev.object;
+    nlohmann::json object = std::move(ev.object);  // the event is ours to take
     if (options_.transform) options_.transform(object);
     if (ev.type == T::kDeleted) {
       cache_.Remove(ObjectKey(object));
@@ -173,7 +173,7 @@ void Informer::Run(std::stop_token stop) {
     auto start = clock_->Now();
     auto res = client_->Watch(
         options_.resource, options_.ns, wo,
-        [this](const WatchEvent& ev) { return HandleEvent(ev); }, stop);
+        [this](WatchEvent& ev) { return HandleEvent(ev); }, stop);
     if (stop.stop_requested()) break;
     if (!res.ok()) {
       if (IsGone(res.error())) {

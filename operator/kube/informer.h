@@ -81,7 +81,7 @@ class Informer {
   void ResyncLoop(std::stop_token stop);
   bool ListAll();
   // Handles one event; false ends the watch (ERROR).
-  bool HandleEvent(const WatchEvent& ev);
+  bool HandleEvent(WatchEvent& ev);  // takes ev.object
   void Sleep(std::stop_token stop, Clock::Duration d);
   void Warn(const std::string& message);
 

@@ -4,7 +4,7 @@
 #include <sstream>
 
 #include "operator/kube/backoff.h"
-#include "operator/kube/cpprest_transport.h"
+#include "operator/kube/curl_transport.h"
 
 namespace tj::kube {
 namespace {
@@ -44,7 +44,7 @@ RestClient::RestClient(RestConfig config, std::unique_ptr<HttpTransport> transpo
       limiter_(config_.qps, config_.burst, clock) {}
 
 StatusOr<std::unique_ptr<RestClient>> RestClient::New(const RestConfig& config, Clock* clock) {
-  auto transport = NewCppRestTransport(config);
+  auto transport = NewCurlTransport(config);
   if (!transport.ok()) return transport.status().WithContext("API server " + config.server);
   return std::make_unique<RestClient>(config, std::move(transport).value(), clock);
 }
@@ -210,7 +210,7 @@ Result<json> RestClient::Raw(const std::string& method, const std::string& path_
 
 Result<WatchSummary> RestClient::Watch(const Resource& r, const std::string& ns,
                                        const WatchOptions& options,
-                                       const std::function<bool(const WatchEvent&)>& on_event,
+                                       const std::function<bool(WatchEvent&)>& on_event,
                                        std::stop_token stop) {
   std::string q = r.Path(ns) + "?watch=1";
   AddParam(&q, "resourceVersion", options.resource_version);
@@ -236,7 +236,7 @@ Result<WatchSummary> RestClient::Watch(const Resource& r, const std::string& ns,
   auto on_data = [&](std::string_view bytes) {
     return decoder.Feed(
         bytes,
-        [&](const WatchEvent& ev) {
+        [&](WatchEvent& ev) {
           ++summary.events;
           std::string rv = ev.ResourceVersion();
           if (!rv.empty() && ev.type != WatchEvent::Type::kError) {

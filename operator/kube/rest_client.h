@@ -21,7 +21,7 @@ class RestClient final : public Client {
  public:
   // `clock` must outlive the client.
   RestClient(RestConfig config, std::unique_ptr<HttpTransport> transport, Clock* clock);
-  // With the cpprestsdk transport.
+  // With the libcurl transport (curl_transport.h).
   static StatusOr<std::unique_ptr<RestClient>> New(const RestConfig& config, Clock* clock);
 
   Result<json> Get(const Resource& r, const std::string& ns, const std::string& name) override;
@@ -35,7 +35,7 @@ class RestClient final : public Client {
   Result<json> Delete(const Resource& r, const std::string& ns, const std::string& name,
                       const DeleteOptions& options = {}) override;
   Result<WatchSummary> Watch(const Resource& r, const std::string& ns, const WatchOptions& options,
-                             const std::function<bool(const WatchEvent&)>& on_event,
+                             const std::function<bool(WatchEvent&)>& on_event,
                              std::stop_token stop = {}) override;
   Result<json> Raw(const std::string& method, const std::string& path_and_query,
                    const std::optional<json>& body = std::nullopt) override;

@@ -36,7 +36,16 @@ std::string WatchEvent::ResourceVersion() const {
 }
 
 Result<WatchEvent> ParseWatchEvent(std::string_view line) {
-  auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  // {"type": ..., "object": {"metadata": {"managedFields": [...]}}}: the keys of "object" are
+  // at depth 2, those of its metadata at depth 3.
+  bool in_metadata = false;
+  auto skip_managed_fields = [&in_metadata](int depth, nlohmann::json::parse_event_t event,
+                                            nlohmann::json& parsed) {
+    if (event != nlohmann::json::parse_event_t::key) return true;
+    if (depth == 2) in_metadata = parsed == "metadata";
+    return !(depth == 3 && in_metadata && parsed == "managedFields");
+  };
+  auto j = nlohmann::json::parse(line, skip_managed_fields, /*allow_exceptions=*/false);
   ApiError bad{0, "", "", "watch", 0};
   if (!j.is_object() || !j.contains("type") || !j["type"].is_string() || !j.contains("object")) {
     std::string shown(line.substr(0, 200));
@@ -64,7 +73,7 @@ Result<WatchEvent> ParseWatchEvent(std::string_view line) {
 }
 
 bool WatchDecoder::Feed(std::string_view bytes,
-                        const std::function<bool(const WatchEvent&)>& on_event,
+                        const std::function<bool(WatchEvent&)>& on_event,
                         const std::function<void(const ApiError&)>& on_bad_line) {
   partial_.append(bytes);
   size_t start = 0;

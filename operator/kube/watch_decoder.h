@@ -29,7 +29,7 @@ class WatchDecoder {
   // Feeds bytes; calls `on_event` for each complete line. A line that is not a watch event
   // yields an ApiError (code 0) through `on_bad_line` and is skipped. Returns false when a
   // callback returned false (stop).
-  bool Feed(std::string_view bytes, const std::function<bool(const WatchEvent&)>& on_event,
+  bool Feed(std::string_view bytes, const std::function<bool(WatchEvent&)>& on_event,
             const std::function<void(const ApiError&)>& on_bad_line);
   size_t buffered() const { return partial_.size(); }
 
@@ -37,7 +37,9 @@ class WatchDecoder {
   std::string partial_;
 };
 
-// Parses one line of a watch stream.
+// Parses one line of a watch stream. The object's metadata.managedFields (server-side apply's
+// bookkeeping, often half of a pod's bytes; nothing in this client reads it) is skipped while
+// parsing, not built and then thrown away.
 Result<WatchEvent> ParseWatchEvent(std::string_view line);
 
 }  // namespace tj::kube

@@ -119,6 +119,11 @@ bool WorkQueue::ShuttingDown() const {
   return shutting_down_;
 }
 
+size_t WorkQueue::NumProcessing() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return processing_.size();
+}
+
 size_t WorkQueue::Len() const {
   std::lock_guard<std::mutex> lock(mu_);
   return queue_.size();

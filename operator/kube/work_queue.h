@@ -44,10 +44,11 @@ class WorkQueue {
   void ShutDown();
   bool ShuttingDown() const;
 
-  size_t Len() const;         // keys ready to be handed out (workqueue_depth)
-  size_t NumDelayed() const;  // keys waiting for their time
-  uint64_t adds() const;      // workqueue_adds_total
-  uint64_t retries() const;   // workqueue_retries_total
+  size_t Len() const;            // keys ready to be handed out (workqueue_depth)
+  size_t NumDelayed() const;     // keys waiting for their time
+  size_t NumProcessing() const;  // keys handed out by Get() and not yet Done()
+  uint64_t adds() const;         // workqueue_adds_total
+  uint64_t retries() const;      // workqueue_retries_total
 
  private:
   void AddLocked(const std::string& key);

@@ -4,7 +4,8 @@
 //  1. The API server's own capacity: a direct client creates the very objects the operator
 //     would (Service, Secret and pods from operator/controller/job_resources) for kJobs jobs
 //     in a scratch namespace, kWorkers jobs at a time (the operator's workers), each job's
-//     objects one after another (as the executor sends them), QPS limits off; once before
+//     objects as the executor sends them (its Service and Secret together, then its pods in
+//     slow-start batches), QPS limits off; once before
 //     and once after the operator's run (the mean is the capacity), each namespace deleted
 //     and waited for, so every run starts on the same cluster.
 //  2. The operator: the same kJobs jobs exist in another namespace before a fresh tj-operator
@@ -21,6 +22,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <ctime>
@@ -37,6 +39,7 @@
 
 #include "operator/api/training_job.h"
 #include "operator/controller/job_resources.h"
+#include "operator/controller/slow_start.h"
 #include "operator/kube/informer.h"
 #include "tests/integration/kube/local_cluster.h"
 #include "tests/support/subprocess.h"
@@ -180,6 +183,16 @@ class ObjectWatch {
   std::vector<Steady::time_point> add_times_;  // GUARDED_BY(mu_)
 };
 
+// When 1%, 10%, 25%, 50%, 75% and 90% of `n` objects had arrived (seconds after `t0`): where a
+// run loses time (start-up, or throughput).
+json Curve(const ObjectWatch& w, int n, Steady::time_point t0) {
+  json out = json::array();
+  for (double f : {0.01, 0.1, 0.25, 0.5, 0.75, 0.9}) {
+    out.push_back(std::round(w.SecondsUntil(f, n, t0) * 1000) / 1000);
+  }
+  return out;
+}
+
 // What every job must have produced: "<plural>/<name>" of its Service, Secret and pods.
 std::set<std::string> ExpectedObjects(int jobs) {
   std::set<std::string> out;
@@ -239,6 +252,18 @@ ProcessUsage UsageOf(pid_t pid) {
   return u;
 }
 
+// CPU seconds the API server and etcd have used so far (their pids as hack/local-cluster.sh
+// recorded them): what a run cost the control plane.
+double ControlPlaneCpuSeconds(const std::string& cluster_dir) {
+  double sum = 0;
+  for (const char* name : {"kube-apiserver", "etcd"}) {
+    std::ifstream f(cluster_dir + "/pids/" + name);
+    pid_t pid = 0;
+    if (f >> pid && pid > 0) sum += UsageOf(pid).cpu_s;
+  }
+  return sum;
+}
+
 std::string UtcNow() {
   std::time_t t = std::time(nullptr);
   char buf[32];
@@ -268,6 +293,8 @@ class OperatorLoad : public ::testing::Test {
 
   struct DirectRun {
     double seconds = 0, p50_s = 0;
+    json curve;  // seconds until 1%, 10%, 25%, 50%, 75%, 90% of the objects had arrived
+    double control_plane_cpu_s = 0;  // of the API server and etcd, from start to last object
   };
   // Creates the objects of `jobs` jobs with a plain client, kWorkers jobs at a time, in a
   // namespace of their own that is deleted afterwards (waited for, so that the next run
@@ -279,36 +306,50 @@ class OperatorLoad : public ::testing::Test {
     DirectRun run;
     {
       ObjectWatch watch(client_.get(), ns);
+      const double cpu0 = ControlPlaneCpuSeconds(cluster_->dir());
       const auto t0 = Steady::now();
       std::atomic<int> next{0};
       std::vector<std::thread> threads;
-      for (int t = 0; t < kWorkers; ++t) {
+      const char* dt = std::getenv("TJ_LOAD_DIRECT_THREADS");
+      const int direct_threads = dt != nullptr && std::atoi(dt) > 0 ? std::atoi(dt) : kWorkers;
+      for (int t = 0; t < direct_threads; ++t) {
         threads.emplace_back([&] {
           for (int i = next++; i < jobs; i = next++) {
             const json& job = direct_jobs[i];
             auto spec = api::ParseSpec(job.value("spec", json()));
             ASSERT_TRUE(spec.ok()) << spec.status().message();
-            std::vector<std::pair<Resource, json>> todo = {
-                {resources::kServices, controller::BuildService(job, *spec)},
-                {resources::kSecrets, controller::BuildSecret(job, "direct-client-key")}};
+            // As the executor sends them: the Service and the Secret together, then the pods
+            // in slow-start batches (operator/controller/slow_start.h).
+            auto create = [&](const Resource& res, json obj) -> std::function<Status()> {
+              return [this, &ns, res, obj = std::move(obj)] {
+                auto r = client_->Create(res, ns, obj);
+                EXPECT_TRUE(r.ok()) << r.status().message();
+                return r.status();
+              };
+            };
+            std::vector<std::function<Status()>> first = {
+                create(resources::kServices, controller::BuildService(job, *spec)),
+                create(resources::kSecrets, controller::BuildSecret(job, "direct-client-key"))};
+            std::vector<std::function<Status()>> pods;
             for (int r = 0; r < kReplicas; ++r) {
-              todo.push_back({resources::kPods,
-                              controller::BuildPod(job, *spec, api::ReplicaType::kWorker, r, 0)});
+              pods.push_back(create(
+                  resources::kPods, controller::BuildPod(job, *spec, api::ReplicaType::kWorker, r, 0)));
             }
-            for (const auto& [res, obj] : todo) {
-              auto r = client_->Create(res, ns, obj);
-              EXPECT_TRUE(r.ok()) << r.status().message();
+            if (controller::RunSlowStart(first, 0).ok()) {
+              (void)controller::RunSlowStart(pods, controller::kFirstPodBatch);
             }
           }
         });
       }
       for (auto& t : threads) t.join();
       auto t1 = watch.WaitForAdded(objects, kCreateTimeout);
+      run.control_plane_cpu_s = ControlPlaneCpuSeconds(cluster_->dir()) - cpu0;
       EXPECT_TRUE(t1) << "the direct client's objects did not all show up in "
                       << kCreateTimeout.count() << " minutes: " << watch.added() << " of "
                       << objects;
       if (t1) run.seconds = std::chrono::duration<double>(*t1 - t0).count();
       run.p50_s = watch.SecondsUntil(0.5, objects, t0);
+      run.curve = Curve(watch, objects, t0);
       ExpectEachCreatedOnce(watch, jobs, "direct client");
     }
     DeleteNamespace(ns);
@@ -345,6 +386,7 @@ TEST_F(OperatorLoad, CreatesAsFastAsTheApiServerAcceptsWithoutDuplicates) {
   const std::string op_ns = testing::NewNamespace(client_.get(), "load-operator");
   CreateJobs(client_.get(), op_ns, jobs);
   ObjectWatch watch(client_.get(), op_ns);
+  const double cpu0 = ControlPlaneCpuSeconds(cluster_->dir());
   const auto t0 = Steady::now();
   tj::testing::Subprocess op(
       {std::string(TJ_BIN_DIR) + "/tj-operator", "--kubeconfig", cluster_->kubeconfig(),
@@ -353,6 +395,7 @@ TEST_F(OperatorLoad, CreatesAsFastAsTheApiServerAcceptsWithoutDuplicates) {
       {}, cluster_->dir() + "/load-operator");
   auto t1 = watch.WaitForAdded(objects, kCreateTimeout);
   const ProcessUsage at_created = UsageOf(op.pid());
+  const double operator_control_plane_cpu_s = ControlPlaneCpuSeconds(cluster_->dir()) - cpu0;
   ASSERT_TRUE(t1) << "the operator did not create every object in " << kCreateTimeout.count()
                   << " minutes: " << watch.added() << " of " << objects
                   << "; operator log: " << op.Stderr().substr(0, 4000)
@@ -416,6 +459,12 @@ TEST_F(OperatorLoad, CreatesAsFastAsTheApiServerAcceptsWithoutDuplicates) {
                        {"direct_p50_s_before", before.p50_s},
                        {"direct_p50_s_after", after.p50_s},
                        {"direct_objects_per_s", direct_rate},
+                       {"direct_curve_before", before.curve},
+                       {"direct_curve_after", after.curve},
+                       {"operator_curve", Curve(watch, objects, t0)},
+                       {"control_plane_cpu_s_direct_before", before.control_plane_cpu_s},
+                       {"control_plane_cpu_s_direct_after", after.control_plane_cpu_s},
+                       {"control_plane_cpu_s_operator", operator_control_plane_cpu_s},
                        {"operator_s", operator_s},
                        {"operator_p50_s", operator_p50_s},
                        {"operator_objects_per_s", operator_rate},

@@ -2,6 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <memory>
+#include <optional>
+#include <thread>
+
 #include "tests/integration/kube/local_cluster.h"
 
 namespace tj::kube {
@@ -10,15 +15,26 @@ namespace {
 using nlohmann::json;
 using testing::LocalCluster;
 
-TEST(KubeEventRecorder, RepeatsAreCountedNotDuplicated) {
-  LocalCluster* cluster;
-  TJ_REQUIRE_LOCAL_CLUSTER(cluster);
-  auto client = cluster->NewClient();
-  std::string ns = testing::NewNamespace(client.get(), "events");
-  auto obj = client->Create(
-      resources::kConfigMaps, ns,
-      {{"apiVersion", "v1"}, {"kind", "ConfigMap"}, {"metadata", {{"name", "subject"}}}});
-  ASSERT_TRUE(obj.ok());
+// A namespace of its own with a ConfigMap "subject" to record Events about.
+class KubeEventRecorder : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    LocalCluster* cluster;
+    TJ_REQUIRE_LOCAL_CLUSTER(cluster);
+    client = cluster->NewClient();
+    ns = testing::NewNamespace(client.get(), "events");
+    auto created = client->Create(
+        resources::kConfigMaps, ns,
+        {{"apiVersion", "v1"}, {"kind", "ConfigMap"}, {"metadata", {{"name", "subject"}}}});
+    ASSERT_TRUE(created.ok()) << created.status().message();
+    obj = *created;
+  }
+  std::unique_ptr<RestClient> client;
+  std::string ns;
+  std::optional<json> obj;
+};
+
+TEST_F(KubeEventRecorder, RepeatsAreCountedNotDuplicated) {
   EventRecorder recorder(client.get(), "tj-operator", "test-host");
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(recorder.Record(*obj, "Warning", "BackOff", "restarting the gang").ok());
@@ -44,6 +60,45 @@ TEST(KubeEventRecorder, RepeatsAreCountedNotDuplicated) {
   Status bad = recorder.Record(json::object(), "Normal", "X", "y");
   EXPECT_FALSE(bad.ok());
   EXPECT_NE(bad.message().find("metadata.name"), std::string::npos);
+}
+
+// While the controller is busy an Event waits (at most the given delay), and it carries the
+// time it was recorded, not the time it was sent.
+TEST_F(KubeEventRecorder, AsyncEventsGiveWayWhileBusyAndKeepTheirTime) {
+  const WallTime recorded = ParseTime("2026-01-02T03:04:05Z").value();
+  std::atomic<WallTime> wall{recorded};
+  std::atomic<bool> busy{true};
+  EventRecorder recorder(client.get(), "tj-operator", "test-host", [&] { return wall.load(); });
+  recorder.DeferWhile([&] { return busy.load(); }, std::chrono::minutes(5));
+  auto count = [&](const std::string& reason) {
+    ListOptions lo;
+    lo.field_selector = "involvedObject.name=subject,reason=" + reason;
+    auto events = client->List(resources::kEvents, ns, lo);
+    EXPECT_TRUE(events.ok()) << events.status().message();
+    return events.ok() ? (*events)["items"].size() : size_t{0};
+  };
+
+  recorder.RecordAsync(*obj, "Normal", "CreatedPods", "created subject-worker-0");
+  wall = recorded + std::chrono::hours(1);
+  EXPECT_FALSE(recorder.Flush(std::chrono::milliseconds(500))) << "sent while busy";
+  EXPECT_EQ(count("CreatedPods"), 0u);
+  busy = false;
+  ASSERT_TRUE(recorder.Flush(std::chrono::seconds(10)));
+  ListOptions lo;
+  lo.field_selector = "involvedObject.name=subject,reason=CreatedPods";
+  auto events = client->List(resources::kEvents, ns, lo);
+  ASSERT_TRUE(events.ok()) << events.status().message();
+  ASSERT_EQ((*events)["items"].size(), 1u);
+  EXPECT_EQ((*events)["items"][0]["firstTimestamp"], "2026-01-02T03:04:05Z");
+
+  // Busy for ever: sent once its delay is up.
+  EventRecorder bounded(client.get(), "tj-operator", "test-host");
+  bounded.DeferWhile([] { return true; }, std::chrono::milliseconds(300));
+  const auto t0 = std::chrono::steady_clock::now();
+  bounded.RecordAsync(*obj, "Warning", "GangRestart", "worker-0 failed");
+  ASSERT_TRUE(bounded.Flush(std::chrono::seconds(10)));
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(300));
+  EXPECT_EQ(count("GangRestart"), 1u);
 }
 
 }  // namespace

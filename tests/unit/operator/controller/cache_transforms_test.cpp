@@ -97,5 +97,33 @@ TEST(OnlyVersionChanged, SkipsVersionOnlyUpdatesButNotResyncsOrRealChanges) {
   EXPECT_FALSE(OnlyVersionChanged(a, json()));
 }
 
+TEST(OnlyVersionOrConditionsChanged, SkipsTheSchedulersConditionsButNotPhaseOrContainers) {
+  json a = {{"metadata", {{"name", "p"}, {"resourceVersion", "1"}}},
+            {"status", {{"phase", "Pending"}}}};
+  json b = a;
+  b["metadata"]["resourceVersion"] = "2";
+  b["status"]["conditions"] = json::array(
+      {{{"type", "PodScheduled"}, {"status", "False"}, {"reason", "Unschedulable"}}});
+  EXPECT_FALSE(OnlyVersionChanged(a, b));            // for Services, Secrets, jobs: a change
+  EXPECT_TRUE(OnlyVersionOrConditionsChanged(a, b));  // a condition appeared
+  json c = b;
+  c["metadata"]["resourceVersion"] = "3";
+  c["status"]["conditions"][0]["message"] = "0/1 nodes are available";
+  EXPECT_TRUE(OnlyVersionOrConditionsChanged(b, c));  // a condition changed
+  EXPECT_FALSE(OnlyVersionOrConditionsChanged(b, b));  // a resync
+  json d = c;
+  d["metadata"]["resourceVersion"] = "4";
+  d["status"]["phase"] = "Running";
+  EXPECT_FALSE(OnlyVersionOrConditionsChanged(c, d));
+  json e = c;
+  e["metadata"]["resourceVersion"] = "5";
+  e["status"]["containerStatuses"] = json::array({{{"name", "trainer"}}});
+  EXPECT_FALSE(OnlyVersionOrConditionsChanged(c, e));
+  json f = c;
+  f["metadata"]["resourceVersion"] = "6";
+  f["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z";
+  EXPECT_FALSE(OnlyVersionOrConditionsChanged(c, f));
+}
+
 }  // namespace
 }  // namespace tj::controller

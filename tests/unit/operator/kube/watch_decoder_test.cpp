@@ -52,6 +52,16 @@ TEST(WatchDecoder, EveryChunkingGivesTheSameEvents) {
   }
 }
 
+TEST(WatchDecoder, SkipsTheObjectsManagedFieldsAndNothingElse) {
+  auto ev = ParseWatchEvent(
+      R"({"type":"ADDED","object":{"metadata":{"name":"a","managedFields":[{"manager":"m",)"
+      R"("fieldsV1":{"f:spec":{}}}],"labels":{"managedFields":"x"}},)"
+      R"("spec":{"managedFields":1}}})");
+  ASSERT_TRUE(ev.ok()) << ev.error().ToString();
+  EXPECT_EQ(ev->object, nlohmann::json::parse(R"({"metadata":{"name":"a","labels":)"
+                                              R"({"managedFields":"x"}},"spec":{"managedFields":1}})"));
+}
+
 TEST(WatchDecoder, KeepsAnIncompleteLineForTheNextChunk) {
   WatchDecoder d;
   int n = 0;

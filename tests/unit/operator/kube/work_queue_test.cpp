@@ -39,6 +39,19 @@ TEST(WorkQueue, AKeyInFlightIsNotHandedOutAgainUntilDone) {
   EXPECT_EQ(q.TryGet(), std::nullopt);
 }
 
+TEST(WorkQueue, CountsTheKeysInFlight) {
+  FakeClock clock;
+  WorkQueue q(&clock);
+  q.Add("a");
+  q.Add("b");
+  EXPECT_EQ(q.NumProcessing(), 0u);
+  ASSERT_EQ(q.TryGet(), "a");
+  EXPECT_EQ(q.NumProcessing(), 1u);
+  EXPECT_EQ(q.Len(), 1u);
+  q.Done("a");
+  EXPECT_EQ(q.NumProcessing(), 0u);
+}
+
 TEST(WorkQueue, AddAfterWaitsForTheClockAndTheEarlierTimeWins) {
   FakeClock clock;
   WorkQueue q(&clock);

@@ -1,0 +1,25 @@
+// Creates in parallel batches that grow while they succeed: the "slow start" of Kubernetes'
+// Job controller (slowStartBatch). A job's pods go to the API server together rather than one
+// round trip after another, so a reconcile of a 4-worker job takes two round trips (its Service
+// and Secret, then its pods) instead of six; a create that fails (a quota, an admission
+// webhook) costs one small batch of failed requests, not one per pod.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <vector>
+
+#include "common/status.h"
+
+namespace tj::controller {
+
+// The first batch of pods: a typical job's workers at once.
+inline constexpr size_t kFirstPodBatch = 4;
+
+// Runs `tasks` in batches of `first_batch`, then twice as many after each batch in which every
+// task succeeded; a batch's tasks run concurrently (the calling thread runs one of them) and
+// the batch ends when all of them have. After a batch with a failure no further task starts:
+// returns the first failure (in task order), or Ok. `first_batch` 0 means all at once.
+Status RunSlowStart(const std::vector<std::function<Status()>>& tasks, size_t first_batch);
+
+}  // namespace tj::controller

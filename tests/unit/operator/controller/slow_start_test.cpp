@@ -1,0 +1,82 @@
+#include "operator/controller/slow_start.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace tj::controller {
+namespace {
+
+// Tasks that take 30 ms each and record the order they started in and how many ran at once.
+class Recorder {
+ public:
+  std::function<Status()> Task(int index, bool fail = false) {
+    return [this, index, fail] {
+      const int now = ++running_;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        order_.push_back(index);
+        peak_ = std::max(peak_, now);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      --running_;
+      return fail ? Status::Error("task " + std::to_string(index) + " failed") : Status::Ok();
+    };
+  }
+  int peak() const { return peak_; }
+  std::vector<int> order() const { return order_; }
+
+ private:
+  std::atomic<int> running_{0};
+  std::mutex mu_;
+  int peak_ = 0;
+  std::vector<int> order_;
+};
+
+TEST(SlowStart, BatchesDoubleWhileTheySucceed) {
+  Recorder r;
+  std::vector<std::function<Status()>> tasks;
+  for (int i = 0; i < 7; ++i) tasks.push_back(r.Task(i));
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(RunSlowStart(tasks, 1).ok());
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(r.order().size(), 7u);  // every task ran once
+  // Batches of 1, 2, 4: three rounds of ~30 ms, not seven.
+  EXPECT_LT(took, std::chrono::milliseconds(7 * 30));
+  EXPECT_GE(took, std::chrono::milliseconds(3 * 30));
+  EXPECT_EQ(r.peak(), 4);
+}
+
+TEST(SlowStart, ZeroRunsEverythingAtOnce) {
+  Recorder r;
+  std::vector<std::function<Status()>> tasks;
+  for (int i = 0; i < 5; ++i) tasks.push_back(r.Task(i));
+  EXPECT_TRUE(RunSlowStart(tasks, 0).ok());
+  EXPECT_EQ(r.peak(), 5);
+}
+
+TEST(SlowStart, AFailedBatchStopsTheRestAndReturnsTheFirstFailure) {
+  Recorder r;
+  std::vector<std::function<Status()>> tasks = {r.Task(0), r.Task(1), r.Task(2, /*fail=*/true),
+                                                r.Task(3, /*fail=*/true), r.Task(4), r.Task(5)};
+  Status s = RunSlowStart(tasks, 2);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.message(), "task 2 failed");
+  // Batches {0,1} and {2,3,4,5}: the second failed after all of it had run; nothing after.
+  EXPECT_EQ(r.order().size(), 6u);
+
+  Recorder early;
+  std::vector<std::function<Status()>> more = {early.Task(0, /*fail=*/true), early.Task(1),
+                                               early.Task(2)};
+  EXPECT_FALSE(RunSlowStart(more, 1).ok());
+  EXPECT_EQ(early.order(), std::vector<int>{0});  // the first batch failed: nothing else ran
+}
+
+TEST(SlowStart, NoTasksIsOk) { EXPECT_TRUE(RunSlowStart({}, kFirstPodBatch).ok()); }
+
+}  // namespace
+}  // namespace tj::controller
