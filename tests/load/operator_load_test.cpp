@@ -55,13 +55,13 @@ using Steady = std::chrono::steady_clock;
 constexpr int kJobs = 200;  // the issue's figures
 constexpr int kReplicas = 4;
 constexpr int kWorkers = 16;  // the operator's --workers default; the direct client's threads
-// The issue asks for 80% of the direct rate; on the shared 2-core machine the operator
-// reaches 0.56-1.0 of it (docs/reliability.md "Load": its watch streams and JSON compete with
-// the API server for the same two cores). The test reports against the target and fails
-// below kMinRatio, a regression floor until the target holds: the operator before this test
-// existed (live reads, 4 workers, QPS 50) measured 0.31.
+// The issue asks for 80% of the direct rate; on a 2-core machine the operator reaches
+// 0.74-0.84 of it (docs/reliability.md "Load", bench/operator_load: its status writes and
+// its own CPU come out of the API server's two cores). The test reports against the target
+// and fails below kMinRatio, a regression floor until the target holds: the operator on
+// cpprestsdk and glibc's malloc measured 0.52, before informer caches 0.31.
 constexpr double kTargetRatio = 0.8;
-constexpr double kMinRatio = 0.35;
+constexpr double kMinRatio = 0.5;
 constexpr double kMaxPeakRssMiB = 50;
 constexpr int kObjectsPerJob = kReplicas + 2;  // pods, the Service, the Secret
 constexpr auto kCreateTimeout = std::chrono::minutes(4);
