@@ -312,9 +312,7 @@ class OperatorLoad : public ::testing::Test {
       const auto t0 = Steady::now();
       std::atomic<int> next{0};
       std::vector<std::thread> threads;
-      const char* dt = std::getenv("TJ_LOAD_DIRECT_THREADS");
-      const int direct_threads = dt != nullptr && std::atoi(dt) > 0 ? std::atoi(dt) : kWorkers;
-      for (int t = 0; t < direct_threads; ++t) {
+      for (int t = 0; t < kWorkers; ++t) {
         threads.emplace_back([&] {
           for (int i = next++; i < jobs; i = next++) {
             const json& job = direct_jobs[i];
