@@ -8,4 +8,4 @@ bash bench/train_ddp/run.sh 300
 bash bench/backup_overhead/run.sh 7
 bash bench/allreduce/run.sh build
 build/bin/tj-bench-checkpoint --runs 51 --dir "$(mktemp -d)"
-bash bench/operator_load/run.sh 5
+bash bench/operator_load/run.sh 3

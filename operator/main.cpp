@@ -244,6 +244,12 @@ int main(int argc, char** argv) {
   deps.caches = tj::controller::OwnedObjectCaches{&informers[0]->cache(), &informers[1]->cache(),
                                                   &informers[2]->cache(), &informers[3]->cache()};
   deps.clock = clock;
+  // Status writes give way to other work (executor.h): the pods of a burst of jobs first.
+  deps.defer_status = tj::controller::StatusDeferral{
+      [&queue](const std::string& key) { return queue.BusyBesides(key); },
+      [&queue](const std::string& key, std::chrono::milliseconds latest) {
+        queue.AddWhenIdle(key, latest);
+      }};
   tj::controller::Executor executor(deps, ropts);
 
   std::atomic<bool> leading{!leader_elect};
@@ -360,6 +366,12 @@ int main(int argc, char** argv) {
   log.Emit({{"event", "operator_stopping"}});
   queue.ShutDown();
   threads.clear();
+  // Still the leader here (the lease is released below): no status kept back is lost.
+  if (leading.load()) {
+    if (int n = executor.WriteKeptStatuses(); n > 0) {
+      log.Emit({{"event", "wrote_kept_statuses"}, {"count", n}});
+    }
+  }
   if (elector_thread.joinable()) elector_thread.join();
   for (auto& inf : informers) inf->Stop();
   metrics_server.Stop();

@@ -103,7 +103,57 @@ std::optional<json> HttpGetJson(const std::string& host, int port, const std::st
 Executor::Executor(ExecutorDeps deps, ReconcilerOptions options)
     : deps_(std::move(deps)),
       options_(options),
-      expectations_(deps_.clock != nullptr ? deps_.clock : RealClock::Get(), kExpectationsTtl) {}
+      clock_(deps_.clock != nullptr ? deps_.clock : RealClock::Get()),
+      expectations_(clock_, kExpectationsTtl) {}
+
+std::optional<Executor::KeptStatus> Executor::Kept(const std::string& key,
+                                                   const std::string& uid) {
+  std::lock_guard<std::mutex> lock(kept_mu_);
+  auto it = kept_.find(key);
+  if (it == kept_.end()) return std::nullopt;
+  if (it->second.uid != uid) {  // an earlier job of the same name: its status went with it
+    kept_.erase(it);
+    return std::nullopt;
+  }
+  return it->second;
+}
+
+void Executor::Keep(const std::string& key, KeptStatus kept) {
+  std::lock_guard<std::mutex> lock(kept_mu_);
+  kept_[key] = std::move(kept);
+}
+
+void Executor::ForgetKept(const std::string& key) {
+  std::lock_guard<std::mutex> lock(kept_mu_);
+  kept_.erase(key);
+}
+
+int Executor::WriteKeptStatuses() {
+  std::map<std::string, KeptStatus> kept;
+  {
+    std::lock_guard<std::mutex> lock(kept_mu_);
+    kept.swap(kept_);
+  }
+  int written = 0;
+  for (const auto& [key, k] : kept) {
+    const auto slash = key.find('/');
+    std::optional<json> job;
+    if (deps_.caches) job = deps_.caches->jobs->Get(key);
+    if (!job) {
+      auto live = deps_.client->Get(api::kTrainingJobs, key.substr(0, slash),
+                                    key.substr(slash + 1));
+      if (live.ok()) job = std::move(*live);
+    }
+    if (!job || api::RefOf(*job).uid != k.uid) continue;  // gone
+    Status s = WriteStatus(key, *job, k.status);
+    if (s.ok()) {
+      ++written;
+    } else if (deps_.log != nullptr) {
+      deps_.log->Warn(s.message());
+    }
+  }
+  return written;
+}
 
 Status Executor::ReadOwned(const std::string& key, const std::string& ns, const std::string& name,
                            Observed* in) {
@@ -166,17 +216,24 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
     auto cached = deps_.caches->jobs->Get(key);
     if (!cached) {
       expectations_.Clear(key);
+      ForgetKept(key);
       return std::optional<milliseconds>();  // deleted
     }
     in.job = std::move(*cached);
   } else {
     auto job = c->Get(api::kTrainingJobs, ns, name);
     if (!job.ok()) {
-      if (kube::IsNotFound(job.error())) return std::optional<milliseconds>();
+      if (kube::IsNotFound(job.error())) {
+        ForgetKept(key);
+        return std::optional<milliseconds>();
+      }
       return job.error().ToStatus().WithContext("reading TrainingJob " + key);
     }
     in.job = std::move(*job);
   }
+  // A status kept back from an earlier pass is this pass's starting point, as if written.
+  const std::optional<KeptStatus> kept = Kept(key, api::RefOf(in.job).uid);
+  if (kept) in.job["status"] = kept->status;
   in.now = deps_.wall_clock();
   TJ_RETURN_IF_ERROR(ReadOwned(key, ns, name, &in));
   if (!in.secret && deps_.random_key) in.new_rendezvous_key = deps_.random_key();
@@ -207,7 +264,23 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
 
   Decision d = Reconcile(in, options_);
   TJ_RETURN_IF_ERROR(Apply(key, in.job, d));
-  if (d.status) TJ_RETURN_IF_ERROR(WriteStatus(key, in.job, *d.status));
+  // The new status, or the kept one still unwritten.
+  std::optional<json> status = d.status ? d.status : kept ? std::optional<json>(kept->status)
+                                                          : std::nullopt;
+  if (status) {
+    const Clock::TimePoint now = clock_->Now();
+    const Clock::TimePoint since = kept ? kept->since : now;
+    if (deps_.defer_status && now - since < kMaxStatusDelay && deps_.defer_status->busy(key)) {
+      const std::string uid = api::RefOf(in.job).uid;
+      Keep(key, KeptStatus{uid, std::move(*status), since});
+      deps_.defer_status->write_later(
+          key, std::chrono::duration_cast<milliseconds>(kMaxStatusDelay - (now - since)) +
+                   milliseconds(1));
+    } else {
+      TJ_RETURN_IF_ERROR(WriteStatus(key, in.job, *status));
+      ForgetKept(key);  // kept until written: a failed write is retried from it
+    }
+  }
   if (deps_.metrics) {
     if (d.job_created) deps_.metrics->JobCreated();
     if (d.job_succeeded) deps_.metrics->JobSucceeded();

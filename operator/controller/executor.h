@@ -5,10 +5,20 @@
 // on a cache that lags behind its own writes: until the caches show the creates, deletes and
 // status write of the previous pass (kube::Expectations), the key waits. Thread-safe as long
 // as one key is synced by one thread at a time (the work queue guarantees it).
+//
+// Status writes give way to other work (ExecutorDeps::defer_status): while other keys are
+// queued or being synced, a pass keeps the status it computed instead of writing it and asks
+// for a pass once the operator is idle, at the latest kMaxStatusDelay after the first kept
+// status. Passes in between start from the kept status, as if it had been written. Under a
+// burst of new jobs the API server then takes the pods' creates first and the status writes
+// after them (the load test, docs/reliability.md); a single job's writes are not delayed.
+// Creates and deletes are never deferred.
 #pragma once
 
 #include <chrono>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -37,6 +47,17 @@ struct OwnedObjectCaches {
 // what they show (client-go's expectations timeout).
 inline constexpr std::chrono::minutes kExpectationsTtl{5};
 
+// The longest a status write gives way to other work.
+inline constexpr std::chrono::seconds kMaxStatusDelay{5};
+
+// How a status write gives way (see above): `busy(key)` says whether other work than key's
+// own is queued or in flight; `write_later(key, latest)` asks for a pass of key once the
+// operator is idle, at the latest after `latest` (kube::WorkQueue's BusyBesides and
+// AddWhenIdle).
+struct StatusDeferral {
+  std::function<bool(const std::string& key)> busy;
+  std::function<void(const std::string& key, std::chrono::milliseconds latest)> write_later;
+};
 struct ExecutorDeps {
   kube::Client* client = nullptr;           // required
   kube::EventRecorder* recorder = nullptr;  // may be null: no Events
@@ -52,7 +73,8 @@ struct ExecutorDeps {
   // Set: the job, its pods, Service and Secret are read from these caches, with expectations.
   // Null: they are read live on every pass (no informers needed; tests of the executor alone).
   std::optional<OwnedObjectCaches> caches;
-  Clock* clock = nullptr;  // for the expectations' TTL; null: the real clock
+  Clock* clock = nullptr;  // for the expectations' TTL and kept statuses; null: the real clock
+  std::optional<StatusDeferral> defer_status;  // unset: every status is written at once
 };
 
 class Executor {
@@ -62,6 +84,10 @@ class Executor {
   // One pass for "namespace/name". Returns when to look again (nullopt: on the next event),
   // or an error (the caller requeues with backoff).
   StatusOr<std::optional<std::chrono::milliseconds>> Sync(const std::string& key);
+
+  // Writes every status kept back by a busy operator (at shutdown, while still the leader).
+  // Returns how many were written; failures are logged and the rest still written.
+  int WriteKeptStatuses();
 
  private:
   // Fills in.pods, in.service and in.secret of job `name` in `ns` (in->job set). A Service or
@@ -80,9 +106,24 @@ class Executor {
   Status WriteStatus(const std::string& key, const nlohmann::json& job,
                      const nlohmann::json& status);
 
+  // A status computed by a pass and not yet written (StatusDeferral), for the job of `uid`.
+  struct KeptStatus {
+    std::string uid;
+    nlohmann::json status;
+    Clock::TimePoint since;  // when the oldest unwritten change was kept
+  };
+  // The status kept for key's job of `uid`, if any (one kept for an earlier job of the same
+  // name is dropped).
+  std::optional<KeptStatus> Kept(const std::string& key, const std::string& uid);
+  void Keep(const std::string& key, KeptStatus kept);
+  void ForgetKept(const std::string& key);
+
   ExecutorDeps deps_;
   ReconcilerOptions options_;
+  Clock* clock_;
   kube::Expectations expectations_;
+  std::mutex kept_mu_;
+  std::map<std::string, KeptStatus> kept_;  // GUARDED_BY(kept_mu_)
 };
 
 // Whether a create that was answered AlreadyExists may count as done: Ok when `existing` (the

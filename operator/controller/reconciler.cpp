@@ -437,6 +437,11 @@ Decision Pass::Run() {
     }
   }
 
+  // The whole gang of this generation exists: it was created, whatever the status says (the
+  // status of the pass that created it may never have been written: an operator that stopped
+  // with it kept back, executor.h). A pod missing from now on is a failure, not a create.
+  if (missing.empty() && status_.created_generation != gen) status_.created_generation = gen;
+
   // Success: the chief (else worker 0) exited 0, or every worker under AllWorkers.
   bool success = spec_.success_policy == api::SuccessPolicy::kChief
                      ? chief_succeeded

@@ -125,6 +125,38 @@ struct HeaderList {
   ~HeaderList() { curl_slist_free_all(list); }
 };
 
+// TLS sessions shared by every handle of a transport: a new connection (a burst of parallel
+// creates opens one per request in flight) resumes the session of an earlier one instead of
+// making a full handshake, which costs both sides a signature and a certificate check.
+class SharedTlsSessions {
+ public:
+  SharedTlsSessions() : share_(curl_share_init()) {
+    if (share_ == nullptr) return;  // no memory: every connection makes a full handshake
+    curl_share_setopt(share_, CURLSHOPT_LOCKFUNC, Lock);
+    curl_share_setopt(share_, CURLSHOPT_UNLOCKFUNC, Unlock);
+    curl_share_setopt(share_, CURLSHOPT_USERDATA, this);
+    curl_share_setopt(share_, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+  }
+  ~SharedTlsSessions() {
+    if (share_ != nullptr) curl_share_cleanup(share_);
+  }
+  SharedTlsSessions(const SharedTlsSessions&) = delete;
+  SharedTlsSessions& operator=(const SharedTlsSessions&) = delete;
+
+  CURLSH* get() const { return share_; }
+
+ private:
+  static void Lock(CURL*, curl_lock_data data, curl_lock_access, void* user) {
+    static_cast<SharedTlsSessions*>(user)->mu_[data].lock();
+  }
+  static void Unlock(CURL*, curl_lock_data data, void* user) {
+    static_cast<SharedTlsSessions*>(user)->mu_[data].unlock();
+  }
+
+  CURLSH* share_;
+  std::mutex mu_[CURL_LOCK_DATA_LAST];
+};
+
 class CurlTransport final : public HttpTransport {
  public:
   explicit CurlTransport(RestConfig config) : config_(std::move(config)) {}
@@ -227,6 +259,7 @@ class CurlTransport final : public HttpTransport {
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_HTTP_VERSION, static_cast<long>(CURL_HTTP_VERSION_1_1));
     curl_easy_setopt(h, CURLOPT_PROXY, "");  // as client-go's default transport would not
+    if (tls_sessions_.get() != nullptr) curl_easy_setopt(h, CURLOPT_SHARE, tls_sessions_.get());
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, error);
     curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, OnHeader);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, x);
@@ -278,6 +311,7 @@ class CurlTransport final : public HttpTransport {
   }
 
   const RestConfig config_;
+  SharedTlsSessions tls_sessions_;  // outlives every handle: they are cleaned up first
   std::mutex mu_;
   std::vector<CURL*> idle_;  // handles not in use, each with its live connection. GUARDED_BY(mu_)
 };

@@ -14,6 +14,7 @@ WorkQueue::WorkQueue(Clock* clock, Clock::Duration base_delay, Clock::Duration m
 void WorkQueue::AddLocked(const std::string& key) {
   if (shutting_down_) return;
   if (dirty_.count(key)) return;  // already queued (or to be re-queued at Done)
+  idle_.erase(key);               // a plain add supersedes a wait for idleness
   ++adds_;
   dirty_.insert(key);
   if (processing_.count(key)) return;  // Done() queues it
@@ -26,17 +27,28 @@ void WorkQueue::Add(const std::string& key) {
   AddLocked(key);
 }
 
-void WorkQueue::AddAfter(const std::string& key, Clock::Duration delay) {
-  std::lock_guard<std::mutex> lock(mu_);
+void WorkQueue::ScheduleLocked(std::map<std::string, Clock::TimePoint>* due,
+                               const std::string& key, Clock::Duration delay) {
   if (shutting_down_) return;
   if (delay <= Clock::Duration::zero()) {
     AddLocked(key);
     return;
   }
   auto at = clock_->Now() + delay;
-  auto it = waiting_.find(key);
-  if (it == waiting_.end() || at < it->second) waiting_[key] = at;  // the earlier time wins
+  auto it = due->find(key);
+  if (it == due->end() || at < it->second) (*due)[key] = at;  // the earlier time wins
   cv_.notify_all();
+}
+
+void WorkQueue::AddAfter(const std::string& key, Clock::Duration delay) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ScheduleLocked(&waiting_, key, delay);
+}
+
+void WorkQueue::AddWhenIdle(const std::string& key, Clock::Duration max_delay) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (dirty_.count(key)) return;  // queued already: that pass comes sooner
+  ScheduleLocked(&idle_, key, max_delay);
 }
 
 void WorkQueue::AddRateLimited(const std::string& key) {
@@ -52,8 +64,17 @@ void WorkQueue::Forget(const std::string& key) { backoff_.Forget(key); }
 int WorkQueue::NumRequeues(const std::string& key) const { return backoff_.NumRequeues(key); }
 
 void WorkQueue::PromoteReadyLocked() {
-  if (waiting_.empty()) return;
+  if (waiting_.empty() && idle_.empty()) return;
   auto now = clock_->Now();
+  for (auto it = idle_.begin(); it != idle_.end();) {
+    if (it->second <= now) {
+      std::string key = it->first;
+      it = idle_.erase(it);
+      AddLocked(key);
+    } else {
+      ++it;
+    }
+  }
   for (auto it = waiting_.begin(); it != waiting_.end();) {
     if (it->second <= now) {
       std::string key = it->first;
@@ -74,18 +95,38 @@ std::optional<std::string> WorkQueue::PopLocked() {
   return key;
 }
 
+std::optional<std::string> WorkQueue::PopIdleLocked() {
+  if (idle_.empty() || !queue_.empty() || processing_.size() > processing_idle_.size()) {
+    return std::nullopt;  // other work first
+  }
+  for (auto it = idle_.begin(); it != idle_.end(); ++it) {
+    if (processing_.count(it->first)) continue;  // one worker per key
+    std::string key = it->first;
+    idle_.erase(it);
+    processing_.insert(key);
+    processing_idle_.insert(key);
+    return key;
+  }
+  return std::nullopt;
+}
+
 std::optional<std::string> WorkQueue::Get() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     PromoteReadyLocked();
     if (auto key = PopLocked()) return key;
+    if (auto key = PopIdleLocked()) return key;
     if (shutting_down_) return std::nullopt;
-    if (waiting_.empty()) {
+    if (waiting_.empty() && idle_.empty()) {
       cv_.wait(lock);
     } else {
-      auto next = std::min_element(waiting_.begin(), waiting_.end(), [](auto& a, auto& b) {
-                    return a.second < b.second;
-                  })->second;
+      auto earliest = [](auto& a, auto& b) { return a.second < b.second; };
+      auto next = waiting_.empty() ? Clock::TimePoint::max()
+                                   : std::min_element(waiting_.begin(), waiting_.end(), earliest)
+                                         ->second;
+      if (!idle_.empty()) {
+        next = std::min(next, std::min_element(idle_.begin(), idle_.end(), earliest)->second);
+      }
       auto wait = std::min<Clock::Duration>(next - clock_->Now(), kPollPeriod);
       cv_.wait_for(lock, std::max(wait, Clock::Duration(std::chrono::milliseconds(1))));
     }
@@ -95,15 +136,19 @@ std::optional<std::string> WorkQueue::Get() {
 std::optional<std::string> WorkQueue::TryGet() {
   std::lock_guard<std::mutex> lock(mu_);
   PromoteReadyLocked();
-  return PopLocked();
+  if (auto key = PopLocked()) return key;
+  return PopIdleLocked();
 }
 
 void WorkQueue::Done(const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
   processing_.erase(key);
+  processing_idle_.erase(key);
   if (dirty_.count(key)) {
     queue_.push_back(key);
     cv_.notify_one();
+  } else if (!idle_.empty()) {
+    cv_.notify_all();  // the last busy key may be done: idle keys may go now
   }
 }
 
@@ -111,6 +156,7 @@ void WorkQueue::ShutDown() {
   std::lock_guard<std::mutex> lock(mu_);
   shutting_down_ = true;
   waiting_.clear();
+  idle_.clear();
   cv_.notify_all();
 }
 
@@ -122,6 +168,19 @@ bool WorkQueue::ShuttingDown() const {
 size_t WorkQueue::NumProcessing() const {
   std::lock_guard<std::mutex> lock(mu_);
   return processing_.size();
+}
+
+size_t WorkQueue::NumIdle() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return idle_.size();
+}
+
+bool WorkQueue::BusyBesides(const std::string& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!queue_.empty()) return true;
+  size_t others = processing_.size() - processing_idle_.size();
+  if (processing_.count(key) && !processing_idle_.count(key)) --others;
+  return others > 0;
 }
 
 size_t WorkQueue::Len() const {

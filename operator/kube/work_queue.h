@@ -3,7 +3,11 @@
 //  - a key handed out by Get() is never handed to a second worker before Done(); if it is
 //    added meanwhile, it is queued again at Done();
 //  - AddAfter() delays a key, AddRateLimited() delays it by its per-item exponential backoff
-//    (5 ms * 2^failures, at most 1000 s) until Forget().
+//    (5 ms * 2^failures, at most 1000 s) until Forget();
+//  - AddWhenIdle() queues a key behind all other work (ours, not client-go's): it is handed out
+//    only while no key is queued and none is being processed other than such idle keys, or
+//    once its latest time has come. The Job controller defers its status writes this way
+//    while a burst of creates is under way (operator/controller/executor.h).
 // Time comes from a tj::Clock (delays are measured on it; Get() re-checks delayed keys at
 // least every 20 ms of real time, so a FakeClock works too). Thread-safe.
 #pragma once
@@ -31,6 +35,9 @@ class WorkQueue {
   void Add(const std::string& key);
   void AddAfter(const std::string& key, Clock::Duration delay);
   void AddRateLimited(const std::string& key);
+  // Queues `key` behind all other work, at the latest `max_delay` from now (then it is queued
+  // like Add). An Add of the key meanwhile supersedes it; a key already queued stays so.
+  void AddWhenIdle(const std::string& key, Clock::Duration max_delay);
   void Forget(const std::string& key);  // reset the key's backoff
   int NumRequeues(const std::string& key) const;
 
@@ -47,13 +54,22 @@ class WorkQueue {
   size_t Len() const;            // keys ready to be handed out (workqueue_depth)
   size_t NumDelayed() const;     // keys waiting for their time
   size_t NumProcessing() const;  // keys handed out by Get() and not yet Done()
+  size_t NumIdle() const;        // keys queued by AddWhenIdle() and not yet handed out
+  // Whether any work other than `key`'s own is queued or being processed (keys handed out
+  // from the idle tier do not count): what AddWhenIdle() keys wait for.
+  bool BusyBesides(const std::string& key) const;
   uint64_t adds() const;         // workqueue_adds_total
   uint64_t retries() const;      // workqueue_retries_total
 
  private:
   void AddLocked(const std::string& key);
+  // Puts `key` into `due` (waiting_ or idle_) for now + delay, the earlier time winning; at
+  // once (AddLocked) when delay is not positive.
+  void ScheduleLocked(std::map<std::string, Clock::TimePoint>* due, const std::string& key,
+                      Clock::Duration delay);
   void PromoteReadyLocked();
   std::optional<std::string> PopLocked();
+  std::optional<std::string> PopIdleLocked();
 
   Clock* clock_;
   ItemExponentialBackoff backoff_;
@@ -63,6 +79,8 @@ class WorkQueue {
   std::set<std::string> dirty_;                      // queued or to re-queue. GUARDED_BY(mu_)
   std::set<std::string> processing_;                 // GUARDED_BY(mu_)
   std::map<std::string, Clock::TimePoint> waiting_;  // key -> ready at. GUARDED_BY(mu_)
+  std::map<std::string, Clock::TimePoint> idle_;     // key -> queued by then. GUARDED_BY(mu_)
+  std::set<std::string> processing_idle_;  // handed out from idle_. GUARDED_BY(mu_)
   bool shutting_down_ = false;                       // GUARDED_BY(mu_)
   uint64_t adds_ = 0, retries_ = 0;                  // GUARDED_BY(mu_)
 };

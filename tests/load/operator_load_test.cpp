@@ -5,18 +5,20 @@
 //     would (Service, Secret and pods from operator/controller/job_resources) for kJobs jobs
 //     in a scratch namespace, kWorkers jobs at a time (the operator's workers), each job's
 //     objects as the executor sends them (its Service and Secret together, then its pods in
-//     slow-start batches), QPS limits off; once before
-//     and once after the operator's run (the mean is the capacity), each namespace deleted
-//     and waited for, so every run starts on the same cluster.
-//  2. The operator: the same kJobs jobs exist in another namespace before a fresh tj-operator
-//     (default flags but --workers kWorkers) starts watching it.
+//     slow-start batches), QPS limits off; before and after each operator run (the mean of
+//     the two is that round's capacity), each namespace deleted and waited for, so every run
+//     starts on the same cluster.
+//  2. The operator, kRounds times: kJobs jobs exist in a namespace of their own before a
+//     fresh tj-operator (default flags but --workers kWorkers) starts watching it.
 // Both rates are objects per second from the start to the last object seen by a watch (the
 // test's informers, the same in both runs). Then: every pod created exactly once (one ADDED,
 // no DELETED, none missing or extra), every job's status right (Created, active replicas,
-// no restart), the operator's peak RSS (VmHWM) and CPU seconds; one JSON line with the
-// figures. Passes with no duplicate, every status right, a peak RSS under 50 MiB and at least
-// kMinRatio of the direct rate (the issue's 80% is reported, see kTargetRatio).
-// TJ_LOAD_JOBS overrides kJobs for a quick local run.
+// no restart) and when the last one was (the operator's status writes give way to its
+// creates: operator/controller/executor.h), the operator's peak RSS (VmHWM) and CPU seconds;
+// one JSON line with the figures of every round. Passes with no duplicate, every status
+// right, a peak RSS under 50 MiB and the median round's ratio at least kMinRatio (the
+// issue's 80% is reported, see kTargetRatio). TJ_LOAD_JOBS and TJ_LOAD_ROUNDS override kJobs
+// and kRounds.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -55,18 +57,29 @@ using Steady = std::chrono::steady_clock;
 
 constexpr int kJobs = 200;  // the issue's figures
 constexpr int kReplicas = 4;
+// Operator runs, each between two direct runs; the median round decides. One run alone
+// varied from 0.54 to 1.08 of the direct rate on the same code (docs/reliability.md "Load").
+constexpr int kRounds = 3;
 constexpr int kWorkers = 16;  // the operator's --workers default; the direct client's threads
-// The issue asks for 80% of the direct rate; on a 2-core machine the operator reaches
-// 0.54-0.9 of it, run to run (docs/reliability.md "Load", bench/operator_load: its status
-// writes and its own CPU come out of the API server's two cores). The test reports against
-// the target and fails below kMinRatio, a regression floor until the target holds, low
-// enough for that spread: the operator on cpprestsdk and glibc's malloc measured 0.52 (on a
-// cold cluster, which flattered it), before informer caches 0.31.
+// The issue asks for 80% of the direct rate; on a 2-core machine the operator's median
+// round reaches 0.75-0.77 of it, single rounds 0.71-0.85 (docs/reliability.md "Load",
+// bench/operator_load: its start-up and its own CPU come out of the API server's two cores).
+// The test reports against the target and fails below kMinRatio, a regression floor until
+// the target holds, low enough for the spread of a busy CI machine: the operator on
+// cpprestsdk and glibc's malloc measured 0.52 (on a cold cluster, which flattered it),
+// before informer caches 0.31.
 constexpr double kTargetRatio = 0.8;
 constexpr double kMinRatio = 0.4;
 constexpr double kMaxPeakRssMiB = 50;
 constexpr int kObjectsPerJob = kReplicas + 2;  // pods, the Service, the Secret
 constexpr auto kCreateTimeout = std::chrono::minutes(4);
+
+// Rounds of (operator, direct client): TJ_LOAD_ROUNDS, default kRounds.
+int RoundCount() {
+  const char* v = std::getenv("TJ_LOAD_ROUNDS");
+  const int n = v == nullptr ? 0 : std::atoi(v);
+  return n > 0 ? n : kRounds;
+}
 
 int JobCount() {
   const char* v = std::getenv("TJ_LOAD_JOBS");
@@ -356,6 +369,87 @@ class OperatorLoad : public ::testing::Test {
     return run;
   }
 
+  struct OperatorRun {
+    double seconds = 0, p50_s = 0;
+    json curve;
+    double control_plane_cpu_s = 0;  // of the API server and etcd, from start to last object
+    double statuses_s = 0;           // from start until every job's status was right
+    bool statuses_right = false;
+    double peak_rss_mib = 0, cpu_s = 0, cpu_s_until_created = 0;
+  };
+  // `jobs` TrainingJobs in a namespace of their own, then a fresh tj-operator (--workers
+  // kWorkers) started on them: the time from its start to the last object, every pod,
+  // Service and Secret created exactly once, every status right. The namespace is deleted
+  // and waited for afterwards.
+  OperatorRun Operator(int jobs) {
+    const int objects = jobs * kObjectsPerJob;
+    OperatorRun run;
+    const std::string op_ns = testing::NewNamespace(client_.get(), "load-operator");
+    CreateJobs(client_.get(), op_ns, jobs);
+    {
+      ObjectWatch watch(client_.get(), op_ns);
+      const double cpu0 = ControlPlaneCpuSeconds(cluster_->dir());
+      const auto t0 = Steady::now();
+      tj::testing::Subprocess proc(
+          {std::string(TJ_BIN_DIR) + "/tj-operator", "--kubeconfig", cluster_->kubeconfig(),
+           "--namespace", op_ns, "--workers", std::to_string(kWorkers),
+           "--metrics-bind-address", "0", "--health-probe-bind-address", "0"},
+          {}, cluster_->dir() + "/" + op_ns);
+      auto t1 = watch.WaitForAdded(objects, kCreateTimeout);
+      const ProcessUsage at_created = UsageOf(proc.pid());
+      run.control_plane_cpu_s = ControlPlaneCpuSeconds(cluster_->dir()) - cpu0;
+      EXPECT_TRUE(t1) << "the operator did not create every object in "
+                      << kCreateTimeout.count() << " minutes: " << watch.added() << " of "
+                      << objects << "; operator log: " << proc.Stderr().substr(0, 4000)
+                      << proc.Stdout().substr(0, 4000);
+      if (!t1) return run;
+      run.seconds = std::chrono::duration<double>(*t1 - t0).count();
+      run.p50_s = watch.SecondsUntil(0.5, objects, t0);
+      run.curve = Curve(watch, objects, t0);
+      run.cpu_s_until_created = at_created.cpu_s;
+
+      // Every job's status: Created, all replicas active (Pending), no restart, no failure.
+      std::string wrong;
+      run.statuses_right = Eventually(
+          [&] {
+            auto list = client_->List(api::kTrainingJobs, op_ns);
+            if (!list.ok()) {
+              wrong = list.status().message();
+              return false;
+            }
+            int right = 0;
+            for (const auto& j : (*list)["items"]) {
+              auto s = api::TrainingJobStatus::FromJson(j.value("status", json::object()));
+              auto w = s.replica_statuses.find("Worker");
+              if (s.IsTrue(api::condition::kCreated) && !s.IsTrue(api::condition::kFailed) &&
+                  s.restart_count == 0 && s.created_generation == 0 &&
+                  w != s.replica_statuses.end() && w->second.active == kReplicas &&
+                  w->second.succeeded == 0 && w->second.failed == 0) {
+                ++right;
+              } else {
+                wrong = api::RefOf(j).name + " has status " + j.value("status", json()).dump();
+              }
+            }
+            return right == jobs;
+          },
+          std::chrono::seconds(60));
+      EXPECT_TRUE(run.statuses_right) << wrong;
+      // Status writes give way to the creates (executor.h): when the last one was in.
+      run.statuses_s = std::chrono::duration<double>(Steady::now() - t0).count();
+      // Settled: another pass must not create or delete anything.
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+      ExpectEachCreatedOnce(watch, jobs, "operator");
+      const ProcessUsage at_end = UsageOf(proc.pid());
+      run.peak_rss_mib = at_end.peak_rss_mib;
+      run.cpu_s = at_end.cpu_s;
+      EXPECT_TRUE(proc.running()) << "the operator exited: " << proc.Stderr().substr(0, 4000);
+      proc.Signal(SIGTERM);
+      EXPECT_EQ(proc.Wait(std::chrono::seconds(30)), 0) << proc.Stderr().substr(0, 4000);
+    }
+    DeleteNamespace(op_ns);
+    return run;
+  }
+
   // Deletes `ns` and waits (bounded) until the namespace controller has emptied it.
   void DeleteNamespace(const std::string& ns) {
     auto r = client_->Delete(resources::kNamespaces, "", ns);
@@ -375,82 +469,66 @@ class OperatorLoad : public ::testing::Test {
 
 TEST_F(OperatorLoad, CreatesAsFastAsTheApiServerAcceptsWithoutDuplicates) {
   const int jobs = JobCount();
+  const int rounds = RoundCount();
   const int objects = jobs * kObjectsPerJob;
 
-  // 1. The API server's own capacity, from a direct client: before and after the operator's
-  // run, so that a change of the machine's other load in between shows (and averages out).
-  // A warm-up first (a quarter of the jobs, not measured): the first burst on a freshly
+  // The direct client before and after each operator run: D O D O D ... Each round's ratio is
+  // the operator's rate over the mean of the direct rates on either side of it (a change of
+  // the machine's other load in between shows, and averages out); the verdict is the median
+  // round. A warm-up first (a quarter of the jobs, not measured): the first burst on a freshly
   // started API server ran about a quarter slower than the later ones (its heap, caches and
-  // etcd's file growing), which made the "before" run look slow and the ratio look better.
+  // etcd's file growing), which made the first direct run look slow and the ratio look better.
   Direct(std::max(1, jobs / 4));
   ASSERT_FALSE(HasFatalFailure());
-  const DirectRun before = Direct(jobs);
+  std::vector<DirectRun> direct = {Direct(jobs)};
   ASSERT_FALSE(HasFatalFailure());
+  std::vector<OperatorRun> op;
+  for (int r = 0; r < rounds; ++r) {
+    op.push_back(Operator(jobs));
+    ASSERT_FALSE(HasFatalFailure());
+    direct.push_back(Direct(jobs));
+    ASSERT_FALSE(HasFatalFailure());
+  }
 
-  // 2. The operator, started on the jobs that wait for it.
-  const std::string op_ns = testing::NewNamespace(client_.get(), "load-operator");
-  CreateJobs(client_.get(), op_ns, jobs);
-  ObjectWatch watch(client_.get(), op_ns);
-  const double cpu0 = ControlPlaneCpuSeconds(cluster_->dir());
-  const auto t0 = Steady::now();
-  tj::testing::Subprocess op(
-      {std::string(TJ_BIN_DIR) + "/tj-operator", "--kubeconfig", cluster_->kubeconfig(),
-       "--namespace", op_ns, "--workers", std::to_string(kWorkers), "--metrics-bind-address", "0",
-       "--health-probe-bind-address", "0"},
-      {}, cluster_->dir() + "/load-operator");
-  auto t1 = watch.WaitForAdded(objects, kCreateTimeout);
-  const ProcessUsage at_created = UsageOf(op.pid());
-  const double operator_control_plane_cpu_s = ControlPlaneCpuSeconds(cluster_->dir()) - cpu0;
-  ASSERT_TRUE(t1) << "the operator did not create every object in " << kCreateTimeout.count()
-                  << " minutes: " << watch.added() << " of " << objects
-                  << "; operator log: " << op.Stderr().substr(0, 4000)
-                  << op.Stdout().substr(0, 4000);
-  const double operator_s = std::chrono::duration<double>(*t1 - t0).count();
-  const double operator_p50_s = watch.SecondsUntil(0.5, objects, t0);
-
-  // Every job's status: Created, all replicas active (Pending), no restart, no failure.
-  std::string wrong;
-  const bool statuses_right = Eventually(
-      [&] {
-        auto list = client_->List(api::kTrainingJobs, op_ns);
-        if (!list.ok()) {
-          wrong = list.status().message();
-          return false;
-        }
-        int right = 0;
-        for (const auto& j : (*list)["items"]) {
-          auto s = api::TrainingJobStatus::FromJson(j.value("status", json::object()));
-          auto w = s.replica_statuses.find("Worker");
-          if (s.IsTrue(api::condition::kCreated) && !s.IsTrue(api::condition::kFailed) &&
-              s.restart_count == 0 && s.created_generation == 0 && w != s.replica_statuses.end() &&
-              w->second.active == kReplicas && w->second.succeeded == 0 && w->second.failed == 0) {
-            ++right;
-          } else {
-            wrong = api::RefOf(j).name + " has status " + j.value("status", json()).dump();
-          }
-        }
-        return right == jobs;
-      },
-      std::chrono::seconds(60));
-  EXPECT_TRUE(statuses_right) << wrong;
-  // Settled: another pass must not create or delete anything.
-  std::this_thread::sleep_for(std::chrono::seconds(2));
-  ExpectEachCreatedOnce(watch, jobs, "operator");
-  const ProcessUsage at_end = UsageOf(op.pid());
-  ASSERT_TRUE(op.running()) << "the operator exited: " << op.Stderr().substr(0, 4000);
-  op.Signal(SIGTERM);
-  EXPECT_EQ(op.Wait(std::chrono::seconds(30)), 0) << op.Stderr().substr(0, 4000);
-  DeleteNamespace(op_ns);
-
-  const DirectRun after = Direct(jobs);
-  ASSERT_FALSE(HasFatalFailure());
-  ASSERT_GT(before.seconds, 0);
-  ASSERT_GT(after.seconds, 0);
-  const double direct_rate = (objects / before.seconds + objects / after.seconds) / 2;
-  const double operator_rate = objects / operator_s;
-  const double ratio = operator_rate / direct_rate;
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
+  json round_results = json::array();
+  std::vector<double> ratios;
+  double peak_rss_mib = 0;
+  bool statuses_right = true;
+  for (int r = 0; r < rounds; ++r) {
+    const DirectRun& before = direct[r];
+    const DirectRun& after = direct[r + 1];
+    ASSERT_GT(before.seconds, 0);
+    ASSERT_GT(after.seconds, 0);
+    const double direct_rate = (objects / before.seconds + objects / after.seconds) / 2;
+    const double operator_rate = objects / op[r].seconds;
+    ratios.push_back(operator_rate / direct_rate);
+    peak_rss_mib = std::max(peak_rss_mib, op[r].peak_rss_mib);
+    statuses_right = statuses_right && op[r].statuses_right;
+    round_results.push_back({{"direct_s_before", before.seconds},
+                             {"direct_s_after", after.seconds},
+                             {"direct_objects_per_s", direct_rate},
+                             {"direct_curve_before", before.curve},
+                             {"direct_curve_after", after.curve},
+                             {"control_plane_cpu_s_direct_before", before.control_plane_cpu_s},
+                             {"control_plane_cpu_s_direct_after", after.control_plane_cpu_s},
+                             {"control_plane_cpu_s_operator", op[r].control_plane_cpu_s},
+                             {"operator_s", op[r].seconds},
+                             {"operator_p50_s", op[r].p50_s},
+                             {"operator_curve", op[r].curve},
+                             {"operator_statuses_s", op[r].statuses_s},
+                             {"operator_objects_per_s", operator_rate},
+                             {"operator_peak_rss_mib", op[r].peak_rss_mib},
+                             {"operator_cpu_s_until_created", op[r].cpu_s_until_created},
+                             {"operator_cpu_s", op[r].cpu_s},
+                             {"ratio", ratios.back()}});
+  }
+  std::vector<double> sorted = ratios;
+  std::sort(sorted.begin(), sorted.end());
+  const double ratio = sorted.size() % 2 == 1
+                           ? sorted[sorted.size() / 2]
+                           : (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]) / 2;
   const json result = {{"event", "load_result"},
                        {"date", UtcNow()},
                        {"host", host},
@@ -459,34 +537,20 @@ TEST_F(OperatorLoad, CreatesAsFastAsTheApiServerAcceptsWithoutDuplicates) {
                        {"replicas", kReplicas},
                        {"objects", objects},
                        {"workers", kWorkers},
-                       {"direct_s_before", before.seconds},
-                       {"direct_s_after", after.seconds},
-                       {"direct_p50_s_before", before.p50_s},
-                       {"direct_p50_s_after", after.p50_s},
-                       {"direct_objects_per_s", direct_rate},
-                       {"direct_curve_before", before.curve},
-                       {"direct_curve_after", after.curve},
-                       {"operator_curve", Curve(watch, objects, t0)},
-                       {"control_plane_cpu_s_direct_before", before.control_plane_cpu_s},
-                       {"control_plane_cpu_s_direct_after", after.control_plane_cpu_s},
-                       {"control_plane_cpu_s_operator", operator_control_plane_cpu_s},
-                       {"operator_s", operator_s},
-                       {"operator_p50_s", operator_p50_s},
-                       {"operator_objects_per_s", operator_rate},
+                       {"rounds", round_results},
+                       {"ratios", ratios},
                        {"ratio", ratio},
                        {"target_ratio", kTargetRatio},
                        {"target_met", ratio >= kTargetRatio},
-                       {"operator_peak_rss_mib", at_end.peak_rss_mib},
-                       {"operator_cpu_s_until_created", at_created.cpu_s},
-                       {"operator_cpu_s", at_end.cpu_s},
+                       {"operator_peak_rss_mib", peak_rss_mib},
                        {"statuses_right", statuses_right}};
   std::cout << result.dump() << std::endl;
   if (const char* f = std::getenv("TJ_LOAD_RESULT_FILE"); f != nullptr && *f != '\0') {
     std::ofstream(f, std::ios::app) << result.dump() << "\n";
   }
-  EXPECT_GE(ratio, kMinRatio) << "the operator created " << operator_rate
-                              << " objects/s, the direct client " << direct_rate;
-  EXPECT_LT(at_end.peak_rss_mib, kMaxPeakRssMiB) << "the operator's peak RSS";
+  EXPECT_GE(ratio, kMinRatio) << "the median round's ratio; rounds: "
+                              << ::testing::PrintToString(ratios);
+  EXPECT_LT(peak_rss_mib, kMaxPeakRssMiB) << "the operator's peak RSS";
 }
 
 }  // namespace

@@ -1,13 +1,16 @@
 // The executor's pure helpers (the final evaluation from a trainer log, metrics text, the
 // owner check of a create answered AlreadyExists) and one pass against informer caches and a
-// fake client: a Service or Secret of the job's name that another owns is not the job's. The
-// executor runs against a real API server in tests/e2e/operator/.
+// fake client: a Service or Secret of the job's name that another owns is not the job's, and a
+// status write gives way to other work (kept, built on, written once idle, at the latest after
+// kMaxStatusDelay, or at shutdown). The executor runs against a real API server in
+// tests/e2e/operator/.
 #include "operator/controller/executor.h"
 
 #include <gtest/gtest.h>
 
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -15,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "operator/api/training_job.h"
 #include "operator/controller/cache_transforms.h"
 #include "operator/controller/job_resources.h"
 #include "operator/controller/metrics.h"
@@ -24,6 +28,7 @@ namespace tj::controller {
 namespace {
 
 using nlohmann::json;
+using std::chrono::milliseconds;
 
 TEST(LastEvaluation, TakesTheLastEvaluationLine) {
   const std::string log =
@@ -119,6 +124,8 @@ class FakeClient : public kube::Client {
  public:
   std::map<std::string, json> existing;  // "services/mnist" -> the object on the server
   std::vector<std::string> created;      // "services/mnist", in the order they came
+  std::vector<json> created_objects;     // the same, whole
+  std::vector<json> status_writes;       // each UpdateStatus's .status
 
   kube::Result<json> Get(const kube::Resource& r, const std::string&,
                          const std::string& name) override {
@@ -136,6 +143,7 @@ class FakeClient : public kube::Client {
     if (existing.contains(key)) return kube::ApiError{409, "AlreadyExists", key + " exists"};
     std::lock_guard<std::mutex> lock(mu_);
     created.push_back(key);
+    created_objects.push_back(object);
     return object;
   }
   kube::Result<json> Update(const kube::Resource&, const std::string&, const json& o) override {
@@ -143,6 +151,8 @@ class FakeClient : public kube::Client {
   }
   kube::Result<json> UpdateStatus(const kube::Resource&, const std::string&,
                                   const json& o) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    status_writes.push_back(o.value("status", json()));
     return o;
   }
   kube::Result<json> Patch(const kube::Resource&, const std::string&, const std::string&,
@@ -181,13 +191,31 @@ class ExecutorPass : public ::testing::Test {
  protected:
   ExecutorPass() { jobs_.Upsert(TestJob("uid-new")); }
 
-  StatusOr<std::optional<std::chrono::milliseconds>> Sync() {
-    ExecutorDeps deps;
-    deps.client = &client_;
-    deps.random_key = [] { return std::string("key"); };
-    deps.caches = OwnedObjectCaches{&jobs_, &pods_, &services_, &secrets_};
-    Executor executor(std::move(deps), ReconcilerOptions{});
-    return executor.Sync("ns/mnist");
+  StatusOr<std::optional<std::chrono::milliseconds>> Sync() { return executor().Sync("ns/mnist"); }
+
+  // The one executor of the test (its kept statuses and expectations live across passes).
+  Executor& executor() {
+    if (!executor_) {
+      ExecutorDeps deps;
+      deps.client = &client_;
+      deps.random_key = [] { return std::string("key"); };
+      deps.caches = OwnedObjectCaches{&jobs_, &pods_, &services_, &secrets_};
+      deps.clock = &clock_;
+      deps.defer_status = StatusDeferral{[this](const std::string&) { return busy_; },
+                                         [this](const std::string& key, milliseconds latest) {
+                                           write_later_.emplace_back(key, latest);
+                                         }};
+      executor_ = std::make_unique<Executor>(std::move(deps), ReconcilerOptions{});
+    }
+    return *executor_;
+  }
+
+  // What the informers would show after the creates so far.
+  void CacheTheCreatedObjects() {
+    for (const json& o : client_.created_objects) {
+      const std::string kind = o.value("kind", "");
+      (kind == "Pod" ? pods_ : kind == "Service" ? services_ : secrets_).Upsert(o);
+    }
   }
 
   // The Service or Secret (`kind`) of a deleted job of the same name (uid-old), on the server
@@ -206,6 +234,10 @@ class ExecutorPass : public ::testing::Test {
 
   FakeClient client_;
   kube::ObjectCache jobs_, pods_, services_, secrets_;
+  FakeClock clock_;
+  bool busy_ = false;  // whether other keys are queued or in flight
+  std::vector<std::pair<std::string, milliseconds>> write_later_;
+  std::unique_ptr<Executor> executor_;
 };
 
 TEST_F(ExecutorPass, CreatesTheServiceAndSecretItFindsNotThere) {
@@ -257,6 +289,77 @@ TEST_F(ExecutorPass, DoesNotTakeAnUncachedForeignSecretAsItsOwn) {
   auto r = Sync();
   ASSERT_FALSE(r.ok()) << "creating the Secret answered AlreadyExists and was taken as done";
   EXPECT_NE(r.status().message().find("uid-old"), std::string::npos) << r.status().message();
+}
+
+// Status writes give way to other work (StatusDeferral).
+TEST_F(ExecutorPass, WritesTheStatusAtOnceWhenNothingElseIsWaiting) {
+  auto r = Sync();
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(client_.status_writes.size(), 1u);
+  EXPECT_EQ(client_.status_writes[0].value("createdGeneration", -1), 0);
+  EXPECT_TRUE(write_later_.empty());
+}
+
+TEST_F(ExecutorPass, KeepsTheStatusWhileBusyAndWritesItOnceIdle) {
+  busy_ = true;
+  auto r = Sync();
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(client_.CreatedPods().size(), 2u) << "creates are never deferred";
+  EXPECT_TRUE(client_.status_writes.empty());
+  ASSERT_EQ(write_later_.size(), 1u);
+  EXPECT_EQ(write_later_[0].first, "ns/mnist");
+  EXPECT_LE(write_later_[0].second, kMaxStatusDelay + milliseconds(1));
+  EXPECT_GT(write_later_[0].second, milliseconds(0));
+
+  // A pass while still busy starts from the kept status: the pods it finds were created by
+  // generation 0 (not missing ones), and nothing is created twice.
+  CacheTheCreatedObjects();
+  clock_.Advance(std::chrono::seconds(1));
+  r = Sync();
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_TRUE(client_.status_writes.empty());
+  EXPECT_EQ(client_.CreatedPods().size(), 2u);
+  ASSERT_EQ(write_later_.size(), 2u);
+  EXPECT_LE(write_later_[1].second, kMaxStatusDelay - std::chrono::seconds(1) + milliseconds(1))
+      << "the latest time counts from the first kept status";
+
+  busy_ = false;
+  r = Sync();
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_EQ(client_.status_writes.size(), 1u);
+  const auto st = api::TrainingJobStatus::FromJson(client_.status_writes[0]);
+  EXPECT_TRUE(st.IsTrue(api::condition::kCreated));
+  EXPECT_EQ(st.created_generation, 0);
+}
+
+TEST_F(ExecutorPass, WritesAKeptStatusAfterTheLongestDelayEvenWhileBusy) {
+  busy_ = true;
+  ASSERT_TRUE(Sync().ok());
+  EXPECT_TRUE(client_.status_writes.empty());
+  CacheTheCreatedObjects();
+  clock_.Advance(kMaxStatusDelay);
+  auto r = Sync();
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(client_.status_writes.size(), 1u);
+}
+
+TEST_F(ExecutorPass, WritesTheKeptStatusesAtShutdown) {
+  busy_ = true;
+  ASSERT_TRUE(Sync().ok());
+  EXPECT_TRUE(client_.status_writes.empty());
+  EXPECT_EQ(executor().WriteKeptStatuses(), 1);
+  ASSERT_EQ(client_.status_writes.size(), 1u);
+  EXPECT_EQ(client_.status_writes[0].value("createdGeneration", -1), 0);
+  EXPECT_EQ(executor().WriteKeptStatuses(), 0);  // nothing kept twice
+}
+
+TEST_F(ExecutorPass, DropsTheKeptStatusOfADeletedJob) {
+  busy_ = true;
+  ASSERT_TRUE(Sync().ok());
+  jobs_.Remove("ns/mnist");
+  ASSERT_TRUE(Sync().ok());
+  EXPECT_EQ(executor().WriteKeptStatuses(), 0);
+  EXPECT_TRUE(client_.status_writes.empty());
 }
 
 }  // namespace

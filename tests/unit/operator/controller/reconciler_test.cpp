@@ -163,6 +163,22 @@ TEST(Reconcile, PartialCreationIsCompletedNotRestarted) {
   EXPECT_FALSE(d.job_restarted);
 }
 
+TEST(Reconcile, AWholeGangCountsAsCreatedThoughTheStatusNeverSaidSo) {
+  World w;
+  w.Running();
+  w.in.job["status"]["createdGeneration"] = -1;  // its creator's status write never came
+  Decision d = Reconcile(w.in);
+  EXPECT_TRUE(Created(d).empty());
+  EXPECT_EQ(StatusOf(d).created_generation, 0);
+  // So a pod that then disappears restarts the gang instead of being created again alone.
+  w.Keep(d);
+  w.in.pods.erase(w.in.pods.begin() + 1);
+  Decision d2 = Reconcile(w.in);
+  EXPECT_TRUE(Created(d2).empty()) << ::testing::PrintToString(Created(d2));
+  EXPECT_TRUE(d2.job_restarted);
+  EXPECT_EQ(StatusOf(d2).restart_count, 1);
+}
+
 TEST(Pods, NamesLabelsEnvAndOwner) {
   json job = Job();
   auto spec = api::ParseSpec(job["spec"]);

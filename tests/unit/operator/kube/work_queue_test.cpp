@@ -88,6 +88,91 @@ TEST(WorkQueue, RateLimitedRequeuesBackOffExponentiallyUntilForget) {
   EXPECT_EQ(q.TryGet(), "a");
 }
 
+TEST(WorkQueue, IdleKeysWaitUntilNoOtherKeyIsQueuedOrInFlight) {
+  FakeClock clock;
+  WorkQueue q(&clock);
+  q.Add("busy");
+  q.AddWhenIdle("status", seconds(5));
+  EXPECT_EQ(q.NumIdle(), 1u);
+  EXPECT_EQ(q.Len(), 1u);  // the idle tier is not in the depth
+  ASSERT_EQ(q.TryGet(), "busy");
+  EXPECT_TRUE(q.BusyBesides("status"));
+  EXPECT_FALSE(q.BusyBesides("busy"));  // its own pass does not count
+  EXPECT_EQ(q.TryGet(), std::nullopt);  // "busy" is still in flight
+  q.Done("busy");
+  EXPECT_EQ(q.TryGet(), "status");
+  // Keys handed out from the idle tier do not hold the others back, nor make anyone busy.
+  EXPECT_FALSE(q.BusyBesides("status"));
+  q.Done("status");
+  EXPECT_EQ(q.NumIdle(), 0u);
+}
+
+TEST(WorkQueue, IdleKeysGoTogetherOnSeveralWorkers) {
+  FakeClock clock;
+  WorkQueue q(&clock);
+  q.AddWhenIdle("a", seconds(5));
+  q.AddWhenIdle("b", seconds(5));
+  ASSERT_EQ(q.TryGet(), "a");
+  EXPECT_EQ(q.TryGet(), "b");  // two status writes at once, on two workers
+  q.Add("c");
+  EXPECT_TRUE(q.BusyBesides("a"));
+}
+
+TEST(WorkQueue, AnIdleKeyGoesAtItsLatestTimeWhateverIsBusy) {
+  FakeClock clock;
+  WorkQueue q(&clock);
+  q.Add("busy");
+  ASSERT_EQ(q.TryGet(), "busy");  // and never done
+  q.AddWhenIdle("status", seconds(5));
+  q.AddWhenIdle("status", seconds(8));  // the earlier time wins
+  clock.Advance(seconds(4));
+  EXPECT_EQ(q.TryGet(), std::nullopt);
+  clock.Advance(seconds(1));
+  EXPECT_EQ(q.TryGet(), "status");  // queued like Add now: ahead of nothing, behind nothing
+  EXPECT_EQ(q.NumIdle(), 0u);
+}
+
+TEST(WorkQueue, APlainAddSupersedesAnIdleWait) {
+  FakeClock clock;
+  WorkQueue q(&clock);
+  q.Add("busy");
+  ASSERT_EQ(q.TryGet(), "busy");
+  q.AddWhenIdle("job", seconds(5));
+  q.Add("job");  // an informer event: the pass is due now
+  EXPECT_EQ(q.NumIdle(), 0u);
+  EXPECT_EQ(q.TryGet(), "job");
+  q.Done("job");
+  q.Add("other");
+  q.AddWhenIdle("other", seconds(5));  // already queued: stays so
+  EXPECT_EQ(q.NumIdle(), 0u);
+  EXPECT_EQ(q.TryGet(), "other");
+}
+
+TEST(WorkQueue, AnIdleKeyDeferredAgainDuringItsOwnPassWaitsForItsDone) {
+  FakeClock clock;
+  WorkQueue q(&clock);
+  q.AddWhenIdle("a", seconds(5));
+  ASSERT_EQ(q.TryGet(), "a");
+  q.AddWhenIdle("a", seconds(5));       // its pass found other work after all
+  EXPECT_EQ(q.TryGet(), std::nullopt);  // never to a second worker
+  q.Done("a");
+  EXPECT_EQ(q.TryGet(), "a");
+}
+
+TEST(WorkQueue, BlockingGetWakesForAnIdleKeyWhenTheLastBusyKeyIsDone) {
+  FakeClock clock;
+  WorkQueue q(&clock);
+  q.Add("busy");
+  ASSERT_EQ(q.TryGet(), "busy");
+  q.AddWhenIdle("status", seconds(60));
+  std::optional<std::string> got;
+  std::thread worker([&] { got = q.Get(); });
+  std::this_thread::sleep_for(milliseconds(50));
+  q.Done("busy");
+  worker.join();
+  EXPECT_EQ(got, "status");
+}
+
 TEST(WorkQueue, BlockingGetSeesAFakeClockAdvance) {
   FakeClock clock;
   WorkQueue q(&clock);
