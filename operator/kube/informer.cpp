@@ -68,6 +68,10 @@ bool Informer::ListAll() {
   ListOptions lo;
   lo.label_selector = options_.label_selector;
   lo.field_selector = options_.field_selector;
+  // The first list may come from the API server's watch cache (resourceVersion=0, as
+  // client-go's reflector lists): no read of etcd while a starting operator waits for it. A
+  // relist (410 Gone after a compaction, or a failed watch) asks for the most recent state.
+  if (lists_ == 0) lo.resource_version = "0";
   auto list = client_->List(options_.resource, options_.ns, lo);
   if (!list.ok()) {
     Warn("list failed: " + list.error().ToString());
