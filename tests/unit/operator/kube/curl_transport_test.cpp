@@ -155,6 +155,19 @@ std::string Answer(int status, const std::string& reason, const std::string& bod
          "\r\n" + extra_headers + "\r\n" + body;
 }
 
+// A request by field name (HttpRequest's other members keep their defaults).
+HttpRequest Req(const std::string& method, const std::string& path,
+                const std::string& content_type = "", const std::string& body = "",
+                const std::string& authorization = "") {
+  HttpRequest r;
+  r.method = method;
+  r.path_and_query = path;
+  r.content_type = content_type;
+  r.body = body;
+  r.authorization = authorization;
+  return r;
+}
+
 std::unique_ptr<HttpTransport> Transport(const std::string& server,
                                          std::chrono::seconds timeout = std::chrono::seconds(5)) {
   RestConfig c;
@@ -173,8 +186,8 @@ TEST(CurlTransport, SendsTheRequestAndReturnsStatusHeadersAndBody) {
   // A body over 1 MiB: libcurl would announce it with "Expect: 100-continue" and wait.
   const std::string body =
       R"({"metadata":{"name":"p"},"x":")" + std::string(1536 * 1024, 'x') + "\"}";
-  HttpRequest req{"POST", "/api/v1/namespaces/ns/pods?fieldManager=tj", "application/json", body,
-                  "Bearer secret-token"};
+  const HttpRequest req = Req("POST", "/api/v1/namespaces/ns/pods?fieldManager=tj",
+                              "application/json", body, "Bearer secret-token");
   auto r = t->Send(req);
   ASSERT_TRUE(r.ok()) << r.error().ToString();
   EXPECT_EQ(r->status, 201);
@@ -197,15 +210,15 @@ TEST(CurlTransport, KeepsTheConnectionAliveBetweenRequests) {
   });
   auto t = Transport(server.url());
   for (const char* path : {"/a", "/b", "/c"}) {
-    auto r = t->Send(HttpRequest{"GET", path});
+    auto r = t->Send(Req("GET", path));
     ASSERT_TRUE(r.ok()) << r.error().ToString();
     EXPECT_EQ(r->body, std::string("{\"path\":\"") + path + "\"}");
   }
   EXPECT_EQ(server.connections(), 1);
   // A DELETE without a body and a PUT with one, on the same connection.
-  auto d = t->Send(HttpRequest{"DELETE", "/d"});
+  auto d = t->Send(Req("DELETE", "/d"));
   ASSERT_TRUE(d.ok());
-  auto p = t->Send(HttpRequest{"PUT", "/p", "application/json", "{}"});
+  auto p = t->Send(Req("PUT", "/p", "application/json", "{}"));
   ASSERT_TRUE(p.ok());
   const auto reqs = server.requests();
   ASSERT_EQ(reqs.size(), 5u);
@@ -226,7 +239,7 @@ TEST(CurlTransport, ARefusedConnectionIsAnErrorThatNamesTheRequest) {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   ::close(fd);
   auto t = Transport("http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port)));
-  auto r = t->Send(HttpRequest{"GET", "/api/v1/pods"});
+  auto r = t->Send(Req("GET", "/api/v1/pods"));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code, 0);
   EXPECT_NE(r.error().ToString().find("GET /api/v1/pods"), std::string::npos)
@@ -242,7 +255,7 @@ TEST(CurlTransport, ARequestToAServerThatNeverAnswersTimesOut) {
   });
   auto t = Transport(server.url(), std::chrono::seconds(1));
   const auto t0 = Steady::now();
-  auto r = t->Send(HttpRequest{"GET", "/hang"});
+  auto r = t->Send(Req("GET", "/hang"));
   const double took = std::chrono::duration<double>(Steady::now() - t0).count();
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().code, 0);
@@ -272,7 +285,7 @@ TEST(CurlTransport, AWatchDeliversChunksAsTheyComeAndAStopEndsItAtOnce) {
   Result<HttpResponse> r = ApiError{};
   Steady::time_point stopped_at;
   std::thread watcher([&] {
-    HttpRequest req{"GET", "/api/v1/pods?watch=1"};
+    HttpRequest req = Req("GET", "/api/v1/pods?watch=1");
     req.timeout = std::chrono::seconds(30);
     r = t->Stream(
         req,
@@ -302,7 +315,7 @@ TEST(CurlTransport, AWatchAnsweredWithAnErrorReturnsItsBody) {
   auto t = Transport(server.url());
   bool called = false;
   auto r = t->Stream(
-      HttpRequest{"GET", "/api/v1/pods?watch=1"},
+      Req("GET", "/api/v1/pods?watch=1"),
       [&](std::string_view) {
         called = true;
         return true;
