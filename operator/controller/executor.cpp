@@ -136,12 +136,11 @@ int Executor::WriteKeptStatuses() {
   }
   int written = 0;
   for (const auto& [key, k] : kept) {
-    const auto slash = key.find('/');
     std::optional<json> job;
     if (deps_.caches) job = deps_.caches->jobs->Get(key);
     if (!job) {
-      auto live = deps_.client->Get(api::kTrainingJobs, key.substr(0, slash),
-                                    key.substr(slash + 1));
+      const auto [ns, name] = kube::SplitObjectKey(key);
+      auto live = deps_.client->Get(api::kTrainingJobs, ns, name);
       if (live.ok()) job = std::move(*live);
     }
     if (!job || api::RefOf(*job).uid != k.uid) continue;  // gone
@@ -191,9 +190,7 @@ Status Executor::ReadOwned(const std::string& key, const std::string& ns, const 
 }
 
 StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
-  const auto slash = key.find('/');
-  const std::string ns = slash == std::string::npos ? "" : key.substr(0, slash);
-  const std::string name = slash == std::string::npos ? key : key.substr(slash + 1);
+  const auto [ns, name] = kube::SplitObjectKey(key);
   kube::Client* c = deps_.client;
 
   if (deps_.caches) {
@@ -232,7 +229,8 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
     in.job = std::move(*job);
   }
   // A status kept back from an earlier pass is this pass's starting point, as if written.
-  const std::optional<KeptStatus> kept = Kept(key, api::RefOf(in.job).uid);
+  const std::string uid = api::RefOf(in.job).uid;
+  const std::optional<KeptStatus> kept = Kept(key, uid);
   if (kept) in.job["status"] = kept->status;
   in.now = deps_.wall_clock();
   TJ_RETURN_IF_ERROR(ReadOwned(key, ns, name, &in));
@@ -271,7 +269,6 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
     const Clock::TimePoint now = clock_->Now();
     const Clock::TimePoint since = kept ? kept->since : now;
     if (deps_.defer_status && now - since < kMaxStatusDelay && deps_.defer_status->busy(key)) {
-      const std::string uid = api::RefOf(in.job).uid;
       Keep(key, KeptStatus{uid, std::move(*status), since});
       deps_.defer_status->write_later(
           key, std::chrono::duration_cast<milliseconds>(kMaxStatusDelay - (now - since)) +

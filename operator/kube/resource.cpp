@@ -33,6 +33,12 @@ std::string ObjectKey(const std::string& ns, const std::string& name) {
   return ns.empty() ? name : ns + "/" + name;
 }
 
+std::pair<std::string, std::string> SplitObjectKey(const std::string& key) {
+  const auto slash = key.find('/');
+  if (slash == std::string::npos) return {"", key};
+  return {key.substr(0, slash), key.substr(slash + 1)};
+}
+
 std::string ObjectKey(const nlohmann::json& object) {
   const auto& md = object.contains("metadata") ? object["metadata"] : nlohmann::json::object();
   return ObjectKey(md.value("namespace", ""), md.value("name", ""));

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 
 namespace tj::kube {
 
@@ -40,5 +41,7 @@ std::string UrlEncode(const std::string& s);
 // "namespace/name" (or "name" for cluster-scoped objects): the key of caches and work queues.
 std::string ObjectKey(const nlohmann::json& object);
 std::string ObjectKey(const std::string& ns, const std::string& name);
+// The inverse: {namespace, name}; a key without "/" is {"", key}.
+std::pair<std::string, std::string> SplitObjectKey(const std::string& key);
 
 }  // namespace tj::kube

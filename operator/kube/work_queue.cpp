@@ -65,23 +65,16 @@ int WorkQueue::NumRequeues(const std::string& key) const { return backoff_.NumRe
 
 void WorkQueue::PromoteReadyLocked() {
   if (waiting_.empty() && idle_.empty()) return;
-  auto now = clock_->Now();
-  for (auto it = idle_.begin(); it != idle_.end();) {
-    if (it->second <= now) {
-      std::string key = it->first;
-      it = idle_.erase(it);
-      AddLocked(key);
-    } else {
-      ++it;
-    }
-  }
-  for (auto it = waiting_.begin(); it != waiting_.end();) {
-    if (it->second <= now) {
-      std::string key = it->first;
-      it = waiting_.erase(it);
-      AddLocked(key);
-    } else {
-      ++it;
+  const auto now = clock_->Now();
+  for (auto* due : {&idle_, &waiting_}) {
+    for (auto it = due->begin(); it != due->end();) {
+      if (it->second <= now) {
+        std::string key = it->first;
+        it = due->erase(it);
+        AddLocked(key);
+      } else {
+        ++it;
+      }
     }
   }
 }
@@ -120,12 +113,9 @@ std::optional<std::string> WorkQueue::Get() {
     if (waiting_.empty() && idle_.empty()) {
       cv_.wait(lock);
     } else {
-      auto earliest = [](auto& a, auto& b) { return a.second < b.second; };
-      auto next = waiting_.empty() ? Clock::TimePoint::max()
-                                   : std::min_element(waiting_.begin(), waiting_.end(), earliest)
-                                         ->second;
-      if (!idle_.empty()) {
-        next = std::min(next, std::min_element(idle_.begin(), idle_.end(), earliest)->second);
+      auto next = Clock::TimePoint::max();
+      for (const auto* due : {&waiting_, &idle_}) {
+        for (const auto& [key, at] : *due) next = std::min(next, at);
       }
       auto wait = std::min<Clock::Duration>(next - clock_->Now(), kPollPeriod);
       cv_.wait_for(lock, std::max(wait, Clock::Duration(std::chrono::milliseconds(1))));

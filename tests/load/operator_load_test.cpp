@@ -75,19 +75,15 @@ constexpr double kMaxPeakRssMiB = 50;
 constexpr int kObjectsPerJob = kReplicas + 2;  // pods, the Service, the Secret
 constexpr auto kCreateTimeout = std::chrono::minutes(4);
 
-// Rounds of (operator, direct client): TJ_LOAD_ROUNDS, default kRounds.
-int RoundCount() {
-  const char* v = std::getenv("TJ_LOAD_ROUNDS");
+// A positive count from the environment variable `name`, else `fallback`.
+int CountFromEnv(const char* name, int fallback) {
+  const char* v = std::getenv(name);
   const int n = v == nullptr ? 0 : std::atoi(v);
-  return n > 0 ? n : kRounds;
+  return n > 0 ? n : fallback;
 }
-
-int JobCount() {
-  const char* v = std::getenv("TJ_LOAD_JOBS");
-  if (v == nullptr || *v == '\0') return kJobs;
-  const int n = std::atoi(v);
-  return n > 0 ? n : kJobs;
-}
+int JobCount() { return CountFromEnv("TJ_LOAD_JOBS", kJobs); }
+// Rounds of (operator, direct client).
+int RoundCount() { return CountFromEnv("TJ_LOAD_ROUNDS", kRounds); }
 
 std::string JobName(int i) {
   char buf[32];
