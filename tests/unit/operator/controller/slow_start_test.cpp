@@ -11,18 +11,19 @@
 namespace tj::controller {
 namespace {
 
-// Tasks that take 30 ms each and record the order they started in and how many ran at once.
+// Tasks that take 30 ms each (or as long as asked) and record the order they started in and how many ran at once.
 class Recorder {
  public:
-  std::function<Status()> Task(int index, bool fail = false) {
-    return [this, index, fail] {
+  std::function<Status()> Task(int index, bool fail = false,
+                               std::chrono::milliseconds takes = std::chrono::milliseconds(30)) {
+    return [this, index, fail, takes] {
       const int now = ++running_;
       {
         std::lock_guard<std::mutex> lock(mu_);
         order_.push_back(index);
         peak_ = std::max(peak_, now);
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      std::this_thread::sleep_for(takes);
       --running_;
       return fail ? Status::Error("task " + std::to_string(index) + " failed") : Status::Ok();
     };
@@ -74,6 +75,33 @@ TEST(SlowStart, AFailedBatchStopsTheRestAndReturnsTheFirstFailure) {
                                                early.Task(2)};
   EXPECT_FALSE(RunSlowStart(more, 1).ok());
   EXPECT_EQ(early.order(), std::vector<int>{0});  // the first batch failed: nothing else ran
+}
+
+TEST(SlowStart, ABatchRunsAtMostMaxParallelAtOnce) {
+  Recorder r;
+  std::vector<std::function<Status()>> tasks;
+  for (int i = 0; i < 12; ++i) tasks.push_back(r.Task(i));
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_TRUE(RunSlowStart(tasks, 0, /*max_parallel=*/3).ok());
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(r.order().size(), 12u);  // every task ran once
+  EXPECT_EQ(r.peak(), 3);
+  EXPECT_GE(took, std::chrono::milliseconds(4 * 30));  // 12 tasks, 3 at a time
+}
+
+TEST(SlowStart, AFailureStopsTheRestOfACappedBatch) {
+  Recorder r;
+  std::vector<std::function<Status()>> tasks;
+  // Task 0 fails after 5 ms, while task 1 runs for 300.
+  tasks.push_back(r.Task(0, /*fail=*/true, std::chrono::milliseconds(5)));
+  for (int i = 1; i < 8; ++i) {
+    tasks.push_back(r.Task(i, /*fail=*/false, std::chrono::milliseconds(300)));
+  }
+  Status s = RunSlowStart(tasks, 0, /*max_parallel=*/2);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.message(), "task 0 failed");
+  // Tasks 0 and 1 ran together; once 0 had failed no thread took another.
+  EXPECT_EQ(r.order().size(), 2u);
 }
 
 TEST(SlowStart, NoTasksIsOk) { EXPECT_TRUE(RunSlowStart({}, kFirstPodBatch).ok()); }
