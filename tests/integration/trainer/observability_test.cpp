@@ -49,7 +49,7 @@ TEST(ObservabilityTest, TensorBoardFilesOfTrainerAndEvaluatorReadBack) {
   auto eval = StartTrainer(eval_flags, "", dir / "eval");
   ASSERT_EQ(eval->Wait(120s), 0) << eval->Stderr();
 
-  for (const std::string& sub : {"train", "eval"}) {
+  for (std::string sub : {"train", "eval"}) {
     auto files = observe::ListEventFiles(dir / ("logs/" + sub));
     ASSERT_TRUE(files.ok()) << files.status().message();
     ASSERT_EQ(files->size(), 1u) << sub;

@@ -117,6 +117,14 @@ TEST(CheckExistingIsOwned, RefusesAnotherJobsOrAnUnownedPodServiceOrSecret) {
   EXPECT_NE(gone.message().find("deleted meanwhile"), std::string::npos) << gone.message();
 }
 
+kube::ApiError Error(int code, std::string reason, std::string message) {
+  kube::ApiError e;
+  e.code = code;
+  e.reason = std::move(reason);
+  e.message = std::move(message);
+  return e;
+}
+
 // Answers Create with AlreadyExists for the objects in `existing` (by "plural/name"), Get from
 // them, and every other call as a server that accepts it. Records the creates (which the
 // executor sends concurrently).
@@ -130,7 +138,7 @@ class FakeClient : public kube::Client {
   kube::Result<json> Get(const kube::Resource& r, const std::string&,
                          const std::string& name) override {
     auto it = existing.find(r.plural + "/" + name);
-    if (it == existing.end()) return kube::ApiError{404, "NotFound", name + " not found"};
+    if (it == existing.end()) return Error(404, "NotFound", name + " not found");
     return it->second;
   }
   kube::Result<json> List(const kube::Resource&, const std::string&,
@@ -140,7 +148,7 @@ class FakeClient : public kube::Client {
   kube::Result<json> Create(const kube::Resource& r, const std::string&,
                             const json& object) override {
     const std::string key = r.plural + "/" + object["metadata"].value("name", "");
-    if (existing.contains(key)) return kube::ApiError{409, "AlreadyExists", key + " exists"};
+    if (existing.contains(key)) return Error(409, "AlreadyExists", key + " exists");
     std::lock_guard<std::mutex> lock(mu_);
     created.push_back(key);
     created_objects.push_back(object);
