@@ -17,6 +17,7 @@
 # Environment: TJ_SANITIZE_JOBS (build and ctest parallelism, default 1),
 # TJ_ASAN_LABELS (ctest label regex for the asan run, default 'unit|integration'),
 # TJ_ASAN_EXCLUDE (label regex left out of it, default 'e2e'; empty: nothing left out),
+# TJ_ASAN_GTEST_FILTER (GTEST_FILTER for that run, default '-ResumeTest.FullEpochs*'),
 # TJ_ASAN_BUILD_DIR / TJ_TSAN_BUILD_DIR, CTEST_ARGS (extra ctest arguments).
 set -euo pipefail
 
@@ -75,6 +76,12 @@ run_asan() {
   phase "asan build (${#targets[@]} targets)" \
     cmake --build "$ASAN_BUILD" -j"$JOBS" --target "${targets[@]}" || return
   phase "asan cluster binaries" cluster_binaries "$ASAN_BUILD" || return
+  # Left out under ASan: the full-epoch variant of the killed-worker resume test (three whole
+  # Fashion-MNIST epochs on two workers and an evaluator). ASan makes training about ten times
+  # slower: it alone took 5 to over 10 minutes (CI's run of be042b4 hit ctest's 600 s limit),
+  # while its code path is the short variant's (ResumeTest.TwoWorkersAndAnEvaluatorSurvive
+  # AKilledWorker, run here) and it runs whole in `make test`. TJ_ASAN_GTEST_FILTER changes it.
+  GTEST_FILTER=${TJ_ASAN_GTEST_FILTER-'-ResumeTest.FullEpochs*'} \
   phase "asan ctest -L '$ASAN_LABELS' ${exclude[*]}" \
     ctest --test-dir "$ASAN_BUILD" --output-on-failure -j"$JOBS" -L "$ASAN_LABELS" \
     "${exclude[@]}" "${EXTRA[@]}"
