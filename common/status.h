@@ -1,6 +1,8 @@
 // Error values instead of exceptions. A Status is OK or carries a message that names the
 // object, the field or the file and what is wrong ("reading backup /b/latest: digest
-// mismatch"). StatusOr<T> holds a value or an error. Both are cheap to move.
+// mismatch"), and a code for the few callers that act on the kind of error (a peer that timed
+// out versus one that is gone; a refused key). StatusOr<T> holds a value or an error. Both
+// are cheap to move.
 #pragma once
 
 #include <cassert>
@@ -11,25 +13,44 @@
 
 namespace tj {
 
+// The kind of an error, where a caller acts on it; most errors are kUnknown (only the message
+// matters to whoever reads it). Named after Abseil's codes of the same meaning.
+enum class StatusCode {
+  kOk,
+  kUnknown,
+  kDeadlineExceeded,  // a wait, a read or a write ran past its deadline
+  kUnavailable,       // the other side is not there: connection refused, closed or reset
+  kPermissionDenied,  // refused for its credentials (a missing or wrong key)
+};
+
 class [[nodiscard]] Status {
  public:
   Status() = default;  // OK
   static Status Ok() { return Status(); }
-  static Status Error(std::string message) { return Status(std::move(message)); }
+  static Status Error(std::string message) {
+    return Status(StatusCode::kUnknown, std::move(message));
+  }
+  static Status Error(StatusCode code, std::string message) {
+    assert(code != StatusCode::kOk && "an error needs an error code");
+    return Status(code, std::move(message));
+  }
 
   bool ok() const { return !message_.has_value(); }
+  StatusCode code() const { return code_; }
   const std::string& message() const {
     static const std::string kOk = "OK";
     return message_ ? *message_ : kOk;
   }
-  // Prefixes context: Status::Error("x").WithContext("reading f") -> "reading f: x".
+  // Prefixes context, keeping the code: Status::Error("x").WithContext("reading f") ->
+  // "reading f: x".
   Status WithContext(const std::string& context) const {
     if (ok()) return *this;
-    return Status(context + ": " + *message_);
+    return Status(code_, context + ": " + *message_);
   }
 
  private:
-  explicit Status(std::string message) : message_(std::move(message)) {}
+  Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {}
+  StatusCode code_ = StatusCode::kOk;
   std::optional<std::string> message_;
 };
 

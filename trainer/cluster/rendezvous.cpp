@@ -295,10 +295,11 @@ Status RendezvousServer::Handshake(Socket& socket, std::string* task_name) {
     Encoder verdict;
     verdict.U8(1).Str(kWrongKeyReason);
     (void)verdict.SendTo(socket, deadline);  // best effort: the peer may be gone already
-    return Status::Error(std::string("refused: ") +
-                         (has_key ? std::string(kWrongKeyReason)
-                                  : "no TJ_RENDEZVOUS_KEY given but the job requires one") +
-                         "; connection closed");
+    return Status::Error(StatusCode::kPermissionDenied,
+                         std::string("refused: ") +
+                             (has_key ? std::string(kWrongKeyReason)
+                                      : "no TJ_RENDEZVOUS_KEY given but the job requires one") +
+                             "; connection closed");
   }
   Encoder verdict;
   verdict.U8(0).Str("");
@@ -315,7 +316,8 @@ Status RendezvousServer::HandleRequests(Socket& socket) {
     uint8_t op = 0;
     Status st = in.U8(&op);
     if (!st.ok()) {
-      if (st.message() == "connection closed by peer") return Status::Ok();  // normal end
+      // The client closed (or reset) its connection between requests: its normal end.
+      if (st.code() == StatusCode::kUnavailable) return Status::Ok();
       return st;
     }
     Encoder reply;
@@ -412,7 +414,8 @@ Attempt TryConnect(const RendezvousClientOptions& o, const HostPort& chief) {
     return a;
   }
   if (verdict != 0) {
-    a.status = Status::Error(o.key.empty() ? "no TJ_RENDEZVOUS_KEY set here but the job "
+    a.status = Status::Error(StatusCode::kPermissionDenied,
+                             o.key.empty() ? "no TJ_RENDEZVOUS_KEY set here but the job "
                                              "requires one"
                                            : std::string(kWrongKeyReason));
     a.permanent = true;
@@ -439,7 +442,7 @@ StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(
       return std::unique_ptr<RendezvousClient>(new RendezvousClient(o, std::move(a.socket)));
     }
     if (a.permanent) {
-      return Status::Error("rendezvous with " + chief + " refused: " + a.status.message());
+      return a.status.WithContext("rendezvous with " + chief + " refused");
     }
     last_error = a.status.message();
     const auto elapsed = clock->Now() - start;

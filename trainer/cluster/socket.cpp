@@ -88,11 +88,13 @@ Status Socket::WriteAll(const void* data, size_t size, Deadline deadline) {
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       int rc = PollUntil(fd_, POLLOUT, deadline);
-      if (rc == 0) return Status::Error("timed out writing");
+      if (rc == 0) return Status::Error(StatusCode::kDeadlineExceeded, "timed out writing");
       if (rc < 0) return Status::Error("poll: " + Errno(errno));
       continue;
     }
-    return Status::Error("write: " + Errno(errno));
+    return Status::Error(errno == EPIPE || errno == ECONNRESET ? StatusCode::kUnavailable
+                                                               : StatusCode::kUnknown,
+                         "write: " + Errno(errno));
   }
   return Status::Ok();
 }
@@ -106,15 +108,16 @@ Status Socket::ReadExactly(void* data, size_t size, Deadline deadline) {
       size -= static_cast<size_t>(n);
       continue;
     }
-    if (n == 0) return Status::Error("connection closed by peer");
+    if (n == 0) return Status::Error(StatusCode::kUnavailable, "connection closed by peer");
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) {
       int rc = PollUntil(fd_, POLLIN, deadline);
-      if (rc == 0) return Status::Error("timed out reading");
+      if (rc == 0) return Status::Error(StatusCode::kDeadlineExceeded, "timed out reading");
       if (rc < 0) return Status::Error("poll: " + Errno(errno));
       continue;
     }
-    return Status::Error("read: " + Errno(errno));
+    return Status::Error(errno == ECONNRESET ? StatusCode::kUnavailable : StatusCode::kUnknown,
+                         "read: " + Errno(errno));
   }
   return Status::Ok();
 }
@@ -136,34 +139,43 @@ StatusOr<Socket> ConnectTcp(const std::string& host, int port, Deadline deadline
   const std::string service = std::to_string(port);
   int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &res);
   if (rc != 0) return Status::Error("resolving " + host + ": " + ::gai_strerror(rc));
+  // The last address's failure; refused (nothing listens) and timed out have codes of their own.
   std::string last_error = "no address";
+  StatusCode last_code = StatusCode::kUnknown;
+  auto connect_failed = [&](int err) {
+    last_error = "connect: " + Errno(err);
+    last_code = err == ECONNREFUSED ? StatusCode::kUnavailable : StatusCode::kUnknown;
+  };
   for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
     Socket s(::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
     if (!s.valid()) {
       last_error = "socket: " + Errno(errno);
+      last_code = StatusCode::kUnknown;
       continue;
     }
     if (Status st = SetNonBlocking(s.fd()); !st.ok()) {
       last_error = st.message();
+      last_code = StatusCode::kUnknown;
       continue;
     }
     int one = 1;
     ::setsockopt(s.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     if (::connect(s.fd(), ai->ai_addr, ai->ai_addrlen) != 0) {
       if (errno != EINPROGRESS) {
-        last_error = "connect: " + Errno(errno);
+        connect_failed(errno);
         continue;
       }
       int prc = PollUntil(s.fd(), POLLOUT, deadline);
       if (prc == 0) {
         last_error = "connect: timed out";
+        last_code = StatusCode::kDeadlineExceeded;
         continue;
       }
       int err = 0;
       socklen_t len = sizeof err;
       ::getsockopt(s.fd(), SOL_SOCKET, SO_ERROR, &err, &len);
       if (prc < 0 || err != 0) {
-        last_error = "connect: " + Errno(prc < 0 ? errno : err);
+        connect_failed(prc < 0 ? errno : err);
         continue;
       }
     }
@@ -171,7 +183,7 @@ StatusOr<Socket> ConnectTcp(const std::string& host, int port, Deadline deadline
     return s;
   }
   ::freeaddrinfo(res);
-  return Status::Error(last_error);
+  return Status::Error(last_code, last_error);
 }
 
 StatusOr<Socket> ListenTcp(const std::string& host, int port) {

@@ -36,15 +36,16 @@ PeerState ProbePeer(const std::string& address, std::chrono::milliseconds timeou
   const cluster::Deadline deadline = cluster::DeadlineIn(timeout);
   StatusOr<cluster::Socket> s = cluster::ConnectTcp(hp->host, hp->port, deadline);
   if (!s.ok()) {
-    // Refused: nothing listens there any more. A connect timeout: the host is unreachable.
-    return s.status().message().find("refused") != std::string::npos ? PeerState::kGone
-                                                                     : PeerState::kNotResponding;
+    // Refused: nothing listens there any more. A connect timeout (or an unreachable host):
+    // the peer's machine does not answer.
+    return s.status().code() == StatusCode::kUnavailable ? PeerState::kGone
+                                                         : PeerState::kNotResponding;
   }
   char answer = 0;
   Status st = s->ReadExactly(&answer, 1, deadline);
   if (st.ok()) return PeerState::kAlive;
-  return st.message().find("timed out") != std::string::npos ? PeerState::kNotResponding
-                                                             : PeerState::kGone;
+  return st.code() == StatusCode::kDeadlineExceeded ? PeerState::kNotResponding
+                                                    : PeerState::kGone;
 }
 
 }  // namespace tj::collective

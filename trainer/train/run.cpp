@@ -144,7 +144,7 @@ int RunTrainer(const Options& o) {
     if (!connected.ok()) {
       log.Error(connected.status().message());
       // A refused key is a configuration error (or an intruder): restarting cannot help.
-      bool refused = connected.status().message().find("wrong TJ_RENDEZVOUS_KEY") != std::string::npos;
+      const bool refused = connected.status().code() == StatusCode::kPermissionDenied;
       return refused ? kExitFailure : kExitPeerLost;
     }
     comm = std::move(*connected);

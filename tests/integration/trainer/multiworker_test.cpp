@@ -133,13 +133,22 @@ TEST(MultiWorkerTest, WrongKeyIsRefusedAndTrainingGoesOn) {
   // An intruder posing as worker 1 with the wrong key, before the real worker 1.
   auto intruder = StartTrainer(flags, c.TfConfig("worker", 1), dir / "intruder", "wrong-key");
   auto intruder_code = intruder->Wait(60s);
+  // And one without a key.
+  auto keyless = StartTrainer(flags, c.TfConfig("worker", 1), dir / "keyless", "");
+  auto keyless_code = keyless->Wait(60s);
   auto w1 = StartTrainer(flags, c.TfConfig("worker", 1), dir / "w1", "right-key");
   ASSERT_EQ(w0->Wait(180s), 0) << w0->Stderr();
   ASSERT_EQ(w1->Wait(180s), 0) << w1->Stderr();
+  // A refused key exits 1, not 75: a restart cannot fix it, so the operator must not retry.
   ASSERT_TRUE(intruder_code.has_value());
-  EXPECT_NE(*intruder_code, 0);
-  EXPECT_NE(intruder->Stderr().find("wrong TJ_RENDEZVOUS_KEY"), std::string::npos)
+  EXPECT_EQ(*intruder_code, 1) << intruder->Stderr();
+  EXPECT_NE(intruder->Stderr().find("refused: wrong TJ_RENDEZVOUS_KEY"), std::string::npos)
       << intruder->Stderr();
+  ASSERT_TRUE(keyless_code.has_value());
+  EXPECT_EQ(*keyless_code, 1) << keyless->Stderr();
+  EXPECT_NE(keyless->Stderr().find("refused: no TJ_RENDEZVOUS_KEY set here but the job requires"),
+            std::string::npos)
+      << keyless->Stderr();
   EXPECT_NE(w0->Stderr().find("refused"), std::string::npos) << w0->Stderr();
   EXPECT_EQ(Digest(*w0), Digest(*w1));
   EXPECT_EQ(Digest(*w0).size(), 64u);

@@ -129,11 +129,13 @@ TEST_F(RendezvousTest, WrongKeyIsRefusedLoggedAndTheGoodConnectionStillWorks) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(1000));
   EXPECT_EQ(bad.status().message(),
             "rendezvous with chief " + Address() + " (worker 0) refused: wrong TJ_RENDEZVOUS_KEY");
+  EXPECT_EQ(bad.status().code(), StatusCode::kPermissionDenied);  // the trainer exits 1 on it
   auto keyless = RendezvousClient::Connect(ClientOptions("", "worker 3"));
   ASSERT_FALSE(keyless.ok());
   EXPECT_EQ(keyless.status().message(),
             "rendezvous with chief " + Address() +
                 " (worker 0) refused: no TJ_RENDEZVOUS_KEY set here but the job requires one");
+  EXPECT_EQ(keyless.status().code(), StatusCode::kPermissionDenied);
   EXPECT_EQ(server_->refused_count(), 2);
   // The good connection is undisturbed.
   EXPECT_TRUE((*good)->Set("k", "v").ok());

@@ -1,0 +1,72 @@
+// The socket layer's error codes and what ProbePeer makes of them: a peer that answers is
+// alive, one whose port refuses or whose connection closes is gone, one that accepts but never
+// answers (a stopped process: the kernel still accepts for it) does not respond.
+#include "trainer/collective/peer_health.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "trainer/cluster/socket.h"
+
+namespace tj::collective {
+namespace {
+
+using cluster::AcceptTcp;
+using cluster::ConnectTcp;
+using cluster::DeadlineIn;
+using cluster::ListenTcp;
+using cluster::LocalPort;
+using cluster::Socket;
+using std::chrono::milliseconds;
+
+// A port on which nothing listens (bound, then closed).
+int ClosedPort() {
+  Socket probe = std::move(ListenTcp("127.0.0.1", 0)).value();
+  const int port = LocalPort(probe);
+  probe.Close();
+  return port;
+}
+
+TEST(SocketCodes, RefusedTimedOutAndClosedAreTellable) {
+  auto refused = ConnectTcp("127.0.0.1", ClosedPort(), DeadlineIn(milliseconds(1000)));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable) << refused.status().message();
+  EXPECT_EQ(refused.status().message(), "connect: Connection refused");
+
+  Socket listener = std::move(ListenTcp("127.0.0.1", 0)).value();
+  auto client = ConnectTcp("127.0.0.1", LocalPort(listener), DeadlineIn(milliseconds(1000)));
+  ASSERT_TRUE(client.ok()) << client.status().message();
+  auto server = AcceptTcp(listener, DeadlineIn(milliseconds(1000)));
+  ASSERT_TRUE(server.ok()) << server.status().message();
+  char byte = 0;
+  Status silent = client->ReadExactly(&byte, 1, DeadlineIn(milliseconds(50)));
+  EXPECT_EQ(silent.code(), StatusCode::kDeadlineExceeded) << silent.message();
+  EXPECT_EQ(silent.message(), "timed out reading");
+
+  server->Close();
+  Status closed = client->ReadExactly(&byte, 1, DeadlineIn(milliseconds(1000)));
+  EXPECT_EQ(closed.code(), StatusCode::kUnavailable) << closed.message();
+  EXPECT_EQ(closed.message(), "connection closed by peer");
+}
+
+TEST(ProbePeer, AliveGoneAndNotResponding) {
+  auto responder = PeerHealthResponder::Start("127.0.0.1");
+  ASSERT_TRUE(responder.ok()) << responder.status().message();
+  EXPECT_EQ(ProbePeer((*responder)->address(), milliseconds(2000)), PeerState::kAlive);
+
+  EXPECT_EQ(ProbePeer("127.0.0.1:" + std::to_string(ClosedPort()), milliseconds(2000)),
+            PeerState::kGone);
+
+  // Listening, never accepting or writing: the connection is made, the answer never comes.
+  Socket hung = std::move(ListenTcp("127.0.0.1", 0)).value();
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(ProbePeer("127.0.0.1:" + std::to_string(LocalPort(hung)), milliseconds(200)),
+            PeerState::kNotResponding);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(2000));
+
+  EXPECT_EQ(ProbePeer("not an address", milliseconds(200)), PeerState::kUnknown);
+}
+
+}  // namespace
+}  // namespace tj::collective
