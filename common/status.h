@@ -19,7 +19,7 @@ enum class StatusCode {
   kOk,
   kUnknown,
   kDeadlineExceeded,  // a wait, a read or a write ran past its deadline
-  kUnavailable,       // the other side is not there: connection refused, closed or reset
+  kUnavailable,       // the other side is not there: connection refused or closed by it
   kPermissionDenied,  // refused for its credentials (a missing or wrong key)
 };
 

@@ -316,7 +316,8 @@ Status RendezvousServer::HandleRequests(Socket& socket) {
     uint8_t op = 0;
     Status st = in.U8(&op);
     if (!st.ok()) {
-      // The client closed (or reset) its connection between requests: its normal end.
+      // The client closed its connection between requests: its normal end (a reset is not,
+      // and is logged).
       if (st.code() == StatusCode::kUnavailable) return Status::Ok();
       return st;
     }

@@ -92,8 +92,7 @@ Status Socket::WriteAll(const void* data, size_t size, Deadline deadline) {
       if (rc < 0) return Status::Error("poll: " + Errno(errno));
       continue;
     }
-    return Status::Error(errno == EPIPE || errno == ECONNRESET ? StatusCode::kUnavailable
-                                                               : StatusCode::kUnknown,
+    return Status::Error(errno == EPIPE ? StatusCode::kUnavailable : StatusCode::kUnknown,
                          "write: " + Errno(errno));
   }
   return Status::Ok();
@@ -116,8 +115,7 @@ Status Socket::ReadExactly(void* data, size_t size, Deadline deadline) {
       if (rc < 0) return Status::Error("poll: " + Errno(errno));
       continue;
     }
-    return Status::Error(errno == ECONNRESET ? StatusCode::kUnavailable : StatusCode::kUnknown,
-                         "read: " + Errno(errno));
+    return Status::Error("read: " + Errno(errno));  // a reset among them: not a clean close
   }
   return Status::Ok();
 }

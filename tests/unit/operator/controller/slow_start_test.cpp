@@ -11,7 +11,8 @@
 namespace tj::controller {
 namespace {
 
-// Tasks that take 30 ms each (or as long as asked) and record the order they started in and how many ran at once.
+// Tasks that take 30 ms each (or as long as asked) and record the order they started in and
+// how many ran at once.
 class Recorder {
  public:
   std::function<Status()> Task(int index, bool fail = false,

@@ -7,6 +7,7 @@
 
 #include <chrono>
 
+#include "tests/support/subprocess.h"
 #include "trainer/cluster/socket.h"
 
 namespace tj::collective {
@@ -19,17 +20,10 @@ using cluster::ListenTcp;
 using cluster::LocalPort;
 using cluster::Socket;
 using std::chrono::milliseconds;
-
-// A port on which nothing listens (bound, then closed).
-int ClosedPort() {
-  Socket probe = std::move(ListenTcp("127.0.0.1", 0)).value();
-  const int port = LocalPort(probe);
-  probe.Close();
-  return port;
-}
+using tj::testing::FreePort;  // a port on which nothing listens
 
 TEST(SocketCodes, RefusedTimedOutAndClosedAreTellable) {
-  auto refused = ConnectTcp("127.0.0.1", ClosedPort(), DeadlineIn(milliseconds(1000)));
+  auto refused = ConnectTcp("127.0.0.1", FreePort(), DeadlineIn(milliseconds(1000)));
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), StatusCode::kUnavailable) << refused.status().message();
   EXPECT_EQ(refused.status().message(), "connect: Connection refused");
@@ -55,7 +49,7 @@ TEST(ProbePeer, AliveGoneAndNotResponding) {
   ASSERT_TRUE(responder.ok()) << responder.status().message();
   EXPECT_EQ(ProbePeer((*responder)->address(), milliseconds(2000)), PeerState::kAlive);
 
-  EXPECT_EQ(ProbePeer("127.0.0.1:" + std::to_string(ClosedPort()), milliseconds(2000)),
+  EXPECT_EQ(ProbePeer("127.0.0.1:" + std::to_string(FreePort()), milliseconds(2000)),
             PeerState::kGone);
 
   // Listening, never accepting or writing: the connection is made, the answer never comes.
