@@ -1,6 +1,5 @@
 // tj-trainer: flags and environment in, a run out. See trainer/train/run.h.
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -13,6 +12,21 @@ namespace {
 std::string Env(const char* name) {
   const char* v = std::getenv(name);
   return v ? v : "";
+}
+
+// Reads the integer env var `name` into `out` when it is set; false (after a message on stderr
+// saying what was `expected`) when it is not an integer in [min, max].
+bool EnvInt(const char* name, long min, long max, const char* expected, int& out) {
+  const std::string value = Env(name);
+  if (value.empty()) return true;
+  char* end = nullptr;
+  const long n = std::strtol(value.c_str(), &end, 10);
+  if (*end != '\0' || n < min || n > max) {
+    std::fprintf(stderr, "error: %s=%s: expected %s\n", name, value.c_str(), expected);
+    return false;
+  }
+  out = static_cast<int>(n);
+  return true;
 }
 
 }  // namespace
@@ -28,42 +42,56 @@ int main(int argc, char** argv) {
   double rendezvous_timeout_s = 300, collective_timeout_s = 60, eval_poll_s = 1;
   app.add_option("--data-dir", o.data_dir, "Directory with the four MNIST-format IDX files")
       ->capture_default_str();
-  app.add_option("--epochs", o.epochs, "Epochs to train")->capture_default_str()->check(CLI::Range(1, 100000));
+  app.add_option("--epochs", o.epochs, "Epochs to train")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
   app.add_option("--batch-size", o.batch_size, "Images per replica per step")
-      ->capture_default_str()->check(CLI::Range(1, 65536));
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65536));
   app.add_option("--steps-per-epoch", o.steps_per_epoch, "Cap on steps per epoch (0: whole epoch)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
-  app.add_option("--seed", o.seed, "Seed of the initial weights and the data order")->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--seed", o.seed, "Seed of the initial weights and the data order")
+      ->capture_default_str();
   app.add_option("--threads", o.threads, "CPU threads (0: every usable core)")
-      ->capture_default_str()->check(CLI::Range(0, 1024));
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024));
   app.add_option("--device", device,
                  "auto|cpu|gpu (auto: the GPU when one is visible and the build has CUDA; the "
-                 "GPU is LOCAL_RANK's, 0 by default)")->capture_default_str()
+                 "GPU is LOCAL_RANK's, 0 by default)")
+      ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cpu", "gpu"}));
-  app.add_option("--log-format", log_format, "json|text")->capture_default_str()
+  app.add_option("--log-format", log_format, "json|text")
+      ->capture_default_str()
       ->check(CLI::IsMember({"json", "text"}));
-  app.add_option("--role", role, "auto (from TF_CONFIG) | evaluator")->capture_default_str()
+  app.add_option("--role", role, "auto (from TF_CONFIG) | evaluator")
+      ->capture_default_str()
       ->check(CLI::IsMember({"auto", "evaluator"}));
   app.add_option("--rendezvous-timeout", rendezvous_timeout_s, "Seconds to wait for the peers")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--collective-timeout", collective_timeout_s,
                  "Seconds a collective may wait on a peer before the process exits 75")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   app.add_option("--backup-dir", o.backup_dir, "BackupAndRestore directory (shared by the job)");
   app.add_option("--save-freq", save_freq, "epoch, or a number of steps between backups")
       ->capture_default_str();
   app.add_flag("--keep-backup", o.keep_backup, "Keep the backup after training succeeds");
   app.add_option("--checkpoint-dir", o.checkpoint_dir, "Directory for ckpt-<epoch> files");
   app.add_option("--keep-checkpoints", o.keep_checkpoints, "Checkpoints to keep (0: all)")
-      ->capture_default_str()->check(CLI::NonNegativeNumber);
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--export-dir", o.export_dir, "Directory for the final model");
   app.add_option("--log-dir", o.log_dir, "TensorBoard event files (train/ and eval/)");
-  app.add_option("--status-port", o.status_port, "Port of GET /status and /metrics (0: off)")
-      ->capture_default_str()->check(CLI::Range(0, 65535));
+  app.add_option("--status-port", o.status_port,
+                 "Port of GET /status and /metrics (0: off; default: $TJ_STATUS_PORT, else 0)")
+      ->check(CLI::Range(0, 65535));
   app.add_flag("--evaluate-only", o.evaluate_only, "Evaluate --model on the test set and exit");
   app.add_option("--model", o.model_dir, "An --export-dir directory, for --evaluate-only");
   app.add_option("--eval-poll-interval", eval_poll_s, "Evaluator: seconds between polls")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -76,32 +104,38 @@ int main(int argc, char** argv) {
     char* end = nullptr;
     long n = std::strtol(save_freq.c_str(), &end, 10);
     if (save_freq.empty() || *end != '\0' || n <= 0) {
-      std::fprintf(stderr, "error: --save-freq %s: expected \"epoch\" or a positive number of steps\n",
+      std::fprintf(stderr,
+                   "error: --save-freq %s: expected \"epoch\" or a positive number of steps\n",
                    save_freq.c_str());
       return tj::train::kExitUsage;
     }
     o.save_freq_steps = static_cast<int>(n);
   }
   if (o.evaluate_only && o.model_dir.empty()) {
-    std::fprintf(stderr, "error: --evaluate-only needs --model DIR (a directory written by --export-dir)\n");
+    std::fprintf(
+        stderr, "error: --evaluate-only needs --model DIR (a directory written by --export-dir)\n");
     return tj::train::kExitUsage;
   }
-  o.device = device == "cpu" ? tj::train::Device::kCpu
-             : device == "gpu" ? tj::train::Device::kGpu : tj::train::Device::kAuto;
+  o.device = device == "cpu"   ? tj::train::Device::kCpu
+             : device == "gpu" ? tj::train::Device::kGpu
+                               : tj::train::Device::kAuto;
   o.log_format = log_format == "text" ? tj::LogFormat::kText : tj::LogFormat::kJson;
   o.role = role == "evaluator" ? tj::train::Role::kEvaluator : tj::train::Role::kAuto;
-  o.rendezvous_timeout = std::chrono::milliseconds(static_cast<int64_t>(rendezvous_timeout_s * 1000));
-  o.collective_timeout = std::chrono::milliseconds(static_cast<int64_t>(collective_timeout_s * 1000));
+  o.rendezvous_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(rendezvous_timeout_s * 1000));
+  o.collective_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(collective_timeout_s * 1000));
   o.eval_poll_interval = std::chrono::milliseconds(static_cast<int64_t>(eval_poll_s * 1000));
-  if (std::string local_rank = Env("LOCAL_RANK"); !local_rank.empty()) {
-    char* end = nullptr;
-    long n = std::strtol(local_rank.c_str(), &end, 10);
-    if (*end != '\0' || n < 0 || n > 1023) {
-      std::fprintf(stderr, "error: LOCAL_RANK=%s: expected the index of this process's GPU on "
-                   "its machine (0, 1, ...)\n", local_rank.c_str());
-      return tj::train::kExitUsage;
-    }
-    o.local_rank = static_cast<int>(n);
+  if (!EnvInt("LOCAL_RANK", 0, 1023, "the index of this process's GPU on its machine (0, 1, ...)",
+              o.local_rank)) {
+    return tj::train::kExitUsage;
+  }
+  // The operator asks for the status endpoint through the environment only (it never adds
+  // arguments to a program's command line); an explicit --status-port wins.
+  if (app.count("--status-port") == 0 &&
+      !EnvInt("TJ_STATUS_PORT", 0, 65535, "a port number 0-65535 (0: no status endpoint)",
+              o.status_port)) {
+    return tj::train::kExitUsage;
   }
   o.tf_config = Env("TF_CONFIG");
   o.rendezvous_key = Env("TJ_RENDEZVOUS_KEY");

@@ -2,6 +2,8 @@
 
 #include <initializer_list>
 
+#include "operator/controller/job_resources.h"
+
 namespace tj::controller {
 namespace {
 
@@ -29,7 +31,23 @@ void TrimPodForCache(json& pod) {
   if (auto spec = pod.find("spec"); spec != pod.end()) {
     KeepOnly(*spec, {"containers"});
     if (auto cs = spec->find("containers"); cs != spec->end() && cs->is_array()) {
-      for (auto& c : *cs) KeepOnly(c, {"name", "args"});
+      for (auto& c : *cs) {
+        KeepOnly(c, {"name", "args", "env"});
+        // Of the env only the status port stays: TF_CONFIG and the rest are not read again.
+        if (auto env = c.find("env"); env != c.end()) {
+          json kept = json::array();
+          if (env->is_array()) {
+            for (auto& e : *env) {
+              if (e.is_object() && e.value("name", "") == kStatusPortEnv) kept.push_back(e);
+            }
+          }
+          if (kept.empty()) {
+            c.erase(env);
+          } else {
+            *env = std::move(kept);
+          }
+        }
+      }
     }
   }
   if (auto st = pod.find("status"); st != pod.end()) {

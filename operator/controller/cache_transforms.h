@@ -9,9 +9,9 @@
 namespace tj::controller {
 
 // A pod as the reconciler reads it: metadata without managedFields and annotations; of the
-// spec only each container's name and args (the trainer's --status-port); of the status the
+// spec only each container's name, args and TJ_STATUS_PORT env (the status port); of the status the
 // phase, reason, message, podIP, conditions (the scheduler's reason for a pending pod) and
-// containerStatuses. Drops the env (TF_CONFIG), volumes and everything else.
+// containerStatuses. Drops the rest of the env (TF_CONFIG), volumes and everything else.
 void TrimPodForCache(nlohmann::json& pod);
 
 // Only what names an object and ties it to its job: name, namespace, uid, resourceVersion,

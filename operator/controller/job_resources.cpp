@@ -21,6 +21,68 @@ void SetEnv(json& container, const json& var) {
   container["env"] = out;
 }
 
+// The headless Service's ports: spec.port, and each replica type's own `tfjob-port`.
+json ServicePorts(const api::TrainingJobSpec& spec) {
+  json ports = json::array({{{"name", "tj-port"}, {"port", spec.port}, {"targetPort", spec.port}}});
+  for (const auto& [t, rs] : spec.replica_specs) {
+    const int port = ReplicaPort(spec, t);
+    bool known = false;
+    for (const json& p : ports) known = known || p["port"] == port;
+    if (known) continue;
+    ports.push_back(
+        {{"name", "tj-port-" + std::to_string(port)}, {"port", port}, {"targetPort", port}});
+  }
+  return ports;
+}
+
+// The value of the container's env var `name` when it is set literally ("" otherwise).
+std::string LiteralEnv(const json& container, const std::string& name) {
+  if (!container.contains("env") || !container["env"].is_array()) return "";
+  for (const json& e : container["env"]) {
+    if (e.is_object() && e.value("name", "") == name && e.contains("value") &&
+        e["value"].is_string()) {
+      return e["value"];
+    }
+  }
+  return "";
+}
+
+bool HasEnv(const json& container, const std::string& name) {
+  if (!container.contains("env") || !container["env"].is_array()) return false;
+  for (const json& e : container["env"]) {
+    if (e.is_object() && e.value("name", "") == name) return true;
+  }
+  return false;
+}
+
+// --status-port N or --status-port=N in the container's args ("" when absent).
+std::string StatusPortArg(const json& container) {
+  if (!container.contains("args") || !container["args"].is_array()) return "";
+  const json& args = container["args"];
+  std::string value;
+  for (size_t k = 0; k < args.size(); ++k) {
+    if (!args[k].is_string()) continue;
+    const std::string a = args[k];
+    if (a == "--status-port" && k + 1 < args.size() && args[k + 1].is_string()) {
+      value = args[k + 1];
+    } else if (a.rfind("--status-port=", 0) == 0) {
+      value = a.substr(14);
+    }
+  }
+  return value;
+}
+
+std::optional<int> ParsePort(const std::string& value) {
+  if (value.empty() || value.size() > 5) return std::nullopt;
+  int port = 0;
+  for (char ch : value) {
+    if (ch < '0' || ch > '9') return std::nullopt;
+    port = port * 10 + (ch - '0');
+  }
+  if (port <= 0 || port > 65535) return std::nullopt;
+  return port;
+}
+
 }  // namespace
 
 std::string PodName(const std::string& job, api::ReplicaType type, int index) {
@@ -55,15 +117,34 @@ bool IsOwnedBy(const json& object, const json& job) {
   return false;
 }
 
+int ReplicaPort(const api::TrainingJobSpec& spec, api::ReplicaType type) {
+  const auto it = spec.replica_specs.find(type);
+  if (it == spec.replica_specs.end()) return spec.port;
+  const json& tmpl = it->second.pod_template;
+  if (!tmpl.is_object() || !tmpl.contains("spec")) return spec.port;
+  const int ci = TrainerContainerIndex(tmpl["spec"]);
+  if (ci < 0) return spec.port;
+  const json& c = tmpl["spec"]["containers"][ci];
+  if (!c.contains("ports") || !c["ports"].is_array()) return spec.port;
+  for (const json& p : c["ports"]) {
+    if (!p.is_object() || p.value("name", "") != kTfJobPortName) continue;
+    const auto cp = p.find("containerPort");
+    if (cp != p.end() && cp->is_number_integer() && *cp >= 1 && *cp <= 65535) {
+      return cp->get<int>();
+    }
+  }
+  return spec.port;
+}
+
 json TfConfig(const api::ObjectRef& job, const api::TrainingJobSpec& spec, api::ReplicaType type,
               int index) {
   json cluster = json::object();
   for (const auto& [t, rs] : spec.replica_specs) {
     if (rs.replicas <= 0) continue;
+    const std::string port = std::to_string(ReplicaPort(spec, t));
     json hosts = json::array();
     for (int i = 0; i < rs.replicas; ++i) {
-      hosts.push_back(PodName(job.name, t, i) + "." + job.name + "." + job.ns +
-                      ".svc:" + std::to_string(spec.port));
+      hosts.push_back(PodName(job.name, t, i) + "." + job.name + "." + job.ns + ".svc:" + port);
     }
     cluster[api::TaskName(t)] = hosts;
   }
@@ -74,20 +155,18 @@ json TfConfig(const api::ObjectRef& job, const api::TrainingJobSpec& spec, api::
 
 json BuildService(const json& job, const api::TrainingJobSpec& spec) {
   const api::ObjectRef r = api::RefOf(job);
-  return {
-      {"apiVersion", "v1"},
-      {"kind", "Service"},
-      {"metadata",
-       {{"name", r.name},
-        {"namespace", r.ns},
-        {"labels", Labels(r.name)},
-        {"ownerReferences", json::array({OwnerReference(job)})}}},
-      {"spec",
-       {{"clusterIP", "None"},
-        {"publishNotReadyAddresses", true},
-        {"selector", Labels(r.name)},
-        {"ports",
-         json::array({{{"name", "tj-port"}, {"port", spec.port}, {"targetPort", spec.port}}})}}}};
+  return {{"apiVersion", "v1"},
+          {"kind", "Service"},
+          {"metadata",
+           {{"name", r.name},
+            {"namespace", r.ns},
+            {"labels", Labels(r.name)},
+            {"ownerReferences", json::array({OwnerReference(job)})}}},
+          {"spec",
+           {{"clusterIP", "None"},
+            {"publishNotReadyAddresses", true},
+            {"selector", Labels(r.name)},
+            {"ports", ServicePorts(spec)}}}};
 }
 
 json BuildSecret(const json& job, const std::string& key) {
@@ -109,8 +188,10 @@ int TrainerContainerIndex(const json& pod_spec) {
     return -1;
   }
   const json& cs = pod_spec["containers"];
-  for (size_t i = 0; i < cs.size(); ++i) {
-    if (cs[i].is_object() && cs[i].value("name", "") == "trainer") return static_cast<int>(i);
+  for (const char* name : {"tensorflow", "trainer"}) {
+    for (size_t i = 0; i < cs.size(); ++i) {
+      if (cs[i].is_object() && cs[i].value("name", "") == name) return static_cast<int>(i);
+    }
   }
   return cs.size() == 1 ? 0 : -1;
 }
@@ -120,26 +201,9 @@ std::optional<int> StatusPortOf(const json& pod) {
   const int i = TrainerContainerIndex(pod["spec"]);
   if (i < 0) return std::nullopt;
   const json& c = pod["spec"]["containers"][i];
-  if (!c.contains("args") || !c["args"].is_array()) return std::nullopt;
-  const json& args = c["args"];
-  std::string value;
-  for (size_t k = 0; k < args.size(); ++k) {
-    if (!args[k].is_string()) continue;
-    const std::string a = args[k];
-    if (a == "--status-port" && k + 1 < args.size() && args[k + 1].is_string()) {
-      value = args[k + 1];
-    } else if (a.rfind("--status-port=", 0) == 0) {
-      value = a.substr(14);
-    }
-  }
-  if (value.empty()) return std::nullopt;
-  try {
-    const int port = std::stoi(value);
-    if (port <= 0 || port > 65535) return std::nullopt;
-    return port;
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
+  // tj-trainer's --status-port overrides its TJ_STATUS_PORT, so the operator reads the same.
+  const std::string arg = StatusPortArg(c);
+  return ParsePort(arg.empty() ? LiteralEnv(c, kStatusPortEnv) : arg);
 }
 
 void ApplySecurityDefaults(json& pod_spec) {
@@ -197,17 +261,16 @@ json BuildPod(const json& job, const api::TrainingJobSpec& spec, api::ReplicaTyp
     SetEnv(c, {{"name", "TJ_RENDEZVOUS_KEY"},
                {"valueFrom",
                 {{"secretKeyRef", {{"name", SecretName(r.name)}, {"key", kRendezvousKeyField}}}}}});
-    json pod_view = {{"spec", pod_spec}};
-    if (!StatusPortOf(pod_view)) {
-      json args = c.contains("args") && c["args"].is_array() ? c["args"] : json::array();
-      args.push_back("--status-port");
+    // Only the environment carries what the operator adds: a program's command and args reach
+    // it as written (a strict argument parser must not meet a flag it does not know).
+    if (!HasEnv(c, kStatusPortEnv) && StatusPortArg(c).empty()) {
       // One port per replica (its place in TF_CONFIG's cluster): a real cluster gives every
       // pod its own network namespace, the local cluster's pods share the host's.
       int ordinal = index;
       if (type != api::ReplicaType::kChief) ordinal += spec.Replicas(api::ReplicaType::kChief);
       if (type == api::ReplicaType::kEvaluator) ordinal += spec.Replicas(api::ReplicaType::kWorker);
-      args.push_back(std::to_string(kDefaultStatusPort + ordinal));
-      c["args"] = args;
+      SetEnv(c,
+             {{"name", kStatusPortEnv}, {"value", std::to_string(kDefaultStatusPort + ordinal)}});
     }
   }
   return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", pod_spec}};

@@ -10,11 +10,16 @@
 
 namespace tj::controller {
 
-// The trainer's /status port the operator asks for: `--status-port <8470 + n>` appended to
-// the trainer container's args unless the template already sets --status-port; n is the
-// replica's place in TF_CONFIG's cluster (chief, workers, evaluator), so pods that share a
-// network namespace (the local cluster) do not collide.
+// The /status port the operator asks for: env TJ_STATUS_PORT=<8470 + n> on the container that
+// gets TF_CONFIG, unless its template already sets TJ_STATUS_PORT or passes tj-trainer's
+// --status-port; n is the replica's place in TF_CONFIG's cluster (chief, workers, evaluator),
+// so pods that share a network namespace (the local cluster) do not collide. The operator
+// never adds arguments: a program's command and args reach it as written.
 inline constexpr int kDefaultStatusPort = 8470;
+inline constexpr char kStatusPortEnv[] = "TJ_STATUS_PORT";
+// The container port whose number TF_CONFIG gives for a replica type, as Kubeflow's TFJob
+// names it; without one, spec.port.
+inline constexpr char kTfJobPortName[] = "tfjob-port";
 inline constexpr char kRendezvousKeyField[] = "key";
 
 std::string PodName(const std::string& job, api::ReplicaType type, int index);
@@ -25,8 +30,12 @@ nlohmann::json OwnerReference(const nlohmann::json& job);
 // True when `object` has a controller owner reference to `job` (by uid when both have one).
 bool IsOwnedBy(const nlohmann::json& object, const nlohmann::json& job);
 
+// The port of replica type `type` in TF_CONFIG: its TF_CONFIG container's port named
+// "tfjob-port" (as TFJob reads it), else spec.port.
+int ReplicaPort(const api::TrainingJobSpec& spec, api::ReplicaType type);
+
 // TF_CONFIG of replica (type, index): every replica of the job in "cluster" (evaluator
-// included, as TensorFlow expects), hosts "<pod>.<job>.<ns>.svc:<port>".
+// included, as TensorFlow expects), hosts "<pod>.<job>.<ns>.svc:<port of its type>".
 nlohmann::json TfConfig(const api::ObjectRef& job, const api::TrainingJobSpec& spec,
                         api::ReplicaType type, int index);
 
@@ -41,9 +50,11 @@ nlohmann::json BuildSecret(const nlohmann::json& job, const std::string& key);
 nlohmann::json BuildPod(const nlohmann::json& job, const api::TrainingJobSpec& spec,
                         api::ReplicaType type, int index, int restart_count);
 
-// The container that gets TF_CONFIG: the one named "trainer", else the only one; -1 if none.
+// The container that gets TF_CONFIG, found as TFJob finds it: the one named "tensorflow", else
+// the one named "trainer" (this operator's own name), else the only one; -1 if none.
 int TrainerContainerIndex(const nlohmann::json& pod_spec);
-// The trainer's --status-port in `pod` (its trainer container's args); nullopt when absent or 0.
+// The /status port of `pod`'s TF_CONFIG container: its --status-port argument (which overrides
+// the env in tj-trainer), else its literal TJ_STATUS_PORT; nullopt when absent, 0 or invalid.
 std::optional<int> StatusPortOf(const nlohmann::json& pod);
 
 }  // namespace tj::controller

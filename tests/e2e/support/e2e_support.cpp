@@ -189,7 +189,7 @@ std::string OperatorProcess::Log() const {
 }
 
 std::vector<pid_t> TrainerPids(const std::string& ns, const std::string& hostname,
-                               int restart_count) {
+                               int restart_count, const std::string& program) {
   std::vector<pid_t> out;
   std::error_code ec;
   for (fs::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec)) {
@@ -197,7 +197,7 @@ std::vector<pid_t> TrainerPids(const std::string& ns, const std::string& hostnam
     if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
     std::error_code link_ec;
     const fs::path exe = fs::read_symlink(it->path() / "exe", link_ec);
-    if (link_ec || exe.filename() != "tj-trainer") continue;
+    if (link_ec || exe.filename().string().rfind(program, 0) != 0) continue;
     const pid_t pid = static_cast<pid_t>(std::stol(name));
     bool in_ns = false, on_host = hostname.empty(), of_gang = restart_count < 0;
     for (const std::string& e : EnvironOf(pid)) {
@@ -273,7 +273,15 @@ std::vector<json> JobTest::Pods(const std::string& job) {
 }
 
 std::string JobTest::PodLog(const std::string& pod) {
-  return ReadFile(cluster_->dir() + "/logs/pods/" + ns_ + "_" + pod + "_trainer.log");
+  const std::string dir = cluster_->dir() + "/logs/pods/";
+  const std::string prefix = ns_ + "_" + pod + "_";
+  if (fs::exists(dir + prefix + "trainer.log")) return ReadFile(dir + prefix + "trainer.log");
+  // A user's container of another name ("tensorflow"): the pod's one log.
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (it->path().filename().string().rfind(prefix, 0) == 0) return ReadFile(it->path());
+  }
+  return "";
 }
 
 std::vector<json> JobTest::PodEvents(const std::string& pod, const std::string& kind) {
@@ -359,6 +367,16 @@ void JobTest::ExpectSucceededWithReferenceWeights(const std::string& name, const
     EXPECT_TRUE(Eventually([&] { return TrainerPids(ns_).empty(); }, std::chrono::seconds(60)))
         << TrainerPids(ns_).size() << " tj-trainer processes of " << ns_ << " still run";
   }
+}
+
+void JobTest::ExpectFailedWithExitCode(const json& job, int code) {
+  const auto s = StatusOf(job);
+  ASSERT_TRUE(s.IsTrue("Failed")) << job.dump(2);
+  EXPECT_EQ(s.Find("Failed")->reason, "NonRetryableExitCode") << job.dump(2);
+  EXPECT_NE(s.Find("Failed")->message.find("exited with code " + std::to_string(code)),
+            std::string::npos)
+      << s.Find("Failed")->message;
+  EXPECT_EQ(s.restart_count, 0);
 }
 
 json JobTest::FirstBackup(const std::string& chief, std::chrono::seconds timeout) {

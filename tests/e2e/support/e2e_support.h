@@ -81,11 +81,12 @@ class OperatorProcess {
   std::unique_ptr<::tj::testing::Subprocess> process_;
 };
 
-// The trainer processes of a namespace as the node agent runs them: tj-trainer processes whose
-// TF_CONFIG names hosts in `<ns>.svc`; with `hostname`, only those of that pod (HOSTNAME);
-// with `restart_count` >= 0, only those of that gang (TJ_RESTART_COUNT).
+// The trainer processes of a namespace as the node agent runs them: processes whose executable's
+// name starts with `program` (tj-trainer by default) and whose TF_CONFIG names hosts in
+// `<ns>.svc`; with `hostname`, only those of that pod (HOSTNAME); with `restart_count` >= 0,
+// only those of that gang (TJ_RESTART_COUNT).
 std::vector<pid_t> TrainerPids(const std::string& ns, const std::string& hostname = "",
-                               int restart_count = -1);
+                               int restart_count = -1, const std::string& program = "tj-trainer");
 
 // The base of the end-to-end tests: SetUp applies the CRD, creates a namespace named after the
 // test with the example's claim, and starts an operator for it; TearDown prints the operator
@@ -99,8 +100,8 @@ class JobTest : public ::testing::Test {
   // Waits for the job's Succeeded or Failed condition; returns the job as it was then.
   nlohmann::json WaitFinished(const std::string& name, std::chrono::seconds timeout);
   std::vector<nlohmann::json> Pods(const std::string& job);
-  // The container log of a pod of this namespace (restarts of the container append to it; a
-  // re-created pod starts a fresh one).
+  // The log of a pod's container named "trainer", else of its first container found (restarts
+  // of the container append to it; a re-created pod starts a fresh one).
   std::string PodLog(const std::string& pod);
   // The trainer's JSON events in a pod's log, in order; only those of `kind` when given.
   std::vector<nlohmann::json> PodEvents(const std::string& pod, const std::string& kind = "");
@@ -128,6 +129,8 @@ class JobTest : public ::testing::Test {
                                            const std::string& reference, int restarts,
                                            std::chrono::seconds timeout,
                                            bool expect_no_trainer_left = false);
+  // Expects `job` Failed with reason NonRetryableExitCode naming exit `code`, without a restart.
+  void ExpectFailedWithExitCode(const nlohmann::json& job, int code);
   // The first backup_saved event in the log of `chief` (waits for it; null at the timeout,
   // with a test failure).
   nlohmann::json FirstBackup(const std::string& chief, std::chrono::seconds timeout);

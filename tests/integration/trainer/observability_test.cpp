@@ -39,9 +39,9 @@ std::string HttpGet(int port, const std::string& path) {
 TEST(ObservabilityTest, TensorBoardFilesOfTrainerAndEvaluatorReadBack) {
   TJ_REQUIRE_DATASET();
   TempDir dir;
-  const std::vector<std::string> flags = {"--epochs", "2", "--steps-per-epoch", "20",
-                                          "--checkpoint-dir", dir / "ckpt", "--log-dir",
-                                          dir / "logs"};
+  const std::vector<std::string> flags = {
+      "--epochs",         "2",          "--steps-per-epoch", "20",
+      "--checkpoint-dir", dir / "ckpt", "--log-dir",         dir / "logs"};
   auto train = StartTrainer(flags, "", dir / "train");
   ASSERT_EQ(train->Wait(120s), 0) << train->Stderr();
   auto eval_flags = flags;
@@ -99,6 +99,30 @@ TEST(ObservabilityTest, StatusEndpointWhileTraining) {
   EXPECT_NE(metrics.find("tj_trainer_loss{role=\"chief\"}"), std::string::npos) << metrics;
   p->Signal(SIGTERM);
   EXPECT_TRUE(p->Wait(10s).has_value());
+}
+
+// The operator passes the status port only through the environment (TJ_STATUS_PORT), so a
+// program's command line stays as its author wrote it; a bad value is a usage error (exit 2).
+TEST(ObservabilityTest, StatusPortFromEnvironment) {
+  TJ_REQUIRE_DATASET();
+  TempDir dir;
+  const int port = FreePort();
+  Subprocess p({kTrainer, "--data-dir", kDataDir, "--device", "cpu", "--epochs", "200",
+                "--steps-per-epoch", "20", "--threads", "1"},
+               {{"TJ_STATUS_PORT", std::to_string(port)}}, dir / "p");
+  ASSERT_TRUE(p.WaitForLine(R"("epoch":1,)", 120s)) << p.Stderr();
+  auto status = nlohmann::json::parse(HttpGet(port, "/status"), nullptr, false);
+  ASSERT_FALSE(status.is_discarded());
+  EXPECT_EQ(status["state"], "training");
+  p.Signal(SIGTERM);
+  EXPECT_TRUE(p.Wait(10s).has_value());
+
+  Subprocess bad({kTrainer, "--data-dir", kDataDir, "--epochs", "1"}, {{"TJ_STATUS_PORT", "http"}},
+                 dir / "bad");
+  auto code = bad.Wait(30s);
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 2);
+  EXPECT_NE(bad.Stderr().find("TJ_STATUS_PORT=http"), std::string::npos) << bad.Stderr();
 }
 
 }  // namespace

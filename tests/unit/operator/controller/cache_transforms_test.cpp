@@ -31,9 +31,10 @@ TEST(TrimPodForCache, KeepsWhatTheReconcilerReads) {
     EXPECT_EQ(pod["metadata"][k], full["metadata"][k]) << k;
   }
   EXPECT_TRUE(IsOwnedBy(pod, job));
-  EXPECT_EQ(StatusPortOf(pod), StatusPortOf(full));  // the trainer's args stay
+  EXPECT_EQ(StatusPortOf(pod), StatusPortOf(full));  // the status port stays
   ASSERT_TRUE(StatusPortOf(pod).has_value());
-  EXPECT_FALSE(pod["spec"]["containers"][0].contains("env"));  // TF_CONFIG goes
+  ASSERT_EQ(pod["spec"]["containers"][0]["env"].size(), 1u);  // TF_CONFIG and the rest go
+  EXPECT_EQ(pod["spec"]["containers"][0]["env"][0]["name"], "TJ_STATUS_PORT");
   EXPECT_FALSE(pod["spec"].contains("volumes"));
   EXPECT_EQ(pod["status"]["phase"], "Running");
   EXPECT_EQ(pod["status"]["podIP"], "127.0.1.2");

@@ -1,0 +1,97 @@
+// TrainingJobs whose containers run a user's own program, not tj-trainer: tf_program.py parses
+// its arguments strictly (argparse: an unknown flag exits 2), reads TF_CONFIG as TensorFlow does
+// and meets its peers over TCP through the hostnames TF_CONFIG names. The operator must pass
+// what a replica needs through the environment only, find the container as TFJob does (named
+// "tensorflow") and treat the program's exits as it treats tj-trainer's.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "tests/e2e/support/e2e_support.h"
+
+namespace tj::kube {
+namespace {
+
+using nlohmann::json;
+using testing::StatusOf;
+using testing::TrainerPids;
+
+json Replica(int replicas, const std::vector<std::string>& args) {
+  json container = {{"name", "tensorflow"},
+                    {"image", "example.com/team/mnist-tf:2.15"},
+                    {"command", json::array({"python3", TJ_FOREIGN_PROGRAM})},
+                    {"args", args}};
+  return {{"replicas", replicas},
+          {"restartPolicy", "ExitCode"},
+          {"template", {{"spec", {{"containers", json::array({container})}}}}}};
+}
+
+// Chief + 2 workers + an evaluator, each running tf_program.py with `args` (+ `extra` for the
+// workers).
+json ForeignJob(const std::string& name, const std::vector<std::string>& args,
+                const std::vector<std::string>& worker_extra = {}) {
+  std::vector<std::string> worker_args = args;
+  worker_args.insert(worker_args.end(), worker_extra.begin(), worker_extra.end());
+  return {{"apiVersion", "tjo.dev/v1alpha1"},
+          {"kind", "TrainingJob"},
+          {"metadata", {{"name", name}}},
+          {"spec",
+           {{"replicaSpecs",
+             {{"Chief", Replica(1, args)},
+              {"Worker", Replica(2, worker_args)},
+              {"Evaluator", Replica(1, {"--steps", "2"})}}},
+            {"runPolicy", {{"backoffLimit", 2}}}}}};
+}
+
+class ForeignProgramE2E : public testing::JobTest {
+ protected:
+  // The argv the program printed at its start (its first "args" line).
+  json ArgvOf(const std::string& pod) {
+    for (const json& e : PodEvents(pod, "args")) return e["argv"];
+    return nullptr;
+  }
+};
+
+TEST_F(ForeignProgramE2E, ChiefWorkersAndEvaluatorSucceedWithArgsUntouched) {
+  const std::vector<std::string> args = {"--steps", "20", "--serve-status"};
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, ForeignJob("byo", args)).ok());
+  json job = WaitFinished("byo", std::chrono::seconds(120));
+  auto s = StatusOf(job);
+  ASSERT_TRUE(s.IsTrue("Succeeded")) << job.dump(2);
+  EXPECT_EQ(s.restart_count, 0);
+  for (const char* pod : {"byo-chief-0", "byo-worker-0", "byo-worker-1"}) {
+    EXPECT_EQ(ArgvOf(pod), json(args)) << pod << ":\n" << PodLog(pod);
+    EXPECT_EQ(PodEvents(pod, "rendezvous_done").size(), 1u) << pod << ":\n" << PodLog(pod);
+  }
+  EXPECT_EQ(ArgvOf("byo-evaluator-0"), json::array({"--steps", "2"}));
+}
+
+TEST_F(ForeignProgramE2E, KilledWorkerRestartsTheGangThenSucceeds) {
+  ASSERT_TRUE(client_
+                  ->Create(api::kTrainingJobs, ns_,
+                           ForeignJob("killed", {"--steps", "10", "--hang-on-first-gang"}))
+                  .ok());
+  ASSERT_TRUE(WaitForPodLog("killed-worker-1", "rendezvous_done", std::chrono::seconds(60)))
+      << PodLog("killed-worker-1");
+  std::vector<pid_t> pids = TrainerPids(ns_, "killed-worker-1", 0, "python3");
+  ASSERT_EQ(pids.size(), 1u);
+  ASSERT_EQ(::kill(pids[0], SIGKILL), 0);
+  json job = WaitFinished("killed", std::chrono::seconds(120));
+  auto s = StatusOf(job);
+  ASSERT_TRUE(s.IsTrue("Succeeded")) << job.dump(2);
+  EXPECT_EQ(s.restart_count, 1) << job.dump(2);
+}
+
+TEST_F(ForeignProgramE2E, ExitOneFailsTheJobWithTheCode) {
+  // The chief and the workers exit 1 once they have met: a failure no restart fixes.
+  json job = ForeignJob("exit1", {"--steps", "1", "--exit-code", "1"});
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, job).ok());
+  job = WaitFinished("exit1", std::chrono::seconds(120));
+  ExpectFailedWithExitCode(job, 1);
+}
+
+}  // namespace
+}  // namespace tj::kube

@@ -1,0 +1,123 @@
+#!/usr/bin/env python3
+"""A foreign training program, as a TensorFlow user writes one: not tj-trainer.
+
+It parses its arguments strictly (argparse exits 2 on any argument it does not know), reads
+TF_CONFIG the way MultiWorkerMirroredStrategy does, and forms its "collective" over plain TCP:
+the chief (or worker 0) listens on its own TF_CONFIG address, every other chief/worker replica
+connects to it through the hostnames TF_CONFIG names, and all go on together. It optionally
+serves the documented /status JSON on $TJ_STATUS_PORT. Standard library only.
+
+Exit codes: 0 done, 1 on --exit-code 1 (a failure the operator must not retry), 2 usage.
+"""
+import argparse
+import http.server
+import json
+import os
+import socket
+import sys
+import threading
+import time
+
+
+def log(event, **fields):
+    print(json.dumps({"event": event, **fields}), flush=True)
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--steps", type=int, required=True, help="steps to 'train'")
+    p.add_argument("--step-seconds", type=float, default=0.05)
+    p.add_argument("--exit-code", type=int, default=0)
+    p.add_argument("--serve-status", action="store_true")
+    p.add_argument("--hang-on-first-gang", action="store_true",
+                   help="chief and workers of restart 0 never finish (a test kills one)")
+    return p.parse_args()
+
+
+def host_port(address):
+    host, _, port = address.rpartition(":")
+    return host, int(port)
+
+
+def serve_status(state, own_host):
+    port = int(os.environ.get("TJ_STATUS_PORT", "0"))
+    if port == 0:
+        return
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = json.dumps(state).encode()
+            self.send_response(200 if self.path == "/status" else 404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    # Listen where this replica's own TF_CONFIG name resolves: its pod IP.
+    server = http.server.ThreadingHTTPServer((socket.gethostbyname(own_host), port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+
+def rendezvous(cluster, task_type, task_index):
+    members = [(t, i) for t in ("chief", "worker") for i in range(len(cluster.get(t, [])))]
+    leader = members[0]
+    me = (task_type, task_index)
+    host, port = host_port(cluster[leader[0]][leader[1]])
+    if me == leader:
+        srv = socket.create_server((socket.gethostbyname(host), port))
+        conns = []
+        srv.settimeout(120)
+        while len(conns) < len(members) - 1:
+            c, _ = srv.accept()
+            c.recv(64)
+            conns.append(c)
+        for c in conns:
+            c.sendall(b"go\n")
+            c.close()
+        srv.close()
+        return
+    deadline = time.time() + 120
+    while True:
+        try:
+            with socket.create_connection((host, port), timeout=5) as c:
+                c.sendall(f"{task_type}:{task_index}\n".encode())
+                if c.recv(8).startswith(b"go"):
+                    return
+        except OSError:
+            if time.time() > deadline:
+                log("error", message=f"chief {host}:{port} unreachable")
+                sys.exit(75)
+            time.sleep(0.2)
+
+
+def main():
+    args = parse_args()
+    log("args", argv=sys.argv[1:])
+    tf_config = json.loads(os.environ["TF_CONFIG"])
+    cluster, task = tf_config["cluster"], tf_config["task"]
+    task_type, task_index = task["type"], int(task["index"])
+    assert task_index < len(cluster[task_type]), "task index outside its cluster list"
+    restart = int(os.environ.get("TJ_RESTART_COUNT", "0"))
+    log("start", task=task, restart=restart)
+    state = {"role": task_type, "state": "training", "epoch": 0, "total_epochs": 1,
+             "step": 0, "loss": 1.0, "accuracy": 0.0}
+    if args.serve_status:
+        serve_status(state, host_port(cluster[task_type][task_index])[0])
+    if task_type != "evaluator":
+        rendezvous(cluster, task_type, task_index)
+        log("rendezvous_done")
+    if args.hang_on_first_gang and restart == 0 and task_type != "evaluator":
+        time.sleep(3600)
+    for step in range(args.steps):
+        time.sleep(args.step_seconds)
+        state["step"] = step + 1
+    state.update(state="done", epoch=1)
+    log("train_end", steps=args.steps)
+    return args.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
