@@ -158,6 +158,17 @@ StatusOr<TrainingJobSpec> ParseSpec(const json& spec) {
     for (ReplicaType t : {ReplicaType::kChief, ReplicaType::kWorker, ReplicaType::kEvaluator}) {
       if (key == ToString(t)) type = t;
     }
+    if (!type && key == "Master") {
+      return FieldError(path,
+                        "TFJob's Master is not a replica type here: rename it to Chief (the same "
+                        "role: rank 0, writes the checkpoints)");
+    }
+    if (!type && key == "PS") {
+      return FieldError(path,
+                        "parameter servers (TensorFlow's ParameterServerStrategy) are not "
+                        "supported: use Worker replicas with MultiWorkerMirroredStrategy "
+                        "(synchronous all-reduce), and an optional Chief");
+    }
     if (!type) {
       return FieldError(path, "unknown replica type: must be one of Chief, Worker, Evaluator");
     }

@@ -93,8 +93,16 @@ INSTANTIATE_TEST_SUITE_P(
                       s["replicaSpecs"].erase("Worker");
                     },
                     "spec.replicaSpecs.Worker: required"},
-        InvalidCase{"UnknownType", [](json& s) { s["replicaSpecs"]["PS"] = json::object(); },
-                    "spec.replicaSpecs.PS: unknown replica type"},
+        InvalidCase{"UnknownType", [](json& s) { s["replicaSpecs"]["Ps"] = json::object(); },
+                    "spec.replicaSpecs.Ps: unknown replica type"},
+        InvalidCase{"ParameterServers", [](json& s) { s["replicaSpecs"]["PS"] = json::object(); },
+                    "spec.replicaSpecs.PS: parameter servers (TensorFlow's "
+                    "ParameterServerStrategy) are not supported: use Worker replicas with "
+                    "MultiWorkerMirroredStrategy"},
+        InvalidCase{"TfJobMaster",
+                    [](json& s) { s["replicaSpecs"]["Master"] = s["replicaSpecs"]["Worker"]; },
+                    "spec.replicaSpecs.Master: TFJob's Master is not a replica type here: "
+                    "rename it to Chief"},
         InvalidCase{"ZeroWorkers", [](json& s) { s["replicaSpecs"]["Worker"]["replicas"] = 0; },
                     "spec.replicaSpecs.Worker.replicas: must be >= 1"},
         InvalidCase{"NegativeWorkers",
