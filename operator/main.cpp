@@ -185,7 +185,9 @@ int main(int argc, char** argv) {
     }
     tj::kube::HttpRequest req;
     req.method = "GET";
-    req.path_and_query = "/api/v1/namespaces/" + pns + "/pods/" + pod + "/log?tailLines=50";
+    // The log is the tenant's: its last 50 lines, at most 64 KiB of them.
+    req.path_and_query =
+        "/api/v1/namespaces/" + pns + "/pods/" + pod + "/log?tailLines=50&limitBytes=65536";
     if (!token.empty()) req.authorization = "Bearer " + token;
     auto r = lt->Send(req);
     if (!r.ok() || r->status != 200) return std::nullopt;

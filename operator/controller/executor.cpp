@@ -1,13 +1,13 @@
 #include "operator/controller/executor.h"
 
-#include <cpprest/http_client.h>
-
+#include <algorithm>
 #include <sstream>
 #include <utility>
 
 #include "operator/api/training_job.h"
 #include "operator/controller/job_resources.h"
 #include "operator/controller/slow_start.h"
+#include "operator/kube/bounded_get.h"
 
 namespace tj::controller {
 namespace {
@@ -82,22 +82,39 @@ json LastEvaluation(const std::string& log) {
   return last;
 }
 
+size_t JsonNesting(const std::string& text) {
+  size_t depth = 0, max = 0;
+  bool in_string = false, escaped = false;
+  for (char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      max = std::max(max, ++depth);
+    } else if ((c == '}' || c == ']') && depth > 0) {
+      --depth;
+    }
+  }
+  return max;
+}
+
 std::optional<json> HttpGetJson(const std::string& host, int port, const std::string& path,
                                 milliseconds timeout) {
-  try {
-    web::http::client::http_client_config cfg;
-    cfg.set_timeout(timeout);
-    web::http::client::http_client client(
-        utility::conversions::to_string_t("http://" + host + ":" + std::to_string(port)), cfg);
-    auto resp = client.request(web::http::methods::GET, path).get();
-    if (resp.status_code() != 200) return std::nullopt;
-    const std::string body = resp.extract_utf8string(true).get();
-    json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) return std::nullopt;
-    return j;
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
+  kube::BoundedGetLimits limits;
+  limits.timeout = timeout;
+  limits.max_bytes = kMaxTrainerStatusBytes;
+  auto body = kube::BoundedGet(host, port, path, limits);
+  if (!body.ok() || JsonNesting(*body) > kMaxTrainerStatusNesting) return std::nullopt;
+  json j = json::parse(*body, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return std::nullopt;
+  return j;
 }
 
 Executor::Executor(ExecutorDeps deps, ReconcilerOptions options)
@@ -106,8 +123,7 @@ Executor::Executor(ExecutorDeps deps, ReconcilerOptions options)
       clock_(deps_.clock != nullptr ? deps_.clock : RealClock::Get()),
       expectations_(clock_, kExpectationsTtl) {}
 
-std::optional<Executor::KeptStatus> Executor::Kept(const std::string& key,
-                                                   const std::string& uid) {
+std::optional<Executor::KeptStatus> Executor::Kept(const std::string& key, const std::string& uid) {
   std::lock_guard<std::mutex> lock(kept_mu_);
   auto it = kept_.find(key);
   if (it == kept_.end()) return std::nullopt;
@@ -263,8 +279,9 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
   Decision d = Reconcile(in, options_);
   TJ_RETURN_IF_ERROR(Apply(key, in.job, d));
   // The new status, or the kept one still unwritten.
-  std::optional<json> status = d.status ? d.status : kept ? std::optional<json>(kept->status)
-                                                          : std::nullopt;
+  std::optional<json> status = d.status ? d.status
+                               : kept   ? std::optional<json>(kept->status)
+                                        : std::nullopt;
   if (status) {
     const Clock::TimePoint now = clock_->Now();
     const Clock::TimePoint since = kept ? kept->since : now;

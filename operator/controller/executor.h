@@ -138,7 +138,17 @@ Status CheckExistingIsOwned(const std::string& kind, const std::string& object_k
 // The last {"event":"evaluation",...} line of a trainer log, or null.
 nlohmann::json LastEvaluation(const std::string& log);
 
-// Fetches GET http://host:port/path with a short timeout (cpprestsdk); nullopt on any error.
+// What the operator reads of a trainer's /status, which the job's tenant controls: at most
+// this many bytes, nested at most this deep (the documented schema is two levels deep).
+inline constexpr size_t kMaxTrainerStatusBytes = 64 * 1024;
+inline constexpr size_t kMaxTrainerStatusNesting = 8;
+
+// The deepest nesting of objects and arrays in a JSON text (strings skipped), without parsing.
+size_t JsonNesting(const std::string& text);
+
+// GET http://host:port/path of a pod (kube::BoundedGet: the whole exchange within `timeout`,
+// at most kMaxTrainerStatusBytes), parsed when it is a JSON object nested at most
+// kMaxTrainerStatusNesting deep; nullopt otherwise.
 std::optional<nlohmann::json> HttpGetJson(const std::string& host, int port,
                                           const std::string& path,
                                           std::chrono::milliseconds timeout);

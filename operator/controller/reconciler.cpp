@@ -245,24 +245,28 @@ void Pass::Progress() {
   if (it != in_.trainer_status.end() && it->second.is_object()) {
     const json& s = it->second;
     json p = json::object();
-    auto copy = [&](const char* from, const char* to) {
-      if (s.contains(from) && !s[from].is_null()) p[to] = s[from];
-    };
-    copy("epoch", "epoch");
-    copy("total_epochs", "totalEpochs");
-    copy("step", "step");
-    copy("loss", "loss");
-    copy("accuracy", "accuracy");
-    copy("images_per_sec", "imagesPerSecond");
-    copy("last_backup", "lastBackup");
+    CopyStatusField(s, "epoch", StatusField::kCount, p, "epoch");
+    CopyStatusField(s, "total_epochs", StatusField::kCount, p, "totalEpochs");
+    CopyStatusField(s, "step", StatusField::kCount, p, "step");
+    CopyStatusField(s, "loss", StatusField::kNumber, p, "loss");
+    CopyStatusField(s, "accuracy", StatusField::kNumber, p, "accuracy");
+    CopyStatusField(s, "images_per_sec", StatusField::kNumber, p, "imagesPerSecond");
+    if (s.contains("last_backup")) {  // {epoch, step} of the newest backup
+      json b = json::object();
+      CopyStatusField(s["last_backup"], "epoch", StatusField::kCount, b, "epoch");
+      CopyStatusField(s["last_backup"], "step", StatusField::kCount, b, "step");
+      if (!b.empty()) p["lastBackup"] = b;
+    }
     if (!p.empty()) status_.progress = p;
   }
   auto take_eval = [&](const json& e) {
-    if (!e.is_object() || !e.contains("checkpoint")) return;
+    if (!e.is_object()) return;
     json v = json::object();
-    for (const char* k : {"checkpoint", "epoch", "loss", "accuracy"}) {
-      if (e.contains(k) && !e[k].is_null()) v[k] = e[k];
-    }
+    CopyStatusField(e, "checkpoint", StatusField::kText, v, "checkpoint");
+    if (!v.contains("checkpoint")) return;
+    CopyStatusField(e, "epoch", StatusField::kCount, v, "epoch");
+    CopyStatusField(e, "loss", StatusField::kNumber, v, "loss");
+    CopyStatusField(e, "accuracy", StatusField::kNumber, v, "accuracy");
     status_.evaluation = v;
   };
   const std::string eval_pod = PodName(ref_.name, ReplicaType::kEvaluator, 0);
@@ -626,6 +630,28 @@ Decision Pass::Run() {
 }
 
 }  // namespace
+
+bool CopyStatusField(const json& from, const char* from_key, StatusField kind, json& to,
+                     const char* to_key) {
+  if (!from.is_object()) return false;
+  const auto it = from.find(from_key);
+  if (it == from.end()) return false;
+  bool ok = false;
+  switch (kind) {
+    case StatusField::kCount:
+      ok = (it->is_number_unsigned() && it->get<uint64_t>() <= INT32_MAX) ||
+           (it->is_number_integer() && it->get<int64_t>() >= 0 && it->get<int64_t>() <= INT32_MAX);
+      break;
+    case StatusField::kNumber:
+      ok = it->is_number();
+      break;
+    case StatusField::kText:
+      ok = it->is_string() && it->get_ref<const std::string&>().size() <= 256;
+      break;
+  }
+  if (ok) to[to_key] = *it;
+  return ok;
+}
 
 PodOutcome OutcomeOf(const json& pod) {
   PodOutcome o;

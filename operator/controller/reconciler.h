@@ -30,6 +30,19 @@ struct ReconcilerOptions {
   std::chrono::milliseconds progress_poll{std::chrono::seconds(5)};
 };
 
+// The fields of a trainer's /status (its documented schema, docs/tfjob.md) that the reconciler
+// copies into the job's status. The answer is the tenant's: only a value of the field's kind
+// is copied, so that nothing else (an object, a huge string, a count of another type) reaches
+// the job's status, where the CRD's schema would refuse the whole status write.
+enum class StatusField {
+  kCount,   // an integer in [0, 2^31)
+  kNumber,  // any JSON number
+  kText,    // a string of at most 256 bytes
+};
+// Sets to[to_key] = from[from_key] when that is a value of `kind`; true when it did.
+bool CopyStatusField(const nlohmann::json& from, const char* from_key, StatusField kind,
+                     nlohmann::json& to, const char* to_key);
+
 struct Observed {
   nlohmann::json job;                     // the TrainingJob as read from the API server
   std::vector<nlohmann::json> pods;       // pods labelled tjo.dev/job-name=<job>

@@ -1128,6 +1128,11 @@ void NodeAgent::StartLogServer() {
           }
           if (pos != std::string::npos && pos > 0) body = body.substr(pos + 1);
         }
+        // As the kubelet: at most limitBytes of the selected output, from its start.
+        if (auto it = q.find("limitBytes"); it != q.end()) {
+          const long long limit = std::atoll(it->second.c_str());
+          if (limit > 0 && static_cast<size_t>(limit) < body.size()) body.resize(limit);
+        }
         req.reply(web::http::status_codes::OK, body, "text/plain").wait();
         return;
       }

@@ -245,13 +245,13 @@ TEST(Pods, KeepsUserStatusPortAndPicksTrainerContainer) {
 // "tfjob-port" is the port TF_CONFIG gives for that replica type, as TFJob reads it.
 TEST(Pods, TfJobContainerAndPortAndArgsUntouched) {
   json job = Job();
-  job["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"] = json::array(
-      {{{"name", "trainer"}, {"image", "sidecar"}},
-       {{"name", "tensorflow"},
-        {"image", "user/mnist"},
-        {"command", {"python3", "/app/train.py"}},
-        {"args", {"--strict", "1"}},
-        {"ports", json::array({{{"name", "tfjob-port"}, {"containerPort", 2223}}})}}});
+  job["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"] =
+      json::array({{{"name", "trainer"}, {"image", "sidecar"}},
+                   {{"name", "tensorflow"},
+                    {"image", "user/mnist"},
+                    {"command", {"python3", "/app/train.py"}},
+                    {"args", {"--strict", "1"}},
+                    {"ports", json::array({{{"name", "tfjob-port"}, {"containerPort", 2223}}})}}});
   auto spec = api::ParseSpec(job["spec"]);
   ASSERT_TRUE(spec.ok()) << spec.status().message();
   EXPECT_EQ(ReplicaPort(*spec, ReplicaType::kWorker), 2223);
@@ -848,6 +848,50 @@ TEST(Reconcile, ProgressAndEvaluationFromTrainerStatus) {
   EXPECT_EQ(s.progress["lastBackup"]["epoch"], 1);
   EXPECT_EQ(s.evaluation["checkpoint"], "ckpt-1");
   EXPECT_EQ(s.evaluation["accuracy"], 0.8);
+}
+
+// The /status answer is the tenant's: values of another type than the schema's are not copied
+// (the CRD would refuse the whole status write), the rest of the answer still is.
+TEST(Reconcile, ProgressCopiesOnlyValuesOfTheSchemasTypes) {
+  World w;
+  w.Running();
+  json nested = json::array();
+  for (int i = 0; i < 50; ++i) nested = json::array({nested});
+  w.in.trainer_status["mnist-worker-0"] = {{"epoch", -1},
+                                           {"total_epochs", 1.5},
+                                           {"step", "10"},
+                                           {"loss", nested},
+                                           {"accuracy", 0.5},
+                                           {"images_per_sec", {{"x", 1}}},
+                                           {"last_backup", {{"epoch", 4294967296LL}, {"step", 3}}}};
+  w.in.trainer_status["mnist-evaluator-0"] = {
+      {"evaluation", {{"checkpoint", std::string(300, 'c')}, {"accuracy", 0.9}}}};
+  auto s = StatusOf(Reconcile(w.in));
+  EXPECT_EQ(s.progress, (json{{"accuracy", 0.5}, {"lastBackup", {{"step", 3}}}})) << s.progress;
+  EXPECT_TRUE(s.evaluation.is_null() || s.evaluation.empty()) << s.evaluation;
+}
+
+TEST(CopyStatusField, KindsAndBounds) {
+  const json from = {{"n", 7},
+                     {"neg", -7},
+                     {"big", 2147483648LL},
+                     {"f", 0.5},
+                     {"s", "ckpt-3"},
+                     {"long", std::string(257, 'x')},
+                     {"o", json::object()}};
+  json to = json::object();
+  EXPECT_TRUE(CopyStatusField(from, "n", StatusField::kCount, to, "n"));
+  EXPECT_FALSE(CopyStatusField(from, "neg", StatusField::kCount, to, "neg"));
+  EXPECT_FALSE(CopyStatusField(from, "big", StatusField::kCount, to, "big"));
+  EXPECT_FALSE(CopyStatusField(from, "f", StatusField::kCount, to, "f"));
+  EXPECT_TRUE(CopyStatusField(from, "f", StatusField::kNumber, to, "f"));
+  EXPECT_FALSE(CopyStatusField(from, "s", StatusField::kNumber, to, "s"));
+  EXPECT_TRUE(CopyStatusField(from, "s", StatusField::kText, to, "s"));
+  EXPECT_FALSE(CopyStatusField(from, "long", StatusField::kText, to, "long"));
+  EXPECT_FALSE(CopyStatusField(from, "o", StatusField::kText, to, "o"));
+  EXPECT_FALSE(CopyStatusField(from, "absent", StatusField::kNumber, to, "absent"));
+  EXPECT_FALSE(CopyStatusField(json::array(), "n", StatusField::kCount, to, "n"));
+  EXPECT_EQ(to, (json{{"n", 7}, {"f", 0.5}, {"s", "ckpt-3"}}));
 }
 
 TEST(Outcome, Classification) {

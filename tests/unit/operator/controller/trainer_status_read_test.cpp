@@ -1,0 +1,159 @@
+// The operator's read of a trainer's /status (HttpGetJson over kube::BoundedGet) against the
+// answers a hostile or broken tenant can give: an endless body, a body that stops coming, a
+// deeply nested body, garbage. Each must cost at most the size cap and the timeout, and give
+// nothing, without taking the operator's memory or a thread for longer.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <string>
+#include <thread>
+
+#include "operator/controller/executor.h"
+
+namespace tj::controller {
+namespace {
+
+using std::chrono::milliseconds;
+using Steady = std::chrono::steady_clock;
+
+// Serves every connection on 127.0.0.1 with `serve(fd)` (after reading the request head),
+// one at a time, until destroyed.
+class RawServer {
+ public:
+  explicit RawServer(std::function<void(int fd, const std::atomic<bool>& stop)> serve)
+      : serve_(std::move(serve)) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    EXPECT_EQ(::listen(fd_, 4), 0);
+    socklen_t len = sizeof addr;
+    ::getsockname(fd_, reinterpret_cast<sockaddr*>(&addr), &len);
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] {
+      while (!stop_) {
+        pollfd p{fd_, POLLIN, 0};
+        if (::poll(&p, 1, 20) <= 0) continue;
+        const int c = ::accept(fd_, nullptr, nullptr);
+        if (c < 0) continue;
+        std::string head;
+        char buf[1024];
+        while (head.find("\r\n\r\n") == std::string::npos) {
+          const ssize_t n = ::read(c, buf, sizeof buf);
+          if (n <= 0) break;
+          head.append(buf, static_cast<size_t>(n));
+        }
+        serve_(c, stop_);
+        ::close(c);
+      }
+    });
+  }
+  ~RawServer() {
+    stop_ = true;
+    thread_.join();
+    ::close(fd_);
+  }
+  int port() const { return port_; }
+
+ private:
+  std::function<void(int, const std::atomic<bool>&)> serve_;
+  int fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+void WriteAll(int fd, const std::string& s) {
+  size_t off = 0;
+  while (off < s.size()) {
+    const ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) return;
+    off += static_cast<size_t>(n);
+  }
+}
+
+std::string Ok(const std::string& body) {
+  return "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
+         std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+}
+
+// Runs the read and returns (answer, seconds it took).
+std::pair<std::optional<nlohmann::json>, double> Read(int port) {
+  const auto t0 = Steady::now();
+  auto j = HttpGetJson("127.0.0.1", port, "/status", milliseconds(1000));
+  return {j, std::chrono::duration<double>(Steady::now() - t0).count()};
+}
+
+TEST(TrainerStatusRead, AGoodAnswerIsRead) {
+  RawServer s([](int fd, const auto&) { WriteAll(fd, Ok(R"({"epoch":2,"loss":0.5})")); });
+  auto [j, secs] = Read(s.port());
+  ASSERT_TRUE(j.has_value());
+  EXPECT_EQ((*j)["epoch"], 2);
+}
+
+TEST(TrainerStatusRead, AnEndlessBodyStopsAtTheCap) {
+  std::atomic<size_t> sent{0};
+  RawServer s([&sent](int fd, const std::atomic<bool>& stop) {
+    WriteAll(fd, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n{\"loss\":\"");
+    const std::string chunk(64 * 1024, 'x');
+    while (!stop) {
+      const ssize_t n = ::send(fd, chunk.data(), chunk.size(), MSG_NOSIGNAL);
+      if (n <= 0) break;
+      sent += static_cast<size_t>(n);
+    }
+  });
+  auto [j, secs] = Read(s.port());
+  EXPECT_FALSE(j.has_value());
+  EXPECT_LT(secs, 1.5);
+  // The read stopped at the cap and closed: only the socket buffers' worth was sent, not the
+  // hundreds of MiB a read until the timeout takes in on loopback.
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_LT(sent.load(), size_t{16} << 20);
+}
+
+TEST(TrainerStatusRead, AHugeDeclaredBodyIsRefused) {
+  RawServer s([](int fd, const auto&) {
+    WriteAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: 10000000000\r\n\r\n{}");
+  });
+  auto [j, secs] = Read(s.port());
+  EXPECT_FALSE(j.has_value());
+  EXPECT_LT(secs, 1.5);
+}
+
+TEST(TrainerStatusRead, ABodyThatStopsComingTimesOut) {
+  RawServer s([](int fd, const std::atomic<bool>& stop) {
+    WriteAll(fd, "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{\"epoch\":");
+    for (int i = 0; i < 300 && !stop; ++i) std::this_thread::sleep_for(milliseconds(10));
+  });
+  auto [j, secs] = Read(s.port());
+  EXPECT_FALSE(j.has_value());
+  EXPECT_GE(secs, 0.9);
+  EXPECT_LT(secs, 2.0);
+}
+
+TEST(TrainerStatusRead, DeepNestingAndGarbageGiveNothing) {
+  const std::string deep = std::string(10000, '[') + std::string(10000, ']');
+  for (const std::string& body : {deep, std::string("\x01\x02garbage{{"), std::string("[1,2]"),
+                                  std::string(R"({"a":[[[[[[[[[1]]]]]]]]]})")}) {
+    RawServer s([&body](int fd, const auto&) { WriteAll(fd, Ok(body)); });
+    EXPECT_FALSE(Read(s.port()).first.has_value()) << body.substr(0, 40);
+  }
+}
+
+TEST(JsonNesting, CountsObjectsAndArraysOutsideStrings) {
+  EXPECT_EQ(JsonNesting("{}"), 1u);
+  EXPECT_EQ(JsonNesting(R"({"a":{"b":[1]}})"), 3u);
+  EXPECT_EQ(JsonNesting(R"({"a":"[[[[\"{{"})"), 1u);
+  EXPECT_EQ(JsonNesting("42"), 0u);
+}
+
+}  // namespace
+}  // namespace tj::controller
