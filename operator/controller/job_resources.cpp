@@ -213,15 +213,21 @@ void ApplySecurityDefaults(json& pod_spec) {
   json& psc = pod_spec["securityContext"];
   if (!psc.contains("runAsNonRoot")) psc["runAsNonRoot"] = true;
   if (!psc.contains("seccompProfile")) psc["seccompProfile"] = {{"type", "RuntimeDefault"}};
-  if (!pod_spec.contains("containers") || !pod_spec["containers"].is_array()) return;
-  for (json& c : pod_spec["containers"]) {
-    if (!c.is_object()) continue;
-    if (!c.contains("securityContext") || !c["securityContext"].is_object()) {
-      c["securityContext"] = json::object();
+  if (!psc.contains("fsGroup")) psc["fsGroup"] = kDefaultFsGroup;
+  if (!pod_spec.contains("automountServiceAccountToken")) {
+    pod_spec["automountServiceAccountToken"] = false;
+  }
+  for (const char* list : {"initContainers", "containers"}) {
+    if (!pod_spec.contains(list) || !pod_spec[list].is_array()) continue;
+    for (json& c : pod_spec[list]) {
+      if (!c.is_object()) continue;
+      if (!c.contains("securityContext") || !c["securityContext"].is_object()) {
+        c["securityContext"] = json::object();
+      }
+      json& csc = c["securityContext"];
+      if (!csc.contains("allowPrivilegeEscalation")) csc["allowPrivilegeEscalation"] = false;
+      if (!csc.contains("capabilities")) csc["capabilities"] = {{"drop", json::array({"ALL"})}};
     }
-    json& csc = c["securityContext"];
-    if (!csc.contains("allowPrivilegeEscalation")) csc["allowPrivilegeEscalation"] = false;
-    if (!csc.contains("capabilities")) csc["capabilities"] = {{"drop", json::array({"ALL"})}};
   }
 }
 

@@ -21,6 +21,8 @@ inline constexpr char kStatusPortEnv[] = "TJ_STATUS_PORT";
 // names it; without one, spec.port.
 inline constexpr char kTfJobPortName[] = "tfjob-port";
 inline constexpr char kRendezvousKeyField[] = "key";
+// The group of the pods' volumes unless the template sets one: the tj-trainer image's user.
+inline constexpr int kDefaultFsGroup = 65532;
 
 std::string PodName(const std::string& job, api::ReplicaType type, int index);
 std::string SecretName(const std::string& job);  // "<job>-rendezvous"
@@ -40,9 +42,12 @@ nlohmann::json TfConfig(const api::ObjectRef& job, const api::TrainingJobSpec& s
                         api::ReplicaType type, int index);
 
 // The security settings trainer pods get where their template leaves them unset (a value the
-// template sets wins, field by field): pod runAsNonRoot true and seccompProfile RuntimeDefault;
-// per container allowPrivilegeEscalation false and capabilities drop ALL. The tj-trainer image
-// runs as a non-root UID; a template that needs root sets runAsNonRoot: false itself.
+// template sets wins, field by field): pod runAsNonRoot true, seccompProfile RuntimeDefault,
+// fsGroup kDefaultFsGroup (so that a claim's volume is writable by the non-root trainer) and
+// automountServiceAccountToken false (a trainer never talks to the API server); per container,
+// init containers included, allowPrivilegeEscalation false and capabilities drop ALL. The
+// tj-trainer image runs as a non-root UID; a template that needs root sets runAsNonRoot: false
+// itself.
 void ApplySecurityDefaults(nlohmann::json& pod_spec);
 
 nlohmann::json BuildService(const nlohmann::json& job, const api::TrainingJobSpec& spec);

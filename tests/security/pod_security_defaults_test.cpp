@@ -30,6 +30,8 @@ TEST(PodSecurityDefaults, NonRootNoEscalationNoCapabilitiesForEveryContainer) {
   const json& s = pod["spec"];
   EXPECT_EQ(s["securityContext"]["runAsNonRoot"], true);
   EXPECT_EQ(s["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+  EXPECT_EQ(s["securityContext"]["fsGroup"], 65532);
+  EXPECT_EQ(s["automountServiceAccountToken"], false);
   ASSERT_EQ(s["containers"].size(), 2u);
   for (const json& c : s["containers"]) {
     EXPECT_EQ(c["securityContext"]["allowPrivilegeEscalation"], false) << c.dump();
@@ -38,9 +40,18 @@ TEST(PodSecurityDefaults, NonRootNoEscalationNoCapabilitiesForEveryContainer) {
   }
 }
 
+TEST(PodSecurityDefaults, InitContainersGetTheContainerDefaults) {
+  json pod = TrainerPod({{"initContainers", json::array({{{"name", "fetch"}, {"image", "f"}}})},
+                         {"containers", json::array({{{"name", "trainer"}, {"image", "t"}}})}});
+  const json& c = pod["spec"]["initContainers"][0];
+  EXPECT_EQ(c["securityContext"]["allowPrivilegeEscalation"], false) << c.dump();
+  EXPECT_EQ(c["securityContext"]["capabilities"], json({{"drop", json::array({"ALL"})}}));
+}
+
 TEST(PodSecurityDefaults, TheTemplatesOwnSettingsWinFieldByField) {
   json pod = TrainerPod(
-      {{"securityContext", {{"runAsNonRoot", false}, {"runAsUser", 0}}},
+      {{"securityContext", {{"runAsNonRoot", false}, {"runAsUser", 0}, {"fsGroup", 1000}}},
+       {"automountServiceAccountToken", true},
        {"containers",
         json::array(
             {{{"name", "trainer"},
@@ -49,6 +60,8 @@ TEST(PodSecurityDefaults, TheTemplatesOwnSettingsWinFieldByField) {
   const json& psc = pod["spec"]["securityContext"];
   EXPECT_EQ(psc["runAsNonRoot"], false);
   EXPECT_EQ(psc["runAsUser"], 0);
+  EXPECT_EQ(psc["fsGroup"], 1000);
+  EXPECT_EQ(pod["spec"]["automountServiceAccountToken"], true);
   EXPECT_EQ(psc["seccompProfile"]["type"], "RuntimeDefault");  // unset there: the default
   const json& csc = pod["spec"]["containers"][0]["securityContext"];
   EXPECT_EQ(csc["capabilities"], json({{"add", json::array({"SYS_PTRACE"})}}));
