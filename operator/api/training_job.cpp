@@ -1,5 +1,6 @@
 #include "operator/api/training_job.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace tj::api {
@@ -209,6 +210,12 @@ StatusOr<TrainingJobSpec> ParseSpec(const json& spec) {
                              &out.run_policy.ttl_seconds_after_finished));
   TJ_RETURN_IF_ERROR(ReadInt(run, "startupDeadlineSeconds", "spec.runPolicy", 1, INT64_MAX / 4,
                              &out.run_policy.startup_deadline_seconds));
+  // A longer duration means "never"; saturated so that adding it to a time cannot wrap the clock.
+  for (std::optional<int64_t>* d :
+       {&out.run_policy.active_deadline_seconds, &out.run_policy.ttl_seconds_after_finished,
+        &out.run_policy.startup_deadline_seconds}) {
+    if (*d && **d > kMaxDurationSeconds) *d = kMaxDurationSeconds;
+  }
   std::optional<std::string> clean;
   TJ_RETURN_IF_ERROR(
       ReadEnum(run, "cleanPodPolicy", "spec.runPolicy", {"All", "Running", "None"}, &clean));
@@ -228,6 +235,41 @@ StatusOr<TrainingJobSpec> ParseSpec(const json& spec) {
   TJ_RETURN_IF_ERROR(ReadInt(spec, "port", "spec", 1, 65535, &port));
   if (port) out.port = static_cast<int32_t>(*port);
   return out;
+}
+
+Status ValidateJobName(const std::string& name, const TrainingJobSpec& spec) {
+  constexpr size_t kMaxLabel = 63;
+  if (name.empty() || name.size() > kMaxLabel) {
+    return FieldError("metadata.name",
+                      "\"" + name.substr(0, 80) + "\" has " + std::to_string(name.size()) +
+                          " characters: the job's Service and its label tjo.dev/job-name take "
+                          "at most 63; choose a shorter name");
+  }
+  const bool letters_digits_dashes = std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+  });
+  if (!letters_digits_dashes || !(name.front() >= 'a' && name.front() <= 'z') ||
+      name.back() == '-') {
+    return FieldError(
+        "metadata.name",
+        "\"" + name +
+            "\" is not a DNS-1035 label, which the job's headless "
+            "Service needs: lowercase letters, digits and '-', starting with a letter "
+            "and ending with a letter or digit (no dots)");
+  }
+  for (const auto& [type, rs] : spec.replica_specs) {
+    if (rs.replicas <= 0) continue;
+    const std::string longest = name + "-" + TaskName(type) + "-" + std::to_string(rs.replicas - 1);
+    if (longest.size() > kMaxLabel) {
+      return FieldError("metadata.name",
+                        "\"" + name + "\" makes the pod hostname \"" + longest + "\" of " +
+                            std::to_string(longest.size()) +
+                            " characters; hostnames take at most 63: shorten the name to " +
+                            std::to_string(kMaxLabel - (longest.size() - name.size())) +
+                            " characters or fewer");
+    }
+  }
+  return Status::Ok();
 }
 
 namespace {

@@ -47,6 +47,12 @@ struct ReplicaSpec {
   nlohmann::json pod_template = nlohmann::json::object();  // a core/v1 PodTemplateSpec
 };
 
+// The longest duration the run policy keeps (100 years): a longer activeDeadlineSeconds,
+// ttlSecondsAfterFinished or startupDeadlineSeconds is accepted and saturated to it, so that a
+// time plus a duration stays inside the clock's range (system_clock counts nanoseconds, which
+// wrap after 292 years).
+inline constexpr int64_t kMaxDurationSeconds = int64_t{100} * 365 * 24 * 3600;
+
 struct RunPolicy {
   int32_t backoff_limit = 3;
   std::optional<int64_t> active_deadline_seconds;
@@ -69,6 +75,14 @@ struct TrainingJobSpec {
 // Parses `spec` (the object's .spec), applies defaults and validates. The error names the
 // first offending field and what a valid value is.
 StatusOr<TrainingJobSpec> ParseSpec(const nlohmann::json& spec);
+
+// Whether `name` (the job's metadata.name) makes valid names of what the operator creates from
+// it: the headless Service `<name>` (a DNS-1035 label: lowercase letters, digits and '-',
+// starting with a letter, ending with a letter or digit, at most 63 characters), the label
+// value tjo.dev/job-name (at most 63) and the pods' hostnames `<name>-<type>-<index>` (DNS-1123
+// labels of at most 63 characters: with 10 workers, a name of at most 52). The API server
+// accepts longer TrainingJob names (up to 253, with dots); the error names the limit.
+Status ValidateJobName(const std::string& name, const TrainingJobSpec& spec);
 
 // Condition types and the reasons the operator writes.
 namespace condition {

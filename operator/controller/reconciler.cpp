@@ -290,6 +290,9 @@ Decision Pass::Run() {
   if (Deleting(in_.job)) return std::move(d_);  // the garbage collector removes what it owns
 
   auto spec = api::ParseSpec(in_.job.value("spec", json()));
+  if (spec.ok()) {
+    if (Status named = api::ValidateJobName(ref_.name, *spec); !named.ok()) spec = named;
+  }
   if (!spec.ok()) {
     if (!status_.IsTrue(cond::kFailed)) {
       Fail("InvalidSpec", "TrainingJob " + ref_.ns + "/" + ref_.name + " is invalid: " +

@@ -158,6 +158,10 @@ TEST_F(OperatorE2E, InvalidSpecs) {
   bad["metadata"]["name"] = "noworker";
   bad["spec"]["replicaSpecs"].erase("Worker");
   EXPECT_EQ(client_->Create(api::kTrainingJobs, ns_, bad).error().code, 422);
+  bad = ScaledExample(1, 1, 1);
+  bad["metadata"]["name"] = "my.job";  // a valid object name, not a valid Service name
+  EXPECT_EQ(client_->Create(api::kTrainingJobs, ns_, bad).error().code, 422);
+
   // TFJob's PS reaches the operator, which says what to use instead.
   bad = ScaledExample(1, 1, 1);
   bad["metadata"]["name"] = "ps";

@@ -220,3 +220,38 @@ TEST(ReplicaTypes, Names) {
 
 }  // namespace
 }  // namespace tj::api
+
+namespace tj::api {
+namespace {
+
+// The names the operator derives from a job's name must be valid where they are used.
+TEST(ValidateJobName, ServiceLabelAndHostnameLimits) {
+  auto spec = ParseSpec(nlohmann::json{
+      {"replicaSpecs",
+       {{"Worker",
+         {{"replicas", 10},
+          {"template", {{"spec", {{"containers", {{{"name", "trainer"}, {"image", "t"}}}}}}}}}}}}});
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  EXPECT_TRUE(ValidateJobName("mnist", *spec).ok());
+  EXPECT_TRUE(ValidateJobName(std::string(52, 'a'), *spec).ok());  // a-worker-9: 52 + 9 = 61
+  struct Case {
+    std::string name, message;
+  } cases[] = {
+      {std::string(64, 'a'), "has 64 characters: the job's Service and its label"},
+      {std::string(55, 'a'), "hostname \"" + std::string(55, 'a') + "-worker-9\" of 64"},
+      {"my.job", "is not a DNS-1035 label"},
+      {"9lives", "is not a DNS-1035 label"},
+      {"Mnist", "is not a DNS-1035 label"},
+      {"mnist-", "is not a DNS-1035 label"},
+      {"", "has 0 characters"},
+  };
+  for (const Case& c : cases) {
+    Status s = ValidateJobName(c.name, *spec);
+    ASSERT_FALSE(s.ok()) << c.name;
+    EXPECT_NE(s.message().find("metadata.name: "), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find(c.message), std::string::npos) << s.message();
+  }
+}
+
+}  // namespace
+}  // namespace tj::api

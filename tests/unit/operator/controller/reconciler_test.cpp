@@ -679,6 +679,33 @@ TEST(Reconcile, ActiveDeadlineFailsOnTimeAndRequeuesForIt) {
   EXPECT_EQ(Deleted(d3).size(), 3u);
 }
 
+// Durations a user may write (up to the API's maximum) must not wrap the clock: a deadline of
+// ~70 billion years is "never", not a time in the past that fails the job at once.
+TEST(Reconcile, HugeDurationsSaturateInsteadOfWrappingTheClock) {
+  for (const char* field : {"activeDeadlineSeconds", "startupDeadlineSeconds"}) {
+    World w;
+    w.in.job["spec"]["runPolicy"] = {{field, INT64_MAX / 4}};
+    w.Running();
+    if (std::string(field) == "startupDeadlineSeconds") {
+      w.in.pods[1] = Pod(w.in.job, ReplicaType::kWorker, 1, 0, "Pending");
+    }
+    w.in.now = kT0 + seconds(40);
+    Decision d = Reconcile(w.in);
+    EXPECT_FALSE(StatusOf(d).IsTrue("Failed")) << field << ": " << Cond(d, "Failed").message;
+    ASSERT_TRUE(d.requeue_after) << field;
+    EXPECT_GT(*d.requeue_after, milliseconds(0)) << field;
+  }
+  World w;
+  w.in.job["spec"]["runPolicy"] = {{"ttlSecondsAfterFinished", INT64_MAX / 4}};
+  w.in.job["status"] = {{"conditions", json::array({{{"type", "Failed"}, {"status", "True"}}})},
+                        {"completionTime", kube::FormatTime(kT0)}};
+  w.in.now = kT0 + seconds(60);
+  Decision d = Reconcile(w.in);
+  for (const Action& a : d.actions) {
+    EXPECT_NE(a.kind, Action::Kind::kDeleteJob) << "a job with a ~forever TTL was deleted";
+  }
+}
+
 TEST(Reconcile, StartupDeadlineNamesThePendingPod) {
   World w;
   w.in.job["spec"]["runPolicy"] = {{"startupDeadlineSeconds", 30}};
@@ -852,6 +879,16 @@ TEST(Reconcile, ProgressAndEvaluationFromTrainerStatus) {
 
 // The /status answer is the tenant's: values of another type than the schema's are not copied
 // (the CRD would refuse the whole status write), the rest of the answer still is.
+TEST(Reconcile, ANameThatMakesAnInvalidHostnameFailsTheJob) {
+  World w;
+  w.in.job["metadata"]["name"] = std::string(56, 'm');  // + "-evaluator-0": 68
+  Decision d = Reconcile(w.in);
+  EXPECT_EQ(Cond(d, "Failed").reason, "InvalidSpec");
+  EXPECT_NE(Cond(d, "Failed").message.find("hostnames take at most 63"), std::string::npos)
+      << Cond(d, "Failed").message;
+  EXPECT_TRUE(Created(d).empty());
+}
+
 TEST(Reconcile, ProgressCopiesOnlyValuesOfTheSchemasTypes) {
   World w;
   w.Running();
