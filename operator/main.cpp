@@ -19,6 +19,7 @@
 #include "common/clock.h"
 #include "common/event_log.h"
 #include "common/termination_signals.h"
+#include "common/version.h"
 #include "operator/api/training_job.h"
 #include "operator/controller/cache_transforms.h"
 #include "operator/controller/executor.h"
@@ -122,6 +123,7 @@ int main(int argc, char** argv) {
                  "first gang-restart backoff; doubles per restart, at most 60 s")
       ->capture_default_str()
       ->check(CLI::Range(0, 600000));
+  app.set_version_flag("--version", std::string("tj-operator ") + tj::kVersionText);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

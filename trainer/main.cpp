@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/version.h"
 #include "trainer/train/options.h"
 #include "trainer/train/run.h"
 
@@ -92,6 +93,7 @@ int main(int argc, char** argv) {
   app.add_option("--eval-poll-interval", eval_poll_s, "Evaluator: seconds between polls")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.set_version_flag("--version", std::string("tj-trainer ") + tj::kVersionText);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
