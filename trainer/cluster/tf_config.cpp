@@ -51,6 +51,64 @@ std::vector<std::string>& TasksOf(TfConfig& c, TaskType type) {
   return const_cast<std::vector<std::string>&>(TasksOf(static_cast<const TfConfig&>(c), type));
 }
 
+// A cluster job's tasks as a list: ClusterSpec takes a list, or an object of task index ->
+// address ({"0":"a:1","1":"b:1"}, JSON's keys being strings that ClusterSpec reads with int()).
+// The collective's ranks need indices 0..n-1, so a gap is an error naming the missing index.
+StatusOr<nlohmann::json> TaskList(const nlohmann::json& job, const std::string& field) {
+  if (job.is_array()) return job;
+  if (!job.is_object()) {
+    return Status::Error(field +
+                         " must be a list of \"host:port\" strings (or an object of "
+                         "task index -> \"host:port\")");
+  }
+  std::map<int64_t, nlohmann::json> by_index;
+  for (auto it = job.begin(); it != job.end(); ++it) {
+    int64_t index = -1;
+    const std::string& key = it.key();
+    auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), index);
+    if (ec != std::errc() || end != key.data() + key.size() || index < 0 || index > 1000000) {
+      return Status::Error(field + ": task index " + Quote(key) + " is not a non-negative integer");
+    }
+    by_index[index] = *it;
+  }
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& [index, address] : by_index) {
+    if (index != static_cast<int64_t>(list.size())) {
+      return Status::Error(field + " has no task " + std::to_string(list.size()) +
+                           ": MultiWorkerMirroredStrategy numbers its tasks 0..n-1 without gaps");
+    }
+    list.push_back(address);
+  }
+  return list;
+}
+
+// task.index as TensorFlow reads it: int(task["index"]) in Python. Sets *index, or says why not.
+Status ReadTaskIndex(const nlohmann::json& value, int64_t* index) {
+  const std::string bad =
+      "TF_CONFIG.task.index must be a non-negative integer, not " + value.dump();
+  if (value.is_number_integer()) {
+    *index = value.get<int64_t>();
+  } else if (value.is_number_float()) {  // int(2.0) == 2; int(1.5) == 1 (truncates)
+    const double d = value.get<double>();
+    if (!(d > -1.0 && d < 1e7)) return Status::Error(bad);
+    *index = static_cast<int64_t>(d);
+  } else if (value.is_boolean()) {  // int(True) == 1
+    *index = value.get<bool>() ? 1 : 0;
+  } else if (value.is_string()) {  // int(" 2 "), int("+2"): a decimal integer, blanks around
+    std::string s = value.get<std::string>();
+    const size_t first = s.find_first_not_of(" \t\n\r");
+    const size_t last = s.find_last_not_of(" \t\n\r");
+    s = first == std::string::npos ? "" : s.substr(first, last - first + 1);
+    if (!s.empty() && s[0] == '+') s.erase(0, 1);
+    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), *index);
+    if (s.empty() || ec != std::errc() || end != s.data() + s.size()) return Status::Error(bad);
+  } else {
+    return Status::Error(bad);
+  }
+  if (*index < 0) return Status::Error(bad);
+  return Status::Ok();
+}
+
 Status ParseCluster(const nlohmann::json& cluster, TfConfig* config) {
   if (!cluster.is_object()) {
     return Status::Error("TF_CONFIG.cluster must be an object of task type -> list of host:port");
@@ -64,13 +122,12 @@ Status ParseCluster(const nlohmann::json& cluster, TfConfig* config) {
       return Status::Error(field + ": unknown task type " + Quote(it.key()) +
                            "; use chief, worker, ps or evaluator");
     }
-    if (!it->is_array()) {
-      return Status::Error(field + " must be a list of \"host:port\" strings");
-    }
+    StatusOr<nlohmann::json> list = TaskList(*it, field);
+    if (!list.ok()) return list.status();
     std::vector<std::string>& tasks = TasksOf(*config, type);
-    for (size_t i = 0; i < it->size(); ++i) {
+    for (size_t i = 0; i < list->size(); ++i) {
       const std::string where = field + "[" + std::to_string(i) + "]";
-      const nlohmann::json& entry = (*it)[i];
+      const nlohmann::json& entry = (*list)[i];
       if (!entry.is_string()) {
         return Status::Error(where + " must be a \"host:port\" string, not " + entry.dump());
       }
@@ -127,15 +184,12 @@ Status ParseTask(const nlohmann::json& root, TfConfig* config) {
         "with synchronous all-reduce, like MultiWorkerMirroredStrategy); run chief/worker "
         "tasks only");
   }
-  // TensorFlow defaults a missing index to 0.
+  // A missing index is 0, as TensorFlow's RunConfig reads it.
   config->task_index = 0;
   auto index_it = task.find("index");
   if (index_it != task.end()) {
-    if (!index_it->is_number_integer() || index_it->get<int64_t>() < 0) {
-      return Status::Error("TF_CONFIG.task.index must be a non-negative integer, not " +
-                           index_it->dump());
-    }
-    const int64_t index = index_it->get<int64_t>();
+    int64_t index = 0;
+    TJ_RETURN_IF_ERROR(ReadTaskIndex(*index_it, &index));
     config->task_index = index > 1000000 ? 1000000 : static_cast<int>(index);
   }
   const size_t count = TasksOf(*config, config->task_type).size();
@@ -269,6 +323,14 @@ StatusOr<TfConfig> ParseTfConfig(std::string_view json_text) {
   TJ_RETURN_IF_ERROR(ParseCluster(*cluster_it, &config));
   TJ_RETURN_IF_ERROR(ParseTask(root, &config));
   return config;
+}
+
+bool DescribesLocalRun(std::string_view json_text) {
+  if (json_text.find_first_not_of(" \t\n\r") == std::string_view::npos) return true;
+  const nlohmann::json root = nlohmann::json::parse(json_text, nullptr, false);
+  if (!root.is_object()) return false;  // ParseTfConfig says what is wrong
+  const auto cluster = root.find("cluster");
+  return cluster == root.end() || (cluster->is_object() && cluster->empty());
 }
 
 std::string PodListenAddress() {

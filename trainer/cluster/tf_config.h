@@ -64,12 +64,23 @@ struct TfConfig {
   const std::string& AddressOfRank(int rank) const;
 };
 
-// Parses TF_CONFIG. Rejects, with a message naming the field and what to do: malformed JSON,
-// a missing or malformed `task`, an unknown task type, an index out of range, an address
-// without a port or with a bad port, duplicate addresses, more than one chief or evaluator,
-// a cluster without chief or worker, and a `ps` task (parameter servers are not supported).
-// `environment` and unknown top-level keys are ignored, as TensorFlow does.
+// Parses TF_CONFIG as TensorFlow's TFConfigClusterResolver and MultiWorkerMirroredStrategy read
+// it: a cluster job is a list of addresses or an object of index -> address (ClusterSpec's two
+// forms; the indices must be 0..n-1 here, as the strategy's ranks need); task.index is read as
+// Python's int() reads it (an integer, an integral float, a decimal string, true/false).
+// Rejects, with a message naming the field and what to do: malformed JSON, a missing or
+// malformed `task`, an unknown task type, an index out of range, an address without a port or
+// with a bad port, duplicate addresses, more than one chief or evaluator, a cluster without
+// chief or worker, and a `ps` task (parameter servers are not supported). `environment`,
+// `rpc_layer`, `session_master` and unknown top-level keys are ignored, as TensorFlow does.
+// A TF_CONFIG without a cluster (or with an empty one) describes a local run: see
+// DescribesLocalRun, which callers check first.
 StatusOr<TfConfig> ParseTfConfig(std::string_view json_text);
+
+// True when TF_CONFIG means one local process, as TensorFlow reads it: empty text, or a JSON
+// object whose `cluster` is absent or an empty object (TFConfigClusterResolver then gives an
+// empty ClusterSpec, and the strategy trains locally).
+bool DescribesLocalRun(std::string_view json_text);
 
 // The address this pod's servers (the chief's rendezvous, the status server) listen on: the
 // value of TJ_POD_IP, or "" (every interface) when it is unset or empty. On the local cluster

@@ -32,7 +32,8 @@ int UsableCores() {
   long long period = 0;
   if (cpu_max >> quota >> period && quota != "max" && period > 0) {
     long long q = std::atoll(quota.c_str());
-    if (q > 0) cores = std::min<int>(cores, static_cast<int>(std::max(1LL, (q + period - 1) / period)));
+    if (q > 0)
+      cores = std::min<int>(cores, static_cast<int>(std::max(1LL, (q + period - 1) / period)));
   }
   return std::max(1, cores);
 }
@@ -81,7 +82,7 @@ int RunTrainer(const Options& o) {
     return kExitUsage;
   }
   std::optional<cluster::TfConfig> tf_config;
-  if (!o.tf_config.empty()) {
+  if (!cluster::DescribesLocalRun(o.tf_config)) {
     auto parsed = cluster::ParseTfConfig(o.tf_config);
     if (!parsed.ok()) {
       log.Error(parsed.status().message());
@@ -89,8 +90,7 @@ int RunTrainer(const Options& o) {
     }
     tf_config = *parsed;
   }
-  const bool evaluator =
-      o.role == Role::kEvaluator || (tf_config && tf_config->is_evaluator());
+  const bool evaluator = o.role == Role::kEvaluator || (tf_config && tf_config->is_evaluator());
   const bool is_chief = !evaluator && (!tf_config || tf_config->is_chief());
   const std::string role = evaluator ? "evaluator" : is_chief ? "chief" : "worker";
 
@@ -175,8 +175,8 @@ int RunTrainer(const Options& o) {
     }
     gradient_comm = std::move(*nccl);
   }
-  TrainingContext context{&o, &*dataset, comm.get(), &pool, &log, &progress, is_chief, scalars,
-                          backend.get(), gradient_comm.get()};
+  TrainingContext context{&o,        &*dataset, comm.get(), &pool,         &log,
+                          &progress, is_chief,  scalars,    backend.get(), gradient_comm.get()};
   TrainingOutcome outcome = RunTraining(context);
   if (!outcome.status.ok()) {
     progress.Update([](ProgressSnapshot& p) { p.state = "failed"; });

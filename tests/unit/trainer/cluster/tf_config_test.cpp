@@ -1,5 +1,13 @@
 // TF_CONFIG parsing and roles: table-driven good and bad inputs, exact error texts; the pod's
-// listen address (TJ_POD_IP).
+// listen address (TJ_POD_IP). Each row says what TensorFlow does with the same TF_CONFIG:
+// TFConfigClusterResolver (tensorflow/python/distribute/cluster_resolver/
+// tfconfig_cluster_resolver.py: task_type = str(task["type"]), task_id = int(task["index"]),
+// cluster_spec = ClusterSpec(tf_config["cluster"]) or ClusterSpec({}) without one, rpc_layer and
+// session_master read, everything else ignored), ClusterSpec (tensorflow/python/training/
+// server_lib.py: a job is a list of addresses or a dict of int(index) -> address) and
+// MultiWorkerMirroredStrategy's checks (tensorflow/python/distribute/multi_worker_util.py,
+// _validate_cluster_spec: task type chief/worker/evaluator/ps, the task's type in the cluster,
+// at most one chief and one evaluator, task_id below the job's task count).
 #include "trainer/cluster/tf_config.h"
 
 #include <gtest/gtest.h>
@@ -75,6 +83,27 @@ INSTANTIATE_TEST_SUITE_P(
              R"({"cluster":{"worker":["[::1]:2222","[::1]:2223"]},"task":{"type":"worker",
                  "index":1}})",
              false, false, 1, 2, "[::1]:2222", "[::1]:2223", "worker 1"},
+        // TF: int(task["index"]) accepts a decimal string, an integral float, a bool.
+        Good{"index_as_string_like_int",
+             R"({"cluster":{"worker":["a:1","b:1"]},"task":{"type":"worker","index":" 1 "}})",
+             false, false, 1, 2, "a:1", "b:1", "worker 1"},
+        Good{"index_as_float_like_int",
+             R"({"cluster":{"worker":["a:1","b:1"]},"task":{"type":"worker","index":1.0}})", false,
+             false, 1, 2, "a:1", "b:1", "worker 1"},
+        Good{"index_as_bool_like_int",
+             R"({"cluster":{"worker":["a:1","b:1"]},"task":{"type":"worker","index":true}})", false,
+             false, 1, 2, "a:1", "b:1", "worker 1"},
+        // TF: ClusterSpec takes a job as a dict of index -> address (keys read with int()).
+        Good{"job_as_index_map",
+             R"({"cluster":{"chief":{"0":"c:1"},"worker":{"1":"w1:1","0":"w0:1"}},
+                 "task":{"type":"worker","index":1}})",
+             false, false, 2, 3, "c:1", "w1:1", "worker 1"},
+        // TF: rpc_layer and session_master are read by the resolver, not by the strategy's
+        // collectives; environment ("cloud", "google") only by Estimator.
+        Good{"rpc_layer_session_master_environment_ignored",
+             R"({"cluster":{"worker":["a:1"]},"task":{"type":"worker","index":0},
+                 "rpc_layer":"grpc","session_master":"grpc://a:1","environment":"google"})",
+             true, false, 0, 1, "a:1", "a:1", "worker 0"},
         Good{"same_host_other_port_is_no_duplicate",
              R"({"cluster":{"worker":["h:1","h:2"]},"task":{"type":"worker","index":0},
                  "unknown_top_level":1})",
@@ -109,6 +138,7 @@ INSTANTIATE_TEST_SUITE_P(
         Bad{"not_an_object", R"([1,2])",
             R"(TF_CONFIG must be a JSON object like {"cluster":{"worker":["host0:2222",)"
             R"("host1:2222"]},"task":{"type":"worker","index":0}})"},
+        // Only reached by a caller that skipped DescribesLocalRun (below).
         Bad{"no_cluster", R"({"task":{"type":"worker","index":0}})",
             R"(TF_CONFIG has no cluster; add "cluster":{"worker":["host:port",...]})"},
         Bad{"no_task", R"({"cluster":{"worker":["a:1"]}})",
@@ -126,9 +156,20 @@ INSTANTIATE_TEST_SUITE_P(
         Bad{"negative_index",
             R"({"cluster":{"worker":["a:1"]},"task":{"type":"worker","index":-1}})",
             "TF_CONFIG.task.index must be a non-negative integer, not -1"},
-        Bad{"string_index",
-            R"({"cluster":{"worker":["a:1"]},"task":{"type":"worker","index":"0"}})",
-            R"(TF_CONFIG.task.index must be a non-negative integer, not "0")"},
+        // TF: int("x") raises ValueError.
+        Bad{"non_numeric_string_index",
+            R"({"cluster":{"worker":["a:1"]},"task":{"type":"worker","index":"one"}})",
+            R"(TF_CONFIG.task.index must be a non-negative integer, not "one")"},
+        Bad{"null_index", R"({"cluster":{"worker":["a:1"]},"task":{"type":"worker","index":null}})",
+            "TF_CONFIG.task.index must be a non-negative integer, not null"},
+        // TF: the strategy's ranks need tasks 0..n-1; task 2 of {0, 2} "exceeds the maximum id".
+        Bad{"sparse_index_map",
+            R"({"cluster":{"worker":{"0":"a:1","2":"b:1"}},"task":{"type":"worker","index":0}})",
+            "TF_CONFIG.cluster.worker has no task 1: MultiWorkerMirroredStrategy numbers its "
+            "tasks 0..n-1 without gaps"},
+        Bad{"index_map_bad_key",
+            R"({"cluster":{"worker":{"zero":"a:1"}},"task":{"type":"worker","index":0}})",
+            R"(TF_CONFIG.cluster.worker: task index "zero" is not a non-negative integer)"},
         Bad{"task_type_not_in_cluster",
             R"({"cluster":{"worker":["a:1"]},"task":{"type":"chief","index":0}})",
             "TF_CONFIG.task is chief 0 but cluster.chief is missing or empty; add this task's "
@@ -171,9 +212,23 @@ INSTANTIATE_TEST_SUITE_P(
             R"(chief/worker tasks only)"},
         Bad{"address_not_string", R"({"cluster":{"worker":[2222]},"task":{"type":"worker"}})",
             R"(TF_CONFIG.cluster.worker[0] must be a "host:port" string, not 2222)"},
+        // TF: ClusterSpec raises TypeError on a job that is neither a list nor a dict.
         Bad{"cluster_list_not_array", R"({"cluster":{"worker":"a:1"},"task":{"type":"worker"}})",
-            R"(TF_CONFIG.cluster.worker must be a list of "host:port" strings)"}),
+            R"(TF_CONFIG.cluster.worker must be a list of "host:port" strings (or an object of )"
+            R"(task index -> "host:port"))"}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// TF: without a cluster (or with an empty one) the resolver's ClusterSpec is empty and the
+// strategy trains in one local process; json.loads of the variable's text otherwise.
+TEST(TfConfig, NoClusterDescribesALocalRun) {
+  EXPECT_TRUE(DescribesLocalRun(""));
+  EXPECT_TRUE(DescribesLocalRun("{}"));
+  EXPECT_TRUE(DescribesLocalRun(R"({"task":{"type":"worker","index":0}})"));
+  EXPECT_TRUE(DescribesLocalRun(R"({"cluster":{},"task":{"type":"worker","index":0}})"));
+  EXPECT_FALSE(DescribesLocalRun(R"({"cluster":{"worker":["a:1"]}})"));
+  EXPECT_FALSE(DescribesLocalRun("not json"));  // ParseTfConfig names the error
+  EXPECT_FALSE(DescribesLocalRun(R"({"cluster":[]})"));
+}
 
 TEST(TfConfig, RanksMapBackToTasksAndAddresses) {
   StatusOr<TfConfig> c = ParseTfConfig(
