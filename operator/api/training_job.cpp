@@ -294,9 +294,13 @@ TrainingJobStatus TrainingJobStatus::FromJson(const json& j) {
     if (j.contains("conditions") && j["conditions"].is_array()) {
       for (const auto& c : j["conditions"]) {
         if (!c.is_object()) continue;
-        s.conditions.push_back({c.value("type", ""), c.value("status", ""), c.value("reason", ""),
-                                c.value("message", ""), c.value("lastTransitionTime", ""),
-                                c.value("lastUpdateTime", "")});
+        Condition cond{c.value("type", ""),           c.value("status", ""),
+                       c.value("reason", ""),         c.value("message", ""),
+                       c.value("lastTransitionTime", ""), c.value("lastUpdateTime", "")};
+        if (auto g = c.find("observedGeneration"); g != c.end() && g->is_number_integer()) {
+          cond.observed_generation = g->get<int64_t>();
+        }
+        s.conditions.push_back(cond);
       }
     }
     if (j.contains("replicaStatuses") && j["replicaStatuses"].is_object()) {
@@ -309,6 +313,9 @@ TrainingJobStatus TrainingJobStatus::FromJson(const json& j) {
         };
         s.replica_statuses[k] = {count(v, "active"), count(v, "succeeded"), count(v, "failed")};
       }
+    }
+    if (auto g = j.find("observedGeneration"); g != j.end() && g->is_number_integer()) {
+      s.observed_generation = g->get<int64_t>();
     }
     if (j.contains("restartCount") && j["restartCount"].is_number_integer()) {
       s.restart_count = j["restartCount"].get<int32_t>();
@@ -340,6 +347,7 @@ json TrainingJobStatus::ToJson() const {
         {"type", c.type}, {"status", c.status}, {"reason", c.reason}, {"message", c.message}};
     if (!c.last_transition_time.empty()) cj["lastTransitionTime"] = c.last_transition_time;
     if (!c.last_update_time.empty()) cj["lastUpdateTime"] = c.last_update_time;
+    if (c.observed_generation > 0) cj["observedGeneration"] = c.observed_generation;
     conds.push_back(cj);
   }
   j["conditions"] = conds;
@@ -350,6 +358,7 @@ json TrainingJobStatus::ToJson() const {
   j["replicaStatuses"] = rs;
   j["restartCount"] = restart_count;
   j["createdGeneration"] = created_generation;
+  if (observed_generation > 0) j["observedGeneration"] = observed_generation;
   if (evaluator_restarts > 0) j["evaluatorRestarts"] = evaluator_restarts;
   if (start_time) j["startTime"] = *start_time;
   if (completion_time) j["completionTime"] = *completion_time;
@@ -379,17 +388,21 @@ bool TrainingJobStatus::SetCondition(const std::string& type, bool status,
   const std::string t = kube::FormatTime(now);
   for (auto& c : conditions) {
     if (c.type != type) continue;
-    if (c.status == st && c.reason == reason && c.message == message) return false;
+    if (c.status == st && c.reason == reason && c.message == message &&
+        c.observed_generation == observed_generation) {
+      return false;
+    }
     if (c.status != st) c.last_transition_time = t;
     c.status = st;
     c.reason = reason;
     c.message = message;
     c.last_update_time = t;
+    c.observed_generation = observed_generation;
     state = StateOf(conditions);
     return true;
   }
   if (!status) return false;  // a condition that never held is not written as False
-  conditions.push_back({type, st, reason, message, t, t});
+  conditions.push_back({type, st, reason, message, t, t, observed_generation});
   state = StateOf(conditions);
   return true;
 }

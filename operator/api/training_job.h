@@ -101,6 +101,7 @@ struct Condition {
   std::string message;
   std::string last_transition_time;  // metav1.Time
   std::string last_update_time;
+  int64_t observed_generation = 0;  // the job's metadata.generation it was set from; 0: unknown
 };
 
 struct ReplicaStatus {
@@ -120,6 +121,9 @@ struct TrainingJobStatus {
   nlohmann::json progress;    // null or {epoch, totalEpochs, step, loss, accuracy, ...}
   nlohmann::json evaluation;  // null or {checkpoint, epoch, loss, accuracy}
   std::string state;          // the printer column: last true condition of the lifecycle
+  // The job's metadata.generation this status was computed from (API conventions); SetCondition
+  // stamps it on the conditions it sets. 0: unknown, not written.
+  int64_t observed_generation = 0;
 
   // Lenient: unknown or malformed fields are dropped (the operator owns status).
   static TrainingJobStatus FromJson(const nlohmann::json& j);
@@ -128,8 +132,8 @@ struct TrainingJobStatus {
   const Condition* Find(const std::string& type) const;
   bool IsTrue(const std::string& type) const;
   bool Finished() const { return IsTrue(condition::kSucceeded) || IsTrue(condition::kFailed); }
-  // Sets a condition; lastTransitionTime changes only when `status` flips. Returns true when
-  // anything changed. Keeps `state` in step.
+  // Sets a condition, with observed_generation; lastTransitionTime changes only when `status`
+  // flips. Returns true when anything changed. Keeps `state` in step.
   bool SetCondition(const std::string& type, bool status, const std::string& reason,
                     const std::string& message, kube::WallTime now);
 };

@@ -1,6 +1,7 @@
 #include "operator/controller/executor.h"
 
 #include <algorithm>
+#include <future>
 #include <sstream>
 #include <utility>
 
@@ -115,6 +116,77 @@ std::optional<json> HttpGetJson(const std::string& host, int port, const std::st
   json j = json::parse(*body, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return std::nullopt;
   return j;
+}
+
+json FinalProgress(const std::string& log) {
+  std::istringstream in(log);
+  std::string line;
+  json progress;
+  while (std::getline(in, line)) {
+    if (line.find("\"epoch_end\"") == std::string::npos &&
+        line.find("\"train_end\"") == std::string::npos) {
+      continue;
+    }
+    json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object()) continue;
+    const std::string event = j.value("event", "");
+    if (event == "epoch_end") {
+      json p = json::object();
+      for (const char* k : {"epoch", "loss", "accuracy", "images_per_sec"}) {
+        if (j.contains(k)) p[k] = j[k];
+      }
+      if (progress.is_object() && progress.contains("total_epochs")) {
+        p["total_epochs"] = progress["total_epochs"];
+      }
+      progress = std::move(p);
+    } else if (event == "train_end" && j.contains("epochs")) {
+      if (!progress.is_object()) progress = json::object();
+      progress["total_epochs"] = j["epochs"];
+      progress["state"] = "done";
+    }
+  }
+  return progress;
+}
+
+void Executor::ReadTrainerProgress(const std::string& ns, const std::string& name, Observed* in) {
+  // The reconciler reads the chief's (the Chief pod, else worker 0) and the evaluator's: only
+  // those are asked, at once, each bounded (HttpGetJson), never every pod of a large job.
+  const json* chief = nullptr;
+  const json* worker0 = nullptr;
+  const json* evaluator = nullptr;
+  for (const auto& p : in->pods) {
+    const std::string pod = api::RefOf(p).name;
+    if (pod == PodName(name, api::ReplicaType::kChief, 0)) chief = &p;
+    if (pod == PodName(name, api::ReplicaType::kWorker, 0)) worker0 = &p;
+    if (pod == PodName(name, api::ReplicaType::kEvaluator, 0)) evaluator = &p;
+  }
+  if (chief == nullptr) chief = worker0;
+  std::vector<std::pair<std::string, std::future<std::optional<json>>>> polls;
+  for (const json* p : {chief, evaluator}) {
+    if (p == nullptr || PodPhase(*p) != "Running" || !deps_.trainer_status) continue;
+    polls.emplace_back(api::RefOf(*p).name,
+                       std::async(std::launch::async, deps_.trainer_status, std::cref(*p)));
+  }
+  for (auto& [pod, answer] : polls) {
+    if (auto s = answer.get()) in->trainer_status[pod] = std::move(*s);
+  }
+  if (!deps_.pod_log) return;
+  // Both exit right after their last word: read it from the log (at most its last 64 KiB), so
+  // that a finished job shows its last epoch and evaluation, not whatever a poll last saw.
+  if (chief != nullptr && PodPhase(*chief) == "Succeeded") {
+    const std::string pod = api::RefOf(*chief).name;
+    if (auto log = deps_.pod_log(ns, pod)) {
+      json p = FinalProgress(*log);
+      if (!p.is_null()) in->trainer_status[pod] = std::move(p);
+    }
+  }
+  if (evaluator != nullptr && PodPhase(*evaluator) == "Succeeded") {
+    const std::string pod = api::RefOf(*evaluator).name;
+    if (auto log = deps_.pod_log(ns, pod)) {
+      json e = LastEvaluation(*log);
+      if (!e.is_null()) in->final_evaluation[pod] = std::move(e);
+    }
+  }
 }
 
 Executor::Executor(ExecutorDeps deps, ReconcilerOptions options)
@@ -254,27 +326,7 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
 
   const api::TrainingJobStatus st =
       api::TrainingJobStatus::FromJson(in.job.value("status", json::object()));
-  if (!st.Finished()) {
-    for (const auto& p : in.pods) {
-      const std::string pod_name = api::RefOf(p).name;
-      const std::string phase = PodPhase(p);
-      if (phase == "Running" && deps_.trainer_status) {
-        if (auto s = deps_.trainer_status(p)) in.trainer_status[pod_name] = *s;
-      }
-      // The evaluator exits right after its final evaluation: read it from the log.
-      std::string type;
-      try {
-        type = p.at("metadata").at("labels").at(api::kLabelReplicaType).get<std::string>();
-      } catch (const json::exception&) {
-      }
-      if (phase == "Succeeded" && deps_.pod_log && type == "evaluator") {
-        if (auto log = deps_.pod_log(ns, pod_name)) {
-          json e = LastEvaluation(*log);
-          if (!e.is_null()) in.final_evaluation[pod_name] = e;
-        }
-      }
-    }
-  }
+  if (!st.Finished()) ReadTrainerProgress(ns, name, &in);
 
   Decision d = Reconcile(in, options_);
   TJ_RETURN_IF_ERROR(Apply(key, in.job, d));

@@ -90,6 +90,10 @@ class Executor {
   int WriteKeptStatuses();
 
  private:
+  // Fills in->trainer_status and in->final_evaluation from the pods in in->pods: the /status of
+  // the running chief (Chief 0, else worker 0) and evaluator, asked in parallel; the final
+  // progress and evaluation from the logs of those that succeeded.
+  void ReadTrainerProgress(const std::string& ns, const std::string& name, Observed* in);
   // Fills in.pods, in.service and in.secret of job `name` in `ns` (in->job set). A Service or
   // Secret of the job's name that in->job does not own is left out.
   Status ReadOwned(const std::string& key, const std::string& ns, const std::string& name,
@@ -137,6 +141,11 @@ Status CheckExistingIsOwned(const std::string& kind, const std::string& object_k
 
 // The last {"event":"evaluation",...} line of a trainer log, or null.
 nlohmann::json LastEvaluation(const std::string& log);
+
+// The chief's final progress from its log, in /status's schema: the last epoch_end line's
+// epoch, loss, accuracy and images_per_sec, and train_end's epochs as total_epochs; null when
+// the log has neither.
+nlohmann::json FinalProgress(const std::string& log);
 
 // What the operator reads of a trainer's /status, which the job's tenant controls: at most
 // this many bytes, nested at most this deep (the documented schema is two levels deep).

@@ -110,6 +110,12 @@ class Pass {
   Pass(const Observed& in, const ReconcilerOptions& o) : in_(in), o_(o), ref_(api::RefOf(in.job)) {
     status_ = TrainingJobStatus::FromJson(in.job.value("status", json::object()));
     original_ = status_.ToJson();
+    // The spec this pass reads (API conventions: status.observedGeneration).
+    if (const json* m = in.job.contains("metadata") ? &in.job["metadata"] : nullptr;
+        m != nullptr && m->is_object() && m->contains("generation") &&
+        (*m)["generation"].is_number_integer()) {
+      status_.observed_generation = (*m)["generation"].get<int64_t>();
+    }
     for (const auto& p : in.pods) {
       if (!IsOwnedBy(p, in.job)) continue;  // a foreign pod wearing our label: not ours
       pods_.push_back(p);
@@ -154,6 +160,10 @@ class Pass {
   void Finished();  // cleanPodPolicy and TTL of a finished job
   void ReplicaStatuses();
   void Progress();
+  // Every condition holds as of the spec this pass read: stamp them all with its generation.
+  void StampObservedGeneration() {
+    for (auto& c : status_.conditions) c.observed_generation = status_.observed_generation;
+  }
   Decision Done();
 
   const Observed& in_;
@@ -281,6 +291,7 @@ void Pass::Progress() {
 
 Decision Pass::Done() {
   ReplicaStatuses();
+  StampObservedGeneration();
   json now = status_.ToJson();
   if (now != original_) d_.status = now;
   return std::move(d_);
@@ -299,6 +310,7 @@ Decision Pass::Run() {
                               spec.status().message() + "; fix the spec and re-create the job");
     }
     for (const auto& p : pods_) DeletePod(p);
+    StampObservedGeneration();
     json out = status_.ToJson();
     if (out != original_) d_.status = out;
     return std::move(d_);
@@ -309,6 +321,7 @@ Decision Pass::Run() {
     Finished();
     // replicaStatuses stay as they were when the job finished: cleanup deleting pods does
     // not rewrite how the replicas ended.
+    StampObservedGeneration();
     json out = status_.ToJson();
     if (out != original_) d_.status = out;
     return std::move(d_);

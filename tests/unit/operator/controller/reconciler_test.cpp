@@ -879,6 +879,26 @@ TEST(Reconcile, ProgressAndEvaluationFromTrainerStatus) {
 
 // The /status answer is the tenant's: values of another type than the schema's are not copied
 // (the CRD would refuse the whole status write), the rest of the answer still is.
+// API conventions: status.observedGeneration and each condition's observedGeneration say which
+// spec they were computed from, so `kubectl wait` and tools can tell a stale status.
+TEST(Reconcile, StatusAndConditionsCarryTheObservedGeneration) {
+  World w;
+  w.in.job["metadata"]["generation"] = 3;
+  w.Running();
+  Decision d = Reconcile(w.in);
+  ASSERT_TRUE(d.status);
+  EXPECT_EQ((*d.status)["observedGeneration"], 3);
+  for (const json& c : (*d.status)["conditions"]) {
+    EXPECT_EQ(c["observedGeneration"], 3) << c.dump();
+  }
+  w.Keep(d);
+  w.in.job["metadata"]["generation"] = 4;  // a new spec, same state
+  Decision d2 = Reconcile(w.in);
+  ASSERT_TRUE(d2.status);
+  EXPECT_EQ((*d2.status)["observedGeneration"], 4);
+  EXPECT_EQ(Cond(d2, "Running").status, "True");
+}
+
 TEST(Reconcile, ANameThatMakesAnInvalidHostnameFailsTheJob) {
   World w;
   w.in.job["metadata"]["name"] = std::string(56, 'm');  // + "-evaluator-0": 68

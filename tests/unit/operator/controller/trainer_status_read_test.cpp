@@ -157,3 +157,30 @@ TEST(JsonNesting, CountsObjectsAndArraysOutsideStrings) {
 
 }  // namespace
 }  // namespace tj::controller
+
+namespace tj::controller {
+namespace {
+
+// A job that ends before a poll saw it still shows its last epoch: read from the chief's log.
+TEST(FinalProgress, TheLastEpochAndTheTotalFromTheChiefsLog) {
+  const std::string log =
+      R"({"event":"restored","epoch":1,"step":0,"path":"/data/backup"})"
+      "\n"
+      "warning: something on stderr\n"
+      R"({"event":"epoch_end","epoch":2,"steps":15,"loss":0.6,"accuracy":0.7,"lr":0.001,"seconds":1,"images_per_sec":900})"
+      "\n"
+      R"({"event":"epoch_end","epoch":3,"steps":15,"loss":0.5,"accuracy":0.8,"lr":0.001,"seconds":1,"images_per_sec":950})"
+      "\n"
+      R"({"event":"train_end","epochs":3,"test_loss":0.5,"test_accuracy":0.81})"
+      "\n";
+  const nlohmann::json p = FinalProgress(log);
+  EXPECT_EQ(p["epoch"], 3);
+  EXPECT_EQ(p["total_epochs"], 3);
+  EXPECT_EQ(p["loss"], 0.5);
+  EXPECT_EQ(p["accuracy"], 0.8);
+  EXPECT_EQ(p["images_per_sec"], 950);
+  EXPECT_TRUE(FinalProgress("no json here\n{\"event\":\"epoch_end\"").is_null());
+}
+
+}  // namespace
+}  // namespace tj::controller
