@@ -89,6 +89,30 @@ std::string PendingReason(const json& pod) {
   return "";
 }
 
+// The kubelet's message when a pod's securityContext says runAsNonRoot and the image's user is
+// root (or not numeric): the container never starts, and waiting does not help. "" otherwise.
+std::string RootImageMessage(const json& pod) {
+  if (!pod.contains("status") || !pod["status"].is_object()) return "";
+  const auto statuses = pod["status"].find("containerStatuses");
+  if (statuses == pod["status"].end() || !statuses->is_array()) return "";
+  for (const json& cs : *statuses) {
+    if (!cs.is_object() || !cs.contains("state") || !cs["state"].is_object()) continue;
+    const auto waiting = cs["state"].find("waiting");
+    if (waiting == cs["state"].end() || !waiting->is_object()) continue;
+    const auto reason = waiting->find("reason");
+    const auto message = waiting->find("message");
+    if (reason == waiting->end() || !reason->is_string() || message == waiting->end() ||
+        !message->is_string()) {
+      continue;
+    }
+    const std::string& m = message->get_ref<const std::string&>();
+    if (*reason == "CreateContainerConfigError" && m.find("runAsNonRoot") != std::string::npos) {
+      return m.substr(0, 512);
+    }
+  }
+  return "";
+}
+
 std::optional<kube::WallTime> TimeAt(const json& obj, const std::vector<std::string>& path) {
   const json* cur = &obj;
   for (const auto& p : path) {
@@ -413,6 +437,7 @@ Decision Pass::Run() {
   bool chief_succeeded = false;
   std::optional<kube::WallTime> chief_finished;
   std::optional<kube::WallTime> earliest_pending;
+  std::string root_image;  // "<pod>: <the kubelet's message>" of a pod whose image runs as root
   std::string pending_pod, pending_reason;
   for (ReplicaType t : {ReplicaType::kChief, ReplicaType::kWorker}) {
     if (!spec_.replica_specs.contains(t)) continue;
@@ -447,6 +472,9 @@ Decision Pass::Run() {
       } else if (phase == "Running") {
         ++running;
       } else {
+        if (root_image.empty()) {
+          if (std::string m = RootImageMessage(pod); !m.empty()) root_image = name + ": " + m;
+        }
         auto created = TimeAt(pod, {"metadata", "creationTimestamp"});
         if (created && (!earliest_pending || *created < *earliest_pending)) {
           earliest_pending = created;
@@ -621,6 +649,16 @@ Decision Pass::Run() {
       status_.SetCondition(cond::kRestarting, false, "JobRunning", msg, in_.now);
       Event("Normal", "JobRunning", msg);
     }
+  } else if (!root_image.empty()) {
+    // The operator's secure default (runAsNonRoot) meets an image whose user is root: the pod
+    // can never start, so the job fails at once with how to opt out.
+    Fail("ImageRunsAsRoot",
+         "pod " + root_image +
+             "; the image runs as root, which the pod's default securityContext.runAsNonRoot: "
+             "true forbids: set securityContext: {runAsNonRoot: false} in the replica's pod "
+             "template to allow it, or give the image a non-root USER");
+    Finished();
+    return Done();
   } else if (spec_.run_policy.startup_deadline_seconds && earliest_pending) {
     const auto deadline =
         *earliest_pending + std::chrono::seconds(*spec_.run_policy.startup_deadline_seconds);

@@ -706,6 +706,29 @@ TEST(Reconcile, HugeDurationsSaturateInsteadOfWrappingTheClock) {
   }
 }
 
+// The secure default runAsNonRoot meets an image that runs as root (official TensorFlow
+// images): the kubelet never starts it; the job fails at once saying how to opt out.
+TEST(Reconcile, AnImageThatRunsAsRootFailsTheJobWithTheOptOut) {
+  World w;
+  w.Running();
+  w.in.pods[1] = Pod(w.in.job, ReplicaType::kWorker, 1, 0, "Pending");
+  w.in.pods[1]["status"]["containerStatuses"] =
+      json::array({{{"name", "trainer"},
+                    {"state",
+                     {{"waiting",
+                       {{"reason", "CreateContainerConfigError"},
+                        {"message",
+                         "container has runAsNonRoot and image will run as root (pod: "
+                         "\"mnist-worker-1_ns(u)\", container: trainer)"}}}}}}});
+  Decision d = Reconcile(w.in);
+  EXPECT_EQ(Cond(d, "Failed").reason, "ImageRunsAsRoot");
+  EXPECT_NE(Cond(d, "Failed").message.find("pod mnist-worker-1: container has runAsNonRoot"),
+            std::string::npos)
+      << Cond(d, "Failed").message;
+  EXPECT_NE(Cond(d, "Failed").message.find("set securityContext: {runAsNonRoot: false}"),
+            std::string::npos);
+}
+
 TEST(Reconcile, StartupDeadlineNamesThePendingPod) {
   World w;
   w.in.job["spec"]["runPolicy"] = {{"startupDeadlineSeconds", 30}};
