@@ -52,6 +52,21 @@ log "built ${BUILT[*]} in $(( $(date +%s) - start )) s"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-abort_on_error=1:detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 failed=()
+# The regressions that need a limit of their own to show: the rendezvous corpus holds no large
+# value, so an allocation over 32 MiB while replaying it is the pre-authentication allocation
+# regression (corpus/rendezvous/regress_preauth_64mib_task_name). Replayed here, before
+# fuzzing (where a large post-authentication value is legitimate), so CI runs it.
+for t in "${BUILT[@]}"; do
+  [ "$t" = rendezvous ] || continue
+  if "$BUILD/tests/${t}_fuzz" -runs=0 -malloc_limit_mb=32 -detect_leaks=0 \
+      "$REPO_ROOT/tests/fuzz/corpus/$t" > "$BUILD/fuzz-$t-replay.log" 2>&1; then
+    log "$t: corpus replayed under -malloc_limit_mb=32"
+  else
+    failed+=("$t (replay under -malloc_limit_mb=32)")
+    log "$t: corpus replay under -malloc_limit_mb=32 FAILED; log $BUILD/fuzz-$t-replay.log"
+    grep -E "ERROR|SUMMARY|out-of-memory" "$BUILD/fuzz-$t-replay.log" | head -5 >&2 || true
+  fi
+done
 for t in "${BUILT[@]}"; do
   work="$BUILD/fuzz-corpus/$t"
   artifacts="$BUILD/fuzz-artifacts/$t/"
