@@ -1,64 +1,54 @@
 # syntax=docker/dockerfile:1
-# TrainingJob Operator images. Two targets:
+# TrainingJob Operator images. Three targets:
 #
-#   docker build --target operator -t tj-operator:0.1.0 .   # small, no CUDA (debian:12-slim)
-#   docker build --target trainer  -t tj-trainer:0.1.0 .    # CUDA runtime with cuDNN and NCCL
+#   operator     tj-operator, the controller: small, no CUDA (Debian 12 slim)
+#   trainer-cpu  tj-trainer without CUDA (Gloo collectives) and Fashion-MNIST (Debian 12 slim)
+#   trainer      tj-trainer with the GPU backend: CUDA runtime with cuDNN and NCCL
+#
+#   make images     # operator + trainer-cpu with buildah, no daemon, no registry (hack/images.sh)
+#   docker build --target trainer -t <registry>/tj-trainer:0.1.0 .   # the CUDA image
 #
 # Each runtime image is built in a stage on the same distribution it runs on, so the shared
 # libraries it links (cpprestsdk, yaml-cpp, Gloo, OpenSSL, glibc) are the ones it finds:
-#   build-operator: debian:12 (bookworm), the distribution the project is developed on, with
-#                   -DTJ_WITH_CUDA=OFF: the operator needs no CUDA;
-#   build-trainer:  NVIDIA's CUDA 13.0 devel image with cuDNN (Ubuntu 24.04), the GPU backend
-#                   configured because nvcc is found.
-# Both build with -DTJ_NATIVE=OFF (x86-64-v3 instead of -march=native: an image runs on other
-# machines than the one that built it) and only the target they ship.
-# Tags are pinned; pin digests too (image@sha256:...) where your registry policy asks for it.
+#   build-cpu:     Debian 12 (bookworm) with -DTJ_WITH_CUDA=OFF: tj-operator and the CPU
+#                  tj-trainer;
+#   build-trainer: NVIDIA's CUDA 13.0 devel image with cuDNN (Ubuntu 24.04), the GPU backend
+#                  configured because nvcc is found.
+# The package lists and the user are one definition for every stage: hack/image/*.sh. The
+# build stages compile through ccache in a build cache mount, so a rebuild after a change
+# recompiles only what changed. Tags are pinned; pin digests too (image@sha256:...) where your
+# registry policy asks for it. hack/images.sh points DEBIAN_IMAGE and DEBIAN_SLIM_IMAGE at
+# base images made locally with mmdebstrap.
 
 ARG DEBIAN_IMAGE=debian:12.11
 ARG DEBIAN_SLIM_IMAGE=debian:12.11-slim
 ARG CUDA_DEVEL_IMAGE=nvidia/cuda:13.0.0-cudnn-devel-ubuntu24.04
 ARG CUDA_RUNTIME_IMAGE=nvidia/cuda:13.0.0-cudnn-runtime-ubuntu24.04
-# The non-root user both images run as (the chart's runAsUser).
+# The non-root user every image runs as (the chart's runAsUser).
 ARG APP_UID=65532
 
 # ---------------------------------------------------------------------------------------------
-FROM ${DEBIAN_IMAGE} AS build-operator
-ARG DEBIAN_FRONTEND=noninteractive
-# The libraries of hack/install-deps.sh that the build needs (GoogleTest too: the top-level
-# CMakeLists.txt requires it even when no test is built).
-RUN apt-get update \
- && apt-get install -y --no-install-recommends \
-      build-essential cmake ninja-build pkg-config \
-      libcpprest-dev libcurl4-openssl-dev nlohmann-json3-dev libssl-dev libgtest-dev \
-      libgmock-dev libgloo-dev libyaml-cpp-dev zlib1g-dev libcli11-dev libjemalloc-dev \
- && rm -rf /var/lib/apt/lists/*
+FROM ${DEBIAN_IMAGE} AS build-cpu
+COPY hack/image/install-build-deps.sh /usr/local/sbin/
+RUN /usr/local/sbin/install-build-deps.sh
 WORKDIR /src
 COPY . .
-RUN cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTJ_NATIVE=OFF -DTJ_WITH_CUDA=OFF \
- && cmake --build build --target tj-operator \
- && strip build/bin/tj-operator
+RUN --mount=type=cache,target=/root/.cache/ccache \
+    hack/image/build.sh tj-operator tj-trainer -- -DTJ_WITH_CUDA=OFF
 
 # ---------------------------------------------------------------------------------------------
 # The GPU architectures are the project's (trainer/cuda/CMakeLists.txt: sm_80 and sm_90 code
-# plus compute_90 PTX, which newer GPUs JIT-compile).
+# plus compute_90 PTX, which newer GPUs JIT-compile). The configure output says whether the
+# GPU backend is on; a trainer image without it fails.
 FROM ${CUDA_DEVEL_IMAGE} AS build-trainer
-ARG DEBIAN_FRONTEND=noninteractive
-RUN apt-get update \
- && apt-get install -y --no-install-recommends \
-      build-essential cmake ninja-build pkg-config \
-      libcpprest-dev libcurl4-openssl-dev nlohmann-json3-dev libssl-dev libgtest-dev \
-      libgmock-dev libgloo-dev libyaml-cpp-dev zlib1g-dev libcli11-dev libjemalloc-dev \
- && rm -rf /var/lib/apt/lists/*
+COPY hack/image/install-build-deps.sh /usr/local/sbin/
+RUN /usr/local/sbin/install-build-deps.sh
 WORKDIR /src
 COPY . .
-# The configure output says whether the GPU backend is on; a trainer image without it fails.
-RUN { cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTJ_NATIVE=OFF -DTJ_WITH_CUDA=ON \
-        -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc >configure.log 2>&1 \
-      || { cat configure.log; exit 1; }; } \
- && grep 'tj: GPU backend' configure.log \
- && grep -q 'tj: GPU backend ON' configure.log \
- && cmake --build build --target tj-trainer \
- && strip build/bin/tj-trainer
+RUN --mount=type=cache,target=/root/.cache/ccache \
+    hack/image/build.sh tj-trainer -- -DTJ_WITH_CUDA=ON \
+      -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
+ && grep -q 'tj: GPU backend ON' configure.log
 
 # ---------------------------------------------------------------------------------------------
 # Fashion-MNIST, the trainer's default --data-dir, from Debian's dataset-fashion-mnist (four
@@ -72,19 +62,13 @@ RUN apt-get update \
  && test -s /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz
 
 # ---------------------------------------------------------------------------------------------
-# tj-operator: the controller. No CUDA, no compiler; runs as a non-root user with a read-only
-# root file system (it writes nothing).
+# tj-operator: no CUDA, no compiler; runs as a non-root user with a read-only root file system
+# (it writes nothing).
 FROM ${DEBIAN_SLIM_IMAGE} AS operator
-ARG DEBIAN_FRONTEND=noninteractive
 ARG APP_UID
-RUN apt-get update \
- && apt-get install -y --no-install-recommends \
-      ca-certificates libcpprest2.10 libcurl4 libjemalloc2 libyaml-cpp0.7 libssl3 zlib1g \
- && rm -rf /var/lib/apt/lists/* \
- && groupadd --gid "${APP_UID}" tj \
- && useradd --uid "${APP_UID}" --gid "${APP_UID}" --no-create-home --home-dir /nonexistent \
-      --shell /usr/sbin/nologin tj
-COPY --from=build-operator /src/build/bin/tj-operator /usr/local/bin/tj-operator
+COPY hack/image/install-runtime.sh /usr/local/sbin/
+RUN /usr/local/sbin/install-runtime.sh operator "${APP_UID}"
+COPY --from=build-cpu /src/build/bin/tj-operator /usr/local/bin/tj-operator
 # Fail the image build, not the pod, when a shared library is missing.
 RUN if ldd /usr/local/bin/tj-operator | grep 'not found'; then exit 1; fi
 USER ${APP_UID}:${APP_UID}
@@ -92,26 +76,33 @@ EXPOSE 8080 8081
 ENTRYPOINT ["/usr/local/bin/tj-operator"]
 
 # ---------------------------------------------------------------------------------------------
-# tj-trainer: CUDA runtime with cuDNN and NCCL (from the base image), Gloo for CPU collectives
-# (Ubuntu 24.04 universe: libgloo0), cpprestsdk (libcpprest2.10), Fashion-MNIST (the default
-# --data-dir). tj-trainer does not link yaml-cpp (only tj-operator does). Runs as a non-root
-# user; backups, checkpoints and logs go to the volumes the TrainingJob mounts.
-FROM ${CUDA_RUNTIME_IMAGE} AS trainer
-ARG DEBIAN_FRONTEND=noninteractive
+# tj-trainer without CUDA: Gloo for the all-reduce, Fashion-MNIST as the default --data-dir.
+# Runs as a non-root user; backups, checkpoints and logs go to the volumes the job mounts.
+# The status endpoint is per replica ($TJ_STATUS_PORT, set by the operator), so only TF_CONFIG's
+# default port is declared.
+FROM ${DEBIAN_SLIM_IMAGE} AS trainer-cpu
 ARG APP_UID
-RUN apt-get update \
- && apt-get install -y --no-install-recommends \
-      ca-certificates libcpprest2.10 libgloo0 zlib1g \
- && rm -rf /var/lib/apt/lists/* \
- && groupadd --gid "${APP_UID}" tj \
- && useradd --uid "${APP_UID}" --gid "${APP_UID}" --create-home --home-dir /home/tj \
-      --shell /usr/sbin/nologin tj
+COPY hack/image/install-runtime.sh /usr/local/sbin/
+RUN /usr/local/sbin/install-runtime.sh trainer "${APP_UID}"
+COPY --from=build-cpu /src/build/bin/tj-trainer /usr/local/bin/tj-trainer
+COPY --from=dataset /usr/share/datasets/fashion-mnist /usr/share/datasets/fashion-mnist
+RUN if ldd /usr/local/bin/tj-trainer | grep 'not found'; then exit 1; fi
+USER ${APP_UID}:${APP_UID}
+WORKDIR /home/tj
+EXPOSE 2222
+ENTRYPOINT ["/usr/local/bin/tj-trainer"]
+
+# ---------------------------------------------------------------------------------------------
+# tj-trainer with the GPU backend: as trainer-cpu, on the CUDA runtime image with cuDNN and
+# NCCL.
+FROM ${CUDA_RUNTIME_IMAGE} AS trainer
+ARG APP_UID
+COPY hack/image/install-runtime.sh /usr/local/sbin/
+RUN /usr/local/sbin/install-runtime.sh trainer "${APP_UID}"
 COPY --from=build-trainer /src/build/bin/tj-trainer /usr/local/bin/tj-trainer
 COPY --from=dataset /usr/share/datasets/fashion-mnist /usr/share/datasets/fashion-mnist
 RUN if ldd /usr/local/bin/tj-trainer | grep 'not found'; then exit 1; fi
 USER ${APP_UID}:${APP_UID}
 WORKDIR /home/tj
-# TF_CONFIG's default port. The status endpoint the operator reads is per replica (--status-port,
-# 8470 + the replica's place in TF_CONFIG), so it is not declared here.
 EXPOSE 2222
 ENTRYPOINT ["/usr/local/bin/tj-trainer"]

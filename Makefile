@@ -2,9 +2,13 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
+# The local cluster's node: containerd (real containers from `make images`; needs root) or
+# process (tj-local-node runs pods as local processes). Default: containerd when root.
+TJ_NODE ?= $(shell [ "$$(id -u)" = 0 ] && echo containerd || echo process)
+export TJ_NODE
 
-.PHONY: deps configure build test test-sanitized fuzz ci demo demo-local bench clean manifests \
-        helm-lint
+.PHONY: deps configure build images test test-sanitized fuzz ci demo demo-local bench clean \
+        manifests helm-lint
 
 deps:
 	bash hack/install-deps.sh
@@ -15,10 +19,17 @@ configure: deps
 build: configure
 	cmake --build $(BUILD) -j$(JOBS)
 
+# The images, with buildah from the Dockerfile (no daemon, no registry): operator and
+# trainer-cpu as localhost/tj-*:<version>, and the local node's pause image. hack/images.sh.
+images: deps
+	bash hack/images.sh build
+
 # Every test: unit, integration, e2e, fault; GPU tests skip with a reason without a GPU.
-# The local cluster's Kubernetes binaries are built once (7-9 minutes idle) and cached,
-# before the tests start, rather than inside a test's timeout.
+# The local cluster's Kubernetes binaries are built once (about 13 minutes idle) and cached,
+# and the images built, before the tests start rather than inside a test's timeout. Suites
+# on the real node need root; without it they skip (or fail in CI).
 test: build
+	[ "$$(id -u)" != 0 ] || { bash hack/images.sh build && bash hack/images.sh build-test; }
 	bash hack/local-cluster.sh build
 	bash hack/helm.sh version --short
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) $(CTEST_ARGS)
@@ -38,13 +49,18 @@ fuzz: deps
 ci:
 	bash .ci/run
 
-# The example TrainingJob on the local cluster, through the Helm chart.
-# Only the three programs the demo runs, not every test: a fresh machine's first demo is
-# minutes shorter.
+# The example TrainingJob on the local cluster, through the Helm chart. On the real node
+# (TJ_NODE=containerd) it needs only the images; on the process node only the three
+# programs the demo runs, not every test.
 PROGRAMS = tj-operator tj-trainer tj-local-node
 
-demo: configure
+demo: deps
+ifeq ($(TJ_NODE),containerd)
+	bash hack/images.sh build
+else
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
 	cmake --build $(BUILD) -j$(JOBS) --target $(PROGRAMS)
+endif
 	bash hack/local-cluster.sh build
 	bash hack/demo.sh
 

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# make demo: the whole path a user takes, on a real local control plane (hack/local-cluster.sh:
-# etcd, kube-apiserver, controller manager, scheduler and the node agent tj-local-node):
+# make demo: the whole path a user takes, on a real local cluster (hack/local-cluster.sh:
+# etcd, kube-apiserver, controller manager, scheduler, and a real node whose pods are
+# containers of the images from `make images`; TJ_NODE=process: the node agent tj-local-node
+# runs them as processes instead):
 # helm install the operator from the chart, kubectl apply the example TrainingJob
 # (2 workers + an evaluator on Fashion-MNIST), follow its progress, print `kubectl get tj`
 # and the final evaluation. The cluster stays up afterwards so you can look around;
@@ -12,9 +14,15 @@ ROOT=$PWD
 export TJ_BUILD_DIR=${TJ_BUILD_DIR:-$ROOT/build}
 NS=${DEMO_NAMESPACE:-demo}
 TIMEOUT=${TJ_DEMO_TIMEOUT:-900}
-for b in tj-local-node tj-operator tj-trainer; do
-  [ -x "$TJ_BUILD_DIR/bin/$b" ] || { echo "demo: $TJ_BUILD_DIR/bin/$b is missing: run make build" >&2; exit 1; }
-done
+if [ -z "${TJ_NODE:-}" ]; then
+  if [ "$(id -u)" -eq 0 ]; then TJ_NODE=containerd; else TJ_NODE=process; fi
+fi
+export TJ_NODE
+if [ "$TJ_NODE" = process ]; then
+  for b in tj-local-node tj-operator tj-trainer; do
+    [ -x "$TJ_BUILD_DIR/bin/$b" ] || { echo "demo: $TJ_BUILD_DIR/bin/$b is missing: run make build" >&2; exit 1; }
+  done
+fi
 for tool in kubectl python3; do
   command -v "$tool" >/dev/null || { echo "demo: '$tool' is missing: run make deps" >&2; exit 1; }
 done
@@ -32,7 +40,7 @@ finish() {
 }
 trap finish EXIT
 
-say "Local cluster (the first run builds Kubernetes from Debian's source package: 7-9 minutes)"
+say "Local cluster, node: $TJ_NODE (the first run builds Kubernetes from Debian's source package: about 13 minutes)"
 export KUBECONFIG
 KUBECONFIG=$(hack/local-cluster.sh up | tail -n1)
 cluster_up=1

@@ -17,6 +17,10 @@ PACKAGES=(
   # local cluster (etcd, Go to build kube-apiserver & co. from Debian's source package)
   etcd-server golang-go rsync jq golang-github-modern-go-reflect2-dev
   curl ca-certificates openssl procps iproute2 util-linux unzip
+  # real node: containerd + runc + CNI as the kubelet's runtime, images built without a
+  # daemon (buildah/podman from mmdebstrap base tarballs), dnsmasq as the cluster DNS
+  containerd runc containernetworking-plugins buildah podman mmdebstrap fuse-overlayfs
+  catatonit conntrack ipset iptables skopeo dnsmasq-base
   # fuzzing and sanitizers: clang with libFuzzer and the sanitizer runtimes (tests/fuzz/run.sh)
   clang libclang-rt-14-dev
 )

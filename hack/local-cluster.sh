@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
-# A real Kubernetes control plane on this machine, no containers: etcd, kube-apiserver,
-# kube-controller-manager and kube-scheduler as local processes, plus the project's node
-# agent (tj-local-node) when it has been built.
+# A real Kubernetes cluster on this machine: etcd, kube-apiserver, kube-controller-manager and
+# kube-scheduler as local processes, and one node, named local-node, of either kind:
+#
+#   TJ_NODE=containerd  a real node (hack/real-node.sh): kubelet + kube-proxy, containerd with
+#                       runc and the CNI bridge, cluster DNS; pods are containers from the
+#                       images of `make images`. Needs root. The default when root.
+#   TJ_NODE=process     the project's node agent (tj-local-node, when built): pods are local
+#                       processes. For machines that cannot run containers; the default
+#                       when not root.
 #
 #   hack/local-cluster.sh up       start (or find running) a cluster; prints the kubeconfig path
 #   hack/local-cluster.sh down     stop exactly the processes `up` started (by PID)
@@ -10,7 +16,7 @@
 #   hack/local-cluster.sh env      print `export KUBECONFIG=...` for eval
 #   hack/local-cluster.sh restart-apiserver   stop and start kube-apiserver (same port; tests)
 #   hack/local-cluster.sh compact  compact etcd's history up to now (tests of 410 Gone)
-#   hack/local-cluster.sh restart-node [--graceful]   kill the node agent (SIGKILL, as a crash:
+#   hack/local-cluster.sh restart-node [--graceful]   (process node) kill the node agent (SIGKILL, as a crash:
 #                                  pods keep running and the new agent adopts them; with
 #                                  --graceful SIGTERM, a node shutdown) and start it again
 #
@@ -43,7 +49,17 @@ STATE_DIR=${TJ_LOCAL_CLUSTER_DIR:-$REPO_ROOT/.local-cluster}
 CACHE_ROOT=${TJ_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tj-operator}
 BIN_DIR_BUILD=${TJ_BUILD_DIR:-$REPO_ROOT/build}/bin
 HEALTH_TIMEOUT_S=${TJ_LOCAL_CLUSTER_TIMEOUT:-90}
+if [ -z "${TJ_NODE:-}" ]; then
+  if [ "$(id -u)" -eq 0 ]; then TJ_NODE=containerd; else TJ_NODE=process; fi
+fi
+case "$TJ_NODE" in
+  containerd|process) ;;
+  *) echo "local-cluster: error: TJ_NODE=$TJ_NODE: use containerd or process" >&2; exit 2 ;;
+esac
 DEB_SRC_FILE=/etc/apt/sources.list.d/debian-src.sources
+# What `build` makes from Debian's source package: the control plane, and the kubelet and
+# kube-proxy of the real node (TJ_NODE=containerd).
+KUBE_PROGRAMS="kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy"
 
 log() { echo "local-cluster: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -91,7 +107,7 @@ build_kube() {
   exec 9>"$dest/.lock"
   log "waiting for the build lock $dest/.lock" 
   flock 9
-  if have_all "$dest/bin" kube-apiserver kube-controller-manager kube-scheduler; then
+  if have_all "$dest/bin" $KUBE_PROGRAMS; then
     exec 9>&-; return 0
   fi
   for tool in go rsync make tar; do
@@ -103,8 +119,8 @@ build_kube() {
 
   local work=$dest/src start=$SECONDS
   rm -rf "$work" && mkdir -p "$work"
-  log "building kube-apiserver, kube-controller-manager, kube-scheduler $version in $work" \
-      "(about 8 minutes on 2 cores; log: $dest/build.log)"
+  log "building $KUBE_PROGRAMS $version in $work" \
+      "(about 13 minutes on 2 cores; log: $dest/build.log)"
   (
     set -euo pipefail
     cd "$work"
@@ -124,10 +140,11 @@ build_kube() {
     mkdir -p "$GOPATH/src/k8s.io"
     ln -sfn "$work/$top" "$GOPATH/src/k8s.io/kubernetes"
     cd "$GOPATH/src/k8s.io/kubernetes"
-    nice -n 10 make WHAT="cmd/kube-apiserver cmd/kube-controller-manager cmd/kube-scheduler"
+    local what=() p
+    for p in $KUBE_PROGRAMS; do what+=("cmd/$p"); done
+    nice -n 10 make WHAT="${what[*]}"
     mkdir -p "$dest/bin.tmp"
-    cp _output/bin/kube-apiserver _output/bin/kube-controller-manager \
-       _output/bin/kube-scheduler "$dest/bin.tmp/"
+    for p in $KUBE_PROGRAMS; do cp "_output/bin/$p" "$dest/bin.tmp/"; done
   ) >"$dest/build.log" 2>&1 || { exec 9>&-; die "build failed; see $dest/build.log"; }
   rm -rf "$dest/bin" && mv "$dest/bin.tmp" "$dest/bin"
   echo "$version" >"$dest/VERSION"
@@ -148,7 +165,7 @@ find_binaries() {
     local cached=""
     # Without a network or deb-src, an existing cache entry is good enough.
     for d in "$CACHE_ROOT"/kube-*/; do
-      have_all "$d/bin" kube-apiserver kube-controller-manager kube-scheduler &&
+      have_all "$d/bin" $KUBE_PROGRAMS &&
         cached=${d%/}/bin
     done
     local version=""
@@ -157,7 +174,7 @@ find_binaries() {
     fi
     if [ -n "$version" ]; then
       local dest=$CACHE_ROOT/kube-$version
-      have_all "$dest/bin" kube-apiserver kube-controller-manager kube-scheduler ||
+      have_all "$dest/bin" $KUBE_PROGRAMS ||
         build_kube "$version" "$dest"
       KUBE_BIN=$dest/bin
     else
@@ -242,6 +259,8 @@ make_certs() {
     -subj "/CN=kube-apiserver" 2>/dev/null
   printf 'subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,%s\n' \
     'DNS:kubernetes.default.svc,IP:10.0.0.1' >"$c/san.ext"
+  # A real node's pods reach the API server at the node address.
+  [ "$TJ_NODE" != containerd ] || sed -i "s/^subjectAltName=/&IP:$(node_ip),/" "$c/san.ext"
   # The API server serves the whole chain so clients that trust the CA verify it.
   openssl x509 -req -in "$c/apiserver.csr" -CA "$c/ca.crt" -CAkey "$c/ca.key" \
     -CAcreateserial -out "$c/apiserver.leaf.crt" -days 3650 -extfile "$c/san.ext" 2>/dev/null
@@ -250,8 +269,15 @@ make_certs() {
   openssl req -newkey rsa:2048 -nodes -keyout "$c/node.key" -out "$c/node.csr" \
     -subj "/CN=tj-local-node" 2>/dev/null
   echo 'subjectAltName=IP:127.0.0.1,DNS:localhost' >"$c/node.ext"
+  # A real node's kubelet serves at the node address.
+  [ "$TJ_NODE" != containerd ] || sed -i "s/^subjectAltName=/&IP:$(node_ip),/" "$c/node.ext"
   openssl x509 -req -in "$c/node.csr" -CA "$c/ca.crt" -CAkey "$c/ca.key" \
     -CAcreateserial -out "$c/node.crt" -days 3650 -extfile "$c/node.ext" 2>/dev/null
+  # The API server's client certificate towards a kubelet (logs, exec, port-forward).
+  openssl req -newkey rsa:2048 -nodes -keyout "$c/apiserver-kubelet-client.key" \
+    -out "$c/apiserver-kubelet-client.csr" -subj "/O=system:masters/CN=kube-apiserver" 2>/dev/null
+  openssl x509 -req -in "$c/apiserver-kubelet-client.csr" -CA "$c/ca.crt" -CAkey "$c/ca.key" \
+    -CAcreateserial -out "$c/apiserver-kubelet-client.crt" -days 3650 2>/dev/null
   openssl genrsa -out "$c/sa.key" 2048 2>/dev/null
   openssl rsa -in "$c/sa.key" -pubout -out "$c/sa.pub" 2>/dev/null
 }
@@ -276,6 +302,7 @@ cmd_up() {
     cmd_down
   fi
   find_binaries
+  if [ "$TJ_NODE" = containerd ]; then real_node_paths; real_node_check; fi
   local t0=$SECONDS
   remove_etcd_memory
   rm -rf "$STATE_DIR"
@@ -296,6 +323,10 @@ ETCD_BIN=$ETCD_BIN
 ETCD_PORT=$port_e
 APISERVER_PORT=$port_a
 EOF
+  if [ "$TJ_NODE" = containerd ]; then
+    # Pods reach the API server (the `kubernetes` Service) at the node address.
+    printf 'BIND_ADDRESS=0.0.0.0\nADVERTISE_ADDRESS=%s\n' "$(node_ip)" >>"$STATE_DIR/cluster.env"
+  fi
   write_audit_policy
 
   start etcd "$ETCD_BIN" --data-dir "$(etcd_data_dir)" --name local \
@@ -313,11 +344,17 @@ EOF
   fi
   local kc=$STATE_DIR/kubeconfig
   if [ -x "$KUBE_BIN/kube-controller-manager" ]; then
+    local controllers=garbagecollector,namespace,serviceaccount,serviceaccount-token
+    controllers+=,ttl-after-finished,root-ca-cert-publisher,nodelifecycle,deployment,replicaset
+    # A real node: Endpoints for the cluster DNS and kube-proxy, claims bound by the volume
+    # binder (tj-local-node binds them itself), and the protection finalizers' controllers.
+    [ "$TJ_NODE" != containerd ] ||
+      controllers+=,endpoint,persistentvolume-binder,pvc-protection,pv-protection
     start kube-controller-manager "$KUBE_BIN/kube-controller-manager" --kubeconfig="$kc" \
       --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
       --service-account-private-key-file="$STATE_DIR/certs/sa.key" \
       --root-ca-file="$STATE_DIR/certs/ca.crt" \
-      --controllers=garbagecollector,namespace,serviceaccount,serviceaccount-token,ttl-after-finished,root-ca-cert-publisher,nodelifecycle,deployment,replicaset \
+      --controllers="$controllers" \
       --leader-elect=false --bind-address=127.0.0.1 --secure-port="$port_c" --port=0
     # The ServiceAccount admission plugin rejects pods whose ServiceAccount does not exist
     # yet: return only once the serviceaccount controller runs (it has created `default`).
@@ -339,7 +376,17 @@ EOF
     log "no kube-scheduler in $KUBE_BIN: pods will not be bound to nodes"
   fi
   local node=${TJ_LOCAL_NODE_BIN:-$BIN_DIR_BUILD/tj-local-node}
-  if [ -x "$node" ]; then
+  if [ "$TJ_NODE" = containerd ]; then
+    log "node: containerd (pods are containers; TJ_NODE=process for the process node)"
+    real_node_up
+    if ! wait_for "$HEALTH_TIMEOUT_S" "node" node_ready; then
+      log "node local-node did not become Ready in ${HEALTH_TIMEOUT_S}s; last kubelet log lines:"
+      tail -n 20 "$STATE_DIR/logs/kubelet.log" >&2 || true
+      cmd_down
+      exit 1
+    fi
+  elif [ -x "$node" ]; then
+    log "node: tj-local-node (pods are local processes)"
     printf 'NODE_BIN=%q\nKUBELET_PORT=%q\nNODE_MOUNT_NAMESPACE=%q\nPOD_NETWORK=%q\n' "$node" \
       "$port_k" "${TJ_LOCAL_NODE_MOUNT_NAMESPACE:-auto}" "$(free_pod_network)" >"$STATE_DIR/node.env"
     start_node
@@ -478,14 +525,17 @@ cmd_run_apiserver() {
   exec "$KUBE_BIN/kube-apiserver" --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
     --cert-dir="$dir/certs" --tls-cert-file="$dir/certs/apiserver.crt" \
     --tls-private-key-file="$dir/certs/apiserver.key" \
-    --secure-port="$APISERVER_PORT" --bind-address=127.0.0.1 --insecure-port=0 \
+    --secure-port="$APISERVER_PORT" --bind-address="${BIND_ADDRESS:-127.0.0.1}" \
+    ${ADVERTISE_ADDRESS:+--advertise-address="$ADVERTISE_ADDRESS"} --insecure-port=0 \
     --service-cluster-ip-range=10.0.0.0/24 --authorization-mode=RBAC \
     --token-auth-file="$dir/tokens.csv" \
     --service-account-issuer="https://127.0.0.1:$APISERVER_PORT" \
     --service-account-key-file="$dir/certs/sa.pub" \
     --service-account-signing-key-file="$dir/certs/sa.key" \
     "${sa_flags[@]}" "${audit_flags[@]}" \
-    --etcd-compaction-interval=0 --kubelet-preferred-address-types=InternalIP
+    --etcd-compaction-interval=0 --kubelet-preferred-address-types=InternalIP \
+    --kubelet-client-certificate="$dir/certs/apiserver-kubelet-client.crt" \
+    --kubelet-client-key="$dir/certs/apiserver-kubelet-client.key"
 }
 
 # Stops every process recorded under pids/, newest first: SIGTERM, then SIGKILL after 10 s.
@@ -524,6 +574,9 @@ remove_etcd_memory() {
 
 cmd_down() {
   [ -d "$STATE_DIR/pids" ] || { log "nothing to stop in $STATE_DIR"; remove_etcd_memory; return 0; }
+  # The real node first, while the API server still runs (its pods are deleted through it).
+  find_binaries_quietly
+  real_node_down
   local order=(tj-local-node kube-scheduler kube-controller-manager kube-apiserver etcd)
   local name pid
   for name in "${order[@]}"; do
@@ -595,8 +648,18 @@ cmd_status() {
   fi
 }
 
+# KUBE_BIN for `down` (kube-proxy --cleanup) without building anything.
+find_binaries_quietly() {
+  [ -f "$STATE_DIR/cluster.env" ] || return 0
+  KUBE_BIN=$(sed -n 's/^KUBE_BIN=//p' "$STATE_DIR/cluster.env")
+}
+
+# shellcheck source=hack/real-node.sh
+. "$REPO_ROOT/hack/real-node.sh"
+
 case "${1:-}" in
   up) cmd_up ;;
+  run-node-feeder) cmd_run_node_feeder "$2" ;;
   down) cmd_down ;;
   status) cmd_status ;;
   build) find_binaries; echo "$KUBE_BIN" ;;

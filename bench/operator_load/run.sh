@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The operator's creation rate against the API server's own (issue 9's load criterion): runs
+# The operator's creation rate against the API server's own (the load criterion): runs
 # the load test (tests/load/operator_load_test.cpp: 200 TrainingJobs of 4 workers at once on a
 # local cluster, rounds of a direct client before and after the operator) RUNS times and writes
 # bench/operator_load/RESULTS.md with every round and the median ratio. Each run takes about

@@ -92,7 +92,7 @@ with open(results, "w") as f:
     f.write("- Model and recipe: the seeds' CNN, batch 64, Keras-Adam, lr 1e-3/1e-4/1e-5 by epoch; full float32 everywhere (no TF32).\n")
     f.write("- Training seconds: the epochs' step loops (tj-trainer's train_end train_seconds; PyTorch: the same span, synchronised); images/s: whole run and last epoch.\n\n")
     f.write("| run | train seconds | images/s (run) | images/s (last epoch) | test accuracy % | device |\n|---|---:|---:|---:|---:|---|\n")
-    f.write("\n".join(rows) + "\n\nCriteria (issue 5):\n\n" + ("\n".join(crit) if crit else "- not evaluated: a run failed") + "\n")
+    f.write("\n".join(rows) + "\n\nCriteria:\n\n" + ("\n".join(crit) if crit else "- not evaluated: a run failed") + "\n")
     for title, name, cmd, rc in runs:
         if got.get(name) is None:
             f.write(f"\n{title} failed; stderr tail:\n\n\`\`\`\n{err_tail(name)}\n\`\`\`\n")

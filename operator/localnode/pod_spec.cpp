@@ -92,6 +92,8 @@ StatusOr<std::string> PodFieldValue(const json& pod, const std::string& field_pa
 std::optional<std::string> ExecutableForImage(const std::string& image,
                                               const std::string& bin_dir) {
   std::string base = ImageBaseName(image);
+  // The CPU-only trainer image (Dockerfile target trainer-cpu) holds the same program.
+  if (EndsWith(base, "tj-trainer-cpu")) return bin_dir + "/tj-trainer";
   for (const char* own : {"tj-trainer", "tj-operator", "tj-local-node"}) {
     if (EndsWith(base, own)) return bin_dir + "/" + own;
   }

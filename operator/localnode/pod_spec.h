@@ -18,7 +18,8 @@ namespace tj::localnode {
 using nlohmann::json;
 
 // Maps an image to an executable for containers without a command: an image whose name ends
-// in "tj-trainer" or "tj-operator" (any registry, any tag) runs that binary from `bin_dir`;
+// in "tj-trainer", "tj-trainer-cpu" or "tj-operator" (any registry, any tag) runs that
+// binary (tj-trainer for both trainer images) from `bin_dir`;
 // "busybox"/"debian"/"ubuntu"/"alpine"-like images without a command run /bin/sh.
 std::optional<std::string> ExecutableForImage(const std::string& image, const std::string& bin_dir);
 

@@ -1,4 +1,4 @@
-// Load (issue 9): kJobs TrainingJobs of kReplicas workers each, all at once, on a local cluster
+// Load: kJobs TrainingJobs of kReplicas workers each, all at once, on a local cluster
 // of its own. The cluster has no node (no tj-local-node), so the pods stay Pending: the test
 // measures the control plane and the operator, not 800 trainers on a small machine.
 //  1. The API server's own capacity: a direct client creates the very objects the operator

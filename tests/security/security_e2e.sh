@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Security checks on a real local cluster (issue 9). The operator is installed by the Helm
+# Security checks on a real local cluster. The operator is installed by the Helm
 # chart and runs in-cluster as its ServiceAccount, with the chart's RBAC; the API server writes
 # an audit log (hack/local-cluster.sh, TJ_LOCAL_CLUSTER_AUDIT_LOG). One job lifecycle: a job
 # runs, loses a worker (gang restart), succeeds; an invalid job fails; a job on a missing claim
@@ -206,13 +206,17 @@ nlogs=0
 while IFS= read -r f; do
   search "${f#"$TJ_LOCAL_CLUSTER_DIR"/}" <"$f"
   nlogs=$((nlogs + 1))
-done < <(find "$TJ_LOCAL_CLUSTER_DIR/logs" -type f)
+done < <(find "$TJ_LOCAL_CLUSTER_DIR/logs" -type f
+         # A real node's container output (the kubelet's files): this test's pods and the
+         # operator's.
+         [ "$TJ_NODE" != containerd ] ||
+           find /var/log/pods -path "*/${NS}_*" -type f -o -path "*/tj-system_*" -type f)
 search "the audit log" <"$AUDIT"
 search "Events" < <(kubectl get events -A -o json)
 search "job sec's status" < <(kubectl -n "$NS" get tj sec -o json | jq .status)
 [ ${#leaks[@]} -eq 0 ] &&
-  ok "the key (raw and base64) is in none of $nlogs cluster log files (operator, pods, node" \
-     "agent, control plane), the audit log, Events, the job's status" ||
+  ok "the key (raw and base64) is in none of $nlogs cluster log files (operator, pods, node," \
+     "control plane), the audit log, Events, the job's status" ||
   fail "the rendezvous key leaks into: ${leaks[*]}"
 
 # --- garbage collection: the job deleted, its Secret, Service and pods go with it.

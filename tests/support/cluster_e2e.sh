@@ -5,11 +5,14 @@
 #                        TJ_REQUIRE_HELM is set
 #   step TEXT            prints TEXT after the seconds since the test began
 #   e2e_prerequisites    skips unless tj-local-node, tj-operator, tj-trainer are built, Helm
-#                        can be had (sets HELM) and the Kubernetes binaries are there
+#                        can be had (sets HELM) and the Kubernetes binaries are there; on the
+#                        real node (TJ_NODE=containerd) also unless root and the images exist
 #   e2e_cleanup_on_exit [PATH...]   on exit: the cluster goes down; on failure the operator's
 #                        log and the pods are printed and the state kept, on success the state
 #                        and PATHs are removed
 export TJ_BUILD_DIR=$BUILD
+# The process node unless the test (or the caller) chose the real one (TJ_NODE=containerd).
+export TJ_NODE=${TJ_NODE:-process}
 required() { [ -n "${CI:-}${TJ_REQUIRE_CLUSTER:-}${TJ_REQUIRE_HELM:-}" ]; }
 skip() { if required; then echo "FAIL $*"; exit 1; fi; echo "SKIP: $*"; exit 77; }
 t0=$SECONDS
@@ -22,6 +25,14 @@ e2e_prerequisites() {
   done
   HELM=$("$ROOT/hack/helm.sh" --path) || skip "no Helm (hack/helm.sh could not fetch it)"
   "$ROOT/hack/local-cluster.sh" build >/dev/null || skip "no Kubernetes binaries"
+  if [ "$TJ_NODE" = containerd ]; then
+    [ "$(id -u)" -eq 0 ] || skip "the real node (TJ_NODE=containerd) needs root"
+    export CONTAINERS_CONF=${TJ_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tj-operator}/images/containers.conf
+    local img
+    for img in $("$ROOT/hack/images.sh" names); do
+      podman image exists "$img" 2>/dev/null || skip "no image $img (make images)"
+    done
+  fi
 }
 
 E2E_REMOVE_ON_SUCCESS=()

@@ -9,8 +9,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 namespace tj::cluster {
 namespace {
@@ -278,6 +280,24 @@ StatusOr<std::string> ResolveHost(const std::string& host) {
     if (rc == 0) return std::string(buf);
   }
   return Status::Error("resolving " + host + ": no address");
+}
+
+StatusOr<std::string> ResolveHostBefore(const std::string& host, Deadline deadline) {
+  const auto start = std::chrono::steady_clock::now();
+  auto pause = std::chrono::milliseconds(100);
+  while (true) {
+    StatusOr<std::string> ip = ResolveHost(host);
+    if (ip.ok()) return ip;
+    const auto now = std::chrono::steady_clock::now();
+    if (now + pause >= deadline) {
+      const auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - start);
+      return ip.status().WithContext("no address after " + std::to_string(waited.count()) +
+                                     " s of retries (is the job's headless Service there and "
+                                     "the cluster DNS answering?)");
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(1000));
+  }
 }
 
 }  // namespace tj::cluster

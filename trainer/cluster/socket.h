@@ -67,4 +67,10 @@ StatusOr<Socket> AcceptTcp(Socket& listener, Deadline deadline);
 // Resolves a host name to a numeric address string, preferring IPv4 ("127.0.1.2").
 StatusOr<std::string> ResolveHost(const std::string& host);
 
+// ResolveHost, tried again until `deadline` while the name does not resolve: a pod's own
+// DNS name (<pod>.<service>.<ns>.svc) appears only once the endpoints controller and the
+// cluster DNS have seen the pod, a few seconds after it starts. The last error, with the
+// time waited, when it never resolves.
+StatusOr<std::string> ResolveHostBefore(const std::string& host, Deadline deadline);
+
 }  // namespace tj::cluster

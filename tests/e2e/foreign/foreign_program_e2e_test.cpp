@@ -19,11 +19,17 @@ using nlohmann::json;
 using testing::StatusOf;
 using testing::TrainerPids;
 
+// On a real node the program runs from its image (tests/e2e/foreign/Containerfile); on the
+// process node from the source tree, whatever the image is called.
 json Replica(int replicas, const std::vector<std::string>& args) {
   json container = {{"name", "tensorflow"},
                     {"image", "example.com/team/mnist-tf:2.15"},
                     {"command", json::array({"python3", TJ_FOREIGN_PROGRAM})},
                     {"args", args}};
+  if (testing::RealNode()) {
+    container["image"] = testing::LocalImage("tj-test-python");
+    container["command"] = json::array({"python3", "/opt/tj/tf_program.py"});
+  }
   return {{"replicas", replicas},
           {"restartPolicy", "ExitCode"},
           {"template", {{"spec", {{"containers", json::array({container})}}}}}};

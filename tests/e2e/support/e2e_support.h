@@ -25,6 +25,20 @@ namespace tj::kube::testing {
 // running after `timeout` is killed (its output so far is returned, with a note).
 std::string Sh(const std::string& cmd, std::chrono::seconds timeout = std::chrono::seconds(60));
 
+// Whether this test's cluster runs a real node (TJ_NODE=containerd: pods are containers of
+// images from `make images`) rather than the process node.
+bool RealNode();
+// localhost/<name>:<the project's version>, as hack/images.sh tags its images.
+std::string LocalImage(const std::string& name);
+
+// Where a real node's kubelet writes the containers' output (CRI format; fixed in 1.20).
+inline constexpr const char* kKubeletPodLogDir = "/var/log/pods";
+
+// The output of pod `ns`/`pod` (uid `uid`) on a real node, from the kubelet's files: the
+// container named "trainer", else the pod's only one; every run of it, oldest first, with
+// the CRI prefix (time, stream, tag) removed. Empty when there is none.
+std::string CriPodLog(const std::string& ns, const std::string& pod, const std::string& uid);
+
 // kubectl against `cluster`.
 std::string Kubectl(const LocalCluster* cluster, const std::string& args);
 
@@ -101,7 +115,8 @@ class JobTest : public ::testing::Test {
   nlohmann::json WaitFinished(const std::string& name, std::chrono::seconds timeout);
   std::vector<nlohmann::json> Pods(const std::string& job);
   // The log of a pod's container named "trainer", else of its first container found (restarts
-  // of the container append to it; a re-created pod starts a fresh one).
+  // of the container append to it; a re-created pod starts a fresh one): the process node's
+  // file, or on a real node the kubelet's (CriPodLog).
   std::string PodLog(const std::string& pod);
   // The trainer's JSON events in a pod's log, in order; only those of `kind` when given.
   std::vector<nlohmann::json> PodEvents(const std::string& pod, const std::string& kind = "");

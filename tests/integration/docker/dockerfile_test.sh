@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The Dockerfile, checked without a Docker engine (none runs on the development machine):
 #   1. dockerfile-utils lint (the npm package; fetched once into the tj-operator cache);
-#   2. the structure issue 8 asks for: build stages on pinned images (a CUDA devel image for the
-#      trainer), runtime targets `operator` (no CUDA) and `trainer` (CUDA runtime with cuDNN),
-#      a non-root USER in each, COPY sources that exist, a .dockerignore without build trees;
-#   3. the operator image installs every Debian package that holds a shared library
-#      tj-operator links (ldd of the build's binary here; the operator image is Debian 12 too),
-#      and the trainer image the packages of the non-CUDA libraries tj-trainer links.
+#   2. the structure: build stages on pinned images (Debian for build-cpu, a CUDA devel image
+#      for build-trainer), runtime targets `operator` and `trainer-cpu` (Debian, no CUDA) and
+#      `trainer` (CUDA runtime with cuDNN), a non-root USER in each, COPY sources that exist,
+#      a .dockerignore without build trees;
+#   3. the Debian images install (hack/image/install-runtime.sh) every Debian package that
+#      holds a shared library their program links (ldd of the build's binary here, Debian 12
+#      too), and the CUDA trainer image the packages of the non-CUDA libraries tj-trainer
+#      links. `make images` builds the Debian targets for real (tests/e2e/real_node).
 # Usage: dockerfile_test.sh REPO_ROOT BUILD_DIR. Exit 77 (ctest: skipped) when dockerfile-utils
 # cannot be fetched, unless CI or TJ_REQUIRE_DOCKERFILE_LINT is set.
 set -euo pipefail
@@ -92,7 +94,7 @@ for op, rest in instr:
     elif stage is not None:
         stages[stage]["ops"].append((op, rest))
 
-for name in ("build-operator", "build-trainer", "operator", "trainer"):
+for name in ("build-cpu", "build-trainer", "dataset", "operator", "trainer-cpu", "trainer"):
     check(name in stages, f"stage {name} exists")
 if failed:
     sys.exit(1)
@@ -110,25 +112,30 @@ check(re.search(r"^nvidia/cuda:.*-cudnn-devel-ubuntu", stages["build-trainer"]["
       "build-trainer builds on an NVIDIA CUDA devel image with cuDNN")
 check(re.search(r"^nvidia/cuda:.*-cudnn-runtime-ubuntu", stages["trainer"]["image"]) is not None,
       "trainer runs on an NVIDIA CUDA runtime image with cuDNN (NCCL ships in it)")
-check("cuda" not in stages["operator"]["image"] and "cuda" not in stages["build-operator"]["image"],
-      "operator: built and run without CUDA")
+for name in ("build-cpu", "operator", "trainer-cpu"):
+    check("cuda" not in stages[name]["image"], f"{name}: no CUDA in its base image")
 cuda_ver = lambda img: re.search(r"cuda:(\d+\.\d+\.\d+)", img).group(1)
 check(cuda_ver(stages["build-trainer"]["image"]) == cuda_ver(stages["trainer"]["image"]),
       "trainer: the devel and runtime images have the same CUDA version")
 check("-DTJ_WITH_CUDA=ON" in " ".join(r for o, r in stages["build-trainer"]["ops"] if o == "RUN")
       and "GPU backend ON" in " ".join(r for o, r in stages["build-trainer"]["ops"]),
       "build-trainer configures the GPU backend and fails without it")
-check("-DTJ_WITH_CUDA=OFF" in " ".join(r for o, r in stages["build-operator"]["ops"]),
-      "build-operator configures without CUDA")
+check("-DTJ_WITH_CUDA=OFF" in " ".join(r for o, r in stages["build-cpu"]["ops"]),
+      "build-cpu configures without CUDA")
 
 # A runtime stage: its last USER is a non-root uid; it copies its binary from its build stage.
-for name, binary in (("operator", "tj-operator"), ("trainer", "tj-trainer")):
+RUNTIME = (("operator", "tj-operator", "build-cpu"), ("trainer-cpu", "tj-trainer", "build-cpu"),
+           ("trainer", "tj-trainer", "build-trainer"))
+for name, binary, build_stage in RUNTIME:
     ops = stages[name]["ops"]
     users = [r for o, r in ops if o == "USER"]
     uid = re.sub(r"\$\{(\w+)\}", lambda v: args.get(v.group(1), ""), users[-1]).split(":")[0] if users else ""
     check(uid.isdigit() and int(uid) != 0, f"{name}: runs as a non-root uid (USER {users[-1] if users else 'missing'} -> {uid})")
-    check(any(o == "COPY" and f"--from=build-{name}" in r and binary in r for o, r in ops),
-          f"{name}: copies {binary} from build-{name}")
+    check(any(o == "COPY" and f"--from={build_stage}" in r and binary in r for o, r in ops),
+          f"{name}: copies {binary} from {build_stage}")
+    kind = "operator" if name == "operator" else "trainer"
+    check(any(o == "RUN" and f"install-runtime.sh {kind}" in r for o, r in ops),
+          f"{name}: sets up with hack/image/install-runtime.sh {kind}")
     check(any(o == "RUN" and "ldd" in r and "not found" in r for o, r in ops),
           f"{name}: the image build fails on a missing shared library (ldd)")
     check(any(o == "ENTRYPOINT" and binary in r for o, r in ops), f"{name}: ENTRYPOINT is {binary}")
@@ -148,13 +155,12 @@ for pattern in (".git", "build", "build-*", ".local-cluster", ".cache"):
     check(pattern in ignore, f".dockerignore excludes {pattern}")
 
 # 3. Runtime packages against the libraries the binaries link.
-def apt_installs(stage):
-    pkgs = []
-    for o, r in stages[stage]["ops"]:
-        if o == "RUN" and "apt-get install" in r:
-            seg = r.split("apt-get install", 1)[1].split("&&")[0]
-            pkgs += [w for w in seg.split() if not w.startswith("-")]
-    return pkgs
+def apt_installs(kind):
+    """The packages hack/image/install-runtime.sh installs for `kind` (operator, trainer)."""
+    text = open(os.path.join(root, "hack/image/install-runtime.sh")).read()
+    m = re.search(r"^\s*" + kind + r'\) packages="([^"]*)"', text, re.M)
+    check(m is not None, f"install-runtime.sh names the packages of {kind}")
+    return m.group(1).split() if m else []
 
 def linked_packages(binary):
     """The Debian packages that hold the shared libraries ldd resolves (one dpkg -S for all)."""
@@ -186,7 +192,7 @@ def depends_closure(pkgs):
 
 # Packages every Debian/Ubuntu base image has (apt itself depends on them).
 base = {"libc6", "libgcc-s1", "libstdc++6", "zlib1g"}
-for name, binary in (("operator", "tj-operator"), ("trainer", "tj-trainer")):
+for name, binary, _ in RUNTIME:
     path = os.path.join(build, "bin", binary)
     check(os.path.exists(path), f"{path} is built (needed to compare its libraries)")
     if not os.path.exists(path):
@@ -194,13 +200,16 @@ for name, binary in (("operator", "tj-operator"), ("trainer", "tj-trainer")):
     # A sanitizer build's runtimes (CI's asan phase runs this test too) are in no image.
     needed = {p for p in linked_packages(path) - base
               if not re.fullmatch(r"lib(asan|ubsan|tsan|lsan)\d*", p)}
-    installs = apt_installs(name)
-    if name == "operator":
+    installs = apt_installs("operator" if name == "operator" else "trainer")
+    if name == "trainer-cpu":
+        # Built here with the GPU backend when nvcc is found; the image's build has none.
+        needed = {p for p in needed if not p.startswith("?/usr/local/cuda")}
+    if name in ("operator", "trainer-cpu"):
         # Debian 12 here and in the image: the same package names, checked with their depends.
         have = depends_closure(installs)
         missing = sorted(p for p in needed if p not in have)
-        check(not missing, f"operator image installs (or pulls in) the packages of every library "
-                           f"tj-operator links: {sorted(needed)}; missing {missing}")
+        check(not missing, f"{name} image installs (or pulls in) the packages of every library "
+                           f"{binary} links: {sorted(needed)}; missing {missing}")
     else:
         # Ubuntu 24.04 in the image: the direct packages must be named (names checked by hand
         # against packages.ubuntu.com, docs/deploy.md); their own depends come with them.

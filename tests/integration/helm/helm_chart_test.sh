@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# helm lint and helm template of helm/tj-operator, checked against what issue 8 asks of the
+# helm lint and helm template of helm/tj-operator, checked against what we ask of the
 # chart, and manifests/{rbac,operator} (and the chart's crds/) equal to what it renders.
 # Usage: helm_chart_test.sh REPO_ROOT. Exit 77 (ctest: skipped) when Helm cannot be had,
 # unless CI or TJ_REQUIRE_HELM is set.

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # `helm install` on the local cluster runs the operator for real and the example job to
-# Succeeded under the chart's RBAC (issue 8): the node agent runs the operator image as
-# BUILD/bin/tj-operator with the ServiceAccount token, CA and KUBERNETES_SERVICE_* a kubelet
-# gives it. Then, with its ClusterRoleBinding deleted, the operator is refused (a missing
-# permission shows as a failure, not as silent success).
+# Succeeded under the chart's RBAC: on the real node the operator runs from its image
+# (localhost/tj-operator), on the process node the node agent runs BUILD/bin/tj-operator, both
+# with the ServiceAccount token, CA and KUBERNETES_SERVICE_* a kubelet gives them. Then, with
+# its ClusterRoleBinding deleted, the operator is refused (a missing permission shows as a
+# failure, not as silent success).
 # Usage: helm_install_e2e.sh REPO_ROOT BUILD_DIR. Exit 77 (skipped) when Helm or the
 # cluster's binaries cannot be had, unless CI / TJ_REQUIRE_CLUSTER / TJ_REQUIRE_HELM is set.
 set -euo pipefail
@@ -21,13 +22,17 @@ step "cluster up"
 "$HELM" install tj-operator "$ROOT/helm/tj-operator" --namespace tj-system --create-namespace \
   --set bindAddress='$(POD_IP)' --wait --timeout 120s >/dev/null
 step "helm install: operator Ready (its readiness probe /readyz passed)"
+# The operator's process: the image's program in a container on the real node, the build's
+# binary on the process node.
+exe=$BUILD/bin/tj-operator
+[ "$TJ_NODE" != containerd ] || exe=/usr/local/bin/tj-operator
 pid=""
-for p in $(pgrep -f "^$BUILD/bin/tj-operator" || true); do pid=$p; done
+for p in $(pgrep -f "^$exe" || true); do pid=$p; done
 [ -n "$pid" ] || { echo "FAIL no tj-operator process"; exit 1; }
 if tr '\0' '\n' <"/proc/$pid/environ" | grep -q '^KUBECONFIG='; then
   echo "FAIL the operator pod has a KUBECONFIG: it must run in-cluster"; exit 1
 fi
-tr '\0' '\n' <"/proc/$pid/environ" | grep -q '^KUBERNETES_SERVICE_HOST=127.0.0.1$' ||
+tr '\0' '\n' <"/proc/$pid/environ" | grep -q '^KUBERNETES_SERVICE_HOST=.' ||
   { echo "FAIL no KUBERNETES_SERVICE_HOST in the operator's environment"; exit 1; }
 echo "ok   the operator runs in-cluster (no KUBECONFIG, KUBERNETES_SERVICE_HOST set)"
 kubectl -n tj-system get lease tj-operator-leader >/dev/null

@@ -35,6 +35,7 @@ TEST(PodSpec, ImagesMapToLocalExecutables) {
   EXPECT_EQ(ExecutableForImage("ghcr.io/x/tj-trainer:v1", "/b"), "/b/tj-trainer");
   EXPECT_EQ(ExecutableForImage("tj-operator@sha256:abc", "/b"), "/b/tj-operator");
   EXPECT_EQ(ExecutableForImage("registry:5000/my-tj-trainer", "/b"), "/b/tj-trainer");
+  EXPECT_EQ(ExecutableForImage("localhost/tj-trainer-cpu:0.1.0", "/b"), "/b/tj-trainer");
   EXPECT_EQ(ExecutableForImage("busybox:1.36", "/b"), "/bin/sh");
   EXPECT_FALSE(ExecutableForImage("nginx", "/b").has_value());
 }

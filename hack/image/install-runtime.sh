@@ -1,0 +1,31 @@
+#!/bin/sh
+# The runtime stages' set-up, one definition for every image (Dockerfile):
+#   install-runtime.sh operator|trainer UID
+# installs the shared libraries the program links (names that Debian 12 and Ubuntu 24.04,
+# the CUDA base image's distribution, both use) and creates the non-root user `tj` with
+# uid = gid = UID, the user every image runs as (the chart's and the operator's runAsUser).
+set -eu
+image=${1:?usage: install-runtime.sh operator|trainer UID}
+uid=${2:?usage: install-runtime.sh operator|trainer UID}
+case "$image" in
+  # tj-operator: cpprestsdk, libcurl (bounded reads), jemalloc, yaml-cpp (its config), OpenSSL.
+  operator) packages="ca-certificates libcpprest2.10 libcurl4 libjemalloc2 libyaml-cpp0.7 libssl3
+                      zlib1g" ;;
+  # tj-trainer: cpprestsdk, Gloo (CPU collectives); CUDA, cuDNN and NCCL come with the CUDA
+  # base image of the GPU target.
+  trainer) packages="ca-certificates libcpprest2.10 libgloo0 zlib1g" ;;
+  *) echo "install-runtime.sh: unknown image '$image' (operator or trainer)" >&2; exit 2 ;;
+esac
+export DEBIAN_FRONTEND=noninteractive
+apt-get update
+# shellcheck disable=SC2086
+apt-get install -y --no-install-recommends $packages
+rm -rf /var/lib/apt/lists/*
+groupadd --gid "$uid" tj
+if [ "$image" = trainer ]; then
+  # A home for programs that want one (Python caches, say); backups go to the job's volumes.
+  useradd --uid "$uid" --gid "$uid" --create-home --home-dir /home/tj --shell /usr/sbin/nologin tj
+else
+  useradd --uid "$uid" --gid "$uid" --no-create-home --home-dir /nonexistent \
+    --shell /usr/sbin/nologin tj
+fi

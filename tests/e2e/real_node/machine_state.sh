@@ -1,0 +1,41 @@
+# What a real node may change on the machine, as text to compare before `up` and after `down`
+# (sourced by real_node_e2e.sh): processes of the node's programs, mounts, network links and
+# namespaces, iptables rules (without counters), kernel settings and the kubelet's cgroups.
+#   machine_state            prints the state
+#   volatile_sysctls         prints the sysctl keys that change by themselves (two reads a
+#                            second apart differ), to leave out of the comparison
+machine_state() (
+  # A section with nothing in it is an empty section, not an error.
+  set +e +o pipefail
+  echo "## processes"
+  ps -eo comm= | grep -xE 'kubelet|kube-proxy|containerd|containerd-shim.*|dnsmasq|runc|catatonit' | sort
+  echo "## mounts"
+  findmnt -rn -o TARGET,FSTYPE | sort
+  echo "## links"
+  ip -o link show | awk -F': ' '{print $2}' | sed 's/@.*//' | sort
+  echo "## netns"
+  ip netns list 2>/dev/null | sort
+  local cmd
+  for cmd in iptables ip6tables; do
+    echo "## $cmd"
+    "$cmd-save" 2>/dev/null | grep -v '^#' | sed 's/\[[0-9]*:[0-9]*\]//' | sort
+  done
+  echo "## sysctl"
+  sysctl -a 2>/dev/null | grep -vF -f <(volatile_sysctls_cached) | sort
+  echo "## cgroups"
+  find /sys/fs/cgroup -maxdepth 3 -type d -name 'kubepods*' 2>/dev/null | sort
+)
+
+VOLATILE_FILE=${VOLATILE_FILE:-$(mktemp)}
+volatile_sysctls() {
+  local a b
+  a=$(sysctl -a 2>/dev/null | sort)
+  sleep 1
+  b=$(sysctl -a 2>/dev/null | sort)
+  # Keys whose values changed, plus counters and random values known to move.
+  { { diff <(echo "$a") <(echo "$b") || true; } | sed -n 's/^[<>] \([^ ]*\) = .*/\1 =/p'
+    printf '%s\n' 'kernel.random.' 'fs.dentry-state' 'fs.file-nr' 'fs.inode-' \
+      'kernel.ns_last_pid' 'net.netfilter.nf_conntrack_count' 'kernel.pty.nr' 'fs.quota.' \
+      'fs.aio-nr' 'kernel.sched_domain' 'net.ipv4.tcp_mem' 'net.ipv4.udp_mem'; } | sort -u >"$VOLATILE_FILE"
+}
+volatile_sysctls_cached() { cat "$VOLATILE_FILE"; }
