@@ -46,6 +46,8 @@ set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 STATE_DIR=${TJ_LOCAL_CLUSTER_DIR:-$REPO_ROOT/.local-cluster}
+# Canonical (no .., no links), as the mount table names the real node's mounts.
+STATE_DIR=$(realpath -m "$STATE_DIR")
 CACHE_ROOT=${TJ_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tj-operator}
 BIN_DIR_BUILD=${TJ_BUILD_DIR:-$REPO_ROOT/build}/bin
 HEALTH_TIMEOUT_S=${TJ_LOCAL_CLUSTER_TIMEOUT:-90}

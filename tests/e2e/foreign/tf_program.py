@@ -57,8 +57,21 @@ def serve_status(state, own_host):
             pass
 
     # Listen where this replica's own TF_CONFIG name resolves: its pod IP.
-    server = http.server.ThreadingHTTPServer((socket.gethostbyname(own_host), port), Handler)
+    server = http.server.ThreadingHTTPServer((resolve(own_host), port), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
+
+
+def resolve(host, seconds=120):
+    """The address of `host`, asked again until it resolves: a pod's own DNS name appears a
+    few seconds after the pod starts (TensorFlow's gRPC retries the same way)."""
+    deadline = time.time() + seconds
+    while True:
+        try:
+            return socket.gethostbyname(host)
+        except OSError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def rendezvous(cluster, task_type, task_index):
@@ -67,7 +80,7 @@ def rendezvous(cluster, task_type, task_index):
     me = (task_type, task_index)
     host, port = host_port(cluster[leader[0]][leader[1]])
     if me == leader:
-        srv = socket.create_server((socket.gethostbyname(host), port))
+        srv = socket.create_server((resolve(host), port))
         conns = []
         srv.settimeout(120)
         while len(conns) < len(members) - 1:

@@ -1,5 +1,5 @@
-// tj-operator end to end on the local cluster (hack/local-cluster.sh with tj-local-node, so
-// pods are real tj-trainer processes): the example job to Succeeded with its evaluation; a
+// tj-operator end to end on the local cluster (hack/local-cluster.sh; under ctest its real
+// node, so pods are containers of localhost/tj-trainer-cpu): the example job to Succeeded with its evaluation; a
 // worker deleted mid-training -> gang restart -> resume from the backup -> Succeeded; a
 // non-retryable exit code; invalid specs (CRD schema and operator validation); the operator
 // killed and restarted mid-job without duplicate pods. Each test has its own namespace and
