@@ -64,7 +64,8 @@ Status ValidateTemplate(const json& tmpl, const std::string& path) {
     }
     if (!c.contains("image") || !c["image"].is_string())
       return FieldError(cp + ".image", "required: the image to run (the tj-trainer image)");
-    if (c["name"] == "trainer") has_trainer = true;
+    // The container that gets TF_CONFIG, as TFJob finds it: "tensorflow", else "trainer".
+    if (c["name"] == "trainer" || c["name"] == "tensorflow") has_trainer = true;
     if (c.contains("env") && !c["env"].is_array()) {
       return FieldError(cp + ".env", "must be a list of {name, value} objects");
     }
@@ -74,7 +75,8 @@ Status ValidateTemplate(const json& tmpl, const std::string& path) {
   }
   if (spec["containers"].size() > 1 && !has_trainer) {
     return FieldError(path + ".spec.containers",
-                      "with several containers, one must be named \"trainer\" (it gets TF_CONFIG)");
+                      "with several containers, one must be named \"tensorflow\" or \"trainer\" "
+                      "(it gets TF_CONFIG)");
   }
   return Status::Ok();
 }
@@ -294,9 +296,12 @@ TrainingJobStatus TrainingJobStatus::FromJson(const json& j) {
     if (j.contains("conditions") && j["conditions"].is_array()) {
       for (const auto& c : j["conditions"]) {
         if (!c.is_object()) continue;
-        Condition cond{c.value("type", ""),           c.value("status", ""),
-                       c.value("reason", ""),         c.value("message", ""),
-                       c.value("lastTransitionTime", ""), c.value("lastUpdateTime", "")};
+        Condition cond{c.value("type", ""),
+                       c.value("status", ""),
+                       c.value("reason", ""),
+                       c.value("message", ""),
+                       c.value("lastTransitionTime", ""),
+                       c.value("lastUpdateTime", "")};
         if (auto g = c.find("observedGeneration"); g != c.end() && g->is_number_integer()) {
           cond.observed_generation = g->get<int64_t>();
         }

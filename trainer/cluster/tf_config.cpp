@@ -1,5 +1,6 @@
 #include "trainer/cluster/tf_config.h"
 
+#include <cctype>
 #include <charconv>
 #include <cstdlib>
 #include <map>
@@ -82,6 +83,21 @@ StatusOr<nlohmann::json> TaskList(const nlohmann::json& job, const std::string& 
   return list;
 }
 
+// What to say of a task type TensorFlow does not know: the usual mistakes get their fix.
+std::string UnknownTypeHint(const std::string& type) {
+  std::string lower = type;
+  for (char& ch : lower) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (lower == "master") {
+    return "; TensorFlow 2 calls the master \"chief\": use chief, worker or evaluator";
+  }
+  if (lower != type &&
+      (lower == "chief" || lower == "worker" || lower == "evaluator" || lower == "ps")) {
+    return "; task types are lower case: use \"" + lower + "\" (Kubeflow's replica type " + type +
+           " becomes " + lower + " in TF_CONFIG)";
+  }
+  return "; use chief, worker or evaluator";
+}
+
 // task.index as TensorFlow reads it: int(task["index"]) in Python. Sets *index, or says why not.
 Status ReadTaskIndex(const nlohmann::json& value, int64_t* index) {
   const std::string bad =
@@ -119,8 +135,9 @@ Status ParseCluster(const nlohmann::json& cluster, TfConfig* config) {
     const std::string field = "TF_CONFIG.cluster." + it.key();
     TaskType type;
     if (!ParseTaskType(it.key(), &type)) {
-      return Status::Error(field + ": unknown task type " + Quote(it.key()) +
-                           "; use chief, worker, ps or evaluator");
+      std::string hint = UnknownTypeHint(it.key());
+      if (hint == "; use chief, worker or evaluator") hint = "; use chief, worker, ps or evaluator";
+      return Status::Error(field + ": unknown task type " + Quote(it.key()) + hint);
     }
     StatusOr<nlohmann::json> list = TaskList(*it, field);
     if (!list.ok()) return list.status();
@@ -175,8 +192,8 @@ Status ParseTask(const nlohmann::json& root, TfConfig* config) {
   }
   const std::string type_name = type_it->get<std::string>();
   if (!ParseTaskType(type_name, &config->task_type)) {
-    return Status::Error("TF_CONFIG.task.type " + Quote(type_name) +
-                         " is unknown; use chief, worker or evaluator");
+    return Status::Error("TF_CONFIG.task.type " + Quote(type_name) + " is unknown" +
+                         UnknownTypeHint(type_name));
   }
   if (config->task_type == TaskType::kPs) {
     return Status::Error(
@@ -193,6 +210,9 @@ Status ParseTask(const nlohmann::json& root, TfConfig* config) {
     config->task_index = index > 1000000 ? 1000000 : static_cast<int>(index);
   }
   const size_t count = TasksOf(*config, config->task_type).size();
+  // An evaluator takes no part in the cluster: TensorFlow accepts it without a cluster entry,
+  // and Kubeflow's TFJob writes none.
+  if (config->task_type == TaskType::kEvaluator && count == 0) return Status::Ok();
   if (static_cast<size_t>(config->task_index) >= count) {
     if (count == 0) {
       return Status::Error("TF_CONFIG.task is " + type_name + " " +
@@ -286,7 +306,11 @@ const std::string& TfConfig::chief_address() const {
   return chief.empty() ? worker.front() : chief.front();
 }
 
-const std::string& TfConfig::own_address() const { return TasksOf(*this, task_type)[task_index]; }
+const std::string& TfConfig::own_address() const {
+  static const std::string kNone;
+  const auto& tasks = TasksOf(*this, task_type);
+  return static_cast<size_t>(task_index) < tasks.size() ? tasks[task_index] : kNone;
+}
 
 std::string TfConfig::task_name() const {
   return std::string(TaskTypeName(task_type)) + " " + std::to_string(task_index);

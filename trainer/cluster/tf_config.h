@@ -55,6 +55,7 @@ struct TfConfig {
   // "host:port" of the chief (the rendezvous server).
   const std::string& chief_address() const;
   // "host:port" of this task.
+  // This task's host:port; empty for an evaluator the cluster does not list.
   const std::string& own_address() const;
   // A printable task name: "worker 1", "chief 0", "evaluator 0".
   std::string task_name() const;

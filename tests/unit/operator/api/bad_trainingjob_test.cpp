@@ -130,7 +130,7 @@ const std::vector<BadJob>& Table() {
          WorkerContainers(j).push_back({{"name", "sidecar"}, {"image", "busybox"}});
        },
        "spec.replicaSpecs.Worker.template.spec.containers: with several containers, one must be "
-       "named \"trainer\" (it gets TF_CONFIG)"},
+       "named \"tensorflow\" or \"trainer\" (it gets TF_CONFIG)"},
       {"RunPolicyAList", [](json& j) { j["spec"]["runPolicy"] = json::array(); },
        "spec.runPolicy: must be an object"},
       {"NegativeBackoffLimit", [](json& j) { j["spec"]["runPolicy"]["backoffLimit"] = -1; },

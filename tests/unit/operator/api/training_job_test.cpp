@@ -64,6 +64,16 @@ TEST(ParseSpec, FullSpec) {
   EXPECT_EQ(s->port, 3000);
 }
 
+// TFJob's convention: the container named "tensorflow" gets TF_CONFIG, beside any sidecar.
+TEST(ParseSpec, TensorflowContainerBesideASidecarIsValid) {
+  json spec = MinimalSpec();
+  auto& cs = spec["replicaSpecs"]["Worker"]["template"]["spec"]["containers"];
+  cs[0]["name"] = "tensorflow";
+  cs.push_back({{"name", "log-shipper"}, {"image", "fluent-bit"}});
+  auto s = ParseSpec(spec);
+  EXPECT_TRUE(s.ok()) << s.status().message();
+}
+
 struct InvalidCase {
   std::string name;
   std::function<void(json&)> mutate;
@@ -143,7 +153,7 @@ INSTANTIATE_TEST_SUITE_P(
                       cs[0]["name"] = "a";
                       cs.push_back({{"name", "b"}, {"image", "x"}});
                     },
-                    "one must be named \"trainer\""},
+                    "one must be named \"tensorflow\" or \"trainer\""},
         InvalidCase{"NegativeBackoff", [](json& s) { s["runPolicy"]["backoffLimit"] = -1; },
                     "spec.runPolicy.backoffLimit: must be >= 0"},
         InvalidCase{"ZeroDeadline", [](json& s) { s["runPolicy"]["activeDeadlineSeconds"] = 0; },

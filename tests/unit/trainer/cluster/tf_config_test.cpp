@@ -73,6 +73,11 @@ INSTANTIATE_TEST_SUITE_P(
              R"({"cluster":{"worker":["w0:2222"],"evaluator":["e:2222"]},
                  "task":{"type":"evaluator","index":0}})",
              false, true, -1, 1, "w0:2222", "e:2222", "evaluator 0"},
+        // As Kubeflow's TFJob writes an evaluator's TF_CONFIG: the cluster lists no evaluator.
+        Good{"evaluator_not_in_cluster",
+             R"({"cluster":{"chief":["c:2222"],"worker":["w0:2222"]},
+                 "task":{"type":"evaluator","index":0}})",
+             false, true, -1, 2, "c:2222", "", "evaluator 0"},
         Good{"missing_index_defaults_to_0",
              R"({"cluster":{"worker":["w0:1"]},"task":{"type":"worker"}})", true, false, 0, 1,
              "w0:1", "w0:1", "worker 0"},
@@ -144,12 +149,18 @@ INSTANTIATE_TEST_SUITE_P(
         Bad{"no_task", R"({"cluster":{"worker":["a:1"]}})",
             R"(TF_CONFIG has no task; add "task":{"type":"worker","index":N} naming this )"
             R"(process's entry in the cluster)"},
-        Bad{"unknown_task_type", R"({"cluster":{"worker":["a:1"]},"task":{"type":"master"}})",
-            R"(TF_CONFIG.task.type "master" is unknown; use chief, worker or evaluator)"},
+        Bad{"unknown_task_type", R"({"cluster":{"worker":["a:1"]},"task":{"type":"boss"}})",
+            R"(TF_CONFIG.task.type "boss" is unknown; use chief, worker or evaluator)"},
+        Bad{"master_task_type", R"({"cluster":{"worker":["a:1"]},"task":{"type":"master"}})",
+            R"(TF_CONFIG.task.type "master" is unknown; TensorFlow 2 calls the master )"
+            R"("chief": use chief, worker or evaluator)"},
+        Bad{"capitalised_task_type", R"({"cluster":{"worker":["a:1"]},"task":{"type":"Worker"}})",
+            R"(TF_CONFIG.task.type "Worker" is unknown; task types are lower case: use )"
+            R"("worker" (Kubeflow's replica type Worker becomes worker in TF_CONFIG))"},
         Bad{"unknown_cluster_type", R"({"cluster":{"worker":["a:1"],"master":["b:1"]},
             "task":{"type":"worker"}})",
-            R"(TF_CONFIG.cluster.master: unknown task type "master"; use chief, worker, ps )"
-            R"(or evaluator)"},
+            R"(TF_CONFIG.cluster.master: unknown task type "master"; TensorFlow 2 calls the )"
+            R"(master "chief": use chief, worker or evaluator)"},
         Bad{"index_out_of_range",
             R"({"cluster":{"worker":["a:1","b:1"]},"task":{"type":"worker","index":2}})",
             "TF_CONFIG.task.index 2 is out of range: cluster.worker has 2 entries (0..1)"},
