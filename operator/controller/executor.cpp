@@ -132,17 +132,18 @@ json FinalProgress(const std::string& log) {
     const std::string event = j.value("event", "");
     if (event == "epoch_end") {
       json p = json::object();
-      for (const char* k : {"epoch", "loss", "accuracy", "images_per_sec"}) {
+      for (const char* k : {status_schema::kEpoch, status_schema::kLoss, status_schema::kAccuracy,
+                            status_schema::kImagesPerSec}) {
         if (j.contains(k)) p[k] = j[k];
       }
-      if (progress.is_object() && progress.contains("total_epochs")) {
-        p["total_epochs"] = progress["total_epochs"];
+      if (progress.is_object() && progress.contains(status_schema::kTotalEpochs)) {
+        p[status_schema::kTotalEpochs] = progress[status_schema::kTotalEpochs];
       }
       progress = std::move(p);
     } else if (event == "train_end" && j.contains("epochs")) {
       if (!progress.is_object()) progress = json::object();
-      progress["total_epochs"] = j["epochs"];
-      progress["state"] = "done";
+      progress[status_schema::kTotalEpochs] = j["epochs"];
+      progress[status_schema::kState] = "done";
     }
   }
   return progress;

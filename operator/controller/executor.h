@@ -26,6 +26,7 @@
 
 #include "common/event_log.h"
 #include "common/status.h"
+#include "common/status_schema.h"
 #include "operator/controller/metrics.h"
 #include "operator/controller/reconciler.h"
 #include "operator/kube/client.h"
@@ -148,9 +149,10 @@ nlohmann::json LastEvaluation(const std::string& log);
 nlohmann::json FinalProgress(const std::string& log);
 
 // What the operator reads of a trainer's /status, which the job's tenant controls: at most
-// this many bytes, nested at most this deep (the documented schema is two levels deep).
-inline constexpr size_t kMaxTrainerStatusBytes = 64 * 1024;
-inline constexpr size_t kMaxTrainerStatusNesting = 8;
+// this many bytes, nested at most this deep (the schema, common/status_schema.h, is two
+// levels deep).
+inline constexpr size_t kMaxTrainerStatusBytes = status_schema::kMaxBytes;
+inline constexpr size_t kMaxTrainerStatusNesting = status_schema::kMaxNesting;
 
 // The deepest nesting of objects and arrays in a JSON text (strings skipped), without parsing.
 size_t JsonNesting(const std::string& text);

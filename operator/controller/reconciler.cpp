@@ -4,6 +4,7 @@
 #include <cctype>
 #include <utility>
 
+#include "common/status_schema.h"
 #include "operator/controller/job_resources.h"
 
 namespace tj::controller {
@@ -279,16 +280,17 @@ void Pass::Progress() {
   if (it != in_.trainer_status.end() && it->second.is_object()) {
     const json& s = it->second;
     json p = json::object();
-    CopyStatusField(s, "epoch", StatusField::kCount, p, "epoch");
-    CopyStatusField(s, "total_epochs", StatusField::kCount, p, "totalEpochs");
-    CopyStatusField(s, "step", StatusField::kCount, p, "step");
-    CopyStatusField(s, "loss", StatusField::kNumber, p, "loss");
-    CopyStatusField(s, "accuracy", StatusField::kNumber, p, "accuracy");
-    CopyStatusField(s, "images_per_sec", StatusField::kNumber, p, "imagesPerSecond");
-    if (s.contains("last_backup")) {  // {epoch, step} of the newest backup
+    namespace k = status_schema;
+    CopyStatusField(s, k::kEpoch, StatusField::kCount, p, "epoch");
+    CopyStatusField(s, k::kTotalEpochs, StatusField::kCount, p, "totalEpochs");
+    CopyStatusField(s, k::kStep, StatusField::kCount, p, "step");
+    CopyStatusField(s, k::kLoss, StatusField::kNumber, p, "loss");
+    CopyStatusField(s, k::kAccuracy, StatusField::kNumber, p, "accuracy");
+    CopyStatusField(s, k::kImagesPerSec, StatusField::kNumber, p, "imagesPerSecond");
+    if (s.contains(k::kLastBackup)) {  // {epoch, step} of the newest backup
       json b = json::object();
-      CopyStatusField(s["last_backup"], "epoch", StatusField::kCount, b, "epoch");
-      CopyStatusField(s["last_backup"], "step", StatusField::kCount, b, "step");
+      CopyStatusField(s[k::kLastBackup], k::kEpoch, StatusField::kCount, b, "epoch");
+      CopyStatusField(s[k::kLastBackup], k::kStep, StatusField::kCount, b, "step");
       if (!b.empty()) p["lastBackup"] = b;
     }
     if (!p.empty()) status_.progress = p;
@@ -296,17 +298,18 @@ void Pass::Progress() {
   auto take_eval = [&](const json& e) {
     if (!e.is_object()) return;
     json v = json::object();
-    CopyStatusField(e, "checkpoint", StatusField::kText, v, "checkpoint");
+    namespace k = status_schema;
+    CopyStatusField(e, k::kCheckpoint, StatusField::kText, v, "checkpoint");
     if (!v.contains("checkpoint")) return;
-    CopyStatusField(e, "epoch", StatusField::kCount, v, "epoch");
-    CopyStatusField(e, "loss", StatusField::kNumber, v, "loss");
-    CopyStatusField(e, "accuracy", StatusField::kNumber, v, "accuracy");
+    CopyStatusField(e, k::kEpoch, StatusField::kCount, v, "epoch");
+    CopyStatusField(e, k::kLoss, StatusField::kNumber, v, "loss");
+    CopyStatusField(e, k::kAccuracy, StatusField::kNumber, v, "accuracy");
     status_.evaluation = v;
   };
   const std::string eval_pod = PodName(ref_.name, ReplicaType::kEvaluator, 0);
   if (auto e = in_.trainer_status.find(eval_pod); e != in_.trainer_status.end()) {
-    if (e->second.is_object() && e->second.contains("evaluation"))
-      take_eval(e->second["evaluation"]);
+    if (e->second.is_object() && e->second.contains(status_schema::kEvaluation))
+      take_eval(e->second[status_schema::kEvaluation]);
   }
   if (auto e = in_.final_evaluation.find(eval_pod); e != in_.final_evaluation.end()) {
     take_eval(e->second);
@@ -700,7 +703,8 @@ bool CopyStatusField(const json& from, const char* from_key, StatusField kind, j
       ok = it->is_number();
       break;
     case StatusField::kText:
-      ok = it->is_string() && it->get_ref<const std::string&>().size() <= 256;
+      ok = it->is_string() &&
+           it->get_ref<const std::string&>().size() <= status_schema::kMaxTextBytes;
       break;
   }
   if (ok) to[to_key] = *it;

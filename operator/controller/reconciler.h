@@ -37,7 +37,7 @@ struct ReconcilerOptions {
 enum class StatusField {
   kCount,   // an integer in [0, 2^31)
   kNumber,  // any JSON number
-  kText,    // a string of at most 256 bytes
+  kText,    // a string of at most status_schema::kMaxTextBytes (256) bytes
 };
 // Sets to[to_key] = from[from_key] when that is a value of `kind`; true when it did.
 bool CopyStatusField(const nlohmann::json& from, const char* from_key, StatusField kind,

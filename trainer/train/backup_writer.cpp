@@ -3,6 +3,7 @@
 #include <time.h>
 
 #include "common/clock.h"
+#include "common/status_schema.h"
 
 namespace tj::train {
 namespace {
@@ -36,7 +37,7 @@ Status BackupWriter::Submit(checkpoint::TrainingState state, int epoch, int64_t 
                 {"seconds", seconds},
                 {"cpu_seconds", cpu}});
     progress_->Update([&](ProgressSnapshot& p) {
-      p.last_backup = nlohmann::json{{"epoch", epoch}, {"step", step}};
+      p.last_backup = nlohmann::json{{status_schema::kEpoch, epoch}, {status_schema::kStep, step}};
     });
     return Status::Ok();
   });

@@ -2,6 +2,7 @@
 
 #include <numeric>
 
+#include "common/status_schema.h"
 #include "trainer/checkpoint/checkpoint_watcher.h"
 #include "trainer/nn/cpu_step.h"
 #include "trainer/nn/model.h"
@@ -24,7 +25,8 @@ nn::BatchStats EvaluateTestSet(const EvaluatorContext& c, const std::vector<floa
 int RunEvaluator(const EvaluatorContext& c) {
   const Options& o = *c.options;
   if (o.checkpoint_dir.empty()) {
-    c.log->Error("the evaluator needs --checkpoint-dir: the directory the chief writes ckpt-<epoch> to");
+    c.log->Error(
+        "the evaluator needs --checkpoint-dir: the directory the chief writes ckpt-<epoch> to");
     return kExitUsage;
   }
   c.progress->Update([&](ProgressSnapshot& p) {
@@ -42,13 +44,19 @@ int RunEvaluator(const EvaluatorContext& c) {
     }
     nn::BatchStats s = EvaluateTestSet(c, *w);
     const double loss = s.loss_sum / s.rows, accuracy = double(s.correct) / s.rows;
-    nlohmann::ordered_json ev = {{"event", "evaluation"}, {"checkpoint", name}, {"epoch", state.epoch},
-                         {"loss", loss},          {"accuracy", accuracy}};
+    nlohmann::ordered_json ev = {{"event", "evaluation"},
+                                 {"checkpoint", name},
+                                 {"epoch", state.epoch},
+                                 {"loss", loss},
+                                 {"accuracy", accuracy}};
     c.log->Emit(ev);
     c.progress->Update([&](ProgressSnapshot& p) {
       p.epoch = static_cast<int>(state.epoch);
-      p.evaluation = nlohmann::json{{"checkpoint", name}, {"epoch", state.epoch}, {"loss", loss},
-                                    {"accuracy", accuracy}};
+      namespace k = status_schema;
+      p.evaluation = nlohmann::json{{k::kCheckpoint, name},
+                                    {k::kEpoch, state.epoch},
+                                    {k::kLoss, loss},
+                                    {k::kAccuracy, accuracy}};
     });
     if (c.scalars) {
       c.scalars("epoch_loss", state.epoch, static_cast<float>(loss));

@@ -1,22 +1,24 @@
 #include "trainer/train/progress.h"
 
+#include "common/status_schema.h"
 #include "trainer/observe/prometheus_text.h"
 
 namespace tj::train {
 
 nlohmann::json Progress::StatusJson() const {
+  namespace k = status_schema;
   ProgressSnapshot s = Get();
-  nlohmann::json j = {{"role", s.role},         {"state", s.state},
-                      {"epoch", s.epoch},       {"total_epochs", s.total_epochs},
-                      {"step", s.step},         {"global_step", s.global_step},
-                      {"loss", nullptr},        {"accuracy", nullptr},
-                      {"images_per_sec", nullptr}, {"last_backup", nullptr},
-                      {"evaluation", nullptr}};
-  if (s.loss) j["loss"] = *s.loss;
-  if (s.accuracy) j["accuracy"] = *s.accuracy;
-  if (s.images_per_sec) j["images_per_sec"] = *s.images_per_sec;
-  if (s.last_backup) j["last_backup"] = *s.last_backup;
-  if (s.evaluation) j["evaluation"] = *s.evaluation;
+  nlohmann::json j = {{k::kRole, s.role},          {k::kState, s.state},
+                      {k::kEpoch, s.epoch},        {k::kTotalEpochs, s.total_epochs},
+                      {k::kStep, s.step},          {k::kGlobalStep, s.global_step},
+                      {k::kLoss, nullptr},         {k::kAccuracy, nullptr},
+                      {k::kImagesPerSec, nullptr}, {k::kLastBackup, nullptr},
+                      {k::kEvaluation, nullptr}};
+  if (s.loss) j[k::kLoss] = *s.loss;
+  if (s.accuracy) j[k::kAccuracy] = *s.accuracy;
+  if (s.images_per_sec) j[k::kImagesPerSec] = *s.images_per_sec;
+  if (s.last_backup) j[k::kLastBackup] = *s.last_backup;
+  if (s.evaluation) j[k::kEvaluation] = *s.evaluation;
   return j;
 }
 

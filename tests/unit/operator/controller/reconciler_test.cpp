@@ -4,7 +4,12 @@
 
 #include <gtest/gtest.h>
 
+#include "common/status_schema.h"
+#include "operator/controller/executor.h"
 #include "operator/controller/job_resources.h"
+#include "tests/support/subprocess.h"
+#include "trainer/observe/status_server.h"
+#include "trainer/train/progress.h"
 
 namespace tj::controller {
 namespace {
@@ -898,6 +903,55 @@ TEST(Reconcile, ProgressAndEvaluationFromTrainerStatus) {
   EXPECT_EQ(s.progress["lastBackup"]["epoch"], 1);
   EXPECT_EQ(s.evaluation["checkpoint"], "ckpt-1");
   EXPECT_EQ(s.evaluation["accuracy"], 0.8);
+}
+
+// common/status_schema.h end to end: the trainer's own Progress served by its own status
+// server, read by the operator's HttpGetJson, turned into status.progress and
+// status.evaluation by the reconciler. A field renamed on one side fails here.
+TEST(Reconcile, StatusRoundTripsFromTheTrainersStatusServer) {
+  train::Progress chief, evaluator;
+  chief.Update([](train::ProgressSnapshot& p) {
+    p.role = "chief";
+    p.state = "training";
+    p.epoch = 2;
+    p.total_epochs = 3;
+    p.step = 17;
+    p.global_step = 117;
+    p.loss = 0.25;
+    p.accuracy = 0.875;
+    p.images_per_sec = 1024.5;
+    p.last_backup = json{{status_schema::kEpoch, 2}, {status_schema::kStep, 10}};
+  });
+  evaluator.Update([](train::ProgressSnapshot& p) {
+    p.role = "evaluator";
+    p.evaluation = json{{status_schema::kCheckpoint, "ckpt-1"},
+                        {status_schema::kEpoch, 1},
+                        {status_schema::kLoss, 0.5},
+                        {status_schema::kAccuracy, 0.75}};
+  });
+  World w;
+  w.Running();
+  for (auto [pod, progress] :
+       {std::pair{"mnist-worker-0", &chief}, std::pair{"mnist-evaluator-0", &evaluator}}) {
+    const int port = ::tj::testing::FreePort();
+    observe::StatusServer server(
+        port, [progress] { return progress->StatusJson(); }, [] { return std::string(); },
+        "127.0.0.1");
+    ASSERT_TRUE(server.Start().ok());
+    auto got = HttpGetJson("127.0.0.1", port, "/status", milliseconds(3000));
+    ASSERT_TRUE(got.has_value()) << pod;
+    w.in.trainer_status[pod] = *got;
+  }
+  auto s = StatusOf(Reconcile(w.in));
+  EXPECT_EQ(s.progress, json({{"epoch", 2},
+                              {"totalEpochs", 3},
+                              {"step", 17},
+                              {"loss", 0.25},
+                              {"accuracy", 0.875},
+                              {"imagesPerSecond", 1024.5},
+                              {"lastBackup", {{"epoch", 2}, {"step", 10}}}}));
+  EXPECT_EQ(s.evaluation,
+            json({{"checkpoint", "ckpt-1"}, {"epoch", 1}, {"loss", 0.5}, {"accuracy", 0.75}}));
 }
 
 // The /status answer is the tenant's: values of another type than the schema's are not copied
