@@ -10,6 +10,13 @@
 namespace tj::controller {
 namespace {
 
+// How long a running gang may go without one /status answer from its chief before the Running
+// condition says so (a program's first answer comes once it has loaded its data).
+constexpr std::chrono::seconds kNoStatusGrace{60};
+constexpr char kNoStatusSuffix[] =
+    "; the chief has not answered GET /status on $TJ_STATUS_PORT, so status.progress stays "
+    "empty (serving it is optional: docs/tfjob.md)";
+
 using api::ReplicaType;
 using api::TrainingJobStatus;
 using nlohmann::json;
@@ -185,6 +192,7 @@ class Pass {
   void Finished();  // cleanPodPolicy and TTL of a finished job
   void ReplicaStatuses();
   void Progress();
+  void NoStatusNote(bool chief_answered);
   // Every condition holds as of the spec this pass read: stamp them all with its generation.
   void StampObservedGeneration() {
     for (auto& c : status_.conditions) c.observed_generation = status_.observed_generation;
@@ -295,6 +303,7 @@ void Pass::Progress() {
     }
     if (!p.empty()) status_.progress = p;
   }
+  NoStatusNote(it != in_.trainer_status.end());
   auto take_eval = [&](const json& e) {
     if (!e.is_object()) return;
     json v = json::object();
@@ -313,6 +322,29 @@ void Pass::Progress() {
   }
   if (auto e = in_.final_evaluation.find(eval_pod); e != in_.final_evaluation.end()) {
     take_eval(e->second);
+  }
+}
+
+// A program need not serve /status (docs/tfjob.md), but an empty status.progress should say
+// why. Once the gang has run for kNoStatusGrace without a single answer from the chief, the
+// Running condition's message says so; it is written once (the message then stays as it is)
+// and goes away with the first answer. A job that has reported progress once is never told.
+void Pass::NoStatusNote(bool chief_answered) {
+  const api::Condition* running = status_.Find(cond::kRunning);
+  if (running == nullptr || running->status != "True" || running->reason != "JobRunning") return;
+  const std::string base = running->message.substr(0, running->message.find(kNoStatusSuffix));
+  std::string message = base;
+  if (!chief_answered && status_.progress.is_null()) {
+    const auto since = kube::ParseTime(running->last_transition_time);
+    if (!since) return;
+    if (in_.now < *since + kNoStatusGrace) {
+      RequeueAt(*since + kNoStatusGrace);
+      return;
+    }
+    message = base + kNoStatusSuffix;
+  }
+  if (message != running->message) {
+    status_.SetCondition(cond::kRunning, true, "JobRunning", message, in_.now);
   }
 }
 

@@ -905,6 +905,38 @@ TEST(Reconcile, ProgressAndEvaluationFromTrainerStatus) {
   EXPECT_EQ(s.evaluation["accuracy"], 0.8);
 }
 
+// A program that serves no /status: the Running condition says so once the gang has run a
+// minute without an answer, once (later polls write nothing), and not after the first answer.
+TEST(Reconcile, NoStatusAnswerIsSaidOnceInTheRunningCondition) {
+  World w;
+  w.Running();
+  w.Keep(Reconcile(w.in));  // Running since kT0
+  const std::string base = "all 2 chief/worker pods are running";
+  ASSERT_EQ(api::TrainingJobStatus::FromJson(w.in.job["status"]).Find("Running")->message, base);
+  w.in.now = kT0 + seconds(10);
+  Decision early = Reconcile(w.in);
+  EXPECT_FALSE(early.status.has_value());  // not yet
+  ASSERT_TRUE(early.requeue_after.has_value());
+  EXPECT_LE(*early.requeue_after, seconds(50));
+  w.in.now = kT0 + seconds(61);
+  Decision said = Reconcile(w.in);
+  const api::Condition running = Cond(said, "Running");
+  EXPECT_NE(running.message.find(base + "; the chief has not answered GET /status"),
+            std::string::npos)
+      << running.message;
+  EXPECT_EQ(running.last_transition_time, kube::FormatTime(kT0));
+  w.Keep(said);
+  w.in.now = kT0 + seconds(90);
+  EXPECT_FALSE(Reconcile(w.in).status.has_value());  // said once
+  w.in.trainer_status["mnist-worker-0"] = {{"epoch", 1}};
+  Decision answered = Reconcile(w.in);
+  EXPECT_EQ(Cond(answered, "Running").message, base);
+  w.Keep(answered);
+  w.in.trainer_status.clear();  // a poll that failed once after progress came: no note
+  w.in.now = kT0 + seconds(200);
+  EXPECT_FALSE(Reconcile(w.in).status.has_value());  // the message stays as it is
+}
+
 // common/status_schema.h end to end: the trainer's own Progress served by its own status
 // server, read by the operator's HttpGetJson, turned into status.progress and
 // status.evaluation by the reconciler. A field renamed on one side fails here.
