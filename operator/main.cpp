@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <iostream>
 #include <random>
 #include <sstream>
 #include <stop_token>
@@ -20,7 +21,9 @@
 #include "common/event_log.h"
 #include "common/termination_signals.h"
 #include "common/version.h"
+#include "operator/api/tfjob_convert.h"
 #include "operator/api/training_job.h"
+#include "operator/api/yaml_json.h"
 #include "operator/controller/cache_transforms.h"
 #include "operator/controller/executor.h"
 #include "operator/controller/http_endpoints.h"
@@ -54,6 +57,55 @@ std::string Hostname() {
   char buf[256] = {0};
   if (gethostname(buf, sizeof(buf) - 1) != 0) return "tj-operator";
   return buf;
+}
+
+// tj-operator convert -f FILE: TFJob manifests (kubeflow.org/v1) as TrainingJobs on stdout
+// (one object, or a v1 List of several, for kubectl apply -f -); other documents pass
+// through unchanged. What changed or was dropped goes to stderr. Exit 0, or 1 with the reason.
+int Convert(const std::string& file) {
+  std::stringstream text;
+  if (file == "-") {
+    text << std::cin.rdbuf();
+  } else {
+    std::ifstream in(file);
+    if (!in) {
+      std::cerr << "tj-operator convert: cannot read " << file << "\n";
+      return 1;
+    }
+    text << in.rdbuf();
+  }
+  auto docs = tj::api::ParseManifests(text.str());
+  if (!docs.ok()) {
+    std::cerr << "tj-operator convert: " << file << ": " << docs.status().message() << "\n";
+    return 1;
+  }
+  json items = json::array();
+  int converted = 0;
+  for (const json& doc : *docs) {
+    if (!doc.is_object() || doc.value("kind", "") != "TFJob") {
+      items.push_back(doc);
+      continue;
+    }
+    const std::string name = doc.value("metadata", json::object()).value("name", "?");
+    auto c = tj::api::ConvertTfJob(doc);
+    if (!c.ok()) {
+      std::cerr << "tj-operator convert: TFJob " << name << ": " << c.status().message() << "\n";
+      return 1;
+    }
+    for (const std::string& note : c->notes) {
+      std::cerr << "tj-operator convert: TFJob " << name << ": " << note << "\n";
+    }
+    items.push_back(std::move(c->training_job));
+    ++converted;
+  }
+  if (converted == 0) {
+    std::cerr << "tj-operator convert: " << file << " holds no TFJob (kind: TFJob)\n";
+    return 1;
+  }
+  const json out =
+      items.size() == 1 ? items[0] : json{{"apiVersion", "v1"}, {"kind", "List"}, {"items", items}};
+  std::cout << out.dump(2) << "\n";
+  return 0;
 }
 
 }  // namespace
@@ -124,11 +176,19 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(CLI::Range(0, 600000));
   app.set_version_flag("--version", std::string("tj-operator ") + tj::kVersionText);
+  std::string convert_file;
+  CLI::App* convert =
+      app.add_subcommand("convert",
+                         "print Kubeflow TFJob manifests (kubeflow.org/v1) as TrainingJobs, for "
+                         "kubectl apply -f - (docs/tfjob.md)");
+  convert->add_option("-f,--filename", convert_file, "the manifest (YAML or JSON; - for stdin)")
+      ->required();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
+  if (*convert) return Convert(convert_file);
 
   tj::EventLog log;
   auto config = tj::kube::LoadConfig(kubeconfig, tj::kube::ProcessEnvironment());

@@ -7,6 +7,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -89,6 +90,40 @@ TEST_F(ForeignProgramE2E, KilledWorkerRestartsTheGangThenSucceeds) {
   auto s = StatusOf(job);
   ASSERT_TRUE(s.IsTrue("Succeeded")) << job.dump(2);
   EXPECT_EQ(s.restart_count, 1) << job.dump(2);
+}
+
+// A TFJob manifest, as a team has it for Kubeflow, through `tj-operator convert` and kubectl
+// apply: the same program to Succeeded.
+TEST_F(ForeignProgramE2E, TfJobManifestConvertedRunsToSucceeded) {
+  const std::vector<std::string> args = {"--steps", "10", "--serve-status"};
+  json specs = {{"Chief", Replica(1, args)},
+                {"Worker", Replica(2, args)},
+                {"Evaluator", Replica(1, {"--steps", "2"})}};
+  for (auto& [type, rs] : specs.items()) rs.erase("restartPolicy");  // TFJob's default
+  const json tfjob = {
+      {"apiVersion", "kubeflow.org/v1"},
+      {"kind", "TFJob"},
+      {"metadata", {{"name", "from-tfjob"}}},
+      {"spec",
+       {{"runPolicy", {{"backoffLimit", 2}, {"schedulingPolicy", {{"minAvailable", 4}}}}},
+        {"tfReplicaSpecs", specs}}}};
+  const std::string file = cluster_->dir() + "/tfjob-" + ns_ + ".json";
+  { std::ofstream(file) << tfjob.dump(); }
+  const std::string converted = file + ".converted";
+  // The TrainingJob on stdout, the notes on stderr.
+  const std::string notes =
+      testing::Sh(std::string(TJ_BIN_DIR) + "/tj-operator convert -f " + file + " > " + converted +
+                  " 2> " + file + ".notes; cat " + file + ".notes");
+  EXPECT_NE(notes.find("spec.runPolicy.schedulingPolicy dropped"), std::string::npos) << notes;
+  const std::string applied = testing::Kubectl(cluster_, "-n " + ns_ + " apply -f " + converted);
+  ASSERT_NE(applied.find("trainingjob.tjo.dev/from-tfjob created"), std::string::npos)
+      << applied << notes;
+  json job = WaitFinished("from-tfjob", std::chrono::seconds(120));
+  auto s = StatusOf(job);
+  ASSERT_TRUE(s.IsTrue("Succeeded")) << job.dump(2);
+  EXPECT_EQ(job["spec"]["replicaSpecs"]["Worker"]["restartPolicy"], "Never");
+  EXPECT_EQ(PodEvents("from-tfjob-chief-0", "rendezvous_done").size(), 1u)
+      << PodLog("from-tfjob-chief-0");
 }
 
 TEST_F(ForeignProgramE2E, ExitOneFailsTheJobWithTheCode) {

@@ -106,32 +106,6 @@ std::string Kubectl(const LocalCluster* cluster, const std::string& args) {
   return Sh("kubectl --kubeconfig " + cluster->kubeconfig() + " " + args);
 }
 
-json YamlToJson(const YAML::Node& n) {
-  switch (n.Type()) {
-    case YAML::NodeType::Map: {
-      json o = json::object();
-      for (const auto& kv : n) o[kv.first.as<std::string>()] = YamlToJson(kv.second);
-      return o;
-    }
-    case YAML::NodeType::Sequence: {
-      json a = json::array();
-      for (const auto& v : n) a.push_back(YamlToJson(v));
-      return a;
-    }
-    case YAML::NodeType::Scalar: {
-      const std::string s = n.Scalar();
-      if (n.Tag() == "!") return s;  // quoted
-      if (s == "true" || s == "false") return s == "true";
-      char* end = nullptr;
-      long long v = std::strtoll(s.c_str(), &end, 10);
-      if (!s.empty() && *end == '\0') return v;
-      return s;
-    }
-    default:
-      return nullptr;
-  }
-}
-
 std::vector<json> ExampleDocs() {
   std::vector<json> out;
   for (const auto& d :

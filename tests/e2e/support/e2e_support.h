@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "operator/api/training_job.h"
+#include "operator/api/yaml_json.h"
 #include "tests/integration/kube/local_cluster.h"
 #include "tests/support/subprocess.h"
 
@@ -43,8 +44,8 @@ std::string CriPodLog(const std::string& ns, const std::string& pod, const std::
 // kubectl against `cluster`.
 std::string Kubectl(const LocalCluster* cluster, const std::string& args);
 
-// A YAML document as JSON (quoted scalars stay strings; integers and booleans are typed).
-nlohmann::json YamlToJson(const YAML::Node& node);
+// A YAML document as JSON, typed as Kubernetes reads manifests (operator/api/yaml_json.h).
+using ::tj::api::YamlToJson;
 
 // The documents of manifests/examples/fmnist.yaml: {PersistentVolumeClaim, TrainingJob}.
 std::vector<nlohmann::json> ExampleDocs();

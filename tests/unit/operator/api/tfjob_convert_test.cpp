@@ -1,0 +1,110 @@
+// tj-operator convert: TFJob manifests as Kubeflow's documentation writes them (testdata/)
+// become TrainingJobs that validate, with every field carried over or named in a note, and
+// the ones that cannot run here refused with what to do instead.
+#include "operator/api/tfjob_convert.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "operator/api/training_job.h"
+#include "operator/api/yaml_json.h"
+
+namespace tj::api {
+namespace {
+
+using nlohmann::json;
+
+json Load(const std::string& name) {
+  std::ifstream in(std::string(TJ_SOURCE_DIR) + "/tests/unit/operator/api/testdata/" + name);
+  std::stringstream text;
+  text << in.rdbuf();
+  auto docs = ParseManifests(text.str());
+  EXPECT_TRUE(docs.ok() && docs->size() == 1) << name;
+  return docs.ok() && !docs->empty() ? docs->front() : json();
+}
+
+bool HasNote(const TfJobConversion& c, const std::string& part) {
+  for (const auto& n : c.notes) {
+    if (n.find(part) != std::string::npos) return true;
+  }
+  return false;
+}
+
+TEST(ConvertTfJob, KubeflowStyleMwmsJobBecomesAValidTrainingJob) {
+  const json tfjob = Load("tfjob-mnist.yaml");
+  auto c = ConvertTfJob(tfjob);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  const json& tj = c->training_job;
+  EXPECT_EQ(tj["apiVersion"], "tjo.dev/v1alpha1");
+  EXPECT_EQ(tj["kind"], "TrainingJob");
+  EXPECT_EQ(tj["metadata"], tfjob["metadata"]);
+  const json& rs = tj["spec"]["replicaSpecs"];
+  for (const char* t : {"Chief", "Worker", "Evaluator"}) {
+    EXPECT_EQ(rs[t]["template"], tfjob["spec"]["tfReplicaSpecs"][t]["template"]) << t;
+    EXPECT_EQ(rs[t].value("replicas", json(1)), tfjob["spec"]["tfReplicaSpecs"][t]["replicas"]);
+  }
+  EXPECT_EQ(rs["Chief"]["restartPolicy"], "OnFailure");
+  EXPECT_EQ(rs["Evaluator"]["restartPolicy"], "Never");  // TFJob's default, kept
+  EXPECT_EQ(
+      tj["spec"]["runPolicy"],
+      json({{"cleanPodPolicy", "None"}, {"backoffLimit", 2}, {"ttlSecondsAfterFinished", 600}}));
+  EXPECT_EQ(tj["spec"]["successPolicy"], "AllWorkers");
+  EXPECT_TRUE(HasNote(*c, "spec.runPolicy.schedulingPolicy dropped"));
+  EXPECT_TRUE(HasNote(*c, "replicaSpecs.Evaluator.restartPolicy set to Never"));
+  EXPECT_EQ(c->notes.size(), 2u);
+  auto spec = ParseSpec(tj["spec"]);
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  EXPECT_EQ(spec->Replicas(ReplicaType::kWorker), 2);
+  EXPECT_EQ(spec->run_policy.clean_pod_policy, CleanPodPolicy::kNone);
+}
+
+TEST(ConvertTfJob, ParameterServersAreRefusedWithWhatToDo) {
+  auto c = ConvertTfJob(Load("tfjob-ps.yaml"));
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("spec.tfReplicaSpecs.PS: parameter servers"),
+            std::string::npos)
+      << c.status().message();
+  EXPECT_NE(c.status().message().find("MultiWorkerMirroredStrategy"), std::string::npos);
+}
+
+TEST(ConvertTfJob, MasterBecomesChiefAndSpecLevelOptionsMoveToRunPolicy) {
+  json tfjob = Load("tfjob-ps.yaml");
+  json& specs = tfjob["spec"]["tfReplicaSpecs"];
+  specs["Master"] = specs["PS"];
+  specs.erase("PS");
+  auto c = ConvertTfJob(tfjob);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_TRUE(c->training_job["spec"]["replicaSpecs"].contains("Chief"));
+  EXPECT_FALSE(c->training_job["spec"]["replicaSpecs"].contains("Master"));
+  EXPECT_TRUE(HasNote(*c, "spec.tfReplicaSpecs.Master became replicaSpecs.Chief"));
+  EXPECT_EQ(c->training_job["spec"]["runPolicy"]["cleanPodPolicy"], "Running");
+  specs["Chief"] = specs["Master"];
+  auto both = ConvertTfJob(tfjob);
+  ASSERT_FALSE(both.ok());
+  EXPECT_NE(both.status().message().find("both Master and Chief"), std::string::npos);
+}
+
+TEST(ConvertTfJob, WhatIsNotAV1TfJobIsRefusedNamingTheField) {
+  json tfjob = Load("tfjob-mnist.yaml");
+  tfjob["apiVersion"] = "kubeflow.org/v1beta2";
+  auto c = ConvertTfJob(tfjob);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message().rfind("apiVersion: ", 0), 0u) << c.status().message();
+  tfjob["kind"] = "PyTorchJob";
+  c = ConvertTfJob(tfjob);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message().rfind("kind: ", 0), 0u) << c.status().message();
+}
+
+TEST(ConvertTfJob, AnUnknownSpecFieldIsNamedInANote) {
+  json tfjob = Load("tfjob-mnist.yaml");
+  tfjob["spec"]["elasticPolicy"] = {{"minReplicas", 1}};
+  auto c = ConvertTfJob(tfjob);
+  ASSERT_TRUE(c.ok()) << c.status().message();
+  EXPECT_TRUE(HasNote(*c, "spec.elasticPolicy dropped"));
+}
+
+}  // namespace
+}  // namespace tj::api
