@@ -2,10 +2,10 @@
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
-# The local cluster's node: containerd (real containers from `make images`; needs root) or
-# process (tj-local-node runs pods as local processes). Default: containerd when root.
+# The demo's node: containerd (real containers from `make images`; needs root) or process
+# (tj-local-node runs pods as local processes). Default: containerd when root. Not exported:
+# under `make test` each test chooses its node (tests/CMakeLists.txt, tj_on_real_node).
 TJ_NODE ?= $(shell [ "$$(id -u)" = 0 ] && echo containerd || echo process)
-export TJ_NODE
 
 .PHONY: deps configure build images test test-sanitized fuzz ci demo demo-local bench clean \
         manifests helm-lint
@@ -62,7 +62,7 @@ else
 	cmake --build $(BUILD) -j$(JOBS) --target $(PROGRAMS)
 endif
 	bash hack/local-cluster.sh build
-	bash hack/demo.sh
+	TJ_NODE=$(TJ_NODE) bash hack/demo.sh
 
 # The trainer alone: 2 workers + an evaluator as local processes, no Kubernetes.
 demo-local: configure

@@ -304,7 +304,8 @@ cmd_up() {
     cmd_down
   fi
   find_binaries
-  if [ "$TJ_NODE" = containerd ]; then real_node_paths; real_node_check; fi
+  # A real node: its checks and the machine's lock before anything starts.
+  if [ "$TJ_NODE" = containerd ]; then real_node_paths; real_node_check; real_node_lock; fi
   local t0=$SECONDS
   remove_etcd_memory
   rm -rf "$STATE_DIR"

@@ -9,11 +9,12 @@
 # chains, the CNI bridge, cgroups, a few directories) is recorded at `up` and undone at
 # `down`. The names the kubelet and kube-proxy use (KUBE-* chains, the kubepods cgroup, DNS
 # on port 53 of the node address) are machine-wide, so one real node runs on a machine at a
-# time (the lock file /run/tj-real-node.owner names the cluster that has it).
+# time (an flock on /run/tj-real-node.lock; /run/tj-real-node.owner names the cluster).
 #
 # Needs root and the packages of hack/install-deps.sh.
 
-REAL_NODE_LOCK=/run/tj-real-node.owner
+REAL_NODE_LOCK=/run/tj-real-node.lock
+REAL_NODE_OWNER=/run/tj-real-node.owner
 POD_CIDR=10.244.0.0/16
 CNI_BRIDGE=tj-cni0
 CLUSTER_DOMAIN=cluster.local
@@ -57,16 +58,19 @@ real_node_check() {
   done
 }
 
-# Takes the machine's real-node lock for this cluster, or says which cluster has it.
+# Takes the machine's real-node lock for this cluster, or says which cluster has it. The lock
+# is an flock on fd 9, which every process `up` starts from here on inherits: it is held
+# while any process of the node lives, and released by the kernel when the last one ends, so
+# two clusters starting at once cannot both have it and a crashed one cannot keep it.
 real_node_lock() {
-  local owner
-  owner=$(cat "$REAL_NODE_LOCK" 2>/dev/null) || owner=
-  if [ -n "$owner" ] && [ "$owner" != "$STATE_DIR" ] && [ -f "$owner/pids/kubelet" ] &&
-     pid_alive "$(cat "$owner/pids/kubelet")"; then
-    die "the real node of the cluster in $owner runs on this machine (one at a time): bring" \
-        "it down (TJ_LOCAL_CLUSTER_DIR=$owner hack/local-cluster.sh down) or use TJ_NODE=process"
+  exec 9>>"$REAL_NODE_LOCK"
+  if ! flock -n 9; then
+    local owner
+    owner=$(cat "$REAL_NODE_OWNER" 2>/dev/null) || owner="another cluster"
+    die "the real node of $owner runs on this machine (one at a time): bring it down" \
+        "(TJ_LOCAL_CLUSTER_DIR=<its directory> hack/local-cluster.sh down) or use TJ_NODE=process"
   fi
-  echo "$STATE_DIR" >"$REAL_NODE_LOCK"
+  echo "$STATE_DIR" >"$REAL_NODE_OWNER"
 }
 
 # What `down` compares against: sysctl values and which host directories existed.
@@ -168,8 +172,6 @@ EOF
 # kube-proxy; waits for the node to be Ready.
 real_node_up() {
   real_node_paths
-  real_node_check
-  real_node_lock
   local ip port_k port_h port_pm port_ph
   ip=$(node_ip)
   port_k=$(free_port); port_h=$(free_port); port_pm=$(free_port); port_ph=$(free_port)
@@ -333,7 +335,7 @@ real_node_down() {
     local d
     while IFS= read -r d; do rm -rf "$d"; done <"$RN/host-dirs.created"
   fi
-  [ "$(cat "$REAL_NODE_LOCK" 2>/dev/null)" = "$STATE_DIR" ] && rm -f "$REAL_NODE_LOCK"
+  [ "$(cat "$REAL_NODE_OWNER" 2>/dev/null)" = "$STATE_DIR" ] && rm -f "$REAL_NODE_OWNER"
   rm -rf "$RN"
 }
 

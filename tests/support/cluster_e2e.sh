@@ -11,8 +11,9 @@
 #                        log and the pods are printed and the state kept, on success the state
 #                        and PATHs are removed
 export TJ_BUILD_DIR=$BUILD
-# The process node unless the test (or the caller) chose the real one (TJ_NODE=containerd).
-export TJ_NODE=${TJ_NODE:-process}
+# The process node unless ctest chose the real one for this test (TJ_TEST_NODE=containerd,
+# tests/CMakeLists.txt); a caller's TJ_NODE is the demo's choice, not the tests'.
+export TJ_NODE=${TJ_TEST_NODE:-process}
 required() { [ -n "${CI:-}${TJ_REQUIRE_CLUSTER:-}${TJ_REQUIRE_HELM:-}" ]; }
 skip() { if required; then echo "FAIL $*"; exit 1; fi; echo "SKIP: $*"; exit 77; }
 t0=$SECONDS

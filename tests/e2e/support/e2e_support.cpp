@@ -36,7 +36,7 @@ std::vector<std::string> EnvironOf(pid_t pid) {
 }  // namespace
 
 bool RealNode() {
-  const char* node = std::getenv("TJ_NODE");
+  const char* node = std::getenv("TJ_TEST_NODE");
   return node != nullptr && std::string(node) == "containerd";
 }
 

@@ -27,8 +27,8 @@ namespace tj::kube::testing {
 // running after `timeout` is killed (its output so far is returned, with a note).
 std::string Sh(const std::string& cmd, std::chrono::seconds timeout = std::chrono::seconds(60));
 
-// Whether this test's cluster runs a real node (TJ_NODE=containerd: pods are containers of
-// images from `make images`) rather than the process node.
+// Whether this test's cluster runs a real node (TJ_TEST_NODE=containerd: pods are containers
+// of images from `make images`) rather than the process node.
 bool RealNode();
 // localhost/<name>:<the project's version>, as hack/images.sh tags its images.
 std::string LocalImage(const std::string& name);
