@@ -13,7 +13,24 @@ std::string EventLog::Format(const nlohmann::ordered_json& event, LogFormat form
   return line;
 }
 
+bool ParseLogLevel(const std::string& text, LogLevel* level, std::string* error) {
+  if (text.empty() || text == "info") {
+    *level = LogLevel::kInfo;
+  } else if (text == "debug") {
+    *level = LogLevel::kDebug;
+  } else if (text == "warn" || text == "warning") {
+    *level = LogLevel::kWarn;
+  } else if (text == "error") {
+    *level = LogLevel::kError;
+  } else {
+    *error = "log level \"" + text + "\" is unknown; use debug, info, warn or error";
+    return false;
+  }
+  return true;
+}
+
 void EventLog::Emit(const nlohmann::ordered_json& event) {
+  if (level_ > LogLevel::kInfo) return;
   std::string line = Format(event, format_);
   std::lock_guard<std::mutex> lock(mu_);
   std::fprintf(out_, "%s\n", line.c_str());
@@ -21,6 +38,7 @@ void EventLog::Emit(const nlohmann::ordered_json& event) {
 }
 
 void EventLog::Warn(const std::string& message) {
+  if (level_ > LogLevel::kWarn) return;
   std::lock_guard<std::mutex> lock(mu_);
   std::fprintf(err_, "warning: %s\n", message.c_str());
   std::fflush(err_);

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iostream>
 #include <random>
@@ -191,6 +192,17 @@ int main(int argc, char** argv) {
   if (*convert) return Convert(convert_file);
 
   tj::EventLog log;
+  // TJ_LOG_LEVEL (the chart's logLevel): debug, info (default), warn or error.
+  {
+    const char* level_text = std::getenv("TJ_LOG_LEVEL");
+    tj::LogLevel level = tj::LogLevel::kInfo;
+    std::string error;
+    if (!tj::ParseLogLevel(level_text != nullptr ? level_text : "", &level, &error)) {
+      log.Error("TJ_LOG_LEVEL: " + error);
+      return 2;
+    }
+    log.SetLevel(level);
+  }
   auto config = tj::kube::LoadConfig(kubeconfig, tj::kube::ProcessEnvironment());
   if (!config.ok()) {
     log.Error(config.status().message());

@@ -33,6 +33,21 @@ trap 'rm -rf "$TMP"' EXIT
 render >"$TMP/default.yaml" && pass "helm template (defaults)" || fail "helm template (defaults)"
 render "${ALL[@]}" >"$TMP/all.yaml" && pass "helm template (all parts on)" ||
   fail "helm template (all parts on)"
+# values.schema.json: a misspelt key or a wrong type fails the install, naming it.
+out=$(render --set replica=2 2>&1) && fail "a misspelt value (replica) must not render" ||
+  { grep -q "additional properties 'replica' not allowed" <<<"$out" &&
+      pass "values.schema.json refuses a misspelt value, naming it" ||
+      fail "misspelt value refused without naming it: $out"; }
+out=$(render --set workers=many 2>&1) && fail "workers=many must not render" ||
+  { grep -q "/workers" <<<"$out" && pass "values.schema.json refuses a wrong type, naming it" ||
+      fail "wrong type refused without naming it: $out"; }
+render --set logLevel=verbose >/dev/null 2>&1 && fail "logLevel=verbose must not render" ||
+  pass "values.schema.json refuses an unknown logLevel"
+# The leader Lease is the release's own.
+"$HELM" template other "$CHART" --namespace tj-system 2>/dev/null |
+  grep -q -- "--leader-election-id=other-tj-operator-leader" &&
+  pass "the Lease is named after the release (other-tj-operator-leader)" ||
+  fail "the Lease is not named after the release"
 if render --set replicas=2 --set leaderElection.enabled=false >/dev/null 2>&1; then
   fail "replicas=2 without leader election must not render"
 else
