@@ -8,8 +8,8 @@
 namespace tj {
 
 Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
-  if (ctx_ == nullptr || EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(),
-                                           nullptr) != 1) {
+  if (ctx_ == nullptr ||
+      EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(), nullptr) != 1) {
     throw std::runtime_error("OpenSSL: cannot initialise SHA-256");  // out of memory only
   }
 }

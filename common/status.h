@@ -57,7 +57,7 @@ class [[nodiscard]] Status {
 template <typename T>
 class [[nodiscard]] StatusOr {
  public:
-  StatusOr(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  StatusOr(T value) : v_(std::move(value)) {}        // NOLINT: implicit by design
   StatusOr(Status status) : v_(std::move(status)) {  // NOLINT: implicit by design
     assert(!std::get<Status>(v_).ok() && "StatusOr built from an OK status");
   }
@@ -82,8 +82,8 @@ class [[nodiscard]] StatusOr {
 }  // namespace tj
 
 // Returns early from the enclosing function when `expr` (a Status) is an error.
-#define TJ_RETURN_IF_ERROR(expr)         \
-  do {                                   \
-    ::tj::Status tj_status_ = (expr);    \
+#define TJ_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::tj::Status tj_status_ = (expr);        \
     if (!tj_status_.ok()) return tj_status_; \
   } while (0)

@@ -23,6 +23,8 @@ PACKAGES=(
   catatonit conntrack ipset iptables skopeo dnsmasq-base
   # fuzzing and sanitizers: clang with libFuzzer and the sanitizer runtimes (tests/fuzz/run.sh)
   clang libclang-rt-14-dev
+  # style (tests/style: clang-format on every source)
+  clang-format
 )
 
 # kubectl: Debian's kubernetes-client, unless the machine already has a kubectl (another

@@ -414,7 +414,7 @@ start_owner_watch() {  # start_owner_watch PID
     while kill -0 "$1" 2>/dev/null && [ -d "$TJ_LOCAL_CLUSTER_DIR/pids" ]; do sleep 2; done
     [ -d "$TJ_LOCAL_CLUSTER_DIR/pids" ] && exec "$2" down' \
     owner-watch "$1" "$REPO_ROOT/hack/local-cluster.sh" \
-    >>"$STATE_DIR/logs/owner-watch.log" 2>&1 </dev/null &
+    >>"$STATE_DIR/logs/owner-watch.log" 2>&1 </dev/null 8>&- &
   log "the cluster goes down when process $1 ends"
 }
 

@@ -59,12 +59,14 @@ real_node_check() {
 }
 
 # Takes the machine's real-node lock for this cluster, or says which cluster has it. The lock
-# is an flock on fd 9, which every process `up` starts from here on inherits: it is held
-# while any process of the node lives, and released by the kernel when the last one ends, so
-# two clusters starting at once cannot both have it and a crashed one cannot keep it.
+# is an flock on fd 8, which every process `up` starts from here on inherits: it is held
+# while any process of the cluster lives, and released by the kernel when the last one ends,
+# so two clusters starting at once cannot both have it and a crashed one cannot keep it. A
+# cluster going down releases it within seconds: wait that long
+# (TJ_REAL_NODE_LOCK_WAIT seconds, default 60) before saying another node runs.
 real_node_lock() {
-  exec 9>>"$REAL_NODE_LOCK"
-  if ! flock -n 9; then
+  exec 8>>"$REAL_NODE_LOCK"
+  if ! flock -w "${TJ_REAL_NODE_LOCK_WAIT:-60}" 8; then
     local owner
     owner=$(cat "$REAL_NODE_OWNER" 2>/dev/null) || owner="another cluster"
     die "the real node of $owner runs on this machine (one at a time): bring it down" \

@@ -12,11 +12,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "common/event_log.h"
 #include "trainer/cluster/tf_config.h"

@@ -15,11 +15,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "trainer/checkpoint/backup_manager.h"
 #include "trainer/checkpoint/state_file.h"
@@ -43,19 +42,26 @@ Stats Summarise(std::vector<double> ms) {
 double TimeMs(const std::function<void()>& fn) {
   const auto start = std::chrono::steady_clock::now();
   fn();
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
 }
 
 std::string FsType(const std::string& dir) {
-  struct statfs s{};
+  struct statfs s {};
   if (::statfs(dir.c_str(), &s) != 0) return "unknown";
   switch (static_cast<unsigned long>(s.f_type)) {
-    case 0x01021994: return "tmpfs";
-    case 0xEF53: return "ext4";
-    case 0x58465342: return "xfs";
-    case 0x794c7630: return "overlayfs";
-    case 0x9123683E: return "btrfs";
-    case 0x6969: return "nfs";
+    case 0x01021994:
+      return "tmpfs";
+    case 0xEF53:
+      return "ext4";
+    case 0x58465342:
+      return "xfs";
+    case 0x794c7630:
+      return "overlayfs";
+    case 0x9123683E:
+      return "btrfs";
+    case 0x6969:
+      return "nfs";
     default: {
       char buf[32];
       std::snprintf(buf, sizeof buf, "0x%lx", static_cast<unsigned long>(s.f_type));
@@ -100,8 +106,10 @@ int main(int argc, char** argv) {
   }
 
   TrainingState state;
-  state.fingerprint = {{"model", "conv32-maxpool-dense64-dense10"}, {"batch_size", 64},
-                       {"workers", 2}, {"dataset", "fashion-mnist"}};
+  state.fingerprint = {{"model", "conv32-maxpool-dense64-dense10"},
+                       {"batch_size", 64},
+                       {"workers", 2},
+                       {"dataset", "fashion-mnist"}};
   state.epoch = 2;
   state.step = 100;
   state.optimizer_iterations = 2 * 938 + 100;

@@ -171,8 +171,7 @@ class CurlTransport final : public HttpTransport {
     HeaderList headers;
     char error[CURL_ERROR_SIZE] = {0};
     Prepare(h, request, &x, &headers, error);
-    const long timeout_ms =
-        static_cast<long>(std::chrono::milliseconds(config_.timeout).count());
+    const long timeout_ms = static_cast<long>(std::chrono::milliseconds(config_.timeout).count());
     curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, timeout_ms);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, timeout_ms);
     const CURLcode rc = curl_easy_perform(h);
@@ -252,8 +251,7 @@ class CurlTransport final : public HttpTransport {
   }
 
   // Everything but timeouts, the same for both kinds of exchange.
-  void Prepare(CURL* h, const HttpRequest& r, Exchange* x, HeaderList* headers,
-               char* error) const {
+  void Prepare(CURL* h, const HttpRequest& r, Exchange* x, HeaderList* headers, char* error) const {
     x->handle = h;
     curl_easy_setopt(h, CURLOPT_URL, (config_.server + r.path_and_query).c_str());
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
@@ -301,8 +299,8 @@ class CurlTransport final : public HttpTransport {
     if (!config_.client_cert_pem.empty()) {
       curl_blob cert{const_cast<char*>(config_.client_cert_pem.data()),
                      config_.client_cert_pem.size(), CURL_BLOB_NOCOPY};
-      curl_blob key{const_cast<char*>(config_.client_key_pem.data()),
-                    config_.client_key_pem.size(), CURL_BLOB_NOCOPY};
+      curl_blob key{const_cast<char*>(config_.client_key_pem.data()), config_.client_key_pem.size(),
+                    CURL_BLOB_NOCOPY};
       curl_easy_setopt(h, CURLOPT_SSLCERT_BLOB, &cert);
       curl_easy_setopt(h, CURLOPT_SSLCERTTYPE, "PEM");
       curl_easy_setopt(h, CURLOPT_SSLKEY_BLOB, &key);

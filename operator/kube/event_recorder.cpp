@@ -85,8 +85,7 @@ Status EventRecorder::Record(const json& object, const std::string& type, const 
 }
 
 Status EventRecorder::RecordAt(const json& object, const std::string& type,
-                               const std::string& reason, const std::string& message,
-                               WallTime at) {
+                               const std::string& reason, const std::string& message, WallTime at) {
   const json md = object.value("metadata", json::object());
   const std::string obj_ns = md.value("namespace", "");
   const std::string obj_name = md.value("name", "");

@@ -62,7 +62,7 @@ class EventRecorder {
   struct Pending {
     nlohmann::json object;
     std::string type, reason, message;
-    WallTime at;                                 // when it was recorded
+    WallTime at;                                // when it was recorded
     std::chrono::steady_clock::time_point due;  // send by then even while busy
   };
   void SendLoop(std::stop_token stop);

@@ -176,8 +176,8 @@ void Informer::Run(std::stop_token stop) {
     ++watches_;
     auto start = clock_->Now();
     auto res = client_->Watch(
-        options_.resource, options_.ns, wo,
-        [this](WatchEvent& ev) { return HandleEvent(ev); }, stop);
+        options_.resource, options_.ns, wo, [this](WatchEvent& ev) { return HandleEvent(ev); },
+        stop);
     if (stop.stop_requested()) break;
     if (!res.ok()) {
       if (IsGone(res.error())) {

@@ -72,8 +72,7 @@ Result<WatchEvent> ParseWatchEvent(std::string_view line) {
   return ev;
 }
 
-bool WatchDecoder::Feed(std::string_view bytes,
-                        const std::function<bool(WatchEvent&)>& on_event,
+bool WatchDecoder::Feed(std::string_view bytes, const std::function<bool(WatchEvent&)>& on_event,
                         const std::function<void(const ApiError&)>& on_bad_line) {
   partial_.append(bytes);
   size_t start = 0;

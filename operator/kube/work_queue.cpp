@@ -27,8 +27,8 @@ void WorkQueue::Add(const std::string& key) {
   AddLocked(key);
 }
 
-void WorkQueue::ScheduleLocked(std::map<std::string, Clock::TimePoint>* due,
-                               const std::string& key, Clock::Duration delay) {
+void WorkQueue::ScheduleLocked(std::map<std::string, Clock::TimePoint>* due, const std::string& key,
+                               Clock::Duration delay) {
   if (shutting_down_) return;
   if (delay <= Clock::Duration::zero()) {
     AddLocked(key);

@@ -58,8 +58,8 @@ class WorkQueue {
   // Whether any work other than `key`'s own is queued or being processed (keys handed out
   // from the idle tier do not count): what AddWhenIdle() keys wait for.
   bool BusyBesides(const std::string& key) const;
-  uint64_t adds() const;         // workqueue_adds_total
-  uint64_t retries() const;      // workqueue_retries_total
+  uint64_t adds() const;     // workqueue_adds_total
+  uint64_t retries() const;  // workqueue_retries_total
 
  private:
   void AddLocked(const std::string& key);
@@ -80,7 +80,7 @@ class WorkQueue {
   std::set<std::string> processing_;                 // GUARDED_BY(mu_)
   std::map<std::string, Clock::TimePoint> waiting_;  // key -> ready at. GUARDED_BY(mu_)
   std::map<std::string, Clock::TimePoint> idle_;     // key -> queued by then. GUARDED_BY(mu_)
-  std::set<std::string> processing_idle_;  // handed out from idle_. GUARDED_BY(mu_)
+  std::set<std::string> processing_idle_;            // handed out from idle_. GUARDED_BY(mu_)
   bool shutting_down_ = false;                       // GUARDED_BY(mu_)
   uint64_t adds_ = 0, retries_ = 0;                  // GUARDED_BY(mu_)
 };

@@ -78,8 +78,10 @@ int main(int argc, char** argv) {
   char* end = nullptr;
   const long network = std::strtol(flags["pod-network"].c_str(), &end, 10);
   if (flags["pod-network"].empty() || *end != '\0' || network < 0 || network > 255) {
-    std::fprintf(stderr, "tj-local-node: --pod-network=%s: expected 0..255, the second octet of "
-                 "the pods' addresses 127.N.x.y\n%s", flags["pod-network"].c_str(), kUsage);
+    std::fprintf(stderr,
+                 "tj-local-node: --pod-network=%s: expected 0..255, the second octet of "
+                 "the pods' addresses 127.N.x.y\n%s",
+                 flags["pod-network"].c_str(), kUsage);
     return 2;
   }
   o.pod_network = static_cast<int>(network);

@@ -48,7 +48,8 @@ void WriteRaw(const std::string& path, const uint8_t* data, size_t size) {
 void WriteGzip(const std::string& path, const uint8_t* data, size_t size) {
   gzFile f = gzopen(path.c_str(), "wb");
   TJ_FUZZ_CHECK(f != nullptr);
-  TJ_FUZZ_CHECK(size == 0 || gzwrite(f, data, static_cast<unsigned>(size)) == static_cast<int>(size));
+  TJ_FUZZ_CHECK(size == 0 ||
+                gzwrite(f, data, static_cast<unsigned>(size)) == static_cast<int>(size));
   TJ_FUZZ_CHECK(gzclose(f) == Z_OK);
 }
 

@@ -40,7 +40,8 @@ constexpr int kInputsPerServer = 5000;
 // Owns the two servers (without and with a key) and restarts one on demand.
 class Servers {
  public:
-  Servers() : devnull_(std::fopen("/dev/null", "w")), log_(tj::LogFormat::kText, devnull_, devnull_) {
+  Servers()
+      : devnull_(std::fopen("/dev/null", "w")), log_(tj::LogFormat::kText, devnull_, devnull_) {
     TJ_FUZZ_CHECK(devnull_ != nullptr);
   }
   RendezvousServer& Get(bool keyed) {
@@ -118,7 +119,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool keyed = mode != 0;
   Servers& servers = TheServers();
   RendezvousServer& server = servers.Get(keyed);
-  auto connected = tj::cluster::ConnectTcp("127.0.0.1", server.port(), DeadlineIn(milliseconds(2000)));
+  auto connected =
+      tj::cluster::ConnectTcp("127.0.0.1", server.port(), DeadlineIn(milliseconds(2000)));
   TJ_FUZZ_CHECK(connected.ok());
   Socket socket = std::move(connected).value();
   if (mode == 2) TJ_FUZZ_CHECK(Authenticate(socket));

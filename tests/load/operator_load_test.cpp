@@ -342,8 +342,9 @@ class OperatorLoad : public ::testing::Test {
                 create(resources::kSecrets, controller::BuildSecret(job, "direct-client-key"))};
             std::vector<std::function<Status()>> pods;
             for (int r = 0; r < kReplicas; ++r) {
-              pods.push_back(create(
-                  resources::kPods, controller::BuildPod(job, *spec, api::ReplicaType::kWorker, r, 0)));
+              pods.push_back(
+                  create(resources::kPods,
+                         controller::BuildPod(job, *spec, api::ReplicaType::kWorker, r, 0)));
             }
             if (controller::RunSlowStart(first, 0).ok()) {
               (void)controller::RunSlowStart(pods, controller::kFirstPodBatch);
@@ -389,15 +390,15 @@ class OperatorLoad : public ::testing::Test {
       const auto t0 = Steady::now();
       tj::testing::Subprocess proc(
           {std::string(TJ_BIN_DIR) + "/tj-operator", "--kubeconfig", cluster_->kubeconfig(),
-           "--namespace", op_ns, "--workers", std::to_string(kWorkers),
-           "--metrics-bind-address", "0", "--health-probe-bind-address", "0"},
+           "--namespace", op_ns, "--workers", std::to_string(kWorkers), "--metrics-bind-address",
+           "0", "--health-probe-bind-address", "0"},
           {}, cluster_->dir() + "/" + op_ns);
       auto t1 = watch.WaitForAdded(objects, kCreateTimeout);
       const ProcessUsage at_created = UsageOf(proc.pid());
       run.control_plane_cpu_s = ControlPlaneCpuSeconds(cluster_->dir()) - cpu0;
-      EXPECT_TRUE(t1) << "the operator did not create every object in "
-                      << kCreateTimeout.count() << " minutes: " << watch.added() << " of "
-                      << objects << "; operator log: " << proc.Stderr().substr(0, 4000)
+      EXPECT_TRUE(t1) << "the operator did not create every object in " << kCreateTimeout.count()
+                      << " minutes: " << watch.added() << " of " << objects
+                      << "; operator log: " << proc.Stderr().substr(0, 4000)
                       << proc.Stdout().substr(0, 4000);
       if (!t1) return run;
       run.seconds = std::chrono::duration<double>(*t1 - t0).count();

@@ -6,9 +6,9 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
-#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 

@@ -44,8 +44,7 @@ PeerState ProbePeer(const std::string& address, std::chrono::milliseconds timeou
   char answer = 0;
   Status st = s->ReadExactly(&answer, 1, deadline);
   if (st.ok()) return PeerState::kAlive;
-  return st.code() == StatusCode::kDeadlineExceeded ? PeerState::kNotResponding
-                                                    : PeerState::kGone;
+  return st.code() == StatusCode::kDeadlineExceeded ? PeerState::kNotResponding : PeerState::kGone;
 }
 
 }  // namespace tj::collective

@@ -60,7 +60,8 @@ StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
                          " bytes, too short for the 4-byte IDX magic");
   }
   if (b[0] != 0 || b[1] != 0) {
-    return Status::Error(context + ": not an IDX file (the magic number must start with two zero "
+    return Status::Error(context +
+                         ": not an IDX file (the magic number must start with two zero "
                          "bytes); expected MNIST-format files such as train-images-idx3-ubyte.gz");
   }
   if (b[2] != 0x08) {
@@ -88,8 +89,10 @@ StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
     overflow = __builtin_mul_overflow(total, uint64_t{out.dims.back()}, &total) || overflow;
   }
   if (overflow && !has_zero) {  // with a zero dimension the (wrapped) product is still 0
-    return Status::Error(context + ": truncated: the header announces more than 2^64 values "
-                         "but the file holds " + std::to_string(b.size() - header));
+    return Status::Error(context +
+                         ": truncated: the header announces more than 2^64 values "
+                         "but the file holds " +
+                         std::to_string(b.size() - header));
   }
   if (b.size() - header < total) {
     return Status::Error(context + ": truncated: the header announces " + std::to_string(total) +
@@ -131,9 +134,9 @@ StatusOr<Split> LoadSplit(const std::string& dir, const std::string& prefix, Sha
     return Status::Error("reading IDX file " + labels_path + ": expected a 1-D array of labels");
   }
   if (labels->dims[0] != images->dims[0]) {
-    return Status::Error("reading " + dir + ": " + std::to_string(images->dims[0]) +
-                         " images in " + images_path + " but " + std::to_string(labels->dims[0]) +
-                         " labels in " + labels_path);
+    return Status::Error("reading " + dir + ": " + std::to_string(images->dims[0]) + " images in " +
+                         images_path + " but " + std::to_string(labels->dims[0]) + " labels in " +
+                         labels_path);
   }
   for (size_t i = 0; i < labels->values.size(); ++i) {
     if (labels->values[i] >= kNumClasses) {

@@ -24,8 +24,8 @@ StatusOr<IdxArray> ReadIdxFile(const std::string& path);
 // Images as float32 in [0, 1] (value / 255), 28x28, with labels 0..9.
 struct Split {
   int count = 0;
-  std::vector<float> images;   // count x 784
-  std::vector<uint8_t> labels; // count
+  std::vector<float> images;    // count x 784
+  std::vector<uint8_t> labels;  // count
 };
 
 struct Dataset {

@@ -22,8 +22,9 @@ Adam::Adam(size_t count, AdamConfig config) : config_(config), m_(count, 0.0f), 
 void Adam::Apply(float* params, const float* grad, double learning_rate, ThreadPool* pool) {
   ++iterations_;
   const double t = static_cast<double>(iterations_);
-  const float alpha = static_cast<float>(learning_rate * std::sqrt(1.0 - std::pow(config_.beta2, t)) /
-                                         (1.0 - std::pow(config_.beta1, t)));
+  const float alpha =
+      static_cast<float>(learning_rate * std::sqrt(1.0 - std::pow(config_.beta2, t)) /
+                         (1.0 - std::pow(config_.beta1, t)));
   const float b1 = 1.0f - config_.beta1, b2 = 1.0f - config_.beta2;
   const int count = static_cast<int>(m_.size());
   pool->Run([&](int member, int members) {

@@ -32,8 +32,8 @@ inline v16 Max0(v16 v) {
 
 }  // namespace
 
-void ConvReluPoolForward(const float* image, const float* kernel, const float* bias,
-                         float* pooled, uint8_t* argmax) {
+void ConvReluPoolForward(const float* image, const float* kernel, const float* bias, float* pooled,
+                         uint8_t* argmax) {
   static_assert(kConvChannels == 32);
   v16 w[9][2];
   for (int t = 0; t < 9; ++t) {
@@ -149,8 +149,8 @@ inline void DotRows(const float* X, int K, const float* W, const float* bias, bo
 
 }  // namespace
 
-void DenseForward(const float* X, int rows, int K, const float* W, const float* bias,
-                  int outputs, bool relu, float* Y) {
+void DenseForward(const float* X, int rows, int K, const float* W, const float* bias, int outputs,
+                  bool relu, float* Y) {
   int r = 0;
   for (; r + 4 <= rows; r += 4) DotRows<4>(X, K, W, bias, relu, outputs, Y, r);
   for (; r < rows; ++r) DotRows<1>(X, K, W, bias, relu, outputs, Y, r);
@@ -199,8 +199,8 @@ namespace {
 
 // OB outputs x 32 columns of dW: sum over rows in order.
 template <int OB>
-inline void OuterBlock(const float* dY, int rows, int outputs, const float* X, int K,
-                       float* dW, int o0, int k) {
+inline void OuterBlock(const float* dY, int rows, int outputs, const float* X, int K, float* dW,
+                       int o0, int k) {
   v16 acc[OB][2] = {};
   for (int r = 0; r < rows; ++r) {
     const v16 x0 = Load(X + size_t(r) * K + k), x1 = Load(X + size_t(r) * K + k + 16);
@@ -228,8 +228,8 @@ void DenseBackwardWeights(const float* dY, int rows, int outputs, const float* X
     for (int k = 0; k < K; k += 32) OuterBlock<1>(dY, rows, outputs, X, K, dW, o, k);
 }
 
-double SoftmaxCrossEntropy(const float* logits, int classes, int label, float scale,
-                           float* dlogits, bool* correct) {
+double SoftmaxCrossEntropy(const float* logits, int classes, int label, float scale, float* dlogits,
+                           bool* correct) {
   int best = 0;
   for (int i = 1; i < classes; ++i)
     if (logits[i] > logits[best]) best = i;

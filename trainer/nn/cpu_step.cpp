@@ -45,8 +45,8 @@ void CpuStep::RowsForwardBackward(const float* params, const Batch& batch, int r
   for (int r = r0; r < r1; ++r) {
     bool correct = false;
     const int label = batch.labels[batch.index[r]];
-    row_loss_[r] = cpu::SoftmaxCrossEntropy(&logits_[size_t(r) * kClasses], kClasses, label,
-                                            scale, &dlogits_[size_t(r) * kClasses], &correct);
+    row_loss_[r] = cpu::SoftmaxCrossEntropy(&logits_[size_t(r) * kClasses], kClasses, label, scale,
+                                            &dlogits_[size_t(r) * kClasses], &correct);
     row_correct_[r] = correct;
   }
   if (!backward) return;
@@ -78,11 +78,11 @@ BatchStats CpuStep::ComputeGradients(const float* params, const Batch& batch, fl
   pool_->Run([&](int member, int members) {
     constexpr int kBlocks = kHidden / 8;
     auto [b0, b1] = SplitRange(kBlocks, members, member);
-    cpu::DenseBackwardWeights(dhidden_.data(), rows, kHidden, pooled_.data(), kFlat, b0 * 8,
-                              b1 * 8, grad + Layout::kDense1Kernel);
+    cpu::DenseBackwardWeights(dhidden_.data(), rows, kHidden, pooled_.data(), kFlat, b0 * 8, b1 * 8,
+                              grad + Layout::kDense1Kernel);
     if (member != 0) return;
-    cpu::DenseBackwardWeights(dlogits_.data(), rows, kClasses, hidden_.data(), kHidden, 0,
-                              kClasses, grad + Layout::kDense2Kernel);
+    cpu::DenseBackwardWeights(dlogits_.data(), rows, kClasses, hidden_.data(), kHidden, 0, kClasses,
+                              grad + Layout::kDense2Kernel);
     float* db1 = grad + Layout::kDense1Bias;
     float* db2 = grad + Layout::kDense2Bias;
     float* dconv = grad + Layout::kConvKernel;  // kernel then bias: 320 contiguous floats

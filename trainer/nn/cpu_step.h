@@ -39,21 +39,21 @@ class CpuStep {
 
  private:
   // Forward (and, if `backward`, the per-image backward) of rows [r0, r1) of `batch`.
-  void RowsForwardBackward(const float* params, const Batch& batch, int r0, int r1,
-                           float scale, bool backward);
+  void RowsForwardBackward(const float* params, const Batch& batch, int r0, int r1, float scale,
+                           bool backward);
 
   int max_rows_;
   ThreadPool* pool_;
-  std::vector<float> pooled_;        // rows x 5408
-  std::vector<uint8_t> argmax_;      // rows x 5408
-  std::vector<float> hidden_;        // rows x 64
-  std::vector<float> logits_;        // rows x 10
-  std::vector<float> dlogits_;       // rows x 10
-  std::vector<float> dhidden_;       // rows x 64
-  std::vector<float> dpooled_;       // rows x 5408
-  std::vector<float> conv_grads_;    // rows x 320: per-image conv kernel and bias gradients
-  std::vector<double> row_loss_;     // rows
-  std::vector<uint8_t> row_correct_; // rows
+  std::vector<float> pooled_;         // rows x 5408
+  std::vector<uint8_t> argmax_;       // rows x 5408
+  std::vector<float> hidden_;         // rows x 64
+  std::vector<float> logits_;         // rows x 10
+  std::vector<float> dlogits_;        // rows x 10
+  std::vector<float> dhidden_;        // rows x 64
+  std::vector<float> dpooled_;        // rows x 5408
+  std::vector<float> conv_grads_;     // rows x 320: per-image conv kernel and bias gradients
+  std::vector<double> row_loss_;      // rows
+  std::vector<uint8_t> row_correct_;  // rows
 };
 
 }  // namespace tj::nn

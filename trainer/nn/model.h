@@ -16,16 +16,15 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace tj::nn {
 
 inline constexpr int kConvChannels = 32;
-inline constexpr int kConvOut = 26;                 // 28 - 3 + 1
-inline constexpr int kPoolOut = 13;                 // 26 / 2
+inline constexpr int kConvOut = 26;                                // 28 - 3 + 1
+inline constexpr int kPoolOut = 13;                                // 26 / 2
 inline constexpr int kFlat = kPoolOut * kPoolOut * kConvChannels;  // 5408
 inline constexpr int kHidden = 64;
 inline constexpr int kClasses = 10;

@@ -2,9 +2,8 @@
 
 #include <filesystem>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "trainer/checkpoint/atomic_file.h"
 #include "trainer/checkpoint/state_file.h"
@@ -52,7 +51,8 @@ StatusOr<std::vector<float>> LoadExportedModel(const std::string& dir) {
   if (!state.ok()) return state.status().WithContext("reading model " + dir);
   const std::vector<float>* w = state->FindTensor("weights");
   if (w == nullptr || w->size() != nn::Layout::kCount) {
-    return Status::Error("reading model " + dir + ": the weights file lacks a tensor \"weights\" of " +
+    return Status::Error("reading model " + dir +
+                         ": the weights file lacks a tensor \"weights\" of " +
                          std::to_string(nn::Layout::kCount) + " floats");
   }
   return *w;

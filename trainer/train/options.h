@@ -23,10 +23,10 @@ enum class Role { kAuto, kEvaluator };
 struct Options {
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int epochs = 12;
-  int batch_size = 64;       // per replica
-  int steps_per_epoch = 0;   // a cap; 0 = the whole epoch
+  int batch_size = 64;      // per replica
+  int steps_per_epoch = 0;  // a cap; 0 = the whole epoch
   uint64_t seed = 42;
-  int threads = 0;           // 0 = every core the process may use
+  int threads = 0;  // 0 = every core the process may use
   Device device = Device::kAuto;
   // The CUDA device of this process: one GPU per process, several processes per machine
   // (LOCAL_RANK, as torchrun sets it; 0 when unset). CUDA_VISIBLE_DEVICES narrows what is
@@ -36,25 +36,25 @@ struct Options {
   Role role = Role::kAuto;
 
   // Multi-worker (TF_CONFIG).
-  std::string tf_config;        // the TF_CONFIG environment variable, empty when unset
-  std::string rendezvous_key;   // TJ_RENDEZVOUS_KEY
+  std::string tf_config;       // the TF_CONFIG environment variable, empty when unset
+  std::string rendezvous_key;  // TJ_RENDEZVOUS_KEY
   std::chrono::milliseconds rendezvous_timeout{300000};
   std::chrono::milliseconds collective_timeout{60000};
 
   // BackupAndRestore, checkpoints, export.
   std::string backup_dir;
-  int save_freq_steps = 0;      // 0 = "epoch"; N = every N steps
+  int save_freq_steps = 0;  // 0 = "epoch"; N = every N steps
   bool keep_backup = false;
   std::string checkpoint_dir;
   int keep_checkpoints = 5;
   std::string export_dir;
 
   // Observability.
-  std::string log_dir;          // TensorBoard event files
-  int status_port = 0;          // 0 = no status server
+  std::string log_dir;  // TensorBoard event files
+  int status_port = 0;  // 0 = no status server
 
   // Evaluation.
-  bool evaluate_only = false;   // evaluate --model on the test set and exit
+  bool evaluate_only = false;  // evaluate --model on the test set and exit
   std::string model_dir;
   std::chrono::milliseconds eval_poll_interval{1000};
 };

@@ -3,23 +3,22 @@
 #pragma once
 
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
-
-#include <nlohmann/json.hpp>
 
 namespace tj::train {
 
 struct ProgressSnapshot {
-  std::string role;  // "chief", "worker", "evaluator"
+  std::string role;                // "chief", "worker", "evaluator"
   std::string state = "starting";  // starting, training, evaluating, succeeded, failed
-  int epoch = 0;         // the epoch in progress (1-based), or the last one completed
+  int epoch = 0;                   // the epoch in progress (1-based), or the last one completed
   int total_epochs = 0;
-  int64_t step = 0;      // steps done in the epoch in progress
+  int64_t step = 0;  // steps done in the epoch in progress
   int64_t global_step = 0;
   std::optional<double> loss, accuracy, images_per_sec;
-  std::optional<nlohmann::json> last_backup;   // {epoch, step, path}
-  std::optional<nlohmann::json> evaluation;    // {checkpoint, epoch, loss, accuracy}
+  std::optional<nlohmann::json> last_backup;  // {epoch, step, path}
+  std::optional<nlohmann::json> evaluation;   // {checkpoint, epoch, loss, accuracy}
 };
 
 class Progress {

@@ -49,11 +49,12 @@ class Trainer {
     }
     if (!o_.backup_dir.empty()) {
       backups_ = std::make_unique<checkpoint::BackupManager>(o_.backup_dir, c.log);
-      if (c.is_chief) backup_writer_ = std::make_unique<BackupWriter>(backups_.get(), c.log, c.progress);
+      if (c.is_chief)
+        backup_writer_ = std::make_unique<BackupWriter>(backups_.get(), c.log, c.progress);
     }
     if (!o_.checkpoint_dir.empty())
-      checkpoints_ = std::make_unique<checkpoint::CheckpointManager>(o_.checkpoint_dir,
-                                                                     o_.keep_checkpoints);
+      checkpoints_ =
+          std::make_unique<checkpoint::CheckpointManager>(o_.checkpoint_dir, o_.keep_checkpoints);
   }
 
   TrainingOutcome Run();
@@ -86,10 +87,10 @@ class Trainer {
   collective::Communicator* gradient_comm_;
   std::unique_ptr<StepBackend> own_backend_;
   StepBackend* backend_ = nullptr;
-  int64_t iterations_ = 0;  // optimizer steps so far, mirrored here so that no step syncs
-  double epoch_images_ = 0.0;  // the loss and correct sums of the epoch live in the backend
+  int64_t iterations_ = 0;       // optimizer steps so far, mirrored here so that no step syncs
+  double epoch_images_ = 0.0;    // the loss and correct sums of the epoch live in the backend
   double images_per_sec_ = 0.0;  // over the whole run, for train_end
-  double train_seconds_ = 0.0;    // time in the epochs' step loops, this process run
+  double train_seconds_ = 0.0;   // time in the epochs' step loops, this process run
   double allreduce_seconds_ = 0.0;
   double backup_stall_seconds_ = 0.0;  // the step loop waiting in SaveBackup, this process run
   int64_t steps_this_run_ = 0;
@@ -119,7 +120,8 @@ TrainingState Trainer::StateOf(ModelState model, int completed_epochs, int64_t s
 
 StatusOr<TrainingState> Trainer::CurrentState(int completed_epochs, int64_t step) {
   auto model = backend_->GetState();
-  if (!model.ok()) return model.status().WithContext("copying the state from " + backend_->description());
+  if (!model.ok())
+    return model.status().WithContext("copying the state from " + backend_->description());
   EpochTotals totals;
   TJ_RETURN_IF_ERROR(backend_->GetEpochSums(&totals.loss_sum, &totals.correct));
   totals.images = epoch_images_;
@@ -202,14 +204,17 @@ TrainingOutcome Trainer::RestoreOrInitialise() {
   }
   const auto& t = state->extra.value("epoch_totals", nlohmann::json::object());
   epoch_images_ = t.value("images", 0.0);
-  if (Status s = backend_->SetEpochSums(t.value("loss_sum", 0.0), t.value("correct", 0.0)); !s.ok()) {
+  if (Status s = backend_->SetEpochSums(t.value("loss_sum", 0.0), t.value("correct", 0.0));
+      !s.ok()) {
     return Failed(s);
   }
   if (!restored_path.empty()) {
     // Reported as the save reported it: the epoch in progress and the steps done in it.
-    int epoch = state->step == 0 ? static_cast<int>(state->epoch) : static_cast<int>(state->epoch) + 1;
+    int epoch =
+        state->step == 0 ? static_cast<int>(state->epoch) : static_cast<int>(state->epoch) + 1;
     int64_t step = state->step == 0 ? steps : state->step;
-    c_.log->Emit({{"event", "restored"}, {"epoch", epoch}, {"step", step}, {"path", restored_path}});
+    c_.log->Emit(
+        {{"event", "restored"}, {"epoch", epoch}, {"step", step}, {"path", restored_path}});
   }
   return {};
 }
@@ -258,7 +263,8 @@ Status Trainer::EndOfEpoch(int epoch, int steps, double seconds, double images_t
     if (!state.ok()) return state.status();
     state->tensors.resize(1);  // weights only: checkpoints are for evaluation
     auto path = checkpoints_->Save(*state);
-    if (!path.ok()) return path.status().WithContext("writing checkpoint for epoch " + std::to_string(epoch));
+    if (!path.ok())
+      return path.status().WithContext("writing checkpoint for epoch " + std::to_string(epoch));
   }
   if (o_.save_freq_steps == 0) TJ_RETURN_IF_ERROR(SaveBackup(epoch, steps, /*epoch_end=*/true));
   return Status::Ok();
@@ -266,7 +272,8 @@ Status Trainer::EndOfEpoch(int epoch, int steps, double seconds, double images_t
 
 Status Trainer::Finish() {
   auto model = backend_->GetState();
-  if (!model.ok()) return model.status().WithContext("copying the final weights from " + backend_->description());
+  if (!model.ok())
+    return model.status().WithContext("copying the final weights from " + backend_->description());
   const std::vector<float>& params = model->params;
   nn::Batch test{data_.test.images.data(), data_.test.labels.data(), nullptr, data_.test.count};
   std::vector<uint32_t> all(static_cast<size_t>(data_.test.count));
@@ -279,18 +286,19 @@ Status Trainer::Finish() {
     if (backup_writer_) TJ_RETURN_IF_ERROR(backup_writer_->Wait());
     if (backups_ && !o_.keep_backup) TJ_RETURN_IF_ERROR(backups_->Delete());
   }
-  c_.log->Emit({{"event", "train_end"},
-                {"epochs", o_.epochs},
-                {"device", backend_->description()},
-                {"test_loss", s.loss_sum / s.rows},
-                {"test_accuracy", double(s.correct) / s.rows},
-                {"weights_sha256", nn::WeightsDigest(params.data())},
-                {"images_per_sec", images_per_sec_},
-                {"train_seconds", train_seconds_},
-                {"step_ms", steps_this_run_ ? 1e3 * train_seconds_ / steps_this_run_ : 0.0},
-                {"allreduce_ms", steps_this_run_ ? 1e3 * allreduce_seconds_ / steps_this_run_ : 0.0},
-                {"backup_stall_seconds", backup_stall_seconds_},
-                {"backup_cpu_seconds", backup_writer_ ? backup_writer_->cpu_seconds() : 0.0}});
+  c_.log->Emit(
+      {{"event", "train_end"},
+       {"epochs", o_.epochs},
+       {"device", backend_->description()},
+       {"test_loss", s.loss_sum / s.rows},
+       {"test_accuracy", double(s.correct) / s.rows},
+       {"weights_sha256", nn::WeightsDigest(params.data())},
+       {"images_per_sec", images_per_sec_},
+       {"train_seconds", train_seconds_},
+       {"step_ms", steps_this_run_ ? 1e3 * train_seconds_ / steps_this_run_ : 0.0},
+       {"allreduce_ms", steps_this_run_ ? 1e3 * allreduce_seconds_ / steps_this_run_ : 0.0},
+       {"backup_stall_seconds", backup_stall_seconds_},
+       {"backup_cpu_seconds", backup_writer_ ? backup_writer_->cpu_seconds() : 0.0}});
   return Status::Ok();
 }
 
@@ -321,7 +329,8 @@ TrainingOutcome Trainer::Run() {
     for (int64_t step = first_step; step < steps; ++step) {
       if (Status st = backend_->ComputeGradients(scale); !st.ok()) return Failed(st);
       auto reduce_start = RealClock::Get()->Now();
-      if (Status st = gradient_comm_->AllReduceSum(backend_->reduce_buffer(), nn::Layout::kCount + 2);
+      if (Status st =
+              gradient_comm_->AllReduceSum(backend_->reduce_buffer(), nn::Layout::kCount + 2);
           !st.ok()) {
         return PeerLost(st);
       }
@@ -337,7 +346,8 @@ TrainingOutcome Trainer::Run() {
         p.global_step = iterations_;
       });
       if (o_.save_freq_steps > 0 && iterations_ % o_.save_freq_steps == 0) {
-        if (Status st = SaveBackup(epoch, step + 1, /*epoch_end=*/false); !st.ok()) return Failed(st);
+        if (Status st = SaveBackup(epoch, step + 1, /*epoch_end=*/false); !st.ok())
+          return Failed(st);
       }
     }
     // The epoch's time includes the device finishing the steps queued on it.

@@ -31,8 +31,8 @@ struct TrainingContext {
   nn::ThreadPool* pool = nullptr;
   EventLog* log = nullptr;
   Progress* progress = nullptr;
-  bool is_chief = true;   // only the chief writes backups, checkpoints, exports and summaries
-  ScalarSink scalars;     // may be empty
+  bool is_chief = true;  // only the chief writes backups, checkpoints, exports and summaries
+  ScalarSink scalars;    // may be empty
   // Where the steps run; null: the CPU backend over `pool`.
   StepBackend* backend = nullptr;
   // All-reduces the backend's reduce_buffer() (NCCL for device buffers); null: `comm`.

@@ -1,7 +1,7 @@
 // tj-operator end to end on the local cluster (hack/local-cluster.sh; under ctest its real
-// node, so pods are containers of localhost/tj-trainer-cpu): the example job to Succeeded with its evaluation; a
-// worker deleted mid-training -> gang restart -> resume from the backup -> Succeeded; a
-// non-retryable exit code; invalid specs (CRD schema and operator validation); the operator
+// node, so pods are containers of localhost/tj-trainer-cpu): the example job to Succeeded with its
+// evaluation; a worker deleted mid-training -> gang restart -> resume from the backup -> Succeeded;
+// a non-retryable exit code; invalid specs (CRD schema and operator validation); the operator
 // killed and restarted mid-job without duplicate pods. Each test has its own namespace and
 // its own operator process (--namespace), started with the cluster's kubeconfig.
 #include <gtest/gtest.h>

@@ -15,8 +15,8 @@ TEST(MultiWorkerTest, TwoWorkersAsInTheTutorialEndBitwiseEqual) {
   TJ_REQUIRE_DATASET();
   TempDir dir;
   LocalCluster c = LocalCluster::Make(2);
-  const std::vector<std::string> flags = {"--epochs", "2", "--steps-per-epoch", "30",
-                                          "--threads", "1"};
+  const std::vector<std::string> flags = {"--epochs", "2",         "--steps-per-epoch",
+                                          "30",       "--threads", "1"};
   auto w0 = StartTrainer(flags, c.TfConfig("worker", 0), dir / "w0");
   auto w1 = StartTrainer(flags, c.TfConfig("worker", 1), dir / "w1");
   ASSERT_EQ(w0->Wait(180s), 0) << w0->Stderr();
@@ -39,8 +39,8 @@ TEST(MultiWorkerTest, ChiefAndTwoWorkersWithAKeyEndBitwiseEqual) {
   TJ_REQUIRE_DATASET();
   TempDir dir;
   LocalCluster c = LocalCluster::Make(2, /*with_chief=*/true);
-  const std::vector<std::string> flags = {"--epochs", "1", "--steps-per-epoch", "30",
-                                          "--threads", "1"};
+  const std::vector<std::string> flags = {"--epochs", "1",         "--steps-per-epoch",
+                                          "30",       "--threads", "1"};
   const std::string key = "s3cret-key";
   auto w1 = StartTrainer(flags, c.TfConfig("worker", 1), dir / "w1", key);  // workers first
   auto w0 = StartTrainer(flags, c.TfConfig("worker", 0), dir / "w0", key);
@@ -59,8 +59,8 @@ TEST(MultiWorkerTest, ChiefAndTwoWorkersWithAKeyEndBitwiseEqual) {
 TEST(MultiWorkerTest, TwoWorkersOf32FollowOneWorkerOf64) {
   TJ_REQUIRE_DATASET();
   TempDir dir;
-  const std::vector<std::string> common = {"--epochs", "3", "--steps-per-epoch", "60",
-                                           "--threads", "1"};
+  const std::vector<std::string> common = {"--epochs", "3",         "--steps-per-epoch",
+                                           "60",       "--threads", "1"};
   auto with_batch = [&](const char* b) {
     auto f = common;
     f.insert(f.end(), {"--batch-size", b});
@@ -91,8 +91,8 @@ TEST(MultiWorkerTest, KilledPeerMakesTheOtherExit75WithinTheTimeout) {
   // Short epochs, many of them: the first epoch_end comes within seconds even under ASan on
   // a busy machine (a whole Fashion-MNIST epoch at one thread took over 120 s there), and
   // training is far from done when the peer is killed.
-  const std::vector<std::string> flags = {"--epochs", "1000", "--steps-per-epoch", "20",
-                                          "--threads", "1", "--collective-timeout", "5",
+  const std::vector<std::string> flags = {"--epochs",      "1000", "--steps-per-epoch",    "20",
+                                          "--threads",     "1",    "--collective-timeout", "5",
                                           "--status-port", "0"};
   auto w0 = StartTrainer(flags, c.TfConfig("worker", 0), dir / "w0");
   auto w1 = StartTrainer(flags, c.TfConfig("worker", 1), dir / "w1");
@@ -127,7 +127,7 @@ TEST(MultiWorkerTest, WrongKeyIsRefusedAndTrainingGoesOn) {
   TJ_REQUIRE_DATASET();
   TempDir dir;
   LocalCluster c = LocalCluster::Make(2);
-  const std::vector<std::string> flags = {"--epochs", "1", "--steps-per-epoch", "40",
+  const std::vector<std::string> flags = {"--epochs",  "1", "--steps-per-epoch",    "40",
                                           "--threads", "1", "--rendezvous-timeout", "20"};
   auto w0 = StartTrainer(flags, c.TfConfig("worker", 0), dir / "w0", "right-key");
   // An intruder posing as worker 1 with the wrong key, before the real worker 1.

@@ -17,9 +17,12 @@ namespace fs = std::filesystem;
 // `tag` prefixes the backup and checkpoint directories (a reference run uses its own).
 std::vector<std::string> Flags(const TempDir& dir, std::vector<std::string> extra = {},
                                const std::string& tag = "") {
-  std::vector<std::string> f = {"--epochs", "3", "--steps-per-epoch", "40", "--threads", "1",
-                                "--save-freq", "10", "--backup-dir", dir / (tag + "backup"),
-                                "--checkpoint-dir", dir / (tag + "ckpt")};
+  std::vector<std::string> f = {"--epochs",          "3",
+                                "--steps-per-epoch", "40",
+                                "--threads",         "1",
+                                "--save-freq",       "10",
+                                "--backup-dir",      dir / (tag + "backup"),
+                                "--checkpoint-dir",  dir / (tag + "ckpt")};
   f.insert(f.end(), extra.begin(), extra.end());
   return f;
 }
@@ -91,7 +94,7 @@ TEST(ResumeTest, TornNewestBackupFallsBackToThePreviousOne) {
   first->Wait(10s);
   auto files = BackupFiles(dir / "backup");
   ASSERT_GE(files.size(), 2u);
-  fs::resize_file(files.back(), fs::file_size(files.back()) / 2);  // torn
+  fs::resize_file(files.back(), fs::file_size(files.back()) / 2);         // torn
   std::ofstream(dir / "backup/.backup-99.tmp.abc123") << "half a write";  // debris
   auto second = StartTrainer(Flags(dir), "", dir / "second");
   ASSERT_EQ(second->Wait(180s), 0) << second->Stderr();
@@ -143,11 +146,20 @@ void SurviveAKilledWorker(const std::string& steps_per_epoch, const std::string&
                           const std::string& kill_after) {
   TempDir dir;
   auto flags = [&](const std::string& tag) {
-    return std::vector<std::string>{"--epochs", "3", "--steps-per-epoch", steps_per_epoch,
-                                    "--threads", "1", "--save-freq", save_freq,
-                                    "--backup-dir", dir / (tag + "backup"),
-                                    "--checkpoint-dir", dir / (tag + "ckpt"),
-                                    "--collective-timeout", "10"};
+    return std::vector<std::string>{"--epochs",
+                                    "3",
+                                    "--steps-per-epoch",
+                                    steps_per_epoch,
+                                    "--threads",
+                                    "1",
+                                    "--save-freq",
+                                    save_freq,
+                                    "--backup-dir",
+                                    dir / (tag + "backup"),
+                                    "--checkpoint-dir",
+                                    dir / (tag + "ckpt"),
+                                    "--collective-timeout",
+                                    "10"};
   };
   std::string expected;
   {

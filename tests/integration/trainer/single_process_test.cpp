@@ -35,8 +35,8 @@ TEST(SingleProcessTest, EventsAndBitwiseDeterminism) {
 
   auto epochs = Events(*a, "epoch_end");
   ASSERT_EQ(epochs.size(), 2u);
-  const std::vector<std::string> keys = {"event", "epoch", "steps", "loss", "accuracy",
-                                         "lr", "seconds", "images_per_sec"};
+  const std::vector<std::string> keys = {"event",    "epoch", "steps",   "loss",
+                                         "accuracy", "lr",    "seconds", "images_per_sec"};
   const std::string first = a->StdoutLines().front();
   size_t pos = 0;
   for (const std::string& k : keys) {  // fields in the documented order
@@ -78,7 +78,9 @@ TEST(SingleProcessTest, BadInputGetsAClearErrorAndExitCode) {
       {{"--save-freq", "often"}, "", 2, "--save-freq often"},
       {{"--evaluate-only"}, "", 2, "--evaluate-only needs --model"},
       {{}, "{not json", 2, "TF_CONFIG"},
-      {{}, R"({"cluster":{"worker":["localhost:1"]},"task":{"type":"worker","index":3}})", 2,
+      {{},
+       R"({"cluster":{"worker":["localhost:1"]},"task":{"type":"worker","index":3}})",
+       2,
        "index"},
       {{"--evaluate-only", "--model", dir / "nomodel"}, "", 1, "architecture.json not found"},
   };
@@ -95,7 +97,8 @@ TEST(SingleProcessTest, BadInputGetsAClearErrorAndExitCode) {
     ASSERT_TRUE(code.has_value()) << "hung: " << c.message;
     EXPECT_EQ(*code, c.exit_code) << c.message << "\n" << p.Stderr();
     EXPECT_NE((p.Stderr() + p.Stdout()).find(c.message), std::string::npos)
-        << "expected \"" << c.message << "\" in:\n" << p.Stderr();
+        << "expected \"" << c.message << "\" in:\n"
+        << p.Stderr();
   }
 }
 

@@ -19,9 +19,9 @@ inline const std::string kTrainer = std::string(TJ_BIN_DIR) + "/tj-trainer";
 inline const std::string kDataDir = "/usr/share/datasets/fashion-mnist";
 
 // Skips the test (with the reason) when the dataset is not installed.
-#define TJ_REQUIRE_DATASET()                                                            \
+#define TJ_REQUIRE_DATASET()                                                             \
   if (!std::filesystem::exists(::tj::testing::kDataDir + "/train-images-idx3-ubyte.gz")) \
-  GTEST_SKIP() << "Fashion-MNIST not installed at " << ::tj::testing::kDataDir          \
+  GTEST_SKIP() << "Fashion-MNIST not installed at " << ::tj::testing::kDataDir           \
                << " (hack/install-deps.sh installs dataset-fashion-mnist)"
 
 // A fresh directory under the system temp dir, removed at destruction.
@@ -97,7 +97,8 @@ inline std::unique_ptr<Subprocess> StartTrainer(const std::vector<std::string>& 
   }
   argv.insert(argv.end(), flags.begin(), flags.end());
   return std::make_unique<Subprocess>(
-      argv, std::map<std::string, std::string>{{"TF_CONFIG", tf_config}, {"TJ_RENDEZVOUS_KEY", key}},
+      argv,
+      std::map<std::string, std::string>{{"TF_CONFIG", tf_config}, {"TJ_RENDEZVOUS_KEY", key}},
       log_prefix);
 }
 

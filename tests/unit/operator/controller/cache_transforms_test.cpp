@@ -103,14 +103,14 @@ TEST(OnlyVersionOrConditionsChanged, SkipsTheSchedulersConditionsButNotPhaseOrCo
             {"status", {{"phase", "Pending"}}}};
   json b = a;
   b["metadata"]["resourceVersion"] = "2";
-  b["status"]["conditions"] = json::array(
-      {{{"type", "PodScheduled"}, {"status", "False"}, {"reason", "Unschedulable"}}});
-  EXPECT_FALSE(OnlyVersionChanged(a, b));            // for Services, Secrets, jobs: a change
+  b["status"]["conditions"] =
+      json::array({{{"type", "PodScheduled"}, {"status", "False"}, {"reason", "Unschedulable"}}});
+  EXPECT_FALSE(OnlyVersionChanged(a, b));             // for Services, Secrets, jobs: a change
   EXPECT_TRUE(OnlyVersionOrConditionsChanged(a, b));  // a condition appeared
   json c = b;
   c["metadata"]["resourceVersion"] = "3";
   c["status"]["conditions"][0]["message"] = "0/1 nodes are available";
-  EXPECT_TRUE(OnlyVersionOrConditionsChanged(b, c));  // a condition changed
+  EXPECT_TRUE(OnlyVersionOrConditionsChanged(b, c));   // a condition changed
   EXPECT_FALSE(OnlyVersionOrConditionsChanged(b, b));  // a resync
   json d = c;
   d["metadata"]["resourceVersion"] = "4";

@@ -63,8 +63,9 @@ TEST(SlowStart, ZeroRunsEverythingAtOnce) {
 
 TEST(SlowStart, AFailedBatchStopsTheRestAndReturnsTheFirstFailure) {
   Recorder r;
-  std::vector<std::function<Status()>> tasks = {r.Task(0), r.Task(1), r.Task(2, /*fail=*/true),
-                                                r.Task(3, /*fail=*/true), r.Task(4), r.Task(5)};
+  std::vector<std::function<Status()>> tasks = {
+      r.Task(0), r.Task(1), r.Task(2, /*fail=*/true), r.Task(3, /*fail=*/true),
+      r.Task(4), r.Task(5)};
   Status s = RunSlowStart(tasks, 2);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.message(), "task 2 failed");

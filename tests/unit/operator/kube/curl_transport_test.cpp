@@ -109,9 +109,8 @@ class ScriptedServer {
       r.path = head.substr(sp1 + 1, sp2 - sp1 - 1);
       for (size_t pos = head.find("\r\n"); pos != std::string::npos;) {
         const size_t next = head.find("\r\n", pos + 2);
-        const std::string line = head.substr(pos + 2, next == std::string::npos
-                                                           ? std::string::npos
-                                                           : next - pos - 2);
+        const std::string line =
+            head.substr(pos + 2, next == std::string::npos ? std::string::npos : next - pos - 2);
         if (auto colon = line.find(':'); colon != std::string::npos) {
           std::string name = line.substr(0, colon);
           for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
@@ -143,9 +142,9 @@ class ScriptedServer {
   std::atomic<bool> stopping_{false};
   std::thread acceptor_;
   mutable std::mutex mu_;
-  std::vector<int> fds_;                 // GUARDED_BY(mu_)
+  std::vector<int> fds_;                  // GUARDED_BY(mu_)
   std::vector<std::thread> connections_;  // GUARDED_BY(mu_)
-  std::vector<Request> requests_;        // GUARDED_BY(mu_)
+  std::vector<Request> requests_;         // GUARDED_BY(mu_)
 };
 
 std::string Answer(int status, const std::string& reason, const std::string& body,

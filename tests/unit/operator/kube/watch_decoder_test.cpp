@@ -58,8 +58,9 @@ TEST(WatchDecoder, SkipsTheObjectsManagedFieldsAndNothingElse) {
       R"("fieldsV1":{"f:spec":{}}}],"labels":{"managedFields":"x"}},)"
       R"("spec":{"managedFields":1}}})");
   ASSERT_TRUE(ev.ok()) << ev.error().ToString();
-  EXPECT_EQ(ev->object, nlohmann::json::parse(R"({"metadata":{"name":"a","labels":)"
-                                              R"({"managedFields":"x"}},"spec":{"managedFields":1}})"));
+  EXPECT_EQ(ev->object,
+            nlohmann::json::parse(R"({"metadata":{"name":"a","labels":)"
+                                  R"({"managedFields":"x"}},"spec":{"managedFields":1}})"));
 }
 
 TEST(WatchDecoder, KeepsAnIncompleteLineForTheNextChunk) {

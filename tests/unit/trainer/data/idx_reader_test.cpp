@@ -1,4 +1,6 @@
 // The IDX reader on good and bad files, gzipped and raw, written to a temporary directory.
+#include "trainer/data/idx_reader.h"
+
 #include <gtest/gtest.h>
 #include <zlib.h>
 
@@ -6,7 +8,6 @@
 #include <fstream>
 
 #include "trainer/data/epoch_order.h"
-#include "trainer/data/idx_reader.h"
 
 namespace tj::data {
 namespace {
@@ -76,7 +77,8 @@ TEST_F(IdxReaderTest, BadFilesNameTheFileAndTheProblem) {
       {"float", Header(0x0d, {2}) + "12345678", "unsupported element type 0x0d", false},
       {"dims", Header(8, {}) + "", "unsupported number of dimensions 0", false},
       {"short-header", good.substr(0, 9), "truncated in the header", false},
-      {"short-data", good.substr(0, good.size() - 2), "truncated: the header announces 6 values but the file holds 4", false},
+      {"short-data", good.substr(0, good.size() - 2),
+       "truncated: the header announces 6 values but the file holds 4", false},
       {"long-data", good + "xy", "2 unexpected bytes after the 6 announced values", false},
       {"short-gz", good.substr(0, good.size() - 1), "truncated", true},
   };

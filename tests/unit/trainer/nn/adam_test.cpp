@@ -1,8 +1,9 @@
+#include "trainer/nn/adam.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "trainer/nn/adam.h"
 #include "trainer/nn/model.h"
 
 namespace tj::nn {

@@ -35,7 +35,8 @@ inline double ReferenceLoss(const std::vector<double>& p, const std::vector<doub
     std::vector<double> h(kHidden);
     for (int o = 0; o < kHidden; ++o) {
       double a = p[Layout::kDense1Bias + o];
-      for (int k = 0; k < kFlat; ++k) a += pooled[k] * p[Layout::kDense1Kernel + size_t(o) * kFlat + k];
+      for (int k = 0; k < kFlat; ++k)
+        a += pooled[k] * p[Layout::kDense1Kernel + size_t(o) * kFlat + k];
       h[o] = std::max(a, 0.0);
     }
     std::vector<double> z(kClasses);
