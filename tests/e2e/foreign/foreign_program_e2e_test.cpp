@@ -50,7 +50,8 @@ json ForeignJob(const std::string& name, const std::vector<std::string>& args,
              {{"Chief", Replica(1, args)},
               {"Worker", Replica(2, worker_args)},
               {"Evaluator", Replica(1, {"--steps", "2"})}}},
-            {"runPolicy", {{"backoffLimit", 2}}}}}};
+            // Every pod stays for the test to read its log (a real node's logs go with the pod).
+            {"runPolicy", {{"backoffLimit", 2}, {"cleanPodPolicy", "None"}}}}}};
 }
 
 class ForeignProgramE2E : public testing::JobTest {
