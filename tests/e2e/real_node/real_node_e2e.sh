@@ -14,9 +14,10 @@ set -euo pipefail
 ROOT=$1
 BUILD=$2
 HERE=$(cd "$(dirname "$0")" && pwd)
-export TJ_NODE=containerd TJ_LOCAL_CLUSTER_DIR=$BUILD/real-node-e2e-cluster
+export TJ_LOCAL_CLUSTER_DIR=$BUILD/real-node-e2e-cluster
 # shellcheck source=../../support/cluster_e2e.sh
 . "$ROOT/tests/support/cluster_e2e.sh"
+export TJ_NODE=containerd  # this test's node, whatever cluster_e2e.sh chose for the others
 # shellcheck source=machine_state.sh
 . "$HERE/machine_state.sh"
 [ "$(id -u)" -eq 0 ] || skip "the real node needs root"
