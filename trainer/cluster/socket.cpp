@@ -300,4 +300,39 @@ StatusOr<std::string> ResolveHostBefore(const std::string& host, Deadline deadli
   }
 }
 
+bool IsLocalAddress(const std::string& ip) {
+  addrinfo hints{};
+  hints.ai_flags = AI_NUMERICHOST | AI_PASSIVE;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(ip.c_str(), "0", &hints, &res) != 0) return false;
+  bool local = false;
+  Socket s(::socket(res->ai_family, res->ai_socktype | SOCK_CLOEXEC, res->ai_protocol));
+  if (s.valid()) local = ::bind(s.fd(), res->ai_addr, res->ai_addrlen) == 0;
+  ::freeaddrinfo(res);
+  return local;
+}
+
+StatusOr<std::string> ResolveOwnHostBefore(const std::string& host, Deadline deadline) {
+  const auto start = std::chrono::steady_clock::now();
+  auto pause = std::chrono::milliseconds(100);
+  std::string last;
+  while (true) {
+    StatusOr<std::string> ip = ResolveHostBefore(host, deadline);
+    if (!ip.ok()) return ip;
+    if (IsLocalAddress(*ip)) return ip;
+    last = *ip;
+    const auto now = std::chrono::steady_clock::now();
+    if (now + pause >= deadline) {
+      const auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - start);
+      return Status::Error("resolving " + host + ": it names " + last +
+                           ", not an address of this host, after " +
+                           std::to_string(waited.count()) +
+                           " s of retries (does TF_CONFIG's task entry name this pod?)");
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::milliseconds(1000));
+  }
+}
+
 }  // namespace tj::cluster

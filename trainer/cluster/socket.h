@@ -73,4 +73,12 @@ StatusOr<std::string> ResolveHost(const std::string& host);
 // time waited, when it never resolves.
 StatusOr<std::string> ResolveHostBefore(const std::string& host, Deadline deadline);
 
+// This process's own TF_CONFIG host: as ResolveHostBefore, and also tried again while the
+// address it resolves to is not one of this host's (a DNS record not yet updated for a pod
+// re-created under the same name still names the old pod's address for a moment).
+StatusOr<std::string> ResolveOwnHostBefore(const std::string& host, Deadline deadline);
+
+// Whether `ip` (numeric) is an address of this host: a socket can be bound to it.
+bool IsLocalAddress(const std::string& ip);
+
 }  // namespace tj::cluster

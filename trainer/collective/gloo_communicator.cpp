@@ -263,7 +263,7 @@ StatusOr<std::unique_ptr<Communicator>> ConnectGloo(const GlooOptions& o) {
   StatusOr<cluster::HostPort> own = cluster::ParseHostPort(c.own_address(), "own address");
   if (!own.ok()) return own.status();
   StatusOr<std::string> ip =
-      cluster::ResolveHostBefore(own->host, cluster::DeadlineIn(o.rendezvous_timeout));
+      cluster::ResolveOwnHostBefore(own->host, cluster::DeadlineIn(o.rendezvous_timeout));
   if (!ip.ok()) {
     return ip.status().WithContext("connecting the collective as " + me +
                                    ": cannot resolve this task's own TF_CONFIG host");

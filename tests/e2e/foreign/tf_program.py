@@ -57,7 +57,7 @@ def serve_status(state, own_host):
             pass
 
     # Listen where this replica's own TF_CONFIG name resolves: its pod IP.
-    server = http.server.ThreadingHTTPServer((resolve(own_host), port), Handler)
+    server = http.server.ThreadingHTTPServer((resolve_own(own_host), port), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
 
 
@@ -74,13 +74,29 @@ def resolve(host, seconds=120):
             time.sleep(0.2)
 
 
+def resolve_own(host, seconds=120):
+    """This replica's own address: `host` resolved, asked again while it names an address this
+    pod does not have (a record not yet updated for a pod re-created under the same name)."""
+    deadline = time.time() + seconds
+    while True:
+        ip = resolve(host, seconds)
+        try:
+            with socket.socket() as s:
+                s.bind((ip, 0))
+            return ip
+        except OSError:
+            if time.time() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def rendezvous(cluster, task_type, task_index):
     members = [(t, i) for t in ("chief", "worker") for i in range(len(cluster.get(t, [])))]
     leader = members[0]
     me = (task_type, task_index)
     host, port = host_port(cluster[leader[0]][leader[1]])
     if me == leader:
-        srv = socket.create_server((resolve(host), port))
+        srv = socket.create_server((resolve_own(host), port))
         conns = []
         srv.settimeout(120)
         while len(conns) < len(members) - 1:

@@ -33,5 +33,18 @@ TEST(ResolveHostBefore, ANameThatNeverResolvesFailsAtTheDeadlineNamingIt) {
   EXPECT_LT(took, milliseconds(3000));
 }
 
+TEST(ResolveOwnHostBefore, AcceptsOnlyAnAddressOfThisHost) {
+  EXPECT_TRUE(IsLocalAddress("127.0.0.1"));
+  EXPECT_FALSE(IsLocalAddress("198.51.100.7"));  // TEST-NET-2: documentation only
+  EXPECT_FALSE(IsLocalAddress("not-an-address"));
+  StatusOr<std::string> ip = ResolveOwnHostBefore("localhost", DeadlineIn(milliseconds(3000)));
+  ASSERT_TRUE(ip.ok()) << ip.status().message();
+  // A name whose address is another host's (a stale record) is tried again, then refused.
+  StatusOr<std::string> stale = ResolveOwnHostBefore("198.51.100.7", DeadlineIn(milliseconds(600)));
+  ASSERT_FALSE(stale.ok());
+  EXPECT_NE(stale.status().message().find("not an address of this host"), std::string::npos)
+      << stale.status().message();
+}
+
 }  // namespace
 }  // namespace tj::cluster
