@@ -8,9 +8,11 @@
 
 #include <chrono>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "operator/api/yaml_json.h"
 #include "tests/e2e/support/e2e_support.h"
 
 namespace tj::kube {
@@ -93,21 +95,27 @@ TEST_F(ForeignProgramE2E, KilledWorkerRestartsTheGangThenSucceeds) {
   EXPECT_EQ(s.restart_count, 1) << job.dump(2);
 }
 
-// A TFJob manifest, as a team has it for Kubeflow, through `tj-operator convert` and kubectl
-// apply: the same program to Succeeded.
+// A TFJob manifest as Kubeflow's documentation writes one (tests/unit/operator/api/testdata:
+// chief, workers, evaluator, runPolicy with a schedulingPolicy, successPolicy AllWorkers), its
+// image and command swapped for this test's program, through `tj-operator convert` and
+// kubectl apply: Succeeded.
 TEST_F(ForeignProgramE2E, TfJobManifestConvertedRunsToSucceeded) {
+  std::ifstream in(std::string(TJ_SOURCE_DIR) +
+                   "/tests/unit/operator/api/testdata/tfjob-mnist.yaml");
+  std::stringstream text;
+  text << in.rdbuf();
+  auto docs = api::ParseManifests(text.str());
+  ASSERT_TRUE(docs.ok() && docs->size() == 1);
+  json tfjob = docs->front();
+  tfjob["metadata"].erase("namespace");  // this test's
   const std::vector<std::string> args = {"--steps", "10", "--serve-status"};
-  json specs = {{"Chief", Replica(1, args)},
-                {"Worker", Replica(2, args)},
-                {"Evaluator", Replica(1, {"--steps", "2"})}};
-  for (auto& [type, rs] : specs.items()) rs.erase("restartPolicy");  // TFJob's default
-  const json tfjob = {
-      {"apiVersion", "kubeflow.org/v1"},
-      {"kind", "TFJob"},
-      {"metadata", {{"name", "from-tfjob"}}},
-      {"spec",
-       {{"runPolicy", {{"backoffLimit", 2}, {"schedulingPolicy", {{"minAvailable", 4}}}}},
-        {"tfReplicaSpecs", specs}}}};
+  for (auto& [type, rs] : tfjob["spec"]["tfReplicaSpecs"].items()) {
+    json& c = rs["template"]["spec"]["containers"][0];
+    const json program =
+        Replica(1, type == "Evaluator" ? std::vector<std::string>{"--steps", "2"}
+                                       : args)["template"]["spec"]["containers"][0];
+    for (const char* k : {"image", "command", "args"}) c[k] = program[k];
+  }
   const std::string file = cluster_->dir() + "/tfjob-" + ns_ + ".json";
   { std::ofstream(file) << tfjob.dump(); }
   const std::string converted = file + ".converted";
@@ -117,14 +125,15 @@ TEST_F(ForeignProgramE2E, TfJobManifestConvertedRunsToSucceeded) {
                   " 2> " + file + ".notes; cat " + file + ".notes");
   EXPECT_NE(notes.find("spec.runPolicy.schedulingPolicy dropped"), std::string::npos) << notes;
   const std::string applied = testing::Kubectl(cluster_, "-n " + ns_ + " apply -f " + converted);
-  ASSERT_NE(applied.find("trainingjob.tjo.dev/from-tfjob created"), std::string::npos)
+  ASSERT_NE(applied.find("trainingjob.tjo.dev/mnist-mwms created"), std::string::npos)
       << applied << notes;
-  json job = WaitFinished("from-tfjob", std::chrono::seconds(120));
+  json job = WaitFinished("mnist-mwms", std::chrono::seconds(120));
   auto s = StatusOf(job);
   ASSERT_TRUE(s.IsTrue("Succeeded")) << job.dump(2);
-  EXPECT_EQ(job["spec"]["replicaSpecs"]["Worker"]["restartPolicy"], "Never");
-  EXPECT_EQ(PodEvents("from-tfjob-chief-0", "rendezvous_done").size(), 1u)
-      << PodLog("from-tfjob-chief-0");
+  EXPECT_EQ(job["spec"]["successPolicy"], "AllWorkers");
+  EXPECT_EQ(job["spec"]["replicaSpecs"]["Evaluator"]["restartPolicy"], "Never");
+  EXPECT_EQ(PodEvents("mnist-mwms-chief-0", "rendezvous_done").size(), 1u)
+      << PodLog("mnist-mwms-chief-0");
 }
 
 TEST_F(ForeignProgramE2E, ExitOneFailsTheJobWithTheCode) {
