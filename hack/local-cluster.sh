@@ -580,24 +580,9 @@ cmd_down() {
   # The real node first, while the API server still runs (its pods are deleted through it).
   find_binaries_quietly
   real_node_down
-  local order=(tj-local-node kube-scheduler kube-controller-manager kube-apiserver etcd)
-  local name pid
-  for name in "${order[@]}"; do
-    local f=$STATE_DIR/pids/$name
-    [ -f "$f" ] || continue
-    pid=$(cat "$f")
-    if pid_alive "$pid"; then
-      # Each process was started with setsid, so its process group holds it and its children.
-      kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-      local deadline=$((SECONDS + 10))
-      while pid_alive "$pid" && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
-      if pid_alive "$pid"; then
-        log "$name (pid $pid) ignored SIGTERM; killing it"
-        kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
-      fi
-      log "stopped $name (pid $pid)"
-    fi
-    rm -f "$f"
+  local name
+  for name in tj-local-node kube-scheduler kube-controller-manager kube-apiserver etcd; do
+    stop_recorded "$name"
   done
   rmdir "$STATE_DIR/pids" 2>/dev/null || true
   remove_etcd_memory

@@ -346,7 +346,8 @@ running_tasks() {
   ctr -a "$RN_SOCK" -n k8s.io tasks ls 2>/dev/null | awk 'NR > 1 && $3 == "RUNNING" {print $1}'
 }
 
-# Stops one process recorded under pids/ (TERM, KILL after 10 s), if it runs.
+# Stops one process recorded under pids/, if it runs: SIGTERM to its process group (each was
+# started with setsid, so the group holds it and its children), SIGKILL after 10 s.
 stop_recorded() {
   local f=$STATE_DIR/pids/$1 pid
   [ -f "$f" ] || return 0
@@ -355,7 +356,10 @@ stop_recorded() {
     kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
     local deadline=$((SECONDS + 10))
     while pid_alive "$pid" && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
-    pid_alive "$pid" && { kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null; }
+    if pid_alive "$pid"; then
+      log "$1 (pid $pid) ignored SIGTERM; killing it"
+      kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+    fi
     log "stopped $1 (pid $pid)"
   fi
   rm -f "$f"

@@ -282,24 +282,6 @@ StatusOr<std::string> ResolveHost(const std::string& host) {
   return Status::Error("resolving " + host + ": no address");
 }
 
-StatusOr<std::string> ResolveHostBefore(const std::string& host, Deadline deadline) {
-  const auto start = std::chrono::steady_clock::now();
-  auto pause = std::chrono::milliseconds(100);
-  while (true) {
-    StatusOr<std::string> ip = ResolveHost(host);
-    if (ip.ok()) return ip;
-    const auto now = std::chrono::steady_clock::now();
-    if (now + pause >= deadline) {
-      const auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - start);
-      return ip.status().WithContext("no address after " + std::to_string(waited.count()) +
-                                     " s of retries (is the job's headless Service there and "
-                                     "the cluster DNS answering?)");
-    }
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::milliseconds(1000));
-  }
-}
-
 bool IsLocalAddress(const std::string& ip) {
   addrinfo hints{};
   hints.ai_flags = AI_NUMERICHOST | AI_PASSIVE;
@@ -313,26 +295,42 @@ bool IsLocalAddress(const std::string& ip) {
   return local;
 }
 
-StatusOr<std::string> ResolveOwnHostBefore(const std::string& host, Deadline deadline) {
+namespace {
+
+// ResolveHost, tried again (100 ms, doubling to 1 s) until it gives an address (one of this
+// host's when `own`) or `deadline` comes; then the last reason, with the time waited.
+StatusOr<std::string> ResolveUntil(const std::string& host, Deadline deadline, bool own) {
   const auto start = std::chrono::steady_clock::now();
   auto pause = std::chrono::milliseconds(100);
-  std::string last;
   while (true) {
-    StatusOr<std::string> ip = ResolveHostBefore(host, deadline);
-    if (!ip.ok()) return ip;
-    if (IsLocalAddress(*ip)) return ip;
-    last = *ip;
+    StatusOr<std::string> ip = ResolveHost(host);
+    if (ip.ok() && (!own || IsLocalAddress(*ip))) return ip;
     const auto now = std::chrono::steady_clock::now();
     if (now + pause >= deadline) {
-      const auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - start);
-      return Status::Error("resolving " + host + ": it names " + last +
-                           ", not an address of this host, after " +
-                           std::to_string(waited.count()) +
+      const std::string waited =
+          std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now - start).count());
+      if (!ip.ok()) {
+        return ip.status().WithContext("no address after " + waited +
+                                       " s of retries (is the job's headless Service there and "
+                                       "the cluster DNS answering?)");
+      }
+      return Status::Error("resolving " + host + ": it names " + *ip +
+                           ", not an address of this host, after " + waited +
                            " s of retries (does TF_CONFIG's task entry name this pod?)");
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::milliseconds(1000));
   }
+}
+
+}  // namespace
+
+StatusOr<std::string> ResolveHostBefore(const std::string& host, Deadline deadline) {
+  return ResolveUntil(host, deadline, /*own=*/false);
+}
+
+StatusOr<std::string> ResolveOwnHostBefore(const std::string& host, Deadline deadline) {
+  return ResolveUntil(host, deadline, /*own=*/true);
 }
 
 }  // namespace tj::cluster

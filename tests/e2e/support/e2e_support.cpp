@@ -35,10 +35,7 @@ std::vector<std::string> EnvironOf(pid_t pid) {
 
 }  // namespace
 
-bool RealNode() {
-  const char* node = std::getenv("TJ_TEST_NODE");
-  return node != nullptr && std::string(node) == "containerd";
-}
+bool RealNode() { return TestNode() == "containerd"; }
 
 std::string LocalImage(const std::string& name) {
   return "localhost/" + name + ":" + std::string(TJ_PROJECT_VERSION);

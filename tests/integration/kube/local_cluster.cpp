@@ -13,14 +13,6 @@
 namespace tj::kube::testing {
 namespace {
 
-// The node the tests' clusters run: the process node unless TJ_TEST_NODE says otherwise (ctest
-// sets TJ_TEST_NODE=containerd for the suites that run on the real node, one at a time). Not
-// TJ_NODE: a developer's choice for the demo must not put every test on the one real node.
-std::string TestNode() {
-  const char* node = std::getenv("TJ_TEST_NODE");
-  return node != nullptr && *node != '\0' ? node : "process";
-}
-
 StatusOr<std::string> RunCommand(const std::string& cmd) {
   std::string out;
   FILE* p = popen((cmd + " 2>&1").c_str(), "r");
@@ -56,6 +48,15 @@ ClusterEnvironment* Env() {
 [[maybe_unused]] const auto* const kRegistered = Env();
 
 }  // namespace
+
+// The node the tests' clusters run (local_cluster.h): the process node unless TJ_TEST_NODE says
+// otherwise (ctest sets TJ_TEST_NODE=containerd for the suites that run on the real node, one at a
+// time). Not TJ_NODE: a developer's choice for the demo must not put every test on the one real
+// node.
+std::string TestNode() {
+  const char* node = std::getenv("TJ_TEST_NODE");
+  return node != nullptr && *node != '\0' ? node : "process";
+}
 
 bool ClusterRequired() {
   const char* ci = std::getenv("CI");

@@ -50,6 +50,9 @@ class LocalCluster {
 
 bool ClusterRequired();
 
+// "containerd" (the real node) when ctest set TJ_TEST_NODE so for this test, else "process".
+std::string TestNode();
+
 // A fresh namespace per test, so tests do not see each other's objects.
 std::string NewNamespace(Client* client, const std::string& prefix);
 
