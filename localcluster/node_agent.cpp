@@ -1,4 +1,4 @@
-#include "operator/localnode/node_agent.h"
+#include "localcluster/node_agent.h"
 
 #include <cpprest/http_listener.h>
 #include <signal.h>
@@ -12,12 +12,12 @@
 #include <set>
 #include <sstream>
 
+#include "localcluster/probe.h"
+#include "localcluster/process.h"
+#include "localcluster/service_account.h"
 #include "operator/kube/backoff.h"
 #include "operator/kube/config.h"
 #include "operator/kube/time_format.h"
-#include "operator/localnode/probe.h"
-#include "operator/localnode/process.h"
-#include "operator/localnode/service_account.h"
 
 namespace tj::localnode {
 

@@ -1,4 +1,4 @@
-#include "operator/localnode/probe.h"
+#include "localcluster/probe.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-#include "operator/localnode/process.h"
+#include "localcluster/process.h"
 
 #include <fcntl.h>
 #include <sched.h>

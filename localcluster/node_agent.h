@@ -25,9 +25,9 @@
 #include "common/clock.h"
 #include "common/event_log.h"
 #include "common/status.h"
+#include "localcluster/pod_spec.h"
 #include "operator/kube/client.h"
 #include "operator/kube/informer.h"
-#include "operator/localnode/pod_spec.h"
 
 namespace tj::localnode {
 

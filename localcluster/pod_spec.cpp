@@ -1,4 +1,4 @@
-#include "operator/localnode/pod_spec.h"
+#include "localcluster/pod_spec.h"
 
 #include <map>
 

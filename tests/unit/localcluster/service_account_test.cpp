@@ -1,4 +1,4 @@
-#include "operator/localnode/service_account.h"
+#include "localcluster/service_account.h"
 
 #include <gtest/gtest.h>
 
