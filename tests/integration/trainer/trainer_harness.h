@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -18,11 +19,22 @@ namespace tj::testing {
 inline const std::string kTrainer = std::string(TJ_BIN_DIR) + "/tj-trainer";
 inline const std::string kDataDir = "/usr/share/datasets/fashion-mnist";
 
-// Skips the test (with the reason) when the dataset is not installed.
-#define TJ_REQUIRE_DATASET()                                                             \
-  if (!std::filesystem::exists(::tj::testing::kDataDir + "/train-images-idx3-ubyte.gz")) \
-  GTEST_SKIP() << "Fashion-MNIST not installed at " << ::tj::testing::kDataDir           \
-               << " (hack/install-deps.sh installs dataset-fashion-mnist)"
+// True where a missing dataset must fail the test rather than skip it: in CI (CI or
+// TJ_REQUIRE_DATASET set), which installs it with the other dependencies.
+inline bool DatasetRequired() {
+  return std::getenv("CI") != nullptr || std::getenv("TJ_REQUIRE_DATASET") != nullptr;
+}
+
+// Skips the test (with the reason) when the dataset is not installed; fails it in CI.
+#define TJ_REQUIRE_DATASET()                                                               \
+  if (!std::filesystem::exists(::tj::testing::kDataDir + "/train-images-idx3-ubyte.gz")) { \
+    if (::tj::testing::DatasetRequired()) {                                                \
+      FAIL() << "Fashion-MNIST not installed at " << ::tj::testing::kDataDir               \
+             << " (hack/install-deps.sh installs dataset-fashion-mnist)";                  \
+    }                                                                                      \
+    GTEST_SKIP() << "Fashion-MNIST not installed at " << ::tj::testing::kDataDir           \
+                 << " (hack/install-deps.sh installs dataset-fashion-mnist)";              \
+  }
 
 // A fresh directory under the system temp dir, removed at destruction.
 class TempDir {
