@@ -9,6 +9,7 @@
 
 #include "operator/api/training_job.h"
 #include "operator/controller/job_resources.h"
+#include "operator/controller/reconciler.h"
 #include "trainer/cluster/tf_config.h"
 
 namespace tj::controller {
@@ -102,6 +103,41 @@ TEST(ReplicaLimit, OneWorkerMoreOrOneCharacterMoreIsRefused) {
   ASSERT_FALSE(longer.ok());
   EXPECT_NE(longer.message().find("hostnames take at most 63"), std::string::npos)
       << longer.message();
+}
+
+// The reconciler's work for the largest job is one pass that creates the gang and, once it
+// runs, passes that create and delete nothing.
+TEST(ReplicaLimit, TheReconcilerCreatesTheLargestGangOnceAndThenLeavesItAlone) {
+  Observed in;
+  in.job = LargestJob(api::kMaxWorkers, LongestName());
+  in.now = std::chrono::system_clock::from_time_t(1700000000);
+  in.new_rendezvous_key = "k";
+  auto start = std::chrono::steady_clock::now();
+  const Decision first = Reconcile(in);
+  const double first_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  std::vector<json> pods;
+  for (const Action& a : first.actions) {
+    if (a.kind == Action::Kind::kCreate && a.resource.plural == "pods") pods.push_back(a.object);
+  }
+  ASSERT_EQ(pods.size(), static_cast<size_t>(api::kMaxWorkers + 2));
+  ASSERT_TRUE(first.status);
+
+  in.job["status"] = *first.status;
+  in.service = json::object();
+  in.secret = json::object();
+  for (json& p : pods) p["status"] = {{"phase", "Running"}};
+  in.pods = pods;
+  start = std::chrono::steady_clock::now();
+  const Decision again = Reconcile(in);
+  const double again_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  for (const Action& a : again.actions) {
+    EXPECT_NE(a.kind, Action::Kind::kCreate) << a.resource.plural << "/" << a.name;
+    EXPECT_NE(a.kind, Action::Kind::kDelete) << a.name;
+  }
+  std::printf("reconcile of %zu pods: first pass %.0f ms, steady pass %.0f ms\n", pods.size(),
+              first_ms, again_ms);
 }
 
 }  // namespace
