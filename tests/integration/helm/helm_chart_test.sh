@@ -53,6 +53,10 @@ if render --set replicas=2 --set leaderElection.enabled=false >/dev/null 2>&1; t
 else
   pass "replicas=2 without leader election is refused"
 fi
+out=$(render --set networkPolicy.enabled=true --set networkPolicy.statusEndPort=65535 2>&1) &&
+  fail "a status port range of 57066 ports must not render" ||
+  { grep -q "at most 1024" <<<"$out" && pass "an absurd status port range is refused, naming the limit" ||
+      fail "absurd status port range refused without the limit: $out"; }
 if render --set watchNamespaces='{a,b}' >/dev/null 2>&1; then
   fail "two watchNamespaces must not render (tj-operator takes one --namespace)"
 else
