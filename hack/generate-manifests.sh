@@ -68,6 +68,10 @@ for doc in re.split(r"^---\s*$", text, flags=re.M):
     folder = "rbac" if kind in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
                                 "RoleBinding") else "operator"
     name = names.get((kind, folder))
+    # The users' roles (aggregated into view/edit/admin) as kubebuilder names them.
+    for role in ("viewer", "editor"):
+        if kind == "ClusterRole" and re.search(r"^  name: \S+-trainingjob-%s$" % role, body, flags=re.M):
+            name = "trainingjob_%s_role.yaml" % role
     if name is None:
         sys.exit("generate-manifests: the chart rendered a %s that has no file name here; "
                  "add it to hack/generate-manifests.sh" % kind)

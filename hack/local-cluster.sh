@@ -349,6 +349,9 @@ EOF
   if [ -x "$KUBE_BIN/kube-controller-manager" ]; then
     local controllers=garbagecollector,namespace,serviceaccount,serviceaccount-token
     controllers+=,ttl-after-finished,root-ca-cert-publisher,nodelifecycle,deployment,replicaset
+    # view/edit/admin take in the rules of ClusterRoles labelled aggregate-to-* (the chart's
+    # users' roles for TrainingJobs), as on every real cluster.
+    controllers+=,clusterrole-aggregation
     # A real node: Endpoints for the cluster DNS and kube-proxy, claims bound by the volume
     # binder (tj-local-node binds them itself), and the protection finalizers' controllers.
     [ "$TJ_NODE" != containerd ] ||

@@ -18,10 +18,35 @@ Status ReadInt(const json& obj, const std::string& key, const std::string& path,
   if (!obj.contains(key) || obj[key].is_null()) return Status::Ok();
   const json& v = obj[key];
   if (!v.is_number_integer()) return FieldError(path + "." + key, "must be an integer");
+  // get<int64_t>() of an unsigned value over INT64_MAX would wrap to a negative number.
+  if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)) {
+    return FieldError(path + "." + key, "must be <= " + std::to_string(max));
+  }
   const int64_t n = v.get<int64_t>();
   if (n < min) return FieldError(path + "." + key, "must be >= " + std::to_string(min));
   if (n > max) return FieldError(path + "." + key, "must be <= " + std::to_string(max));
   *out = n;
+  return Status::Ok();
+}
+
+// Reads an optional duration in seconds, at least `min`. Any larger integer is accepted and
+// saturated to kMaxDurationSeconds ("never"), so that adding it to a time cannot wrap the clock;
+// a value over INT64_MAX (which JSON allows) saturates too.
+Status ReadDurationSeconds(const json& obj, const std::string& key, const std::string& path,
+                           int64_t min, std::optional<int64_t>* out) {
+  if (!obj.contains(key) || obj[key].is_null()) return Status::Ok();
+  const json& v = obj[key];
+  if (!v.is_number_integer()) {
+    return FieldError(path + "." + key, "must be an integer number of seconds");
+  }
+  if (v.is_number_unsigned()) {
+    *out = std::min<uint64_t>(v.get<uint64_t>(), kMaxDurationSeconds);
+    if (**out < min) return FieldError(path + "." + key, "must be >= " + std::to_string(min));
+    return Status::Ok();
+  }
+  const int64_t n = v.get<int64_t>();
+  if (n < min) return FieldError(path + "." + key, "must be >= " + std::to_string(min));
+  *out = std::min(n, kMaxDurationSeconds);
   return Status::Ok();
 }
 
@@ -178,7 +203,7 @@ StatusOr<TrainingJobSpec> ParseSpec(const json& spec) {
     if (!rs.is_object()) return FieldError(path, "must be an object with replicas and template");
     ReplicaSpec r;
     std::optional<int64_t> replicas;
-    const int64_t max = *type == ReplicaType::kWorker ? 10000 : 1;
+    const int64_t max = *type == ReplicaType::kWorker ? kMaxWorkers : 1;
     const int64_t min = *type == ReplicaType::kWorker ? 1 : 0;
     TJ_RETURN_IF_ERROR(ReadInt(rs, "replicas", path, min, max, &replicas));
     if (replicas) r.replicas = static_cast<int32_t>(*replicas);
@@ -206,18 +231,12 @@ StatusOr<TrainingJobSpec> ParseSpec(const json& spec) {
   std::optional<int64_t> v;
   TJ_RETURN_IF_ERROR(ReadInt(run, "backoffLimit", "spec.runPolicy", 0, 1000000, &v));
   if (v) out.run_policy.backoff_limit = static_cast<int32_t>(*v);
-  TJ_RETURN_IF_ERROR(ReadInt(run, "activeDeadlineSeconds", "spec.runPolicy", 1, INT64_MAX / 4,
-                             &out.run_policy.active_deadline_seconds));
-  TJ_RETURN_IF_ERROR(ReadInt(run, "ttlSecondsAfterFinished", "spec.runPolicy", 0, INT64_MAX / 4,
-                             &out.run_policy.ttl_seconds_after_finished));
-  TJ_RETURN_IF_ERROR(ReadInt(run, "startupDeadlineSeconds", "spec.runPolicy", 1, INT64_MAX / 4,
-                             &out.run_policy.startup_deadline_seconds));
-  // A longer duration means "never"; saturated so that adding it to a time cannot wrap the clock.
-  for (std::optional<int64_t>* d :
-       {&out.run_policy.active_deadline_seconds, &out.run_policy.ttl_seconds_after_finished,
-        &out.run_policy.startup_deadline_seconds}) {
-    if (*d && **d > kMaxDurationSeconds) *d = kMaxDurationSeconds;
-  }
+  TJ_RETURN_IF_ERROR(ReadDurationSeconds(run, "activeDeadlineSeconds", "spec.runPolicy", 1,
+                                         &out.run_policy.active_deadline_seconds));
+  TJ_RETURN_IF_ERROR(ReadDurationSeconds(run, "ttlSecondsAfterFinished", "spec.runPolicy", 0,
+                                         &out.run_policy.ttl_seconds_after_finished));
+  TJ_RETURN_IF_ERROR(ReadDurationSeconds(run, "startupDeadlineSeconds", "spec.runPolicy", 1,
+                                         &out.run_policy.startup_deadline_seconds));
   std::optional<std::string> clean;
   TJ_RETURN_IF_ERROR(
       ReadEnum(run, "cleanPodPolicy", "spec.runPolicy", {"All", "Running", "None"}, &clean));

@@ -53,6 +53,13 @@ struct ReplicaSpec {
 // wrap after 292 years).
 inline constexpr int64_t kMaxDurationSeconds = int64_t{100} * 365 * 24 * 3600;
 
+// The most workers a job may have. Every replica's TF_CONFIG lists every replica's address
+// (up to ~195 bytes each with the longest names), and Linux refuses to start a program with an
+// environment string over 128 KiB (MAX_ARG_STRLEN): 512 workers, a chief and an evaluator make
+// a TF_CONFIG of at most ~100 KiB. The operator builds N pods of O(N) bytes each per gang.
+// tests/unit/operator/controller/replica_limit_test.cpp builds the largest job and checks both.
+inline constexpr int32_t kMaxWorkers = 512;
+
 struct RunPolicy {
   int32_t backoff_limit = 3;
   std::optional<int64_t> active_deadline_seconds;

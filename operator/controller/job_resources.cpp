@@ -207,16 +207,19 @@ std::optional<int> StatusPortOf(const json& pod) {
 }
 
 void ApplySecurityDefaults(json& pod_spec) {
+  // A field set to null is unset for the API server (which then applies its own default, e.g.
+  // the service account's token), so it is unset here too.
+  auto set_default = [](json& obj, const char* key, const json& value) {
+    if (!obj.contains(key) || obj[key].is_null()) obj[key] = value;
+  };
   if (!pod_spec.contains("securityContext") || !pod_spec["securityContext"].is_object()) {
     pod_spec["securityContext"] = json::object();
   }
   json& psc = pod_spec["securityContext"];
-  if (!psc.contains("runAsNonRoot")) psc["runAsNonRoot"] = true;
-  if (!psc.contains("seccompProfile")) psc["seccompProfile"] = {{"type", "RuntimeDefault"}};
-  if (!psc.contains("fsGroup")) psc["fsGroup"] = kDefaultFsGroup;
-  if (!pod_spec.contains("automountServiceAccountToken")) {
-    pod_spec["automountServiceAccountToken"] = false;
-  }
+  set_default(psc, "runAsNonRoot", true);
+  set_default(psc, "seccompProfile", {{"type", "RuntimeDefault"}});
+  set_default(psc, "fsGroup", kDefaultFsGroup);
+  set_default(pod_spec, "automountServiceAccountToken", false);
   for (const char* list : {"initContainers", "containers"}) {
     if (!pod_spec.contains(list) || !pod_spec[list].is_array()) continue;
     for (json& c : pod_spec[list]) {
@@ -225,8 +228,8 @@ void ApplySecurityDefaults(json& pod_spec) {
         c["securityContext"] = json::object();
       }
       json& csc = c["securityContext"];
-      if (!csc.contains("allowPrivilegeEscalation")) csc["allowPrivilegeEscalation"] = false;
-      if (!csc.contains("capabilities")) csc["capabilities"] = {{"drop", json::array({"ALL"})}};
+      set_default(csc, "allowPrivilegeEscalation", false);
+      set_default(csc, "capabilities", {{"drop", json::array({"ALL"})}});
     }
   }
 }

@@ -35,6 +35,7 @@ std::optional<WallTime> ParseTime(const std::string& s) {
                   &tm.tm_hour, &tm.tm_min, &tm.tm_sec, &consumed) != 6) {
     return std::nullopt;
   }
+  if (tm.tm_year < 1970 || tm.tm_year > kLatestYear) return std::nullopt;
   tm.tm_year -= 1900;
   tm.tm_mon -= 1;
   WallTime t = std::chrono::system_clock::from_time_t(timegm(&tm));

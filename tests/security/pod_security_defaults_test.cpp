@@ -80,5 +80,26 @@ TEST(PodSecurityDefaults, MalformedSecurityContextIsReplacedNotThrownOn) {
   EXPECT_EQ(no_containers["securityContext"]["runAsNonRoot"], true);
 }
 
+// null is how YAML templating (Helm, kustomize) often writes "not set": the API server then
+// applies its own default, which for the token is to mount it. The operator's defaults win.
+TEST(PodSecurityDefaults, NullIsUnsetNotAnOptOut) {
+  json spec = {
+      {"automountServiceAccountToken", nullptr},
+      {"securityContext", {{"runAsNonRoot", nullptr}, {"fsGroup", nullptr}}},
+      {"initContainers",
+       json::array({{{"name", "fetch"},
+                     {"image", "f"},
+                     {"securityContext",
+                      {{"allowPrivilegeEscalation", nullptr}, {"capabilities", nullptr}}}}})},
+      {"containers", json::array({{{"name", "trainer"}, {"image", "t"}}})}};
+  ApplySecurityDefaults(spec);
+  EXPECT_EQ(spec["automountServiceAccountToken"], false);
+  EXPECT_EQ(spec["securityContext"]["runAsNonRoot"], true);
+  EXPECT_EQ(spec["securityContext"]["fsGroup"], kDefaultFsGroup);
+  const json& csc = spec["initContainers"][0]["securityContext"];
+  EXPECT_EQ(csc["allowPrivilegeEscalation"], false);
+  EXPECT_EQ(csc["capabilities"], json({{"drop", json::array({"ALL"})}}));
+}
+
 }  // namespace
 }  // namespace tj::controller

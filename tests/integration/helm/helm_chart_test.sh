@@ -53,13 +53,20 @@ if render --set replicas=2 --set leaderElection.enabled=false >/dev/null 2>&1; t
 else
   pass "replicas=2 without leader election is refused"
 fi
+out=$(render --set networkPolicy.enabled=true --set networkPolicy.statusEndPort=65535 2>&1) &&
+  fail "a status port range of 57066 ports must not render" ||
+  { grep -q "at most 1024" <<<"$out" && pass "an absurd status port range is refused, naming the limit" ||
+      fail "absurd status port range refused without the limit: $out"; }
 if render --set watchNamespaces='{a,b}' >/dev/null 2>&1; then
   fail "two watchNamespaces must not render (tj-operator takes one --namespace)"
 else
   pass "two watchNamespaces are refused"
 fi
 
-python3 - "$TMP/default.yaml" "$TMP/all.yaml" <<'PY' || fails=$((fails + 1))
+render --set rbac.userRoles=false >"$TMP/no-user-roles.yaml" ||
+  fail "helm template (rbac.userRoles=false)"
+
+python3 - "$TMP/default.yaml" "$TMP/all.yaml" "$TMP/no-user-roles.yaml" <<'PY' || fails=$((fails + 1))
 import sys, yaml
 
 failed = []
@@ -106,8 +113,13 @@ check(not any(a.startswith("--namespace") for a in args), "no --namespace: every
 check(pod["serviceAccountName"] == "tj-operator", "runs as its ServiceAccount")
 
 # RBAC: only the verbs the operator uses, nothing wildcard, cluster-wide by default.
+def aggregated(d):
+    return any(k.startswith("rbac.authorization.k8s.io/aggregate-to-")
+               for k in (d["metadata"].get("labels") or {}))
+def operator_roles(docs, kind):
+    return [d for d in by_kind(docs, kind) if not aggregated(d)]
 def rules(docs, kind):
-    return [r for d in by_kind(docs, kind) for r in d["rules"]]
+    return [r for d in operator_roles(docs, kind) for r in d["rules"]]
 allowed = {
     ("tjo.dev", "trainingjobs"): {"get", "list", "watch", "delete"},
     ("tjo.dev", "trainingjobs/status"): {"get", "update", "patch"},
@@ -125,7 +137,7 @@ for kind in ("ClusterRole", "Role"):
             for res in r["resources"]:
                 ok = (g, res) in allowed and set(r["verbs"]) <= allowed[(g, res)]
                 check(ok and "*" not in r["verbs"], "%s grants only %s %s/%s" % (kind, r["verbs"], g, res))
-check(len(by_kind(default, "ClusterRole")) == 1, "cluster-wide: one ClusterRole")
+check(len(operator_roles(default, "ClusterRole")) == 1, "cluster-wide: one ClusterRole")
 lease_roles = [d for d in by_kind(default, "Role") if d["metadata"]["name"].endswith("leader-election")]
 check(len(lease_roles) == 1 and lease_roles[0]["metadata"]["namespace"] == "tj-system",
       "leader-election Role in the release namespace")
@@ -134,14 +146,51 @@ check(not by_kind(default, "ServiceMonitor") and not by_kind(default, "NetworkPo
       "ServiceMonitor and NetworkPolicy off by default")
 
 # Per-namespace mode: nothing cluster-wide, a Role and RoleBinding per watched namespace.
-check(not by_kind(full, "ClusterRole") and not by_kind(full, "ClusterRoleBinding"),
-      "watchNamespaces: no cluster-wide RBAC")
+check(not operator_roles(full, "ClusterRole") and not by_kind(full, "ClusterRoleBinding"),
+      "watchNamespaces: no cluster-wide RBAC for the operator")
+
+# The users' roles: TrainingJobs aggregated into view (read, status included) and into
+# edit/admin (also create, change, delete; never write status), in both RBAC modes.
+for docs, mode in ((default, "cluster-wide"), (full, "watchNamespaces")):
+    user = {d["metadata"]["name"]: d for d in by_kind(docs, "ClusterRole") if aggregated(d)}
+    def grants(label):
+        out = set()
+        for d in user.values():
+            if d["metadata"]["labels"].get("rbac.authorization.k8s.io/aggregate-to-" + label) == "true":
+                for r in d["rules"]:
+                    out |= {(g, res, v) for g in r["apiGroups"] for res in r["resources"]
+                            for v in r["verbs"]}
+        return out
+    read = {("tjo.dev", res, v) for res in ("trainingjobs", "trainingjobs/status")
+            for v in ("get", "list", "watch")}
+    write = {("tjo.dev", "trainingjobs", v)
+             for v in ("create", "update", "patch", "delete", "deletecollection")}
+    check(sorted(user) == ["tj-operator-trainingjob-editor", "tj-operator-trainingjob-viewer"],
+          "%s: viewer and editor ClusterRoles for users: %s" % (mode, sorted(user)))
+    check(grants("view") == read, "%s: aggregate-to-view grants exactly reading TrainingJobs" % mode)
+    for label in ("edit", "admin"):
+        check(grants(label) == read | write,
+              "%s: aggregate-to-%s grants reading and writing TrainingJobs, not status" % (mode, label))
+    check(all("*" not in r["verbs"] + r["resources"] for d in user.values() for r in d["rules"]),
+          "%s: no wildcard in the users' roles" % mode)
+check(not [d for d in by_kind(load(sys.argv[3]), "ClusterRole") if aggregated(d)],
+      "rbac.userRoles=false: no users' roles")
 for ns in ("team-a",):
     check(any(d["metadata"].get("namespace") == ns for d in by_kind(full, "Role")), "Role in " + ns)
     check(any(d["metadata"].get("namespace") == ns for d in by_kind(full, "RoleBinding")),
           "RoleBinding in " + ns)
     np = [d for d in by_kind(full, "NetworkPolicy") if d["metadata"]["namespace"] == ns]
     check(len(np) == 1 and np[0]["spec"]["policyTypes"] == ["Ingress"], "NetworkPolicy in " + ns)
+    ingress = np[0]["spec"]["ingress"] if np else []
+    # Gloo, NCCL and the peer-health check listen on ports the kernel picks: every TCP port
+    # between TrainingJob pods (networkpolicy_ports_test checks the ports a real job opens).
+    check(len(ingress) == 2 and ingress[0]["ports"] == [{"protocol": "TCP"}] and
+          ingress[0]["from"][0]["podSelector"]["matchExpressions"][0]["key"] == "tjo.dev/job-name",
+          "NetworkPolicy: every TCP port between TrainingJob pods")
+    status = ingress[1]["ports"] if len(ingress) == 2 else []
+    check([p.get("port") for p in status] == list(range(8470, 8534)) and
+          not any("endPort" in p for p in status),
+          "NetworkPolicy: the operator on status ports 8470..8533, listed (no endPort)")
 fargs = by_kind(full, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
 check("--namespace=team-a" in fargs, "--namespace=team-a")
 check(by_kind(full, "Deployment")[0]["spec"]["replicas"] == 2, "replicas 2")

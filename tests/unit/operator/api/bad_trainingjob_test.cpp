@@ -85,7 +85,7 @@ const std::vector<BadJob>& Table() {
       {"NegativeWorkers", [](json& j) { Worker(j)["replicas"] = -3; },
        "spec.replicaSpecs.Worker.replicas: must be >= 1"},
       {"AbsurdWorkers", [](json& j) { Worker(j)["replicas"] = 1000000; },
-       "spec.replicaSpecs.Worker.replicas: must be <= 10000"},
+       "spec.replicaSpecs.Worker.replicas: must be <= 512"},
       {"WorkersBeyondInt64", [](json& j) { Worker(j)["replicas"] = 1e30; },
        "spec.replicaSpecs.Worker.replicas: must be an integer"},
       {"TwoEvaluators", [](json& j) { j["spec"]["replicaSpecs"]["Evaluator"]["replicas"] = 2; },

@@ -265,3 +265,65 @@ TEST(ValidateJobName, ServiceLabelAndHostnameLimits) {
 
 }  // namespace
 }  // namespace tj::api
+
+namespace tj::api {
+namespace {
+
+// A duration is added to times on the system clock (nanoseconds, 292 years either side of
+// 1970): no value the API server lets through may wrap it. Larger ones mean "never".
+TEST(ParseSpec, DurationsSaturateOrAreRefusedNeverWrap) {
+  const char* fields[] = {"activeDeadlineSeconds", "ttlSecondsAfterFinished",
+                          "startupDeadlineSeconds"};
+  auto parse = [](const char* field, const json& value) {
+    json spec = MinimalSpec();
+    spec["runPolicy"][field] = value;
+    return ParseSpec(spec);
+  };
+  auto of = [](const TrainingJobSpec& s, const std::string& field) {
+    if (field == "activeDeadlineSeconds") return s.run_policy.active_deadline_seconds;
+    if (field == "ttlSecondsAfterFinished") return s.run_policy.ttl_seconds_after_finished;
+    return s.run_policy.startup_deadline_seconds;
+  };
+  for (const char* f : fields) {
+    SCOPED_TRACE(f);
+    for (const json& huge : {json(INT64_MAX), json(uint64_t{UINT64_MAX}), json(uint64_t{1} << 63),
+                             json(kMaxDurationSeconds + 1)}) {
+      auto s = parse(f, huge);
+      ASSERT_TRUE(s.ok()) << huge << ": " << s.status().message();
+      EXPECT_EQ(of(*s, f), kMaxDurationSeconds) << huge;
+    }
+    auto exact = parse(f, 3600);
+    ASSERT_TRUE(exact.ok());
+    EXPECT_EQ(of(*exact, f), 3600);
+    for (const json& bad : {json(-1), json(INT64_MIN), json(1e300), json(-1e300), json(3600.5),
+                            json("3600"), json(true)}) {
+      auto s = parse(f, bad);
+      ASSERT_FALSE(s.ok()) << bad;
+      EXPECT_EQ(s.status().message().rfind(std::string("spec.runPolicy.") + f + ": must be ", 0),
+                0u)
+          << s.status().message();
+    }
+  }
+  // 100 years from the latest time a status can hold still fits the clock.
+  const auto latest =
+      std::chrono::system_clock::time_point::max() - std::chrono::seconds(kMaxDurationSeconds);
+  EXPECT_GT(latest.time_since_epoch(), std::chrono::hours(24 * 365) * 150);
+}
+
+// JSON allows integers over INT64_MAX; they must be refused, not wrapped to a negative number.
+TEST(ParseSpec, IntegersOverInt64AreRefusedNotWrapped) {
+  json spec = MinimalSpec();
+  spec["runPolicy"]["backoffLimit"] = uint64_t{UINT64_MAX};
+  auto s = ParseSpec(spec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().message(), "spec.runPolicy.backoffLimit: must be <= 1000000");
+  spec = MinimalSpec();
+  spec["replicaSpecs"]["Worker"]["replicas"] = uint64_t{1} << 63;
+  s = ParseSpec(spec);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().message(),
+            "spec.replicaSpecs.Worker.replicas: must be <= " + std::to_string(kMaxWorkers));
+}
+
+}  // namespace
+}  // namespace tj::api
