@@ -43,7 +43,7 @@ inline constexpr char kEvaluation[] = "evaluation";   // {kCheckpoint, kEpoch, k
 inline constexpr char kCheckpoint[] = "checkpoint";
 
 // What the operator accepts of one answer.
-inline constexpr size_t kMaxBytes = 64 * 1024;
+inline constexpr size_t kMaxBytes = size_t{64} * 1024;
 inline constexpr size_t kMaxNesting = 8;
 inline constexpr size_t kMaxTextBytes = 256;  // a text field (evaluation.checkpoint)
 

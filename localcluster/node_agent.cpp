@@ -101,7 +101,7 @@ class PodWorker {
   }
 
   void Start() {
-    thread_ = std::jthread([this](std::stop_token) { Run(); });
+    thread_ = std::jthread([this](const std::stop_token&) { Run(); });
   }
 
   // The pod has a deletionTimestamp (or is gone): stop its containers within `grace_s`.
@@ -1108,7 +1108,7 @@ void NodeAgent::StartLogServer() {
   });
   std::string url = "https://" + options_.host_ip + ":" + std::to_string(options_.kubelet_port);
   auto listener = std::make_shared<http_listener>(url, cfg);
-  listener->support(web::http::methods::GET, [this](http_request req) {
+  listener->support(web::http::methods::GET, [this](const http_request& req) {
     // /containerLogs/<ns>/<pod>/<container>
     auto parts = web::uri::split_path(web::uri::decode(req.relative_uri().path()));
     if (parts.size() == 4 && parts[0] == "containerLogs") {
@@ -1147,7 +1147,7 @@ void NodeAgent::StartLogServer() {
   }
 }
 
-Status NodeAgent::Run(std::stop_token stop) {
+Status NodeAgent::Run(const std::stop_token& stop) {
   std::error_code ec;
   fs::create_directories(options_.state_dir, ec);
   fs::create_directories(options_.log_dir + "/pods", ec);

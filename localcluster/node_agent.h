@@ -60,7 +60,7 @@ class NodeAgent {
   // not-ready taint.
   Status Register();
   // Runs until `stop`: heartbeats, pod informer, pod workers. Stops all pods on the way out.
-  Status Run(std::stop_token stop);
+  Status Run(const std::stop_token& stop);
 
   // For the log endpoint: the log file of a container, or "" when unknown.
   std::string LogFile(const std::string& ns, const std::string& pod,

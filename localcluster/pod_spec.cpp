@@ -188,10 +188,11 @@ std::string HostsFile(const std::string& own_ip, const std::string& own_hostname
   return s;
 }
 
-std::string PodPhase(const std::vector<ContainerState>& cs, const std::string& restart_policy) {
+std::string PodPhase(const std::vector<ContainerState>& containers,
+                     const std::string& restart_policy) {
   using P = ContainerState::Phase;
   int running = 0, waiting = 0, succeeded = 0, failed = 0;
-  for (const auto& c : cs) {
+  for (const auto& c : containers) {
     if (c.phase == P::kRunning) {
       ++running;
     } else if (c.phase == P::kWaiting) {
@@ -208,7 +209,7 @@ std::string PodPhase(const std::vector<ContainerState>& cs, const std::string& r
   }
   if (waiting > 0) return "Pending";
   if (running > 0) return "Running";
-  if (cs.empty()) return "Pending";
+  if (containers.empty()) return "Pending";
   // All terminated.
   if (restart_policy == "Always") return "Running";  // about to restart
   if (failed > 0) return restart_policy == "OnFailure" ? "Running" : "Failed";

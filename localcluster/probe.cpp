@@ -65,7 +65,7 @@ int Connect(const std::string& host, int port, Steady::time_point deadline, std:
     return -1;
   }
   fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
-  timeval tv{Millis(deadline) / 1000, (Millis(deadline) % 1000) * 1000};
+  timeval tv{Millis(deadline) / 1000, (Millis(deadline) % 1000) * suseconds_t{1000}};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
   setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
   return fd;

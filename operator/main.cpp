@@ -397,7 +397,7 @@ int main(int argc, char** argv) {
       log.Error(v.message());
       return 2;
     }
-    elector_thread = std::jthread([&](std::stop_token) {
+    elector_thread = std::jthread([&](const std::stop_token&) {
       tj::Status s = elector->Run(stop.get_token());
       if (!s.ok()) log.Error(s.message());
       stop.request_stop();
@@ -405,6 +405,7 @@ int main(int argc, char** argv) {
   }
 
   std::vector<std::jthread> threads;
+  threads.reserve(workers);
   for (int i = 0; i < workers; ++i) {
     threads.emplace_back([&] {
       while (true) {

@@ -28,11 +28,11 @@ int FreePort() {
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
   socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
   ::close(fd);
-  return ntohs(a.sin_port);
+  return ok ? ntohs(a.sin_port) : 0;
 }
 
 int RunRank(const std::vector<std::string>& workers, int rank, size_t count, int iterations,
@@ -107,6 +107,7 @@ int main(int argc, char** argv) {
     }
   }
   std::vector<std::string> workers;
+  workers.reserve(ranks);
   for (int r = 0; r < ranks; ++r) workers.push_back("127.0.0.1:" + std::to_string(FreePort()));
   std::vector<pid_t> children;
   for (int r = 1; r < ranks; ++r) {

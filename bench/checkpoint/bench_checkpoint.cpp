@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
   std::vector<double> encode_ms, save_ms, restore_ms;
   size_t bytes = 0;
   for (int r = 0; r < runs; ++r) {
-    state.step = 100 * (r + 1);
+    state.step = int64_t{100} * (r + 1);
     encode_ms.push_back(TimeMs([&] {
       auto b = tj::checkpoint::EncodeState(state);
       bytes = b.ok() ? b->size() : 0;

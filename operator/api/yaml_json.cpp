@@ -20,7 +20,7 @@ json YamlToJson(const YAML::Node& n) {
       return a;
     }
     case YAML::NodeType::Scalar: {
-      const std::string s = n.Scalar();
+      const std::string& s = n.Scalar();
       if (n.Tag() == "!") return s;  // quoted
       if (s == "true" || s == "false") return s == "true";
       if (s == "null" || s == "~") return nullptr;

@@ -23,7 +23,7 @@ Status HttpEndpoints::Start() {
   try {
     impl_->listener = std::make_unique<web::http::experimental::listener::http_listener>(
         utility::conversions::to_string_t("http://" + host + ":" + port + "/"));
-    impl_->listener->support(web::http::methods::GET, [this](web::http::http_request req) {
+    impl_->listener->support(web::http::methods::GET, [this](const web::http::http_request& req) {
       try {
         const std::string path = utility::conversions::to_utf8string(req.relative_uri().path());
         auto it = handlers_.find(path);

@@ -81,7 +81,7 @@ std::string PendingReason(const json& pod) {
   const json cs = TrainerContainerStatus(pod);
   if (cs.is_object() && cs.contains("state") && cs["state"].is_object() &&
       cs["state"].contains("waiting") && cs["state"]["waiting"].is_object()) {
-    const std::string r = text(cs["state"]["waiting"], "reason");
+    std::string r = text(cs["state"]["waiting"], "reason");
     if (!r.empty()) return r;
   }
   if (!pod.contains("status") || !pod["status"].is_object()) return "";
@@ -443,16 +443,12 @@ Decision Pass::Run() {
   for (const auto& p : pods_) {
     auto t = api::ParseReplicaType(Label(p, api::kLabelReplicaType));
     const int index = IntLabel(p, api::kLabelReplicaIndex);
-    if (!t || index < 0 || index >= spec_.Replicas(*t)) {
-      stale.push_back(p);
-    } else if (*t == ReplicaType::kEvaluator) {
-      if (evaluator) {
-        stale.push_back(p);
-      } else {
-        evaluator = p;
-      }
-    } else if (IntLabel(p, api::kLabelRestartCount) != gen) {
-      stale.push_back(p);
+    const bool in_spec = t && index >= 0 && index < spec_.Replicas(*t);
+    if (in_spec && *t == ReplicaType::kEvaluator && !evaluator) {
+      evaluator = p;
+    } else if (!in_spec || *t == ReplicaType::kEvaluator ||
+               IntLabel(p, api::kLabelRestartCount) != gen) {
+      stale.push_back(p);  // outside the spec, a second evaluator, or of an earlier gang
     } else {
       current[{*t, index}] = p;
     }

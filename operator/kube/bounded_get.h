@@ -13,7 +13,7 @@ namespace tj::kube {
 
 struct BoundedGetLimits {
   std::chrono::milliseconds timeout{1500};  // connect + request + whole body
-  size_t max_bytes = 64 * 1024;             // a longer body is an error, not truncated
+  size_t max_bytes = size_t{64} * 1024;     // a longer body is an error, not truncated
 };
 
 // GET http://host:port/path. The body of a 200 answer; an error naming the URL otherwise

@@ -1,6 +1,7 @@
 #include "operator/kube/event_recorder.h"
 
 #include <cstdio>
+#include <utility>
 
 namespace tj::kube {
 
@@ -45,7 +46,7 @@ void EventRecorder::RecordAsync(const json& object, const std::string& type,
       queue_.push_back({std::move(ref), type, reason, message, wall_clock_(),
                         std::chrono::steady_clock::now() + max_delay_});
       if (!sender_.joinable()) {
-        sender_ = std::jthread([this](std::stop_token stop) { SendLoop(stop); });
+        sender_ = std::jthread([this](const std::stop_token& stop) { SendLoop(stop); });
       }
     }
   }
@@ -53,7 +54,7 @@ void EventRecorder::RecordAsync(const json& object, const std::string& type,
   if (!overflow.empty() && on_error_) on_error_(Status::Error(overflow));
 }
 
-void EventRecorder::SendLoop(std::stop_token stop) {
+void EventRecorder::SendLoop(const std::stop_token& stop) {
   while (true) {
     Pending p;
     {

@@ -65,7 +65,7 @@ class EventRecorder {
     WallTime at;                                // when it was recorded
     std::chrono::steady_clock::time_point due;  // send by then even while busy
   };
-  void SendLoop(std::stop_token stop);
+  void SendLoop(const std::stop_token& stop);
   Status RecordAt(const nlohmann::json& object, const std::string& type, const std::string& reason,
                   const std::string& message, WallTime at);
 

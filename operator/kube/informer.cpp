@@ -1,6 +1,7 @@
 #include "operator/kube/informer.h"
 
 #include <random>
+#include <utility>
 
 #include "operator/kube/backoff.h"
 
@@ -28,9 +29,9 @@ void Informer::AddHandlers(ResourceEventHandlers handlers) {
 
 void Informer::Start() {
   if (run_thread_.joinable()) return;
-  run_thread_ = std::jthread([this](std::stop_token stop) { Run(stop); });
+  run_thread_ = std::jthread([this](const std::stop_token& stop) { Run(stop); });
   if (options_.resync_period.count() > 0) {
-    resync_thread_ = std::jthread([this](std::stop_token stop) { ResyncLoop(stop); });
+    resync_thread_ = std::jthread([this](const std::stop_token& stop) { ResyncLoop(stop); });
   }
 }
 
@@ -61,7 +62,7 @@ void Informer::Warn(const std::string& message) {
 
 void Informer::Sleep(std::stop_token stop, Clock::Duration d) {
   std::unique_lock<std::mutex> lock(mu_);
-  cv_.wait_for(lock, stop, d, [] { return false; });
+  cv_.wait_for(lock, std::move(stop), d, [] { return false; });
 }
 
 bool Informer::ListAll() {
@@ -149,7 +150,7 @@ bool Informer::HandleEvent(WatchEvent& ev) {
   return true;
 }
 
-void Informer::Run(std::stop_token stop) {
+void Informer::Run(const std::stop_token& stop) {
   ExponentialBackoff backoff(options_.min_backoff, options_.max_backoff, 2.0, 0.2,
                              std::hash<std::string>{}(options_.resource.Path(options_.ns)));
   std::mt19937 rng(static_cast<unsigned>(std::hash<std::string>{}(options_.resource.plural)));
@@ -199,7 +200,7 @@ void Informer::Run(std::stop_token stop) {
   }
 }
 
-void Informer::ResyncLoop(std::stop_token stop) {
+void Informer::ResyncLoop(const std::stop_token& stop) {
   while (!stop.stop_requested()) {
     Sleep(stop, options_.resync_period);
     if (stop.stop_requested() || !synced_.load()) continue;

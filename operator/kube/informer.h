@@ -77,8 +77,8 @@ class Informer {
   std::string last_resource_version() const;
 
  private:
-  void Run(std::stop_token stop);
-  void ResyncLoop(std::stop_token stop);
+  void Run(const std::stop_token& stop);
+  void ResyncLoop(const std::stop_token& stop);
   bool ListAll();
   // Handles one event; false ends the watch (ERROR).
   bool HandleEvent(WatchEvent& ev);  // takes ev.object

@@ -1,6 +1,7 @@
 #include "operator/kube/leader_election.h"
 
 #include <condition_variable>
+#include <utility>
 
 #include "operator/kube/resource.h"
 
@@ -137,10 +138,10 @@ void LeaderElector::Sleep(std::stop_token stop, std::chrono::milliseconds d) {
   std::mutex m;
   std::condition_variable_any cv;
   std::unique_lock<std::mutex> lock(m);
-  cv.wait_for(lock, stop, d, [] { return false; });
+  cv.wait_for(lock, std::move(stop), d, [] { return false; });
 }
 
-Status LeaderElector::Run(std::stop_token stop) {
+Status LeaderElector::Run(const std::stop_token& stop) {
   TJ_RETURN_IF_ERROR(Validate());
   // Campaign.
   while (!stop.stop_requested() && !TryAcquireOrRenew()) Sleep(stop, config_.retry_period);

@@ -50,7 +50,7 @@ class LeaderElector {
 
   // Campaigns until it leads, then renews until it loses the lease (returns an error naming
   // the lease) or `stop` is requested (releases the lease and returns OK).
-  Status Run(std::stop_token stop);
+  Status Run(const std::stop_token& stop);
 
   // One attempt to take or renew the lease; true when this candidate holds it afterwards.
   bool TryAcquireOrRenew();

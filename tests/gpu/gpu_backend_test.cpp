@@ -24,11 +24,11 @@ data::Dataset SyntheticDataset(int count, uint64_t seed) {
   data::Dataset d;
   SplitMix64 rng(seed);
   d.train.count = count;
-  d.train.images.resize(size_t(count) * data::kImagePixels);
+  d.train.images.resize(static_cast<size_t>(count) * data::kImagePixels);
   for (int i = 0; i < count; ++i) {
     const int label = static_cast<int>(rng.Below(data::kNumClasses));
     d.train.labels.push_back(static_cast<uint8_t>(label));
-    float* img = &d.train.images[size_t(i) * data::kImagePixels];
+    float* img = &d.train.images[static_cast<size_t>(i) * data::kImagePixels];
     for (int p = 0; p < data::kImagePixels; ++p) img[p] = 0.3f * rng.NextFloat();
     const int y0 = 2 + (label / 5) * 12, x0 = 1 + (label % 5) * 5;
     for (int y = y0; y < y0 + 6; ++y)

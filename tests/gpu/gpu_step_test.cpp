@@ -31,7 +31,7 @@ struct RandomData {
 RandomData MakeData(int count, int rows, uint64_t seed) {
   RandomData d;
   SplitMix64 rng(seed);
-  d.images.resize(size_t(count) * 784);
+  d.images.resize(static_cast<size_t>(count) * 784);
   for (float& x : d.images) x = rng.NextFloat();
   for (int i = 0; i < count; ++i) d.labels.push_back(static_cast<uint8_t>(rng.Below(10)));
   for (int r = 0; r < rows; ++r) d.index.push_back(static_cast<uint32_t>(rng.Below(count)));

@@ -111,6 +111,7 @@ std::vector<json> CreateJobs(Client* c, const std::string& ns, int n) {
   std::vector<json> out(n);
   std::atomic<int> next{0};
   std::vector<std::thread> threads;
+  threads.reserve(kWorkers);
   for (int t = 0; t < kWorkers; ++t) {
     threads.emplace_back([&] {
       for (int i = next++; i < n; i = next++) {
@@ -165,7 +166,7 @@ class ObjectWatch {
   // Seconds from `t0` until `fraction` of the `n` objects had arrived.
   double SecondsUntil(double fraction, int n, Steady::time_point t0) const {
     std::lock_guard<std::mutex> lock(mu_);
-    const size_t i = std::min(add_times_.size(), static_cast<size_t>(fraction * n + 0.5));
+    const size_t i = std::min(add_times_.size(), static_cast<size_t>(std::lround(fraction * n)));
     if (i == 0) return 0;
     return std::chrono::duration<double>(add_times_[i - 1] - t0).count();
   }
@@ -322,6 +323,7 @@ class OperatorLoad : public ::testing::Test {
       const auto t0 = Steady::now();
       std::atomic<int> next{0};
       std::vector<std::thread> threads;
+      threads.reserve(kWorkers);
       for (int t = 0; t < kWorkers; ++t) {
         threads.emplace_back([&] {
           for (int i = next++; i < jobs; i = next++) {
@@ -341,6 +343,7 @@ class OperatorLoad : public ::testing::Test {
                 create(resources::kServices, controller::BuildService(job, *spec)),
                 create(resources::kSecrets, controller::BuildSecret(job, "direct-client-key"))};
             std::vector<std::function<Status()>> pods;
+            pods.reserve(kReplicas);
             for (int r = 0; r < kReplicas; ++r) {
               pods.push_back(
                   create(resources::kPods,

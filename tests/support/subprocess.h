@@ -27,8 +27,8 @@ class Subprocess {
  public:
   // Starts `argv` with the parent's environment plus `env` (an empty value unsets the
   // variable). Output goes to `<log_prefix>.out` and `<log_prefix>.err`.
-  Subprocess(std::vector<std::string> argv, std::map<std::string, std::string> env,
-             std::string log_prefix)
+  Subprocess(std::vector<std::string> argv, const std::map<std::string, std::string>& env,
+             const std::string& log_prefix)
       : out_path_(log_prefix + ".out"), err_path_(log_prefix + ".err") {
     pid_ = ::fork();
     if (pid_ == 0) {
@@ -48,6 +48,7 @@ class Subprocess {
         }
       }
       std::vector<char*> args;
+      args.reserve(argv.size());
       for (auto& a : argv) args.push_back(a.data());
       args.push_back(nullptr);
       ::execv(args[0], args.data());
@@ -129,11 +130,11 @@ inline int FreePort() {
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
   socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
   ::close(fd);
-  return ntohs(addr.sin_port);
+  return ok ? ntohs(addr.sin_port) : 0;
 }
 
 }  // namespace tj::testing

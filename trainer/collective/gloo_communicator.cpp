@@ -72,6 +72,7 @@ class GlooStore final : public gloo::rendezvous::Store {
 
   void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& t) override {
     std::vector<std::string> full;
+    full.reserve(keys.size());
     for (const auto& k : keys) full.push_back(kPrefix + k);
     Status st = kv_.Wait(full, t);
     if (st.ok()) return;

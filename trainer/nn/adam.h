@@ -21,7 +21,7 @@ struct AdamConfig {
 
 class Adam {
  public:
-  Adam(size_t count, AdamConfig config = {});
+  explicit Adam(size_t count, AdamConfig config = {});
 
   // One update of params[0..count) with gradients grad; elementwise, split over the pool.
   void Apply(float* params, const float* grad, double learning_rate, ThreadPool* pool);

@@ -125,8 +125,8 @@ inline void DotBlock(const float* X, int K, const float* W, const float* bias, b
   v16 acc[R][OB] = {};
   for (int k = 0; k < K; k += 16) {
     v16 x[R], w[OB];
-    for (int r = 0; r < R; ++r) x[r] = Load(X + size_t(r0 + r) * K + k);
-    for (int o = 0; o < OB; ++o) w[o] = Load(W + size_t(o0 + o) * K + k);
+    for (int r = 0; r < R; ++r) x[r] = Load(X + static_cast<size_t>(r0 + r) * K + k);
+    for (int o = 0; o < OB; ++o) w[o] = Load(W + static_cast<size_t>(o0 + o) * K + k);
     for (int r = 0; r < R; ++r)
       for (int o = 0; o < OB; ++o) acc[r][o] += x[r] * w[o];
   }
@@ -134,7 +134,7 @@ inline void DotBlock(const float* X, int K, const float* W, const float* bias, b
     for (int o = 0; o < OB; ++o) {
       float y = HSum(acc[r][o]) + bias[o0 + o];
       if (relu && !(y > 0.0f)) y = 0.0f;
-      Y[size_t(r0 + r) * outputs + o0 + o] = y;
+      Y[static_cast<size_t>(r0 + r) * outputs + o0 + o] = y;
     }
   }
 }
@@ -164,17 +164,18 @@ inline void AxpyBlock(const float* dY, int outputs, const float* W, int K, const
                       float* dX, int r0, int k) {
   v16 acc[R][2] = {};
   for (int o = 0; o < outputs; ++o) {
-    const v16 w0 = Load(W + size_t(o) * K + k), w1 = Load(W + size_t(o) * K + k + 16);
+    const v16 w0 = Load(W + static_cast<size_t>(o) * K + k),
+              w1 = Load(W + static_cast<size_t>(o) * K + k + 16);
     for (int r = 0; r < R; ++r) {
-      const v16 s = Splat(dY[size_t(r0 + r) * outputs + o]);
+      const v16 s = Splat(dY[static_cast<size_t>(r0 + r) * outputs + o]);
       acc[r][0] += s * w0;
       acc[r][1] += s * w1;
     }
   }
   for (int r = 0; r < R; ++r) {
-    float* out = dX + size_t(r0 + r) * K + k;
+    float* out = dX + static_cast<size_t>(r0 + r) * K + k;
     if (mask != nullptr) {
-      const float* m = mask + size_t(r0 + r) * K + k;
+      const float* m = mask + static_cast<size_t>(r0 + r) * K + k;
       i16 on0 = Load(m) > 0.0f, on1 = Load(m + 16) > 0.0f;
       acc[r][0] = on0 ? acc[r][0] : v16{};
       acc[r][1] = on1 ? acc[r][1] : v16{};
@@ -203,8 +204,9 @@ inline void OuterBlock(const float* dY, int rows, int outputs, const float* X, i
                        int o0, int k) {
   v16 acc[OB][2] = {};
   for (int r = 0; r < rows; ++r) {
-    const v16 x0 = Load(X + size_t(r) * K + k), x1 = Load(X + size_t(r) * K + k + 16);
-    const float* g = dY + size_t(r) * outputs + o0;
+    const v16 x0 = Load(X + static_cast<size_t>(r) * K + k),
+              x1 = Load(X + static_cast<size_t>(r) * K + k + 16);
+    const float* g = dY + static_cast<size_t>(r) * outputs + o0;
     for (int o = 0; o < OB; ++o) {
       const v16 s = Splat(g[o]);
       acc[o][0] += s * x0;
@@ -212,8 +214,8 @@ inline void OuterBlock(const float* dY, int rows, int outputs, const float* X, i
     }
   }
   for (int o = 0; o < OB; ++o) {
-    Store(dW + size_t(o0 + o) * K + k, acc[o][0]);
-    Store(dW + size_t(o0 + o) * K + k + 16, acc[o][1]);
+    Store(dW + static_cast<size_t>(o0 + o) * K + k, acc[o][0]);
+    Store(dW + static_cast<size_t>(o0 + o) * K + k + 16, acc[o][1]);
   }
 }
 
@@ -235,10 +237,10 @@ double SoftmaxCrossEntropy(const float* logits, int classes, int label, float sc
     if (logits[i] > logits[best]) best = i;
   const double m = logits[best];
   double sum = 0.0;
-  for (int i = 0; i < classes; ++i) sum += std::exp(double(logits[i]) - m);
+  for (int i = 0; i < classes; ++i) sum += std::exp(static_cast<double>(logits[i]) - m);
   const double lse = m + std::log(sum);
   for (int i = 0; i < classes; ++i) {
-    double p = std::exp(double(logits[i]) - lse);
+    double p = std::exp(static_cast<double>(logits[i]) - lse);
     dlogits[i] = static_cast<float>((p - (i == label ? 1.0 : 0.0)) * scale);
   }
   *correct = best == label;

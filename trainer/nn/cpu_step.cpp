@@ -13,14 +13,14 @@ constexpr int kConvParams = 9 * kConvChannels + kConvChannels;  // 320
 CpuStep::CpuStep(int max_rows, ThreadPool* pool)
     : max_rows_(std::max(1, max_rows)),
       pool_(pool),
-      pooled_(size_t(max_rows_) * kFlat),
-      argmax_(size_t(max_rows_) * kFlat),
-      hidden_(size_t(max_rows_) * kHidden),
-      logits_(size_t(max_rows_) * kClasses),
-      dlogits_(size_t(max_rows_) * kClasses),
-      dhidden_(size_t(max_rows_) * kHidden),
-      dpooled_(size_t(max_rows_) * kFlat),
-      conv_grads_(size_t(max_rows_) * kConvParams),
+      pooled_(static_cast<size_t>(max_rows_) * kFlat),
+      argmax_(static_cast<size_t>(max_rows_) * kFlat),
+      hidden_(static_cast<size_t>(max_rows_) * kHidden),
+      logits_(static_cast<size_t>(max_rows_) * kClasses),
+      dlogits_(static_cast<size_t>(max_rows_) * kClasses),
+      dhidden_(static_cast<size_t>(max_rows_) * kHidden),
+      dpooled_(static_cast<size_t>(max_rows_) * kFlat),
+      conv_grads_(static_cast<size_t>(max_rows_) * kConvParams),
       row_loss_(max_rows_),
       row_correct_(max_rows_) {}
 
@@ -31,13 +31,13 @@ void CpuStep::RowsForwardBackward(const float* params, const Batch& batch, int r
   const float* conv_w = params + Layout::kConvKernel;
   const float* conv_b = params + Layout::kConvBias;
   for (int r = r0; r < r1; ++r) {
-    const float* image = batch.images + size_t(batch.index[r]) * kInputPixels;
-    cpu::ConvReluPoolForward(image, conv_w, conv_b, &pooled_[size_t(r) * kFlat],
-                             &argmax_[size_t(r) * kFlat]);
+    const float* image = batch.images + static_cast<size_t>(batch.index[r]) * kInputPixels;
+    cpu::ConvReluPoolForward(image, conv_w, conv_b, &pooled_[static_cast<size_t>(r) * kFlat],
+                             &argmax_[static_cast<size_t>(r) * kFlat]);
   }
-  float* pooled = &pooled_[size_t(r0) * kFlat];
-  float* hidden = &hidden_[size_t(r0) * kHidden];
-  float* logits = &logits_[size_t(r0) * kClasses];
+  float* pooled = &pooled_[static_cast<size_t>(r0) * kFlat];
+  float* hidden = &hidden_[static_cast<size_t>(r0) * kHidden];
+  float* logits = &logits_[static_cast<size_t>(r0) * kClasses];
   cpu::DenseForward(pooled, rows, kFlat, params + Layout::kDense1Kernel,
                     params + Layout::kDense1Bias, kHidden, /*relu=*/true, hidden);
   cpu::DenseForward(hidden, rows, kHidden, params + Layout::kDense2Kernel,
@@ -45,22 +45,23 @@ void CpuStep::RowsForwardBackward(const float* params, const Batch& batch, int r
   for (int r = r0; r < r1; ++r) {
     bool correct = false;
     const int label = batch.labels[batch.index[r]];
-    row_loss_[r] = cpu::SoftmaxCrossEntropy(&logits_[size_t(r) * kClasses], kClasses, label, scale,
-                                            &dlogits_[size_t(r) * kClasses], &correct);
+    row_loss_[r] =
+        cpu::SoftmaxCrossEntropy(&logits_[static_cast<size_t>(r) * kClasses], kClasses, label,
+                                 scale, &dlogits_[static_cast<size_t>(r) * kClasses], &correct);
     row_correct_[r] = correct;
   }
   if (!backward) return;
-  float* dhidden = &dhidden_[size_t(r0) * kHidden];
-  float* dpooled = &dpooled_[size_t(r0) * kFlat];
-  cpu::DenseBackwardInput(&dlogits_[size_t(r0) * kClasses], rows, kClasses,
+  float* dhidden = &dhidden_[static_cast<size_t>(r0) * kHidden];
+  float* dpooled = &dpooled_[static_cast<size_t>(r0) * kFlat];
+  cpu::DenseBackwardInput(&dlogits_[static_cast<size_t>(r0) * kClasses], rows, kClasses,
                           params + Layout::kDense2Kernel, kHidden, hidden, dhidden);
   cpu::DenseBackwardInput(dhidden, rows, kHidden, params + Layout::kDense1Kernel, kFlat, pooled,
                           dpooled);
   for (int r = r0; r < r1; ++r) {
-    const float* image = batch.images + size_t(batch.index[r]) * kInputPixels;
-    float* g = &conv_grads_[size_t(r) * kConvParams];
-    cpu::ConvBackwardParams(image, &argmax_[size_t(r) * kFlat], &dpooled_[size_t(r) * kFlat], g,
-                            g + 9 * kConvChannels);
+    const float* image = batch.images + static_cast<size_t>(batch.index[r]) * kInputPixels;
+    float* g = &conv_grads_[static_cast<size_t>(r) * kConvParams];
+    cpu::ConvBackwardParams(image, &argmax_[static_cast<size_t>(r) * kFlat],
+                            &dpooled_[static_cast<size_t>(r) * kFlat], g, g + 9 * kConvChannels);
   }
 }
 
@@ -90,9 +91,9 @@ BatchStats CpuStep::ComputeGradients(const float* params, const Batch& batch, fl
     std::fill(db2, db2 + kClasses, 0.0f);
     std::fill(dconv, dconv + kConvParams, 0.0f);
     for (int r = 0; r < rows; ++r) {
-      for (int j = 0; j < kHidden; ++j) db1[j] += dhidden_[size_t(r) * kHidden + j];
-      for (int j = 0; j < kClasses; ++j) db2[j] += dlogits_[size_t(r) * kClasses + j];
-      const float* g = &conv_grads_[size_t(r) * kConvParams];
+      for (int j = 0; j < kHidden; ++j) db1[j] += dhidden_[static_cast<size_t>(r) * kHidden + j];
+      for (int j = 0; j < kClasses; ++j) db2[j] += dlogits_[static_cast<size_t>(r) * kClasses + j];
+      const float* g = &conv_grads_[static_cast<size_t>(r) * kConvParams];
       for (int j = 0; j < kConvParams; ++j) dconv[j] += g[j];
     }
   });

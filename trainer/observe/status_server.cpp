@@ -35,7 +35,7 @@ Status StatusServer::Start() {
   try {
     auto listener = std::make_unique<http_listener>(
         web::uri("http://" + bind_address_ + ":" + std::to_string(port_)));
-    listener->support([this](http::http_request request) {
+    listener->support([this](const http::http_request& request) {
       try {
         const std::string path = request.relative_uri().path();
         const bool known = path == "/status" || path == "/metrics";

@@ -43,7 +43,7 @@ int RunEvaluator(const EvaluatorContext& c) {
                            " holds no weights of this model");
     }
     nn::BatchStats s = EvaluateTestSet(c, *w);
-    const double loss = s.loss_sum / s.rows, accuracy = double(s.correct) / s.rows;
+    const double loss = s.loss_sum / s.rows, accuracy = static_cast<double>(s.correct) / s.rows;
     nlohmann::ordered_json ev = {{"event", "evaluation"},
                                  {"checkpoint", name},
                                  {"epoch", state.epoch},
@@ -83,7 +83,7 @@ int EvaluateExportedModel(const EvaluatorContext& c) {
   c.log->Emit({{"event", "evaluation"},
                {"model", c.options->model_dir},
                {"loss", s.loss_sum / s.rows},
-               {"accuracy", double(s.correct) / s.rows},
+               {"accuracy", static_cast<double>(s.correct) / s.rows},
                {"weights_sha256", nn::WeightsDigest(weights->data())}});
   return kExitOk;
 }

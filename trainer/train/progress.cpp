@@ -28,9 +28,10 @@ std::string Progress::PrometheusText() const {
   const observe::PrometheusText::Labels role = {{"role", s.role}};
   out.Gauge("tj_trainer_epoch", "The epoch in progress (1-based).", s.epoch, role);
   out.Gauge("tj_trainer_total_epochs", "Epochs this run trains.", s.total_epochs, role);
-  out.Gauge("tj_trainer_step", "Steps done in the epoch in progress.", double(s.step), role);
-  out.Counter("tj_trainer_global_steps_total", "Optimizer steps done.", double(s.global_step),
-              role);
+  out.Gauge("tj_trainer_step", "Steps done in the epoch in progress.", static_cast<double>(s.step),
+            role);
+  out.Counter("tj_trainer_global_steps_total", "Optimizer steps done.",
+              static_cast<double>(s.global_step), role);
   if (s.loss) out.Gauge("tj_trainer_loss", "Mean training loss of the last epoch.", *s.loss, role);
   if (s.accuracy)
     out.Gauge("tj_trainer_accuracy", "Training accuracy of the last epoch.", *s.accuracy, role);

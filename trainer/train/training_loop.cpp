@@ -291,7 +291,7 @@ Status Trainer::Finish() {
        {"epochs", o_.epochs},
        {"device", backend_->description()},
        {"test_loss", s.loss_sum / s.rows},
-       {"test_accuracy", double(s.correct) / s.rows},
+       {"test_accuracy", static_cast<double>(s.correct) / s.rows},
        {"weights_sha256", nn::WeightsDigest(params.data())},
        {"images_per_sec", images_per_sec_},
        {"train_seconds", train_seconds_},

@@ -32,7 +32,6 @@ using std::chrono::seconds;
 using testing::Eventually;
 using testing::Kubectl;
 using testing::OperatorProcess;
-using testing::StatusOf;
 using testing::TrainerPids;
 
 // Each backup write held this long (see PaceFailpoint): long enough for a fault to land in

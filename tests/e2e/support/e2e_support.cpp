@@ -366,7 +366,7 @@ std::string JobTest::ReferenceSha(const json& job, std::chrono::seconds timeout)
   EXPECT_TRUE(created.ok()) << created.status().message();
   reference = WaitFinished("reference", timeout);
   const auto s = StatusOf(reference);
-  const std::string sha = FinalWeightsSha(reference);
+  std::string sha = FinalWeightsSha(reference);
   if (!s.IsTrue("Succeeded") || s.restart_count != 0 || sha.size() != 64) {
     ADD_FAILURE() << "the reference run did not succeed at once with a weights digest: "
                   << reference.dump(2) << "\n"

@@ -96,8 +96,9 @@ int main(int argc, char** argv) {
     }
     const int n = c.size();
     bool is_exact = true;
+    const size_t rank_sum = n * (n + 1) / 2;  // 1 + 2 + ... + n, exact in integers
     for (size_t i = 0; i < count; ++i) {
-      if (exact[i] != static_cast<float>(n * (n + 1) / 2 * (i % 1000))) is_exact = false;
+      if (exact[i] != static_cast<float>(rank_sum * (i % 1000))) is_exact = false;
     }
     const tj::Digest digest = tj::Sha256Of(noisy.data(), noisy.size() * sizeof(float));
     log.Emit({{"event", "allreduce"},

@@ -174,6 +174,7 @@ TEST(GlooCollective, TwoWorkersAllReduceExactAndIdentical) {
   const std::vector<std::string> w{"localhost:" + std::to_string(FreePort()),
                                    "localhost:" + std::to_string(FreePort())};
   std::vector<std::unique_ptr<Peer>> peers;
+  peers.reserve(2);
   for (int i = 0; i < 2; ++i) {
     peers.push_back(std::make_unique<Peer>("w" + std::to_string(i), TfConfig({}, w, "worker", i),
                                            Args({"--count", "347148"})));
@@ -188,6 +189,7 @@ TEST(GlooCollective, ChiefAndTwoWorkersOnOwnLoopbackAddressesWithKey) {
                                    "127.0.0.3:" + std::to_string(FreePort())};
   std::vector<std::unique_ptr<Peer>> peers;
   // Workers first: they must retry until the chief listens.
+  peers.reserve(2);
   for (int i = 0; i < 2; ++i) {
     peers.push_back(std::make_unique<Peer>("w" + std::to_string(i), TfConfig(chief, w, "worker", i),
                                            Args({"--key", "s3cret", "--count", "100003"})));
@@ -224,6 +226,7 @@ TEST(GlooCollective, KilledPeerFailsEveryOtherRankOfThree) {
                                    "127.0.0.2:" + std::to_string(FreePort()),
                                    "127.0.0.3:" + std::to_string(FreePort())};
   std::vector<std::unique_ptr<Peer>> peers;
+  peers.reserve(3);
   for (int i = 0; i < 3; ++i) {
     peers.push_back(std::make_unique<Peer>("w" + std::to_string(i), TfConfig({}, w, "worker", i),
                                            Args({"--iterations", "100000", "--sleep-ms", "1"})));

@@ -42,7 +42,7 @@ struct Candidate {
                                                               },
                                                               [this] { leading = false; },
                                                               {}});
-    thread = std::jthread([this](std::stop_token stop) { result = elector->Run(stop); });
+    thread = std::jthread([this](const std::stop_token& stop) { result = elector->Run(stop); });
   }
   void Stop() {
     thread.request_stop();

@@ -41,8 +41,8 @@ class LocalCluster {
 #define TJ_REQUIRE_LOCAL_CLUSTER(cluster)                               \
   do {                                                                  \
     std::string tj_why_not;                                             \
-    cluster = ::tj::kube::testing::LocalCluster::Get(&tj_why_not);      \
-    if (cluster == nullptr) {                                           \
+    (cluster) = ::tj::kube::testing::LocalCluster::Get(&tj_why_not);    \
+    if ((cluster) == nullptr) {                                         \
       if (::tj::kube::testing::ClusterRequired()) FAIL() << tj_why_not; \
       GTEST_SKIP() << tj_why_not;                                       \
     }                                                                   \

@@ -30,7 +30,8 @@ std::string HttpGet(int port, const std::string& path) {
   ::send(fd, req.data(), req.size(), 0);
   std::string resp;
   char buf[4096];
-  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;) resp.append(buf, size_t(n));
+  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;)
+    resp.append(buf, static_cast<size_t>(n));
   ::close(fd);
   size_t body = resp.find("\r\n\r\n");
   return body == std::string::npos ? "" : resp.substr(body + 4);

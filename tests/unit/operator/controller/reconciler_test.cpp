@@ -836,9 +836,9 @@ TEST(Reconcile, InvalidSpecFailsOnceWithTheField) {
 }
 
 TEST(Reconcile, GarbageNeverCrashes) {
-  for (json spec : {json(nullptr), json(3), json("x"), json::array(),
-                    json{{"replicaSpecs", {{"Worker", nullptr}}}},
-                    json{{"replicaSpecs", {{"Worker", {{"template", {{"spec", 3}}}}}}}}}) {
+  for (const json& spec : {json(nullptr), json(3), json("x"), json::array(),
+                           json{{"replicaSpecs", {{"Worker", nullptr}}}},
+                           json{{"replicaSpecs", {{"Worker", {{"template", {{"spec", 3}}}}}}}}}) {
     World w;
     w.in.job["spec"] = spec;
     Decision d = Reconcile(w.in);
@@ -963,8 +963,9 @@ TEST(Reconcile, StatusRoundTripsFromTheTrainersStatusServer) {
   });
   World w;
   w.Running();
-  for (auto [pod, progress] :
+  for (const auto& [pod, served] :
        {std::pair{"mnist-worker-0", &chief}, std::pair{"mnist-evaluator-0", &evaluator}}) {
+    auto* progress = served;  // clang before 16 cannot capture a structured binding
     const int port = ::tj::testing::FreePort();
     observe::StatusServer server(
         port, [progress] { return progress->StatusJson(); }, [] { return std::string(); },

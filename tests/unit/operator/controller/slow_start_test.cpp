@@ -42,6 +42,7 @@ class Recorder {
 TEST(SlowStart, BatchesDoubleWhileTheySucceed) {
   Recorder r;
   std::vector<std::function<Status()>> tasks;
+  tasks.reserve(7);
   for (int i = 0; i < 7; ++i) tasks.push_back(r.Task(i));
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_TRUE(RunSlowStart(tasks, 1).ok());
@@ -56,6 +57,7 @@ TEST(SlowStart, BatchesDoubleWhileTheySucceed) {
 TEST(SlowStart, ZeroRunsEverythingAtOnce) {
   Recorder r;
   std::vector<std::function<Status()>> tasks;
+  tasks.reserve(5);
   for (int i = 0; i < 5; ++i) tasks.push_back(r.Task(i));
   EXPECT_TRUE(RunSlowStart(tasks, 0).ok());
   EXPECT_EQ(r.peak(), 5);
@@ -82,6 +84,7 @@ TEST(SlowStart, AFailedBatchStopsTheRestAndReturnsTheFirstFailure) {
 TEST(SlowStart, ABatchRunsAtMostMaxParallelAtOnce) {
   Recorder r;
   std::vector<std::function<Status()>> tasks;
+  tasks.reserve(12);
   for (int i = 0; i < 12; ++i) tasks.push_back(r.Task(i));
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_TRUE(RunSlowStart(tasks, 0, /*max_parallel=*/3).ok());

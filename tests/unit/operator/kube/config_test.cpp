@@ -13,7 +13,7 @@ namespace fs = std::filesystem;
 
 const char* kPem = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n";
 
-Environment Env(std::map<std::string, std::string> vars) {
+Environment Env(const std::map<std::string, std::string>& vars) {
   return [vars](const std::string& k) -> std::optional<std::string> {
     auto it = vars.find(k);
     if (it == vars.end()) return std::nullopt;

@@ -22,6 +22,7 @@ json Pod(const std::string& ns, const std::string& name, const std::string& rv,
 
 std::vector<std::string> Names(const std::vector<json>& v) {
   std::vector<std::string> n;
+  n.reserve(v.size());
   for (const auto& o : v) n.push_back(o["metadata"]["name"]);
   std::sort(n.begin(), n.end());
   return n;
@@ -71,6 +72,7 @@ TEST(ObjectCache, CustomIndexAndConcurrentWriters) {
     return std::vector<std::string>{o.value("status", json::object()).value("phase", "")};
   });
   std::vector<std::thread> writers;
+  writers.reserve(4);
   for (int t = 0; t < 4; ++t) {
     writers.emplace_back([&c, t] {
       for (int i = 0; i < 200; ++i) {

@@ -40,7 +40,7 @@ class ScriptedTransport : public HttpTransport {
   }
 };
 
-HttpResponse Resp(int status, json body, std::map<std::string, std::string> headers = {}) {
+HttpResponse Resp(int status, const json& body, std::map<std::string, std::string> headers = {}) {
   return HttpResponse{status, body.dump(), std::move(headers)};
 }
 

@@ -206,6 +206,7 @@ TEST(WorkQueue, ConcurrentWorkersNeverShareAKey) {
   std::map<std::string, int> in_flight;
   std::atomic<int> overlaps{0}, processed{0};
   std::vector<std::thread> workers;
+  workers.reserve(4);
   for (int w = 0; w < 4; ++w) {
     workers.emplace_back([&] {
       while (auto key = q.Get()) {

@@ -12,7 +12,6 @@
 namespace tj::checkpoint {
 namespace {
 
-using testing::ReadBytes;
 using testing::TempDir;
 using testing::WriteBytes;
 

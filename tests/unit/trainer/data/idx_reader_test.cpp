@@ -25,7 +25,7 @@ class IdxReaderTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  static std::string Header(uint8_t type, std::vector<uint32_t> dims) {
+  static std::string Header(uint8_t type, const std::vector<uint32_t>& dims) {
     std::string h = {0, 0, static_cast<char>(type), static_cast<char>(dims.size())};
     for (uint32_t d : dims) {
       for (int s = 24; s >= 0; s -= 8) h.push_back(static_cast<char>((d >> s) & 0xff));
@@ -45,8 +45,9 @@ class IdxReaderTest : public ::testing::Test {
   }
   // A tiny valid dataset: n images of 28x28 and n labels.
   void WriteSplit(const std::string& prefix, int n, bool gzip) {
-    std::string images = Header(8, {uint32_t(n), 28, 28}) + std::string(size_t(n) * 784, '\x80');
-    std::string labels = Header(8, {uint32_t(n)});
+    std::string images = Header(8, {static_cast<uint32_t>(n), 28, 28}) +
+                         std::string(static_cast<size_t>(n) * 784, '\x80');
+    std::string labels = Header(8, {static_cast<uint32_t>(n)});
     for (int i = 0; i < n; ++i) labels.push_back(static_cast<char>(i % 10));
     std::string ext = gzip ? ".gz" : "";
     Write(prefix + "-images-idx3-ubyte" + ext, images, gzip);

@@ -46,7 +46,7 @@ TEST(ModelTest, GlorotUniformInitialisation) {
   double sum_sq = 0.0;
   for (size_t i = Layout::kDense1Kernel; i < Layout::kDense1Bias; ++i) {
     ASSERT_LE(std::abs(p[i]), limit);
-    sum_sq += double(p[i]) * p[i];
+    sum_sq += static_cast<double>(p[i]) * p[i];
   }
   // Uniform(-l, l) has variance l^2 / 3.
   double var = sum_sq / (Layout::kDense1Bias - Layout::kDense1Kernel);

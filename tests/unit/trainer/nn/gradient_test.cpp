@@ -30,7 +30,7 @@ Problem RandomProblem(int rows, uint64_t seed) {
     size_t n = i == Layout::kConvBias ? 32 : i == Layout::kDense1Bias ? 64 : 10;
     for (size_t j = 0; j < n; ++j) p.params[i + j] = 0.05f * (2 * rng.NextFloat() - 1);
   }
-  p.images.resize(size_t(rows) * kInputPixels);
+  p.images.resize(static_cast<size_t>(rows) * kInputPixels);
   for (float& x : p.images) x = rng.NextFloat();
   for (int r = 0; r < rows; ++r) {
     p.labels.push_back(static_cast<uint8_t>(rng.Below(10)));

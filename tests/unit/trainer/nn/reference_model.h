@@ -16,7 +16,7 @@ inline double ReferenceLoss(const std::vector<double>& p, const std::vector<doub
   const int rows = static_cast<int>(labels.size());
   double total = 0.0;
   for (int r = 0; r < rows; ++r) {
-    const double* x = &images[size_t(r) * kInputPixels];
+    const double* x = &images[static_cast<size_t>(r) * kInputPixels];
     std::vector<double> pooled(kFlat);
     for (int py = 0; py < kPoolOut; ++py)
       for (int px = 0; px < kPoolOut; ++px)
@@ -36,7 +36,7 @@ inline double ReferenceLoss(const std::vector<double>& p, const std::vector<doub
     for (int o = 0; o < kHidden; ++o) {
       double a = p[Layout::kDense1Bias + o];
       for (int k = 0; k < kFlat; ++k)
-        a += pooled[k] * p[Layout::kDense1Kernel + size_t(o) * kFlat + k];
+        a += pooled[k] * p[Layout::kDense1Kernel + static_cast<size_t>(o) * kFlat + k];
       h[o] = std::max(a, 0.0);
     }
     std::vector<double> z(kClasses);

@@ -11,24 +11,13 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "tests/support/subprocess.h"
 #include "trainer/observe/prometheus_text.h"
 
 namespace tj::observe {
 namespace {
 
-// A port the kernel just handed out (free at the time of the call).
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+using ::tj::testing::FreePort;
 
 struct HttpAnswer {
   int code = 0;
