@@ -590,9 +590,13 @@ Decision Pass::Run() {
     return Done();
   }
 
-  // A failure that the pod's restart policy does not retry fails the job at once.
+  // A failure that the pod's restart policy does not retry fails the job at once; peers that
+  // only lost a disrupted pod (exit 75 after it was evicted or deleted) share its cause.
+  const bool disrupted = std::any_of(failures.begin(), failures.end(), [](const Failure& f) {
+    return f.outcome.cause != api::RestartCause::kFailed;
+  });
   for (const auto& f : failures) {
-    if (f.retryable) continue;
+    if (f.retryable || (disrupted && f.outcome.exit_code == 75)) continue;
     Fail(f.policy == api::RestartPolicy::kNever ? "PodFailed" : "NonRetryableExitCode",
          Describe(f.pod, f.outcome) + ", which restartPolicy " + api::ToString(f.policy) +
              " does not retry");

@@ -580,6 +580,21 @@ INSTANTIATE_TEST_SUITE_P(Policies, BudgetTest, ::testing::ValuesIn(BudgetCases()
                            return i.param.name;
                          });
 
+TEST(Reconcile, UnderNeverPeersThatLostAnEvictedPodRestartTheGang) {
+  World w;
+  w.in.job["spec"]["replicaSpecs"]["Worker"]["restartPolicy"] = "Never";
+  w.Running();
+  w.in.pods[0] = Pod(w.in.job, ReplicaType::kWorker, 0, 0, "Failed", 75);
+  w.in.pods[1] = Pod(w.in.job, ReplicaType::kWorker, 1, 0, "Failed", 75);
+  w.in.pods[1]["metadata"]["deletionTimestamp"] = kube::FormatTime(kT0);
+  Decision d = Reconcile(w.in);
+  EXPECT_FALSE(StatusOf(d).IsTrue("Failed")) << Cond(d, "Failed").message;
+  EXPECT_EQ(StatusOf(d).restart_count, 1);
+  // Without the disruption, the same exit 75 is a failure that Never does not retry.
+  w.in.pods[1] = Pod(w.in.job, ReplicaType::kWorker, 1, 0, "Failed", 75);
+  EXPECT_EQ(Cond(Reconcile(w.in), "Failed").reason, "PodFailed");
+}
+
 TEST(Reconcile, EvictedEvaluatorDoesNotUseItsBudget) {
   World w;
   w.in.job["spec"]["runPolicy"] = {{"backoffLimit", 1}};
