@@ -4,6 +4,10 @@
 // step and ends with bitwise the weights of an uninterrupted run.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
 #include "tests/integration/trainer/trainer_harness.h"
 
 namespace tj::testing {
@@ -108,6 +112,65 @@ TEST(StopOnSignalTest, SigtermBeforeTrainingExitsRetryableAtOnce) {
   ASSERT_TRUE(code.has_value()) << "still running 5s after SIGTERM";
   EXPECT_EQ(*code, 75);
   EXPECT_NE(lonely->Stderr().find("outside the step loop"), std::string::npos) << lonely->Stderr();
+}
+
+// A second SIGTERM does not wait: here the stop waits for a backup write held 10 s by a
+// failpoint (common/failpoint.h), and the second signal ends the process at once.
+TEST(StopOnSignalTest, SecondSigtermExitsAtOnce) {
+  TJ_REQUIRE_DATASET();
+  TempDir dir;
+  std::vector<std::string> argv = {kTrainer, "--data-dir", kDataDir, "--device", "cpu"};
+  for (const std::string& f : Flags(dir, "")) argv.push_back(f);
+  Subprocess p(argv, {{"TJ_FAILPOINTS", "backup.before_rename=sleep:10000@2"}}, dir / "p");
+  ASSERT_TRUE(p.WaitForLine(R"("event":"backup_saved","epoch":1,"step":7)", 120s)) << p.Stderr();
+  p.Signal(SIGTERM);  // the stop now waits for the second backup, held 10 s
+  std::this_thread::sleep_for(1s);
+  ASSERT_TRUE(p.running()) << p.Stderr();
+  const auto start = std::chrono::steady_clock::now();
+  p.Signal(SIGTERM);
+  auto code = p.Wait(5s);
+  ASSERT_TRUE(code.has_value()) << "still running 5s after the second SIGTERM";
+  EXPECT_EQ(*code, 128 + SIGTERM) << p.Stderr();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 3s);
+  EXPECT_NE(p.Stderr().find("again: exiting at once"), std::string::npos) << p.Stderr();
+  EXPECT_TRUE(Events(p, "stopped").empty());
+}
+
+// In a container the trainer is PID 1 of its PID namespace, and the kernel drops a signal
+// that PID 1 has no handler for, even the kubelet's SIGTERM from outside: without its own
+// handling the trainer would ignore the eviction and die by SIGKILL at the end of the grace
+// period. Reproduced with unshare(1) (root): the stop still happens.
+TEST(StopOnSignalTest, SigtermReachesTheTrainerAsPid1OfAPidNamespace) {
+  TJ_REQUIRE_DATASET();
+  if (::geteuid() != 0 || std::system("/usr/bin/unshare --pid --fork true 2>/dev/null") != 0) {
+    GTEST_SKIP() << "needs root and unshare(1) to start the trainer as PID 1 of a namespace";
+  }
+  TempDir dir;
+  std::vector<std::string> argv = {"/usr/bin/unshare", "--pid",    "--fork",
+                                   "--kill-child",     kTrainer,   "--data-dir",
+                                   kDataDir,           "--device", "cpu"};
+  for (const std::string& f : Flags(dir, "")) argv.push_back(f);
+  Subprocess p(argv, {}, dir / "p");
+  ASSERT_TRUE(p.WaitForLine(R"("event":"backup_saved","epoch":1,"step":7)", 120s)) << p.Stderr();
+  // The trainer's pid as the host sees it: the child of unshare whose NSpid ends in 1.
+  pid_t trainer = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream status(e.path() / "status");
+    std::string line, ppid, nspid;
+    while (std::getline(status, line)) {
+      if (line.rfind("PPid:", 0) == 0) ppid = line.substr(5);
+      if (line.rfind("NSpid:", 0) == 0) nspid = line.substr(6);
+    }
+    if (std::atoi(ppid.c_str()) == p.pid() && nspid.ends_with("\t1")) {
+      trainer = std::atoi(e.path().filename().c_str());
+    }
+  }
+  ASSERT_GT(trainer, 0) << "no PID-1 child of unshare found";
+  ASSERT_EQ(::kill(trainer, SIGTERM), 0);
+  auto code = p.Wait(30s);
+  ASSERT_TRUE(code.has_value()) << "PID 1 ignored SIGTERM";
+  EXPECT_EQ(*code, 75) << p.Stderr();
+  EXPECT_EQ(Events(p, "stopped").size(), 1u) << p.Stdout();
 }
 
 // The evaluator has nothing to save either: it exits 75 at once (it resumes from the
