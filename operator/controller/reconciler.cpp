@@ -825,7 +825,8 @@ std::string Describe(const std::string& pod, const PodOutcome& o) {
   if (o.exit_code) {
     s += " exited with code " + std::to_string(*o.exit_code);
     if (*o.exit_code > 128) s += " (signal " + std::to_string(*o.exit_code - 128) + ")";
-    if (*o.exit_code == 75) s += " (peer lost)";
+    // The trainer exits 75 when it lost a peer, and after stopping on its pod's SIGTERM.
+    if (*o.exit_code == 75) s += o.deleted ? " (stopped on SIGTERM)" : " (peer lost)";
   } else {
     s += " failed";
   }

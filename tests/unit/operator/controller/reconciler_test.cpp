@@ -508,7 +508,7 @@ std::vector<BudgetCase> BudgetCases() {
       BudgetCase{"SigtermedGangEvictedPodListed", nullptr, [](World& w) { SigtermedGang(w, true); },
                  "restart", "Deleted", 1,
                  "restart 2 (Deleted, not counted against backoffLimit 2): pod "
-                 "mnist-worker-1 exited with code 75 (peer lost) and was deleted"},
+                 "mnist-worker-1 exited with code 75 (stopped on SIGTERM) and was deleted"},
       BudgetCase{"SigtermedGangEvictedPodGone", nullptr, [](World& w) { SigtermedGang(w, false); },
                  "restart", "Deleted", 1, "pod mnist-worker-1 was deleted"},
       BudgetCase{"KubeletEviction", nullptr,
