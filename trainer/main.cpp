@@ -141,5 +141,9 @@ int main(int argc, char** argv) {
   }
   o.tf_config = Env("TF_CONFIG");
   o.rendezvous_key = Env("TJ_RENDEZVOUS_KEY");
-  return tj::train::RunTrainer(o);
+  // SIGTERM (eviction, preemption, drain) stops training after a step every replica agrees
+  // on, backed up; the process exits with the retryable code, so the gang resumes there.
+  static tj::train::StopRequest stop(tj::train::kExitPeerLost);
+  stop.HandleTerminationSignals();
+  return tj::train::RunTrainer(o, &stop);
 }

@@ -255,6 +255,9 @@ StatusOr<TrainingJobSpec> ParseSpec(const json& spec) {
   std::optional<int64_t> port;
   TJ_RETURN_IF_ERROR(ReadInt(spec, "port", "spec", 1, 65535, &port));
   if (port) out.port = static_cast<int32_t>(*port);
+  auto failure_policy = ParseFailurePolicy(spec);
+  if (!failure_policy.ok()) return failure_policy.status();
+  out.failure_policy = std::move(*failure_policy);
   return out;
 }
 
@@ -350,6 +353,7 @@ TrainingJobStatus TrainingJobStatus::FromJson(const json& j) {
     if (j.contains("evaluatorRestarts") && j["evaluatorRestarts"].is_number_integer()) {
       s.evaluator_restarts = j["evaluatorRestarts"].get<int32_t>();
     }
+    s.restarts = RestartCounts::FromJson(j, s.restart_count);
     if (j.contains("startTime") && j["startTime"].is_string()) s.start_time = j["startTime"];
     if (j.contains("completionTime") && j["completionTime"].is_string()) {
       s.completion_time = j["completionTime"];
@@ -384,6 +388,7 @@ json TrainingJobStatus::ToJson() const {
   j["createdGeneration"] = created_generation;
   if (observed_generation > 0) j["observedGeneration"] = observed_generation;
   if (evaluator_restarts > 0) j["evaluatorRestarts"] = evaluator_restarts;
+  j["restarts"] = restarts.ToJson(restart_count);
   if (start_time) j["startTime"] = *start_time;
   if (completion_time) j["completionTime"] = *completion_time;
   if (progress.is_object()) j["progress"] = progress;

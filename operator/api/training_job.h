@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "operator/api/failure_policy.h"
 #include "operator/kube/resource.h"
 #include "operator/kube/time_format.h"
 
@@ -74,6 +75,7 @@ struct TrainingJobSpec {
   RunPolicy run_policy;
   SuccessPolicy success_policy = SuccessPolicy::kChief;
   int32_t port = 2222;
+  FailurePolicy failure_policy;  // which restart causes count against backoffLimit
 
   // Number of replicas of `t` (0 when the type is absent).
   int32_t Replicas(ReplicaType t) const;
@@ -124,6 +126,7 @@ struct TrainingJobStatus {
   // one. A chief/worker pod missing while this equals restart_count was deleted by someone.
   int32_t created_generation = -1;
   int32_t evaluator_restarts = 0;  // the evaluator's own restarts (also bounded by backoffLimit)
+  RestartCounts restarts;          // status.restarts: by cause, and how much backoffLimit is used
   std::optional<std::string> start_time, completion_time;
   nlohmann::json progress;    // null or {epoch, totalEpochs, step, loss, accuracy, ...}
   nlohmann::json evaluation;  // null or {checkpoint, epoch, loss, accuracy}

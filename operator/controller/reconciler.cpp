@@ -6,6 +6,7 @@
 
 #include "common/status_schema.h"
 #include "operator/controller/job_resources.h"
+#include "operator/controller/restart_cause.h"
 
 namespace tj::controller {
 namespace {
@@ -188,6 +189,11 @@ class Pass {
   void RequeueAt(kube::WallTime t) { RequeueAfter(Until(in_.now, t)); }
 
   void Fail(const std::string& reason, const std::string& message);
+  // Charges a gang restart of `cause` (described by `why`) as spec.failurePolicy says: counts
+  // it by cause and, when it counts, against backoffLimit. Returns how it was charged, for
+  // the GangRestart message; nullopt after failing the job (the rule says FailJob, or the
+  // budget is spent).
+  std::optional<std::string> ChargeGangRestart(api::RestartCause cause, const std::string& why);
   void Succeed(const std::string& message);
   void Finished();  // cleanPodPolicy and TTL of a finished job
   void ReplicaStatuses();
@@ -217,6 +223,31 @@ void Pass::Fail(const std::string& reason, const std::string& message) {
   if (!status_.completion_time) status_.completion_time = kube::FormatTime(in_.now);
   Event("Warning", reason, message);
   d_.job_failed = true;
+}
+
+std::optional<std::string> Pass::ChargeGangRestart(api::RestartCause cause,
+                                                   const std::string& why) {
+  std::string rule;
+  const api::FailureAction action = spec_.failure_policy.ActionFor(cause, &rule);
+  const std::string name = api::ToString(cause);
+  const int limit = spec_.run_policy.backoff_limit;
+  int32_t& used = status_.restarts.backoff_limit_used;
+  if (action == api::FailureAction::kFailJob) {
+    Fail("FailurePolicy", why + "; cause " + name + ": " + rule + " fails the job");
+    return std::nullopt;
+  }
+  const bool counts = action == api::FailureAction::kRestartJob;
+  if (counts && used >= limit) {
+    Fail("BackoffLimitExceeded", why + "; the gang was restarted " +
+                                     std::to_string(status_.restart_count) + " times, " +
+                                     std::to_string(used) + " of them counted (backoffLimit " +
+                                     std::to_string(limit) + ")");
+    return std::nullopt;
+  }
+  status_.restarts.by_cause[name] += 1;
+  if (!counts) return name + ", not counted against backoffLimit " + std::to_string(limit);
+  used += 1;
+  return name + ", " + std::to_string(used) + " of backoffLimit " + std::to_string(limit);
 }
 
 void Pass::Succeed(const std::string& message) {
@@ -481,6 +512,7 @@ Decision Pass::Run() {
         if (status_.created_generation == gen) {
           PodOutcome o;
           o.failed = o.deleted = true;
+          o.cause = api::RestartCause::kDeleted;
           failures.push_back({name, o, true, rs.restart_policy});
         } else {
           missing.push_back({t, i});
@@ -554,9 +586,13 @@ Decision Pass::Run() {
     return Done();
   }
 
-  // A failure that the pod's restart policy does not retry fails the job at once.
+  // A failure that the pod's restart policy does not retry fails the job at once; peers that
+  // only lost a disrupted pod (exit 75 after it was evicted or deleted) share its cause.
+  const bool disrupted = std::any_of(failures.begin(), failures.end(), [](const Failure& f) {
+    return f.outcome.cause != api::RestartCause::kFailed;
+  });
   for (const auto& f : failures) {
-    if (f.retryable) continue;
+    if (f.retryable || (disrupted && f.outcome.exit_code == 75)) continue;
     Fail(f.policy == api::RestartPolicy::kNever ? "PodFailed" : "NonRetryableExitCode",
          Describe(f.pod, f.outcome) + ", which restartPolicy " + api::ToString(f.policy) +
              " does not retry");
@@ -568,24 +604,21 @@ Decision Pass::Run() {
     // The gang restarts: prefer the root cause over peers that only lost it (exit 75).
     const Failure* cause = &failures.front();
     for (const auto& f : failures) {
-      if (f.outcome.exit_code != 75) {
+      if (RootCauseRank(f.outcome.cause, f.outcome.exit_code == 75) <
+          RootCauseRank(cause->outcome.cause, cause->outcome.exit_code == 75)) {
         cause = &f;
-        break;
       }
     }
     const std::string why = Describe(cause->pod, cause->outcome);
-    if (status_.restart_count >= spec_.run_policy.backoff_limit) {
-      Fail("BackoffLimitExceeded",
-           why + "; the gang was restarted " + std::to_string(status_.restart_count) +
-               " times (backoffLimit " + std::to_string(spec_.run_policy.backoff_limit) + ")");
+    auto budget = ChargeGangRestart(cause->outcome.cause, why);
+    if (!budget) {
       Finished();
       return Done();
     }
     status_.restart_count += 1;
     status_.created_generation = -1;
-    const std::string msg = "restart " + std::to_string(status_.restart_count) + " of " +
-                            std::to_string(spec_.run_policy.backoff_limit) + ": " + why +
-                            "; restarting all chief and worker pods";
+    const std::string msg = "restart " + std::to_string(status_.restart_count) + " (" + *budget +
+                            "): " + why + "; restarting all chief and worker pods";
     status_.SetCondition(cond::kRestarting, true, "GangRestart", msg, in_.now);
     status_.SetCondition(cond::kRunning, false, "GangRestart", msg, in_.now);
     Event("Warning", "GangRestart", msg);
@@ -642,7 +675,11 @@ Decision Pass::Run() {
     } else if (!Deleting(*evaluator) && Phase(*evaluator) == "Failed") {
       PodOutcome o = OutcomeOf(*evaluator);
       const int limit = spec_.run_policy.backoff_limit;
-      if (IsRetryable(rs.restart_policy, o) && status_.evaluator_restarts < limit) {
+      // Its own share of backoffLimit, used as the failure policy says (an eviction: not).
+      int32_t& used = status_.restarts.evaluator_backoff_limit_used;
+      const bool counts = spec_.failure_policy.ActionFor(o.cause) !=
+                          api::FailureAction::kRestartJobAndIgnoreBackoffLimit;
+      if (IsRetryable(rs.restart_policy, o) && (!counts || used < limit)) {
         // Its own backoff (base * 2^restarts from when it ended), its own share of backoffLimit.
         milliseconds backoff = o_.restart_backoff_base;
         for (int k = 0; k < status_.evaluator_restarts && backoff < o_.restart_backoff_max; ++k) {
@@ -657,14 +694,16 @@ Decision Pass::Run() {
           RequeueAt(ready_at);
         } else {
           status_.evaluator_restarts += 1;
+          if (counts) used += 1;
           Event("Warning", "EvaluatorRestart",
                 Describe(name, o) + "; restarting the evaluator (" +
-                    std::to_string(status_.evaluator_restarts) + " of " + std::to_string(limit) +
+                    (counts ? std::to_string(used) + " of " + std::to_string(limit)
+                            : api::ToString(o.cause) + ", not counted against backoffLimit") +
                     ")");
           DeletePod(*evaluator);
         }
-      } else if (IsRetryable(rs.restart_policy, o) && status_.evaluator_restarts == limit) {
-        status_.evaluator_restarts += 1;  // said once
+      } else if (IsRetryable(rs.restart_policy, o) && used == limit) {
+        used += 1;  // said once
         Event("Warning", "EvaluatorGaveUp",
               Describe(name, o) + "; not restarted: backoffLimit " + std::to_string(limit) +
                   " reached. Training goes on without evaluations");
@@ -741,6 +780,7 @@ bool CopyStatusField(const json& from, const char* from_key, StatusField kind, j
 
 PodOutcome OutcomeOf(const json& pod) {
   PodOutcome o;
+  o.cause = ClassifyRestartCause(pod);
   const std::string phase = Phase(pod);
   o.failed = phase == "Failed" || Deleting(pod);
   if (Deleting(pod)) o.deleted = true;
@@ -781,7 +821,8 @@ std::string Describe(const std::string& pod, const PodOutcome& o) {
   if (o.exit_code) {
     s += " exited with code " + std::to_string(*o.exit_code);
     if (*o.exit_code > 128) s += " (signal " + std::to_string(*o.exit_code - 128) + ")";
-    if (*o.exit_code == 75) s += " (peer lost)";
+    // The trainer exits 75 when it lost a peer, and after stopping on its pod's SIGTERM.
+    if (*o.exit_code == 75) s += o.deleted ? " (stopped on SIGTERM)" : " (peer lost)";
   } else {
     s += " failed";
   }

@@ -82,6 +82,8 @@ struct PodOutcome {
   bool deleted = false;  // deleted, being deleted or evicted
   std::optional<int> exit_code;
   std::string reason;  // Evicted, Error, OOMKilled, ...
+  // What the failure policy sees (restart_cause.h); kDeleted for a pod that is gone.
+  api::RestartCause cause = api::RestartCause::kFailed;
 };
 PodOutcome OutcomeOf(const nlohmann::json& pod);
 // Whether `policy` restarts a pod that ended as `o`.

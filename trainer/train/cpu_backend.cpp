@@ -19,7 +19,7 @@ class CpuBackend final : public StepBackend {
         step_(batch_size, pool),
         adam_(nn::Layout::kCount),
         params_(nn::Layout::kCount, 0.0f),
-        grad_(nn::Layout::kCount + 2, 0.0f) {}
+        grad_(kReduceFloatsOnHost, 0.0f) {}
 
   std::string description() const override {
     return "cpu (" + std::to_string(pool_->size()) + " threads)";
@@ -89,7 +89,7 @@ class CpuBackend final : public StepBackend {
   nn::CpuStep step_;
   nn::Adam adam_;
   std::vector<float> params_;
-  std::vector<float> grad_;  // gradients, then the batch's loss sum and correct count
+  std::vector<float> grad_;  // gradients, the batch's loss sum and correct count, a stop vote
   std::vector<uint32_t> order_;
   int64_t slice_ = 0;
   int64_t slice_stride_ = 0;

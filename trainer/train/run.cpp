@@ -72,7 +72,7 @@ StatusOr<std::unique_ptr<collective::Communicator>> ConnectGradientCommunicator(
 
 }  // namespace
 
-int RunTrainer(const Options& o) {
+int RunTrainer(const Options& o, StopRequest* stop) {
   EventLog log(o.log_format);
   const int gpus = o.device == Device::kCpu ? 0 : VisibleGpus();
   if (o.device == Device::kGpu && gpus == 0) {
@@ -176,7 +176,8 @@ int RunTrainer(const Options& o) {
     gradient_comm = std::move(*nccl);
   }
   TrainingContext context{&o,        &*dataset, comm.get(), &pool,         &log,
-                          &progress, is_chief,  scalars,    backend.get(), gradient_comm.get()};
+                          &progress, is_chief,  scalars,    backend.get(), gradient_comm.get(),
+                          stop};
   TrainingOutcome outcome = RunTraining(context);
   if (!outcome.status.ok()) {
     progress.Update([](ProgressSnapshot& p) { p.state = "failed"; });

@@ -4,9 +4,12 @@
 #pragma once
 
 #include "trainer/train/options.h"
+#include "trainer/train/stop_request.h"
 
 namespace tj::train {
 
-int RunTrainer(const Options& options);
+// `stop` (may be null): a stop asked from outside, which the training loop honours after a
+// step every replica agrees on (stop_request.h).
+int RunTrainer(const Options& options, StopRequest* stop = nullptr);
 
 }  // namespace tj::train

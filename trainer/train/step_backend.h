@@ -12,9 +12,14 @@
 
 #include "common/status.h"
 #include "trainer/data/idx_reader.h"
+#include "trainer/nn/model.h"
 #include "trainer/nn/thread_pool.h"
 
 namespace tj::train {
+
+// A host reduce_buffer(): the gradients, the batch's loss sum and correct count, and a float
+// the backend leaves alone (the training loop's stop vote, training_loop.cpp).
+inline constexpr size_t kReduceFloatsOnHost = nn::Layout::kCount + 3;
 
 // The model and optimizer state as host vectors (Layout::kCount floats each), for backups,
 // checkpoints, exports and the broadcast of a restored state.
@@ -53,7 +58,9 @@ class StepBackend {
   // batch's loss sum and number correct into its last two floats. May return before the
   // device is done.
   virtual Status ComputeGradients(float scale) = 0;
-  // kCount + 2 floats to all-reduce between ComputeGradients and ApplyUpdate.
+  // The floats to all-reduce between ComputeGradients and ApplyUpdate: kCount + 2 on a
+  // device; kReduceFloatsOnHost in host memory, where the training loop fills the last one
+  // (its stop vote) itself.
   virtual float* reduce_buffer() = 0;
   // Adds the (reduced) loss and correct to the epoch sums, applies Adam, moves the slice on.
   virtual Status ApplyUpdate() = 0;

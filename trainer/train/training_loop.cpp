@@ -78,6 +78,13 @@ class Trainer {
   // throughput counts only those).
   Status EndOfEpoch(int epoch, int steps, double seconds, double images_this_run);
   Status Finish();
+  // This step's all-reduce with this replica's stop vote riding along: true when any replica
+  // voted, so that every replica stops after this same step.
+  StatusOr<bool> AllReduceStepAndStopVotes();
+  // After a stop was agreed on at (epoch, step): the chief backs up that exact position
+  // (unless the backup of that step was just taken) and waits for the write; every replica
+  // reports it and returns the stop request's exit code.
+  TrainingOutcome StopOnRequest(int epoch, int64_t step, bool backed_up);
 
   const TrainingContext& c_;
   const Options& o_;
@@ -302,6 +309,40 @@ Status Trainer::Finish() {
   return Status::Ok();
 }
 
+StatusOr<bool> Trainer::AllReduceStepAndStopVotes() {
+  const float vote = c_.stop && c_.stop->requested() ? 1.0f : 0.0f;
+  float* buffer = backend_->reduce_buffer();
+  if (!backend_->device_buffers()) {
+    buffer[kReduceFloatsOnHost - 1] = vote;
+    TJ_RETURN_IF_ERROR(gradient_comm_->AllReduceSum(buffer, kReduceFloatsOnHost));
+    return buffer[kReduceFloatsOnHost - 1] > 0.0f;
+  }
+  TJ_RETURN_IF_ERROR(gradient_comm_->AllReduceSum(buffer, nn::Layout::kCount + 2));
+  // Device buffers hold no host float: the votes take the host communicator.
+  float votes = vote;
+  TJ_RETURN_IF_ERROR(c_.comm->AllReduceSum(&votes, 1));
+  return votes > 0.0f;
+}
+
+TrainingOutcome Trainer::StopOnRequest(int epoch, int64_t step, bool backed_up) {
+  const bool epoch_end = step == plan_.StepsPerEpoch(data_.train.count);
+  if (!backed_up) {
+    if (Status s = SaveBackup(epoch, step, epoch_end); !s.ok()) return Failed(s);
+  }
+  if (backup_writer_) {
+    if (Status s = backup_writer_->Wait(); !s.ok()) return Failed(s);
+  }
+  const int signal = c_.stop ? c_.stop->signal() : 0;
+  c_.log->Emit({{"event", "stopped"},
+                {"epoch", epoch},
+                {"step", step},
+                {"backup", !o_.backup_dir.empty()},
+                {"requested_here", c_.stop && c_.stop->requested()},
+                {"signal", signal}});
+  c_.progress->Update([](ProgressSnapshot& p) { p.state = "stopped"; });
+  return {Status::Ok(), c_.stop ? c_.stop->exit_code() : kExitPeerLost};
+}
+
 TrainingOutcome Trainer::Run() {
   if (plan_.StepsPerEpoch(data_.train.count) < 1) {
     return Failed(Status::Error("the global batch (" + std::to_string(plan_.GlobalBatch()) +
@@ -316,6 +357,8 @@ TrainingOutcome Trainer::Run() {
     p.total_epochs = o_.epochs;
   });
   double train_seconds = 0.0, train_images = 0.0;
+  bool stop_after_epoch = false;
+  if (c_.stop) c_.stop->SetMode(StopRequest::Mode::kStopAtStepEnd);
   for (int epoch = start_epoch_; epoch <= o_.epochs; ++epoch) {
     const std::vector<uint32_t> order = data::EpochOrder(o_.seed, epoch, data_.train.count);
     const int64_t first_step = epoch == start_epoch_ ? start_step_ : 0;
@@ -329,11 +372,8 @@ TrainingOutcome Trainer::Run() {
     for (int64_t step = first_step; step < steps; ++step) {
       if (Status st = backend_->ComputeGradients(scale); !st.ok()) return Failed(st);
       auto reduce_start = RealClock::Get()->Now();
-      if (Status st =
-              gradient_comm_->AllReduceSum(backend_->reduce_buffer(), nn::Layout::kCount + 2);
-          !st.ok()) {
-        return PeerLost(st);
-      }
+      auto stop = AllReduceStepAndStopVotes();
+      if (!stop.ok()) return PeerLost(stop.status());
       allreduce_seconds_ += SecondsBetween(reduce_start, RealClock::Get()->Now());
       if (Status st = backend_->ApplyUpdate(); !st.ok()) return Failed(st);
       ++steps_this_run_;
@@ -345,10 +385,14 @@ TrainingOutcome Trainer::Run() {
         p.step = step + 1;
         p.global_step = iterations_;
       });
-      if (o_.save_freq_steps > 0 && iterations_ % o_.save_freq_steps == 0) {
+      const bool backed_up = o_.save_freq_steps > 0 && iterations_ % o_.save_freq_steps == 0;
+      if (backed_up) {
         if (Status st = SaveBackup(epoch, step + 1, /*epoch_end=*/false); !st.ok())
           return Failed(st);
       }
+      if (*stop && step + 1 < steps) return StopOnRequest(epoch, step + 1, backed_up);
+      // A stop agreed on in an epoch's last step takes effect after the epoch's end.
+      stop_after_epoch = *stop;
     }
     // The epoch's time includes the device finishing the steps queued on it.
     if (Status st = backend_->WaitForSteps(); !st.ok()) return Failed(st);
@@ -356,6 +400,9 @@ TrainingOutcome Trainer::Run() {
     train_seconds += seconds;
     train_images += images_this_run;
     if (Status st = EndOfEpoch(epoch, steps, seconds, images_this_run); !st.ok()) return Failed(st);
+    if (stop_after_epoch && epoch < o_.epochs) {
+      return StopOnRequest(epoch, steps, /*backed_up=*/o_.save_freq_steps == 0);
+    }
   }
   images_per_sec_ = train_seconds > 0 ? train_images / train_seconds : 0.0;
   train_seconds_ = train_seconds;

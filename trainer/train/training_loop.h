@@ -18,6 +18,7 @@
 #include "trainer/train/options.h"
 #include "trainer/train/progress.h"
 #include "trainer/train/step_backend.h"
+#include "trainer/train/stop_request.h"
 
 namespace tj::train {
 
@@ -37,11 +38,16 @@ struct TrainingContext {
   StepBackend* backend = nullptr;
   // All-reduces the backend's reduce_buffer() (NCCL for device buffers); null: `comm`.
   collective::Communicator* gradient_comm = nullptr;
+  // A stop asked from outside (SIGTERM); null: none can be. The loop switches it to
+  // kStopAtStepEnd while it steps, and stops every replica after the same step when any
+  // replica's request is set: the chief backs that step up, the outcome's code is the
+  // request's exit code.
+  StopRequest* stop = nullptr;
 };
 
 struct TrainingOutcome {
   Status status;
-  int exit_code = kExitOk;  // kExitPeerLost when the collective failed
+  int exit_code = kExitOk;  // kExitPeerLost when the collective failed or a stop was asked
 };
 
 // The configuration fingerprint a backup must match to be restored.

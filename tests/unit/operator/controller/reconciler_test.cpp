@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "common/status_schema.h"
 #include "operator/controller/executor.h"
 #include "operator/controller/job_resources.h"
@@ -439,9 +441,184 @@ TEST(Reconcile, BackoffLimitFailsTheJob) {
   w.in.pods[1] = Pod(w.in.job, ReplicaType::kWorker, 1, 2, "Failed", 137);
   Decision d = Reconcile(w.in);
   EXPECT_EQ(Cond(d, "Failed").reason, "BackoffLimitExceeded");
-  EXPECT_NE(Cond(d, "Failed").message.find("restarted 2 times (backoffLimit 2)"),
-            std::string::npos);
+  EXPECT_NE(Cond(d, "Failed").message.find("restarted 2 times, 2 of them counted (backoffLimit 2)"),
+            std::string::npos)
+      << Cond(d, "Failed").message;
   EXPECT_EQ(StatusOf(d).restart_count, 2);
+}
+
+// The failure policy's budget, one gang restart per row: how the ended pods look, what the
+// spec's rules say, and what the restart costs. Each row starts from a job restarted once
+// already (counted) with backoffLimit 2.
+struct BudgetCase {
+  std::string name;
+  json rules;                       // spec.failurePolicy.rules; null: defaults
+  std::function<void(World&)> end;  // ends pods of generation 1
+  std::string outcome;              // "restart" | "BackoffLimitExceeded" | "FailurePolicy"
+  std::string cause;                // the byCause entry that grows
+  int used_after;                   // status.restarts.backoffLimitUsed afterwards
+  std::string message;              // in the GangRestart Event / Failed message
+};
+
+class BudgetTest : public ::testing::TestWithParam<BudgetCase> {};
+
+void SigtermedGang(World& w, bool evicted_still_listed) {
+  // One worker was evicted (on v1.20: a deletion); both trainers stopped after the same step
+  // with the retryable code.
+  w.in.pods[0] = Pod(w.in.job, ReplicaType::kWorker, 0, 1, "Failed", 75);
+  if (evicted_still_listed) {
+    w.in.pods[1] = Pod(w.in.job, ReplicaType::kWorker, 1, 1, "Failed", 75);
+    w.in.pods[1]["metadata"]["deletionTimestamp"] = kube::FormatTime(kT0);
+  } else {
+    w.in.pods.erase(w.in.pods.begin() + 1);
+  }
+}
+
+TEST_P(BudgetTest, ChargesTheRestartAsThePolicySays) {
+  const BudgetCase& c = GetParam();
+  World w;
+  w.in.job["spec"]["runPolicy"] = {{"backoffLimit", 2}};
+  if (!c.rules.is_null()) w.in.job["spec"]["failurePolicy"] = {{"rules", c.rules}};
+  w.Running(1);
+  w.in.job["status"]["restarts"] = {
+      {"total", 1}, {"backoffLimitUsed", 1}, {"byCause", {{"Failed", 1}}}};
+  c.end(w);
+  Decision d = Reconcile(w.in);
+  auto s = StatusOf(d);
+  if (c.outcome == "restart") {
+    ASSERT_FALSE(s.IsTrue("Failed")) << Cond(d, "Failed").message;
+    EXPECT_EQ(s.restart_count, 2);
+    ASSERT_NE(FindEvent(d, "GangRestart"), nullptr);
+    EXPECT_NE(FindEvent(d, "GangRestart")->message.find(c.message), std::string::npos)
+        << FindEvent(d, "GangRestart")->message;
+    const int before = c.cause == "Failed" ? 1 : 0;
+    EXPECT_EQ(s.restarts.by_cause[c.cause], before + 1);
+    EXPECT_EQ(d.status->at("restarts").at("total"), 2);
+  } else {
+    EXPECT_EQ(Cond(d, "Failed").reason, c.outcome);
+    EXPECT_NE(Cond(d, "Failed").message.find(c.message), std::string::npos)
+        << Cond(d, "Failed").message;
+    EXPECT_EQ(s.restart_count, 1);
+  }
+  EXPECT_EQ(s.restarts.backoff_limit_used, c.used_after);
+}
+
+std::vector<BudgetCase> BudgetCases() {
+  return {
+      BudgetCase{"SigtermedGangEvictedPodListed", nullptr, [](World& w) { SigtermedGang(w, true); },
+                 "restart", "Deleted", 1,
+                 "restart 2 (Deleted, not counted against backoffLimit 2): pod "
+                 "mnist-worker-1 exited with code 75 (stopped on SIGTERM) and was deleted"},
+      BudgetCase{"SigtermedGangEvictedPodGone", nullptr, [](World& w) { SigtermedGang(w, false); },
+                 "restart", "Deleted", 1, "pod mnist-worker-1 was deleted"},
+      BudgetCase{"KubeletEviction", nullptr,
+                 [](World& w) {
+                   w.in.pods[1] = Pod(w.in.job, ReplicaType::kWorker, 1, 1, "Failed");
+                   w.in.pods[1]["status"]["reason"] = "Evicted";
+                 },
+                 "restart", "Evicted", 1, "(Evicted, not counted against backoffLimit 2)"},
+      BudgetCase{"Preemption", nullptr,
+                 [](World& w) {
+                   w.in.pods[1]["metadata"]["deletionTimestamp"] = kube::FormatTime(kT0);
+                   w.in.pods[1]["status"]["conditions"] =
+                       json::array({{{"type", "DisruptionTarget"},
+                                     {"status", "True"},
+                                     {"reason", "PreemptionByScheduler"}}});
+                 },
+                 "restart", "Preempted", 1, "(Preempted, not counted"},
+      BudgetCase{
+          "ProgramFailureCounts", nullptr,
+          [](World& w) { w.in.pods[1] = Pod(w.in.job, ReplicaType::kWorker, 1, 1, "Failed", 137); },
+          "restart", "Failed", 2, "restart 2 (Failed, 2 of backoffLimit 2)"},
+      BudgetCase{"PeersLostWithoutADisruptionCount", nullptr,
+                 [](World& w) {
+                   w.in.pods[0] = Pod(w.in.job, ReplicaType::kWorker, 0, 1, "Failed", 75);
+                   w.in.pods[1] = Pod(w.in.job, ReplicaType::kWorker, 1, 1, "Failed", 75);
+                 },
+                 "restart", "Failed", 2, "(Failed, 2 of backoffLimit 2)"},
+      BudgetCase{"AProgramFailureIsNotHiddenByAnEviction", nullptr,
+                 [](World& w) {
+                   w.in.pods[0] = Pod(w.in.job, ReplicaType::kWorker, 0, 1, "Failed", 137);
+                   w.in.pods[1]["metadata"]["deletionTimestamp"] = kube::FormatTime(kT0);
+                 },
+                 "restart", "Failed", 2, "mnist-worker-0 exited with code 137"},
+      BudgetCase{"SpentBudgetStillAllowsEvictions", nullptr,
+                 [](World& w) {
+                   w.in.job["status"]["restarts"]["backoffLimitUsed"] = 2;
+                   w.in.pods[1]["status"]["reason"] = "Evicted";
+                   w.in.pods[1]["status"]["phase"] = "Failed";
+                 },
+                 "restart", "Evicted", 2, "not counted"},
+      BudgetCase{"SpentBudgetFailsOnAProgramFailure", nullptr,
+                 [](World& w) {
+                   w.in.job["status"]["restarts"]["backoffLimitUsed"] = 2;
+                   w.in.pods[1] = Pod(w.in.job, ReplicaType::kWorker, 1, 1, "Failed", 137);
+                 },
+                 "BackoffLimitExceeded", "", 2, "2 of them counted (backoffLimit 2)"},
+      BudgetCase{"RuleMakesEvictionsCount",
+                 json::array({{{"action", "RestartJob"}, {"onCauses", {"Evicted", "Deleted"}}}}),
+                 [](World& w) { SigtermedGang(w, true); }, "restart", "Deleted", 2,
+                 "(Deleted, 2 of backoffLimit 2)"},
+      BudgetCase{
+          "RuleFailsOnPreemption",
+          json::array(
+              {{{"name", "no-preemption"}, {"action", "FailJob"}, {"onCauses", {"Preempted"}}}}),
+          [](World& w) {
+            w.in.pods[1]["status"]["reason"] = "Preempting";
+            w.in.pods[1]["metadata"]["deletionTimestamp"] = kube::FormatTime(kT0);
+          },
+          "FailurePolicy", "", 1, "cause Preempted: no-preemption fails the job"},
+      BudgetCase{
+          "RuleIgnoresProgramFailures",
+          json::array({{{"action", "RestartJobAndIgnoreBackoffLimit"}, {"onCauses", {"Failed"}}}}),
+          [](World& w) { w.in.pods[1] = Pod(w.in.job, ReplicaType::kWorker, 1, 1, "Failed", 137); },
+          "restart", "Failed", 1, "(Failed, not counted"}};
+}
+
+INSTANTIATE_TEST_SUITE_P(Policies, BudgetTest, ::testing::ValuesIn(BudgetCases()),
+                         [](const ::testing::TestParamInfo<BudgetCase>& i) {
+                           return i.param.name;
+                         });
+
+TEST(Reconcile, UnderNeverPeersThatLostAnEvictedPodRestartTheGang) {
+  World w;
+  w.in.job["spec"]["replicaSpecs"]["Worker"]["restartPolicy"] = "Never";
+  w.Running();
+  w.in.pods[0] = Pod(w.in.job, ReplicaType::kWorker, 0, 0, "Failed", 75);
+  w.in.pods[1] = Pod(w.in.job, ReplicaType::kWorker, 1, 0, "Failed", 75);
+  w.in.pods[1]["metadata"]["deletionTimestamp"] = kube::FormatTime(kT0);
+  Decision d = Reconcile(w.in);
+  EXPECT_FALSE(StatusOf(d).IsTrue("Failed")) << Cond(d, "Failed").message;
+  EXPECT_EQ(StatusOf(d).restart_count, 1);
+  // Without the disruption, the same exit 75 is a failure that Never does not retry.
+  w.in.pods[1] = Pod(w.in.job, ReplicaType::kWorker, 1, 0, "Failed", 75);
+  EXPECT_EQ(Cond(Reconcile(w.in), "Failed").reason, "PodFailed");
+}
+
+TEST(Reconcile, EvictedEvaluatorDoesNotUseItsBudget) {
+  World w;
+  w.in.job["spec"]["runPolicy"] = {{"backoffLimit", 1}};
+  w.Running();
+  // The kubelet evicted it under node pressure: it was killed, and says why.
+  w.in.pods[2] = Pod(w.in.job, ReplicaType::kEvaluator, 0, 0, "Failed", 137);
+  w.in.pods[2]["status"]["reason"] = "Evicted";
+  for (int i = 0; i < 3; ++i) {
+    w.in.now = kT0 + std::chrono::hours(1 + i);
+    Decision d = Reconcile(w.in);
+    ASSERT_NE(FindEvent(d, "EvaluatorRestart"), nullptr) << "eviction " << i;
+    EXPECT_NE(FindEvent(d, "EvaluatorRestart")->message.find("Evicted, not counted"),
+              std::string::npos);
+    w.Keep(d);
+  }
+  EXPECT_EQ(
+      api::TrainingJobStatus::FromJson(w.in.job["status"]).restarts.evaluator_backoff_limit_used,
+      0);
+  // A failure of its program does.
+  w.in.pods[2] = Pod(w.in.job, ReplicaType::kEvaluator, 0, 0, "Failed", 137);
+  w.in.now += std::chrono::hours(1);
+  Decision d = Reconcile(w.in);
+  ASSERT_NE(FindEvent(d, "EvaluatorRestart"), nullptr);
+  EXPECT_NE(FindEvent(d, "EvaluatorRestart")->message.find("1 of 1"), std::string::npos);
 }
 
 TEST(Reconcile, ZeroBackoffLimitFailsOnFirstRetryableFailure) {

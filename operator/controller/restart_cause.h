@@ -1,0 +1,22 @@
+// Why a chief or worker pod ended, as the failure policy sees it: an eviction, a preemption,
+// a lost node, a deletion, or a failure of the program itself. Read from what the API server
+// holds for the pod (status.reason, the DisruptionTarget condition of Kubernetes 1.26+, the
+// deletionTimestamp); pure, table-tested (tests/unit/operator/controller/).
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "operator/api/failure_policy.h"
+
+namespace tj::controller {
+
+// The cause of a pod that ended or is being deleted. A pod that is gone altogether (null)
+// was deleted.
+api::RestartCause ClassifyRestartCause(const nlohmann::json& pod);
+
+// Which of several ended pods explains a gang restart, lower first: a failure of the program
+// other than a lost peer (counted, so a real failure is never hidden by a disruption), then a
+// disruption, then a peer that only lost another (the trainer's exit 75).
+int RootCauseRank(api::RestartCause cause, bool lost_a_peer);
+
+}  // namespace tj::controller
