@@ -369,6 +369,7 @@ int main(int argc, char** argv) {
             {"leader_elect", leader_elect}});
 
   std::jthread elector_thread;
+  std::unique_ptr<tj::kube::RestClient> lease_client_holder;
   std::unique_ptr<tj::kube::LeaderElector> elector;
   if (leader_elect) {
     tj::kube::LeaderElectionConfig lc;
@@ -388,10 +389,23 @@ int main(int argc, char** argv) {
         log.Emit({{"event", "released_lease"}, {"lease", lease}});
         return;
       }
-      log.Error("lost the leader lease " + lease + "; exiting so a fresh start campaigns");
-      stop.request_stop();
+      // Past the renew deadline another instance may lead soon: no call of this one may
+      // still reach the API server, whatever a reconcile is waiting for. Exit now, as
+      // client-go's leaders do; a fresh start campaigns again.
+      log.Error("lost the leader lease " + lease +
+                ": not renewed within the renew deadline; "
+                "exiting so a fresh start campaigns");
+      std::_Exit(1);
     };
-    elector = std::make_unique<tj::kube::LeaderElector>(client, clock, lc, cb, &log);
+    // The lease's own client (LeaseClientConfig): renewals never queue behind reconciles.
+    auto lease_client = tj::kube::RestClient::New(tj::kube::LeaseClientConfig(*config, lc), clock);
+    if (!lease_client.ok()) {
+      log.Error(lease_client.status().message());
+      return 1;
+    }
+    lease_client_holder = std::move(*lease_client);
+    elector =
+        std::make_unique<tj::kube::LeaderElector>(lease_client_holder.get(), clock, lc, cb, &log);
     tj::Status v = elector->Validate();
     if (!v.ok()) {
       log.Error(v.message());
