@@ -193,6 +193,15 @@ class Pass {
   void ReplicaStatuses();
   void Progress();
   void NoStatusNote(bool chief_answered);
+  // The rendezvous key's hash that pods created in this pass read: the Secret's, else (the
+  // Secret is created in this pass) the new key's.
+  std::string KeyHashForNewPods() const;
+  // A chief or worker pod still running (or about to) with another key than the Secret's:
+  // its name, else "". Pods without a hash (made by an older operator) are not judged.
+  std::string PodWithAnotherKey(const std::map<std::pair<ReplicaType, int>, json>& current) const;
+  // Starts gang restart restart_count + 1: deletes the `current` gang, says why (`msg`).
+  void RestartGang(const std::string& msg,
+                   const std::map<std::pair<ReplicaType, int>, json>& current);
   // Every condition holds as of the spec this pass read: stamp them all with its generation.
   void StampObservedGeneration() {
     for (auto& c : status_.conditions) c.observed_generation = status_.observed_generation;
@@ -356,6 +365,37 @@ Decision Pass::Done() {
   return std::move(d_);
 }
 
+std::string Pass::KeyHashForNewPods() const {
+  if (in_.secret) return KeyHashOf(*in_.secret);
+  return in_.new_rendezvous_key.empty() ? "" : KeyHash(in_.new_rendezvous_key);
+}
+
+std::string Pass::PodWithAnotherKey(
+    const std::map<std::pair<ReplicaType, int>, json>& current) const {
+  if (!in_.secret) return "";  // made in this pass: no pod can hold it yet, the next pass looks
+  const std::string key = KeyHashOf(*in_.secret);
+  if (key.empty()) return "";
+  for (const auto& [k, p] : current) {
+    const std::string held = KeyHashOf(p);
+    if (held.empty() || held == key || !Active(p)) continue;
+    return NameOf(p);
+  }
+  return "";
+}
+
+void Pass::RestartGang(const std::string& msg,
+                       const std::map<std::pair<ReplicaType, int>, json>& current) {
+  status_.restart_count += 1;
+  status_.created_generation = -1;
+  status_.SetCondition(cond::kRestarting, true, "GangRestart", msg, in_.now);
+  status_.SetCondition(cond::kRunning, false, "GangRestart", msg, in_.now);
+  Event("Warning", "GangRestart", msg);
+  d_.job_restarted = true;
+  for (const auto& [k, p] : current) DeletePod(p);
+  RequeueAfter(std::chrono::seconds(1));
+  Progress();
+}
+
 Decision Pass::Run() {
   if (Deleting(in_.job)) return std::move(d_);  // the garbage collector removes what it owns
 
@@ -458,6 +498,16 @@ Decision Pass::Run() {
     }
   }
   for (const auto& p : stale) DeletePod(p);
+
+  // A new rendezvous key (the Secret was deleted and made again): pods that hold the old one
+  // cannot rendezvous with those that read the new one, so the whole gang starts again. Not
+  // the job's failure: backoffLimit does not stop it.
+  if (std::string pod = PodWithAnotherKey(current); !pod.empty()) {
+    RestartGang("the rendezvous key in Secret " + SecretName(ref_.name) + " changed (" + pod +
+                    " was started with another); restarting all chief and worker pods",
+                current);
+    return Done();
+  }
 
   // Chief and worker pods: how each stands.
   struct Failure {
@@ -585,18 +635,10 @@ Decision Pass::Run() {
       Finished();
       return Done();
     }
-    status_.restart_count += 1;
-    status_.created_generation = -1;
-    const std::string msg = "restart " + std::to_string(status_.restart_count) + " of " +
-                            std::to_string(spec_.run_policy.backoff_limit) + ": " + why +
-                            "; restarting all chief and worker pods";
-    status_.SetCondition(cond::kRestarting, true, "GangRestart", msg, in_.now);
-    status_.SetCondition(cond::kRunning, false, "GangRestart", msg, in_.now);
-    Event("Warning", "GangRestart", msg);
-    d_.job_restarted = true;
-    for (const auto& [k, p] : current) DeletePod(p);
-    RequeueAfter(std::chrono::seconds(1));
-    Progress();
+    RestartGang("restart " + std::to_string(status_.restart_count + 1) + " of " +
+                    std::to_string(spec_.run_policy.backoff_limit) + ": " + why +
+                    "; restarting all chief and worker pods",
+                current);
     return Done();
   }
 
@@ -628,7 +670,7 @@ Decision Pass::Run() {
     } else {
       std::string names;
       for (const auto& [t, i] : missing) {
-        Create(kube::resources::kPods, BuildPod(in_.job, spec_, t, i, gen));
+        Create(kube::resources::kPods, BuildPod(in_.job, spec_, t, i, gen, KeyHashForNewPods()));
         names += (names.empty() ? "" : ", ") + PodName(ref_.name, t, i);
       }
       status_.created_generation = gen;
@@ -642,7 +684,8 @@ Decision Pass::Run() {
     const std::string name = PodName(ref_.name, ReplicaType::kEvaluator, 0);
     const api::ReplicaSpec& rs = spec_.replica_specs.at(ReplicaType::kEvaluator);
     if (!evaluator) {
-      Create(kube::resources::kPods, BuildPod(in_.job, spec_, ReplicaType::kEvaluator, 0, gen));
+      Create(kube::resources::kPods,
+             BuildPod(in_.job, spec_, ReplicaType::kEvaluator, 0, gen, KeyHashForNewPods()));
     } else if (!Deleting(*evaluator) && Phase(*evaluator) == "Failed") {
       PodOutcome o = OutcomeOf(*evaluator);
       const int limit = spec_.run_policy.backoff_limit;

@@ -452,6 +452,96 @@ TEST(Reconcile, ZeroBackoffLimitFailsOnFirstRetryableFailure) {
   EXPECT_EQ(Cond(Reconcile(w.in), "Failed").reason, "BackoffLimitExceeded");
 }
 
+// The Secret's key, by its hash (as the Secret and the pods carry it).
+json SecretWithKey(const std::string& key) {
+  return {{"metadata",
+           {{"name", "mnist-rendezvous"}, {"annotations", {{kKeyHashAnnotation, KeyHash(key)}}}}}};
+}
+json WithKeyHash(json pod, const std::string& key) {
+  pod["metadata"]["annotations"][kKeyHashAnnotation] = KeyHash(key);
+  return pod;
+}
+
+TEST(Reconcile, PodsCarryTheHashOfTheKeyTheyRead) {
+  World w;  // a new job: the Secret is created with the new key in the same pass as the pods
+  Decision d = Reconcile(w.in);
+  for (const auto& a : d.actions) {
+    if (a.kind != Action::Kind::kCreate || a.resource.plural == "services") continue;
+    EXPECT_EQ(KeyHashOf(a.object), KeyHash("k")) << a.name;
+  }
+  EXPECT_EQ(KeyHash("k").rfind("sha256:", 0), 0u);
+  EXPECT_EQ(KeyHash("k").size(), 7u + 16u);
+  EXPECT_NE(KeyHash("k"), KeyHash("l"));
+  // The Secret exists: pods created later read its key, whatever key this pass drew.
+  World later;
+  later.in.secret = SecretWithKey("old");
+  later.in.service = json::object();
+  for (const auto& a : Reconcile(later.in).actions) {
+    if (a.kind != Action::Kind::kCreate) continue;
+    EXPECT_EQ(KeyHashOf(a.object), KeyHash("old")) << a.name;
+  }
+}
+
+// The Secret is deleted mid-job: the next pass makes a new one with a new key. Pods that run
+// hold the old key, pods started from now on read the new one: the whole gang restarts, even
+// with backoffLimit 0 (a new key is not the job's failure), and the new gang reads one key.
+TEST(Reconcile, ANewKeyRestartsTheWholeGang) {
+  World w;
+  w.in.job["spec"]["runPolicy"] = {{"backoffLimit", 0}};
+  w.Running();
+  for (auto& p : w.in.pods) p = WithKeyHash(p, "old");
+  w.in.secret.reset();  // deleted
+  w.in.new_rendezvous_key = "new";
+  Decision d1 = Reconcile(w.in);
+  EXPECT_EQ(Created(d1), (std::vector<std::string>{"secrets/mnist-rendezvous"}));
+  EXPECT_TRUE(Deleted(d1).empty());  // nobody can hold the new key yet
+  w.Keep(d1);
+
+  w.in.secret = SecretWithKey("new");
+  Decision d2 = Reconcile(w.in);
+  EXPECT_EQ(Deleted(d2), (std::vector<std::string>{"mnist-worker-0", "mnist-worker-1"}));
+  EXPECT_TRUE(d2.job_restarted);
+  EXPECT_FALSE(StatusOf(d2).IsTrue("Failed"));
+  EXPECT_EQ(StatusOf(d2).restart_count, 1);
+  ASSERT_NE(FindEvent(d2, "GangRestart"), nullptr);
+  EXPECT_NE(FindEvent(d2, "GangRestart")->message.find("rendezvous key"), std::string::npos)
+      << FindEvent(d2, "GangRestart")->message;
+  w.Keep(d2);
+
+  // Old gang gone, backoff over: the new gang carries the new key's hash.
+  w.in.pods = {w.in.pods[2]};
+  w.in.now = kT0 + seconds(2);
+  Decision d3 = Reconcile(w.in);
+  EXPECT_EQ(Created(d3), (std::vector<std::string>{"pods/mnist-worker-0", "pods/mnist-worker-1"}));
+  for (const auto& a : d3.actions) {
+    if (a.kind != Action::Kind::kCreate) continue;
+    EXPECT_EQ(KeyHashOf(a.object), KeyHash("new"));
+  }
+  w.Keep(d3);
+  w.in.pods = {WithKeyHash(Pod(w.in.job, ReplicaType::kWorker, 0, 1, "Running"), "new"),
+               WithKeyHash(Pod(w.in.job, ReplicaType::kWorker, 1, 1, "Running"), "new"),
+               w.in.pods[0]};
+  Decision d4 = Reconcile(w.in);
+  EXPECT_TRUE(Deleted(d4).empty());
+  EXPECT_EQ(Cond(d4, "Running").status, "True");
+}
+
+TEST(Reconcile, OneKeyOrAPodWithoutAHashRestartsNothing) {
+  World w;
+  w.Running();
+  w.in.secret = SecretWithKey("k1");
+  w.in.pods[0] = WithKeyHash(w.in.pods[0], "k1");  // pods[1]: an older operator's, no hash
+  Decision d = Reconcile(w.in);
+  EXPECT_TRUE(Deleted(d).empty());
+  EXPECT_FALSE(d.job_restarted);
+  // A worker that finished with the old key is not restarted for it.
+  w.in.pods[1] = WithKeyHash(Pod(w.in.job, ReplicaType::kWorker, 1, 0, "Succeeded", 0), "k0");
+  EXPECT_FALSE(Reconcile(w.in).job_restarted);
+  // The evaluator is not in the collective: another key does not restart the gang.
+  w.in.pods[2] = WithKeyHash(w.in.pods[2], "k0");
+  EXPECT_FALSE(Reconcile(w.in).job_restarted);
+}
+
 TEST(Reconcile, GangRestartWaitsForOldPodsThenBackoffThenRecreates) {
   World w;
   w.Running();
