@@ -1,6 +1,7 @@
-// tj-operator: flags and wiring. Informers on TrainingJobs and the pods, services and secrets
-// they own feed a rate-limited work queue; --workers threads sync keys through the executor
-// (operator/controller/executor.h), only while this instance leads when --leader-elect.
+// tj-operator: flags and wiring. Informers on TrainingJobs and the pods and services
+// they own (never Secrets: it only creates them) feed a rate-limited work queue; --workers threads
+// sync keys through the executor (operator/controller/executor.h), only while this instance leads
+// when --leader-elect.
 #include <malloc.h>
 #include <signal.h>
 #include <unistd.h>
@@ -295,13 +296,14 @@ int main(int argc, char** argv) {
                       enqueue_job});
     informers.push_back(std::move(inf));
   }
-  for (const auto& r : {tj::kube::resources::kPods, tj::kube::resources::kServices,
-                        tj::kube::resources::kSecrets}) {
+  // No informer on Secrets: the operator creates the rendezvous Secret and never reads one
+  // (the default install cannot read Secrets, reconciler.h says how the key is tracked).
+  for (const auto& r : {tj::kube::resources::kPods, tj::kube::resources::kServices}) {
     tj::kube::InformerOptions o;
     o.resource = r;
     o.ns = ns;
     o.label_selector = tj::api::kLabelJobName;
-    // Of a pod the reconciler reads a few fields, of the Service and the Secret their existence.
+    // Of a pod the reconciler reads a few fields, of the Service its existence.
     o.transform = r.plural == tj::kube::resources::kPods.plural ? tj::controller::TrimPodForCache
                                                                 : tj::controller::KeepIdentity;
     auto inf = std::make_unique<tj::kube::Informer>(client, clock, o, &log);
@@ -318,7 +320,7 @@ int main(int argc, char** argv) {
     informers.push_back(std::move(inf));
   }
   deps.caches = tj::controller::OwnedObjectCaches{&informers[0]->cache(), &informers[1]->cache(),
-                                                  &informers[2]->cache(), &informers[3]->cache()};
+                                                  &informers[2]->cache()};
   deps.clock = clock;
   // Status writes give way to other work (executor.h): the pods of a burst of jobs first.
   deps.defer_status = tj::controller::StatusDeferral{

@@ -117,6 +117,9 @@ struct TrainingJobStatus {
   // one. A chief/worker pod missing while this equals restart_count was deleted by someone.
   int32_t created_generation = -1;
   int32_t evaluator_restarts = 0;  // the evaluator's own restarts (also bounded by backoffLimit)
+  // The hash (controller::KeyHash) of the key of the rendezvous Secret the operator created
+  // last; "" before it did. The operator never reads Secrets: this is what it knows of one.
+  std::string rendezvous_key_hash;
   std::optional<std::string> start_time, completion_time;
   nlohmann::json progress;    // null or {epoch, totalEpochs, step, loss, accuracy, ...}
   nlohmann::json evaluation;  // null or {checkpoint, epoch, loss, accuracy}

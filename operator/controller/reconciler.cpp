@@ -193,9 +193,19 @@ class Pass {
   void ReplicaStatuses();
   void Progress();
   void NoStatusNote(bool chief_answered);
-  // The rendezvous key's hash that pods created in this pass read: the Secret's, else (the
-  // Secret is created in this pass) the new key's.
-  std::string KeyHashForNewPods() const;
+  // The rendezvous Secret: created (with in_.new_rendezvous_key, its hash recorded in
+  // status.rendezvousKeyHash) when the operator has made none yet (by the status, else by the
+  // pods' hashes: HashThePodsAgreeOn), or when a pod reports it missing (SecretMissingPod).
+  // Sets key_hash_.
+  void EnsureSecret();
+  // A pod of the job the kubelet cannot start because the rendezvous Secret is not found: its
+  // name, else "".
+  std::string SecretMissingPod() const;
+  // The key hash that every pod of the job with one carries; "" when none has one or they
+  // differ.
+  std::string HashThePodsAgreeOn() const;
+  // The rendezvous key's hash that pods created in this pass read (the Secret's).
+  std::string KeyHashForNewPods() const { return key_hash_; }
   // A chief or worker pod still running (or about to) with another key than the Secret's:
   // its name, else "". Pods without a hash (made by an older operator) are not judged.
   std::string PodWithAnotherKey(const std::map<std::pair<ReplicaType, int>, json>& current) const;
@@ -216,6 +226,7 @@ class Pass {
   json original_;
   std::vector<json> pods_;
   std::vector<json> created_pods_;  // by this pass: Pending, so active in replicaStatuses
+  std::string key_hash_;            // of the rendezvous Secret's key, set by EnsureSecret
   Decision d_;
 };
 
@@ -365,15 +376,67 @@ Decision Pass::Done() {
   return std::move(d_);
 }
 
-std::string Pass::KeyHashForNewPods() const {
-  if (in_.secret) return KeyHashOf(*in_.secret);
-  return in_.new_rendezvous_key.empty() ? "" : KeyHash(in_.new_rendezvous_key);
+std::string Pass::HashThePodsAgreeOn() const {
+  std::string agreed;
+  for (const auto& p : pods_) {
+    const std::string h = KeyHashOf(p);
+    if (h.empty()) continue;
+    if (!agreed.empty() && h != agreed) return "";
+    agreed = h;
+  }
+  return agreed;
+}
+
+void Pass::EnsureSecret() {
+  // A pass that made the Secret and its pods but whose status was never written (an operator
+  // that stopped in between): the pods say which key it made.
+  if (status_.rendezvous_key_hash.empty()) status_.rendezvous_key_hash = HashThePodsAgreeOn();
+  const bool made = !status_.rendezvous_key_hash.empty();
+  const std::string missing_in = made ? SecretMissingPod() : "";
+  if (made && missing_in.empty()) {
+    key_hash_ = status_.rendezvous_key_hash;
+    return;
+  }
+  if (in_.new_rendezvous_key.empty()) return;
+  Create(kube::resources::kSecrets, BuildSecret(in_.job, in_.new_rendezvous_key));
+  key_hash_ = KeyHash(in_.new_rendezvous_key);
+  status_.rendezvous_key_hash = key_hash_;
+  if (!missing_in.empty()) {
+    Event("Warning", "RendezvousSecretMissing",
+          "Secret " + SecretName(ref_.name) + " was deleted (" + missing_in +
+              " cannot start without it); creating it again with a new key");
+  }
+}
+
+std::string Pass::SecretMissingPod() const {
+  const std::string quoted = "\"" + SecretName(ref_.name) + "\"";
+  for (const auto& p : pods_) {
+    if (!Active(p) || !p.contains("status") || !p["status"].is_object()) continue;
+    const json& st = p["status"];
+    auto cs = st.find("containerStatuses");
+    if (cs == st.end() || !cs->is_array()) continue;
+    for (const auto& c : *cs) {
+      const json* waiting = c.is_object() && c.contains("state") && c["state"].is_object() &&
+                                    c["state"].contains("waiting") &&
+                                    c["state"]["waiting"].is_object()
+                                ? &c["state"]["waiting"]
+                                : nullptr;
+      if (waiting == nullptr || waiting->value("reason", json()) != "CreateContainerConfigError")
+        continue;
+      const json message = waiting->value("message", json());
+      if (!message.is_string()) continue;
+      const std::string m = message.get<std::string>();
+      if (m.find(quoted) != std::string::npos && m.find("not found") != std::string::npos) {
+        return NameOf(p);
+      }
+    }
+  }
+  return "";
 }
 
 std::string Pass::PodWithAnotherKey(
     const std::map<std::pair<ReplicaType, int>, json>& current) const {
-  if (!in_.secret) return "";  // made in this pass: no pod can hold it yet, the next pass looks
-  const std::string key = KeyHashOf(*in_.secret);
+  const std::string& key = key_hash_;
   if (key.empty()) return "";
   for (const auto& [k, p] : current) {
     const std::string held = KeyHashOf(p);
@@ -454,7 +517,7 @@ Decision Pass::Run() {
   if (!status_.start_time) status_.start_time = kube::FormatTime(in_.now);
 
   if (!in_.service) Create(kube::resources::kServices, BuildService(in_.job, spec_));
-  if (!in_.secret) Create(kube::resources::kSecrets, BuildSecret(in_.job, in_.new_rendezvous_key));
+  EnsureSecret();
 
   // activeDeadlineSeconds, from the start time, enforced by a requeue at the deadline.
   if (spec_.run_policy.active_deadline_seconds) {
