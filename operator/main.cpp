@@ -219,7 +219,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   tj::kube::RestClient* client = client_or->get();
-  auto log_transport = tj::kube::NewCurlTransport(*config);
+  // Pod logs (the evaluator's final evaluation) through a transport of their own: at most
+  // 64 KiB each (limitBytes, below) within 5 s, so a slow log read holds a reconcile briefly.
+  tj::kube::RestConfig log_config = *config;
+  log_config.timeout = std::chrono::seconds(5);
+  auto log_transport = tj::kube::NewCurlTransport(log_config);
   if (!log_transport.ok()) {
     log.Error(log_transport.status().message());
     return 1;
