@@ -10,6 +10,7 @@
 #include "operator/kube/informer.h"
 #include "operator/kube/leader_election.h"
 #include "tests/integration/kube/local_cluster.h"
+#include "tests/support/leader_term.h"
 
 namespace tj::kube {
 namespace {
@@ -131,20 +132,13 @@ TEST(KubeRestart, ALeaderStopsWithinItsRenewDeadlineWhileTheApiServerIsPaused) {
   auto lease_client = RestClient::New(LeaseClientConfig(*cfg, lc), RealClock::Get());
   ASSERT_TRUE(lease_client.ok()) << lease_client.status().message();
 
-  std::atomic<bool> leading{false};
-  std::atomic<Steady::rep> stopped_at{0};
-  LeaderElector elector(lease_client->get(), RealClock::Get(), lc,
-                        {[&] { leading = true; },
-                         [&] {
-                           stopped_at = Steady::now().time_since_epoch().count();
-                           leading = false;
-                         },
-                         {}});
+  tj::testing::LeaderTerm term;
+  LeaderElector elector(lease_client->get(), RealClock::Get(), lc, term.Callbacks());
   Status result;
   std::jthread run([&](std::stop_token stop) { result = elector.Run(stop); });
-  ASSERT_TRUE(Eventually([&] { return leading.load(); }, std::chrono::seconds(10)));
+  ASSERT_TRUE(Eventually([&] { return term.leading(); }, std::chrono::seconds(10)));
   std::this_thread::sleep_for(milliseconds(1200));  // a few renewals
-  ASSERT_TRUE(leading.load());
+  ASSERT_TRUE(term.leading());
 
   int pid = 0;
   std::ifstream(cluster->dir() + "/pids/kube-apiserver") >> pid;
@@ -155,9 +149,9 @@ TEST(KubeRestart, ALeaderStopsWithinItsRenewDeadlineWhileTheApiServerIsPaused) {
   } resume{pid};
   ASSERT_EQ(::kill(pid, SIGSTOP), 0);
   const auto paused_at = Steady::now();
-  ASSERT_TRUE(Eventually([&] { return !leading.load(); }, std::chrono::seconds(10)));
-  const auto stopped = Steady::time_point(Steady::duration(stopped_at.load()));
-  const auto took = std::chrono::duration_cast<milliseconds>(stopped - paused_at);
+  ASSERT_TRUE(Eventually([&] { return !term.leading(); }, std::chrono::seconds(10)));
+  const auto stopped = term.stopped_at();
+  const milliseconds took = term.StoppedAfter(paused_at);
   // The last renewal began at most one retry period (plus its own answer) before the pause.
   EXPECT_LT(took, lc.renew_deadline + milliseconds(300)) << took.count() << " ms";
   EXPECT_GT(took, lc.renew_deadline - lc.retry_period - milliseconds(500)) << took.count();

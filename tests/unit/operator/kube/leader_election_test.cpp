@@ -11,6 +11,8 @@
 #include <mutex>
 #include <thread>
 
+#include "tests/support/leader_term.h"
+
 namespace tj::kube {
 namespace {
 
@@ -95,31 +97,23 @@ TEST(LeaderElection, StopsLeadingAtTheRenewDeadlineWhileARenewalHangs) {
   c.lease_duration = milliseconds(1500);
   c.renew_deadline = milliseconds(1000);
   c.retry_period = milliseconds(200);
-  std::atomic<bool> leading{false};
-  std::atomic<Steady::rep> stopped_at{0};
-  LeaderElector elector(&client, RealClock::Get(), c,
-                        {[&] { leading = true; },
-                         [&] {
-                           stopped_at = Steady::now().time_since_epoch().count();
-                           leading = false;
-                         },
-                         {}});
+  tj::testing::LeaderTerm term;
+  LeaderElector elector(&client, RealClock::Get(), c, term.Callbacks());
   Status result;
   std::jthread run([&](std::stop_token stop) { result = elector.Run(stop); });
   struct Unstall {  // before `run` joins, also when an assertion ends the test early
     StallingLeaseClient* client;
     ~Unstall() { client->Stall(false); }
   } unstall{&client};
-  for (int i = 0; i < 200 && !leading; ++i) std::this_thread::sleep_for(milliseconds(10));
-  ASSERT_TRUE(leading.load());
+  for (int i = 0; i < 200 && !term.leading(); ++i) std::this_thread::sleep_for(milliseconds(10));
+  ASSERT_TRUE(term.leading());
   std::this_thread::sleep_for(milliseconds(500));  // renewals go through
 
   client.Stall(true);
   const auto stalled_at = Steady::now();
-  for (int i = 0; i < 300 && leading; ++i) std::this_thread::sleep_for(milliseconds(10));
-  ASSERT_FALSE(leading.load()) << "still leading 3 s after the API server stopped answering";
-  const auto took = std::chrono::duration_cast<milliseconds>(
-      Steady::time_point(Steady::duration(stopped_at.load())) - stalled_at);
+  for (int i = 0; i < 300 && term.leading(); ++i) std::this_thread::sleep_for(milliseconds(10));
+  ASSERT_FALSE(term.leading()) << "still leading 3 s after the API server stopped answering";
+  const milliseconds took = term.StoppedAfter(stalled_at);
   // The last renewal began at most one retry period before the stall: the term ends between
   // renewDeadline - retryPeriod and renewDeadline after it (plus the watchdog's tick).
   EXPECT_LE(took, c.renew_deadline + milliseconds(150)) << took.count() << " ms";
