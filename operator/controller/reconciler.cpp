@@ -207,7 +207,8 @@ class Pass {
   // The rendezvous key's hash that pods created in this pass read (the Secret's).
   std::string KeyHashForNewPods() const { return key_hash_; }
   // A chief or worker pod still running (or about to) with another key than the Secret's:
-  // its name, else "". Pods without a hash (made by an older operator) are not judged.
+  // its name, else "". Pods without a hash (made by an older operator) are not judged, nor is
+  // a gang of which a member has succeeded (it has trained).
   std::string PodWithAnotherKey(const std::map<std::pair<ReplicaType, int>, json>& current) const;
   // Starts gang restart restart_count + 1: deletes the `current` gang, says why (`msg`).
   void RestartGang(const std::string& msg,
@@ -438,6 +439,10 @@ std::string Pass::PodWithAnotherKey(
     const std::map<std::pair<ReplicaType, int>, json>& current) const {
   const std::string& key = key_hash_;
   if (key.empty()) return "";
+  // A gang of which a member has finished has trained: it is not started again for a key.
+  for (const auto& [k, p] : current) {
+    if (Phase(p) == "Succeeded") return "";
+  }
   for (const auto& [k, p] : current) {
     const std::string held = KeyHashOf(p);
     if (held.empty() || held == key || !Active(p)) continue;

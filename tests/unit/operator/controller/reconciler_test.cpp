@@ -565,14 +565,20 @@ TEST(Reconcile, OneKeyOrAPodWithoutAHashRestartsNothing) {
   World w;
   w.Running();
   RecordKey(w.in.job, "k1");
-  w.in.pods[0] = WithKeyHash(w.in.pods[0], "k1");  // pods[1]: an older operator's, no hash
+  w.in.pods[0] = WithKeyHash(w.in.pods[0], "k1");
+  w.in.pods[1] = WithKeyHash(Pod(w.in.job, ReplicaType::kWorker, 1, 0, "Running"),
+                             "k1");  // pods[1]: an older operator's, no hash
   Decision d = Reconcile(w.in);
   EXPECT_TRUE(Deleted(d).empty());
   EXPECT_TRUE(Created(d).empty());
   EXPECT_FALSE(d.job_restarted);
-  // A worker that finished with the old key is not restarted for it.
+  // A gang of which a worker finished has trained: the other, still running with the old key,
+  // is not restarted for it.
+  w.in.pods[0] = WithKeyHash(w.in.pods[0], "k0");
   w.in.pods[1] = WithKeyHash(Pod(w.in.job, ReplicaType::kWorker, 1, 0, "Succeeded", 0), "k0");
   EXPECT_FALSE(Reconcile(w.in).job_restarted);
+  w.in.pods[0] = WithKeyHash(w.in.pods[0], "k1");
+  w.in.pods[1] = WithKeyHash(Pod(w.in.job, ReplicaType::kWorker, 1, 0, "Running"), "k1");
   // The evaluator is not in the collective: another key does not restart the gang.
   w.in.pods[2] = WithKeyHash(w.in.pods[2], "k0");
   EXPECT_FALSE(Reconcile(w.in).job_restarted);
