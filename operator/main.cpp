@@ -1,6 +1,7 @@
-// tj-operator: flags and wiring. Informers on TrainingJobs and the pods, services and secrets
-// they own feed a rate-limited work queue; --workers threads sync keys through the executor
-// (operator/controller/executor.h), only while this instance leads when --leader-elect.
+// tj-operator: flags and wiring. Informers on TrainingJobs and the pods and services
+// they own (never Secrets: it only creates them) feed a rate-limited work queue; --workers threads
+// sync keys through the executor (operator/controller/executor.h), only while this instance leads
+// when --leader-elect.
 #include <malloc.h>
 #include <signal.h>
 #include <unistd.h>
@@ -218,7 +219,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   tj::kube::RestClient* client = client_or->get();
-  auto log_transport = tj::kube::NewCurlTransport(*config);
+  // Pod logs (the evaluator's final evaluation) through a transport of their own: at most
+  // 64 KiB each (limitBytes, below) within 5 s, so a slow log read holds a reconcile briefly.
+  tj::kube::RestConfig log_config = *config;
+  log_config.timeout = std::chrono::seconds(5);
+  auto log_transport = tj::kube::NewCurlTransport(log_config);
   if (!log_transport.ok()) {
     log.Error(log_transport.status().message());
     return 1;
@@ -295,13 +300,14 @@ int main(int argc, char** argv) {
                       enqueue_job});
     informers.push_back(std::move(inf));
   }
-  for (const auto& r : {tj::kube::resources::kPods, tj::kube::resources::kServices,
-                        tj::kube::resources::kSecrets}) {
+  // No informer on Secrets: the operator creates the rendezvous Secret and never reads one
+  // (the default install cannot read Secrets, reconciler.h says how the key is tracked).
+  for (const auto& r : {tj::kube::resources::kPods, tj::kube::resources::kServices}) {
     tj::kube::InformerOptions o;
     o.resource = r;
     o.ns = ns;
     o.label_selector = tj::api::kLabelJobName;
-    // Of a pod the reconciler reads a few fields, of the Service and the Secret their existence.
+    // Of a pod the reconciler reads a few fields, of the Service its existence.
     o.transform = r.plural == tj::kube::resources::kPods.plural ? tj::controller::TrimPodForCache
                                                                 : tj::controller::KeepIdentity;
     auto inf = std::make_unique<tj::kube::Informer>(client, clock, o, &log);
@@ -318,7 +324,7 @@ int main(int argc, char** argv) {
     informers.push_back(std::move(inf));
   }
   deps.caches = tj::controller::OwnedObjectCaches{&informers[0]->cache(), &informers[1]->cache(),
-                                                  &informers[2]->cache(), &informers[3]->cache()};
+                                                  &informers[2]->cache()};
   deps.clock = clock;
   // Status writes give way to other work (executor.h): the pods of a burst of jobs first.
   deps.defer_status = tj::controller::StatusDeferral{
@@ -369,6 +375,7 @@ int main(int argc, char** argv) {
             {"leader_elect", leader_elect}});
 
   std::jthread elector_thread;
+  std::unique_ptr<tj::kube::RestClient> lease_client_holder;
   std::unique_ptr<tj::kube::LeaderElector> elector;
   if (leader_elect) {
     tj::kube::LeaderElectionConfig lc;
@@ -388,10 +395,23 @@ int main(int argc, char** argv) {
         log.Emit({{"event", "released_lease"}, {"lease", lease}});
         return;
       }
-      log.Error("lost the leader lease " + lease + "; exiting so a fresh start campaigns");
-      stop.request_stop();
+      // Past the renew deadline another instance may lead soon: no call of this one may
+      // still reach the API server, whatever a reconcile is waiting for. Exit now, as
+      // client-go's leaders do; a fresh start campaigns again.
+      log.Error("lost the leader lease " + lease +
+                ": not renewed within the renew deadline; "
+                "exiting so a fresh start campaigns");
+      std::_Exit(1);
     };
-    elector = std::make_unique<tj::kube::LeaderElector>(client, clock, lc, cb, &log);
+    // The lease's own client (LeaseClientConfig): renewals never queue behind reconciles.
+    auto lease_client = tj::kube::RestClient::New(tj::kube::LeaseClientConfig(*config, lc), clock);
+    if (!lease_client.ok()) {
+      log.Error(lease_client.status().message());
+      return 1;
+    }
+    lease_client_holder = std::move(*lease_client);
+    elector =
+        std::make_unique<tj::kube::LeaderElector>(lease_client_holder.get(), clock, lc, cb, &log);
     tj::Status v = elector->Validate();
     if (!v.ok()) {
       log.Error(v.message());

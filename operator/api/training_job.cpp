@@ -354,6 +354,9 @@ TrainingJobStatus TrainingJobStatus::FromJson(const json& j) {
       s.evaluator_restarts = j["evaluatorRestarts"].get<int32_t>();
     }
     s.restarts = RestartCounts::FromJson(j, s.restart_count);
+    if (auto h = j.find("rendezvousKeyHash"); h != j.end() && h->is_string()) {
+      s.rendezvous_key_hash = h->get<std::string>();
+    }
     if (j.contains("startTime") && j["startTime"].is_string()) s.start_time = j["startTime"];
     if (j.contains("completionTime") && j["completionTime"].is_string()) {
       s.completion_time = j["completionTime"];
@@ -389,6 +392,7 @@ json TrainingJobStatus::ToJson() const {
   if (observed_generation > 0) j["observedGeneration"] = observed_generation;
   if (evaluator_restarts > 0) j["evaluatorRestarts"] = evaluator_restarts;
   j["restarts"] = restarts.ToJson(restart_count);
+  if (!rendezvous_key_hash.empty()) j["rendezvousKeyHash"] = rendezvous_key_hash;
   if (start_time) j["startTime"] = *start_time;
   if (completion_time) j["completionTime"] = *completion_time;
   if (progress.is_object()) j["progress"] = progress;

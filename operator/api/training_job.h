@@ -127,6 +127,9 @@ struct TrainingJobStatus {
   int32_t created_generation = -1;
   int32_t evaluator_restarts = 0;  // the evaluator's own restarts (also bounded by backoffLimit)
   RestartCounts restarts;          // status.restarts: by cause, and how much backoffLimit is used
+  // The hash (controller::KeyHash) of the key of the rendezvous Secret the operator created
+  // last; "" before it did. The operator never reads Secrets: this is what it knows of one.
+  std::string rendezvous_key_hash;
   std::optional<std::string> start_time, completion_time;
   nlohmann::json progress;    // null or {epoch, totalEpochs, step, loss, accuracy, ...}
   nlohmann::json evaluation;  // null or {checkpoint, epoch, loss, accuracy}

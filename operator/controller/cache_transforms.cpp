@@ -19,14 +19,27 @@ void KeepOnly(json& o, std::initializer_list<const char*> keys) {
   o = std::move(kept);
 }
 
+// Of metadata.annotations only the rendezvous key's hash stays (the reconciler compares it).
+void KeepKeyHashAnnotation(json& metadata, json annotations) {
+  const std::string hash = KeyHashOf({{"metadata", {{"annotations", std::move(annotations)}}}});
+  if (!hash.empty()) metadata["annotations"] = {{kKeyHashAnnotation, hash}};
+}
+
+json TakeAnnotations(json& metadata) {
+  auto it = metadata.find("annotations");
+  return it != metadata.end() ? std::move(*it) : json();
+}
+
 }  // namespace
 
 void TrimPodForCache(json& pod) {
   if (!pod.is_object()) return;
   KeepOnly(pod, {"apiVersion", "kind", "metadata", "spec", "status"});
-  if (auto md = pod.find("metadata"); md != pod.end()) {
+  if (auto md = pod.find("metadata"); md != pod.end() && md->is_object()) {
+    json annotations = TakeAnnotations(*md);
     KeepOnly(*md, {"name", "namespace", "uid", "resourceVersion", "generation", "labels",
                    "ownerReferences", "creationTimestamp", "deletionTimestamp"});
+    KeepKeyHashAnnotation(*md, std::move(annotations));
   }
   if (auto spec = pod.find("spec"); spec != pod.end()) {
     KeepOnly(*spec, {"containers"});
@@ -59,9 +72,11 @@ void TrimPodForCache(json& pod) {
 void KeepIdentity(json& object) {
   if (!object.is_object()) return;
   KeepOnly(object, {"apiVersion", "kind", "metadata"});
-  if (auto md = object.find("metadata"); md != object.end()) {
+  if (auto md = object.find("metadata"); md != object.end() && md->is_object()) {
+    json annotations = TakeAnnotations(*md);
     KeepOnly(*md, {"name", "namespace", "uid", "resourceVersion", "generation", "labels",
                    "ownerReferences", "deletionTimestamp"});
+    KeepKeyHashAnnotation(*md, std::move(annotations));
   }
 }
 

@@ -8,14 +8,16 @@
 
 namespace tj::controller {
 
-// A pod as the reconciler reads it: metadata without managedFields and annotations; of the
+// A pod as the reconciler reads it: metadata without managedFields and annotations (but the
+// rendezvous key's hash, kKeyHashAnnotation); of the
 // spec only each container's name, args and TJ_STATUS_PORT env (the status port); of the status the
 // phase, reason, message, podIP, conditions (the scheduler's reason for a pending pod) and
 // containerStatuses. Drops the rest of the env (TF_CONFIG), volumes and everything else.
 void TrimPodForCache(nlohmann::json& pod);
 
 // Only what names an object and ties it to its job: name, namespace, uid, resourceVersion,
-// generation, labels, ownerReferences, deletionTimestamp. For the Services and Secrets: only
+// generation, labels, ownerReferences, deletionTimestamp, and the kKeyHashAnnotation. For the
+// Services and Secrets: only
 // their existence and owner matter (one of the job's name that another owns is not the job's),
 // and no Secret data stays in memory.
 void KeepIdentity(nlohmann::json& object);

@@ -25,7 +25,6 @@ std::string PodPhase(const json& pod) {
 const kube::ObjectCache* CacheOf(const OwnedObjectCaches& caches, const kube::Resource& r) {
   if (r.plural == kube::resources::kPods.plural) return caches.pods;
   if (r.plural == kube::resources::kServices.plural) return caches.services;
-  if (r.plural == kube::resources::kSecrets.plural) return caches.secrets;
   if (r.plural == api::kTrainingJobs.plural) return caches.jobs;
   return nullptr;
 }
@@ -43,11 +42,10 @@ std::string OwnersOf(const json& object) {
   return out.empty() ? "no owner" : out;
 }
 
-// Leaves out a Service or Secret of the job's name that the job does not own (a deleted job's,
-// or a user's): the reconciler then creates it, and Create's owner check waits for it to go.
+// Leaves out a Service of the job's name that the job does not own (a deleted job's, or a
+// user's): the reconciler then creates it, and Create's owner check waits for it to go.
 void DropUnowned(Observed* in) {
   if (in->service && !IsOwnedBy(*in->service, in->job)) in->service.reset();
-  if (in->secret && !IsOwnedBy(*in->secret, in->job)) in->secret.reset();
 }
 
 }  // namespace
@@ -252,7 +250,6 @@ Status Executor::ReadOwned(const std::string& key, const std::string& ns, const 
       if (api::RefOf(p).ns == ns) in->pods.push_back(std::move(p));
     }
     in->service = c.services->Get(ns + "/" + name);
-    in->secret = c.secrets->Get(ns + "/" + SecretName(name));
     DropUnowned(in);
     return Status::Ok();
   }
@@ -267,12 +264,6 @@ Status Executor::ReadOwned(const std::string& key, const std::string& ns, const 
     in->service = std::move(*svc);
   } else if (!kube::IsNotFound(svc.error())) {
     return svc.error().ToStatus().WithContext("reading the Service of TrainingJob " + key);
-  }
-  auto secret = client->Get(kube::resources::kSecrets, ns, SecretName(name));
-  if (secret.ok()) {
-    in->secret = std::move(*secret);
-  } else if (!kube::IsNotFound(secret.error())) {
-    return secret.error().ToStatus().WithContext("reading the Secret of TrainingJob " + key);
   }
   DropUnowned(in);
   return Status::Ok();
@@ -323,7 +314,7 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
   if (kept) in.job["status"] = kept->status;
   in.now = deps_.wall_clock();
   TJ_RETURN_IF_ERROR(ReadOwned(key, ns, name, &in));
-  if (!in.secret && deps_.random_key) in.new_rendezvous_key = deps_.random_key();
+  if (deps_.random_key) in.new_rendezvous_key = deps_.random_key();
 
   const api::TrainingJobStatus st =
       api::TrainingJobStatus::FromJson(in.job.value("status", json::object()));
@@ -373,8 +364,31 @@ StatusOr<std::optional<json>> Executor::ReadExisting(const kube::Resource& r, co
                                              ", which already exists");
 }
 
+// The operator may create and delete Secrets, never read them (RBAC: no get, list or watch).
+// The reconciler creates the rendezvous Secret only when it has made none (by the job's
+// status) or a pod reports it gone: one that exists is then not the key the status records (a
+// pass whose status write was lost, a deleted job's Secret of the same name, a user's), and is
+// replaced; the pods that may hold its key are restarted by their key hash.
+Status Executor::CreateSecret(const std::string& ns, const Action& a) {
+  const std::string object_key = ns + "/" + a.name;
+  auto r = deps_.client->Create(a.resource, ns, a.object);
+  if (r.ok()) return Status::Ok();
+  if (!kube::IsAlreadyExists(r.error())) {
+    return r.error().ToStatus().WithContext("creating secrets " + object_key);
+  }
+  auto d = deps_.client->Delete(a.resource, ns, a.name);
+  if (!d.ok() && !kube::IsNotFound(d.error())) {
+    return d.error().ToStatus().WithContext("replacing secrets " + object_key +
+                                            ", which holds another key");
+  }
+  r = deps_.client->Create(a.resource, ns, a.object);
+  if (r.ok()) return Status::Ok();
+  return r.error().ToStatus().WithContext("creating secrets " + object_key + " again");
+}
+
 Status Executor::Create(const std::string& key, const json& job, const Action& a) {
   const api::ObjectRef ref = api::RefOf(job);
+  if (a.resource.plural == kube::resources::kSecrets.plural) return CreateSecret(ref.ns, a);
   const std::string object_key = ref.ns + "/" + a.name;
   if (deps_.caches) expectations_.ExpectCreate(key, a.resource, object_key);
   auto r = deps_.client->Create(a.resource, ref.ns, a.object);

@@ -41,7 +41,7 @@ struct OwnedObjectCaches {
   const kube::ObjectCache* jobs = nullptr;  // TrainingJobs, whole (managedFields aside)
   const kube::ObjectCache* pods = nullptr;  // labelled tjo.dev/job-name
   const kube::ObjectCache* services = nullptr;
-  const kube::ObjectCache* secrets = nullptr;
+  // No Secrets: the operator never reads them (Executor::CreateSecret).
 };
 
 // How long a pass waits for the caches to show its own creates and deletes before it acts on
@@ -106,6 +106,8 @@ class Executor {
                                                        const std::string& name);
   Status Apply(const std::string& key, const nlohmann::json& job, const Decision& d);
   Status Create(const std::string& key, const nlohmann::json& job, const Action& a);
+  // Creates the rendezvous Secret; one that exists already is deleted and created again.
+  Status CreateSecret(const std::string& ns, const Action& a);
   Status CreateAll(const std::string& key, const nlohmann::json& job,
                    const std::vector<const Action*>& creates);
   Status WriteStatus(const std::string& key, const nlohmann::json& job,

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "common/sha256.h"
+
 namespace tj::controller {
 namespace {
 
@@ -169,6 +171,27 @@ json BuildService(const json& job, const api::TrainingJobSpec& spec) {
             {"ports", ServicePorts(spec)}}}};
 }
 
+std::string KeyHash(const std::string& key) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  const Digest d = Sha256Of(key.data(), key.size());
+  std::string out = "sha256:";
+  for (size_t i = 0; i < 8; ++i) {
+    out += kHex[d[i] >> 4];
+    out += kHex[d[i] & 15];
+  }
+  return out;
+}
+
+std::string KeyHashOf(const json& object) {
+  if (!object.is_object()) return "";
+  auto md = object.find("metadata");
+  if (md == object.end() || !md->is_object()) return "";
+  auto an = md->find("annotations");
+  if (an == md->end() || !an->is_object()) return "";
+  auto h = an->find(kKeyHashAnnotation);
+  return h != an->end() && h->is_string() ? h->get<std::string>() : "";
+}
+
 json BuildSecret(const json& job, const std::string& key) {
   const api::ObjectRef r = api::RefOf(job);
   return {{"apiVersion", "v1"},
@@ -177,6 +200,7 @@ json BuildSecret(const json& job, const std::string& key) {
            {{"name", SecretName(r.name)},
             {"namespace", r.ns},
             {"labels", Labels(r.name)},
+            {"annotations", {{kKeyHashAnnotation, KeyHash(key)}}},
             {"ownerReferences", json::array({OwnerReference(job)})}}},
           {"type", "Opaque"},
           {"stringData", {{kRendezvousKeyField, key}}}};
@@ -235,7 +259,7 @@ void ApplySecurityDefaults(json& pod_spec) {
 }
 
 json BuildPod(const json& job, const api::TrainingJobSpec& spec, api::ReplicaType type, int index,
-              int restart_count) {
+              int restart_count, const std::string& key_hash) {
   const api::ObjectRef r = api::RefOf(job);
   const api::ReplicaSpec& rs = spec.replica_specs.at(type);
   const json& tmpl = rs.pod_template;
@@ -250,6 +274,12 @@ json BuildPod(const json& job, const api::TrainingJobSpec& spec, api::ReplicaTyp
   labels[api::kLabelReplicaIndex] = std::to_string(index);
   labels[api::kLabelRestartCount] = std::to_string(restart_count);
   meta["labels"] = labels;
+  if (!key_hash.empty()) {
+    json annotations = meta.value("annotations", json::object());
+    if (!annotations.is_object()) annotations = json::object();
+    annotations[kKeyHashAnnotation] = key_hash;
+    meta["annotations"] = annotations;
+  }
   meta["name"] = name;
   meta["namespace"] = r.ns;
   meta.erase("generateName");

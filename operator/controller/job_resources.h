@@ -21,6 +21,10 @@ inline constexpr char kStatusPortEnv[] = "TJ_STATUS_PORT";
 // names it; without one, spec.port.
 inline constexpr char kTfJobPortName[] = "tfjob-port";
 inline constexpr char kRendezvousKeyField[] = "key";
+// On the Secret and on every pod: a hash of the rendezvous key the pod was started with
+// (KeyHash), so that a gang never runs with two keys (the reconciler restarts a gang whose
+// pods carry another hash than the Secret).
+inline constexpr char kKeyHashAnnotation[] = "tjo.dev/rendezvous-key-hash";
 // The group of the pods' volumes unless the template sets one: the tj-trainer image's user.
 inline constexpr int kDefaultFsGroup = 65532;
 
@@ -50,10 +54,19 @@ nlohmann::json TfConfig(const api::ObjectRef& job, const api::TrainingJobSpec& s
 // itself.
 void ApplySecurityDefaults(nlohmann::json& pod_spec);
 
+// "sha256:" and the first 16 hex digits of SHA-256(key): names a key without revealing it.
+std::string KeyHash(const std::string& key);
+// The kKeyHashAnnotation of a Secret or pod; "" when it has none (made by an older operator).
+std::string KeyHashOf(const nlohmann::json& object);
+
 nlohmann::json BuildService(const nlohmann::json& job, const api::TrainingJobSpec& spec);
+// The Secret carries the key and its kKeyHashAnnotation.
 nlohmann::json BuildSecret(const nlohmann::json& job, const std::string& key);
+// `key_hash`: the KeyHash of the Secret's key the pod will read (its kKeyHashAnnotation); ""
+// leaves the annotation out.
 nlohmann::json BuildPod(const nlohmann::json& job, const api::TrainingJobSpec& spec,
-                        api::ReplicaType type, int index, int restart_count);
+                        api::ReplicaType type, int index, int restart_count,
+                        const std::string& key_hash = "");
 
 // The container that gets TF_CONFIG, found as TFJob finds it: the one named "tensorflow", else
 // the one named "trainer" (this operator's own name), else the only one; -1 if none.

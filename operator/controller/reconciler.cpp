@@ -199,6 +199,26 @@ class Pass {
   void ReplicaStatuses();
   void Progress();
   void NoStatusNote(bool chief_answered);
+  // The rendezvous Secret: created (with in_.new_rendezvous_key, its hash recorded in
+  // status.rendezvousKeyHash) when the operator has made none yet (by the status, else by the
+  // pods' hashes: HashThePodsAgreeOn), or when a pod reports it missing (SecretMissingPod).
+  // Sets key_hash_.
+  void EnsureSecret();
+  // A pod of the job the kubelet cannot start because the rendezvous Secret is not found: its
+  // name, else "".
+  std::string SecretMissingPod() const;
+  // The key hash that every pod of the job with one carries; "" when none has one or they
+  // differ.
+  std::string HashThePodsAgreeOn() const;
+  // The rendezvous key's hash that pods created in this pass read (the Secret's).
+  std::string KeyHashForNewPods() const { return key_hash_; }
+  // A chief or worker pod still running (or about to) with another key than the Secret's:
+  // its name, else "". Pods without a hash (made by an older operator) are not judged, nor is
+  // a gang of which a member has succeeded (it has trained).
+  std::string PodWithAnotherKey(const std::map<std::pair<ReplicaType, int>, json>& current) const;
+  // Starts gang restart restart_count + 1: deletes the `current` gang, says why (`msg`).
+  void RestartGang(const std::string& msg,
+                   const std::map<std::pair<ReplicaType, int>, json>& current);
   // Every condition holds as of the spec this pass read: stamp them all with its generation.
   void StampObservedGeneration() {
     for (auto& c : status_.conditions) c.observed_generation = status_.observed_generation;
@@ -213,6 +233,7 @@ class Pass {
   json original_;
   std::vector<json> pods_;
   std::vector<json> created_pods_;  // by this pass: Pending, so active in replicaStatuses
+  std::string key_hash_;            // of the rendezvous Secret's key, set by EnsureSecret
   Decision d_;
 };
 
@@ -387,6 +408,93 @@ Decision Pass::Done() {
   return std::move(d_);
 }
 
+std::string Pass::HashThePodsAgreeOn() const {
+  std::string agreed;
+  for (const auto& p : pods_) {
+    const std::string h = KeyHashOf(p);
+    if (h.empty()) continue;
+    if (!agreed.empty() && h != agreed) return "";
+    agreed = h;
+  }
+  return agreed;
+}
+
+void Pass::EnsureSecret() {
+  // A pass that made the Secret and its pods but whose status was never written (an operator
+  // that stopped in between): the pods say which key it made.
+  if (status_.rendezvous_key_hash.empty()) status_.rendezvous_key_hash = HashThePodsAgreeOn();
+  const bool made = !status_.rendezvous_key_hash.empty();
+  const std::string missing_in = made ? SecretMissingPod() : "";
+  if (made && missing_in.empty()) {
+    key_hash_ = status_.rendezvous_key_hash;
+    return;
+  }
+  if (in_.new_rendezvous_key.empty()) return;
+  Create(kube::resources::kSecrets, BuildSecret(in_.job, in_.new_rendezvous_key));
+  key_hash_ = KeyHash(in_.new_rendezvous_key);
+  status_.rendezvous_key_hash = key_hash_;
+  if (!missing_in.empty()) {
+    Event("Warning", "RendezvousSecretMissing",
+          "Secret " + SecretName(ref_.name) + " was deleted (" + missing_in +
+              " cannot start without it); creating it again with a new key");
+  }
+}
+
+std::string Pass::SecretMissingPod() const {
+  const std::string quoted = "\"" + SecretName(ref_.name) + "\"";
+  for (const auto& p : pods_) {
+    if (!Active(p) || !p.contains("status") || !p["status"].is_object()) continue;
+    const json& st = p["status"];
+    auto cs = st.find("containerStatuses");
+    if (cs == st.end() || !cs->is_array()) continue;
+    for (const auto& c : *cs) {
+      const json* waiting = c.is_object() && c.contains("state") && c["state"].is_object() &&
+                                    c["state"].contains("waiting") &&
+                                    c["state"]["waiting"].is_object()
+                                ? &c["state"]["waiting"]
+                                : nullptr;
+      if (waiting == nullptr || waiting->value("reason", json()) != "CreateContainerConfigError")
+        continue;
+      const json message = waiting->value("message", json());
+      if (!message.is_string()) continue;
+      const std::string m = message.get<std::string>();
+      if (m.find(quoted) != std::string::npos && m.find("not found") != std::string::npos) {
+        return NameOf(p);
+      }
+    }
+  }
+  return "";
+}
+
+std::string Pass::PodWithAnotherKey(
+    const std::map<std::pair<ReplicaType, int>, json>& current) const {
+  const std::string& key = key_hash_;
+  if (key.empty()) return "";
+  // A gang of which a member has finished has trained: it is not started again for a key.
+  for (const auto& [k, p] : current) {
+    if (Phase(p) == "Succeeded") return "";
+  }
+  for (const auto& [k, p] : current) {
+    const std::string held = KeyHashOf(p);
+    if (held.empty() || held == key || !Active(p)) continue;
+    return NameOf(p);
+  }
+  return "";
+}
+
+void Pass::RestartGang(const std::string& msg,
+                       const std::map<std::pair<ReplicaType, int>, json>& current) {
+  status_.restart_count += 1;
+  status_.created_generation = -1;
+  status_.SetCondition(cond::kRestarting, true, "GangRestart", msg, in_.now);
+  status_.SetCondition(cond::kRunning, false, "GangRestart", msg, in_.now);
+  Event("Warning", "GangRestart", msg);
+  d_.job_restarted = true;
+  for (const auto& [k, p] : current) DeletePod(p);
+  RequeueAfter(std::chrono::seconds(1));
+  Progress();
+}
+
 Decision Pass::Run() {
   if (Deleting(in_.job)) return std::move(d_);  // the garbage collector removes what it owns
 
@@ -445,7 +553,7 @@ Decision Pass::Run() {
   if (!status_.start_time) status_.start_time = kube::FormatTime(in_.now);
 
   if (!in_.service) Create(kube::resources::kServices, BuildService(in_.job, spec_));
-  if (!in_.secret) Create(kube::resources::kSecrets, BuildSecret(in_.job, in_.new_rendezvous_key));
+  EnsureSecret();
 
   // activeDeadlineSeconds, from the start time, enforced by a requeue at the deadline.
   if (spec_.run_policy.active_deadline_seconds) {
@@ -485,6 +593,20 @@ Decision Pass::Run() {
     }
   }
   for (const auto& p : stale) DeletePod(p);
+
+  // A new rendezvous key (the Secret was deleted and made again): pods that hold the old one
+  // cannot rendezvous with those that read the new one, so the whole gang starts again. Not
+  // the job's failure: backoffLimit does not stop it.
+  if (std::string pod = PodWithAnotherKey(current); !pod.empty()) {
+    const std::string why = "the rendezvous key in Secret " + SecretName(ref_.name) + " changed (" +
+                            pod + " was started with another)";
+    auto budget = ChargeGangRestart(api::RestartCause::kOperatorRestart, why);
+    if (!budget) return Done();  // a failure policy rule fails the job on it
+    RestartGang("restart " + std::to_string(status_.restart_count + 1) + " (" + *budget +
+                    "): " + why + "; restarting all chief and worker pods",
+                current);
+    return Done();
+  }
 
   // Chief and worker pods: how each stands.
   struct Failure {
@@ -615,17 +737,9 @@ Decision Pass::Run() {
       Finished();
       return Done();
     }
-    status_.restart_count += 1;
-    status_.created_generation = -1;
-    const std::string msg = "restart " + std::to_string(status_.restart_count) + " (" + *budget +
-                            "): " + why + "; restarting all chief and worker pods";
-    status_.SetCondition(cond::kRestarting, true, "GangRestart", msg, in_.now);
-    status_.SetCondition(cond::kRunning, false, "GangRestart", msg, in_.now);
-    Event("Warning", "GangRestart", msg);
-    d_.job_restarted = true;
-    for (const auto& [k, p] : current) DeletePod(p);
-    RequeueAfter(std::chrono::seconds(1));
-    Progress();
+    RestartGang("restart " + std::to_string(status_.restart_count + 1) + " (" + *budget +
+                    "): " + why + "; restarting all chief and worker pods",
+                current);
     return Done();
   }
 
@@ -657,7 +771,7 @@ Decision Pass::Run() {
     } else {
       std::string names;
       for (const auto& [t, i] : missing) {
-        Create(kube::resources::kPods, BuildPod(in_.job, spec_, t, i, gen));
+        Create(kube::resources::kPods, BuildPod(in_.job, spec_, t, i, gen, KeyHashForNewPods()));
         names += (names.empty() ? "" : ", ") + PodName(ref_.name, t, i);
       }
       status_.created_generation = gen;
@@ -671,7 +785,8 @@ Decision Pass::Run() {
     const std::string name = PodName(ref_.name, ReplicaType::kEvaluator, 0);
     const api::ReplicaSpec& rs = spec_.replica_specs.at(ReplicaType::kEvaluator);
     if (!evaluator) {
-      Create(kube::resources::kPods, BuildPod(in_.job, spec_, ReplicaType::kEvaluator, 0, gen));
+      Create(kube::resources::kPods,
+             BuildPod(in_.job, spec_, ReplicaType::kEvaluator, 0, gen, KeyHashForNewPods()));
     } else if (!Deleting(*evaluator) && Phase(*evaluator) == "Failed") {
       PodOutcome o = OutcomeOf(*evaluator);
       const int limit = spec_.run_policy.backoff_limit;

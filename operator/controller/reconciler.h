@@ -1,5 +1,5 @@
 // The pure core of the operator: what one TrainingJob needs, given what is observed.
-//   Reconcile(observed job, pods, service, secret, trainer /status snapshots, now)
+//   Reconcile(observed job, pods, service, trainer /status snapshots, now)
 //     -> actions (create/delete objects, events), the new status, when to look again.
 // No I/O and no clock of its own, so every lifecycle rule is unit-tested with tables
 // (tests/unit/operator/controller/). The executor (executor.h) applies the decision.
@@ -47,11 +47,13 @@ struct Observed {
   nlohmann::json job;                     // the TrainingJob as read from the API server
   std::vector<nlohmann::json> pods;       // pods labelled tjo.dev/job-name=<job>
   std::optional<nlohmann::json> service;  // "<job>", when it exists
-  std::optional<nlohmann::json> secret;   // "<job>-rendezvous", when it exists
   std::map<std::string, nlohmann::json> trainer_status;  // pod name -> its /status answer
   // Evaluator pod name -> the last "evaluation" event of its log (read once it has ended).
   std::map<std::string, nlohmann::json> final_evaluation;
-  std::string new_rendezvous_key;  // random; used when the Secret has to be created
+  // Random, drawn for every pass; used when the rendezvous Secret has to be created. The
+  // operator never reads Secrets: what it knows of the one it made is in the job's status
+  // (rendezvousKeyHash), and a pod the kubelet cannot start without it says it is gone.
+  std::string new_rendezvous_key;
   kube::WallTime now{};
 };
 

@@ -1,6 +1,8 @@
 #include "operator/kube/leader_election.h"
 
+#include <algorithm>
 #include <condition_variable>
+#include <thread>
 #include <utility>
 
 #include "operator/kube/resource.h"
@@ -18,6 +20,14 @@ LeaderElector::LeaderElector(Client* client, Clock* clock, LeaderElectionConfig 
       callbacks_(std::move(callbacks)),
       log_(log),
       wall_clock_(std::move(wall_clock)) {}
+
+RestConfig LeaseClientConfig(RestConfig base, const LeaderElectionConfig& election) {
+  base.qps = 0;
+  base.max_retries = 0;
+  const auto retry_s = std::chrono::ceil<std::chrono::seconds>(election.retry_period);
+  base.timeout = std::max(std::chrono::seconds(1), retry_s);
+  return base;
+}
 
 Status LeaderElector::Validate() const {
   const std::string what =
@@ -141,35 +151,69 @@ void LeaderElector::Sleep(std::stop_token stop, std::chrono::milliseconds d) {
   cv.wait_for(lock, std::move(stop), d, [] { return false; });
 }
 
+Clock::TimePoint LeaderElector::RenewDeadline() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return renewed_at_ + config_.renew_deadline;
+}
+
+bool LeaderElector::StopLeading() {
+  if (!leading_.exchange(false)) return false;
+  if (callbacks_.on_stopped_leading) callbacks_.on_stopped_leading();
+  return true;
+}
+
+void LeaderElector::WatchRenewDeadline(std::stop_token stop) {
+  // A tenth of the retry period, at most 100 ms: the term ends that soon after the deadline.
+  const auto tick = std::min(std::chrono::milliseconds(100), config_.retry_period / 10);
+  while (!stop.stop_requested()) {
+    if (clock_->Now() >= RenewDeadline()) {
+      if (StopLeading()) {
+        Warn("not renewed within the renew deadline (" +
+             std::to_string(config_.renew_deadline.count()) + " ms): stopped leading");
+      }
+      return;
+    }
+    Sleep(stop, std::max(tick, std::chrono::milliseconds(1)));
+  }
+}
+
 Status LeaderElector::Run(const std::stop_token& stop) {
   TJ_RETURN_IF_ERROR(Validate());
   // Campaign.
-  while (!stop.stop_requested() && !TryAcquireOrRenew()) Sleep(stop, config_.retry_period);
+  Clock::TimePoint attempt_start = clock_->Now();
+  while (!stop.stop_requested()) {
+    attempt_start = clock_->Now();
+    if (TryAcquireOrRenew()) break;
+    Sleep(stop, config_.retry_period);
+  }
   if (stop.stop_requested()) return Status::Ok();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    renewed_at_ = attempt_start;
+  }
   leading_ = true;
   if (callbacks_.on_started_leading) callbacks_.on_started_leading();
-  Status result = Status::Ok();
-  // Renew.
-  while (!stop.stop_requested()) {
+  std::jthread watchdog([this](std::stop_token s) { WatchRenewDeadline(s); });
+  // Renew every retryPeriod; a failed attempt is retried every retryPeriod until the watchdog
+  // ends the term.
+  while (!stop.stop_requested() && leading_.load()) {
     Sleep(stop, config_.retry_period);
-    if (stop.stop_requested()) break;
-    auto deadline = clock_->Now() + config_.renew_deadline;
-    bool renewed = false;
-    while (!stop.stop_requested() && clock_->Now() < deadline) {
-      if ((renewed = TryAcquireOrRenew())) break;
-      Sleep(stop, config_.retry_period);
-    }
-    if (stop.stop_requested()) break;
-    if (!renewed) {
-      result = Status::Error("lost the lease " + config_.lease_namespace + "/" +
-                             config_.lease_name + ": not renewed within the renew deadline");
-      break;
+    if (stop.stop_requested() || !leading_.load()) break;
+    attempt_start = clock_->Now();
+    if (TryAcquireOrRenew()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      renewed_at_ = std::max(renewed_at_, attempt_start);
     }
   }
-  leading_ = false;
-  if (result.ok() && config_.release_on_stop) Release();
-  if (callbacks_.on_stopped_leading) callbacks_.on_stopped_leading();
-  return result;
+  watchdog.request_stop();
+  watchdog.join();
+  if (!leading_.load()) {
+    return Status::Error("lost the lease " + config_.lease_namespace + "/" + config_.lease_name +
+                         ": not renewed within the renew deadline");
+  }
+  if (config_.release_on_stop) Release();
+  StopLeading();
+  return Status::Ok();
 }
 
 }  // namespace tj::kube

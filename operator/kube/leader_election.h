@@ -4,6 +4,12 @@
 // (10 s). Expiry is judged on the local clock from when this candidate last saw the lease
 // change, so clock skew between machines does not matter. On shutdown the leader releases
 // the lease (empty holder), so a successor need not wait for it to expire.
+//
+// A leader stops leading once renewDeadline has passed since its last successful renewal
+// began, whatever call is in flight: a watchdog thread judges the deadline on the clock, not
+// the renewing thread, which may wait on a stalled API server. The lease should be renewed
+// through a client of its own (LeaseClientConfig): no client-side rate limit to queue behind
+// the reconcilers, no retries, a short timeout.
 #pragma once
 
 #include <atomic>
@@ -17,6 +23,7 @@
 #include "common/event_log.h"
 #include "common/status.h"
 #include "operator/kube/client.h"
+#include "operator/kube/config.h"
 #include "operator/kube/time_format.h"
 
 namespace tj::kube {
@@ -31,8 +38,15 @@ struct LeaderElectionConfig {
   bool release_on_stop = true;
 };
 
+// `base` for the lease's own client: no QPS limit, no retries, a timeout of one retryPeriod
+// (at least the 1 s the transport can express), so one renewal attempt cannot outlast the
+// renew deadline by much.
+RestConfig LeaseClientConfig(RestConfig base, const LeaderElectionConfig& election);
+
 struct LeaderCallbacks {
   std::function<void()> on_started_leading;  // called on Run()'s thread; must return quickly
+  // Called once: on Run()'s thread when `stop` ends the term, on the watchdog's thread when
+  // the renew deadline passed (then Run() may still wait for the call in flight to return).
   std::function<void()> on_stopped_leading;
   std::function<void(const std::string& identity)> on_new_leader;  // a holder seen changes
 };
@@ -62,6 +76,13 @@ class LeaderElector {
 
  private:
   void Sleep(std::stop_token stop, std::chrono::milliseconds d);
+  // The time by which the next renewal must have succeeded: the start of the last
+  // successful one plus renewDeadline.
+  Clock::TimePoint RenewDeadline() const;
+  // Ends the term (leading_ false, on_stopped_leading) once; false when it had ended already.
+  bool StopLeading();
+  // Watchdog: ends the term when the renew deadline passes, until `stop`.
+  void WatchRenewDeadline(std::stop_token stop);
   void Warn(const std::string& m);
 
   Client* client_;
@@ -77,6 +98,7 @@ class LeaderElector {
   Clock::TimePoint observed_at_{};         // GUARDED_BY(mu_)
   std::string observed_resource_version_;  // GUARDED_BY(mu_)
   std::string reported_leader_;            // GUARDED_BY(mu_)
+  Clock::TimePoint renewed_at_{};          // GUARDED_BY(mu_): last successful attempt's start
 };
 
 }  // namespace tj::kube

@@ -7,11 +7,15 @@
 # its TTL; the user deletes the first job. Then:
 #   rbac       the (verb, resource) pairs the operator sent, from the audit log, are all granted
 #              (no 403) and the chart grants no pair it never sent, except NOT_EXERCISED below
-#              (each with its reason);
+#              (each with its reason); and by scope: the requests sent cluster-wide (no
+#              namespace) are exactly CLUSTER_WIDE below, and no ClusterRole of the chart
+#              lets the operator read Secrets (get, list or watch);
 #   non-root   every pod the operator created has runAsNonRoot, allowPrivilegeEscalation false
 #              and capabilities drop ALL;
 #   secret     the job's rendezvous Secret has the job as controller owner and is garbage-
 #              collected with it; the pods get the key by reference, not as a literal value;
+#              deleted mid-job, it is made again with a new key and the whole gang restarts
+#              with it (every pod of the last gang carries the new key's hash);
 #   no leak    the key (raw and base64) is in no log of the cluster (operator, pods, node agent,
 #              control plane), no Event, not in the job's status.
 # The rendezvous' refusal of peers without the job's key is tested where it lives:
@@ -92,8 +96,13 @@ has_backup() { [ -n "$(kubectl -n "$NS" get tj sec -o jsonpath='{.status.progres
 wait_until 240 "a first backup" has_backup ||
   fail "job sec showed no backup in 240 s (state $(kubectl -n "$NS" get tj sec \
     -o jsonpath='{.status.state}'))"
+# The rendezvous Secret deleted mid-job, then a worker: the new gang cannot start without the
+# Secret; the operator (which cannot read Secrets) learns it from the kubelet, makes it again
+# with a new key and restarts the gang once more, so that no pod holds the old key.
+old_hash=$(kubectl -n "$NS" get tj sec -o jsonpath='{.status.rendezvousKeyHash}')
+kubectl -n "$NS" delete secret sec-rendezvous >/dev/null
 kubectl -n "$NS" delete pod sec-worker-1 --wait=false >/dev/null
-step "worker 1 deleted after the first backup"
+step "Secret sec-rendezvous and worker 1 deleted after the first backup (key $old_hash)"
 
 # An invalid job: Failed at once (InvalidSpec), no pods.
 job_json bad | python3 -c '
@@ -153,9 +162,9 @@ wait_until 400 "job sec to finish" finished || true
 state=$(kubectl -n "$NS" get tj sec -o jsonpath='{.status.state}')
 restarts=$(kubectl -n "$NS" get tj sec -o jsonpath='{.status.restartCount}')
 step "job sec: $state, restartCount $restarts"
-[ "$state" = Succeeded ] && [ "${restarts:-0}" -ge 1 ] &&
-  ok "job sec succeeded after a gang restart" ||
-  fail "job sec: state '$state', restartCount '$restarts' (want Succeeded after >= 1 restart)"
+[ "$state" = Succeeded ] && [ "${restarts:-0}" -ge 2 ] &&
+  ok "job sec succeeded after two gang restarts (a lost worker, a new key)" ||
+  fail "job sec: state '$state', restartCount '$restarts' (want Succeeded after >= 2 restarts)"
 
 # --- non-root: every pod the operator created (cleanPodPolicy Running keeps finished ones).
 pods=$(kubectl -n "$NS" get pods -l tjo.dev/job-name=sec -o json)
@@ -183,8 +192,19 @@ else
   fail "pod security: $out"
 fi
 
-# --- the Secret: owned by the job, referenced (not copied) by the pods.
+# --- the Secret: made again with a new key, which every pod of the last gang was started with.
 secret=$(kubectl -n "$NS" get secret sec-rendezvous -o json)
+new_hash=$(kubectl -n "$NS" get tj sec -o jsonpath='{.status.rendezvousKeyHash}')
+secret_hash=$(jq -r '.metadata.annotations["tjo.dev/rendezvous-key-hash"] // empty' <<<"$secret")
+pod_hashes=$(jq -r '[.items[] | select(.metadata.labels["tjo.dev/replica-type"] != "evaluator")
+  | .metadata.annotations["tjo.dev/rendezvous-key-hash"] // "none"] | unique | join(" ")' \
+  <<<"$pods")
+[ -n "$old_hash" ] && [ "$new_hash" != "$old_hash" ] && [ "$secret_hash" = "$new_hash" ] &&
+  [ "$pod_hashes" = "$new_hash" ] &&
+  ok "Secret deleted mid-job: made again with a new key ($old_hash -> $new_hash), the last gang's pods all hold it" ||
+  fail "Secret deleted mid-job: status key $old_hash -> $new_hash, Secret's $secret_hash, pods' $pod_hashes"
+
+# --- the Secret: owned by the job, referenced (not copied) by the pods.
 owner=$(jq -r --arg uid "$job_uid" \
   '[.metadata.ownerReferences[]? | select(.uid == $uid and .kind == "TrainingJob" and .controller == true)] | length' \
   <<<"$secret")
@@ -254,9 +274,15 @@ NOT_EXERCISED = {
         "a job read again after a 409 conflict on its status, and read directly when the "
         "operator runs without informer caches (operator/controller/executor.cpp)",
     ("", "services", "get"): "read directly without informer caches (executor.cpp)",
-    ("", "secrets", "get"): "read directly without informer caches (executor.cpp)",
+    ("", "secrets", "delete"):
+        "a Secret of the job's name whose key the job's status does not record is replaced "
+        "(Executor::CreateSecret)",
 }
-used, denied = {}, set()
+# The only requests the operator sends without a namespace: its informers' lists and watches.
+# Everything else names the job's namespace (or the Lease's).
+CLUSTER_WIDE = {(g, r, v) for g, r in (("tjo.dev", "trainingjobs"), ("", "pods"), ("", "services"))
+                for v in ("list", "watch")}
+used, denied, wide = {}, set(), set()
 for line in open(audit):
     e = json.loads(line)
     if e.get("user", {}).get("username") != sa or "objectRef" not in e:
@@ -265,9 +291,11 @@ for line in open(audit):
     res = o.get("resource", "") + ("/" + o["subresource"] if o.get("subresource") else "")
     k = (o.get("apiGroup", ""), res, e["verb"])
     used[k] = used.get(k, 0) + 1
+    if not o.get("namespace"):
+        wide.add(k)
     if e.get("responseStatus", {}).get("code") == 403:
         denied.add(k)
-granted = set()
+granted, granted_wide = set(), set()
 for d in yaml.safe_load_all(open(chart)):
     if d and d.get("kind") in ("ClusterRole", "Role"):
         labels = d["metadata"].get("labels") or {}
@@ -278,11 +306,22 @@ for d in yaml.safe_load_all(open(chart)):
                 for res in r.get("resources", []):
                     for v in r.get("verbs", []):
                         granted.add((g, res, v))
+                        if d["kind"] == "ClusterRole":
+                            granted_wide.add((g, res, v))
 name = lambda k: "%s %s" % (k[2], (k[0] + "/" if k[0] else "") + k[1])
 print("     requests of %s by (verb, resource):" % sa)
 for k in sorted(used):
-    print("       %-50s %6d%s" % (name(k), used[k], "" if k in granted else "  NOT GRANTED"))
+    print("       %-50s %6d%s%s" % (name(k), used[k], "  cluster-wide" if k in wide else "",
+                                   "" if k in granted else "  NOT GRANTED"))
 bad = 0
+for k in sorted(wide - CLUSTER_WIDE):
+    print("FAIL sent cluster-wide (without a namespace): %s" % name(k)); bad += 1
+for k in sorted(CLUSTER_WIDE - wide):
+    print("FAIL never sent cluster-wide, though expected (an informer): %s" % name(k)); bad += 1
+for v in ("get", "list", "watch"):
+    if ("", "secrets", v) in granted_wide or ("", "*", v) in granted_wide:
+        print("FAIL a ClusterRole of the chart lets the operator %s Secrets cluster-wide" % v)
+        bad += 1
 for k in sorted(denied):
     print("FAIL denied (403): %s" % name(k)); bad += 1
 for k in sorted(set(used) - granted):
@@ -297,7 +336,7 @@ if not used:
     print("FAIL no request of %s in the audit log" % sa); bad += 1
 sys.exit(1 if bad else 0)
 EOF
-  ok "RBAC: the chart grants exactly what the operator uses (plus the documented exceptions)"
+  ok "RBAC: the chart grants exactly what the operator uses (plus the documented exceptions), reads cluster-wide only TrainingJobs, pods and Services, and no Secret"
 else
   fail "RBAC is not least privilege (see above)"
 fi

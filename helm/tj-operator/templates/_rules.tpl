@@ -6,10 +6,12 @@ The operator's permissions, shared by the ClusterRole and the per-namespace Role
   through the main resource and never patches status;
 - trainingjobs/finalizers: update, so owner references with blockOwnerDeletion pass the
   OwnerReferencesPermissionEnforcement admission plugin where a cluster enables it;
-- pods, services, secrets: what a job owns (one Pod per replica, the headless Service, the
-  rendezvous-key Secret): listed, watched and created, never updated; pods are never read one
-  by one (no get); only pods are deleted (gang restarts, cleanPodPolicy), the Service and
-  Secret go with the job (garbage collector);
+- pods, services: what a job owns (one Pod per replica, the headless Service): listed,
+  watched and created, never updated; pods are never read one by one (no get); only pods are
+  deleted (gang restarts, cleanPodPolicy), the Service goes with the job (garbage collector);
+- secrets: created (the job's rendezvous key) and deleted (one of the job's name whose key the
+  operator did not record is replaced), never read: no get, list or watch, so the operator
+  cannot read any Secret of the cluster; it tracks the key by its hash in the job's status;
 - pods/log: get, to read the evaluator's final evaluation after its process has exited;
 - events: the decisions users must see (create, and patch to count repeats).
 */}}
@@ -27,8 +29,11 @@ The operator's permissions, shared by the ClusterRole and the per-namespace Role
   resources: ["pods"]
   verbs: ["list", "watch", "create", "delete"]
 - apiGroups: [""]
-  resources: ["services", "secrets"]
+  resources: ["services"]
   verbs: ["get", "list", "watch", "create"]
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["create", "delete"]
 - apiGroups: [""]
   resources: ["pods/log"]
   verbs: ["get"]

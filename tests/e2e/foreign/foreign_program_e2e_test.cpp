@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -142,6 +143,58 @@ TEST_F(ForeignProgramE2E, ExitOneFailsTheJobWithTheCode) {
   ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, job).ok());
   job = WaitFinished("exit1", std::chrono::seconds(120));
   ExpectFailedWithExitCode(job, 1);
+}
+
+// The peak resident memory of process `pid` in KiB (VmHWM), 0 when it cannot be read.
+long PeakRssKib(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::atol(line.c_str() + 6);
+  }
+  return 0;
+}
+
+// A tenant's program answers the operator's /status polls with what a hostile one can send (an
+// endless body, a body nested 10,000 deep, bytes that are not HTTP, a body that stops coming:
+// tf_program.py --hostile-status), beside a job that serves the documented /status. The
+// operator stays up and under the chart's memory limit (128 MiB), copies nothing of those
+// answers into the job's status, and the other job succeeds as usual.
+TEST_F(ForeignProgramE2E, HostileStatusAnswersHurtNeitherTheOperatorNorAnotherJob) {
+  const pid_t op = op_->pid();
+  ASSERT_GT(op, 0);
+  ASSERT_TRUE(client_
+                  ->Create(api::kTrainingJobs, ns_,
+                           ForeignJob("hostile", {"--steps", "150", "--step-seconds", "0.1",
+                                                  "--hostile-status"}))
+                  .ok());
+  ASSERT_TRUE(
+      client_
+          ->Create(api::kTrainingJobs, ns_, ForeignJob("calm", {"--steps", "40", "--serve-status"}))
+          .ok());
+  json calm = WaitFinished("calm", std::chrono::seconds(120));
+  EXPECT_TRUE(StatusOf(calm).IsTrue("Succeeded")) << calm.dump(2);
+  json hostile = WaitFinished("hostile", std::chrono::seconds(120));
+  EXPECT_TRUE(StatusOf(hostile).IsTrue("Succeeded")) << hostile.dump(2);
+  EXPECT_EQ(StatusOf(hostile).restart_count, 0);
+  // Nothing of the answers reached the status (the final progress comes from the chief's
+  // log, which this program does not write in the trainer's format).
+  EXPECT_FALSE(hostile["status"].contains("progress")) << hostile["status"].dump(2);
+
+  std::map<std::string, int> served;
+  for (const json& e : PodEvents("hostile-chief-0", "hostile_served")) ++served[e["answer"]];
+  for (const char* answer : {"endless", "deep", "garbage", "slowloris"}) {
+    EXPECT_GE(served[answer], 1) << answer << " was never asked for:\n"
+                                 << PodLog("hostile-chief-0");
+  }
+  EXPECT_EQ(::kill(op, 0), 0) << "the operator is gone:\n" << op_->Log();
+  const long peak_kib = PeakRssKib(op);
+  EXPECT_GT(peak_kib, 0);
+  EXPECT_LT(peak_kib, 128 * 1024) << "the operator's peak RSS";
+  std::cerr << "hostile /status: " << PodEvents("hostile-chief-0", "hostile_served").size()
+            << " answers served (endless " << served["endless"] << ", deep " << served["deep"]
+            << ", garbage " << served["garbage"] << ", slowloris " << served["slowloris"]
+            << "); operator peak RSS " << peak_kib / 1024 << " MiB\n";
 }
 
 }  // namespace

@@ -5,7 +5,8 @@ It parses its arguments strictly (argparse exits 2 on any argument it does not k
 TF_CONFIG the way MultiWorkerMirroredStrategy does, and forms its "collective" over plain TCP:
 the chief (or worker 0) listens on its own TF_CONFIG address, every other chief/worker replica
 connects to it through the hostnames TF_CONFIG names, and all go on together. It optionally
-serves the documented /status JSON on $TJ_STATUS_PORT. Standard library only.
+serves the documented /status JSON on $TJ_STATUS_PORT, or (--hostile-status) the answers a
+hostile tenant can give instead. Standard library only.
 
 Exit codes: 0 done, 1 on --exit-code 1 (a failure the operator must not retry), 2 usage.
 """
@@ -29,6 +30,8 @@ def parse_args():
     p.add_argument("--step-seconds", type=float, default=0.05)
     p.add_argument("--exit-code", type=int, default=0)
     p.add_argument("--serve-status", action="store_true")
+    p.add_argument("--hostile-status", action="store_true",
+                   help="answer each /status request with the next of HOSTILE_ANSWERS")
     p.add_argument("--hang-on-first-gang", action="store_true",
                    help="chief and workers of restart 0 never finish (a test kills one)")
     return p.parse_args()
@@ -58,6 +61,54 @@ def serve_status(state, own_host):
 
     # Listen where this replica's own TF_CONFIG name resolves: its pod IP.
     server = http.server.ThreadingHTTPServer((resolve_own(own_host), port), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+
+
+# What a hostile (or broken) program serves on its status port, one answer per connection in
+# turn: a body that never ends, a body nested 10,000 deep (under the operator's 64 KiB cap),
+# bytes that are not HTTP, a body that stops coming (one byte every half second).
+HOSTILE_ANSWERS = ("endless", "deep", "garbage", "slowloris")
+
+
+def serve_hostile_status(own_host):
+    port = int(os.environ.get("TJ_STATUS_PORT", "0"))
+    if port == 0:
+        return
+    served = [0]
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            answer = HOSTILE_ANSWERS[served[0] % len(HOSTILE_ANSWERS)]
+            served[0] += 1
+            log("hostile_served", answer=answer)
+            try:
+                if answer == "endless":
+                    self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n")
+                    self.wfile.write(b'{"loss":"')
+                    chunk = b"x" * 65536
+                    while True:
+                        self.wfile.write(chunk)
+                elif answer == "deep":
+                    body = b'{"a":' * 10000 + b"1" + b"}" * 10000
+                    self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body))
+                    self.wfile.write(body)
+                elif answer == "garbage":
+                    self.wfile.write(bytes(range(256)) * 16)
+                else:
+                    self.wfile.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n{")
+                    for _ in range(120):
+                        time.sleep(0.5)
+                        self.wfile.write(b" ")
+                        self.wfile.flush()
+            except OSError:
+                pass  # the operator gave up and closed: as it should
+            self.close_connection = True
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer((resolve_own(own_host), port), Handler)
+    server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
 
 
@@ -135,6 +186,8 @@ def main():
              "step": 0, "loss": 1.0, "accuracy": 0.0}
     if args.serve_status:
         serve_status(state, host_port(cluster[task_type][task_index])[0])
+    if args.hostile_status:
+        serve_hostile_status(host_port(cluster[task_type][task_index])[0])
     if task_type != "evaluator":
         rendezvous(cluster, task_type, task_index)
         log("rendezvous_done")

@@ -91,6 +91,7 @@ class OperatorProcess {
   // Sends `sig` and waits for the exit (SIGKILL after 20 s).
   void Stop(int sig);
   std::string Log() const;
+  pid_t pid() const { return process_ ? process_->pid() : -1; }
 
  private:
   std::string previous_log_;

@@ -1,9 +1,16 @@
 // An informer that lives through an API server restart, and one whose version was compacted
-// away in etcd meanwhile (410 Gone -> relist).
+// away in etcd meanwhile (410 Gone -> relist); a leader whose API server is paused.
 #include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <fstream>
+#include <thread>
 
 #include "operator/kube/informer.h"
+#include "operator/kube/leader_election.h"
 #include "tests/integration/kube/local_cluster.h"
+#include "tests/support/leader_term.h"
 
 namespace tj::kube {
 namespace {
@@ -101,6 +108,64 @@ TEST(KubeRestart, TooOldVersionIsGoneAndTheInformerRelists) {
   informer.Start();
   EXPECT_TRUE(Eventually([&] { return informer.lists() >= 1 && informer.cache().size() == 1; }));
   EXPECT_TRUE(informer.cache().Get(ns + "/x").has_value());
+}
+
+// A leader whose API server stops answering (SIGSTOP: connections stay open, nothing is
+// refused, every call hangs) stops leading within renewDeadline of its last renewal, while
+// its renewal is still waiting for an answer; Run() returns once that call times out.
+TEST(KubeRestart, ALeaderStopsWithinItsRenewDeadlineWhileTheApiServerIsPaused) {
+  using std::chrono::milliseconds;
+  using Steady = std::chrono::steady_clock;
+  LocalCluster* cluster;
+  TJ_REQUIRE_LOCAL_CLUSTER(cluster);
+  auto client = cluster->NewClient();
+  std::string ns = testing::NewNamespace(client.get(), "paused");
+  LeaderElectionConfig lc;
+  lc.lease_namespace = ns;
+  lc.lease_name = "tj-test-paused";
+  lc.identity = "a";
+  lc.lease_duration = milliseconds(3000);  // scaled down from 15 s / 10 s / 2 s
+  lc.renew_deadline = milliseconds(2000);
+  lc.retry_period = milliseconds(500);
+  auto cfg = LoadKubeconfigFile(cluster->kubeconfig());
+  ASSERT_TRUE(cfg.ok()) << cfg.status().message();
+  auto lease_client = RestClient::New(LeaseClientConfig(*cfg, lc), RealClock::Get());
+  ASSERT_TRUE(lease_client.ok()) << lease_client.status().message();
+
+  tj::testing::LeaderTerm term;
+  LeaderElector elector(lease_client->get(), RealClock::Get(), lc, term.Callbacks());
+  Status result;
+  std::jthread run([&](std::stop_token stop) { result = elector.Run(stop); });
+  ASSERT_TRUE(Eventually([&] { return term.leading(); }, std::chrono::seconds(10)));
+  std::this_thread::sleep_for(milliseconds(1200));  // a few renewals
+  ASSERT_TRUE(term.leading());
+
+  int pid = 0;
+  std::ifstream(cluster->dir() + "/pids/kube-apiserver") >> pid;
+  ASSERT_GT(pid, 0) << "no pid file of kube-apiserver in " << cluster->dir();
+  struct Resume {
+    int pid;
+    ~Resume() { ::kill(pid, SIGCONT); }
+  } resume{pid};
+  ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+  const auto paused_at = Steady::now();
+  ASSERT_TRUE(Eventually([&] { return !term.leading(); }, std::chrono::seconds(10)));
+  const auto stopped = term.stopped_at();
+  const milliseconds took = term.StoppedAfter(paused_at);
+  // The last renewal began at most one retry period (plus its own answer) before the pause.
+  EXPECT_LT(took, lc.renew_deadline + milliseconds(300)) << took.count() << " ms";
+  EXPECT_GT(took, lc.renew_deadline - lc.retry_period - milliseconds(500)) << took.count();
+  run.join();  // the call in flight times out after the lease client's 1 s
+  const auto joined = std::chrono::duration_cast<milliseconds>(Steady::now() - stopped);
+  EXPECT_LT(joined, milliseconds(2500)) << joined.count() << " ms";
+  EXPECT_FALSE(result.ok());
+  EXPECT_NE(result.message().find("renew deadline"), std::string::npos) << result.message();
+  std::cerr << "paused API server: stopped leading " << took.count() << " ms after the pause, "
+            << "Run() returned " << joined.count() << " ms later\n";
+
+  ::kill(pid, SIGCONT);
+  EXPECT_TRUE(Eventually([&] { return client->Get(resources::kLeases, ns, lc.lease_name).ok(); },
+                         std::chrono::seconds(30)));
 }
 
 }  // namespace

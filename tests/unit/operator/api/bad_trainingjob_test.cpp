@@ -218,12 +218,11 @@ TEST(BadTrainingJobTable, TheValidJobIsAccepted) {
 TEST(BadTrainingJobTable, MissingClaimFailsAtTheStartupDeadlineNamingTheClaim) {
   json job = ValidJob();
   job["spec"]["runPolicy"]["startupDeadlineSeconds"] = 600;
-  job["status"] = {{"createdGeneration", 0}, {"restartCount", 0}};
+  job["status"] = {{"createdGeneration", 0}, {"restartCount", 0}, {"rendezvousKeyHash", "h"}};
   const kube::WallTime t0(std::chrono::seconds(1700000000));
   controller::Observed in;
   in.job = job;
   in.now = t0 + std::chrono::seconds(601);
-  in.secret = json::object();
   in.service = json::object();
   const std::string why =
       "0/1 nodes are available: 1 persistentvolumeclaim \"fmnist-data\" "

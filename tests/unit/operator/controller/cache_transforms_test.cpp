@@ -126,5 +126,25 @@ TEST(OnlyVersionOrConditionsChanged, SkipsTheSchedulersConditionsButNotPhaseOrCo
   EXPECT_FALSE(OnlyVersionOrConditionsChanged(c, f));
 }
 
+// The rendezvous key's hash stays (the reconciler compares the pods' with the Secret's), and
+// no other annotation does.
+TEST(KeyHashAnnotation, KeptOnPodsAndSecretsAloneOfAllAnnotations) {
+  nlohmann::json pod = {
+      {"metadata",
+       {{"name", "p"}, {"annotations", {{kKeyHashAnnotation, "sha256:0011"}, {"big", "x"}}}}}};
+  nlohmann::json secret = pod;
+  secret["data"] = {{"key", "c2VjcmV0"}};
+  TrimPodForCache(pod);
+  KeepIdentity(secret);
+  for (const auto& o : {pod, secret}) {
+    EXPECT_EQ(o["metadata"]["annotations"], (nlohmann::json{{kKeyHashAnnotation, "sha256:0011"}}));
+    EXPECT_EQ(KeyHashOf(o), "sha256:0011");
+  }
+  EXPECT_FALSE(secret.contains("data"));
+  nlohmann::json plain = {{"metadata", {{"name", "p"}, {"annotations", {{"big", "x"}}}}}};
+  KeepIdentity(plain);
+  EXPECT_FALSE(plain["metadata"].contains("annotations"));
+}
+
 }  // namespace
 }  // namespace tj::controller

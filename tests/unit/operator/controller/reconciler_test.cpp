@@ -72,11 +72,11 @@ struct World {
   void Running(int gen = 0) {
     json st = {{"restartCount", gen},
                {"createdGeneration", gen},
+               {"rendezvousKeyHash", KeyHash("k")},
                {"startTime", kube::FormatTime(kT0)},
                {"conditions", json::array({{{"type", "Created"}, {"status", "True"}}})}};
     in.job["status"] = st;
     in.service = json::object();
-    in.secret = json::object();
     in.pods = {Pod(in.job, ReplicaType::kWorker, 0, gen, "Running"),
                Pod(in.job, ReplicaType::kWorker, 1, gen, "Running")};
     if (in.job["spec"]["replicaSpecs"].contains("Evaluator")) {
@@ -144,7 +144,6 @@ TEST(Reconcile, IdempotentOncePodsExist) {
   Decision d1 = Reconcile(w.in);
   w.Keep(d1);
   w.in.service = json::object();
-  w.in.secret = json::object();
   for (const auto& a : d1.actions) {
     if (a.kind == Action::Kind::kCreate && a.resource.plural == "pods") {
       json p = a.object;
@@ -161,8 +160,8 @@ TEST(Reconcile, IdempotentOncePodsExist) {
 TEST(Reconcile, PartialCreationIsCompletedNotRestarted) {
   World w;
   w.in.service = json::object();
-  w.in.secret = json::object();
-  w.in.job["status"] = {{"restartCount", 0}, {"createdGeneration", -1}};
+  w.in.job["status"] = {
+      {"restartCount", 0}, {"createdGeneration", -1}, {"rendezvousKeyHash", KeyHash("k")}};
   w.in.pods = {Pod(w.in.job, ReplicaType::kWorker, 0, 0, "Pending")};
   Decision d = Reconcile(w.in);
   EXPECT_EQ(Created(d),
@@ -627,6 +626,142 @@ TEST(Reconcile, ZeroBackoffLimitFailsOnFirstRetryableFailure) {
   w.Running();
   w.in.pods[1] = Pod(w.in.job, ReplicaType::kWorker, 1, 0, "Failed", 75);
   EXPECT_EQ(Cond(Reconcile(w.in), "Failed").reason, "BackoffLimitExceeded");
+}
+
+json WithKeyHash(json pod, const std::string& key) {
+  pod["metadata"]["annotations"][kKeyHashAnnotation] = KeyHash(key);
+  return pod;
+}
+// A pod's status while the kubelet cannot start its container for `message`.
+json ConfigErrorStatus(const std::string& message) {
+  return {
+      {"phase", "Pending"},
+      {"containerStatuses",
+       json::array(
+           {{{"name", "trainer"},
+             {"state",
+              {{"waiting", {{"reason", "CreateContainerConfigError"}, {"message", message}}}}}}})}};
+}
+void RecordKey(json& job, const std::string& key) {
+  job["status"]["rendezvousKeyHash"] = KeyHash(key);
+}
+
+TEST(Reconcile, PodsCarryTheHashOfTheKeyTheyRead) {
+  World w;  // a new job: the Secret is created with the new key in the same pass as the pods
+  Decision d = Reconcile(w.in);
+  for (const auto& a : d.actions) {
+    if (a.kind != Action::Kind::kCreate || a.resource.plural == "services") continue;
+    EXPECT_EQ(KeyHashOf(a.object), KeyHash("k")) << a.name;
+  }
+  EXPECT_EQ(StatusOf(d).rendezvous_key_hash, KeyHash("k"));  // what the operator knows of it
+  EXPECT_EQ(KeyHash("k").rfind("sha256:", 0), 0u);
+  EXPECT_EQ(KeyHash("k").size(), 7u + 16u);
+  EXPECT_NE(KeyHash("k"), KeyHash("l"));
+  // The Secret was made by an earlier pass (the status says so): it is not made again, and
+  // pods created later read its key, whatever key this pass drew.
+  World later;
+  RecordKey(later.in.job, "old");
+  later.in.service = json::object();
+  Decision d2 = Reconcile(later.in);
+  for (const auto& a : d2.actions) {
+    if (a.kind != Action::Kind::kCreate) continue;
+    EXPECT_EQ(a.resource.plural, "pods");
+    EXPECT_EQ(KeyHashOf(a.object), KeyHash("old")) << a.name;
+  }
+}
+
+// The Secret is deleted mid-job. The operator does not watch Secrets; a pod that the kubelet
+// cannot start without it says so. The Secret is made again with a new key; pods that run
+// hold the old key, pods started from now on read the new one: the whole gang restarts, even
+// with backoffLimit 0 (a new key is not the job's failure), and the new gang reads one key.
+TEST(Reconcile, ASecretDeletedMidJobIsMadeAgainAndTheWholeGangRestarts) {
+  World w;
+  w.in.job["spec"]["runPolicy"] = {{"backoffLimit", 0}};
+  w.Running();
+  RecordKey(w.in.job, "old");
+  for (auto& p : w.in.pods) p = WithKeyHash(p, "old");
+  w.in.pods[1]["status"] = ConfigErrorStatus("secret \"mnist-rendezvous\" not found");
+  w.in.new_rendezvous_key = "new";
+  Decision d1 = Reconcile(w.in);
+  EXPECT_EQ(Created(d1), (std::vector<std::string>{"secrets/mnist-rendezvous"}));
+  EXPECT_EQ(StatusOf(d1).rendezvous_key_hash, KeyHash("new"));
+  ASSERT_NE(FindEvent(d1, "RendezvousSecretMissing"), nullptr);
+  EXPECT_NE(FindEvent(d1, "RendezvousSecretMissing")->message.find("mnist-worker-1"),
+            std::string::npos);
+  EXPECT_EQ(Deleted(d1), (std::vector<std::string>{"mnist-worker-0", "mnist-worker-1"}));
+  EXPECT_TRUE(d1.job_restarted);
+  EXPECT_FALSE(StatusOf(d1).IsTrue("Failed"));
+  EXPECT_EQ(StatusOf(d1).restart_count, 1);
+  ASSERT_NE(FindEvent(d1, "GangRestart"), nullptr);
+  EXPECT_NE(FindEvent(d1, "GangRestart")->message.find("rendezvous key"), std::string::npos)
+      << FindEvent(d1, "GangRestart")->message;
+  w.Keep(d1);
+
+  // Old gang gone, backoff over: the new gang carries the new key's hash; no second Secret.
+  w.in.pods = {w.in.pods[2]};
+  w.in.now = kT0 + seconds(2);
+  w.in.new_rendezvous_key = "newer";
+  Decision d2 = Reconcile(w.in);
+  EXPECT_EQ(Created(d2), (std::vector<std::string>{"pods/mnist-worker-0", "pods/mnist-worker-1"}));
+  for (const auto& a : d2.actions) {
+    if (a.kind != Action::Kind::kCreate) continue;
+    EXPECT_EQ(KeyHashOf(a.object), KeyHash("new"));
+  }
+  w.Keep(d2);
+  w.in.pods = {WithKeyHash(Pod(w.in.job, ReplicaType::kWorker, 0, 1, "Running"), "new"),
+               WithKeyHash(Pod(w.in.job, ReplicaType::kWorker, 1, 1, "Running"), "new"),
+               w.in.pods[0]};
+  Decision d3 = Reconcile(w.in);
+  EXPECT_TRUE(Deleted(d3).empty());
+  EXPECT_TRUE(Created(d3).empty());
+  EXPECT_EQ(Cond(d3, "Running").status, "True");
+}
+
+// The status does not record the key: an operator stopped after the pass that made the
+// Secret and pods, before it wrote the status. The pods agree on a key: that is the Secret's,
+// taken as it is (nothing made twice). Pods that disagree (or none) and the key is unknown:
+// the Secret is made again, and pods that may hold another key restart.
+TEST(Reconcile, AKeyTheStatusDoesNotRecordIsTakenFromThePodsElseReplaced) {
+  World w;
+  w.Running();
+  w.in.job["status"].erase("rendezvousKeyHash");
+  for (auto& p : w.in.pods) p = WithKeyHash(p, "lost");
+  Decision d = Reconcile(w.in);
+  EXPECT_TRUE(Created(d).empty());
+  EXPECT_TRUE(Deleted(d).empty());
+  EXPECT_EQ(StatusOf(d).rendezvous_key_hash, KeyHash("lost"));
+
+  w.in.pods[1] = WithKeyHash(w.in.pods[1], "other");
+  Decision d2 = Reconcile(w.in);
+  EXPECT_EQ(Created(d2), (std::vector<std::string>{"secrets/mnist-rendezvous"}));
+  EXPECT_EQ(Deleted(d2), (std::vector<std::string>{"mnist-worker-0", "mnist-worker-1"}));
+  EXPECT_EQ(StatusOf(d2).rendezvous_key_hash, KeyHash("k"));
+}
+
+TEST(Reconcile, OneKeyOrAPodWithoutAHashRestartsNothing) {
+  World w;
+  w.Running();
+  RecordKey(w.in.job, "k1");
+  w.in.pods[0] = WithKeyHash(w.in.pods[0], "k1");
+  w.in.pods[1] = WithKeyHash(Pod(w.in.job, ReplicaType::kWorker, 1, 0, "Running"),
+                             "k1");  // pods[1]: an older operator's, no hash
+  Decision d = Reconcile(w.in);
+  EXPECT_TRUE(Deleted(d).empty());
+  EXPECT_TRUE(Created(d).empty());
+  EXPECT_FALSE(d.job_restarted);
+  // A gang of which a worker finished has trained: the other, still running with the old key,
+  // is not restarted for it.
+  w.in.pods[0] = WithKeyHash(w.in.pods[0], "k0");
+  w.in.pods[1] = WithKeyHash(Pod(w.in.job, ReplicaType::kWorker, 1, 0, "Succeeded", 0), "k0");
+  EXPECT_FALSE(Reconcile(w.in).job_restarted);
+  w.in.pods[0] = WithKeyHash(w.in.pods[0], "k1");
+  w.in.pods[1] = WithKeyHash(Pod(w.in.job, ReplicaType::kWorker, 1, 0, "Running"), "k1");
+  // The evaluator is not in the collective: another key does not restart the gang.
+  w.in.pods[2] = WithKeyHash(w.in.pods[2], "k0");
+  EXPECT_FALSE(Reconcile(w.in).job_restarted);
+  // Another pod's CreateContainerConfigError (a user's ConfigMap) is not the Secret's.
+  w.in.pods[2]["status"] = ConfigErrorStatus("configmap \"settings\" not found");
+  EXPECT_TRUE(Created(Reconcile(w.in)).empty());
 }
 
 TEST(Reconcile, GangRestartWaitsForOldPodsThenBackoffThenRecreates) {
