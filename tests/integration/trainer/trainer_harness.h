@@ -85,10 +85,13 @@ struct LocalCluster {
   }
 };
 
+// The rendezvous key the tests' multi-worker jobs share (the rendezvous requires one).
+inline const std::string kTestKey = "test-rendezvous-key";
+
 inline std::unique_ptr<Subprocess> StartTrainer(const std::vector<std::string>& flags,
                                                 const std::string& tf_config,
                                                 const std::string& log_prefix,
-                                                const std::string& key = "") {
+                                                const std::string& key = kTestKey) {
   std::vector<std::string> argv = {kTrainer, "--data-dir", kDataDir};
   // These tests are about the CPU path (bitwise digests, Gloo): on a machine with one GPU,
   // --device auto would put every worker on it.
