@@ -149,15 +149,23 @@ StatusOr<Mac> TranscriptMac(std::string_view key, std::string_view label,
   return HmacSha256(key, e.bytes().data(), e.bytes().size());
 }
 
-// A frame: u32 length, body, HMAC(session_key, direction || u64 sequence || body).
-StatusOr<std::string> Seal(const Mac& session_key, char direction, uint64_t sequence,
-                           std::string_view body) {
+// A message's tag: HMAC(session_key, direction || u64 sequence || body).
+StatusOr<Mac> MessageTag(const Mac& session_key, char direction, uint64_t sequence,
+                         std::string_view body) {
   Encoder signed_part;
   signed_part.U8(static_cast<uint8_t>(direction)).U64(sequence).Bytes(body.data(), body.size());
   StatusOr<Mac> tag = HmacSha256(
       std::string_view(reinterpret_cast<const char*>(session_key.data()), session_key.size()),
       signed_part.bytes().data(), signed_part.bytes().size());
   if (!tag.ok()) return tag.status().WithContext("authenticating a rendezvous message");
+  return tag;
+}
+
+// A frame: u32 length, body, MessageTag.
+StatusOr<std::string> Seal(const Mac& session_key, char direction, uint64_t sequence,
+                           std::string_view body) {
+  StatusOr<Mac> tag = MessageTag(session_key, direction, sequence, body);
+  if (!tag.ok()) return tag.status();
   Encoder frame;
   frame.U32(static_cast<uint32_t>(body.size()))
       .Bytes(body.data(), body.size())
@@ -179,12 +187,8 @@ StatusOr<std::string> Open(Socket& socket, const Mac& session_key, char directio
   TJ_RETURN_IF_ERROR(socket.ReadExactly(body.data(), n, deadline));
   Mac tag{};
   TJ_RETURN_IF_ERROR(socket.ReadExactly(tag.data(), tag.size(), deadline));
-  Encoder signed_part;
-  signed_part.U8(static_cast<uint8_t>(direction)).U64(sequence).Bytes(body.data(), body.size());
-  StatusOr<Mac> expected = HmacSha256(
-      std::string_view(reinterpret_cast<const char*>(session_key.data()), session_key.size()),
-      signed_part.bytes().data(), signed_part.bytes().size());
-  if (!expected.ok()) return expected.status().WithContext("checking a rendezvous message");
+  StatusOr<Mac> expected = MessageTag(session_key, direction, sequence, body);
+  if (!expected.ok()) return expected.status();
   if (!MacEquals(*expected, tag)) {
     return Status::Error(StatusCode::kPermissionDenied,
                          "message not authenticated by the session's key (tampered with, "
@@ -770,7 +774,7 @@ StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(
   if (!hp.ok()) return hp.status();
   const auto start = clock->Now();
   auto backoff = std::chrono::milliseconds(50);
-  Status last;
+  Status last, refusal;  // the last error, and the last refusal (the more telling one)
   while (true) {
     Attempt a = TryConnect(o, *hp);
     if (a.socket.valid()) {
@@ -781,6 +785,7 @@ StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(
     // chief's address, which may be an impostor or a chief of an older gang; the real one may
     // be there on the next try.
     last = a.status;
+    if (last.code() == StatusCode::kPermissionDenied) refusal = last;
     const auto elapsed = clock->Now() - start;
     if (elapsed >= o.rendezvous_timeout) break;
     const auto left =
@@ -788,9 +793,9 @@ StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(
     clock->SleepFor(std::min(backoff, left));
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
   }
-  if (last.code() == StatusCode::kPermissionDenied) {
+  if (!refusal.ok()) {
     return Status::Error(StatusCode::kDeadlineExceeded,
-                         "rendezvous with " + chief + " refused: " + last.message() +
+                         "rendezvous with " + chief + " refused: " + refusal.message() +
                              " (retried for " + Seconds(o.rendezvous_timeout) +
                              "); check that every task of the job has the same "
                              "TJ_RENDEZVOUS_KEY");

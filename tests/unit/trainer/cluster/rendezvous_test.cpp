@@ -238,6 +238,16 @@ class ImpostorChief {
   std::thread thread_;
 };
 
+// Options of a client (worker 1 with key "k") of a chief at 127.0.0.1:port.
+RendezvousClientOptions ClientOf(int port) {
+  RendezvousClientOptions o;
+  o.chief_address = "127.0.0.1:" + std::to_string(port);
+  o.chief_name = "worker 0";
+  o.task_name = "worker 1";
+  o.key = "k";
+  return o;
+}
+
 int ThreadsOfThisProcess() {
   std::ifstream status("/proc/self/status");
   std::string line;
@@ -472,11 +482,7 @@ TEST(RendezvousClient, AReplyNotAuthenticatedBySessionKeyEndsTheSession) {
     ASSERT_TRUE(c->WriteAll(forged.data(), forged.size(), deadline).ok());
     c->WaitReadable(deadline);
   });
-  RendezvousClientOptions o;
-  o.chief_address = "127.0.0.1:" + std::to_string(LocalPort(listener));
-  o.chief_name = "worker 0";
-  o.task_name = "worker 1";
-  o.key = "k";
+  RendezvousClientOptions o = ClientOf(LocalPort(listener));
   o.rendezvous_timeout = milliseconds(3000);
   auto client = RendezvousClient::Connect(o);
   ASSERT_TRUE(client.ok()) << client.status().message();
@@ -563,11 +569,7 @@ TEST(RendezvousClient, UnreachableChiefFailsAfterTheTimeoutNamingIt) {
 TEST(RendezvousClient, SilentServerTimesOutInsteadOfHanging) {
   // Accepts connections (the kernel does) but never speaks.
   Socket listener = std::move(ListenTcp("127.0.0.1", 0)).value();
-  RendezvousClientOptions o;
-  o.chief_address = "127.0.0.1:" + std::to_string(LocalPort(listener));
-  o.chief_name = "worker 0";
-  o.task_name = "worker 1";
-  o.key = "k";
+  RendezvousClientOptions o = ClientOf(LocalPort(listener));
   o.rendezvous_timeout = milliseconds(500);
   o.io_timeout = milliseconds(200);
   const auto start = std::chrono::steady_clock::now();
