@@ -912,6 +912,9 @@ StatusOr<std::unique_ptr<Rendezvous>> Rendezvous::Join(const RendezvousOptions& 
     so.chief_task = o.chief_name;
     so.io_timeout = o.io_timeout;
     so.handshake_timeout = o.io_timeout;
+    // Room for every peer of the largest collective, twice (a peer's reconnect may overlap
+    // its old session's end).
+    so.max_sessions = std::max(so.max_sessions, 2 * o.collective_size);
     so.log = o.log;
     StatusOr<std::unique_ptr<RendezvousServer>> server = RendezvousServer::Start(so);
     if (!server.ok()) return server.status();

@@ -94,7 +94,8 @@ struct RendezvousServerOptions {
   // a new connection beyond it closes the oldest one. Capped further by the process's file
   // descriptor limit.
   int max_pending = 1024;
-  // At most this many authenticated sessions (one thread each); more are refused.
+  // At most this many authenticated sessions (one thread each); more are refused (the peer
+  // retries). Rendezvous::Join raises it to twice the collective's size when that is more.
   int max_sessions = 256;
   // Where refused peers and protocol errors are reported (Warn, rate-limited). Must outlive
   // the server.

@@ -92,7 +92,7 @@ TEST(Proofs, AnHmacThatCannotBeComputedIsAnErrorNotADigest) {
 class RendezvousTest : public ::testing::Test {
  protected:
   void StartServer(const std::string& key, int max_pending = 1024,
-                   milliseconds handshake_timeout = milliseconds(1000)) {
+                   milliseconds handshake_timeout = milliseconds(1000), int max_sessions = 256) {
     err_ = std::tmpfile();
     log_ = std::make_unique<EventLog>(LogFormat::kJson, stdout, err_);
     RendezvousServerOptions o;
@@ -102,6 +102,7 @@ class RendezvousTest : public ::testing::Test {
     o.io_timeout = milliseconds(1000);
     o.handshake_timeout = handshake_timeout;
     o.max_pending = max_pending;
+    o.max_sessions = max_sessions;
     o.log = log_.get();
     auto s = RendezvousServer::Start(o);
     ASSERT_TRUE(s.ok()) << s.status().message();
@@ -324,6 +325,26 @@ TEST_F(RendezvousTest, WrongKeyIsRefusedRetriedLoggedAndTheGoodSessionStillWorks
   EXPECT_NE(log.find("(\"worker 2\"): refused: wrong TJ_RENDEZVOUS_KEY; connection closed"),
             std::string::npos)
       << log;
+}
+
+TEST_F(RendezvousTest, SessionsAreCappedAndAFreedSlotIsTakenByARetry) {
+  StartServer("k", 1024, milliseconds(1000), /*max_sessions=*/1);
+  auto first = RendezvousClient::Connect(ClientOptions("k", "worker 1"));
+  ASSERT_TRUE(first.ok()) << first.status().message();
+  RendezvousClientOptions o = ClientOptions("k", "worker 2");
+  o.rendezvous_timeout = milliseconds(400);
+  auto second = RendezvousClient::Connect(o);
+  ASSERT_FALSE(second.ok());
+  EXPECT_NE(second.status().message().find("refused: the chief has 1 sessions open already"),
+            std::string::npos)
+      << second.status().message();
+  // The first session ends; the next try gets the slot.
+  first->reset();
+  o.rendezvous_timeout = milliseconds(3000);
+  auto third = RendezvousClient::Connect(o);
+  ASSERT_TRUE(third.ok()) << third.status().message();
+  EXPECT_TRUE((*third)->Set("a", "b").ok());
+  EXPECT_EQ(server_->session_count(), 1);
 }
 
 TEST_F(RendezvousTest, AnEmptyKeyIsRefusedWithAClearMessage) {
