@@ -3,7 +3,9 @@
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 
+#include <limits>
 #include <stdexcept>
+#include <string>
 
 namespace tj {
 
@@ -33,11 +35,18 @@ Digest Sha256Of(const void* data, size_t size) {
   return h.Final();
 }
 
-Digest HmacSha256(std::string_view key, const void* data, size_t size) {
+StatusOr<Digest> HmacSha256(std::string_view key, const void* data, size_t size) {
+  if (key.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
+    return Status::Error("HMAC-SHA256: a key of " + std::to_string(key.size()) +
+                         " bytes is longer than OpenSSL takes");
+  }
   Digest d{};
   unsigned int len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       static_cast<const unsigned char*>(data), size, d.data(), &len);
+  if (HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+           static_cast<const unsigned char*>(data), size, d.data(), &len) == nullptr ||
+      len != d.size()) {
+    return Status::Error("HMAC-SHA256: OpenSSL failed to compute it");
+  }
   return d;
 }
 

@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "common/status.h"
+
 namespace tj {
 
 using Digest = std::array<uint8_t, 32>;
@@ -27,7 +29,9 @@ class Sha256 {
 };
 
 Digest Sha256Of(const void* data, size_t size);
-Digest HmacSha256(std::string_view key, const void* data, size_t size);
+// HMAC-SHA256, or an error when OpenSSL cannot compute it (or the key is over INT_MAX bytes):
+// never a digest that was not computed, so a caller comparing MACs fails closed.
+StatusOr<Digest> HmacSha256(std::string_view key, const void* data, size_t size);
 std::string ToHex(std::span<const uint8_t> bytes);
 
 }  // namespace tj

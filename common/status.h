@@ -18,9 +18,10 @@ namespace tj {
 enum class StatusCode {
   kOk,
   kUnknown,
-  kDeadlineExceeded,  // a wait, a read or a write ran past its deadline
-  kUnavailable,       // the other side is not there: connection refused or closed by it
-  kPermissionDenied,  // refused for its credentials (a missing or wrong key)
+  kDeadlineExceeded,   // a wait, a read or a write ran past its deadline
+  kUnavailable,        // the other side is not there: connection refused or closed by it
+  kPermissionDenied,   // refused for its credentials (a missing or wrong key)
+  kResourceExhausted,  // out of space (ENOSPC, EDQUOT, EFBIG): may succeed once space is freed
 };
 
 class [[nodiscard]] Status {

@@ -81,6 +81,7 @@ if [ "$WHAT" = all ] || [ "$WHAT" = tests ]; then
     cluster="{\"worker\":[\"localhost:$p0\",\"localhost:$p1\"]}"
     for r in 0 1; do
       TF_CONFIG="{\"cluster\":$cluster,\"task\":{\"type\":\"worker\",\"index\":$r}}" LOCAL_RANK=$r \
+        TJ_RENDEZVOUS_KEY=gpu-check-key \
         tj timeout 120 "$BUNDLE/bin/tj-trainer" --device gpu $short >"$OUT/two_gpus_$r.jsonl" 2>>"$OUT/tests.log" &
     done
     wait || status=1

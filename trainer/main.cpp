@@ -5,6 +5,7 @@
 #include <string>
 
 #include "common/version.h"
+#include "trainer/checkpoint/backup_manager.h"
 #include "trainer/train/options.h"
 #include "trainer/train/run.h"
 
@@ -141,6 +142,19 @@ int main(int argc, char** argv) {
   }
   o.tf_config = Env("TF_CONFIG");
   o.rendezvous_key = Env("TJ_RENDEZVOUS_KEY");
+  // Set by the operator for its pods: the backups' scope and fence.
+  o.job_uid = Env("TJ_JOB_UID");
+  if (!o.job_uid.empty() && !tj::checkpoint::BackupManager::ValidJobUid(o.job_uid)) {
+    std::fprintf(stderr,
+                 "error: TJ_JOB_UID=%s: expected a Kubernetes UID (letters, digits and '-', at "
+                 "most 128)\n",
+                 o.job_uid.c_str());
+    return tj::train::kExitUsage;
+  }
+  if (!EnvInt("TJ_RESTART_COUNT", 0, 1 << 30, "the gang's restart count (0, 1, ...)",
+              o.restart_count)) {
+    return tj::train::kExitUsage;
+  }
   // SIGTERM (eviction, preemption, drain) stops training after a step every replica agrees
   // on, backed up; the process exits with the retryable code, so the gang resumes there.
   static tj::train::StopRequest stop(tj::train::kExitPeerLost);

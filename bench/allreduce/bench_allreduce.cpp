@@ -49,6 +49,7 @@ int RunRank(const std::vector<std::string>& workers, int rank, size_t count, int
   tj::collective::GlooOptions o;
   o.config = *config;
   o.rendezvous_timeout = std::chrono::milliseconds(20000);
+  o.rendezvous_key = "tj-bench-allreduce";  // the rendezvous requires one; all ranks are ours
   o.log = &log;
   auto comm = tj::collective::ConnectGloo(o);
   if (!comm.ok()) {

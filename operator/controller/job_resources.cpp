@@ -297,6 +297,7 @@ json BuildPod(const json& job, const api::TrainingJobSpec& spec, api::ReplicaTyp
     SetEnv(c, {{"name", "TF_CONFIG"}, {"value", TfConfig(r, spec, type, index).dump()}});
     SetEnv(c, {{"name", "TJ_JOB_NAME"}, {"value", r.name}});
     SetEnv(c, {{"name", "TJ_RESTART_COUNT"}, {"value", std::to_string(restart_count)}});
+    SetEnv(c, {{"name", "TJ_JOB_UID"}, {"value", r.uid}});  // scopes the job's backups
     SetEnv(c, {{"name", "TJ_RENDEZVOUS_KEY"},
                {"valueFrom",
                 {{"secretKeyRef", {{"name", SecretName(r.name)}, {"key", kRendezvousKeyField}}}}}});

@@ -68,24 +68,32 @@ def s(b):
     return struct.pack(">I", len(b)) + b
 
 
-def client_hello(name="worker 1", has_key=0, answer=b"\x00" * 32):
-    return b"TJRV" + s(name) + bytes([has_key]) + answer
+def client_hello(name="worker 1", version=2, nonce=b"\x00" * 32, proof=b"\x00" * 32):
+    return b"TJRV" + bytes([version]) + s(name) + nonce + proof
+
+
+def bodies(*parts):
+    """Mode 1: request bodies, each prefixed by its u16 length (the harness seals each)."""
+    return b"".join(struct.pack(">H", len(p)) + p for p in parts)
 
 
 SET, GET, WAIT = 1, 2, 3
-requests = (bytes([SET]) + s("gloo/0") + s("addr0") + bytes([GET]) + s("gloo/0") +
-            bytes([GET]) + s("missing") + bytes([WAIT]) + struct.pack(">I", 1) + s("gloo/0") +
-            struct.pack(">Q", 0))
-put("rendezvous", "open_session", b"\x00" + client_hello() + requests)
-put("rendezvous", "open_bad_magic", b"\x00" + b"HTTP/1.1 GET /\r\n\r\n")
-put("rendezvous", "open_unknown_op", b"\x00" + client_hello() + b"\x07")
-put("rendezvous", "open_long_name", b"\x00" + b"TJRV" + struct.pack(">I", 300) + b"w" * 300)
-put("rendezvous", "keyed_wrong_answer", b"\x01" + client_hello(has_key=1) + requests)
-put("rendezvous", "keyed_no_key", b"\x01" + client_hello(has_key=0))
-put("rendezvous", "authenticated_session", b"\x02" + requests)
+requests = [bytes([SET]) + s("gloo/0") + s("addr0"), bytes([GET]) + s("gloo/0"),
+            bytes([GET]) + s("missing"),
+            bytes([WAIT]) + struct.pack(">I", 1) + s("gloo/0") + struct.pack(">Q", 0)]
+put("rendezvous", "preauth_wrong_proof", b"\x00" + client_hello() + b"".join(requests))
+put("rendezvous", "preauth_bad_magic", b"\x00" + b"HTTP/1.1 GET /\r\n\r\n")
+put("rendezvous", "preauth_old_version", b"\x00" + client_hello(version=1))
+put("rendezvous", "preauth_long_name", b"\x00" + b"TJRV\x02" + struct.pack(">I", 300) + b"w" * 300)
+put("rendezvous", "preauth_truncated_hello", b"\x00" + b"TJRV\x02" + struct.pack(">I", 8) + b"work")
+put("rendezvous", "regress_preauth_64mib_task_name",
+    b"\x00" + b"TJRV\x02" + struct.pack(">I", (64 << 20) + 1) + b"w" * 16)
+put("rendezvous", "authenticated_session", b"\x01" + bodies(*requests))
 put("rendezvous", "authenticated_wait_times_out",
-    b"\x02" + bytes([WAIT]) + struct.pack(">I", 2) + s("a") + s("b") + struct.pack(">Q", 50))
-put("rendezvous", "authenticated_truncated_set", b"\x02" + bytes([SET]) + struct.pack(">I", 1000))
+    b"\x01" + bodies(bytes([WAIT]) + struct.pack(">I", 2) + s("a") + s("b") + struct.pack(">Q", 50)))
+put("rendezvous", "authenticated_truncated_set", b"\x01" + bodies(bytes([SET]) + struct.pack(">I", 1000)))
+put("rendezvous", "authenticated_unknown_op", b"\x01" + bodies(b"\x07"))
+put("rendezvous", "authenticated_trailing_bytes", b"\x01" + bodies(bytes([GET]) + s("k") + b"xx"))
 
 # ---- trainingjob: whole objects as the API server sends them, or bare specs.
 template = {"spec": {"containers": [{"name": "trainer", "image": "tj-trainer:latest",

@@ -3,10 +3,12 @@
 // RendezvousServer, the harness half-closes the connection and drains the replies. There
 // is no parsing function to call directly: the server decodes straight from the socket.
 // The first input byte picks a mode:
-//   0: the rest is everything the client sends, hello included, to a server without a key;
-//   1: the same, to a server that requires a key (the handshake and the refusal path);
-//   2: the harness authenticates properly with the key, then sends the rest as requests
-//      (Set/Get/Wait), so the request decoder is reached behind authentication too.
+//   0: the rest is everything the client sends, hello included, before authenticating (the
+//      handshake parser, the refusal path);
+//   1: the harness authenticates properly with the key, then reads the rest as request
+//      bodies, each prefixed by a u16 length (the last one takes what is left), seals each
+//      with the session key as RendezvousClient does and sends them, so the request decoder
+//      is reached behind authentication too.
 // A crash or sanitizer report in any server thread fails the run. A request that blocks
 // (a Wait for keys nobody sets) is ended by restarting the server, which bounds every input.
 #include <poll.h>
@@ -16,9 +18,11 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "common/event_log.h"
+#include "common/sha256.h"
 #include "tests/fuzz/fuzz_check.h"
 #include "trainer/cluster/rendezvous.h"
 #include "trainer/cluster/socket.h"
@@ -26,49 +30,51 @@
 namespace {
 
 using std::chrono::milliseconds;
-using tj::cluster::Challenge;
 using tj::cluster::DeadlineIn;
+using tj::cluster::HandshakeTranscript;
+using tj::cluster::Mac;
 using tj::cluster::RendezvousServer;
 using tj::cluster::RendezvousServerOptions;
 using tj::cluster::Socket;
 
 constexpr char kKey[] = "fuzz-rendezvous-key";
 constexpr char kTaskName[] = "worker 1";
-// Restart the servers now and then, so that the keys fuzz inputs Set do not pile up.
+constexpr char kChiefTask[] = "worker 0";
+// Restart the server now and then, so that the keys fuzz inputs Set do not pile up.
 constexpr int kInputsPerServer = 5000;
 
-// Owns the two servers (without and with a key) and restarts one on demand.
+// Owns the server and restarts it on demand.
 class Servers {
  public:
   Servers()
       : devnull_(std::fopen("/dev/null", "w")), log_(tj::LogFormat::kText, devnull_, devnull_) {
     TJ_FUZZ_CHECK(devnull_ != nullptr);
   }
-  RendezvousServer& Get(bool keyed) {
-    std::unique_ptr<RendezvousServer>& s = keyed ? keyed_ : open_;
-    int& uses = keyed ? keyed_uses_ : open_uses_;
-    if (s == nullptr || ++uses > kInputsPerServer) {
-      s.reset();
+  RendezvousServer& Get() {
+    if (server_ == nullptr || ++uses_ > kInputsPerServer) {
+      server_.reset();
       RendezvousServerOptions o;
       o.bind_host = "127.0.0.1";
       o.port = 0;
-      o.key = keyed ? kKey : "";
+      o.key = kKey;
+      o.chief_task = kChiefTask;
       o.io_timeout = milliseconds(200);
+      o.handshake_timeout = milliseconds(200);
       o.log = &log_;
       auto started = RendezvousServer::Start(o);
       TJ_FUZZ_CHECK(started.ok());
-      s = std::move(started).value();
-      uses = 1;
+      server_ = std::move(started).value();
+      uses_ = 1;
     }
-    return *s;
+    return *server_;
   }
-  void Restart(bool keyed) { (keyed ? keyed_ : open_).reset(); }
+  void Restart() { server_.reset(); }
 
  private:
   FILE* devnull_;
   tj::EventLog log_;
-  std::unique_ptr<RendezvousServer> open_, keyed_;
-  int open_uses_ = 0, keyed_uses_ = 0;
+  std::unique_ptr<RendezvousServer> server_;
+  int uses_ = 0;
 };
 
 Servers& TheServers() {
@@ -76,25 +82,57 @@ Servers& TheServers() {
   return *servers;
 }
 
-// Authenticates as kTaskName with kKey, as RendezvousClient does. False if the server did not
-// accept (it must, with the right key).
-bool Authenticate(Socket& s) {
+void PutU32(std::string& out, uint32_t n) {
+  for (int sh = 24; sh >= 0; sh -= 8) out.push_back(static_cast<char>((n >> sh) & 0xff));
+}
+
+// Authenticates as kTaskName with kKey, as RendezvousClient does; the session key, or nullopt
+// if the server did not accept (it must, with the right key) or did not prove it holds it.
+std::optional<Mac> Authenticate(Socket& s) {
   const auto deadline = DeadlineIn(milliseconds(2000));
-  unsigned char hello[4 + 1 + 1 + 32];
-  if (!s.ReadExactly(hello, sizeof hello, deadline).ok()) return false;
-  Challenge challenge;
-  std::copy(hello + 6, hello + 38, challenge.begin());
-  const auto answer = tj::cluster::AnswerChallenge(kKey, challenge, kTaskName);
-  std::string reply("TJRV");
-  const uint32_t n = sizeof(kTaskName) - 1;
-  for (int sh = 24; sh >= 0; sh -= 8) reply.push_back(static_cast<char>((n >> sh) & 0xff));
+  unsigned char hello[4 + 1 + 32];
+  if (!s.ReadExactly(hello, sizeof hello, deadline).ok()) return std::nullopt;
+  HandshakeTranscript t;
+  std::copy(hello + 5, hello + 37, t.server_nonce.begin());
+  t.client_nonce.fill(7);
+  t.client_task = kTaskName;
+  t.chief_task = kChiefTask;
+  const auto proof = tj::cluster::ClientProof(kKey, t);
+  const auto server_proof = tj::cluster::ServerProof(kKey, t);
+  const auto session_key = tj::cluster::SessionKey(kKey, t);
+  TJ_FUZZ_CHECK(proof.ok() && server_proof.ok() && session_key.ok());
+  std::string reply("TJRV\x02", 5);
+  PutU32(reply, sizeof(kTaskName) - 1);
   reply += kTaskName;
-  reply.push_back(1);
-  reply.append(reinterpret_cast<const char*>(answer.data()), answer.size());
-  if (!s.WriteAll(reply.data(), reply.size(), deadline).ok()) return false;
-  unsigned char verdict[5];  // u8 verdict, u32 length 0 of the empty reason
-  if (!s.ReadExactly(verdict, sizeof verdict, deadline).ok()) return false;
-  return verdict[0] == 0;
+  reply.append(reinterpret_cast<const char*>(t.client_nonce.data()), t.client_nonce.size());
+  reply.append(reinterpret_cast<const char*>(proof->data()), proof->size());
+  if (!s.WriteAll(reply.data(), reply.size(), deadline).ok()) return std::nullopt;
+  unsigned char verdict[1 + 32];
+  if (!s.ReadExactly(verdict, sizeof verdict, deadline).ok() || verdict[0] != 0) {
+    return std::nullopt;
+  }
+  Mac got{};
+  std::copy(verdict + 1, verdict + 33, got.begin());
+  if (!tj::cluster::MacEquals(got, *server_proof)) return std::nullopt;
+  return *session_key;
+}
+
+// A request frame as RendezvousClient seals it: u32 length, body,
+// HMAC(session key, 'C' || u64 sequence || body).
+std::string Seal(const Mac& key, uint64_t sequence, std::string_view body) {
+  std::string signed_part(1, 'C');
+  for (int sh = 56; sh >= 0; sh -= 8)
+    signed_part.push_back(static_cast<char>((sequence >> sh) & 0xff));
+  signed_part.append(body);
+  const auto tag =
+      tj::HmacSha256(std::string_view(reinterpret_cast<const char*>(key.data()), key.size()),
+                     signed_part.data(), signed_part.size());
+  TJ_FUZZ_CHECK(tag.ok());
+  std::string frame;
+  PutU32(frame, static_cast<uint32_t>(body.size()));
+  frame.append(body);
+  frame.append(reinterpret_cast<const char*>(tag->data()), tag->size());
+  return frame;
 }
 
 // Reads until the server closes the connection. False if it is still open at the deadline.
@@ -115,22 +153,39 @@ bool DrainUntilClosed(Socket& s, milliseconds limit) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  const int mode = data[0] % 3;
-  const bool keyed = mode != 0;
+  const bool authenticated = data[0] % 2 == 1;
   Servers& servers = TheServers();
-  RendezvousServer& server = servers.Get(keyed);
+  RendezvousServer& server = servers.Get();
   auto connected =
       tj::cluster::ConnectTcp("127.0.0.1", server.port(), DeadlineIn(milliseconds(2000)));
   TJ_FUZZ_CHECK(connected.ok());
   Socket socket = std::move(connected).value();
-  if (mode == 2) TJ_FUZZ_CHECK(Authenticate(socket));
-  // The server may close early (bad magic, a refused key): a failed write is not an error.
-  (void)socket.WriteAll(data + 1, size - 1, DeadlineIn(milliseconds(2000)));
+  std::string bytes(reinterpret_cast<const char*>(data + 1), size - 1);
+  if (authenticated) {
+    const std::optional<Mac> key = Authenticate(socket);
+    TJ_FUZZ_CHECK(key.has_value());
+    std::string frames;
+    uint64_t sequence = 0;
+    std::string_view rest(bytes);
+    while (!rest.empty()) {
+      size_t n = rest.size();
+      if (rest.size() >= 2) {
+        n = std::min(rest.size() - 2, size_t{static_cast<unsigned char>(rest[0])} << 8 |
+                                          static_cast<unsigned char>(rest[1]));
+        rest.remove_prefix(2);
+      }
+      frames += Seal(*key, sequence++, rest.substr(0, n));
+      rest.remove_prefix(n);
+    }
+    bytes = frames;
+  }
+  // The server may close early (bad magic, a refused proof): a failed write is not an error.
+  (void)socket.WriteAll(bytes.data(), bytes.size(), DeadlineIn(milliseconds(2000)));
   ::shutdown(socket.fd(), SHUT_WR);
   if (!DrainUntilClosed(socket, milliseconds(300))) {
     // A request blocks (a Wait for keys nobody sets): restarting the server ends it.
     socket.Close();
-    servers.Restart(keyed);
+    servers.Restart();
   }
   return 0;
 }

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -19,6 +20,13 @@ constexpr std::string_view kTempMarker = ".tmp.";
 
 std::string ErrnoText(int err) { return std::strerror(err); }
 
+// An I/O error; out of space gets its own code, so that callers can try again later.
+Status IoError(int err, const std::string& what) {
+  const bool no_space = err == ENOSPC || err == EDQUOT || err == EFBIG;
+  return Status::Error(no_space ? StatusCode::kResourceExhausted : StatusCode::kUnknown,
+                       what + ": " + ErrnoText(err) + (no_space ? " (disk full?)" : ""));
+}
+
 Status WriteAll(int fd, std::string_view bytes) {
   const char* p = bytes.data();
   size_t left = bytes.size();
@@ -26,7 +34,7 @@ Status WriteAll(int fd, std::string_view bytes) {
     ssize_t n = ::write(fd, p, left);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return Status::Error("write: " + ErrnoText(errno));
+      return IoError(errno, "write");
     }
     p += n;
     left -= static_cast<size_t>(n);
@@ -53,47 +61,65 @@ bool IsTempFileName(std::string_view name) {
   return name.size() > 1 && name[0] == '.' && name.find(kTempMarker) != std::string_view::npos;
 }
 
+std::string_view TempFileWriter(std::string_view name) {
+  if (!IsTempFileName(name)) return {};
+  std::string_view rest = name.substr(name.find(kTempMarker) + kTempMarker.size());
+  const size_t dot = rest.rfind('.');
+  return dot == std::string_view::npos ? std::string_view() : rest.substr(0, dot);
+}
+
 Status WriteFileAtomically(const std::string& path, std::string_view bytes,
-                           std::string_view before_rename_failpoint) {
+                           std::string_view before_rename_failpoint, std::string_view writer) {
   namespace fs = std::filesystem;
   const fs::path target(path);
   const std::string dir = target.has_parent_path() ? target.parent_path().string() : ".";
   const std::string base = target.filename().string();
   if (base.empty()) return Status::Error("writing " + path + ": not a file name");
 
-  std::string tmpl = (fs::path(dir) / ("." + base + std::string(kTempMarker) + "XXXXXX")).string();
+  for (char c : writer) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') {
+      return Status::Error("writing " + path + ": bad writer name \"" + std::string(writer) + "\"");
+    }
+  }
+  const std::string writer_part = writer.empty() ? "" : std::string(writer) + ".";
+  std::string tmpl =
+      (fs::path(dir) / ("." + base + std::string(kTempMarker) + writer_part + "XXXXXX")).string();
   std::vector<char> tmp_name(tmpl.begin(), tmpl.end());
   tmp_name.push_back('\0');
   int fd = ::mkstemp(tmp_name.data());
   if (fd < 0) {
-    return Status::Error("writing " + path + ": cannot create a temporary file in " + dir + ": " +
-                         ErrnoText(errno) + " (does the directory exist and is it writable?)");
+    const int err = errno;
+    Status error = IoError(err, "writing " + path + ": cannot create a temporary file in " + dir);
+    if (error.code() == StatusCode::kResourceExhausted) return error;
+    return Status::Error(error.message() + " (does the directory exist and is it writable?)");
   }
   const std::string tmp(tmp_name.data());
-  auto fail = [&](const std::string& what) {
+  auto fail = [&](const Status& error) {
     if (fd >= 0) ::close(fd);
     ::unlink(tmp.c_str());
-    return Status::Error("writing " + path + ": " + what);
+    return error.WithContext("writing " + path);
   };
-  if (::fchmod(fd, 0644) != 0) return fail("chmod of " + tmp + ": " + ErrnoText(errno));
-  if (Status s = WriteAll(fd, bytes); !s.ok()) return fail(s.message() + " (disk full?)");
-  if (::fsync(fd) != 0) return fail("fsync of " + tmp + ": " + ErrnoText(errno));
+  if (::fchmod(fd, 0644) != 0) return fail(IoError(errno, "chmod of " + tmp));
+  if (Status s = WriteAll(fd, bytes); !s.ok()) return fail(s);
+  if (::fsync(fd) != 0) return fail(IoError(errno, "fsync of " + tmp));
   int rc = ::close(fd);
   fd = -1;
-  if (rc != 0) return fail("close of " + tmp + ": " + ErrnoText(errno));
+  if (rc != 0) return fail(IoError(errno, "close of " + tmp));
   if (!before_rename_failpoint.empty()) failpoint::Hit(before_rename_failpoint);
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    return fail("rename of " + tmp + " to " + path + ": " + ErrnoText(errno));
+    return fail(IoError(errno, "rename of " + tmp + " to " + path));
   }
   return FsyncDirectory(dir).WithContext("writing " + path);
 }
 
-Status RemoveTempFiles(const std::string& dir) {
+Status RemoveTempFiles(const std::string& dir,
+                       const std::function<bool(std::string_view writer)>& remove) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (!fs::exists(dir, ec)) return Status::Ok();
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    if (!IsTempFileName(it->path().filename().string())) continue;
+    const std::string name = it->path().filename().string();
+    if (!IsTempFileName(name) || (remove && !remove(TempFileWriter(name)))) continue;
     std::error_code rm_ec;
     fs::remove(it->path(), rm_ec);
     if (rm_ec) {

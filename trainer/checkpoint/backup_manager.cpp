@@ -1,11 +1,16 @@
 #include "trainer/checkpoint/backup_manager.h"
 
+#include <sys/random.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <system_error>
 
+#include "common/sha256.h"
 #include "trainer/checkpoint/atomic_file.h"
 
 namespace tj::checkpoint {
@@ -13,10 +18,117 @@ namespace fs = std::filesystem;
 
 namespace {
 constexpr std::string_view kPrefix = "backup-";
-constexpr size_t kKeep = 2;  // the newest and the one before it
+constexpr char kFenceName[] = "fence";
+constexpr char kGangField[] = "backup_gang";  // in a backup's "extra": the gang that wrote it
+constexpr size_t kKeep = 2;                   // the newest and the one before it
+
+// This writer's part of its temporary files' names: its gang, pid and a random part
+// ("g3-1234-89ab..."), so that it removes only its own debris and a reader can tell whose
+// a leftover is.
+std::string WriterName(int64_t gang) {
+  uint8_t random[8] = {};
+  size_t filled = 0;
+  while (filled < sizeof random) {
+    const ssize_t n = ::getrandom(random + filled, sizeof random - filled, 0);
+    if (n <= 0) break;  // unique enough with the pid below
+    filled += static_cast<size_t>(n);
+  }
+  return (gang >= 0 ? "g" + std::to_string(gang) : std::string("x")) + "-" +
+         std::to_string(::getpid()) + "-" + ToHex(random);
+}
+
+int64_t GangOfState(const TrainingState& state) {
+  if (!state.extra.is_object()) return -1;
+  auto it = state.extra.find(kGangField);
+  return it != state.extra.end() && it->is_number_integer() ? it->get<int64_t>() : -1;
+}
+
 }  // namespace
 
-BackupManager::BackupManager(std::string dir, EventLog* log) : dir_(std::move(dir)), log_(log) {}
+BackupManager::BackupManager(std::string dir, EventLog* log, BackupScope scope)
+    : dir_(scope.job_uid.empty() ? std::move(dir)
+                                 : (fs::path(dir) / ("job-" + scope.job_uid)).string()),
+      log_(log),
+      scope_(std::move(scope)),
+      writer_(WriterName(scope_.gang)) {}
+
+bool BackupManager::ValidJobUid(std::string_view uid) {
+  if (uid.empty() || uid.size() > 128) return false;
+  return std::all_of(uid.begin(), uid.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-';
+  });
+}
+
+StatusOr<BackupManager::Fence> BackupManager::ReadFence() const {
+  const std::string path = (fs::path(dir_) / kFenceName).string();
+  std::ifstream in(path);
+  if (!in) {
+    std::error_code ec;
+    if (!fs::exists(path, ec) && !ec) return Fence{};
+    return Status::Error("reading backup fence " + path + ": cannot open it");
+  }
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (!j.is_object() || !j.contains("gang") || !j["gang"].is_number_integer() ||
+      !j.contains("base_seq") || !j["base_seq"].is_number_integer()) {
+    return Status::Error("reading backup fence " + path +
+                         ": not {\"gang\": N, \"base_seq\": N}; remove it only if no older "
+                         "gang's chief can still be running");
+  }
+  return Fence{j["gang"].get<int64_t>(), j["base_seq"].get<int64_t>()};
+}
+
+Status BackupManager::CheckNotFencedOut(const Fence& fence) const {
+  if (scope_.gang < 0 || fence.gang <= scope_.gang) return Status::Ok();
+  return Status::Error("backups in " + dir_ + " belong to gang " + std::to_string(fence.gang) +
+                       " of this job; this process is of gang " + std::to_string(scope_.gang) +
+                       ", an older one, and must not write or restore them (a stale chief: the "
+                       "job has moved on)");
+}
+
+bool BackupManager::Restorable(const Fence& fence, int64_t seq, int64_t writer_gang) {
+  return fence.gang < 0 || seq <= fence.base_seq || writer_gang == fence.gang;
+}
+
+StatusOr<BackupManager::Fence> BackupManager::PrepareToWrite() const {
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (ec) {
+    return Status::Error("creating backup directory " + dir_ + ": " + ec.message() +
+                         " (is --backup-dir on a writable volume?)");
+  }
+  StatusOr<Fence> fence = ReadFence();
+  if (!fence.ok()) return fence.status();
+  TJ_RETURN_IF_ERROR(CheckNotFencedOut(*fence));
+  return fence;
+}
+
+Status BackupManager::Claim() {
+  if (scope_.gang < 0) return Status::Ok();
+  std::error_code ec;
+  StatusOr<Fence> fence = PrepareToWrite();
+  if (!fence.ok()) return fence.status();
+  if (fence->gang == scope_.gang) return Status::Ok();  // claimed by this gang already
+  auto backups = ListBackups();
+  if (!backups.ok()) return backups.status();
+  int64_t base = 0;
+  for (const auto& [seq, path] : *backups) {
+    if (seq > fence->base_seq && fence->gang >= 0) {
+      StatusOr<TrainingState> state = ReadStateFile(path);
+      // An unreadable one stays: Restore skips it with its reason.
+      if (state.ok() && !Restorable(*fence, seq, GangOfState(*state))) {
+        Warn("removing backup " + path + ": written by gang " +
+             std::to_string(GangOfState(*state)) + "'s chief after gang " +
+             std::to_string(fence->gang) + " claimed the directory (a stale chief)");
+        fs::remove(path, ec);
+        continue;
+      }
+    }
+    base = std::max(base, seq);
+  }
+  const nlohmann::json j = {{"gang", scope_.gang}, {"base_seq", base}};
+  return WriteFileAtomically((fs::path(dir_) / kFenceName).string(), j.dump() + "\n", {}, writer_)
+      .WithContext("claiming the backup directory for gang " + std::to_string(scope_.gang));
+}
 
 std::string BackupManager::FileName(int64_t seq) {
   return std::string(kPrefix) + std::to_string(seq);
@@ -60,20 +172,25 @@ StatusOr<std::vector<std::pair<int64_t, std::string>>> BackupManager::ListBackup
   return out;
 }
 
-Status BackupManager::Save(const TrainingState& state) {
+Status BackupManager::Save(TrainingState state) {
   std::error_code ec;
-  fs::create_directories(dir_, ec);
-  if (ec) {
-    return Status::Error("creating backup directory " + dir_ + ": " + ec.message() +
-                         " (is --backup-dir on a writable volume?)");
-  }
-  TJ_RETURN_IF_ERROR(RemoveTempFiles(dir_).WithContext("saving a backup"));
+  StatusOr<Fence> fence = PrepareToWrite();
+  if (!fence.ok()) return fence.status();
+  TJ_RETURN_IF_ERROR(RemoveTempFiles(dir_, [&](std::string_view writer) {
+                       return writer == writer_;
+                     }).WithContext("saving a backup"));
   auto backups = ListBackups();
   if (!backups.ok()) return backups.status();
   const int64_t next = backups->empty() ? 1 : backups->front().first + 1;
   const std::string path = (fs::path(dir_) / FileName(next)).string();
-  TJ_RETURN_IF_ERROR(
-      WriteStateFile(path, state, "backup.before_rename").WithContext("saving backup"));
+  if (scope_.gang >= 0) {
+    if (!state.extra.is_object()) state.extra = nlohmann::json::object();
+    state.extra[kGangField] = scope_.gang;
+  }
+  StatusOr<std::string> bytes = EncodeState(state);
+  if (!bytes.ok()) return bytes.status().WithContext("saving backup " + path);
+  TJ_RETURN_IF_ERROR(WriteFileAtomically(path, *bytes, "backup.before_rename", writer_)
+                         .WithContext("saving backup"));
 
   // The new file is durable; now older ones may go (the newest kKeep stay).
   backups->insert(backups->begin(), {next, path});
@@ -88,17 +205,28 @@ Status BackupManager::Save(const TrainingState& state) {
 
 StatusOr<std::optional<TrainingState>> BackupManager::Restore(
     const nlohmann::json& expected_fingerprint, std::string* restored_path) {
+  StatusOr<Fence> fence = ReadFence();
+  if (!fence.ok()) return fence.status();
+  TJ_RETURN_IF_ERROR(CheckNotFencedOut(*fence));
   auto backups = ListBackups();
   if (!backups.ok()) return backups.status();
   if (backups->empty()) return std::optional<TrainingState>();
 
   std::string reasons;
+  size_t fenced_out = 0;
   for (const auto& [seq, path] : *backups) {
     StatusOr<TrainingState> state = ReadStateFile(path);
     if (!state.ok()) {
       Warn("skipping backup " + state.status().message() +
            (&path != &backups->back().second ? "; trying the previous backup" : ""));
       reasons += "\n  " + state.status().message();
+      continue;
+    }
+    if (!Restorable(*fence, seq, GangOfState(*state))) {
+      Warn("skipping backup " + path + ": written by gang " + std::to_string(GangOfState(*state)) +
+           "'s chief after gang " + std::to_string(fence->gang) +
+           " claimed the directory (a stale chief)");
+      ++fenced_out;
       continue;
     }
     if (auto diff = DescribeMismatch(expected_fingerprint, state->fingerprint)) {
@@ -110,6 +238,7 @@ StatusOr<std::optional<TrainingState>> BackupManager::Restore(
     if (restored_path != nullptr) *restored_path = path;
     return std::optional<TrainingState>(std::move(state).value());
   }
+  if (fenced_out == backups->size()) return std::optional<TrainingState>();
   return Status::Error("no valid backup in " + dir_ + " (" + std::to_string(backups->size()) +
                        " found, all unreadable):" + reasons +
                        "\nRefusing to start from scratch; remove the directory to start over");
@@ -124,7 +253,12 @@ Status BackupManager::Delete() {
     fs::remove(path, ec);
     if (ec) return Status::Error("deleting backup " + path + ": " + ec.message());
   }
-  return RemoveTempFiles(dir_).WithContext("deleting backups");
+  fs::remove(fs::path(dir_) / kFenceName, ec);
+  TJ_RETURN_IF_ERROR(RemoveTempFiles(dir_, [&](std::string_view writer) {
+                       return writer == writer_;
+                     }).WithContext("deleting backups"));
+  if (!scope_.job_uid.empty()) fs::remove(dir_, ec);  // this job's own directory, when empty
+  return Status::Ok();
 }
 
 }  // namespace tj::checkpoint

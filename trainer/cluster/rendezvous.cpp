@@ -1,11 +1,15 @@
 #include "trainer/cluster/rendezvous.h"
 
 #include <openssl/crypto.h>
+#include <poll.h>
 #include <sys/random.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <system_error>
 
 #include "common/sha256.h"
 #include "trainer/cluster/tf_config.h"
@@ -13,19 +17,27 @@
 namespace tj::cluster {
 namespace {
 
-// Wire format (all integers big-endian):
-//   server hello:  "TJRV" u8 version u8 auth_required challenge[32]
-//   client hello:  "TJRV" str task_name u8 has_key answer[32]
-//   server verdict: u8 (0 accepted, 1 refused) str reason
-//   requests:      u8 op, then  Set: str key, str value  -> u8 0
-//                               Get: str key             -> u8 found, str value
-//                               Wait: u32 n, n x str, u64 timeout_ms -> u8 (0 ok, 1 timed out)
-// str = u32 length + bytes (at most kMaxString).
+// Wire format, version 2 (all integers big-endian; str = u32 length + bytes):
+//   server hello:   "TJRV" u8 version server_nonce[32]
+//   client hello:   "TJRV" u8 version str task_name (<= 256) client_nonce[32] client_proof[32]
+//   server verdict: u8 0 server_proof[32]     (accepted; the session starts)
+//                 | u8 1 str reason (<= 256)  (refused; the connection is closed)
+//   then messages both ways, each a frame:  u32 length, body, tag[32] where
+//     tag = HMAC(session_key, direction || u64 sequence || body), direction 'C' (client to
+//     server) or 'S', sequence counting from 0 per direction.
+//   request bodies:  u8 op, then  Set: str key, str value  -> reply u8 0
+//                                 Get: str key             -> reply u8 found, str value
+//                                 Wait: u32 n, n x str, u64 timeout_ms -> u8 (0 ok, 1 timed out)
 constexpr char kMagic[4] = {'T', 'J', 'R', 'V'};
-constexpr uint8_t kVersion = 1;
+constexpr uint8_t kVersion = 2;
 constexpr uint32_t kMaxString = 64u << 20;
+constexpr uint32_t kMaxFrame = kMaxString + (1u << 20);
 constexpr uint32_t kMaxKeys = 1 << 16;
 constexpr uint32_t kMaxTaskName = 256;  // in the client hello, read before authentication
+constexpr uint32_t kMaxReason = 256;
+constexpr size_t kServerHelloSize = 4 + 1 + 32;
+constexpr size_t kMaxClientHello = 4 + 1 + 4 + kMaxTaskName + 32 + 32;
+constexpr char kFromClient = 'C', kFromServer = 'S';
 enum Op : uint8_t { kSet = 1, kGet = 2, kWait = 3 };
 
 class Encoder {
@@ -51,44 +63,73 @@ class Encoder {
     buf_.append(static_cast<const char*>(p), n);
     return *this;
   }
+  const std::string& bytes() const { return buf_; }
+  std::string Take() { return std::move(buf_); }
   Status SendTo(Socket& s, Deadline d) { return s.WriteAll(buf_.data(), buf_.size(), d); }
 
  private:
   std::string buf_;
 };
 
-// Reads fields from a socket, every read bounded by the deadline.
-class Decoder {
+// Reads fields from bytes already received (a frame's body, a client hello). Every read is
+// bounds-checked; `complete` is false when the bytes ran out (more may come).
+class Reader {
  public:
-  Decoder(Socket& s, Deadline d) : s_(s), d_(d) {}
-  Status U8(uint8_t* v) { return s_.ReadExactly(v, 1, d_); }
-  Status U32(uint32_t* v) {
-    unsigned char b[4];
-    TJ_RETURN_IF_ERROR(s_.ReadExactly(b, 4, d_));
+  explicit Reader(std::string_view in) : in_(in) {}
+  bool U8(uint8_t* v) {
+    if (in_.size() < 1) return Short();
+    *v = static_cast<uint8_t>(in_[0]);
+    in_.remove_prefix(1);
+    return true;
+  }
+  bool U32(uint32_t* v) {
+    if (in_.size() < 4) return Short();
+    const auto* b = reinterpret_cast<const unsigned char*>(in_.data());
     *v = (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) | b[3];
-    return Status::Ok();
+    in_.remove_prefix(4);
+    return true;
   }
-  Status U64(uint64_t* v) {
-    uint32_t hi, lo;
-    TJ_RETURN_IF_ERROR(U32(&hi));
-    TJ_RETURN_IF_ERROR(U32(&lo));
+  bool U64(uint64_t* v) {
+    uint32_t hi = 0, lo = 0;
+    if (!U32(&hi) || !U32(&lo)) return false;
     *v = (uint64_t{hi} << 32) | lo;
-    return Status::Ok();
+    return true;
   }
-  // Checks the announced length against `max` before allocating anything: a peer that has
-  // not authenticated yet must not make the server allocate (and zero) 64 MiB.
-  Status Str(std::string* out, uint32_t max = kMaxString) {
-    uint32_t n;
-    TJ_RETURN_IF_ERROR(U32(&n));
-    if (n > max) return Status::Error("string of " + std::to_string(n) + " bytes too long");
-    out->resize(n);
-    return s_.ReadExactly(out->data(), n, d_);
+  // The announced length is checked against `max` before anything is copied.
+  bool Str(std::string* out, uint32_t max = kMaxString) {
+    uint32_t n = 0;
+    if (!U32(&n)) return false;
+    if (n > max) {
+      too_long_ = n;
+      return false;
+    }
+    if (in_.size() < n) return Short();
+    out->assign(in_.data(), n);
+    in_.remove_prefix(n);
+    return true;
   }
-  Status Bytes(void* p, size_t n) { return s_.ReadExactly(p, n, d_); }
+  bool Bytes(void* p, size_t n) {
+    if (in_.size() < n) return Short();
+    std::memcpy(p, in_.data(), n);
+    in_.remove_prefix(n);
+    return true;
+  }
+  bool at_end() const { return in_.empty(); }
+  bool short_input() const { return short_; }
+  // Why the last read failed, for a message.
+  std::string Error() const {
+    if (too_long_ > 0) return "string of " + std::to_string(too_long_) + " bytes too long";
+    return "message truncated";
+  }
 
  private:
-  Socket& s_;
-  Deadline d_;
+  bool Short() {
+    short_ = true;
+    return false;
+  }
+  std::string_view in_;
+  bool short_ = false;
+  uint32_t too_long_ = 0;
 };
 
 std::string Seconds(std::chrono::milliseconds d) {
@@ -97,34 +138,104 @@ std::string Seconds(std::chrono::milliseconds d) {
   return buf;
 }
 
+StatusOr<Mac> TranscriptMac(std::string_view key, std::string_view label,
+                            const HandshakeTranscript& t) {
+  Encoder e;
+  e.Str(label)
+      .Bytes(t.server_nonce.data(), t.server_nonce.size())
+      .Bytes(t.client_nonce.data(), t.client_nonce.size())
+      .Str(t.client_task)
+      .Str(t.chief_task);
+  return HmacSha256(key, e.bytes().data(), e.bytes().size());
+}
+
+// A message's tag: HMAC(session_key, direction || u64 sequence || body).
+StatusOr<Mac> MessageTag(const Mac& session_key, char direction, uint64_t sequence,
+                         std::string_view body) {
+  Encoder signed_part;
+  signed_part.U8(static_cast<uint8_t>(direction)).U64(sequence).Bytes(body.data(), body.size());
+  StatusOr<Mac> tag = HmacSha256(
+      std::string_view(reinterpret_cast<const char*>(session_key.data()), session_key.size()),
+      signed_part.bytes().data(), signed_part.bytes().size());
+  if (!tag.ok()) return tag.status().WithContext("authenticating a rendezvous message");
+  return tag;
+}
+
+// A frame: u32 length, body, MessageTag.
+StatusOr<std::string> Seal(const Mac& session_key, char direction, uint64_t sequence,
+                           std::string_view body) {
+  StatusOr<Mac> tag = MessageTag(session_key, direction, sequence, body);
+  if (!tag.ok()) return tag.status();
+  Encoder frame;
+  frame.U32(static_cast<uint32_t>(body.size()))
+      .Bytes(body.data(), body.size())
+      .Bytes(tag->data(), tag->size());
+  return frame.Take();
+}
+
+// Reads one frame and checks its tag; the body, or an error (a bad tag: "not authenticated").
+StatusOr<std::string> Open(Socket& socket, const Mac& session_key, char direction,
+                           uint64_t sequence, Deadline deadline) {
+  unsigned char len_bytes[4];
+  TJ_RETURN_IF_ERROR(socket.ReadExactly(len_bytes, 4, deadline));
+  const uint32_t n = (uint32_t{len_bytes[0]} << 24) | (uint32_t{len_bytes[1]} << 16) |
+                     (uint32_t{len_bytes[2]} << 8) | len_bytes[3];
+  if (n > kMaxFrame) {
+    return Status::Error("message of " + std::to_string(n) + " bytes too long");
+  }
+  std::string body(n, '\0');
+  TJ_RETURN_IF_ERROR(socket.ReadExactly(body.data(), n, deadline));
+  Mac tag{};
+  TJ_RETURN_IF_ERROR(socket.ReadExactly(tag.data(), tag.size(), deadline));
+  StatusOr<Mac> expected = MessageTag(session_key, direction, sequence, body);
+  if (!expected.ok()) return expected.status();
+  if (!MacEquals(*expected, tag)) {
+    return Status::Error(StatusCode::kPermissionDenied,
+                         "message not authenticated by the session's key (tampered with, "
+                         "replayed or injected); closed");
+  }
+  return body;
+}
+
+Status NoKeyError(const std::string& who) {
+  return Status::Error(StatusCode::kPermissionDenied,
+                       who +
+                           ": TJ_RENDEZVOUS_KEY is empty; the rendezvous requires the job's "
+                           "key on every task (the operator sets it from the Secret "
+                           "<job>-rendezvous; by hand, give every task the same key)");
+}
+
 }  // namespace
 
 // ---- Authentication.
 
-ChallengeAnswer AnswerChallenge(std::string_view key, const Challenge& challenge,
-                                std::string_view task_name) {
-  std::string message(reinterpret_cast<const char*>(challenge.data()), challenge.size());
-  message.append(task_name);
-  return HmacSha256(key, message.data(), message.size());
+StatusOr<Mac> ClientProof(std::string_view key, const HandshakeTranscript& t) {
+  return TranscriptMac(key, "TJRV2 client proof", t);
 }
 
-bool VerifyChallengeAnswer(std::string_view key, const Challenge& challenge,
-                           std::string_view task_name, const ChallengeAnswer& answer) {
-  const ChallengeAnswer expected = AnswerChallenge(key, challenge, task_name);
-  return CRYPTO_memcmp(expected.data(), answer.data(), expected.size()) == 0;
+StatusOr<Mac> ServerProof(std::string_view key, const HandshakeTranscript& t) {
+  return TranscriptMac(key, "TJRV2 server proof", t);
 }
 
-StatusOr<Challenge> NewChallenge() {
+StatusOr<Mac> SessionKey(std::string_view key, const HandshakeTranscript& t) {
+  return TranscriptMac(key, "TJRV2 session key", t);
+}
+
+bool MacEquals(const Mac& a, const Mac& b) {
+  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+StatusOr<Nonce> NewNonce() {
   // From the kernel's CSPRNG (which seeds OpenSSL's too), not RAND_bytes: in a connection's
   // thread RAND_bytes makes per-thread generators that OpenSSL 3.0 sometimes fails to free at
   // thread exit (LeakSanitizer, about 1 in 30 runs of the rendezvous fuzz replay).
-  Challenge c{};
+  Nonce c{};
   size_t filled = 0;
   while (filled < c.size()) {
     const ssize_t n = ::getrandom(c.data() + filled, c.size() - filled, 0);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
-      return Status::Error(std::string("getrandom failed: cannot make a rendezvous challenge: ") +
+      return Status::Error(std::string("getrandom failed: cannot make a rendezvous nonce: ") +
                            std::strerror(errno));
     }
     filled += static_cast<size_t>(n);
@@ -187,12 +298,65 @@ class RendezvousServer::Store final : public KeyValueStore {
 
 // ---- Server.
 
+// A connection in its handshake, served by the loop thread.
+struct RendezvousServer::Pending {
+  Socket socket;
+  Deadline deadline;
+  Nonce nonce{};
+  std::string in;  // what the client sent so far (at most kMaxClientHello bytes)
+  std::string peer;
+};
+
+// An authenticated session, served by a thread of its own.
+struct RendezvousServer::Session {
+  Socket socket;
+  std::string peer;
+  std::string task;
+  Mac key{};
+  std::thread thread;
+  std::atomic<bool> done{false};
+};
+
+namespace {
+
+// A peer-supplied name, made safe for a log line.
+std::string Printable(std::string_view s) {
+  std::string out;
+  for (char c : s) out.push_back(c >= 0x20 && c < 0x7f ? c : '?');
+  return out;
+}
+
+// One send without waiting: for the small messages of a handshake (a fresh socket's buffer
+// holds them), and best effort for a refusal.
+bool SendNow(Socket& socket, const std::string& bytes) {
+  const ssize_t n = ::send(socket.fd(), bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  return n == static_cast<ssize_t>(bytes.size());
+}
+
+void SendRefusal(Socket& socket, std::string_view reason) {
+  Encoder verdict;
+  verdict.U8(1).Str(reason);
+  (void)SendNow(socket, verdict.bytes());  // best effort: the peer may be gone already
+}
+
+}  // namespace
+
 RendezvousServer::RendezvousServer(const RendezvousServerOptions& options)
     : options_(options), store_(std::make_unique<Store>(&stop_)) {}
 
 StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
     const RendezvousServerOptions& options) {
+  if (options.key.empty()) return NoKeyError("rendezvous server");
   std::unique_ptr<RendezvousServer> server(new RendezvousServer(options));
+  // Waiting handshakes hold a descriptor each: leave room for everything else the process
+  // opens (Gloo's mesh, files, the sessions).
+  rlimit nofile{};
+  if (::getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur != RLIM_INFINITY) {
+    const long room = (static_cast<long>(nofile.rlim_cur) - 128) / 2;
+    server->options_.max_pending =
+        static_cast<int>(std::min<long>(options.max_pending, std::max<long>(room, 8)));
+  }
+  server->options_.max_pending = std::max(server->options_.max_pending, 1);
   const std::string where = (options.bind_host.empty() ? std::string("*") : options.bind_host) +
                             ":" + std::to_string(options.port);
   StatusOr<Socket> listener = ListenTcp(options.bind_host, options.port);
@@ -202,152 +366,305 @@ StatusOr<std::unique_ptr<RendezvousServer>> RendezvousServer::Start(
   }
   server->listener_ = std::move(listener).value();
   server->port_ = LocalPort(server->listener_);
-  server->accept_thread_ = std::thread([s = server.get()] { s->AcceptLoop(); });
+  try {
+    server->loop_thread_ = std::thread([s = server.get()] { s->Loop(); });
+  } catch (const std::system_error& e) {
+    return Status::Error(std::string("rendezvous server: cannot start its thread: ") + e.what());
+  }
   return server;
 }
 
 RendezvousServer::~RendezvousServer() {
   stop_.store(true);
   store_->WakeAll();
-  if (accept_thread_.joinable()) accept_thread_.join();
-  std::lock_guard<std::mutex> lock(connections_mu_);
-  for (Connection& c : connections_) c.socket.Shutdown();
-  for (Connection& c : connections_) {
-    if (c.thread.joinable()) c.thread.join();
+  if (loop_thread_.joinable()) loop_thread_.join();
+  std::lock_guard<std::mutex> lock(sessions_mu_);
+  for (Session& s : sessions_) s.socket.Shutdown();
+  for (Session& s : sessions_) {
+    if (s.thread.joinable()) s.thread.join();
   }
 }
 
 KeyValueStore& RendezvousServer::local_store() { return *store_; }
 
+int RendezvousServer::session_count() {
+  std::lock_guard<std::mutex> lock(sessions_mu_);
+  return static_cast<int>(
+      std::count_if(sessions_.begin(), sessions_.end(), [](const Session& s) { return !s.done; }));
+}
+
 void RendezvousServer::ReapFinished() {
-  std::lock_guard<std::mutex> lock(connections_mu_);
-  for (auto it = connections_.begin(); it != connections_.end();) {
+  std::lock_guard<std::mutex> lock(sessions_mu_);
+  for (auto it = sessions_.begin(); it != sessions_.end();) {
     if (it->done.load()) {
       it->thread.join();
-      it = connections_.erase(it);
+      it = sessions_.erase(it);
     } else {
       ++it;
     }
   }
 }
 
-void RendezvousServer::AcceptLoop() {
+void RendezvousServer::WarnUnauthenticated(const std::string& message) {
+  if (options_.log == nullptr) return;
+  constexpr int kLinesPerMinute = 20;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - warn_window_start_ >= std::chrono::minutes(1)) {
+    if (suppressed_in_window_ > 0) {
+      options_.log->Warn("rendezvous server: " + std::to_string(suppressed_in_window_) +
+                         " more unauthenticated connections closed in the last minute (not "
+                         "logged one by one)");
+    }
+    warn_window_start_ = now;
+    warned_in_window_ = 0;
+    suppressed_in_window_ = 0;
+  }
+  if (warned_in_window_ < kLinesPerMinute) {
+    ++warned_in_window_;
+    options_.log->Warn("rendezvous server: " + message);
+  } else {
+    ++suppressed_in_window_;
+  }
+}
+
+void RendezvousServer::Loop() {
+  std::list<Pending> pending;
+  std::vector<pollfd> fds;
+  std::vector<std::list<Pending>::iterator> polled;
   while (!stop_.load()) {
-    StatusOr<Socket> accepted = AcceptTcp(listener_, DeadlineIn(std::chrono::milliseconds(100)));
     ReapFinished();
-    if (!accepted.ok()) {
-      if (options_.log) options_.log->Warn("rendezvous server: " + accepted.status().message());
+    const auto now = std::chrono::steady_clock::now();
+    for (auto it = pending.begin(); it != pending.end();) {
+      if (it->deadline > now) {
+        ++it;
+        continue;
+      }
+      dropped_.fetch_add(1);
+      WarnUnauthenticated("connection from " + it->peer + ": no handshake within " +
+                          Seconds(options_.handshake_timeout) + "; closed");
+      it = pending.erase(it);
+    }
+    fds.assign(1, pollfd{listener_.fd(), POLLIN, 0});
+    polled.clear();
+    Deadline wake = now + std::chrono::milliseconds(100);
+    for (auto it = pending.begin(); it != pending.end(); ++it) {
+      fds.push_back(pollfd{it->socket.fd(), POLLIN, 0});
+      polled.push_back(it);
+      wake = std::min(wake, it->deadline);
+    }
+    pending_now_.store(static_cast<int>(pending.size()));
+    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(wake - now).count() + 1;
+    const int rc = ::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(wait, 0)));
+    if (rc < 0) {
+      if (errno == EINTR) continue;
+      if (options_.log)
+        options_.log->Warn(std::string("rendezvous server: poll: ") + strerror(errno));
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       continue;
     }
-    if (!accepted->valid()) continue;
-    std::lock_guard<std::mutex> lock(connections_mu_);
-    Connection& c = connections_.emplace_back();
-    c.socket = std::move(accepted).value();
-    c.thread = std::thread([this, &c] { Serve(&c); });
+    for (size_t i = 1; i < fds.size(); ++i) {
+      if (fds[i].revents != 0 && Advance(*polled[i - 1])) pending.erase(polled[i - 1]);
+    }
+    if (fds[0].revents != 0) AcceptNew(pending);
+  }
+  pending_now_.store(0);
+}
+
+void RendezvousServer::AcceptNew(std::list<Pending>& pending) {
+  // A bounded batch per wake-up, so that the handshakes already waiting are served too.
+  for (int i = 0; i < 256 && !stop_.load(); ++i) {
+    StatusOr<Socket> accepted = AcceptTcp(listener_, std::chrono::steady_clock::now());
+    if (!accepted.ok()) {
+      // Out of descriptors (EMFILE): the oldest waiting handshake gives its one up.
+      WarnUnauthenticated(accepted.status().message());
+      if (!pending.empty()) {
+        pending.pop_front();
+        dropped_.fetch_add(1);
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      return;
+    }
+    if (!accepted->valid()) return;
+    if (static_cast<int>(pending.size()) >= options_.max_pending) {
+      // At the cap, the oldest waiting connection goes: a flood of idle connections cannot
+      // keep a real peer, whose handshake takes one round trip, from its turn.
+      WarnUnauthenticated("connection from " + pending.front().peer + ": closed unauthenticated, " +
+                          std::to_string(options_.max_pending) +
+                          " handshakes were waiting (a flood?)");
+      pending.pop_front();
+      dropped_.fetch_add(1);
+    }
+    Pending p;
+    p.socket = std::move(accepted).value();
+    p.peer = p.socket.PeerName();
+    p.deadline = std::chrono::steady_clock::now() + options_.handshake_timeout;
+    StatusOr<Nonce> nonce = NewNonce();
+    if (!nonce.ok()) {
+      if (options_.log) options_.log->Warn("rendezvous server: " + nonce.status().message());
+      continue;  // closes the connection: no handshake without a fresh nonce
+    }
+    p.nonce = *nonce;
+    Encoder hello;
+    hello.Bytes(kMagic, 4).U8(kVersion).Bytes(p.nonce.data(), p.nonce.size());
+    if (!SendNow(p.socket, hello.bytes())) {
+      dropped_.fetch_add(1);
+      continue;
+    }
+    pending.push_back(std::move(p));
   }
 }
 
-void RendezvousServer::Serve(Connection* connection) {
-  Socket& socket = connection->socket;
-  const std::string peer = socket.PeerName();
-  std::string task_name;
-  Status status = Handshake(socket, &task_name);
-  if (status.ok()) status = HandleRequests(socket);
-  if (!status.ok() && !stop_.load() && options_.log != nullptr) {
-    options_.log->Warn("rendezvous server: connection from " + peer +
-                       (task_name.empty() ? "" : " (\"" + task_name + "\")") + ": " +
-                       status.message());
-  }
-  socket.Shutdown();
-  connection->done.store(true);
-}
+bool RendezvousServer::Advance(Pending& p) {
+  char buf[kMaxClientHello];
+  const size_t room = kMaxClientHello - p.in.size();
+  const ssize_t n = ::recv(p.socket.fd(), buf, std::max<size_t>(room, 1), 0);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
+  auto drop = [&](const std::string& why) {
+    dropped_.fetch_add(1);
+    WarnUnauthenticated("connection from " + p.peer + ": " + why + "; closed");
+    return true;
+  };
+  if (n == 0) return drop("closed before completing its handshake");
+  if (n < 0) return drop(std::string("read: ") + std::strerror(errno));
+  if (room == 0) return drop("sent more than a hello before the verdict");
+  p.in.append(buf, static_cast<size_t>(n));
 
-Status RendezvousServer::Handshake(Socket& socket, std::string* task_name) {
-  const Deadline deadline = DeadlineIn(options_.io_timeout);
-  const bool auth = !options_.key.empty();
-  Challenge challenge{};
-  if (auth) {
-    StatusOr<Challenge> c = NewChallenge();
-    if (!c.ok()) return c.status();
-    challenge = *c;
-  }
-  Encoder hello;
-  hello.Bytes(kMagic, 4).U8(kVersion).U8(auth ? 1 : 0).Bytes(challenge.data(), challenge.size());
-  TJ_RETURN_IF_ERROR(hello.SendTo(socket, deadline).WithContext("sending hello"));
-
-  Decoder in(socket, deadline);
+  Reader in(p.in);
   char magic[4];
-  uint8_t has_key = 0;
-  ChallengeAnswer answer{};
-  Status st = in.Bytes(magic, 4);
-  if (st.ok() && std::memcmp(magic, kMagic, 4) != 0) {
-    return Status::Error("not a tj-trainer rendezvous client (bad magic); closed");
+  uint8_t version = 0;
+  std::string task;
+  Nonce client_nonce{};
+  Mac proof{};
+  bool ok = in.Bytes(magic, 4);
+  if (ok && std::memcmp(magic, kMagic, 4) != 0) {
+    return drop("not a tj-trainer rendezvous client (bad magic)");
   }
-  if (st.ok()) st = in.Str(task_name, kMaxTaskName);  // "string of N bytes too long"
-  if (st.ok()) st = in.U8(&has_key);
-  if (st.ok()) st = in.Bytes(answer.data(), answer.size());
-  TJ_RETURN_IF_ERROR(st.WithContext("reading the client's hello"));
+  ok = ok && in.U8(&version);
+  if (ok && version != kVersion) {
+    return drop("speaks rendezvous protocol version " + std::to_string(version) +
+                ", this chief version " + std::to_string(kVersion));
+  }
+  ok = ok && in.Str(&task, kMaxTaskName) && in.Bytes(client_nonce.data(), client_nonce.size()) &&
+       in.Bytes(proof.data(), proof.size());
+  if (!ok) {
+    if (in.short_input()) return false;  // the rest of the hello is still to come
+    return drop("reading the client's hello: " + in.Error());
+  }
+  if (!in.at_end()) return drop("sent more than a hello before the verdict");
 
-  if (auth &&
-      (has_key == 0 || !VerifyChallengeAnswer(options_.key, challenge, *task_name, answer))) {
+  const std::string who = "connection from " + p.peer + " (\"" + Printable(task) + "\")";
+  const HandshakeTranscript t{p.nonce, client_nonce, task, options_.chief_task};
+  StatusOr<Mac> expected = ClientProof(options_.key, t);
+  StatusOr<Mac> server_proof = ServerProof(options_.key, t);
+  StatusOr<Mac> session_key = SessionKey(options_.key, t);
+  for (const StatusOr<Mac>* m : {&expected, &server_proof, &session_key}) {
+    if (!m->ok()) {  // fail closed: nobody is accepted without a computed proof
+      SendRefusal(p.socket, "the chief could not compute an HMAC");
+      if (options_.log) {
+        options_.log->Warn("rendezvous server: " + who + ": " + m->status().message() +
+                           "; refused");
+      }
+      return true;
+    }
+  }
+  if (!MacEquals(*expected, proof)) {
     refused_.fetch_add(1);
-    Encoder verdict;
-    verdict.U8(1).Str(kWrongKeyReason);
-    (void)verdict.SendTo(socket, deadline);  // best effort: the peer may be gone already
-    return Status::Error(StatusCode::kPermissionDenied,
-                         std::string("refused: ") +
-                             (has_key ? std::string(kWrongKeyReason)
-                                      : "no TJ_RENDEZVOUS_KEY given but the job requires one") +
-                             "; connection closed");
+    SendRefusal(p.socket, kWrongKeyReason);
+    WarnUnauthenticated(who + ": refused: " + std::string(kWrongKeyReason) + "; connection closed");
+    return true;
+  }
+  std::lock_guard<std::mutex> lock(sessions_mu_);
+  if (static_cast<int>(sessions_.size()) >= options_.max_sessions) {
+    SendRefusal(p.socket, "the chief has " + std::to_string(options_.max_sessions) +
+                              " sessions open already; try again");
+    if (options_.log) {
+      options_.log->Warn("rendezvous server: " + who + ": refused, " +
+                         std::to_string(options_.max_sessions) + " sessions open already");
+    }
+    return true;
   }
   Encoder verdict;
-  verdict.U8(0).Str("");
-  return verdict.SendTo(socket, deadline).WithContext("sending verdict");
+  verdict.U8(0).Bytes(server_proof->data(), server_proof->size());
+  if (!SendNow(p.socket, verdict.bytes())) return drop("could not send the verdict");
+  Session& s = sessions_.emplace_back();
+  s.socket = std::move(p.socket);
+  s.peer = p.peer;
+  s.task = Printable(task);
+  s.key = *session_key;
+  try {
+    s.thread = std::thread([this, &s] { Serve(&s); });
+  } catch (const std::system_error& e) {
+    if (options_.log) {
+      options_.log->Warn("rendezvous server: " + who + ": cannot start a thread for its session (" +
+                         e.what() + "); closed, the peer retries");
+    }
+    sessions_.pop_back();
+  }
+  return true;
 }
 
-Status RendezvousServer::HandleRequests(Socket& socket) {
+void RendezvousServer::Serve(Session* session) {
+  Status status = HandleRequests(*session);
+  if (!status.ok() && !stop_.load() && options_.log != nullptr) {
+    options_.log->Warn("rendezvous server: session of " + session->peer + " (\"" + session->task +
+                       "\"): " + status.message());
+  }
+  session->socket.Shutdown();
+  session->done.store(true);
+}
+
+Status RendezvousServer::HandleRequests(Session& session) {
+  Socket& socket = session.socket;
+  uint64_t received = 0, sent = 0;
   while (!stop_.load()) {
-    // Idle clients are allowed (they keep the connection for the whole run); once a request
+    // Idle clients are allowed (they keep the session for the whole run); once a request
     // starts, it must arrive within io_timeout.
     if (!socket.WaitReadable(DeadlineIn(std::chrono::milliseconds(200)))) continue;
     const Deadline deadline = DeadlineIn(options_.io_timeout);
-    Decoder in(socket, deadline);
-    uint8_t op = 0;
-    Status st = in.U8(&op);
-    if (!st.ok()) {
-      // The client closed its connection between requests: its normal end (a reset is not,
-      // and is logged).
-      if (st.code() == StatusCode::kUnavailable) return Status::Ok();
-      return st;
+    StatusOr<std::string> body = Open(socket, session.key, kFromClient, received++, deadline);
+    if (!body.ok()) {
+      // The client closed its session between requests: its normal end (a reset is not, and
+      // is logged).
+      if (body.status().code() == StatusCode::kUnavailable) return Status::Ok();
+      return body.status();
     }
+    Reader in(*body);
+    auto malformed = [&] { return Status::Error("malformed request: " + in.Error() + "; closed"); };
+    uint8_t op = 0;
+    if (!in.U8(&op)) return malformed();
     Encoder reply;
     if (op == kSet) {
       std::string key, value;
-      TJ_RETURN_IF_ERROR(in.Str(&key));
-      TJ_RETURN_IF_ERROR(in.Str(&value));
+      if (!in.Str(&key) || !in.Str(&value)) return malformed();
       TJ_RETURN_IF_ERROR(store_->Set(key, value));
       reply.U8(0);
     } else if (op == kGet) {
       std::string key;
-      TJ_RETURN_IF_ERROR(in.Str(&key));
+      if (!in.Str(&key)) return malformed();
       StatusOr<std::string> value = store_->Get(key);
       reply.U8(value.ok() ? 1 : 0).Str(value.ok() ? *value : "");
     } else if (op == kWait) {
       uint32_t n = 0;
-      TJ_RETURN_IF_ERROR(in.U32(&n));
+      if (!in.U32(&n)) return malformed();
       if (n > kMaxKeys) return Status::Error("too many keys in a wait request");
-      std::vector<std::string> keys(n);
-      for (auto& k : keys) TJ_RETURN_IF_ERROR(in.Str(&k));
+      std::vector<std::string> keys;
+      for (uint32_t i = 0; i < n; ++i) {
+        if (!in.Str(&keys.emplace_back())) return malformed();
+      }
       uint64_t timeout_ms = 0;
-      TJ_RETURN_IF_ERROR(in.U64(&timeout_ms));
+      if (!in.U64(&timeout_ms)) return malformed();
       timeout_ms = std::min<uint64_t>(timeout_ms, uint64_t{24} * 3600 * 1000);
       Status waited = store_->Wait(keys, std::chrono::milliseconds(timeout_ms));
       reply.U8(waited.ok() ? 0 : 1);
     } else {
       return Status::Error("unknown request " + std::to_string(op) + "; closed");
     }
-    TJ_RETURN_IF_ERROR(reply.SendTo(socket, DeadlineIn(options_.io_timeout)));
+    if (!in.at_end()) return Status::Error("request longer than its fields; closed");
+    StatusOr<std::string> frame = Seal(session.key, kFromServer, sent++, reply.bytes());
+    if (!frame.ok()) return frame.status();
+    TJ_RETURN_IF_ERROR(
+        socket.WriteAll(frame->data(), frame->size(), DeadlineIn(options_.io_timeout)));
   }
   return Status::Ok();
 }
@@ -356,11 +673,11 @@ Status RendezvousServer::HandleRequests(Socket& socket) {
 
 namespace {
 
-// Outcome of one connection attempt: connected, refused for good, or worth retrying.
+// Outcome of one connection attempt: an authenticated session, or why not (all retried).
 struct Attempt {
   Socket socket;
+  Mac session_key{};
   Status status;
-  bool permanent = false;
 };
 
 Attempt TryConnect(const RendezvousClientOptions& o, const HostPort& chief) {
@@ -371,58 +688,78 @@ Attempt TryConnect(const RendezvousClientOptions& o, const HostPort& chief) {
     a.status = s.status();
     return a;
   }
-  Decoder in(*s, deadline);
-  char magic[4];
-  uint8_t version = 0, auth = 0;
-  Challenge challenge{};
-  Status st = in.Bytes(magic, 4);
-  if (st.ok()) st = in.U8(&version);
-  if (st.ok()) st = in.U8(&auth);
-  if (st.ok()) st = in.Bytes(challenge.data(), challenge.size());
-  if (!st.ok()) {
+  unsigned char hello_bytes[kServerHelloSize];
+  if (Status st = s->ReadExactly(hello_bytes, sizeof hello_bytes, deadline); !st.ok()) {
     a.status = st.WithContext("reading the chief's hello");
     return a;
   }
-  if (std::memcmp(magic, kMagic, 4) != 0 || version != kVersion) {
+  HandshakeTranscript t;
+  t.client_task = o.task_name;
+  t.chief_task = o.chief_name;
+  if (std::memcmp(hello_bytes, kMagic, 4) != 0 || hello_bytes[4] != kVersion) {
     a.status = Status::Error("it does not speak the tj-trainer rendezvous protocol (version " +
-                             std::to_string(kVersion) + "); is TF_CONFIG's chief address right?");
-    a.permanent = true;
+                             std::to_string(kVersion) +
+                             "); is TF_CONFIG's chief address right, and every task of the job "
+                             "on the same tj-trainer image?");
     return a;
   }
-  if (auth == 0 && !o.key.empty()) {
-    a.status = Status::Error(
-        "the chief does not require a rendezvous key but TJ_RENDEZVOUS_KEY is set here; give "
-        "every task of the job the same key");
-    a.permanent = true;
+  std::memcpy(t.server_nonce.data(), hello_bytes + 5, t.server_nonce.size());
+  StatusOr<Nonce> nonce = NewNonce();
+  if (!nonce.ok()) {
+    a.status = nonce.status();
     return a;
   }
-  ChallengeAnswer answer{};
-  if (auth != 0 && !o.key.empty()) answer = AnswerChallenge(o.key, challenge, o.task_name);
+  t.client_nonce = *nonce;
+  StatusOr<Mac> proof = ClientProof(o.key, t);
+  StatusOr<Mac> expected_server_proof = ServerProof(o.key, t);
+  StatusOr<Mac> session_key = SessionKey(o.key, t);
+  for (const StatusOr<Mac>* m : {&proof, &expected_server_proof, &session_key}) {
+    if (!m->ok()) {
+      a.status = m->status();
+      return a;
+    }
+  }
   Encoder hello;
   hello.Bytes(kMagic, 4)
+      .U8(kVersion)
       .Str(o.task_name)
-      .U8(o.key.empty() ? 0 : 1)
-      .Bytes(answer.data(), answer.size());
-  st = hello.SendTo(*s, deadline);
+      .Bytes(t.client_nonce.data(), t.client_nonce.size())
+      .Bytes(proof->data(), proof->size());
+  Status st = hello.SendTo(*s, deadline);
   uint8_t verdict = 1;
-  std::string reason;
-  if (st.ok()) st = in.U8(&verdict);
-  if (st.ok()) st = in.Str(&reason);
+  if (st.ok()) st = s->ReadExactly(&verdict, 1, deadline);
   if (!st.ok()) {
-    // A refused peer may see the close before the verdict; report it as refused only when
-    // we know (the verdict arrived).
+    // A refused peer may see the close before the verdict.
     a.status = st.WithContext("authenticating");
     return a;
   }
   if (verdict != 0) {
+    unsigned char len_bytes[4];
+    std::string reason = "no reason given";
+    if (s->ReadExactly(len_bytes, 4, deadline).ok()) {
+      const uint32_t n = (uint32_t{len_bytes[0]} << 24) | (uint32_t{len_bytes[1]} << 16) |
+                         (uint32_t{len_bytes[2]} << 8) | len_bytes[3];
+      std::string r(std::min(n, kMaxReason), '\0');
+      if (n <= kMaxReason && s->ReadExactly(r.data(), r.size(), deadline).ok())
+        reason = Printable(r);
+    }
+    a.status = Status::Error(StatusCode::kPermissionDenied, reason);
+    return a;
+  }
+  Mac server_proof{};
+  st = s->ReadExactly(server_proof.data(), server_proof.size(), deadline);
+  if (!st.ok()) {
+    a.status = st.WithContext("reading the chief's proof");
+    return a;
+  }
+  if (!MacEquals(server_proof, *expected_server_proof)) {
     a.status = Status::Error(StatusCode::kPermissionDenied,
-                             o.key.empty() ? "no TJ_RENDEZVOUS_KEY set here but the job "
-                                             "requires one"
-                                           : std::string(kWrongKeyReason));
-    a.permanent = true;
+                             "the chief did not prove it holds TJ_RENDEZVOUS_KEY (an impostor at "
+                             "its address, or a chief with another key)");
     return a;
   }
   a.socket = std::move(s).value();
+  a.session_key = *session_key;
   return a;
 }
 
@@ -430,22 +767,25 @@ Attempt TryConnect(const RendezvousClientOptions& o, const HostPort& chief) {
 
 StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(
     const RendezvousClientOptions& o) {
+  if (o.key.empty()) return NoKeyError("rendezvous with chief " + o.chief_address);
   Clock* clock = o.clock != nullptr ? o.clock : RealClock::Get();
   const std::string chief = "chief " + o.chief_address + " (" + o.chief_name + ")";
   StatusOr<HostPort> hp = ParseHostPort(o.chief_address, "rendezvous chief address");
   if (!hp.ok()) return hp.status();
   const auto start = clock->Now();
   auto backoff = std::chrono::milliseconds(50);
-  std::string last_error;
+  Status last, refusal;  // the last error, and the last refusal (the more telling one)
   while (true) {
     Attempt a = TryConnect(o, *hp);
     if (a.socket.valid()) {
-      return std::unique_ptr<RendezvousClient>(new RendezvousClient(o, std::move(a.socket)));
+      return std::unique_ptr<RendezvousClient>(
+          new RendezvousClient(o, std::move(a.socket), a.session_key));
     }
-    if (a.permanent) {
-      return a.status.WithContext("rendezvous with " + chief + " refused");
-    }
-    last_error = a.status.message();
+    // Everything is retried: a refusal or a failed proof comes from whoever answers at the
+    // chief's address, which may be an impostor or a chief of an older gang; the real one may
+    // be there on the next try.
+    last = a.status;
+    if (last.code() == StatusCode::kPermissionDenied) refusal = last;
     const auto elapsed = clock->Now() - start;
     if (elapsed >= o.rendezvous_timeout) break;
     const auto left =
@@ -453,10 +793,18 @@ StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(
     clock->SleepFor(std::min(backoff, left));
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
   }
-  return Status::Error("rendezvous with " + chief + " failed: could not reach it within " +
-                       Seconds(o.rendezvous_timeout) + " (last error: " + last_error +
-                       "); check that the chief is running and that TF_CONFIG names its "
-                       "host:port");
+  if (!refusal.ok()) {
+    return Status::Error(StatusCode::kDeadlineExceeded,
+                         "rendezvous with " + chief + " refused: " + refusal.message() +
+                             " (retried for " + Seconds(o.rendezvous_timeout) +
+                             "); check that every task of the job has the same "
+                             "TJ_RENDEZVOUS_KEY");
+  }
+  return Status::Error(StatusCode::kDeadlineExceeded,
+                       "rendezvous with " + chief + " failed: could not reach it within " +
+                           Seconds(o.rendezvous_timeout) + " (last error: " + last.message() +
+                           "); check that the chief is running and that TF_CONFIG names its "
+                           "host:port");
 }
 
 Status RendezvousClient::Fail(const std::string& what, const Status& status) {
@@ -465,32 +813,45 @@ Status RendezvousClient::Fail(const std::string& what, const Status& status) {
                             options_.chief_name + ")");
 }
 
+StatusOr<std::string> RendezvousClient::Exchange(const std::string& what,
+                                                 const std::string& request, Deadline deadline) {
+  if (!socket_.valid()) return Fail(what, Status::Error("connection lost earlier"));
+  StatusOr<std::string> frame = Seal(session_key_, kFromClient, sent_++, request);
+  if (!frame.ok()) return Fail(what, frame.status());
+  if (Status st = socket_.WriteAll(frame->data(), frame->size(), deadline); !st.ok()) {
+    return Fail(what, st);
+  }
+  StatusOr<std::string> reply = Open(socket_, session_key_, kFromServer, received_++, deadline);
+  if (!reply.ok()) return Fail(what, reply.status());
+  return reply;
+}
+
 Status RendezvousClient::Set(const std::string& key, const std::string& value) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!socket_.valid()) return Fail("set", Status::Error("connection lost earlier"));
-  const Deadline deadline = DeadlineIn(options_.io_timeout);
+  const std::string what = "set \"" + key + "\"";
   Encoder req;
   req.U8(kSet).Str(key).Str(value);
-  Status st = req.SendTo(socket_, deadline);
-  uint8_t ack;
-  if (st.ok()) st = Decoder(socket_, deadline).U8(&ack);
-  if (!st.ok()) return Fail("set \"" + key + "\"", st);
+  StatusOr<std::string> reply = Exchange(what, req.bytes(), DeadlineIn(options_.io_timeout));
+  if (!reply.ok()) return reply.status();
+  Reader in(*reply);
+  uint8_t ack = 1;
+  if (!in.U8(&ack) || !in.at_end() || ack != 0) return Fail(what, Status::Error("bad reply"));
   return Status::Ok();
 }
 
 StatusOr<std::string> RendezvousClient::Get(const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!socket_.valid()) return Fail("get", Status::Error("connection lost earlier"));
-  const Deadline deadline = DeadlineIn(options_.io_timeout);
+  const std::string what = "get \"" + key + "\"";
   Encoder req;
   req.U8(kGet).Str(key);
-  Status st = req.SendTo(socket_, deadline);
+  StatusOr<std::string> reply = Exchange(what, req.bytes(), DeadlineIn(options_.io_timeout));
+  if (!reply.ok()) return reply.status();
+  Reader in(*reply);
   uint8_t found = 0;
   std::string value;
-  Decoder in(socket_, deadline);
-  if (st.ok()) st = in.U8(&found);
-  if (st.ok()) st = in.Str(&value);
-  if (!st.ok()) return Fail("get \"" + key + "\"", st);
+  if (!in.U8(&found) || !in.Str(&value) || !in.at_end()) {
+    return Fail(what, Status::Error("bad reply"));
+  }
   if (!found) return Status::Error("rendezvous key \"" + key + "\" is not set");
   return value;
 }
@@ -498,17 +859,17 @@ StatusOr<std::string> RendezvousClient::Get(const std::string& key) {
 Status RendezvousClient::Wait(const std::vector<std::string>& keys,
                               std::chrono::milliseconds timeout) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (!socket_.valid()) return Fail("wait", Status::Error("connection lost earlier"));
   Encoder req;
   req.U8(kWait).U32(static_cast<uint32_t>(keys.size()));
   for (const auto& k : keys) req.Str(k);
   req.U64(static_cast<uint64_t>(std::max<int64_t>(0, timeout.count())));
   // The server answers by the timeout; allow io_timeout on top for the transfer.
-  const Deadline deadline = DeadlineIn(timeout + options_.io_timeout);
-  Status st = req.SendTo(socket_, deadline);
+  StatusOr<std::string> reply =
+      Exchange("wait", req.bytes(), DeadlineIn(timeout + options_.io_timeout));
+  if (!reply.ok()) return reply.status();
+  Reader in(*reply);
   uint8_t result = 1;
-  if (st.ok()) st = Decoder(socket_, deadline).U8(&result);
-  if (!st.ok()) return Fail("wait", st);
+  if (!in.U8(&result) || !in.at_end()) return Fail("wait", Status::Error("bad reply"));
   if (result != 0) {
     std::string names;
     for (const auto& k : keys) names += (names.empty() ? "\"" : ", \"") + k + "\"";
@@ -526,10 +887,20 @@ RendezvousOptions RendezvousOptionsFor(const TfConfig& config) {
   o.chief_name = config.TaskNameOfRank(0);
   o.task_name = config.task_name();
   o.is_chief = config.is_chief();
+  o.collective_size = config.collective_size();
   return o;
 }
 
 StatusOr<std::unique_ptr<Rendezvous>> Rendezvous::Join(const RendezvousOptions& o) {
+  if (o.key.empty()) {
+    // No fail-open: a collective without the job's key would let anyone on the network join.
+    return Status::Error(
+        StatusCode::kPermissionDenied,
+        "TJ_RENDEZVOUS_KEY is empty, but this collective has " + std::to_string(o.collective_size) +
+            " members: each must prove it holds the job's key to join (the operator sets it "
+            "from the Secret <job>-rendezvous; when starting tasks by hand, give every task the "
+            "same TJ_RENDEZVOUS_KEY)");
+  }
   std::unique_ptr<Rendezvous> r(new Rendezvous());
   if (o.is_chief) {
     StatusOr<HostPort> hp = ParseHostPort(o.chief_address, "rendezvous chief address");
@@ -538,7 +909,12 @@ StatusOr<std::unique_ptr<Rendezvous>> Rendezvous::Join(const RendezvousOptions& 
     so.bind_host = o.bind_host;
     so.port = hp->port;
     so.key = o.key;
+    so.chief_task = o.chief_name;
     so.io_timeout = o.io_timeout;
+    so.handshake_timeout = o.io_timeout;
+    // Room for every peer of the largest collective, twice (a peer's reconnect may overlap
+    // its old session's end).
+    so.max_sessions = std::max(so.max_sessions, 2 * o.collective_size);
     so.log = o.log;
     StatusOr<std::unique_ptr<RendezvousServer>> server = RendezvousServer::Start(so);
     if (!server.ok()) return server.status();

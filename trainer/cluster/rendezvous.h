@@ -1,11 +1,14 @@
 // The rendezvous: a tiny key-value store that the chief serves on its own TF_CONFIG port, so
 // that the collective's processes can find each other (Gloo's full-mesh bootstrap, later the
-// NCCL unique id). When a key is given (TJ_RENDEZVOUS_KEY), every peer proves it holds the
-// key: the server sends a random challenge and the client answers
-// HMAC-SHA256(key, challenge || task name). A wrong answer is refused, logged and the
-// connection closed; the server keeps serving the good peers for the whole run.
+// NCCL unique id). The job's key (TJ_RENDEZVOUS_KEY) is required: the chief and each peer
+// prove to each other that they hold it, and every message after that is authenticated
+// (see "Authentication" below). A wrong proof is refused, logged and the connection closed;
+// the server keeps serving the good peers for the whole run.
 //
-// Every socket operation has a deadline; nothing here can hang forever.
+// The chief's port is open to the pod network, so the server is built for a flood: one
+// thread runs every handshake, a bounded number at once, each with a deadline; only
+// authenticated sessions get a thread. Every socket operation has a deadline; nothing here
+// can hang forever.
 #pragma once
 
 #include <array>
@@ -44,16 +47,31 @@ class KeyValueStore {
 };
 
 // ---- Authentication (pure functions, exposed for tests).
-using Challenge = std::array<uint8_t, 32>;
-using ChallengeAnswer = std::array<uint8_t, 32>;
-// HMAC-SHA256(key, challenge || task_name).
-ChallengeAnswer AnswerChallenge(std::string_view key, const Challenge& challenge,
-                                std::string_view task_name);
-// Constant-time check of an answer.
-bool VerifyChallengeAnswer(std::string_view key, const Challenge& challenge,
-                           std::string_view task_name, const ChallengeAnswer& answer);
-// A fresh challenge from OpenSSL's RAND_bytes.
-StatusOr<Challenge> NewChallenge();
+//
+// Both sides prove they hold the job's key: the server sends a nonce, the client answers with
+// its own nonce and an HMAC over both nonces and both roles (its task name, the chief's task
+// name); the server answers with an HMAC of its own over the same transcript. Each side
+// derives a session key from it, and every message that follows carries an HMAC under that
+// key and a per-direction sequence number: a connection cannot be taken over, replayed or
+// spliced into another once the handshake is done. Every HMAC failure fails closed (an
+// error, never an empty or zero MAC that could match).
+using Nonce = std::array<uint8_t, 32>;
+using Mac = std::array<uint8_t, 32>;
+
+// What both proofs and the session key are computed over.
+struct HandshakeTranscript {
+  Nonce server_nonce{};
+  Nonce client_nonce{};
+  std::string client_task;  // "worker 1"
+  std::string chief_task;   // "worker 0" (or "chief 0")
+};
+StatusOr<Mac> ClientProof(std::string_view key, const HandshakeTranscript& t);
+StatusOr<Mac> ServerProof(std::string_view key, const HandshakeTranscript& t);
+StatusOr<Mac> SessionKey(std::string_view key, const HandshakeTranscript& t);
+// Constant-time comparison.
+bool MacEquals(const Mac& a, const Mac& b);
+// A fresh nonce from the kernel's CSPRNG.
+StatusOr<Nonce> NewNonce();
 
 // The message a refused client reports (and the lead can match on): names the chief.
 inline constexpr std::string_view kWrongKeyReason = "wrong TJ_RENDEZVOUS_KEY";
@@ -63,15 +81,30 @@ struct RendezvousServerOptions {
   // (0 picks a free one, for tests).
   std::string bind_host;
   int port = 0;
-  // The job's rendezvous key; empty = no authentication.
+  // The job's rendezvous key: required (Start refuses an empty one).
   std::string key;
-  // Deadline for a connecting peer's handshake and for each message once it has started.
+  // The chief's own task name ("worker 0"), part of both proofs.
+  std::string chief_task;
+  // Deadline of each message once a request has started.
   std::chrono::milliseconds io_timeout{10000};
-  // Where refused peers and protocol errors are reported (Warn). Must outlive the server.
+  // A connecting peer must finish its handshake this long after it was accepted, or it is
+  // closed; dripping bytes does not extend it.
+  std::chrono::milliseconds handshake_timeout{10000};
+  // At most this many connections in their handshake at once (all served by one thread);
+  // a new connection beyond it closes the oldest one. Capped further by the process's file
+  // descriptor limit.
+  int max_pending = 1024;
+  // At most this many authenticated sessions (one thread each); more are refused (the peer
+  // retries). Rendezvous::Join raises it to twice the collective's size when that is more.
+  int max_sessions = 256;
+  // Where refused peers and protocol errors are reported (Warn, rate-limited). Must outlive
+  // the server.
   EventLog* log = nullptr;
 };
 
-// Serves the store in background threads from Start() until destruction. Thread-safe.
+// Serves the store from Start() until destruction: one thread accepts connections and runs
+// every handshake (non-blocking, each with its deadline), one thread per authenticated
+// session serves its requests. Thread-safe.
 class RendezvousServer {
  public:
   static StatusOr<std::unique_ptr<RendezvousServer>> Start(const RendezvousServerOptions& options);
@@ -84,20 +117,30 @@ class RendezvousServer {
   KeyValueStore& local_store();
   // Connections refused so far for a wrong key (for tests and metrics).
   int refused_count() const { return refused_.load(); }
+  // Connections closed before authenticating: garbage, timed out, or pushed out by newer ones
+  // when max_pending were waiting (for tests and metrics).
+  int dropped_count() const { return dropped_.load(); }
+  // Handshakes in progress and authenticated sessions open now (for tests).
+  int pending_count() const { return pending_now_.load(); }
+  int session_count();
 
  private:
   class Store;
-  struct Connection {
-    Socket socket;
-    std::thread thread;
-    std::atomic<bool> done{false};
-  };
+  struct Pending;
+  struct Session;
   explicit RendezvousServer(const RendezvousServerOptions& options);
-  void AcceptLoop();
-  void Serve(Connection* connection);
-  Status Handshake(Socket& socket, std::string* task_name);
-  Status HandleRequests(Socket& socket);
+  void Loop();
+  void AcceptNew(std::list<Pending>& pending);
+  // Reads what the peer sent; true when the connection is finished with (closed or handed to
+  // a session thread).
+  bool Advance(Pending& p);
+  void FinishHandshake(Pending& p);
+  void Serve(Session* session);
+  Status HandleRequests(Session& session);
   void ReapFinished();
+  // Warns about an unauthenticated connection, at most a few lines a minute (a flood must not
+  // flood the log too); the rest is counted and summarised.
+  void WarnUnauthenticated(const std::string& message);
 
   RendezvousServerOptions options_;
   Socket listener_;
@@ -105,30 +148,36 @@ class RendezvousServer {
   std::unique_ptr<Store> store_;
   std::atomic<bool> stop_{false};
   std::atomic<int> refused_{0};
-  std::mutex connections_mu_;
-  std::list<Connection> connections_;  // guarded by connections_mu_
-  std::thread accept_thread_;
+  std::atomic<int> dropped_{0};
+  std::atomic<int> pending_now_{0};
+  std::chrono::steady_clock::time_point warn_window_start_{};  // loop thread only
+  int warned_in_window_ = 0, suppressed_in_window_ = 0;        // loop thread only
+  std::mutex sessions_mu_;
+  std::list<Session> sessions_;  // guarded by sessions_mu_
+  std::thread loop_thread_;
 };
 
 struct RendezvousClientOptions {
   std::string chief_address;  // "host:port"
-  std::string chief_name;     // "worker 0", for messages
-  std::string task_name;      // this task ("worker 1"): part of the HMAC
-  std::string key;            // empty = no authentication
-  // Keep retrying to reach the chief until this much time has passed.
+  std::string chief_name;     // "worker 0": the chief's task name, part of both proofs
+  std::string task_name;      // this task ("worker 1"): part of both proofs
+  std::string key;            // the job's key: required
+  // Keep retrying to reach the chief (and to be accepted by it) until this much time passed.
   std::chrono::milliseconds rendezvous_timeout{300000};
   // Deadline of each message exchange.
   std::chrono::milliseconds io_timeout{10000};
   Clock* clock = nullptr;  // for the retry deadline and backoff; RealClock when null
 };
 
-// A connection to the chief's store. Thread-safe (requests are serialised).
+// An authenticated session with the chief's store. Thread-safe (requests are serialised).
 class RendezvousClient final : public KeyValueStore {
  public:
-  // Connects and authenticates, retrying until options.rendezvous_timeout. Errors:
-  //   "rendezvous with chief host:port (worker 0) refused: wrong TJ_RENDEZVOUS_KEY" at once;
-  //   "rendezvous with chief host:port (worker 0) failed: could not reach it within 300 s
-  //    (last error: ...); check ..." after the timeout.
+  // Connects and authenticates both ways, retrying every failure (unreachable, refused, a
+  // chief that cannot prove it holds the key) until options.rendezvous_timeout. Errors:
+  //   an empty key (kPermissionDenied, at once);
+  //   "rendezvous with chief host:port (worker 0) refused: wrong TJ_RENDEZVOUS_KEY (...)"
+  //   or "... failed: could not reach it within 300 s (last error: ...); check ..."
+  //   after the timeout (kDeadlineExceeded: a gang restart may help).
   static StatusOr<std::unique_ptr<RendezvousClient>> Connect(const RendezvousClientOptions& o);
 
   Status Set(const std::string& key, const std::string& value) override;
@@ -136,13 +185,19 @@ class RendezvousClient final : public KeyValueStore {
   Status Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
 
  private:
-  RendezvousClient(const RendezvousClientOptions& o, Socket socket)
-      : options_(o), socket_(std::move(socket)) {}
+  RendezvousClient(const RendezvousClientOptions& o, Socket socket, const Mac& session_key)
+      : options_(o), socket_(std::move(socket)), session_key_(session_key) {}
+  // Sends one request and reads its authenticated reply.
+  StatusOr<std::string> Exchange(const std::string& what, const std::string& request,
+                                 Deadline deadline);
   Status Fail(const std::string& what, const Status& status);
 
   RendezvousClientOptions options_;
   std::mutex mu_;
-  Socket socket_;  // guarded by mu_
+  Socket socket_;          // guarded by mu_
+  Mac session_key_;        // guarded by mu_
+  uint64_t sent_ = 0;      // guarded by mu_: requests sent (the next one's sequence number)
+  uint64_t received_ = 0;  // guarded by mu_: replies received
 };
 
 // ---- One process's place in the rendezvous: the chief serves, everyone else connects.
@@ -154,15 +209,16 @@ struct RendezvousOptions {
   std::string chief_name;     // "worker 0"
   std::string task_name;      // this task
   bool is_chief = false;
-  std::string key;        // TJ_RENDEZVOUS_KEY; empty = no authentication
-  std::string bind_host;  // the chief's listen address; empty = all interfaces
+  int collective_size = 0;  // chief and workers; with more than one an empty key is refused
+  std::string key;          // TJ_RENDEZVOUS_KEY: required
+  std::string bind_host;    // the chief's listen address; empty = all interfaces
   std::chrono::milliseconds rendezvous_timeout{300000};
   std::chrono::milliseconds io_timeout{10000};
   EventLog* log = nullptr;  // required on the chief
   Clock* clock = nullptr;   // RealClock when null
 };
 
-// Fills chief, task and role fields from a TfConfig (a collective member).
+// Fills chief, task, role and size fields from a TfConfig (a collective member).
 RendezvousOptions RendezvousOptionsFor(const TfConfig& config);
 
 // Holds the chief's server or a peer's client for as long as the process needs the store.

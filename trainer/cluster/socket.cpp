@@ -219,7 +219,7 @@ StatusOr<Socket> ListenTcp(const std::string& host, int port) {
         last_error = "bind: " + Errno(errno);
         continue;
       }
-      if (::listen(s.fd(), 64) != 0) {
+      if (::listen(s.fd(), SOMAXCONN) != 0) {
         last_error = "listen: " + Errno(errno);
         continue;
       }

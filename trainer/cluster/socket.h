@@ -56,7 +56,9 @@ class Socket {
 StatusOr<Socket> ConnectTcp(const std::string& host, int port, Deadline deadline);
 
 // Listens on host:port; an empty host means all interfaces (IPv6 dual-stack where the system
-// has it, else IPv4). SO_REUSEADDR is set so a restarted process can rebind at once.
+// has it, else IPv4). SO_REUSEADDR is set so a restarted process can rebind at once. The
+// backlog is the system's maximum (SOMAXCONN): under a flood of connections a real peer's
+// still finds room while the server drains the queue.
 // Port 0 picks a free port (see LocalPort).
 StatusOr<Socket> ListenTcp(const std::string& host, int port);
 int LocalPort(const Socket& socket);

@@ -18,15 +18,26 @@ double ThreadCpuSeconds() {
 
 Status BackupWriter::Wait() {
   if (!pending_.valid()) return Status::Ok();
-  return pending_.get();
+  Status s = pending_.get();
+  if (s.code() == StatusCode::kResourceExhausted) {
+    // Out of space is not the end of training: the previous backup is intact, and the next
+    // save point tries again (space may have been freed, or older files removed by then).
+    ++skipped_;
+    log_->Warn(s.message() +
+               "; training goes on without this backup and the next save point tries again "
+               "(free space on the backup volume)");
+    return Status::Ok();
+  }
+  return s;
 }
 
 Status BackupWriter::Submit(checkpoint::TrainingState state, int epoch, int64_t step) {
   TJ_RETURN_IF_ERROR(Wait());
-  pending_ = std::async(std::launch::async, [this, state = std::move(state), epoch, step] {
+  pending_ = std::async(std::launch::async, [this, state = std::move(state), epoch,
+                                             step]() mutable {
     auto start = RealClock::Get()->Now();
     const double cpu_start = ThreadCpuSeconds();
-    Status s = backups_->Save(state);
+    Status s = backups_->Save(std::move(state));
     const double cpu = ThreadCpuSeconds() - cpu_start;
     cpu_seconds_ += cpu;
     if (!s.ok()) return s.WithContext("writing a backup to " + backups_->dir());

@@ -24,9 +24,13 @@ class BackupWriter {
 
   // Starts writing `state` (a snapshot the writer now owns), reported as (epoch, step).
   // Returns the error of the previous write, if it failed (then nothing new is started).
+  // A previous write that ran out of space is not an error: it is logged as a warning and
+  // this save point tries again.
   Status Submit(checkpoint::TrainingState state, int epoch, int64_t step);
-  // Waits for the write in flight, if any; returns its error.
+  // Waits for the write in flight, if any; returns its error (out of space: a warning only).
   Status Wait();
+  // Backups skipped so far for lack of space.
+  int skipped() const { return skipped_; }
   // CPU seconds the writer thread spent on the backups finished so far (encoding, digest,
   // write, fsync): what backups take from the training threads at most. Read after Wait().
   double cpu_seconds() const { return cpu_seconds_; }
@@ -37,6 +41,7 @@ class BackupWriter {
   Progress* progress_;
   std::future<Status> pending_;
   double cpu_seconds_ = 0.0;  // written by the write in flight only; read after Wait()
+  int skipped_ = 0;
 };
 
 }  // namespace tj::train

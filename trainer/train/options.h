@@ -1,5 +1,6 @@
 // Everything a tj-trainer run is configured with: the command-line flags (main.cpp parses
-// them) and what the environment adds (TF_CONFIG, TJ_RENDEZVOUS_KEY).
+// them) and what the environment adds (TF_CONFIG, TJ_RENDEZVOUS_KEY, TJ_JOB_UID,
+// TJ_RESTART_COUNT).
 #pragma once
 
 #include <chrono>
@@ -43,6 +44,11 @@ struct Options {
 
   // BackupAndRestore, checkpoints, export.
   std::string backup_dir;
+  // The job's UID (TJ_JOB_UID) and the gang's restart count (TJ_RESTART_COUNT), both set by
+  // the operator: backups live in a directory of the job's own and are fenced by gang.
+  // Empty / -1 when unset (a run by hand): the backup directory as given, no fencing.
+  std::string job_uid;
+  int restart_count = -1;
   int save_freq_steps = 0;  // 0 = "epoch"; N = every N steps
   bool keep_backup = false;
   std::string checkpoint_dir;

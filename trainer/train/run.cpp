@@ -143,7 +143,9 @@ int RunTrainer(const Options& o, StopRequest* stop) {
     auto connected = collective::ConnectGloo(go);
     if (!connected.ok()) {
       log.Error(connected.status().message());
-      // A refused key is a configuration error (or an intruder): restarting cannot help.
+      // No key where the collective needs one is a configuration error: restarting cannot
+      // help. A refusal by the chief was retried until the rendezvous timeout and is
+      // retryable (a gang restart hands every task the Secret's key again).
       const bool refused = connected.status().code() == StatusCode::kPermissionDenied;
       return refused ? kExitFailure : kExitPeerLost;
     }

@@ -48,7 +48,8 @@ class Trainer {
       backend_ = own_backend_.get();
     }
     if (!o_.backup_dir.empty()) {
-      backups_ = std::make_unique<checkpoint::BackupManager>(o_.backup_dir, c.log);
+      backups_ = std::make_unique<checkpoint::BackupManager>(
+          o_.backup_dir, c.log, checkpoint::BackupScope{o_.job_uid, o_.restart_count});
       if (c.is_chief)
         backup_writer_ = std::make_unique<BackupWriter>(backups_.get(), c.log, c.progress);
     }
@@ -146,7 +147,12 @@ TrainingOutcome Trainer::RestoreOrInitialise() {
     std::optional<TrainingState> state;
     Status error;
     if (backups_) {
-      auto r = backups_->Restore(TrainingFingerprint(o_, plan_.replicas, data_), &restored_path);
+      // The chief claims the backups for its gang first: an older gang's chief, if one still
+      // runs, can no longer write one that this gang or a later one restores.
+      Status claimed = backups_->Claim();
+      auto r = claimed.ok() ? backups_->Restore(TrainingFingerprint(o_, plan_.replicas, data_),
+                                                &restored_path)
+                            : StatusOr<std::optional<TrainingState>>(claimed);
       if (!r.ok()) {
         error = r.status();
       } else {

@@ -66,7 +66,9 @@ TEST_F(FaultWorkload, WorkerKilledMidStepRestartsTheGangWithEqualWeights) {
   // Worker 1 is inside a step (computing, or waiting in the all-reduce for the chief).
   ASSERT_GT(SignalTrainer(kWorker1, SIGKILL), 0);
   const json restored = WaitResumed(1);
-  EXPECT_EQ(restored.value("path", "").rfind("/data/backup/backup-", 0), 0u) << restored.dump();
+  // The backups of this job (its UID) on the shared volume.
+  const std::string scoped = "/data/backup/job-" + Get(kJob)["metadata"].value("uid", "") + "/";
+  EXPECT_EQ(restored.value("path", "").rfind(scoped + "backup-", 0), 0u) << restored.dump();
   ExpectSucceededWithReferenceWeights(kJob, kChief, ReferenceSha(), 1, kFinishTimeout);
   const std::string d = Describe();
   EXPECT_NE(d.find("GangRestart"), std::string::npos) << d;
@@ -84,9 +86,11 @@ TEST_F(FaultWorkload, ChiefKilledWhileWritingABackupResumesFromThePreviousOne) {
   ASSERT_EQ(saved.size(), 1u) << PodLog(kChief);  // the first is durable, the second is not
   const std::vector<pid_t> pids = TrainerPids(ns_, kChief);
   ASSERT_EQ(pids.size(), 1u);
-  // What the chief sees of its backup directory: backup-1, and backup-2 only as a temporary
-  // file (through the process's own mount namespace, where the claim is mounted at /data).
-  const fs::path dir = "/proc/" + std::to_string(pids[0]) + "/root/data/backup";
+  // What the chief sees of its backup directory (the job's own, by UID): backup-1, and
+  // backup-2 only as a temporary file (through the process's own mount namespace, where the
+  // claim is mounted at /data).
+  const fs::path dir = "/proc/" + std::to_string(pids[0]) + "/root/data/backup/job-" +
+                       Get(kJob)["metadata"].value("uid", "");
   std::error_code ec;
   std::vector<std::string> names;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
@@ -95,7 +99,8 @@ TEST_F(FaultWorkload, ChiefKilledWhileWritingABackupResumesFromThePreviousOne) {
   ASSERT_FALSE(ec) << "listing " << dir << ": " << ec.message()
                    << " (the example mounts its claim at /data: is tj-local-node running pods "
                       "in mount namespaces, as it does as root?)";
-  EXPECT_TRUE(std::ranges::count(names, "backup-1") == 1 && !std::ranges::count(names, "backup-2"))
+  EXPECT_TRUE(std::ranges::count(names, "backup-1") == 1 &&
+              !std::ranges::count(names, "backup-2") && std::ranges::count(names, "fence") == 1)
       << ::testing::PrintToString(names);
   EXPECT_TRUE(std::ranges::any_of(names, [](const std::string& n) {
     return n.rfind(".backup-2.tmp.", 0) == 0;

@@ -212,5 +212,38 @@ TEST(ResumeTest, FullEpochsTwoWorkersAndAnEvaluatorSurviveAKilledWorker) {
   SurviveAKilledWorker("0", "100", R"("backup_saved","epoch":2,"step":132)");
 }
 
+// Two gangs of one job on one backup directory: gang 0's chief still runs (a partitioned node)
+// when gang 1's chief starts. Gang 1 claims the backups, resumes from gang 0's and ends with
+// the uninterrupted weights; gang 0's next backup is refused and it stops.
+TEST(ResumeTest, AStaleChiefOfAnOlderGangCannotWriteTheNewGangsBackups) {
+  TJ_REQUIRE_DATASET();
+  TempDir dir;
+  const std::string expected = Uninterrupted(dir);
+  auto gang = [](int n) {
+    return std::map<std::string, std::string>{{"TJ_JOB_UID", "uid-7"},
+                                              {"TJ_RESTART_COUNT", std::to_string(n)}};
+  };
+  // Gang 0's backups are slowed (1 s before each rename), so it is still running later.
+  auto env0 = gang(0);
+  env0["TJ_FAILPOINTS"] = "backup.before_rename=sleep:1000";
+  auto stale = StartTrainer(Flags(dir), "", dir / "stale", kTestKey, env0);
+  ASSERT_TRUE(stale->WaitForLine("\"backup_saved\"", 120s)) << stale->Stderr();
+  auto fresh = StartTrainer(Flags(dir, {"--keep-backup"}), "", dir / "fresh", kTestKey, gang(1));
+  ASSERT_EQ(fresh->Wait(180s), 0) << fresh->Stderr();
+  auto restored = Events(*fresh, "restored");
+  ASSERT_EQ(restored.size(), 1u) << fresh->Stdout();
+  EXPECT_NE(restored[0]["path"].get<std::string>().find(dir / "backup/job-uid-7/backup-"),
+            std::string::npos);
+  EXPECT_EQ(Digest(*fresh), expected);
+  auto code = stale->Wait(180s);
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 1) << stale->Stderr();
+  EXPECT_NE(stale->Stderr().find("belong to gang 1 of this job; this process is of gang 0, an "
+                                 "older one"),
+            std::string::npos)
+      << stale->Stderr();
+  EXPECT_TRUE(Events(*stale, "train_end").empty());
+}
+
 }  // namespace
 }  // namespace tj::testing

@@ -97,10 +97,14 @@ struct LocalCluster {
   }
 };
 
+// The rendezvous key the tests' multi-worker jobs share (the rendezvous requires one).
+inline const std::string kTestKey = "test-rendezvous-key";
+
 inline std::unique_ptr<Subprocess> StartTrainer(const std::vector<std::string>& flags,
                                                 const std::string& tf_config,
                                                 const std::string& log_prefix,
-                                                const std::string& key = "") {
+                                                const std::string& key = kTestKey,
+                                                std::map<std::string, std::string> env = {}) {
   std::vector<std::string> argv = {kTrainer, "--data-dir", kDataDir};
   // These tests are about the CPU path (bitwise digests, Gloo): on a machine with one GPU,
   // --device auto would put every worker on it.
@@ -108,10 +112,9 @@ inline std::unique_ptr<Subprocess> StartTrainer(const std::vector<std::string>& 
     argv.insert(argv.end(), {"--device", "cpu"});
   }
   argv.insert(argv.end(), flags.begin(), flags.end());
-  return std::make_unique<Subprocess>(
-      argv,
-      std::map<std::string, std::string>{{"TF_CONFIG", tf_config}, {"TJ_RENDEZVOUS_KEY", key}},
-      log_prefix);
+  env["TF_CONFIG"] = tf_config;
+  env["TJ_RENDEZVOUS_KEY"] = key;
+  return std::make_unique<Subprocess>(argv, env, log_prefix);
 }
 
 }  // namespace tj::testing

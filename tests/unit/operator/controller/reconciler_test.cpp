@@ -211,6 +211,7 @@ TEST(Pods, NamesLabelsEnvAndOwner) {
   EXPECT_FALSE(tf["cluster"].contains("chief"));
   EXPECT_EQ(env["TJ_JOB_NAME"]["value"], "mnist");
   EXPECT_EQ(env["TJ_RESTART_COUNT"]["value"], "3");
+  EXPECT_EQ(env["TJ_JOB_UID"]["value"], "uid-1");  // the backups' scope
   EXPECT_EQ(env["TJ_RENDEZVOUS_KEY"]["valueFrom"]["secretKeyRef"]["name"], "mnist-rendezvous");
   EXPECT_EQ(c["args"], json::array({"--epochs", "2"}));  // the args as written
   EXPECT_EQ(env["TJ_STATUS_PORT"]["value"], "8471");

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -12,6 +13,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::ReadBytes;
+using testing::SmallTmpfs;
 using testing::TempDir;
 using testing::WriteBytes;
 
@@ -176,17 +178,19 @@ TEST(BackupManagerTest, BackupOfAnotherConfigurationIsRefusedNamingTheField) {
   EXPECT_NE(r.status().message().find(dir.Join("backup-1")), std::string::npos);
 }
 
-TEST(BackupManagerTest, LeftoverTempFilesAreIgnoredByRestoreAndCleanedBySave) {
+TEST(BackupManagerTest, LeftoverTempFilesAreIgnoredByRestoreAndOthersAreLeftAlone) {
   TempDir dir;
   BackupManager m(dir.path(), nullptr);
   ASSERT_TRUE(m.Save(StateAt(1, 0)).ok());
-  // A crash mid-write of backup-2 leaves its temporary file behind.
+  // Another writer's write of backup-2 is in flight (or it crashed mid-write).
   WriteBytes(dir.Join(".backup-2.tmp.Ab12Cd"), ReadBytes(dir.Join("backup-1")).substr(0, 50));
   auto r = m.Restore(kFingerprint);
   ASSERT_TRUE(r.ok() && r->has_value()) << r.status().message();
   EXPECT_EQ((*r)->epoch, 1);
+  // Saving never deletes another writer's temporary file (before, Save removed every one).
   ASSERT_TRUE(m.Save(StateAt(2, 0)).ok());
-  EXPECT_EQ(Names(dir.path()), (std::vector<std::string>{"backup-1", "backup-2"}));
+  EXPECT_EQ(Names(dir.path()),
+            (std::vector<std::string>{".backup-2.tmp.Ab12Cd", "backup-1", "backup-2"}));
 }
 
 TEST(BackupManagerTest, OnlyTempFilesIsAFreshStart) {
@@ -203,10 +207,10 @@ TEST(BackupManagerTest, DeleteRemovesBackupsAndTempFilesButNotOtherFiles) {
   BackupManager m(dir.path(), nullptr);
   ASSERT_TRUE(m.Save(StateAt(1, 0)).ok());
   ASSERT_TRUE(m.Save(StateAt(2, 0)).ok());
-  WriteBytes(dir.Join(".backup-3.tmp.Ab12Cd"), "partial");
+  WriteBytes(dir.Join(".backup-3.tmp.Ab12Cd"), "partial");  // another writer's
   WriteBytes(dir.Join("README"), "user file");
   ASSERT_TRUE(m.Delete().ok());
-  EXPECT_EQ(Names(dir.path()), (std::vector<std::string>{"README"}));
+  EXPECT_EQ(Names(dir.path()), (std::vector<std::string>{".backup-3.tmp.Ab12Cd", "README"}));
   auto r = m.Restore(kFingerprint);
   ASSERT_TRUE(r.ok());
   EXPECT_FALSE(r->has_value());
@@ -229,6 +233,144 @@ TEST(BackupManagerTest, SaveIntoAnUnwritablePlaceNamesTheDirectory) {
   Status s = m.Save(StateAt(1, 0));
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find(dir.Join("file/backup")), std::string::npos) << s.message();
+}
+
+// ---- Fencing: the job's UID and the gang's restart count.
+
+constexpr char kUid[] = "6f1c2d9e-0b7a-4c51-9a3e-2f8d7c6b5a41";
+
+// Gang 1's chief saved a backup at epoch 1; then gang 2 started (while gang 1's chief may still
+// run: a partitioned node) and claimed the directory.
+struct TwoGangs {
+  TempDir dir;
+  CapturedLog log;
+  BackupManager gang1{dir.path(), log.log(), {kUid, 1}};
+  BackupManager gang2{dir.path(), log.log(), {kUid, 2}};
+  std::string scoped = dir.Join(std::string("job-") + kUid);
+  TwoGangs() {
+    EXPECT_TRUE(gang1.Claim().ok());
+    EXPECT_TRUE(gang1.Save(StateAt(1, 0)).ok());
+    EXPECT_TRUE(gang2.Claim().ok());
+  }
+};
+
+TEST(BackupFencing, AStaleChiefCannotWriteOnceANewerGangClaimed) {
+  TwoGangs g;
+  Status stale = g.gang1.Save(StateAt(2, 0));
+  ASSERT_FALSE(stale.ok());
+  EXPECT_EQ(stale.message(), "backups in " + g.scoped +
+                                 " belong to gang 2 of this job; this process is of gang 1, an "
+                                 "older one, and must not write or restore them (a stale "
+                                 "chief: the job has moved on)");
+  EXPECT_FALSE(g.gang1.Restore(kFingerprint).ok());
+  EXPECT_FALSE(g.gang1.Claim().ok());
+  std::string path;
+  auto r = g.gang2.Restore(kFingerprint, &path);
+  ASSERT_TRUE(r.ok() && r->has_value()) << r.status().message();
+  EXPECT_EQ((*r)->epoch, 1);
+  EXPECT_EQ(path, g.scoped + "/backup-1");
+}
+
+TEST(BackupFencing, ABackupThatRacedTheClaimIsNeverRestored) {
+  TwoGangs g;
+  TempDir& dir = g.dir;
+  CapturedLog& log = g.log;
+  BackupManager& gang2 = g.gang2;
+  const std::string& scoped = g.scoped;
+  // Gang 1's chief checked the fence just before gang 2 claimed, and renames its backup-2 in
+  // just after (what its Save writes, by hand: the check cannot be raced deterministically).
+  TrainingState late = StateAt(5, 0);
+  late.extra = {{"backup_gang", 1}};
+  ASSERT_TRUE(WriteStateFile(scoped + "/backup-2", late).ok());
+  auto r = gang2.Restore(kFingerprint);
+  ASSERT_TRUE(r.ok() && r->has_value()) << r.status().message();
+  EXPECT_EQ((*r)->epoch, 1) << "restored the stale chief's backup";
+  EXPECT_NE(log.Stderr().find("skipping backup " + scoped +
+                              "/backup-2: written by gang 1's chief after gang 2 claimed the "
+                              "directory (a stale chief)"),
+            std::string::npos)
+      << log.Stderr();
+  // Gang 2 crashes before it writes a backup; gang 3 removes the stale one and resumes from
+  // what gang 2 resumed from.
+  BackupManager gang3(dir.path(), log.log(), {kUid, 3});
+  ASSERT_TRUE(gang3.Claim().ok());
+  EXPECT_EQ(Names(scoped), (std::vector<std::string>{"backup-1", "fence"}));
+  r = gang3.Restore(kFingerprint);
+  ASSERT_TRUE(r.ok() && r->has_value()) << r.status().message();
+  EXPECT_EQ((*r)->epoch, 1);
+  // What gang 3 writes is restored after it.
+  ASSERT_TRUE(gang3.Save(StateAt(3, 0)).ok());
+  BackupManager gang4(dir.path(), log.log(), {kUid, 4});
+  ASSERT_TRUE(gang4.Claim().ok());
+  r = gang4.Restore(kFingerprint);
+  ASSERT_TRUE(r.ok() && r->has_value()) << r.status().message();
+  EXPECT_EQ((*r)->epoch, 3);
+}
+
+TEST(BackupFencing, BackupsAreScopedToTheJobsUid) {
+  TempDir dir;
+  BackupManager a(dir.path(), nullptr, {"uid-a", 0});
+  BackupManager b(dir.path(), nullptr, {"uid-b", 0});
+  ASSERT_TRUE(a.Claim().ok());
+  ASSERT_TRUE(a.Save(StateAt(1, 0)).ok());
+  ASSERT_TRUE(b.Claim().ok());
+  auto r = b.Restore(kFingerprint);  // another job's backup is not this job's
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_FALSE(r->has_value());
+  ASSERT_TRUE(b.Save(StateAt(7, 0)).ok());
+  ASSERT_TRUE(b.Save(StateAt(8, 0)).ok());
+  ASSERT_TRUE(b.Save(StateAt(9, 0)).ok());  // keeps its newest two, touches nothing of a's
+  r = a.Restore(kFingerprint);
+  ASSERT_TRUE(r.ok() && r->has_value()) << r.status().message();
+  EXPECT_EQ((*r)->epoch, 1);
+  ASSERT_TRUE(b.Delete().ok());
+  EXPECT_EQ(Names(dir.path()), (std::vector<std::string>{"job-uid-a"}));
+  EXPECT_TRUE(BackupManager::ValidJobUid(kUid));
+  for (const char* bad : {"", "../x", "a/b", "a b", "."}) {
+    EXPECT_FALSE(BackupManager::ValidJobUid(bad)) << bad;
+  }
+}
+
+TEST(BackupFencing, AWriterRemovesOnlyItsOwnTempFiles) {
+  TempDir dir;
+  BackupManager gang2(dir.path(), nullptr, {kUid, 2});
+  ASSERT_TRUE(gang2.Claim().ok());
+  const std::string scoped = dir.Join(std::string("job-") + kUid);
+  // In flight: a write by another writer of this gang and one by an older gang's chief.
+  WriteBytes(scoped + "/.backup-1.tmp.g2-77-0123456789abcdef.Xy12Zz", "in flight");
+  WriteBytes(scoped + "/.backup-1.tmp.g1-66-0123456789abcdef.Ab12Cd", "debris");
+  ASSERT_TRUE(gang2.Save(StateAt(1, 0)).ok());
+  EXPECT_EQ(Names(scoped), (std::vector<std::string>{".backup-1.tmp.g1-66-0123456789abcdef.Ab12Cd",
+                                                     ".backup-1.tmp.g2-77-0123456789abcdef.Xy12Zz",
+                                                     "backup-1", "fence"}));
+  // Nor does a newer gang's claim: the older chief may still be mid-write (it is fenced out:
+  // what it renames in is never restored).
+  BackupManager gang3(dir.path(), nullptr, {kUid, 3});
+  ASSERT_TRUE(gang3.Claim().ok());
+  ASSERT_TRUE(gang3.Save(StateAt(2, 0)).ok());
+  EXPECT_EQ(Names(scoped), (std::vector<std::string>{".backup-1.tmp.g1-66-0123456789abcdef.Ab12Cd",
+                                                     ".backup-1.tmp.g2-77-0123456789abcdef.Xy12Zz",
+                                                     "backup-1", "backup-2", "fence"}));
+}
+
+TEST(BackupFencing, OutOfSpaceIsResourceExhaustedAndLeavesThePreviousBackup) {
+  SmallTmpfs disk(256 << 10);
+  if (!disk.error().empty()) GTEST_SKIP() << disk.error();
+  BackupManager m(disk.path(), nullptr, {kUid, 0});
+  ASSERT_TRUE(m.Claim().ok());
+  ASSERT_TRUE(m.Save(StateAt(1, 0)).ok());  // small: fits
+  TrainingState big = StateAt(2, 0);
+  big.tensors = {{"weights", std::vector<float>(1 << 20, 1.0f)}};  // 4 MiB: does not
+  Status full = m.Save(big);
+  ASSERT_FALSE(full.ok());
+  EXPECT_EQ(full.code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(full.message().find("No space left on device"), std::string::npos) << full.message();
+  // No temporary file left behind, and the previous backup is intact.
+  EXPECT_EQ(Names(disk.Join(std::string("job-") + kUid)),
+            (std::vector<std::string>{"backup-1", "fence"}));
+  auto r = m.Restore(kFingerprint);
+  ASSERT_TRUE(r.ok() && r->has_value()) << r.status().message();
+  EXPECT_EQ((*r)->epoch, 1);
 }
 
 }  // namespace
