@@ -8,7 +8,7 @@ CMAKE_FLAGS ?=
 TJ_NODE ?= $(shell [ "$$(id -u)" = 0 ] && echo containerd || echo process)
 
 .PHONY: deps configure build images test test-sanitized fuzz ci demo demo-local bench clean \
-        manifests helm-lint
+        manifests helm-lint tidy
 
 deps:
 	bash hack/install-deps.sh
@@ -78,6 +78,11 @@ manifests:
 
 helm-lint:
 	bash hack/helm.sh lint --strict helm/tj-operator
+
+# clang-tidy (.clang-tidy) over every C++ source of the build; sources unchanged since they
+# last passed are skipped (hack/tidy.sh). CI runs it after `make test`.
+tidy: configure
+	TJ_TIDY_JOBS=$(JOBS) bash hack/tidy.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD)

@@ -11,12 +11,14 @@
 //      is reached behind authentication too.
 // A crash or sanitizer report in any server thread fails the run. A request that blocks
 // (a Wait for keys nobody sets) is ended by restarting the server, which bounds every input.
+#include <openssl/crypto.h>
 #include <poll.h>
 #include <sys/socket.h>
 
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -78,7 +80,17 @@ class Servers {
 };
 
 Servers& TheServers() {
-  static Servers* servers = new Servers();  // lives for the whole process (threads use it)
+  // Lives for the whole process (threads use it). At exit the server is stopped first, so
+  // that its threads end and OpenSSL frees what it keeps per thread (the error queue, 904
+  // bytes) before LeakSanitizer looks. OpenSSL is initialised before that handler is
+  // registered: handlers run in reverse order, and after OPENSSL_cleanup a thread that ends
+  // no longer frees its state.
+  static Servers* servers = [] {
+    OPENSSL_init_crypto(OPENSSL_INIT_ADD_ALL_DIGESTS, nullptr);  // 0 would do nothing
+    auto* s = new Servers();
+    std::atexit([] { TheServers().Restart(); });
+    return s;
+  }();
   return *servers;
 }
 
