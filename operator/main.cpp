@@ -35,6 +35,7 @@
 #include "operator/kube/event_recorder.h"
 #include "operator/kube/informer.h"
 #include "operator/kube/leader_election.h"
+#include "operator/kube/request_metrics.h"
 #include "operator/kube/rest_client.h"
 #include "operator/kube/work_queue.h"
 
@@ -212,12 +213,19 @@ int main(int argc, char** argv) {
   config->burst = burst;
   config->user_agent = "tj-operator";
   tj::RealClock* clock = tj::RealClock::Get();
-  auto client_or = tj::kube::RestClient::New(*config, clock);
-  if (!client_or.ok()) {
-    log.Error(client_or.status().message());
+  // Every request to the API server is counted (rest_client_* on /metrics).
+  tj::kube::RequestMetrics request_metrics(tj::kube::RequestMetrics::HostOf(config->server));
+  auto api_transport = tj::kube::NewCurlTransport(*config);
+  if (!api_transport.ok()) {
+    log.Error("API server " + config->server + ": " + api_transport.status().message());
     return 1;
   }
-  tj::kube::RestClient* client = client_or->get();
+  auto client_owner = std::make_unique<tj::kube::RestClient>(
+      *config,
+      std::make_unique<tj::kube::MeteredTransport>(std::move(api_transport).value(),
+                                                   &request_metrics, clock),
+      clock);
+  tj::kube::RestClient* client = client_owner.get();
   auto log_transport = tj::kube::NewCurlTransport(*config);
   if (!log_transport.ok()) {
     log.Error(log_transport.status().message());
@@ -227,7 +235,7 @@ int main(int argc, char** argv) {
   const std::string identity = Hostname() + "_" + RandomHex(8);
   tj::kube::EventRecorder recorder(client, "tj-operator", Hostname());
   recorder.set_on_error([&log](const tj::Status& s) { log.Warn(s.message()); });
-  tj::controller::OperatorMetrics metrics;
+  tj::controller::OperatorMetrics metrics({tj::kVersion, tj::kGitCommit});
   tj::kube::WorkQueue queue(clock);
   recorder.DeferWhile([&queue] { return queue.Len() + queue.NumProcessing() > 0; },
                       std::chrono::seconds(10));
@@ -333,9 +341,11 @@ int main(int argc, char** argv) {
   tj::controller::HttpEndpoints metrics_server(
       metrics_addr,
       {{"/metrics", [&] {
-          tj::controller::OperatorMetrics::QueueStats q{queue.Len(), queue.adds(), queue.retries()};
+          tj::controller::OperatorMetrics::QueueStats q{queue.Len(), queue.adds(), queue.retries(),
+                                                        queue.queue_duration(),
+                                                        queue.work_duration()};
           return tj::controller::HttpAnswer{200, "text/plain; version=0.0.4; charset=utf-8",
-                                            metrics.Render(q, leading.load())};
+                                            metrics.Render(q, leading.load(), &request_metrics)};
         }}});
   tj::controller::HttpEndpoints probes(
       probe_addr, {{"/healthz",

@@ -11,7 +11,7 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "trainer/observe/prometheus_text.h"
+#include "common/prometheus_text.h"
 
 namespace tj::observe {
 namespace {
