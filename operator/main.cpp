@@ -142,6 +142,7 @@ int main(int argc, char** argv) {
   // own creation rate. The API server's priority and fairness still protects it.
   double qps = 500;
   int burst = 1000;
+  std::string log_format = "json";
   int evaluator_grace_s = 300, progress_poll_s = 5, backoff_base_ms = 1000;
   CLI::App app{"tj-operator: runs TrainingJobs (tjo.dev/v1alpha1) on Kubernetes"};
   app.add_option("--kubeconfig", kubeconfig,
@@ -177,6 +178,10 @@ int main(int argc, char** argv) {
                  "first gang-restart backoff; doubles per restart, at most 60 s")
       ->capture_default_str()
       ->check(CLI::Range(0, 600000));
+  app.add_option("--log-format", log_format,
+                 "json (one object per line: ts, level, then the fields) or text (for people)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"json", "text"}));
   app.set_version_flag("--version", std::string("tj-operator ") + tj::kVersionText);
   std::string convert_file;
   CLI::App* convert =
@@ -192,7 +197,9 @@ int main(int argc, char** argv) {
   }
   if (*convert) return Convert(convert_file);
 
-  tj::EventLog log;
+  // Every line with its time and level (common/event_log.h), as Kubernetes components log.
+  tj::EventLog log(log_format == "text" ? tj::LogFormat::kText : tj::LogFormat::kJson, stdout,
+                   stderr, tj::LogStyle::kStructured);
   // TJ_LOG_LEVEL (the chart's logLevel): debug, info (default), warn or error.
   {
     const char* level_text = std::getenv("TJ_LOG_LEVEL");
