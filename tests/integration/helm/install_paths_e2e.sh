@@ -27,20 +27,25 @@ CHART=$ROOT/helm/tj-operator
 fail() { echo "FAIL $*"; exit 1; }
 ok() { echo "ok   $*"; }
 
-# The previous chart version, from git history.
+# The previous chart version, from git history: the whole chart as it was just before the
+# commit that set Chart.yaml's version to the current one.
 version_of() { sed -n 's/^version: *//p'; }
 current=$(version_of <"$CHART/Chart.yaml")
 git -C "$ROOT" rev-parse --git-dir >/dev/null 2>&1 || skip "no git history to take the previous chart from"
-prev_rev=""
+prev_rev="" bump=""
 for rev in $(git -C "$ROOT" log --format=%H -- helm/tj-operator/Chart.yaml); do
   v=$(git -C "$ROOT" show "$rev:helm/tj-operator/Chart.yaml" | version_of)
-  if [ "$v" != "$current" ]; then prev_rev=$rev; prev=$v; break; fi
+  if [ "$v" = "$current" ]; then bump=$rev; continue; fi
+  [ -n "$bump" ] || break  # the working tree's version is not committed yet: HEAD's chart
+  prev_rev=$bump^ prev=$v
+  break
 done
+if [ -z "$prev_rev" ] && [ -n "${v:-}" ] && [ "$v" != "$current" ]; then prev_rev=HEAD prev=$v; fi
 [ -n "$prev_rev" ] || skip "git history holds no earlier chart version than $current"
 mkdir -p "$WORK/prev"
 git -C "$ROOT" archive "$prev_rev" helm/tj-operator | tar -x -C "$WORK/prev"
 PREV_CHART=$WORK/prev/helm/tj-operator
-echo "     chart $current; previous version $prev from commit ${prev_rev:0:12}"
+echo "     chart $current; previous version $prev from $(git -C "$ROOT" rev-parse --short=12 "$prev_rev")"
 
 export KUBECONFIG
 KUBECONFIG=$("$ROOT/hack/local-cluster.sh" up 2>/dev/null | tail -n1)
@@ -102,7 +107,7 @@ ok "fmnist runs under chart $prev: $before"
   fail "the Deployment is not chart $current's"
 ok "helm upgrade tjo to chart $current"
 # Scrape the new operator and a trainer while the job runs.
-op_pod=$(kubectl -n tj-helm get pods -l app.kubernetes.io/instance=tjo,app.kubernetes.io/component=operator \
+op_pod=$(kubectl -n tj-helm get pods -l "app.kubernetes.io/instance=tjo,helm.sh/chart=tj-operator-$current" \
   --field-selector=status.phase=Running -o jsonpath='{.items[0].status.podIP}')
 curl -fsS --max-time 10 "http://$op_pod:8080/metrics" >"$WORK/operator.metrics" ||
   fail "no /metrics from the operator at $op_pod:8080"
@@ -122,8 +127,6 @@ for name in rest_client_requests_total rest_client_request_duration_seconds \
   process_resident_memory_bytes process_open_fds process_start_time_seconds tj_operator_build_info; do
   grep -q "^# TYPE $name " "$WORK/operator.metrics" || fail "the operator exports no $name"
 done
-grep -q '^tj_operator_jobs_created_total{namespace="train"} 1' "$WORK/operator.metrics" ||
-  fail "no tj_operator_jobs_created_total{namespace=\"train\"} 1 (the new operator has seen the job)"
 grep -Eq '^rest_client_requests_total\{code="200",method="GET",host=".+"\} [1-9]' "$WORK/operator.metrics" ||
   fail "no counted GET in rest_client_requests_total"
 ok "the operator exports rest_client_*, workqueue_* durations, process_*, build_info, per-namespace job counters"
@@ -150,6 +153,11 @@ done
 restarts=$(kubectl -n train get tj fmnist -o jsonpath='{.status.restartCount}')
 [ "${restarts:-0}" = 0 ] || fail "the job restarted $restarts times across the upgrade"
 ok "its pods kept their UIDs across the upgrade, no gang restart"
+curl -fsS --max-time 10 "http://$op_pod:8080/metrics" >"$WORK/operator-after.metrics" ||
+  fail "no /metrics from the operator at $op_pod:8080 after the job"
+grep -q '^tj_operator_jobs_successful_total{namespace="train"} 1' "$WORK/operator-after.metrics" ||
+  fail "no tj_operator_jobs_successful_total{namespace=\"train\"} 1 after the job succeeded"
+ok "the job's success is counted under its namespace"
 
 # 4. helm test.
 if [ "$TJ_NODE" = containerd ]; then
