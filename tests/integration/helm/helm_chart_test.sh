@@ -205,6 +205,18 @@ check(len(by_kind(full, "ServiceMonitor")) == 1, "ServiceMonitor when enabled")
 sys.exit(1 if failed else 0)
 PY
 
+# The checker install_paths_e2e_test runs on the dashboard's and the rules' queries (against
+# real scrapes there) fails, naming the metric, when a queried metric is not exported.
+render --set metrics.prometheusRule.enabled=true >"$TMP/rules.yaml"
+printf '# TYPE controller_runtime_reconcile_total counter\n' >"$TMP/scrape.txt"
+out=$(python3 "$ROOT/tests/integration/helm/promql_metrics.py" "$CHART/dashboards/tj-operator.json" \
+  "$TMP/rules.yaml" "$TMP/scrape.txt" 2>&1) &&
+  fail "promql_metrics.py passed with metrics missing from the scrape" ||
+  { grep -q "workqueue_depth is exported by neither" <<<"$out" &&
+      ! grep -q "controller_runtime_reconcile_total is exported by neither" <<<"$out" &&
+      pass "promql_metrics.py names a queried metric missing from the scrapes, and only those" ||
+      fail "promql_metrics.py did not name the missing metric: $out"; }
+
 # 3. manifests/ equal what the chart renders.
 if "$ROOT/hack/generate-manifests.sh" --check; then
   pass "manifests/rbac, manifests/operator (and crds/) equal the chart"

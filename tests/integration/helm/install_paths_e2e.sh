@@ -9,7 +9,9 @@
 #      restart) and ends Succeeded under the new operator. Meanwhile both /metrics (the
 #      operator's, a trainer's through its tjo.dev/status-port annotation) are scraped, and
 #      every metric the chart's dashboard and PrometheusRule query must be in them.
-#   4. helm test (on the real node only: its pod needs Service routing and cluster DNS).
+#   4. helm test: on the real node the chart's test pod; on the process node (no Service
+#      routing, no cluster DNS) the pod's script as Helm rendered it, run against the
+#      operator pod's address, and shown to fail when nothing answers there.
 #   5. helm uninstall: the operator's objects go; the CRD, the TrainingJob and its pods, and
 #      the leader Lease (the operator's, not Helm's) stay.
 # Usage: install_paths_e2e.sh REPO_ROOT BUILD_DIR. Exit 77 (skipped) when Helm, git history
@@ -85,7 +87,7 @@ HELM_SET=(--set bindAddress='$(POD_IP)')
 ok "helm install tjo (chart $prev)"
 kubectl create namespace train >/dev/null
 # Enough epochs that the job outlasts the upgrade.
-sed 's/--epochs, "3"/--epochs, "4"/g' "$ROOT/manifests/examples/fmnist.yaml" |
+sed 's/--epochs, "3"/--epochs, "6"/g' "$ROOT/manifests/examples/fmnist.yaml" |
   kubectl -n train apply -f - >/dev/null
 running_pods() {
   kubectl -n train get pods -l tjo.dev/job-name=fmnist \
@@ -106,6 +108,10 @@ ok "fmnist runs under chart $prev: $before"
 [ "$(kubectl -n tj-helm get deploy tjo-tj-operator -o jsonpath='{.metadata.labels.helm\.sh/chart}')" = "tj-operator-$current" ] ||
   fail "the Deployment is not chart $current's"
 ok "helm upgrade tjo to chart $current"
+case "$(kubectl -n train get tj fmnist -o jsonpath='{.status.conditions[?(@.status=="True")].type}')" in
+  *Succeeded*|*Failed*) fail "fmnist ended before the upgrade was done: the test needs a longer job" ;;
+esac
+ok "fmnist still runs after the upgrade"
 # Scrape the new operator and a trainer while the job runs.
 op_pod=$(kubectl -n tj-helm get pods -l "app.kubernetes.io/instance=tjo,helm.sh/chart=tj-operator-$current" \
   --field-selector=status.phase=Running -o jsonpath='{.items[0].status.podIP}')
@@ -164,7 +170,26 @@ if [ "$TJ_NODE" = containerd ]; then
   "$HELM" test tjo -n tj-helm --timeout 120s >/dev/null || fail "helm test tjo"
   ok "helm test: the test pod read /metrics through the Service"
 else
-  echo "     helm test: not on the process node (no Service routing or cluster DNS there)"
+  # No Service routing or cluster DNS on the process node: run the release's test-pod script
+  # (as Helm rendered it) here, pointed at the operator pod's own address instead.
+  "$HELM" get hooks tjo -n tj-helm >"$WORK/hooks.yaml"
+  python3 - "$WORK/hooks.yaml" >"$WORK/helm-test.sh" <<'PY'
+import sys, yaml
+pods = [d for d in yaml.safe_load_all(open(sys.argv[1]))
+        if d and d.get("kind") == "Pod" and d["metadata"]["annotations"].get("helm.sh/hook") == "test"]
+assert len(pods) == 1, "one helm test pod in the release's hooks, found %d" % len(pods)
+print(pods[0]["spec"]["containers"][0]["args"][0])
+PY
+  sed -i "s|^host=.*|host=$op_pod|" "$WORK/helm-test.sh"
+  timeout 30 bash "$WORK/helm-test.sh" >"$WORK/helm-test.out" 2>&1 ||
+    { cat "$WORK/helm-test.out"; fail "the helm test pod's script failed against the operator"; }
+  ok "helm test: the test pod's script read /metrics from the operator ($(tail -n1 "$WORK/helm-test.out"))"
+  # And it fails when nothing answers: a check that cannot fail checks nothing.
+  sed -i "s|^port=.*|port=1|" "$WORK/helm-test.sh"
+  ! timeout 30 bash "$WORK/helm-test.sh" >/dev/null 2>&1 ||
+    fail "the helm test pod's script passed with no operator behind the address"
+  ok "helm test: the script fails when no operator answers"
+  echo "     (the test pod itself runs on the real node only: it needs Service routing and DNS)"
 fi
 
 # 5. helm uninstall: what goes, what stays.

@@ -5,6 +5,8 @@
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -12,26 +14,34 @@
 namespace tj {
 namespace {
 
-// What `log` printed to each stream after one event, one warning and one error.
-std::pair<std::string, std::string> Printed(LogLevel level) {
+// What `write` printed through a log made by `make` to each stream (stdout, stderr).
+std::pair<std::string, std::string> Capture(
+    const std::function<std::unique_ptr<EventLog>(FILE*, FILE*)>& make,
+    const std::function<void(EventLog&)>& write) {
   char* out_buf = nullptr;
   char* err_buf = nullptr;
   size_t out_size = 0, err_size = 0;
   FILE* out = open_memstream(&out_buf, &out_size);
   FILE* err = open_memstream(&err_buf, &err_size);
-  {
-    EventLog log(LogFormat::kJson, out, err);
-    log.SetLevel(level);
-    log.Emit({{"event", "started"}});
-    log.Warn("slow");
-    log.Error("broken");
-  }
+  write(*make(out, err));
   std::fclose(out);
   std::fclose(err);
   std::pair<std::string, std::string> got{out_buf, err_buf};
   std::free(out_buf);
   std::free(err_buf);
   return got;
+}
+
+// What a log at `level` printed after one event, one warning and one error.
+std::pair<std::string, std::string> Printed(LogLevel level) {
+  return Capture(
+      [](FILE* out, FILE* err) { return std::make_unique<EventLog>(LogFormat::kJson, out, err); },
+      [level](EventLog& log) {
+        log.SetLevel(level);
+        log.Emit({{"event", "started"}});
+        log.Warn("slow");
+        log.Error("broken");
+      });
 }
 
 TEST(EventLog, EachLevelPrintsItsLinesAndAboveOnly) {
@@ -64,25 +74,18 @@ TEST(EventLog, ParseLogLevelTakesTheChartsValuesAndNamesABadOne) {
 // The operator's style: every line, warnings and errors included, one JSON object with its
 // time and level first; or, as text, "TIME LEVEL ...". Messages are escaped, whatever they hold.
 std::pair<std::string, std::string> PrintedStructured(LogFormat format) {
-  char* out_buf = nullptr;
-  char* err_buf = nullptr;
-  size_t out_size = 0, err_size = 0;
-  FILE* out = open_memstream(&out_buf, &out_size);
-  FILE* err = open_memstream(&err_buf, &err_size);
-  {
-    // 2026-01-02T03:04:05.678Z
-    const auto t = std::chrono::system_clock::time_point(std::chrono::milliseconds(1767323045678));
-    EventLog log(format, out, err, LogStyle::kStructured, [t] { return t; });
-    log.Emit({{"event", "leading"}, {"identity", "a_1"}, {"workers", 4}});
-    log.Warn("reconciling ns/x: 409 \"Conflict\"\nretrying");
-    log.Error("lost the lease");
-  }
-  std::fclose(out);
-  std::fclose(err);
-  std::pair<std::string, std::string> got{out_buf, err_buf};
-  std::free(out_buf);
-  std::free(err_buf);
-  return got;
+  // 2026-01-02T03:04:05.678Z
+  const auto t = std::chrono::system_clock::time_point(std::chrono::milliseconds(1767323045678));
+  return Capture(
+      [&](FILE* out, FILE* err) {
+        return std::make_unique<EventLog>(format, out, err, LogStyle::kStructured,
+                                          [t] { return t; });
+      },
+      [](EventLog& log) {
+        log.Emit({{"event", "leading"}, {"identity", "a_1"}, {"workers", 4}});
+        log.Warn("reconciling ns/x: 409 \"Conflict\"\nretrying");
+        log.Error("lost the lease");
+      });
 }
 
 TEST(EventLog, StructuredLinesCarryTimeAndLevel) {
