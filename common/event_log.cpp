@@ -1,6 +1,17 @@
 #include "common/event_log.h"
 
+#include <cctype>
+#include <ctime>
+
 namespace tj {
+
+EventLog::EventLog(LogFormat format, FILE* out, FILE* err, LogStyle style, WallClock wall_clock)
+    : format_(format),
+      out_(out),
+      err_(err),
+      style_(style),
+      wall_clock_(wall_clock ? std::move(wall_clock)
+                             : [] { return std::chrono::system_clock::now(); }) {}
 
 std::string EventLog::Format(const nlohmann::ordered_json& event, LogFormat format) {
   if (format == LogFormat::kJson) return event.dump();
@@ -11,6 +22,31 @@ std::string EventLog::Format(const nlohmann::ordered_json& event, LogFormat form
     line += " " + it.key() + "=" + (it->is_string() ? it->get<std::string>() : it->dump());
   }
   return line;
+}
+
+std::string EventLog::FormatTime(std::chrono::system_clock::time_point t) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch());
+  const std::time_t secs = std::time_t(ms.count() / 1000);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[96];  // room for any int the compiler can imagine
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                int(ms.count() % 1000));
+  return buf;
+}
+
+std::string EventLog::Structured(const char* level, const nlohmann::ordered_json& fields) const {
+  const std::string ts = FormatTime(wall_clock_());
+  if (format_ == LogFormat::kJson) {
+    nlohmann::ordered_json line = {{"ts", ts}, {"level", level}};
+    for (auto it = fields.begin(); it != fields.end(); ++it) line[it.key()] = *it;
+    return line.dump();
+  }
+  std::string upper = level;
+  for (char& c : upper) c = char(std::toupper(static_cast<unsigned char>(c)));
+  if (fields.contains("msg")) return ts + " " + upper + " " + fields["msg"].get<std::string>();
+  return ts + " " + upper + " " + Format(fields, LogFormat::kText);
 }
 
 bool ParseLogLevel(const std::string& text, LogLevel* level, std::string* error) {
@@ -29,25 +65,26 @@ bool ParseLogLevel(const std::string& text, LogLevel* level, std::string* error)
   return true;
 }
 
+void EventLog::Print(FILE* stream, const std::string& line) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::fprintf(stream, "%s\n", line.c_str());
+  std::fflush(stream);
+}
+
 void EventLog::Emit(const nlohmann::ordered_json& event) {
   if (level_ > LogLevel::kInfo) return;
-  std::string line = Format(event, format_);
-  std::lock_guard<std::mutex> lock(mu_);
-  std::fprintf(out_, "%s\n", line.c_str());
-  std::fflush(out_);
+  Print(out_, style_ == LogStyle::kStructured ? Structured("info", event) : Format(event, format_));
 }
 
 void EventLog::Warn(const std::string& message) {
   if (level_ > LogLevel::kWarn) return;
-  std::lock_guard<std::mutex> lock(mu_);
-  std::fprintf(err_, "warning: %s\n", message.c_str());
-  std::fflush(err_);
+  Print(err_, style_ == LogStyle::kStructured ? Structured("warn", {{"msg", message}})
+                                              : "warning: " + message);
 }
 
 void EventLog::Error(const std::string& message) {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::fprintf(err_, "error: %s\n", message.c_str());
-  std::fflush(err_);
+  Print(err_, style_ == LogStyle::kStructured ? Structured("error", {{"msg", message}})
+                                              : "error: " + message);
 }
 
 }  // namespace tj

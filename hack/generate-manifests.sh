@@ -3,8 +3,10 @@
 # same objects:
 #   - manifests/crd/*.yaml (written by hand) is copied into helm/tj-operator/crds/;
 #   - manifests/rbac/ and manifests/operator/ are rendered from the chart with its default
-#     values (`helm template tj-operator helm/tj-operator --namespace tj-system`), one file
-#     per object, plus the tj-system Namespace and a kustomization.yaml per directory.
+#     values (`helm template tj-operator helm/tj-operator --namespace tj-system`, without the
+#     `helm test` pod), one file per object, plus the tj-system Namespace and a
+#     kustomization.yaml per directory. The Namespace is in rbac/, the first directory applied
+#     that needs it (the ServiceAccount and the leader-election Role live in it).
 #
 #   hack/generate-manifests.sh           write them
 #   hack/generate-manifests.sh --check   write them to a temporary directory and fail, with
@@ -38,7 +40,7 @@ else
 fi
 
 "$REPO_ROOT/hack/helm.sh" template "$RELEASE" "$CHART" --namespace "$NAMESPACE" \
-  --skip-crds >"$OUT/rendered.yaml"
+  --skip-crds --skip-tests >"$OUT/rendered.yaml"
 
 python3 - "$OUT" "$NAMESPACE" <<'PY'
 import os, re, sys
@@ -80,10 +82,10 @@ for doc in re.split(r"^---\s*$", text, flags=re.M):
     files[folder].append(name)
     with open(os.path.join(out, folder, name), "w") as f:
         f.write(header + body.rstrip() + "\n")
-with open(os.path.join(out, "operator", "namespace.yaml"), "w") as f:
+with open(os.path.join(out, "rbac", "namespace.yaml"), "w") as f:
     f.write(header + "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: %s\n  labels:\n"
             "    app.kubernetes.io/part-of: trainingjob-operator\n" % namespace)
-files["operator"].insert(0, "namespace.yaml")
+files["rbac"].insert(0, "namespace.yaml")
 for folder, items in files.items():
     with open(os.path.join(out, folder, "kustomization.yaml"), "w") as f:
         f.write(header + "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"

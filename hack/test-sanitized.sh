@@ -93,7 +93,7 @@ TSAN_FILTER='WorkQueue*:KubeInformer*:KubeLeaderElection*'
 run_tsan() {
   # halt_on_error: the first race fails the test; second_deadlock_stack for lock-order reports.
   # No suppressions (the one for pplx's cancellation tokens went with the cpprestsdk
-  # transport: the Kubernetes client is on libcurl since 2026-11-22).
+  # transport: the Kubernetes client is on libcurl).
   export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:history_size=4}
   phase "tsan configure" cmake -S "$REPO_ROOT" -B "$TSAN_BUILD" -DTJ_WITH_CUDA=OFF \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo "${SANITIZER_OPT[@]}" -DCMAKE_C_FLAGS="-fsanitize=thread" \

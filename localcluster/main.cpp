@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
   // earlier would take the signal's default action and kill the agent without stopping its
   // pods.
   std::stop_source stop = tj::StopOnTerminationSignals();
-  tj::EventLog log;
+  tj::EventLog log(tj::LogFormat::kJson, stdout, stderr, tj::LogStyle::kStructured);
   auto config = tj::kube::LoadConfig(kubeconfig, tj::kube::ProcessEnvironment());
   if (!config.ok()) {
     log.Error(config.status().message());

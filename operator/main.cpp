@@ -36,6 +36,7 @@
 #include "operator/kube/event_recorder.h"
 #include "operator/kube/informer.h"
 #include "operator/kube/leader_election.h"
+#include "operator/kube/request_metrics.h"
 #include "operator/kube/rest_client.h"
 #include "operator/kube/work_queue.h"
 
@@ -142,6 +143,7 @@ int main(int argc, char** argv) {
   // own creation rate. The API server's priority and fairness still protects it.
   double qps = 500;
   int burst = 1000;
+  std::string log_format = "json";
   int evaluator_grace_s = 300, progress_poll_s = 5, backoff_base_ms = 1000;
   CLI::App app{"tj-operator: runs TrainingJobs (tjo.dev/v1alpha1) on Kubernetes"};
   app.add_option("--kubeconfig", kubeconfig,
@@ -177,6 +179,10 @@ int main(int argc, char** argv) {
                  "first gang-restart backoff; doubles per restart, at most 60 s")
       ->capture_default_str()
       ->check(CLI::Range(0, 600000));
+  app.add_option("--log-format", log_format,
+                 "json (one object per line: ts, level, then the fields) or text (for people)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"json", "text"}));
   app.set_version_flag("--version", std::string("tj-operator ") + tj::kVersionText);
   std::string convert_file;
   CLI::App* convert =
@@ -192,7 +198,9 @@ int main(int argc, char** argv) {
   }
   if (*convert) return Convert(convert_file);
 
-  tj::EventLog log;
+  // Every line with its time and level (common/event_log.h), as Kubernetes components log.
+  tj::EventLog log(log_format == "text" ? tj::LogFormat::kText : tj::LogFormat::kJson, stdout,
+                   stderr, tj::LogStyle::kStructured);
   // TJ_LOG_LEVEL (the chart's logLevel): debug, info (default), warn or error.
   {
     const char* level_text = std::getenv("TJ_LOG_LEVEL");
@@ -213,12 +221,19 @@ int main(int argc, char** argv) {
   config->burst = burst;
   config->user_agent = "tj-operator";
   tj::RealClock* clock = tj::RealClock::Get();
-  auto client_or = tj::kube::RestClient::New(*config, clock);
-  if (!client_or.ok()) {
-    log.Error(client_or.status().message());
+  // Every request to the API server is counted (rest_client_* on /metrics).
+  tj::kube::RequestMetrics request_metrics(tj::kube::RequestMetrics::HostOf(config->server));
+  auto api_transport = tj::kube::NewCurlTransport(*config);
+  if (!api_transport.ok()) {
+    log.Error("API server " + config->server + ": " + api_transport.status().message());
     return 1;
   }
-  tj::kube::RestClient* client = client_or->get();
+  auto client_owner = std::make_unique<tj::kube::RestClient>(
+      *config,
+      std::make_unique<tj::kube::MeteredTransport>(std::move(api_transport).value(),
+                                                   &request_metrics, clock),
+      clock);
+  tj::kube::RestClient* client = client_owner.get();
   // Pod logs (the evaluator's final evaluation) through a transport of their own: at most
   // 64 KiB each (limitBytes, below) within 5 s, so a slow log read holds a reconcile briefly.
   tj::kube::RestConfig log_config = *config;
@@ -232,7 +247,7 @@ int main(int argc, char** argv) {
   const std::string identity = Hostname() + "_" + RandomHex(8);
   tj::kube::EventRecorder recorder(client, "tj-operator", Hostname());
   recorder.set_on_error([&log](const tj::Status& s) { log.Warn(s.message()); });
-  tj::controller::OperatorMetrics metrics;
+  tj::controller::OperatorMetrics metrics({tj::kVersion, tj::kGitCommit});
   tj::kube::WorkQueue queue(clock);
   recorder.DeferWhile([&queue] { return queue.Len() + queue.NumProcessing() > 0; },
                       std::chrono::seconds(10));
@@ -339,9 +354,11 @@ int main(int argc, char** argv) {
   tj::controller::HttpEndpoints metrics_server(
       metrics_addr,
       {{"/metrics", [&] {
-          tj::controller::OperatorMetrics::QueueStats q{queue.Len(), queue.adds(), queue.retries()};
+          tj::controller::OperatorMetrics::QueueStats q{queue.Len(), queue.adds(), queue.retries(),
+                                                        queue.queue_duration(),
+                                                        queue.work_duration()};
           return tj::controller::HttpAnswer{200, "text/plain; version=0.0.4; charset=utf-8",
-                                            metrics.Render(q, leading.load())};
+                                            metrics.Render(q, leading.load(), &request_metrics)};
         }}});
   tj::controller::HttpEndpoints probes(
       probe_addr, {{"/healthz",

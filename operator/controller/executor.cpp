@@ -340,10 +340,10 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
     }
   }
   if (deps_.metrics) {
-    if (d.job_created) deps_.metrics->JobCreated();
-    if (d.job_succeeded) deps_.metrics->JobSucceeded();
-    if (d.job_failed) deps_.metrics->JobFailed();
-    if (d.job_restarted) deps_.metrics->JobRestarted();
+    if (d.job_created) deps_.metrics->JobCreated(ns);
+    if (d.job_succeeded) deps_.metrics->JobSucceeded(ns);
+    if (d.job_failed) deps_.metrics->JobFailed(ns);
+    if (d.job_restarted) deps_.metrics->JobRestarted(ns);
   }
   return d.requeue_after;
 }

@@ -313,7 +313,13 @@ json BuildPod(const json& job, const api::TrainingJobSpec& spec, api::ReplicaTyp
              {{"name", kStatusPortEnv}, {"value", std::to_string(kDefaultStatusPort + ordinal)}});
     }
   }
-  return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", pod_spec}};
+  json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", pod_spec}};
+  if (const auto port = StatusPortOf(pod)) {
+    json& annotations = pod["metadata"]["annotations"];
+    if (!annotations.is_object()) annotations = json::object();
+    annotations[kStatusPortAnnotation] = std::to_string(*port);
+  }
+  return pod;
 }
 
 }  // namespace tj::controller

@@ -17,6 +17,9 @@ namespace tj::controller {
 // never adds arguments: a program's command and args reach it as written.
 inline constexpr int kDefaultStatusPort = 8470;
 inline constexpr char kStatusPortEnv[] = "TJ_STATUS_PORT";
+// The pod annotation that names that port (a literal TJ_STATUS_PORT or --status-port):
+// Prometheus' pod discovery finds the trainer's /metrics through it (the chart's PodMonitor).
+inline constexpr char kStatusPortAnnotation[] = "tjo.dev/status-port";
 // The container port whose number TF_CONFIG gives for a replica type, as Kubeflow's TFJob
 // names it; without one, spec.port.
 inline constexpr char kTfJobPortName[] = "tfjob-port";

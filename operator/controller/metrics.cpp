@@ -1,6 +1,7 @@
 #include "operator/controller/metrics.h"
 
-#include <sstream>
+#include "common/process_metrics.h"
+#include "common/prometheus_text.h"
 
 namespace tj::controller {
 
@@ -17,54 +18,73 @@ void OperatorMetrics::ReconcileDone(const std::string& result, double seconds) {
   sum_ += seconds;
 }
 
-std::string OperatorMetrics::Render(const QueueStats& queue, bool leader) const {
-  std::ostringstream o;
-  const std::string c = "controller=\"trainingjob\"";
+void OperatorMetrics::CountJob(JobCounter counter, const std::string& ns) {
   std::lock_guard<std::mutex> lock(mu_);
-  o << "# HELP controller_runtime_reconcile_total Total number of reconciliations per controller\n"
-    << "# TYPE controller_runtime_reconcile_total counter\n";
-  for (auto [r, n] : {std::pair<const char*, uint64_t>{"success", success_},
-                      {"error", error_},
-                      {"requeue", requeue_},
-                      {"requeue_after", requeue_after_}}) {
-    o << "controller_runtime_reconcile_total{" << c << ",result=\"" << r << "\"} " << n << "\n";
+  ++jobs_[ns][counter];  // a new namespace's array is value-initialized (zeros)
+}
+
+std::string OperatorMetrics::Render(const QueueStats& queue, bool leader,
+                                    const kube::RequestMetrics* requests) const {
+  PrometheusText o;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const PrometheusText::Labels c = {{"controller", "trainingjob"}};
+    o.Declare("controller_runtime_reconcile_total",
+              "Total number of reconciliations per controller", "counter");
+    for (auto [r, n] : {std::pair<const char*, uint64_t>{"success", success_},
+                        {"error", error_},
+                        {"requeue", requeue_},
+                        {"requeue_after", requeue_after_}}) {
+      o.Counter("controller_runtime_reconcile_total", "", double(n),
+                {{"controller", "trainingjob"}, {"result", r}});
+    }
+    o.Counter("controller_runtime_reconcile_errors_total",
+              "Total number of reconciliation errors per controller", double(error_), c);
+    HistogramSnapshot h;
+    h.bounds.assign(kBuckets.begin(), kBuckets.end());
+    h.cumulative.assign(buckets_.begin(), buckets_.end());
+    h.count = count_;
+    h.sum = sum_;
+    o.Histogram("controller_runtime_reconcile_time_seconds",
+                "Length of time per reconciliation per controller", h, c);
+
+    static constexpr std::array<std::pair<const char*, const char*>, kNumJobCounters> kJobs = {{
+        {"tj_operator_jobs_created_total", "TrainingJobs seen for the first time, by namespace"},
+        {"tj_operator_jobs_successful_total", "TrainingJobs that succeeded, by namespace"},
+        {"tj_operator_jobs_failed_total", "TrainingJobs that failed, by namespace"},
+        {"tj_operator_jobs_restarted_total", "Gang restarts of TrainingJobs, by namespace"},
+    }};
+    for (size_t i = 0; i < kJobs.size(); ++i) {
+      o.Declare(kJobs[i].first, kJobs[i].second, "counter");
+      for (const auto& [ns, counts] : jobs_) {
+        o.Counter(kJobs[i].first, "", double(counts[i]), {{"namespace", ns}});
+      }
+    }
   }
-  o << "# HELP controller_runtime_reconcile_errors_total Total number of reconciliation errors\n"
-    << "# TYPE controller_runtime_reconcile_errors_total counter\n"
-    << "controller_runtime_reconcile_errors_total{" << c << "} " << error_ << "\n";
-  o << "# HELP controller_runtime_reconcile_time_seconds Length of time per reconciliation\n"
-    << "# TYPE controller_runtime_reconcile_time_seconds histogram\n";
-  for (size_t i = 0; i < kBuckets.size(); ++i) {
-    o << "controller_runtime_reconcile_time_seconds_bucket{" << c << ",le=\"" << kBuckets[i]
-      << "\"} " << buckets_[i] << "\n";
+  const PrometheusText::Labels q = {{"name", "trainingjob"}};
+  o.Gauge("workqueue_depth", "Current depth of workqueue", double(queue.depth), q);
+  o.Counter("workqueue_adds_total", "Total number of adds handled by workqueue", double(queue.adds),
+            q);
+  o.Counter("workqueue_retries_total", "Total number of retries handled by workqueue",
+            double(queue.retries), q);
+  if (!queue.queue_duration.bounds.empty()) {
+    o.Histogram("workqueue_queue_duration_seconds",
+                "How long in seconds an item stays in workqueue before being requested",
+                queue.queue_duration, q);
   }
-  o << "controller_runtime_reconcile_time_seconds_bucket{" << c << ",le=\"+Inf\"} " << count_
-    << "\n"
-    << "controller_runtime_reconcile_time_seconds_sum{" << c << "} " << sum_ << "\n"
-    << "controller_runtime_reconcile_time_seconds_count{" << c << "} " << count_ << "\n";
-  const std::string q = "name=\"trainingjob\"";
-  o << "# HELP workqueue_depth Current depth of workqueue\n# TYPE workqueue_depth gauge\n"
-    << "workqueue_depth{" << q << "} " << queue.depth << "\n"
-    << "# HELP workqueue_adds_total Total number of adds handled by workqueue\n"
-    << "# TYPE workqueue_adds_total counter\nworkqueue_adds_total{" << q << "} " << queue.adds
-    << "\n"
-    << "# HELP workqueue_retries_total Total number of retries handled by workqueue\n"
-    << "# TYPE workqueue_retries_total counter\nworkqueue_retries_total{" << q << "} "
-    << queue.retries << "\n"
-    << "# HELP leader_election_master_status Whether this instance leads (1) or not (0)\n"
-    << "# TYPE leader_election_master_status gauge\n"
-    << "leader_election_master_status{name=\"tj-operator\"} " << (leader ? 1 : 0) << "\n";
-  for (auto [name, help, v] :
-       {std::tuple<const char*, const char*, uint64_t>{"tj_operator_jobs_created_total",
-                                                       "TrainingJobs seen for the first time",
-                                                       jobs_created_.load()},
-        {"tj_operator_jobs_successful_total", "TrainingJobs that succeeded",
-         jobs_succeeded_.load()},
-        {"tj_operator_jobs_failed_total", "TrainingJobs that failed", jobs_failed_.load()},
-        {"tj_operator_jobs_restarted_total", "Gang restarts", jobs_restarted_.load()}}) {
-    o << "# HELP " << name << " " << help << "\n# TYPE " << name << " counter\n"
-      << name << " " << v << "\n";
+  if (!queue.work_duration.bounds.empty()) {
+    o.Histogram("workqueue_work_duration_seconds",
+                "How long in seconds processing an item from workqueue takes", queue.work_duration,
+                q);
   }
+  o.Gauge("leader_election_master_status", "Whether this instance leads (1) or not (0)",
+          leader ? 1 : 0, {{"name", "tj-operator"}});
+  o.Gauge("tj_operator_build_info",
+          "The operator's version and git revision; the value is always 1", 1,
+          {{"version", build_.version},
+           {"git_revision", build_.git_revision.empty() ? "unknown" : build_.git_revision}});
+  if (requests != nullptr) requests->Render(&o);
+  RenderProcessMetrics(&o);
   return o.str();
 }
 

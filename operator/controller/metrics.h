@@ -1,42 +1,66 @@
-// The operator's Prometheus metrics, with controller-runtime's names where they apply
-// (controller_runtime_reconcile_total{controller,result}, ..._errors_total, ..._time_seconds,
-// workqueue_*, leader_election_master_status) plus job counters. Thread-safe.
+// The operator's Prometheus metrics, under the names cluster admins already graph for Go
+// operators: controller-runtime's (controller_runtime_reconcile_total{controller,result},
+// ..._errors_total, ..._time_seconds), client-go's work queue (workqueue_depth, _adds_total,
+// _retries_total, _queue_duration_seconds, _work_duration_seconds) and API-server client
+// (rest_client_*, operator/kube/request_metrics.h), the process collector's process_*,
+// leader_election_master_status, a tj_operator_build_info gauge, and per-namespace job
+// counters (tj_operator_jobs_*_total{namespace}). Thread-safe.
 #pragma once
 
 #include <array>
-#include <atomic>
 #include <cstdint>
-#include <functional>
+#include <map>
 #include <mutex>
 #include <string>
 
+#include "common/histogram.h"
+#include "operator/kube/request_metrics.h"
+
 namespace tj::controller {
+
+struct BuildInfo {
+  std::string version;       // "0.1.0"
+  std::string git_revision;  // "1a2b3c4d5e6f", or "" when unknown
+};
 
 class OperatorMetrics {
  public:
+  explicit OperatorMetrics(BuildInfo build = {}) : build_(std::move(build)) {}
+  OperatorMetrics(const OperatorMetrics&) = delete;
+  OperatorMetrics& operator=(const OperatorMetrics&) = delete;
+
   void ReconcileDone(const std::string& result,
                      double seconds);  // success|error|requeue|requeue_after
-  void JobCreated() { ++jobs_created_; }
-  void JobSucceeded() { ++jobs_succeeded_; }
-  void JobFailed() { ++jobs_failed_; }
-  void JobRestarted() { ++jobs_restarted_; }
+  // A job of namespace `ns` seen for the first time, succeeded, failed, gang-restarted.
+  void JobCreated(const std::string& ns) { CountJob(kCreated, ns); }
+  void JobSucceeded(const std::string& ns) { CountJob(kSucceeded, ns); }
+  void JobFailed(const std::string& ns) { CountJob(kFailed, ns); }
+  void JobRestarted(const std::string& ns) { CountJob(kRestarted, ns); }
 
   struct QueueStats {
     size_t depth = 0;
     uint64_t adds = 0, retries = 0;
+    HistogramSnapshot queue_duration, work_duration;  // empty: not rendered
   };
-  // Prometheus text format 0.0.4.
-  std::string Render(const QueueStats& queue, bool leader) const;
+  // Prometheus text format 0.0.4. `requests` (may be null): the API-server client's metrics.
+  // The process_* metrics are this process's, from /proc.
+  std::string Render(const QueueStats& queue, bool leader,
+                     const kube::RequestMetrics* requests = nullptr) const;
 
  private:
+  enum JobCounter { kCreated, kSucceeded, kFailed, kRestarted, kNumJobCounters };
+  void CountJob(JobCounter counter, const std::string& ns);
+
   static constexpr std::array<double, 10> kBuckets = {0.005, 0.01, 0.025, 0.05, 0.1,
                                                       0.25,  0.5,  1,     2.5,  10};
+  const BuildInfo build_;
   mutable std::mutex mu_;
   uint64_t success_ = 0, error_ = 0, requeue_ = 0, requeue_after_ = 0;  // GUARDED_BY(mu_)
   std::array<uint64_t, kBuckets.size()> buckets_{};                     // GUARDED_BY(mu_)
   uint64_t count_ = 0;                                                  // GUARDED_BY(mu_)
   double sum_ = 0;                                                      // GUARDED_BY(mu_)
-  std::atomic<uint64_t> jobs_created_{0}, jobs_succeeded_{0}, jobs_failed_{0}, jobs_restarted_{0};
+  // namespace -> count per JobCounter. GUARDED_BY(mu_)
+  std::map<std::string, std::array<uint64_t, kNumJobCounters>> jobs_;
 };
 
 }  // namespace tj::controller

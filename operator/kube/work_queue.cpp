@@ -9,7 +9,14 @@ constexpr auto kPollPeriod = std::chrono::milliseconds(20);
 }
 
 WorkQueue::WorkQueue(Clock* clock, Clock::Duration base_delay, Clock::Duration max_delay)
-    : clock_(clock), backoff_(base_delay, max_delay) {}
+    : clock_(clock),
+      backoff_(base_delay, max_delay),
+      queue_duration_(Histogram::WorkQueueBuckets()),
+      work_duration_(Histogram::WorkQueueBuckets()) {}
+
+double WorkQueue::SecondsSince(Clock::TimePoint t) const {
+  return std::chrono::duration<double>(clock_->Now() - t).count();
+}
 
 void WorkQueue::AddLocked(const std::string& key) {
   if (shutting_down_) return;
@@ -17,6 +24,7 @@ void WorkQueue::AddLocked(const std::string& key) {
   idle_.erase(key);               // a plain add supersedes a wait for idleness
   ++adds_;
   dirty_.insert(key);
+  queued_at_.emplace(key, clock_->Now());
   if (processing_.count(key)) return;  // Done() queues it
   queue_.push_back(key);
   cv_.notify_one();
@@ -85,6 +93,11 @@ std::optional<std::string> WorkQueue::PopLocked() {
   queue_.pop_front();
   processing_.insert(key);
   dirty_.erase(key);
+  if (auto it = queued_at_.find(key); it != queued_at_.end()) {
+    queue_duration_.Observe(SecondsSince(it->second));
+    queued_at_.erase(it);
+  }
+  started_at_[key] = clock_->Now();
   return key;
 }
 
@@ -98,6 +111,7 @@ std::optional<std::string> WorkQueue::PopIdleLocked() {
     idle_.erase(it);
     processing_.insert(key);
     processing_idle_.insert(key);
+    started_at_[key] = clock_->Now();
     return key;
   }
   return std::nullopt;
@@ -134,6 +148,10 @@ void WorkQueue::Done(const std::string& key) {
   std::lock_guard<std::mutex> lock(mu_);
   processing_.erase(key);
   processing_idle_.erase(key);
+  if (auto it = started_at_.find(key); it != started_at_.end()) {
+    work_duration_.Observe(SecondsSince(it->second));
+    started_at_.erase(it);
+  }
   if (dirty_.count(key)) {
     queue_.push_back(key);
     cv_.notify_one();

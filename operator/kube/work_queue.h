@@ -22,6 +22,7 @@
 #include <string>
 
 #include "common/clock.h"
+#include "common/histogram.h"
 #include "operator/kube/backoff.h"
 
 namespace tj::kube {
@@ -60,6 +61,11 @@ class WorkQueue {
   bool BusyBesides(const std::string& key) const;
   uint64_t adds() const;     // workqueue_adds_total
   uint64_t retries() const;  // workqueue_retries_total
+  // How long keys waited between their add and Get() (keys added by AddWhenIdle() are left
+  // out: they wait on purpose), and how long from Get() to Done(); client-go's
+  // workqueue_queue_duration_seconds and workqueue_work_duration_seconds.
+  HistogramSnapshot queue_duration() const { return queue_duration_.Snapshot(); }
+  HistogramSnapshot work_duration() const { return work_duration_.Snapshot(); }
 
  private:
   void AddLocked(const std::string& key);
@@ -70,19 +76,23 @@ class WorkQueue {
   void PromoteReadyLocked();
   std::optional<std::string> PopLocked();
   std::optional<std::string> PopIdleLocked();
+  double SecondsSince(Clock::TimePoint t) const;
 
   Clock* clock_;
   ItemExponentialBackoff backoff_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::string> queue_;                    // GUARDED_BY(mu_)
-  std::set<std::string> dirty_;                      // queued or to re-queue. GUARDED_BY(mu_)
-  std::set<std::string> processing_;                 // GUARDED_BY(mu_)
-  std::map<std::string, Clock::TimePoint> waiting_;  // key -> ready at. GUARDED_BY(mu_)
-  std::map<std::string, Clock::TimePoint> idle_;     // key -> queued by then. GUARDED_BY(mu_)
-  std::set<std::string> processing_idle_;            // handed out from idle_. GUARDED_BY(mu_)
-  bool shutting_down_ = false;                       // GUARDED_BY(mu_)
-  uint64_t adds_ = 0, retries_ = 0;                  // GUARDED_BY(mu_)
+  std::deque<std::string> queue_;                       // GUARDED_BY(mu_)
+  std::set<std::string> dirty_;                         // queued or to re-queue. GUARDED_BY(mu_)
+  std::set<std::string> processing_;                    // GUARDED_BY(mu_)
+  std::map<std::string, Clock::TimePoint> waiting_;     // key -> ready at. GUARDED_BY(mu_)
+  std::map<std::string, Clock::TimePoint> idle_;        // key -> queued by then. GUARDED_BY(mu_)
+  std::set<std::string> processing_idle_;               // handed out from idle_. GUARDED_BY(mu_)
+  bool shutting_down_ = false;                          // GUARDED_BY(mu_)
+  uint64_t adds_ = 0, retries_ = 0;                     // GUARDED_BY(mu_)
+  std::map<std::string, Clock::TimePoint> queued_at_;   // first add. GUARDED_BY(mu_)
+  std::map<std::string, Clock::TimePoint> started_at_;  // Get(). GUARDED_BY(mu_)
+  Histogram queue_duration_, work_duration_;
 };
 
 }  // namespace tj::kube

@@ -1,7 +1,9 @@
 #include "trainer/train/progress.h"
 
+#include <optional>
+
+#include "common/prometheus_text.h"
 #include "common/status_schema.h"
-#include "trainer/observe/prometheus_text.h"
 
 namespace tj::train {
 
@@ -24,26 +26,34 @@ nlohmann::json Progress::StatusJson() const {
 
 std::string Progress::PrometheusText() const {
   ProgressSnapshot s = Get();
-  observe::PrometheusText out;
-  const observe::PrometheusText::Labels role = {{"role", s.role}};
+  tj::PrometheusText out;
+  const tj::PrometheusText::Labels role = {{"role", s.role}};
+  // A gauge not measured yet (before the first epoch ends, before the first evaluation) is
+  // declared without a sample: every name this trainer exports is on every scrape.
+  auto gauge = [&](const char* name, const char* help, std::optional<double> value) {
+    if (value) {
+      out.Gauge(name, help, *value, role);
+    } else {
+      out.Declare(name, help, "gauge");
+    }
+  };
   out.Gauge("tj_trainer_epoch", "The epoch in progress (1-based).", s.epoch, role);
   out.Gauge("tj_trainer_total_epochs", "Epochs this run trains.", s.total_epochs, role);
   out.Gauge("tj_trainer_step", "Steps done in the epoch in progress.", static_cast<double>(s.step),
             role);
   out.Counter("tj_trainer_global_steps_total", "Optimizer steps done.",
               static_cast<double>(s.global_step), role);
-  if (s.loss) out.Gauge("tj_trainer_loss", "Mean training loss of the last epoch.", *s.loss, role);
-  if (s.accuracy)
-    out.Gauge("tj_trainer_accuracy", "Training accuracy of the last epoch.", *s.accuracy, role);
-  if (s.images_per_sec)
-    out.Gauge("tj_trainer_images_per_second", "Training throughput of the last epoch.",
-              *s.images_per_sec, role);
+  gauge("tj_trainer_loss", "Mean training loss of the last epoch.", s.loss);
+  gauge("tj_trainer_accuracy", "Training accuracy of the last epoch.", s.accuracy);
+  gauge("tj_trainer_images_per_second", "Training throughput of the last epoch.", s.images_per_sec);
+  std::optional<double> eval_loss, eval_accuracy;
   if (s.evaluation) {
-    out.Gauge("tj_trainer_eval_loss", "Test loss of the newest evaluated checkpoint.",
-              s.evaluation->value("loss", 0.0), role);
-    out.Gauge("tj_trainer_eval_accuracy", "Test accuracy of the newest evaluated checkpoint.",
-              s.evaluation->value("accuracy", 0.0), role);
+    eval_loss = s.evaluation->value("loss", 0.0);
+    eval_accuracy = s.evaluation->value("accuracy", 0.0);
   }
+  gauge("tj_trainer_eval_loss", "Test loss of the newest evaluated checkpoint.", eval_loss);
+  gauge("tj_trainer_eval_accuracy", "Test accuracy of the newest evaluated checkpoint.",
+        eval_accuracy);
   return out.str();
 }
 

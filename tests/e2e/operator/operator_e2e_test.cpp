@@ -11,6 +11,7 @@
 #include <chrono>
 #include <fstream>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "tests/e2e/support/e2e_support.h"
@@ -293,7 +294,25 @@ TEST_F(OperatorE2E, LeaderElectionOneActsTheOtherTakesOver) {
   EXPECT_NE(metrics.find("leader_election_master_status{name=\"tj-operator\"} 1"),
             std::string::npos)
       << metrics;
-  EXPECT_NE(metrics.find("tj_operator_jobs_successful_total 1"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("tj_operator_jobs_successful_total{namespace=\"" + ns_ + "\"} 1"),
+            std::string::npos)
+      << metrics;
+  // What the ecosystem expects beside the job counters, from the real operator.
+  for (const char* want :
+       {"rest_client_requests_total{code=\"201\",method=\"POST\",host=\"",
+        "rest_client_request_duration_seconds_bucket{verb=\"GET\"",
+        "workqueue_queue_duration_seconds_count{name=\"trainingjob\"}",
+        "workqueue_work_duration_seconds_count{name=\"trainingjob\"}",
+        "\nprocess_cpu_seconds_total ", "\nprocess_resident_memory_bytes ", "\nprocess_open_fds ",
+        "\nprocess_start_time_seconds ", "tj_operator_build_info{version=\""}) {
+    EXPECT_NE(metrics.find(want), std::string::npos) << want << "\n" << metrics;
+  }
+  // Every log line of the operator has its time and level.
+  std::istringstream log_lines(a->Log());
+  for (std::string line; std::getline(log_lines, line);) {
+    const json j = json::parse(line, nullptr, false);
+    EXPECT_TRUE(j.is_object() && j.contains("ts") && j.contains("level")) << line;
+  }
   EXPECT_NE(metrics.find("controller_runtime_reconcile_total{controller=\"trainingjob\",result="),
             std::string::npos);
   EXPECT_NE(Sh("curl -s http://127.0.0.1:" + std::to_string(b_metrics) + "/metrics")

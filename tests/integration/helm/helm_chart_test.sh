@@ -22,7 +22,9 @@ echo "helm: $HELM ($("$HELM" version --short))"
 if "$HELM" lint --strict "$CHART" >/dev/null; then pass "helm lint --strict (defaults)"
 else "$HELM" lint --strict "$CHART"; fail "helm lint --strict (defaults)"; fi
 ALL=(--set watchNamespaces='{team-a}' --set networkPolicy.enabled=true
-     --set metrics.serviceMonitor.enabled=true --set replicas=2)
+     --set metrics.serviceMonitor.enabled=true --set metrics.podMonitor.enabled=true
+     --set metrics.prometheusRule.enabled=true --set metrics.grafanaDashboard.enabled=true
+     --set logFormat=text --set replicas=2)
 if "$HELM" lint --strict "$CHART" "${ALL[@]}" >/dev/null; then pass "helm lint --strict (all parts on)"
 else fail "helm lint --strict (all parts on)"; fi
 
@@ -43,6 +45,11 @@ out=$(render --set workers=many 2>&1) && fail "workers=many must not render" ||
       fail "wrong type refused without naming it: $out"; }
 render --set logLevel=verbose >/dev/null 2>&1 && fail "logLevel=verbose must not render" ||
   pass "values.schema.json refuses an unknown logLevel"
+render --set logFormat=xml >/dev/null 2>&1 && fail "logFormat=xml must not render" ||
+  pass "values.schema.json refuses an unknown logFormat"
+render --set tests.enabled=true --set metrics.service.enabled=false >/dev/null 2>&1 &&
+  fail "the helm test pod without the metrics Service must not render" ||
+  pass "the helm test pod needs the metrics Service"
 # The leader Lease is the release's own.
 "$HELM" template other "$CHART" --namespace tj-system 2>/dev/null |
   grep -q -- "--leader-election-id=other-tj-operator-leader" &&
@@ -105,10 +112,59 @@ for flag in ("--leader-elect", "--leader-election-namespace=tj-system",
 # Only flags tj-operator has (operator/main.cpp); an unknown one makes it exit 2.
 known = ("--kubeconfig", "--namespace", "--leader-elect", "--leader-election-namespace",
          "--leader-election-id", "--metrics-bind-address", "--health-probe-bind-address",
-         "--workers", "--kube-api-qps", "--kube-api-burst")
+         "--workers", "--kube-api-qps", "--kube-api-burst", "--log-format")
 check(all(a.split("=")[0] in known for a in args), "every flag is one tj-operator has: %s" % args)
 env = {e["name"]: e.get("value") for e in c["env"]}
 check(env.get("TJ_LOG_LEVEL") == "info", "TJ_LOG_LEVEL from logLevel")
+check("--log-format=json" in args, "--log-format=json by default")
+fargs0 = by_kind(full, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+check("--log-format=text" in fargs0, "--log-format=text from logFormat")
+
+# helm test: a hook pod that reads /metrics through the Service, not selected by it.
+tests = by_kind(default, "Pod")
+check(len(tests) == 1 and tests[0]["metadata"]["annotations"]["helm.sh/hook"] == "test",
+      "one helm test pod (hook test)")
+if tests:
+    t = tests[0]
+    svc = by_kind(default, "Service")[0]
+    sel = svc["spec"]["selector"]
+    check(not all(t["metadata"]["labels"].get(k) == v for k, v in sel.items()),
+          "the metrics Service does not select the test pod")
+    script = t["spec"]["containers"][0]["args"][0]
+    check("tj-operator-metrics.tj-system.svc" in script and "/metrics" in script,
+          "the test pod asks the metrics Service for /metrics")
+    check(t["spec"]["securityContext"]["runAsNonRoot"] is True and
+          t["spec"]["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True,
+          "the test pod runs non-root, read-only")
+
+# Monitoring: off by default; with them on, what Prometheus and Grafana need.
+for kind in ("PodMonitor", "PrometheusRule", "ConfigMap"):
+    check(not by_kind(default, kind), kind + " off by default")
+pm = by_kind(full, "PodMonitor")
+check(len(pm) == 1, "PodMonitor when enabled")
+if pm:
+    ep = pm[0]["spec"]["podMetricsEndpoints"][0]
+    srcs = [tuple(r.get("sourceLabels", [])) for r in ep["relabelings"]]
+    check(("__meta_kubernetes_pod_annotation_tjo_dev_status_port",) in srcs,
+          "PodMonitor keeps pods with the tjo.dev/status-port annotation")
+    check(any(r.get("targetLabel") == "__address__" for r in ep["relabelings"]),
+          "PodMonitor scrapes <pod IP>:<annotated port>")
+    check(pm[0]["spec"]["namespaceSelector"] == {"matchNames": ["team-a"]},
+          "PodMonitor in the watched namespace")
+    check(pm[0]["spec"]["selector"]["matchExpressions"][0]["key"] == "tjo.dev/job-name",
+          "PodMonitor selects TrainingJob pods")
+pr = by_kind(full, "PrometheusRule")
+alerts = [r["alert"] for g in pr[0]["spec"]["groups"] for r in g["rules"]] if pr else []
+check(len(alerts) >= 5 and all(r.get("expr") for g in pr[0]["spec"]["groups"] for r in g["rules"]),
+      "PrometheusRule with its alerts: %s" % alerts)
+cms = by_kind(full, "ConfigMap")
+check(len(cms) == 1 and cms[0]["metadata"]["labels"].get("grafana_dashboard") == "1",
+      "dashboard ConfigMap labelled for Grafana's sidecar")
+if cms:
+    import json as _json
+    dash = _json.loads(cms[0]["data"]["tj-operator.json"])
+    check(dash["uid"] == "tj-operator" and len(dash["panels"]) >= 10,
+          "the dashboard JSON parses, %d panels" % len(dash["panels"]))
 check(not any(a.startswith("--namespace") for a in args), "no --namespace: every namespace")
 check(pod["serviceAccountName"] == "tj-operator", "runs as its ServiceAccount")
 
@@ -197,6 +253,18 @@ check(by_kind(full, "Deployment")[0]["spec"]["replicas"] == 2, "replicas 2")
 check(len(by_kind(full, "ServiceMonitor")) == 1, "ServiceMonitor when enabled")
 sys.exit(1 if failed else 0)
 PY
+
+# The checker install_paths_e2e_test runs on the dashboard's and the rules' queries (against
+# real scrapes there) fails, naming the metric, when a queried metric is not exported.
+render --set metrics.prometheusRule.enabled=true >"$TMP/rules.yaml"
+printf '# TYPE controller_runtime_reconcile_total counter\n' >"$TMP/scrape.txt"
+out=$(python3 "$ROOT/tests/integration/helm/promql_metrics.py" "$CHART/dashboards/tj-operator.json" \
+  "$TMP/rules.yaml" "$TMP/scrape.txt" 2>&1) &&
+  fail "promql_metrics.py passed with metrics missing from the scrape" ||
+  { grep -q "workqueue_depth is exported by neither" <<<"$out" &&
+      ! grep -q "controller_runtime_reconcile_total is exported by neither" <<<"$out" &&
+      pass "promql_metrics.py names a queried metric missing from the scrapes, and only those" ||
+      fail "promql_metrics.py did not name the missing metric: $out"; }
 
 # 3. manifests/ equal what the chart renders.
 if "$ROOT/hack/generate-manifests.sh" --check; then

@@ -48,14 +48,17 @@ TEST(LastEvaluation, TakesTheLastEvaluationLine) {
 }
 
 TEST(OperatorMetrics, ControllerRuntimeNamesAndJobCounters) {
-  OperatorMetrics m;
+  OperatorMetrics m({"1.2.3", "abc123"});
   m.ReconcileDone("success", 0.003);
   m.ReconcileDone("error", 0.2);
   m.ReconcileDone("requeue_after", 3);
-  m.JobCreated();
-  m.JobRestarted();
-  m.JobRestarted();
-  const std::string t = m.Render({4, 10, 2}, true);
+  m.JobCreated("team-a");
+  m.JobCreated("team-b");
+  m.JobRestarted("team-a");
+  m.JobRestarted("team-a");
+  tj::Histogram waited(tj::Histogram::WorkQueueBuckets());
+  waited.Observe(0.5);
+  const std::string t = m.Render({4, 10, 2, waited.Snapshot(), {}}, true);
   for (const char* want :
        {"controller_runtime_reconcile_total{controller=\"trainingjob\",result=\"success\"} 1",
         "controller_runtime_reconcile_total{controller=\"trainingjob\",result=\"error\"} 1",
@@ -65,10 +68,28 @@ TEST(OperatorMetrics, ControllerRuntimeNamesAndJobCounters) {
         "controller_runtime_reconcile_time_seconds_count{controller=\"trainingjob\"} 3",
         "workqueue_depth{name=\"trainingjob\"} 4", "workqueue_adds_total{name=\"trainingjob\"} 10",
         "workqueue_retries_total{name=\"trainingjob\"} 2",
-        "leader_election_master_status{name=\"tj-operator\"} 1", "tj_operator_jobs_created_total 1",
-        "tj_operator_jobs_restarted_total 2"}) {
+        "leader_election_master_status{name=\"tj-operator\"} 1",
+        "tj_operator_jobs_created_total{namespace=\"team-a\"} 1",
+        "tj_operator_jobs_created_total{namespace=\"team-b\"} 1",
+        "tj_operator_jobs_restarted_total{namespace=\"team-a\"} 2",
+        "tj_operator_jobs_restarted_total{namespace=\"team-b\"} 0",
+        "# TYPE tj_operator_jobs_failed_total counter",
+        "# TYPE workqueue_queue_duration_seconds histogram",
+        "workqueue_queue_duration_seconds_bucket{name=\"trainingjob\",le=\"0.1\"} 0",
+        "workqueue_queue_duration_seconds_bucket{name=\"trainingjob\",le=\"1\"} 1",
+        "workqueue_queue_duration_seconds_count{name=\"trainingjob\"} 1",
+        "tj_operator_build_info{version=\"1.2.3\",git_revision=\"abc123\"} 1",
+        // This process's own, from /proc.
+        "# TYPE process_cpu_seconds_total counter", "# TYPE process_resident_memory_bytes gauge",
+        "# TYPE process_open_fds gauge", "# TYPE process_max_fds gauge",
+        "# TYPE process_start_time_seconds gauge"}) {
     EXPECT_NE(t.find(want), std::string::npos) << want << "\n" << t;
   }
+  // Each family declared once, before its samples.
+  EXPECT_EQ(t.find("# TYPE controller_runtime_reconcile_total"),
+            t.rfind("# TYPE controller_runtime_reconcile_total"));
+  // No work_duration snapshot: not rendered.
+  EXPECT_EQ(t.find("workqueue_work_duration_seconds"), std::string::npos);
 }
 
 // The job's Service, Secret and worker 0 as `owner` builds them, as the operator's caches keep

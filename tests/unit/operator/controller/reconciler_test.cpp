@@ -216,6 +216,8 @@ TEST(Pods, NamesLabelsEnvAndOwner) {
   EXPECT_EQ(c["args"], json::array({"--epochs", "2"}));  // the args as written
   EXPECT_EQ(env["TJ_STATUS_PORT"]["value"], "8471");
   EXPECT_EQ(StatusPortOf(p), 8471);
+  // Prometheus' pod discovery (the chart's PodMonitor) finds /metrics by this annotation.
+  EXPECT_EQ(p["metadata"]["annotations"]["tjo.dev/status-port"], "8471");
   EXPECT_EQ(StatusPortOf(BuildPod(job, *spec, ReplicaType::kWorker, 0, 0)), 8470);
   EXPECT_EQ(StatusPortOf(BuildPod(job, *spec, ReplicaType::kEvaluator, 0, 0)), 8472);
 }
@@ -236,6 +238,7 @@ TEST(Pods, KeepsUserStatusPortAndPicksTrainerContainer) {
   const json& c = p["spec"]["containers"][1];
   EXPECT_EQ(c["args"], json::array({"--status-port=9000"}));
   EXPECT_EQ(StatusPortOf(p), 9000);
+  EXPECT_EQ(p["metadata"]["annotations"]["tjo.dev/status-port"], "9000");
   for (const auto& e : c["env"]) EXPECT_NE(e["name"], "TJ_STATUS_PORT");
   int tf_configs = 0;
   for (const auto& e : c["env"]) {

@@ -237,5 +237,43 @@ TEST(WorkQueue, ConcurrentWorkersNeverShareAKey) {
   EXPECT_LE(processed.load(), 2000);
 }
 
+// client-go's workqueue_queue_duration_seconds and workqueue_work_duration_seconds: from the
+// first add to Get(), from Get() to Done(); a key re-added while in flight waits from then.
+TEST(WorkQueue, MeasuresQueueAndWorkDuration) {
+  FakeClock clock;
+  WorkQueue q(&clock);
+  q.Add("a");
+  clock.Advance(seconds(2));
+  q.Add("a");  // de-duplicated: still waiting since the first add
+  auto key = q.TryGet();
+  ASSERT_EQ(key, "a");
+  clock.Advance(milliseconds(300));
+  q.Add("a");  // in flight: queued again at Done(), waiting from now
+  clock.Advance(milliseconds(200));
+  q.Done("a");
+  clock.Advance(seconds(5));
+  ASSERT_EQ(q.TryGet(), "a");
+  q.Done("a");
+
+  const HistogramSnapshot waited = q.queue_duration();
+  ASSERT_EQ(waited.count, 2u);
+  EXPECT_DOUBLE_EQ(waited.sum, 2 + 5.2);
+  const HistogramSnapshot worked = q.work_duration();
+  ASSERT_EQ(worked.count, 2u);
+  EXPECT_DOUBLE_EQ(worked.sum, 0.5);
+  // Buckets are cumulative: the instant second pass is within 0.1, the 0.5 s one within 1.
+  const auto at = [&](const HistogramSnapshot& h, double bound) {
+    for (size_t i = 0; i < h.bounds.size(); ++i) {
+      if (h.bounds[i] >= bound * 0.999 && h.bounds[i] <= bound * 1.001) return h.cumulative[i];
+    }
+    ADD_FAILURE() << "no bucket " << bound;
+    return uint64_t{0};
+  };
+  EXPECT_EQ(at(worked, 0.1), 1u);
+  EXPECT_EQ(at(worked, 1), 2u);
+  EXPECT_EQ(at(waited, 1), 0u);
+  EXPECT_EQ(at(waited, 10), 2u);
+}
+
 }  // namespace
 }  // namespace tj::kube

@@ -11,8 +11,8 @@
 #include <cstdio>
 #include <stdexcept>
 
+#include "common/prometheus_text.h"
 #include "tests/support/subprocess.h"
-#include "trainer/observe/prometheus_text.h"
 
 namespace tj::observe {
 namespace {
