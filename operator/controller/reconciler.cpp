@@ -219,11 +219,50 @@ class Pass {
   // Starts gang restart restart_count + 1: deletes the `current` gang, says why (`msg`).
   void RestartGang(const std::string& msg,
                    const std::map<std::pair<ReplicaType, int>, json>& current);
+  // The pass's steps, in the order Run takes them. A step that returns true ends the pass.
+  struct Gang {
+    int generation = 0;                                   // status.restartCount
+    std::map<std::pair<ReplicaType, int>, json> current;  // chief and workers of this gang
+    std::vector<json> stale;                              // earlier gangs, removed replicas
+    std::optional<json> evaluator;
+  };
+  struct Failure {
+    std::string pod;
+    PodOutcome outcome;
+    bool retryable;
+    api::RestartPolicy policy;
+  };
+  // How the chief and worker pods of the gang stand.
+  struct GangCensus {
+    std::vector<Failure> failures;
+    std::vector<std::pair<ReplicaType, int>> missing;  // never created in this gang
+    int running = 0, expected = 0, succeeded_workers = 0;
+    bool chief_succeeded = false;
+    std::optional<kube::WallTime> chief_finished;
+    std::optional<kube::WallTime> earliest_pending;
+    std::string root_image;  // "<pod>: <the kubelet's message>" of a pod whose image runs as root
+    std::string pending_pod, pending_reason;
+  };
+  bool ReadSpec();  // false: invalid, the job failed (InvalidSpec) and its pods go
+  bool Suspended();
+  bool ActiveDeadlinePassed();
+  Gang SortPods();  // and deletes the stale ones
+  bool RestartedForANewKey(const Gang& gang);
+  GangCensus TakeCensus(const Gang& gang) const;
+  bool SucceededOrWaitingForEvaluator(const Gang& gang, const GangCensus& census);
+  bool FailedOrRestarted(const Gang& gang, const GangCensus& census);
+  void CreateMissing(const Gang& gang, const GangCensus& census);
+  void SuperviseEvaluator(const Gang& gang);
+  bool RunningOrStartupFailed(const GangCensus& census);
+  // restart_backoff_base doubled `doublings` times, at most restart_backoff_max.
+  milliseconds RestartBackoff(int doublings) const;
+
   // Every condition holds as of the spec this pass read: stamp them all with its generation.
   void StampObservedGeneration() {
     for (auto& c : status_.conditions) c.observed_generation = status_.observed_generation;
   }
-  Decision Done();
+  Decision Done();   // replicaStatuses, then Final()
+  Decision Final();  // the status (if it changed) and the actions
 
   const Observed& in_;
   const ReconcilerOptions& o_;
@@ -402,6 +441,10 @@ void Pass::NoStatusNote(bool chief_answered) {
 
 Decision Pass::Done() {
   ReplicaStatuses();
+  return Final();
+}
+
+Decision Pass::Final() {
   StampObservedGeneration();
   json now = status_.ToJson();
   if (now != original_) d_.status = now;
@@ -497,40 +540,64 @@ void Pass::RestartGang(const std::string& msg,
 
 Decision Pass::Run() {
   if (Deleting(in_.job)) return std::move(d_);  // the garbage collector removes what it owns
-
-  auto spec = api::ParseSpec(in_.job.value("spec", json()));
-  if (spec.ok()) {
-    if (Status named = api::ValidateJobName(ref_.name, *spec); !named.ok()) spec = named;
-  }
-  if (!spec.ok()) {
-    if (!status_.IsTrue(cond::kFailed)) {
-      Fail("InvalidSpec", "TrainingJob " + ref_.ns + "/" + ref_.name + " is invalid: " +
-                              spec.status().message() + "; fix the spec and re-create the job");
-    }
-    for (const auto& p : pods_) DeletePod(p);
-    StampObservedGeneration();
-    json out = status_.ToJson();
-    if (out != original_) d_.status = out;
-    return std::move(d_);
-  }
-  spec_ = *spec;
-
+  if (!ReadSpec()) return Final();
   if (status_.Finished()) {
     Finished();
     // replicaStatuses stay as they were when the job finished: cleanup deleting pods does
     // not rewrite how the replicas ended.
-    StampObservedGeneration();
-    json out = status_.ToJson();
-    if (out != original_) d_.status = out;
-    return std::move(d_);
+    return Final();
   }
-
   if (status_.Find(cond::kCreated) == nullptr) {
     status_.SetCondition(cond::kCreated, true, "JobCreated",
                          "TrainingJob " + ref_.name + " is created", in_.now);
     d_.job_created = true;
   }
+  if (Suspended()) return Done();
+  if (!status_.start_time) status_.start_time = kube::FormatTime(in_.now);
+  if (!in_.service) Create(kube::resources::kServices, BuildService(in_.job, spec_));
+  EnsureSecret();
+  if (ActiveDeadlinePassed()) return Done();
 
+  const Gang gang = SortPods();
+  if (RestartedForANewKey(gang)) return Done();
+  const GangCensus census = TakeCensus(gang);
+  // The whole gang of this generation exists: it was created, whatever the status says (the
+  // status of the pass that created it may never have been written: an operator that stopped
+  // with it kept back, executor.h). A pod missing from now on is a failure, not a create.
+  if (census.missing.empty()) status_.created_generation = gang.generation;
+  if (SucceededOrWaitingForEvaluator(gang, census)) return Done();
+  if (FailedOrRestarted(gang, census)) return Done();
+  CreateMissing(gang, census);
+  SuperviseEvaluator(gang);
+  if (RunningOrStartupFailed(census)) return Done();
+
+  Progress();
+  // Poll while a trainer runs (status.progress); pending pods are watched, not polled.
+  if (std::any_of(pods_.begin(), pods_.end(),
+                  [](const json& p) { return Phase(p) == "Running"; })) {
+    RequeueAfter(o_.progress_poll);
+  }
+  return Done();
+}
+
+bool Pass::ReadSpec() {
+  auto spec = api::ParseSpec(in_.job.value("spec", json()));
+  if (spec.ok()) {
+    if (Status named = api::ValidateJobName(ref_.name, *spec); !named.ok()) spec = named;
+  }
+  if (spec.ok()) {
+    spec_ = *spec;
+    return true;
+  }
+  if (!status_.IsTrue(cond::kFailed)) {
+    Fail("InvalidSpec", "TrainingJob " + ref_.ns + "/" + ref_.name + " is invalid: " +
+                            spec.status().message() + "; fix the spec and re-create the job");
+  }
+  for (const auto& p : pods_) DeletePod(p);
+  return false;
+}
+
+bool Pass::Suspended() {
   // Suspend: no pods; resume starts afresh (new start time, a fresh gang).
   if (spec_.run_policy.suspend) {
     for (const auto& p : pods_) DeletePod(p);
@@ -544,100 +611,88 @@ Decision Pass::Run() {
     status_.created_generation = -1;
     status_.start_time.reset();
     status_.progress = nullptr;
-    return Done();
+    return true;
   }
   if (status_.IsTrue(cond::kSuspended)) {
     status_.SetCondition(cond::kSuspended, false, "JobResumed", "the job is resumed", in_.now);
     Event("Normal", "JobResumed", "resumed: creating its pods");
   }
-  if (!status_.start_time) status_.start_time = kube::FormatTime(in_.now);
+  return false;
+}
 
-  if (!in_.service) Create(kube::resources::kServices, BuildService(in_.job, spec_));
-  EnsureSecret();
-
+bool Pass::ActiveDeadlinePassed() {
   // activeDeadlineSeconds, from the start time, enforced by a requeue at the deadline.
-  if (spec_.run_policy.active_deadline_seconds) {
-    auto start = kube::ParseTime(*status_.start_time);
-    if (start) {
-      const auto deadline =
-          *start + std::chrono::seconds(*spec_.run_policy.active_deadline_seconds);
-      if (in_.now >= deadline) {
-        Fail("DeadlineExceeded", "the job ran longer than activeDeadlineSeconds=" +
-                                     std::to_string(*spec_.run_policy.active_deadline_seconds));
-        Finished();
-        return Done();
-      }
-      RequeueAt(deadline);
-    }
+  if (!spec_.run_policy.active_deadline_seconds) return false;
+  auto start = kube::ParseTime(*status_.start_time);
+  if (!start) return false;
+  const auto deadline = *start + std::chrono::seconds(*spec_.run_policy.active_deadline_seconds);
+  if (in_.now < deadline) {
+    RequeueAt(deadline);
+    return false;
   }
+  Fail("DeadlineExceeded", "the job ran longer than activeDeadlineSeconds=" +
+                               std::to_string(*spec_.run_policy.active_deadline_seconds));
+  Finished();
+  return true;
+}
 
-  const int gen = status_.restart_count;
-  const ReplicaType chief_type =
-      spec_.Replicas(ReplicaType::kChief) > 0 ? ReplicaType::kChief : ReplicaType::kWorker;
-
-  // Sort the pods: current gang, stale gang (earlier restarts, removed replicas), evaluator.
-  std::map<std::pair<ReplicaType, int>, json> current;
-  std::vector<json> stale;
-  std::optional<json> evaluator;
+Pass::Gang Pass::SortPods() {
+  // The current gang, the stale ones (earlier restarts, removed replicas), the evaluator.
+  Gang g;
+  g.generation = status_.restart_count;
   for (const auto& p : pods_) {
     auto t = api::ParseReplicaType(Label(p, api::kLabelReplicaType));
     const int index = IntLabel(p, api::kLabelReplicaIndex);
     const bool in_spec = t && index >= 0 && index < spec_.Replicas(*t);
-    if (in_spec && *t == ReplicaType::kEvaluator && !evaluator) {
-      evaluator = p;
+    if (in_spec && *t == ReplicaType::kEvaluator && !g.evaluator) {
+      g.evaluator = p;
     } else if (!in_spec || *t == ReplicaType::kEvaluator ||
-               IntLabel(p, api::kLabelRestartCount) != gen) {
-      stale.push_back(p);  // outside the spec, a second evaluator, or of an earlier gang
+               IntLabel(p, api::kLabelRestartCount) != g.generation) {
+      g.stale.push_back(p);  // outside the spec, a second evaluator, or of an earlier gang
     } else {
-      current[{*t, index}] = p;
+      g.current[{*t, index}] = p;
     }
   }
-  for (const auto& p : stale) DeletePod(p);
+  for (const auto& p : g.stale) DeletePod(p);
+  return g;
+}
 
+bool Pass::RestartedForANewKey(const Gang& gang) {
   // A new rendezvous key (the Secret was deleted and made again): pods that hold the old one
   // cannot rendezvous with those that read the new one, so the whole gang starts again. Not
-  // the job's failure: backoffLimit does not stop it.
-  if (std::string pod = PodWithAnotherKey(current); !pod.empty()) {
-    const std::string why = "the rendezvous key in Secret " + SecretName(ref_.name) + " changed (" +
-                            pod + " was started with another)";
-    auto budget = ChargeGangRestart(api::RestartCause::kOperatorRestart, why);
-    if (!budget) return Done();  // a failure policy rule fails the job on it
-    RestartGang("restart " + std::to_string(status_.restart_count + 1) + " (" + *budget +
-                    "): " + why + "; restarting all chief and worker pods",
-                current);
-    return Done();
-  }
+  // the job's failure: by default backoffLimit does not stop it.
+  const std::string pod = PodWithAnotherKey(gang.current);
+  if (pod.empty()) return false;
+  const std::string why = "the rendezvous key in Secret " + SecretName(ref_.name) + " changed (" +
+                          pod + " was started with another)";
+  auto budget = ChargeGangRestart(api::RestartCause::kOperatorRestart, why);
+  if (!budget) return true;  // a failure policy rule fails the job on it
+  RestartGang("restart " + std::to_string(status_.restart_count + 1) + " (" + *budget +
+                  "): " + why + "; restarting all chief and worker pods",
+              gang.current);
+  return true;
+}
 
+Pass::GangCensus Pass::TakeCensus(const Gang& gang) const {
   // Chief and worker pods: how each stands.
-  struct Failure {
-    std::string pod;
-    PodOutcome outcome;
-    bool retryable;
-    api::RestartPolicy policy;
-  };
-  std::vector<Failure> failures;
-  std::vector<std::pair<ReplicaType, int>> missing;
-  int running = 0, expected = 0, succeeded_workers = 0;
-  bool chief_succeeded = false;
-  std::optional<kube::WallTime> chief_finished;
-  std::optional<kube::WallTime> earliest_pending;
-  std::string root_image;  // "<pod>: <the kubelet's message>" of a pod whose image runs as root
-  std::string pending_pod, pending_reason;
+  GangCensus c;
+  const ReplicaType chief_type =
+      spec_.Replicas(ReplicaType::kChief) > 0 ? ReplicaType::kChief : ReplicaType::kWorker;
   for (ReplicaType t : {ReplicaType::kChief, ReplicaType::kWorker}) {
     if (!spec_.replica_specs.contains(t)) continue;
     const api::ReplicaSpec& rs = spec_.replica_specs.at(t);
     for (int i = 0; i < rs.replicas; ++i) {
-      ++expected;
+      ++c.expected;
       const std::string name = PodName(ref_.name, t, i);
-      auto it = current.find({t, i});
-      if (it == current.end()) {
-        if (status_.created_generation == gen) {
+      auto it = gang.current.find({t, i});
+      if (it == gang.current.end()) {
+        if (status_.created_generation == gang.generation) {
           PodOutcome o;
           o.failed = o.deleted = true;
           o.cause = api::RestartCause::kDeleted;
-          failures.push_back({name, o, true, rs.restart_policy});
+          c.failures.push_back({name, o, true, rs.restart_policy});
         } else {
-          missing.push_back({t, i});
+          c.missing.emplace_back(t, i);
         }
         continue;
       }
@@ -645,227 +700,221 @@ Decision Pass::Run() {
       const std::string phase = Phase(pod);
       if (Deleting(pod) || phase == "Failed") {
         PodOutcome o = OutcomeOf(pod);
-        failures.push_back({name, o, IsRetryable(rs.restart_policy, o), rs.restart_policy});
+        c.failures.push_back({name, o, IsRetryable(rs.restart_policy, o), rs.restart_policy});
       } else if (phase == "Succeeded") {
-        ++running;
-        if (t == ReplicaType::kWorker) ++succeeded_workers;
+        ++c.running;
+        if (t == ReplicaType::kWorker) ++c.succeeded_workers;
         if (t == chief_type && i == 0) {
-          chief_succeeded = true;
+          c.chief_succeeded = true;
           const json cs = TrainerContainerStatus(pod);
-          if (cs.is_object()) chief_finished = TimeAt(cs, {"state", "terminated", "finishedAt"});
+          if (cs.is_object()) c.chief_finished = TimeAt(cs, {"state", "terminated", "finishedAt"});
         }
       } else if (phase == "Running") {
-        ++running;
+        ++c.running;
       } else {
-        if (root_image.empty()) {
-          if (std::string m = RootImageMessage(pod); !m.empty()) root_image = name + ": " + m;
+        if (c.root_image.empty()) {
+          if (std::string m = RootImageMessage(pod); !m.empty()) c.root_image = name + ": " + m;
         }
         auto created = TimeAt(pod, {"metadata", "creationTimestamp"});
-        if (created && (!earliest_pending || *created < *earliest_pending)) {
-          earliest_pending = created;
-          pending_pod = name;
-          pending_reason = PendingReason(pod);
+        if (created && (!c.earliest_pending || *created < *c.earliest_pending)) {
+          c.earliest_pending = created;
+          c.pending_pod = name;
+          c.pending_reason = PendingReason(pod);
         }
       }
     }
   }
+  return c;
+}
 
-  // The whole gang of this generation exists: it was created, whatever the status says (the
-  // status of the pass that created it may never have been written: an operator that stopped
-  // with it kept back, executor.h). A pod missing from now on is a failure, not a create.
-  if (missing.empty() && status_.created_generation != gen) status_.created_generation = gen;
-
+bool Pass::SucceededOrWaitingForEvaluator(const Gang& gang, const GangCensus& c) {
   // Success: the chief (else worker 0) exited 0, or every worker under AllWorkers.
-  bool success = spec_.success_policy == api::SuccessPolicy::kChief
-                     ? chief_succeeded
-                     : (chief_succeeded || spec_.Replicas(ReplicaType::kChief) == 0) &&
-                           succeeded_workers == spec_.Replicas(ReplicaType::kWorker);
-  if (success) {
-    // Wait (bounded) for the evaluator's final evaluation, so cleanup never kills it.
-    if (evaluator && Active(*evaluator)) {
-      const kube::WallTime since = chief_finished.value_or(in_.now);
-      const auto until = since + o_.evaluator_grace;
-      if (in_.now < until) {
-        status_.SetCondition(cond::kRunning, true, "WaitingForEvaluator",
-                             "training finished; waiting for the evaluator's final evaluation",
-                             in_.now);
-        Progress();
-        RequeueAt(until);
-        RequeueAfter(o_.progress_poll);
-        return Done();
-      }
+  const bool success = spec_.success_policy == api::SuccessPolicy::kChief
+                           ? c.chief_succeeded
+                           : (c.chief_succeeded || spec_.Replicas(ReplicaType::kChief) == 0) &&
+                                 c.succeeded_workers == spec_.Replicas(ReplicaType::kWorker);
+  if (!success) return false;
+  // Wait (bounded) for the evaluator's final evaluation, so cleanup never kills it.
+  if (gang.evaluator && Active(*gang.evaluator)) {
+    const kube::WallTime since = c.chief_finished.value_or(in_.now);
+    const auto until = since + o_.evaluator_grace;
+    if (in_.now < until) {
+      status_.SetCondition(cond::kRunning, true, "WaitingForEvaluator",
+                           "training finished; waiting for the evaluator's final evaluation",
+                           in_.now);
       Progress();
-      Succeed("training finished; the evaluator did not finish within " +
-              std::to_string(o_.evaluator_grace.count() / 1000) + "s");
-    } else {
-      Progress();
-      Succeed("TrainingJob " + ref_.name + " succeeded" +
-              (status_.evaluation.is_object() && status_.evaluation.contains("accuracy")
-                   ? ": test accuracy " + status_.evaluation["accuracy"].dump()
-                   : ""));
+      RequeueAt(until);
+      RequeueAfter(o_.progress_poll);
+      return true;
     }
-    Finished();
-    return Done();
+    Progress();
+    Succeed("training finished; the evaluator did not finish within " +
+            std::to_string(o_.evaluator_grace.count() / 1000) + "s");
+  } else {
+    Progress();
+    Succeed("TrainingJob " + ref_.name + " succeeded" +
+            (status_.evaluation.is_object() && status_.evaluation.contains("accuracy")
+                 ? ": test accuracy " + status_.evaluation["accuracy"].dump()
+                 : ""));
   }
+  Finished();
+  return true;
+}
 
+bool Pass::FailedOrRestarted(const Gang& gang, const GangCensus& c) {
   // A failure that the pod's restart policy does not retry fails the job at once; peers that
   // only lost a disrupted pod (exit 75 after it was evicted or deleted) share its cause.
-  const bool disrupted = std::any_of(failures.begin(), failures.end(), [](const Failure& f) {
+  const bool disrupted = std::any_of(c.failures.begin(), c.failures.end(), [](const Failure& f) {
     return f.outcome.cause != api::RestartCause::kFailed;
   });
-  for (const auto& f : failures) {
+  for (const auto& f : c.failures) {
     if (f.retryable || (disrupted && f.outcome.exit_code == 75)) continue;
     Fail(f.policy == api::RestartPolicy::kNever ? "PodFailed" : "NonRetryableExitCode",
          Describe(f.pod, f.outcome) + ", which restartPolicy " + api::ToString(f.policy) +
              " does not retry");
     Finished();
-    return Done();
+    return true;
   }
-
-  if (!failures.empty()) {
-    // The gang restarts: prefer the root cause over peers that only lost it (exit 75).
-    const Failure* cause = &failures.front();
-    for (const auto& f : failures) {
-      if (RootCauseRank(f.outcome.cause, f.outcome.exit_code == 75) <
-          RootCauseRank(cause->outcome.cause, cause->outcome.exit_code == 75)) {
-        cause = &f;
-      }
+  if (c.failures.empty()) return false;
+  // The gang restarts: prefer the root cause over peers that only lost it (exit 75).
+  const Failure* cause = &c.failures.front();
+  for (const auto& f : c.failures) {
+    if (RootCauseRank(f.outcome.cause, f.outcome.exit_code == 75) <
+        RootCauseRank(cause->outcome.cause, cause->outcome.exit_code == 75)) {
+      cause = &f;
     }
-    const std::string why = Describe(cause->pod, cause->outcome);
-    auto budget = ChargeGangRestart(cause->outcome.cause, why);
-    if (!budget) {
-      Finished();
-      return Done();
-    }
-    RestartGang("restart " + std::to_string(status_.restart_count + 1) + " (" + *budget +
-                    "): " + why + "; restarting all chief and worker pods",
-                current);
-    return Done();
   }
+  const std::string why = Describe(cause->pod, cause->outcome);
+  auto budget = ChargeGangRestart(cause->outcome.cause, why);
+  if (!budget) {
+    Finished();
+    return true;
+  }
+  RestartGang("restart " + std::to_string(status_.restart_count + 1) + " (" + *budget +
+                  "): " + why + "; restarting all chief and worker pods",
+              gang.current);
+  return true;
+}
 
+void Pass::CreateMissing(const Gang& gang, const GangCensus& c) {
   // Create what is missing: after the previous gang is gone and the restart backoff passed.
-  if (!missing.empty()) {
-    bool old_gang_left = false;
-    for (const auto& p : stale) {
-      auto t = api::ParseReplicaType(Label(p, api::kLabelReplicaType));
-      if (t != ReplicaType::kEvaluator) old_gang_left = true;
-    }
-    std::optional<kube::WallTime> ready_at;
-    const api::Condition* restarting = status_.Find(cond::kRestarting);
-    if (gen > 0 && restarting != nullptr && restarting->status == "True") {
-      // lastUpdateTime: restarts in a row keep the condition True but change its message.
-      auto since =
-          kube::ParseTime(restarting->last_update_time.empty() ? restarting->last_transition_time
-                                                               : restarting->last_update_time);
-      if (since) {
-        milliseconds backoff = o_.restart_backoff_base;
-        for (int k = 1; k < gen && backoff < o_.restart_backoff_max; ++k) backoff *= 2;
-        backoff = std::min(backoff, o_.restart_backoff_max);
-        ready_at = *since + backoff;
-      }
-    }
-    if (old_gang_left) {
-      RequeueAfter(std::chrono::seconds(1));  // deletions also trigger a pass
-    } else if (ready_at && in_.now < *ready_at) {
-      RequeueAt(*ready_at);
-    } else {
-      std::string names;
-      for (const auto& [t, i] : missing) {
-        Create(kube::resources::kPods, BuildPod(in_.job, spec_, t, i, gen, KeyHashForNewPods()));
-        names += (names.empty() ? "" : ", ") + PodName(ref_.name, t, i);
-      }
-      status_.created_generation = gen;
-      Event("Normal", "CreatedPods",
-            "created " + names + (gen > 0 ? " (restart " + std::to_string(gen) + ")" : ""));
-    }
+  if (c.missing.empty()) return;
+  const int gen = gang.generation;
+  const bool old_gang_left = std::any_of(gang.stale.begin(), gang.stale.end(), [](const json& p) {
+    return api::ParseReplicaType(Label(p, api::kLabelReplicaType)) != ReplicaType::kEvaluator;
+  });
+  std::optional<kube::WallTime> ready_at;
+  const api::Condition* restarting = status_.Find(cond::kRestarting);
+  if (gen > 0 && restarting != nullptr && restarting->status == "True") {
+    // lastUpdateTime: restarts in a row keep the condition True but change its message.
+    auto since =
+        kube::ParseTime(restarting->last_update_time.empty() ? restarting->last_transition_time
+                                                             : restarting->last_update_time);
+    if (since) ready_at = *since + RestartBackoff(gen - 1);
   }
+  if (old_gang_left) {
+    RequeueAfter(std::chrono::seconds(1));  // deletions also trigger a pass
+  } else if (ready_at && in_.now < *ready_at) {
+    RequeueAt(*ready_at);
+  } else {
+    std::string names;
+    for (const auto& [t, i] : c.missing) {
+      Create(kube::resources::kPods, BuildPod(in_.job, spec_, t, i, gen, KeyHashForNewPods()));
+      names += (names.empty() ? "" : ", ") + PodName(ref_.name, t, i);
+    }
+    status_.created_generation = gen;
+    Event("Normal", "CreatedPods",
+          "created " + names + (gen > 0 ? " (restart " + std::to_string(gen) + ")" : ""));
+  }
+}
 
+milliseconds Pass::RestartBackoff(int doublings) const {
+  milliseconds backoff = o_.restart_backoff_base;
+  for (int k = 0; k < doublings && backoff < o_.restart_backoff_max; ++k) backoff *= 2;
+  return std::min(backoff, o_.restart_backoff_max);
+}
+
+void Pass::SuperviseEvaluator(const Gang& gang) {
   // The evaluator runs on its own: created when missing, restarted alone when its policy says.
-  if (spec_.Replicas(ReplicaType::kEvaluator) > 0) {
-    const std::string name = PodName(ref_.name, ReplicaType::kEvaluator, 0);
-    const api::ReplicaSpec& rs = spec_.replica_specs.at(ReplicaType::kEvaluator);
-    if (!evaluator) {
-      Create(kube::resources::kPods,
-             BuildPod(in_.job, spec_, ReplicaType::kEvaluator, 0, gen, KeyHashForNewPods()));
-    } else if (!Deleting(*evaluator) && Phase(*evaluator) == "Failed") {
-      PodOutcome o = OutcomeOf(*evaluator);
-      const int limit = spec_.run_policy.backoff_limit;
-      // Its own share of backoffLimit, used as the failure policy says (an eviction: not).
-      int32_t& used = status_.restarts.evaluator_backoff_limit_used;
-      const bool counts = spec_.failure_policy.ActionFor(o.cause) !=
-                          api::FailureAction::kRestartJobAndIgnoreBackoffLimit;
-      if (IsRetryable(rs.restart_policy, o) && (!counts || used < limit)) {
-        // Its own backoff (base * 2^restarts from when it ended), its own share of backoffLimit.
-        milliseconds backoff = o_.restart_backoff_base;
-        for (int k = 0; k < status_.evaluator_restarts && backoff < o_.restart_backoff_max; ++k) {
-          backoff *= 2;
-        }
-        backoff = std::min(backoff, o_.restart_backoff_max);
-        const json cs = TrainerContainerStatus(*evaluator);
-        std::optional<kube::WallTime> ended;
-        if (cs.is_object()) ended = TimeAt(cs, {"state", "terminated", "finishedAt"});
-        const kube::WallTime ready_at = ended.value_or(in_.now) + backoff;
-        if (in_.now < ready_at) {
-          RequeueAt(ready_at);
-        } else {
-          status_.evaluator_restarts += 1;
-          if (counts) used += 1;
-          Event("Warning", "EvaluatorRestart",
-                Describe(name, o) + "; restarting the evaluator (" +
-                    (counts ? std::to_string(used) + " of " + std::to_string(limit)
-                            : api::ToString(o.cause) + ", not counted against backoffLimit") +
-                    ")");
-          DeletePod(*evaluator);
-        }
-      } else if (IsRetryable(rs.restart_policy, o) && used == limit) {
-        used += 1;  // said once
-        Event("Warning", "EvaluatorGaveUp",
-              Describe(name, o) + "; not restarted: backoffLimit " + std::to_string(limit) +
-                  " reached. Training goes on without evaluations");
-      }
-    }
+  if (spec_.Replicas(ReplicaType::kEvaluator) == 0) return;
+  const std::string name = PodName(ref_.name, ReplicaType::kEvaluator, 0);
+  const api::ReplicaSpec& rs = spec_.replica_specs.at(ReplicaType::kEvaluator);
+  if (!gang.evaluator) {
+    Create(kube::resources::kPods, BuildPod(in_.job, spec_, ReplicaType::kEvaluator, 0,
+                                            gang.generation, KeyHashForNewPods()));
+    return;
   }
+  const json& evaluator = *gang.evaluator;
+  if (Deleting(evaluator) || Phase(evaluator) != "Failed") return;
+  PodOutcome o = OutcomeOf(evaluator);
+  const int limit = spec_.run_policy.backoff_limit;
+  // Its own share of backoffLimit, used as the failure policy says (an eviction: not).
+  int32_t& used = status_.restarts.evaluator_backoff_limit_used;
+  const bool counts = spec_.failure_policy.ActionFor(o.cause) !=
+                      api::FailureAction::kRestartJobAndIgnoreBackoffLimit;
+  if (IsRetryable(rs.restart_policy, o) && (!counts || used < limit)) {
+    // Its own backoff (base * 2^restarts from when it ended), its own share of backoffLimit.
+    const milliseconds backoff = RestartBackoff(status_.evaluator_restarts);
+    const json cs = TrainerContainerStatus(evaluator);
+    std::optional<kube::WallTime> ended;
+    if (cs.is_object()) ended = TimeAt(cs, {"state", "terminated", "finishedAt"});
+    const kube::WallTime ready_at = ended.value_or(in_.now) + backoff;
+    if (in_.now < ready_at) {
+      RequeueAt(ready_at);
+      return;
+    }
+    status_.evaluator_restarts += 1;
+    if (counts) used += 1;
+    Event("Warning", "EvaluatorRestart",
+          Describe(name, o) + "; restarting the evaluator (" +
+              (counts ? std::to_string(used) + " of " + std::to_string(limit)
+                      : api::ToString(o.cause) + ", not counted against backoffLimit") +
+              ")");
+    DeletePod(evaluator);
+  } else if (IsRetryable(rs.restart_policy, o) && used == limit) {
+    used += 1;  // said once
+    Event("Warning", "EvaluatorGaveUp",
+          Describe(name, o) + "; not restarted: backoffLimit " + std::to_string(limit) +
+              " reached. Training goes on without evaluations");
+  }
+}
 
+bool Pass::RunningOrStartupFailed(const GangCensus& c) {
   // Running once every chief/worker pod runs; the startup deadline until then.
-  if (running == expected && missing.empty()) {
+  if (c.running == c.expected && c.missing.empty()) {
     if (!status_.IsTrue(cond::kRunning)) {
-      const std::string msg = "all " + std::to_string(expected) + " chief/worker pods are running";
+      const std::string msg =
+          "all " + std::to_string(c.expected) + " chief/worker pods are running";
       status_.SetCondition(cond::kRunning, true, "JobRunning", msg, in_.now);
       status_.SetCondition(cond::kRestarting, false, "JobRunning", msg, in_.now);
       Event("Normal", "JobRunning", msg);
     }
-  } else if (!root_image.empty()) {
+    return false;
+  }
+  if (!c.root_image.empty()) {
     // The operator's secure default (runAsNonRoot) meets an image whose user is root: the pod
     // can never start, so the job fails at once with how to opt out.
     Fail("ImageRunsAsRoot",
-         "pod " + root_image +
+         "pod " + c.root_image +
              "; the image runs as root, which the pod's default securityContext.runAsNonRoot: "
              "true forbids: set securityContext: {runAsNonRoot: false} in the replica's pod "
              "template to allow it, or give the image a non-root USER");
     Finished();
-    return Done();
-  } else if (spec_.run_policy.startup_deadline_seconds && earliest_pending) {
-    const auto deadline =
-        *earliest_pending + std::chrono::seconds(*spec_.run_policy.startup_deadline_seconds);
-    if (in_.now >= deadline) {
-      Fail("StartupDeadlineExceeded",
-           "pod " + pending_pod + " was not running " +
-               std::to_string(*spec_.run_policy.startup_deadline_seconds) +
-               "s after it was created" +
-               (pending_reason.empty() ? "" : " (" + pending_reason + ")"));
-      Finished();
-      return Done();
-    }
+    return true;
+  }
+  if (!spec_.run_policy.startup_deadline_seconds || !c.earliest_pending) return false;
+  const auto deadline =
+      *c.earliest_pending + std::chrono::seconds(*spec_.run_policy.startup_deadline_seconds);
+  if (in_.now < deadline) {
     RequeueAt(deadline);
+    return false;
   }
-
-  Progress();
-  // Poll while a trainer runs (status.progress); pending pods are watched, not polled.
-  if (std::any_of(pods_.begin(), pods_.end(),
-                  [](const json& p) { return Phase(p) == "Running"; })) {
-    RequeueAfter(o_.progress_poll);
-  }
-  return Done();
+  Fail("StartupDeadlineExceeded",
+       "pod " + c.pending_pod + " was not running " +
+           std::to_string(*spec_.run_policy.startup_deadline_seconds) + "s after it was created" +
+           (c.pending_reason.empty() ? "" : " (" + c.pending_reason + ")"));
+  Finished();
+  return true;
 }
 
 }  // namespace

@@ -125,7 +125,6 @@ TEST(ReplicaLimit, TheReconcilerCreatesTheLargestGangOnceAndThenLeavesItAlone) {
 
   in.job["status"] = *first.status;
   in.service = json::object();
-  in.secret = json::object();
   for (json& p : pods) p["status"] = {{"phase", "Running"}};
   in.pods = pods;
   start = std::chrono::steady_clock::now();
