@@ -13,6 +13,9 @@
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <memory>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <stop_token>
@@ -29,8 +32,11 @@
 #include "operator/controller/cache_transforms.h"
 #include "operator/controller/executor.h"
 #include "operator/controller/http_endpoints.h"
+#include "operator/controller/job_informers.h"
 #include "operator/controller/job_resources.h"
 #include "operator/controller/metrics.h"
+#include "operator/controller/reconcile_workers.h"
+#include "operator/controller/tenant_reads.h"
 #include "operator/kube/config.h"
 #include "operator/kube/curl_transport.h"
 #include "operator/kube/event_recorder.h"
@@ -125,13 +131,8 @@ extern const char* malloc_conf;
 const char* malloc_conf = "narenas:2,dirty_decay_ms:1000,muzzy_decay_ms:0";
 }
 
-int main(int argc, char** argv) {
-  // SIGTERM/SIGINT stop the operator. First thing: every thread started later (the HTTP
-  // client's pool among them) inherits the blocked mask, so no thread dies of the signal.
-  std::stop_source stop = tj::StopOnTerminationSignals();
-  // Without jemalloc (see malloc_conf above): two glibc arenas instead of one per thread (up
-  // to 8 per core), which would each keep their own mostly empty heap.
-  mallopt(M_ARENA_MAX, 2);
+// The command line. Defaults are the values below.
+struct Flags {
   std::string kubeconfig, ns, metrics_addr = ":8080", probe_addr = ":8081";
   std::string lease_ns, lease_name = "tj-operator-leader";
   bool leader_elect = false;
@@ -145,97 +146,116 @@ int main(int argc, char** argv) {
   int burst = 1000;
   std::string log_format = "json";
   int evaluator_grace_s = 300, progress_poll_s = 5, backoff_base_ms = 1000;
+  std::string convert_file;  // the convert subcommand's file, when it was given
+  bool convert = false;
+};
+
+// Parses the command line into `f`; an exit code when the process should end now (--help,
+// --version, a bad flag).
+std::optional<int> ParseFlags(int argc, char** argv, Flags& f) {
   CLI::App app{"tj-operator: runs TrainingJobs (tjo.dev/v1alpha1) on Kubernetes"};
-  app.add_option("--kubeconfig", kubeconfig,
+  app.add_option("--kubeconfig", f.kubeconfig,
                  "kubeconfig file (else $KUBECONFIG, ~/.kube/config, in-cluster)");
-  app.add_option("--namespace", ns, "watch only this namespace (default: all)");
-  app.add_flag("--leader-elect", leader_elect, "elect a leader on a Lease; only the leader acts");
-  app.add_option("--leader-election-namespace", lease_ns,
+  app.add_option("--namespace", f.ns, "watch only this namespace (default: all)");
+  app.add_flag("--leader-elect", f.leader_elect, "elect a leader on a Lease; only the leader acts");
+  app.add_option("--leader-election-namespace", f.lease_ns,
                  "namespace of the Lease (default: --namespace, else default)");
-  app.add_option("--leader-election-id", lease_name, "name of the Lease")->capture_default_str();
-  app.add_option("--metrics-bind-address", metrics_addr, "/metrics address; 0 disables")
+  app.add_option("--leader-election-id", f.lease_name, "name of the Lease")->capture_default_str();
+  app.add_option("--metrics-bind-address", f.metrics_addr, "/metrics address; 0 disables")
       ->capture_default_str();
-  app.add_option("--health-probe-bind-address", probe_addr,
+  app.add_option("--health-probe-bind-address", f.probe_addr,
                  "/healthz and /readyz address; 0 disables")
       ->capture_default_str();
-  app.add_option("--workers", workers, "concurrent reconciles")
+  app.add_option("--workers", f.workers, "concurrent reconciles")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
-  app.add_option("--kube-api-qps", qps, "client-side QPS limit to the API server; 0: none")
+  app.add_option("--kube-api-qps", f.qps, "client-side QPS limit to the API server; 0: none")
       ->capture_default_str()
       ->check(CLI::Range(0.0, 1e6));
-  app.add_option("--kube-api-burst", burst, "client-side burst (requests at once)")
+  app.add_option("--kube-api-burst", f.burst, "client-side burst (requests at once)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000000));
-  app.add_option("--evaluator-grace-seconds", evaluator_grace_s,
+  app.add_option("--evaluator-grace-seconds", f.evaluator_grace_s,
                  "how long a finished job waits for the evaluator's final evaluation")
       ->capture_default_str()
       ->check(CLI::Range(0, 86400));
-  app.add_option("--progress-poll-seconds", progress_poll_s,
+  app.add_option("--progress-poll-seconds", f.progress_poll_s,
                  "how often a running job's trainer /status is read")
       ->capture_default_str()
       ->check(CLI::Range(1, 3600));
-  app.add_option("--restart-backoff-ms", backoff_base_ms,
+  app.add_option("--restart-backoff-ms", f.backoff_base_ms,
                  "first gang-restart backoff; doubles per restart, at most 60 s")
       ->capture_default_str()
       ->check(CLI::Range(0, 600000));
-  app.add_option("--log-format", log_format,
+  app.add_option("--log-format", f.log_format,
                  "json (one object per line: ts, level, then the fields) or text (for people)")
       ->capture_default_str()
       ->check(CLI::IsMember({"json", "text"}));
   app.set_version_flag("--version", std::string("tj-operator ") + tj::kVersionText);
-  std::string convert_file;
   CLI::App* convert =
       app.add_subcommand("convert",
                          "print Kubeflow TFJob manifests (kubeflow.org/v1) as TrainingJobs, for "
                          "kubectl apply -f - (docs/tfjob.md)");
-  convert->add_option("-f,--filename", convert_file, "the manifest (YAML or JSON; - for stdin)")
+  convert->add_option("-f,--filename", f.convert_file, "the manifest (YAML or JSON; - for stdin)")
       ->required();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  if (*convert) return Convert(convert_file);
+  f.convert = convert->parsed();
+  return std::nullopt;
+}
 
-  // Every line with its time and level (common/event_log.h), as Kubernetes components log.
-  tj::EventLog log(log_format == "text" ? tj::LogFormat::kText : tj::LogFormat::kJson, stdout,
-                   stderr, tj::LogStyle::kStructured);
-  // TJ_LOG_LEVEL (the chart's logLevel): debug, info (default), warn or error.
-  {
-    const char* level_text = std::getenv("TJ_LOG_LEVEL");
-    tj::LogLevel level = tj::LogLevel::kInfo;
-    std::string error;
-    if (!tj::ParseLogLevel(level_text != nullptr ? level_text : "", &level, &error)) {
-      log.Error("TJ_LOG_LEVEL: " + error);
-      return 2;
-    }
-    log.SetLevel(level);
+// TJ_LOG_LEVEL (the chart's logLevel): debug, info (default), warn or error. False, said in
+// the log, when it names no level.
+bool ApplyLogLevel(tj::EventLog& log) {
+  const char* level_text = std::getenv("TJ_LOG_LEVEL");
+  tj::LogLevel level = tj::LogLevel::kInfo;
+  std::string error;
+  if (!tj::ParseLogLevel(level_text != nullptr ? level_text : "", &level, &error)) {
+    log.Error("TJ_LOG_LEVEL: " + error);
+    return false;
   }
-  auto config = tj::kube::LoadConfig(kubeconfig, tj::kube::ProcessEnvironment());
+  log.SetLevel(level);
+  return true;
+}
+
+// The API server's clients: one for everything (every request counted in `metrics`,
+// rest_client_* on /metrics), and a transport of its own for pod logs (the evaluator's final
+// evaluation): at most 64 KiB each (tenant_reads.h) within 5 s, so a slow log read holds a
+// reconcile briefly.
+struct ApiClients {
+  tj::kube::RestConfig config;
+  std::unique_ptr<tj::kube::RequestMetrics> metrics;
+  std::unique_ptr<tj::kube::RestClient> client;
+  std::unique_ptr<tj::kube::HttpTransport> log_transport;
+};
+
+// An exit code (said in the log) when the kubeconfig or a transport cannot be had.
+std::optional<int> ConnectToApiServer(const Flags& f, tj::Clock* clock, tj::EventLog& log,
+                                      ApiClients* out) {
+  auto config = tj::kube::LoadConfig(f.kubeconfig, tj::kube::ProcessEnvironment());
   if (!config.ok()) {
     log.Error(config.status().message());
     return 1;
   }
-  config->qps = qps;
-  config->burst = burst;
+  config->qps = f.qps;
+  config->burst = f.burst;
   config->user_agent = "tj-operator";
-  tj::RealClock* clock = tj::RealClock::Get();
-  // Every request to the API server is counted (rest_client_* on /metrics).
-  tj::kube::RequestMetrics request_metrics(tj::kube::RequestMetrics::HostOf(config->server));
+  out->config = *config;
+  out->metrics =
+      std::make_unique<tj::kube::RequestMetrics>(tj::kube::RequestMetrics::HostOf(config->server));
   auto api_transport = tj::kube::NewCurlTransport(*config);
   if (!api_transport.ok()) {
     log.Error("API server " + config->server + ": " + api_transport.status().message());
     return 1;
   }
-  auto client_owner = std::make_unique<tj::kube::RestClient>(
+  out->client = std::make_unique<tj::kube::RestClient>(
       *config,
       std::make_unique<tj::kube::MeteredTransport>(std::move(api_transport).value(),
-                                                   &request_metrics, clock),
+                                                   out->metrics.get(), clock),
       clock);
-  tj::kube::RestClient* client = client_owner.get();
-  // Pod logs (the evaluator's final evaluation) through a transport of their own: at most
-  // 64 KiB each (limitBytes, below) within 5 s, so a slow log read holds a reconcile briefly.
   tj::kube::RestConfig log_config = *config;
   log_config.timeout = std::chrono::seconds(5);
   auto log_transport = tj::kube::NewCurlTransport(log_config);
@@ -243,6 +263,116 @@ int main(int argc, char** argv) {
     log.Error(log_transport.status().message());
     return 1;
   }
+  out->log_transport = std::move(log_transport).value();
+  return std::nullopt;
+}
+
+// --leader-elect: the Lease renewed through a client of its own, an elector and its thread.
+struct Leadership {
+  std::unique_ptr<tj::kube::RestClient> client;
+  std::unique_ptr<tj::kube::LeaderElector> elector;
+  std::jthread thread;
+};
+
+// Starts campaigning for the Lease. While this instance leads `leading` is true; when it
+// starts, every job in `jobs` is enqueued. An exit code when the election cannot start.
+std::optional<int> StartLeaderElection(const Flags& f, const tj::kube::RestConfig& config,
+                                       tj::Clock* clock, const std::string& identity,
+                                       const tj::kube::ObjectCache& jobs,
+                                       tj::kube::WorkQueue& queue, std::atomic<bool>& leading,
+                                       std::stop_source& stop, tj::EventLog& log, Leadership* out) {
+  tj::kube::LeaderElectionConfig lc;
+  lc.lease_namespace = !f.lease_ns.empty() ? f.lease_ns : (!f.ns.empty() ? f.ns : "default");
+  lc.lease_name = f.lease_name;
+  lc.identity = identity;
+  tj::kube::LeaderCallbacks cb;
+  cb.on_started_leading = [&] {
+    log.Emit({{"event", "leading"}, {"identity", identity}});
+    leading = true;
+    // Look at every job once now that this instance acts.
+    for (const auto& key : jobs.Keys()) queue.Add(key);
+  };
+  cb.on_stopped_leading = [&, lease = lc.lease_name] {
+    leading = false;
+    if (stop.stop_requested()) {
+      log.Emit({{"event", "released_lease"}, {"lease", lease}});
+      return;
+    }
+    // Past the renew deadline another instance may lead soon: no call of this one may
+    // still reach the API server, whatever a reconcile is waiting for. Exit now, as
+    // client-go's leaders do; a fresh start campaigns again.
+    log.Error("lost the leader lease " + lease +
+              ": not renewed within the renew deadline; "
+              "exiting so a fresh start campaigns");
+    std::_Exit(1);
+  };
+  // The lease's own client (LeaseClientConfig): renewals never queue behind reconciles.
+  auto lease_client = tj::kube::RestClient::New(tj::kube::LeaseClientConfig(config, lc), clock);
+  if (!lease_client.ok()) {
+    log.Error(lease_client.status().message());
+    return 1;
+  }
+  out->client = std::move(*lease_client);
+  out->elector = std::make_unique<tj::kube::LeaderElector>(out->client.get(), clock, lc, cb, &log);
+  tj::Status v = out->elector->Validate();
+  if (!v.ok()) {
+    log.Error(v.message());
+    return 2;
+  }
+  out->thread = std::jthread([out, &log, &stop](const std::stop_token&) {
+    tj::Status s = out->elector->Run(stop.get_token());
+    if (!s.ok()) log.Error(s.message());
+    stop.request_stop();
+  });
+  return std::nullopt;
+}
+
+// /healthz (the process answers) and /readyz (the informers have synced) on `addr`.
+std::unique_ptr<tj::controller::HttpEndpoints> Probes(const std::string& addr,
+                                                      const std::atomic<bool>& synced) {
+  return std::make_unique<tj::controller::HttpEndpoints>(
+      addr, std::map<std::string, tj::controller::HttpEndpoints::Handler>{
+                {"/healthz",
+                 [] {
+                   return tj::controller::HttpAnswer{200, "text/plain", "ok\n"};
+                 }},
+                {"/readyz", [&synced] {
+                   return synced.load() ? tj::controller::HttpAnswer{200, "text/plain", "ok\n"}
+                                        : tj::controller::HttpAnswer{503, "text/plain",
+                                                                     "informers not synced yet\n"};
+                 }}});
+}
+
+// Starts the informers and waits until each has listed; false when asked to stop first.
+bool StartAndSync(const tj::controller::JobInformers& informers, const std::stop_source& stop) {
+  for (auto* inf : informers.All()) inf->Start();
+  for (auto* inf : informers.All()) {
+    while (!inf->WaitForSync(std::chrono::seconds(1))) {
+      if (stop.stop_requested()) return false;
+    }
+  }
+  return true;
+}
+
+int main(int argc, char** argv) {
+  // SIGTERM/SIGINT stop the operator. First thing: every thread started later (the HTTP
+  // client's pool among them) inherits the blocked mask, so no thread dies of the signal.
+  std::stop_source stop = tj::StopOnTerminationSignals();
+  // Without jemalloc (see malloc_conf above): two glibc arenas instead of one per thread (up
+  // to 8 per core), which would each keep their own mostly empty heap.
+  mallopt(M_ARENA_MAX, 2);
+  Flags f;
+  if (auto code = ParseFlags(argc, argv, f)) return *code;
+  if (f.convert) return Convert(f.convert_file);
+
+  // Every line with its time and level (common/event_log.h), as Kubernetes components log.
+  tj::EventLog log(f.log_format == "text" ? tj::LogFormat::kText : tj::LogFormat::kJson, stdout,
+                   stderr, tj::LogStyle::kStructured);
+  if (!ApplyLogLevel(log)) return 2;
+  tj::RealClock* clock = tj::RealClock::Get();
+  ApiClients api;
+  if (auto code = ConnectToApiServer(f, clock, log, &api)) return *code;
+  tj::kube::RestClient* client = api.client.get();
 
   const std::string identity = Hostname() + "_" + RandomHex(8);
   tj::kube::EventRecorder recorder(client, "tj-operator", Hostname());
@@ -258,88 +388,21 @@ int main(int argc, char** argv) {
   deps.metrics = &metrics;
   deps.log = &log;
   deps.random_key = [] { return RandomHex(32); };
-  deps.trainer_status = [](const json& pod) -> std::optional<json> {
-    if (!pod.contains("status") || !pod["status"].is_object()) return std::nullopt;
-    const std::string ip = pod["status"].value("podIP", "");
-    auto port = tj::controller::StatusPortOf(pod);
-    if (ip.empty() || !port) return std::nullopt;
-    return tj::controller::HttpGetJson(ip, *port, "/status", std::chrono::milliseconds(1500));
-  };
-  tj::kube::HttpTransport* lt = log_transport->get();
-  const tj::kube::RestConfig cfg = *config;
-  deps.pod_log = [lt, cfg](const std::string& pns,
-                           const std::string& pod) -> std::optional<std::string> {
-    std::string token = cfg.bearer_token;
-    if (!cfg.token_file.empty()) {
-      std::ifstream f(cfg.token_file);
-      std::stringstream ss;
-      ss << f.rdbuf();
-      token = ss.str();
-      while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
-    }
-    tj::kube::HttpRequest req;
-    req.method = "GET";
-    // The log is the tenant's: its last 50 lines, at most 64 KiB of them.
-    req.path_and_query =
-        "/api/v1/namespaces/" + pns + "/pods/" + pod + "/log?tailLines=50&limitBytes=65536";
-    if (!token.empty()) req.authorization = "Bearer " + token;
-    auto r = lt->Send(req);
-    if (!r.ok() || r->status != 200) return std::nullopt;
-    return r->body;
+  deps.trainer_status = tj::controller::ReadTrainerStatus;
+  auto pod_logs =
+      std::make_shared<tj::controller::PodLogReader>(api.config, std::move(api.log_transport));
+  deps.pod_log = [pod_logs](const std::string& pod_ns, const std::string& pod) {
+    return pod_logs->Read(pod_ns, pod);
   };
   tj::controller::ReconcilerOptions ropts;
-  ropts.evaluator_grace = std::chrono::seconds(evaluator_grace_s);
-  ropts.progress_poll = std::chrono::seconds(progress_poll_s);
-  ropts.restart_backoff_base = std::chrono::milliseconds(backoff_base_ms);
+  ropts.evaluator_grace = std::chrono::seconds(f.evaluator_grace_s);
+  ropts.progress_poll = std::chrono::seconds(f.progress_poll_s);
+  ropts.restart_backoff_base = std::chrono::milliseconds(f.backoff_base_ms);
 
   // Informers: the jobs, and everything labelled with a job's name (enqueue its job).
-  std::vector<std::unique_ptr<tj::kube::Informer>> informers;
-  auto enqueue_job = [&queue](const json& obj) { queue.Add(tj::kube::ObjectKey(obj)); };
-  auto enqueue_owner = [&queue](const json& obj) {
-    const json& m = obj["metadata"];
-    if (!m.contains("labels") || !m["labels"].contains(tj::api::kLabelJobName)) return;
-    queue.Add(tj::kube::ObjectKey(m.value("namespace", ""),
-                                  m["labels"].value(tj::api::kLabelJobName, "")));
-  };
-  {
-    tj::kube::InformerOptions o;
-    o.resource = tj::api::kTrainingJobs;
-    o.ns = ns;
-    o.resync_period = std::chrono::minutes(10);
-    o.transform = tj::kube::StripManagedFields;
-    auto inf = std::make_unique<tj::kube::Informer>(client, clock, o, &log);
-    inf->AddHandlers({enqueue_job,
-                      [=](const json& old_obj, const json& n) {
-                        if (!tj::controller::OnlyVersionChanged(old_obj, n)) enqueue_job(n);
-                      },
-                      enqueue_job});
-    informers.push_back(std::move(inf));
-  }
-  // No informer on Secrets: the operator creates the rendezvous Secret and never reads one
-  // (the default install cannot read Secrets, reconciler.h says how the key is tracked).
-  for (const auto& r : {tj::kube::resources::kPods, tj::kube::resources::kServices}) {
-    tj::kube::InformerOptions o;
-    o.resource = r;
-    o.ns = ns;
-    o.label_selector = tj::api::kLabelJobName;
-    // Of a pod the reconciler reads a few fields, of the Service its existence.
-    o.transform = r.plural == tj::kube::resources::kPods.plural ? tj::controller::TrimPodForCache
-                                                                : tj::controller::KeepIdentity;
-    auto inf = std::make_unique<tj::kube::Informer>(client, clock, o, &log);
-    const bool pods = r.plural == tj::kube::resources::kPods.plural;
-    inf->AddHandlers({enqueue_owner,
-                      [=](const json& old_obj, const json& n) {
-                        // E.g. the scheduler's PodScheduled condition: nothing to do.
-                        const bool idle =
-                            pods ? tj::controller::OnlyVersionOrConditionsChanged(old_obj, n)
-                                 : tj::controller::OnlyVersionChanged(old_obj, n);
-                        if (!idle) enqueue_owner(n);
-                      },
-                      enqueue_owner});
-    informers.push_back(std::move(inf));
-  }
-  deps.caches = tj::controller::OwnedObjectCaches{&informers[0]->cache(), &informers[1]->cache(),
-                                                  &informers[2]->cache()};
+  tj::controller::JobInformers informers =
+      tj::controller::MakeJobInformers(client, clock, f.ns, &queue, &log);
+  deps.caches = informers.Caches();
   deps.clock = clock;
   // Status writes give way to other work (executor.h): the pods of a burst of jobs first.
   deps.defer_status = tj::controller::StatusDeferral{
@@ -349,28 +412,19 @@ int main(int argc, char** argv) {
       }};
   tj::controller::Executor executor(deps, ropts);
 
-  std::atomic<bool> leading{!leader_elect};
+  std::atomic<bool> leading{!f.leader_elect};
   std::atomic<bool> synced{false};
   tj::controller::HttpEndpoints metrics_server(
-      metrics_addr,
+      f.metrics_addr,
       {{"/metrics", [&] {
           tj::controller::OperatorMetrics::QueueStats q{queue.Len(), queue.adds(), queue.retries(),
                                                         queue.queue_duration(),
                                                         queue.work_duration()};
           return tj::controller::HttpAnswer{200, "text/plain; version=0.0.4; charset=utf-8",
-                                            metrics.Render(q, leading.load(), &request_metrics)};
+                                            metrics.Render(q, leading.load(), api.metrics.get())};
         }}});
-  tj::controller::HttpEndpoints probes(
-      probe_addr, {{"/healthz",
-                    [] {
-                      return tj::controller::HttpAnswer{200, "text/plain", "ok\n"};
-                    }},
-                   {"/readyz", [&] {
-                      return synced.load() ? tj::controller::HttpAnswer{200, "text/plain", "ok\n"}
-                                           : tj::controller::HttpAnswer{
-                                                 503, "text/plain", "informers not synced yet\n"};
-                    }}});
-  for (auto* s : {&metrics_server, &probes}) {
+  std::unique_ptr<tj::controller::HttpEndpoints> probes = Probes(f.probe_addr, synced);
+  for (auto* s : {&metrics_server, probes.get()}) {
     tj::Status st = s->Start();
     if (!st.ok()) {
       log.Error(st.message());
@@ -378,103 +432,24 @@ int main(int argc, char** argv) {
     }
   }
 
-  for (auto& inf : informers) inf->Start();
-  for (auto& inf : informers) {
-    while (!inf->WaitForSync(std::chrono::seconds(1))) {
-      if (stop.stop_requested()) return 0;
-    }
-  }
+  if (!StartAndSync(informers, stop)) return 0;
   synced = true;
   log.Emit({{"event", "operator_started"},
             {"identity", identity},
-            {"namespace", ns.empty() ? "(all)" : ns},
-            {"workers", workers},
-            {"leader_elect", leader_elect}});
+            {"namespace", f.ns.empty() ? "(all)" : f.ns},
+            {"workers", f.workers},
+            {"leader_elect", f.leader_elect}});
 
-  std::jthread elector_thread;
-  std::unique_ptr<tj::kube::RestClient> lease_client_holder;
-  std::unique_ptr<tj::kube::LeaderElector> elector;
-  if (leader_elect) {
-    tj::kube::LeaderElectionConfig lc;
-    lc.lease_namespace = !lease_ns.empty() ? lease_ns : (!ns.empty() ? ns : "default");
-    lc.lease_name = lease_name;
-    lc.identity = identity;
-    tj::kube::LeaderCallbacks cb;
-    cb.on_started_leading = [&] {
-      log.Emit({{"event", "leading"}, {"identity", identity}});
-      leading = true;
-      // Look at every job once now that this instance acts.
-      for (const auto& key : informers[0]->cache().Keys()) queue.Add(key);
-    };
-    cb.on_stopped_leading = [&, lease = lc.lease_name] {
-      leading = false;
-      if (stop.stop_requested()) {
-        log.Emit({{"event", "released_lease"}, {"lease", lease}});
-        return;
-      }
-      // Past the renew deadline another instance may lead soon: no call of this one may
-      // still reach the API server, whatever a reconcile is waiting for. Exit now, as
-      // client-go's leaders do; a fresh start campaigns again.
-      log.Error("lost the leader lease " + lease +
-                ": not renewed within the renew deadline; "
-                "exiting so a fresh start campaigns");
-      std::_Exit(1);
-    };
-    // The lease's own client (LeaseClientConfig): renewals never queue behind reconciles.
-    auto lease_client = tj::kube::RestClient::New(tj::kube::LeaseClientConfig(*config, lc), clock);
-    if (!lease_client.ok()) {
-      log.Error(lease_client.status().message());
-      return 1;
+  Leadership leadership;
+  if (f.leader_elect) {
+    if (auto code = StartLeaderElection(f, api.config, clock, identity, informers.jobs->cache(),
+                                        queue, leading, stop, log, &leadership)) {
+      return *code;
     }
-    lease_client_holder = std::move(*lease_client);
-    elector =
-        std::make_unique<tj::kube::LeaderElector>(lease_client_holder.get(), clock, lc, cb, &log);
-    tj::Status v = elector->Validate();
-    if (!v.ok()) {
-      log.Error(v.message());
-      return 2;
-    }
-    elector_thread = std::jthread([&](const std::stop_token&) {
-      tj::Status s = elector->Run(stop.get_token());
-      if (!s.ok()) log.Error(s.message());
-      stop.request_stop();
-    });
   }
 
-  std::vector<std::jthread> threads;
-  threads.reserve(workers);
-  for (int i = 0; i < workers; ++i) {
-    threads.emplace_back([&] {
-      while (true) {
-        auto key = queue.Get();
-        if (!key) return;
-        if (!leading.load()) {
-          queue.Done(*key);
-          queue.AddAfter(*key, std::chrono::seconds(1));
-          continue;
-        }
-        const auto t0 = std::chrono::steady_clock::now();
-        auto r = executor.Sync(*key);
-        const double secs =
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        if (!r.ok()) {
-          log.Warn("reconciling " + *key + ": " + r.status().message());
-          metrics.ReconcileDone("error", secs);
-          queue.Done(*key);
-          queue.AddRateLimited(*key);
-          continue;
-        }
-        queue.Forget(*key);
-        queue.Done(*key);
-        if (*r) {
-          metrics.ReconcileDone("requeue_after", secs);
-          queue.AddAfter(*key, **r);
-        } else {
-          metrics.ReconcileDone("success", secs);
-        }
-      }
-    });
-  }
+  std::vector<std::jthread> threads =
+      tj::controller::StartReconcileWorkers(f.workers, &queue, &executor, &metrics, &log, &leading);
 
   while (!stop.stop_requested()) std::this_thread::sleep_for(std::chrono::milliseconds(200));
   log.Emit({{"event", "operator_stopping"}});
@@ -486,9 +461,9 @@ int main(int argc, char** argv) {
       log.Emit({{"event", "wrote_kept_statuses"}, {"count", n}});
     }
   }
-  if (elector_thread.joinable()) elector_thread.join();
-  for (auto& inf : informers) inf->Stop();
+  if (leadership.thread.joinable()) leadership.thread.join();
+  for (auto* inf : informers.All()) inf->Stop();
   metrics_server.Stop();
-  probes.Stop();
+  probes->Stop();
   return 0;
 }

@@ -1,0 +1,55 @@
+#include "operator/controller/job_informers.h"
+
+#include "operator/api/training_job.h"
+#include "operator/controller/cache_transforms.h"
+
+namespace tj::controller {
+
+using nlohmann::json;
+
+JobInformers MakeJobInformers(kube::Client* client, Clock* clock, const std::string& ns,
+                              kube::WorkQueue* queue, EventLog* log) {
+  JobInformers out;
+  auto enqueue_job = [queue](const json& obj) { queue->Add(kube::ObjectKey(obj)); };
+  auto enqueue_owner = [queue](const json& obj) {
+    const json& m = obj["metadata"];
+    if (!m.contains("labels") || !m["labels"].contains(api::kLabelJobName)) return;
+    queue->Add(
+        kube::ObjectKey(m.value("namespace", ""), m["labels"].value(api::kLabelJobName, "")));
+  };
+  {
+    kube::InformerOptions o;
+    o.resource = api::kTrainingJobs;
+    o.ns = ns;
+    o.resync_period = std::chrono::minutes(10);
+    o.transform = kube::StripManagedFields;
+    out.jobs = std::make_unique<kube::Informer>(client, clock, o, log);
+    out.jobs->AddHandlers({enqueue_job,
+                           [=](const json& old_obj, const json& n) {
+                             if (!OnlyVersionChanged(old_obj, n)) enqueue_job(n);
+                           },
+                           enqueue_job});
+  }
+  for (const auto& r : {kube::resources::kPods, kube::resources::kServices}) {
+    kube::InformerOptions o;
+    o.resource = r;
+    o.ns = ns;
+    o.label_selector = api::kLabelJobName;
+    const bool pods = r.plural == kube::resources::kPods.plural;
+    // Of a pod the reconciler reads a few fields, of the Service its existence.
+    o.transform = pods ? TrimPodForCache : KeepIdentity;
+    auto inf = std::make_unique<kube::Informer>(client, clock, o, log);
+    inf->AddHandlers({enqueue_owner,
+                      [=](const json& old_obj, const json& n) {
+                        // E.g. the scheduler's PodScheduled condition: nothing to do.
+                        const bool idle = pods ? OnlyVersionOrConditionsChanged(old_obj, n)
+                                               : OnlyVersionChanged(old_obj, n);
+                        if (!idle) enqueue_owner(n);
+                      },
+                      enqueue_owner});
+    (pods ? out.pods : out.services) = std::move(inf);
+  }
+  return out;
+}
+
+}  // namespace tj::controller
