@@ -18,6 +18,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/subprocess.h"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -25,18 +27,7 @@ using std::chrono::milliseconds;
 
 const std::string kPeer = std::string(TJ_BIN_DIR) + "/tj-collective-test-peer";
 
-// A free TCP port on 127.0.0.1 (bound and released; the tests use it at once).
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-  socklen_t len = sizeof a;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
+using ::tj::testing::FreePort;
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
