@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Keeps manifests/ and the Helm chart equal, so `kubectl apply` and `helm install` install the
 # same objects:
-#   - manifests/crd/*.yaml (written by hand) is copied into helm/tj-operator/crds/;
+#   - manifests/crd/*.yaml (written by hand) is copied into helm/tj-operator/crds/, and
+#     docs/api.md is rendered from its descriptions (hack/generate-api-reference.py);
 #   - manifests/rbac/ and manifests/operator/ are rendered from the chart with its default
 #     values (`helm template tj-operator helm/tj-operator --namespace tj-system`, without the
 #     `helm test` pod), one file per object, plus the tj-system Namespace and a
@@ -108,4 +109,10 @@ for p in "${pairs[@]}"; do
     log "wrote ${dst#"$REPO_ROOT"/}/"
   fi
 done
+# docs/api.md: the API reference, from the CRD's descriptions.
+if $CHECK; then
+  "$REPO_ROOT/hack/generate-api-reference.py" --check || status=1
+else
+  "$REPO_ROOT/hack/generate-api-reference.py"
+fi
 exit $status

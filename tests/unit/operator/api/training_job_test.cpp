@@ -211,6 +211,53 @@ TEST(Status, TransitionTimeChangesOnlyOnFlip) {
   EXPECT_EQ(s.Find(condition::kRestarting)->last_transition_time, kube::FormatTime(t2));
 }
 
+// API conventions: lastTransitionTime is the time `status` last changed; a new message, reason or
+// spec generation alone keeps it (and moves lastUpdateTime); every condition set carries the
+// generation it was set from, and so does the status.
+TEST(Status, ANewMessageReasonOrGenerationKeepsTheTransitionTime) {
+  TrainingJobStatus s;
+  const auto t0 = std::chrono::system_clock::time_point(std::chrono::seconds(1700000000));
+  s.observed_generation = 1;
+  ASSERT_TRUE(s.SetCondition(condition::kRunning, true, "JobRunning", "pods running", t0));
+  EXPECT_EQ(s.Find(condition::kRunning)->observed_generation, 1);
+
+  ASSERT_TRUE(s.SetCondition(condition::kRunning, true, "JobRunning", "epoch 2",
+                             t0 + std::chrono::seconds(1)));
+  ASSERT_TRUE(s.SetCondition(condition::kRunning, true, "WaitingForEvaluator", "epoch 2",
+                             t0 + std::chrono::seconds(2)));
+  s.observed_generation = 2;  // the spec changed (say, suspend toggled), the state did not
+  ASSERT_TRUE(s.SetCondition(condition::kRunning, true, "WaitingForEvaluator", "epoch 2",
+                             t0 + std::chrono::seconds(3)));
+  const Condition* c = s.Find(condition::kRunning);
+  EXPECT_EQ(c->last_transition_time, kube::FormatTime(t0));
+  EXPECT_EQ(c->last_update_time, kube::FormatTime(t0 + std::chrono::seconds(3)));
+  EXPECT_EQ(c->observed_generation, 2);
+  // Nothing new: nothing written.
+  EXPECT_FALSE(s.SetCondition(condition::kRunning, true, "WaitingForEvaluator", "epoch 2",
+                              t0 + std::chrono::seconds(4)));
+  EXPECT_EQ(s.Find(condition::kRunning)->last_update_time,
+            kube::FormatTime(t0 + std::chrono::seconds(3)));
+
+  const json j = s.ToJson();
+  EXPECT_EQ(j["observedGeneration"], 2);
+  ASSERT_EQ(j["conditions"].size(), 1u);
+  EXPECT_EQ(j["conditions"][0]["observedGeneration"], 2);
+  EXPECT_EQ(j["conditions"][0]["lastTransitionTime"], kube::FormatTime(t0));
+  EXPECT_EQ(TrainingJobStatus::FromJson(j).ToJson(), j);
+}
+
+// A condition that never held is not written as False (kubectl wait --for=condition=Succeeded
+// then waits on an absent condition, as for any other object); one that held flips to False.
+TEST(Status, AFalseConditionIsWrittenOnlyOnceItHeld) {
+  TrainingJobStatus s;
+  const auto t0 = std::chrono::system_clock::time_point(std::chrono::seconds(1700000000));
+  EXPECT_FALSE(s.SetCondition(condition::kRestarting, false, "JobRunning", "ok", t0));
+  EXPECT_EQ(s.Find(condition::kRestarting), nullptr);
+  ASSERT_TRUE(s.SetCondition(condition::kSucceeded, true, "JobSucceeded", "done", t0));
+  EXPECT_EQ(s.state, condition::kSucceeded);
+  EXPECT_TRUE(s.Finished());
+}
+
 TEST(Status, MalformedFieldsAreDropped) {
   json j = {{"conditions", "nope"}, {"restartCount", "x"}, {"replicaStatuses", {{"Worker", 3}}}};
   TrainingJobStatus s = TrainingJobStatus::FromJson(j);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <functional>
+#include <regex>
 
 #include "common/status_schema.h"
 #include "operator/controller/executor.h"
@@ -74,7 +75,11 @@ struct World {
                {"createdGeneration", gen},
                {"rendezvousKeyHash", KeyHash("k")},
                {"startTime", kube::FormatTime(kT0)},
-               {"conditions", json::array({{{"type", "Created"}, {"status", "True"}}})}};
+               {"conditions", json::array({{{"type", "Created"},
+                                            {"status", "True"},
+                                            {"reason", "JobCreated"},
+                                            {"message", "created"},
+                                            {"lastTransitionTime", kube::FormatTime(kT0)}}})}};
     in.job["status"] = st;
     in.service = json::object();
     in.pods = {Pod(in.job, ReplicaType::kWorker, 0, gen, "Running"),
@@ -109,7 +114,20 @@ const Action* FindEvent(const Decision& d, const std::string& reason) {
   }
   return nullptr;
 }
+// Kubernetes' API conventions for conditions, checked on every status a test reads: a CamelCase
+// reason (metav1.Condition's pattern), True or False, and the time of the last transition.
+void ExpectConventionalConditions(const json& status) {
+  if (!status.contains("conditions")) return;
+  static const std::regex kCamelCase("^[A-Z][A-Za-z0-9]*$");
+  for (const json& c : status["conditions"]) {
+    EXPECT_TRUE(std::regex_match(c.value("reason", ""), kCamelCase)) << c.dump();
+    EXPECT_TRUE(c["status"] == "True" || c["status"] == "False") << c.dump();
+    EXPECT_TRUE(c.contains("lastTransitionTime")) << c.dump();
+    EXPECT_TRUE(c.contains("message")) << c.dump();
+  }
+}
 api::TrainingJobStatus StatusOf(const Decision& d) {
+  if (d.status) ExpectConventionalConditions(*d.status);
   return api::TrainingJobStatus::FromJson(d.status.value_or(json::object()));
 }
 const api::Condition& Cond(const Decision& d, const std::string& type) {
@@ -1303,8 +1321,6 @@ TEST(Reconcile, StatusRoundTripsFromTheTrainersStatusServer) {
             json({{"checkpoint", "ckpt-1"}, {"epoch", 1}, {"loss", 0.5}, {"accuracy", 0.75}}));
 }
 
-// The /status answer is the tenant's: values of another type than the schema's are not copied
-// (the CRD would refuse the whole status write), the rest of the answer still is.
 // API conventions: status.observedGeneration and each condition's observedGeneration say which
 // spec they were computed from, so `kubectl wait` and tools can tell a stale status.
 TEST(Reconcile, StatusAndConditionsCarryTheObservedGeneration) {
@@ -1335,6 +1351,8 @@ TEST(Reconcile, ANameThatMakesAnInvalidHostnameFailsTheJob) {
   EXPECT_TRUE(Created(d).empty());
 }
 
+// The /status answer is the tenant's: values of another type than the schema's are not copied
+// (the CRD would refuse the whole status write), the rest of the answer still is.
 TEST(Reconcile, ProgressCopiesOnlyValuesOfTheSchemasTypes) {
   World w;
   w.Running();
