@@ -76,7 +76,7 @@ class CrdApiTest : public ::testing::Test {
 TEST_F(CrdApiTest, ExplainPrintsTheDescriptionOfEveryProperty) {
   // The field the documentation names, word for word.
   const std::string replicas = Explain("spec.replicaSpecs.Worker.replicas");
-  EXPECT_NE(Squeeze(replicas).find("Number of worker pods, at least 1 (default 1)."),
+  EXPECT_NE(Squeeze(replicas).find("Number of worker pods, 1 to 512 (default 1)"),
             std::string::npos)
       << replicas;
 
