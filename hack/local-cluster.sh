@@ -352,10 +352,12 @@ EOF
     # view/edit/admin take in the rules of ClusterRoles labelled aggregate-to-* (the chart's
     # users' roles for TrainingJobs), as on every real cluster.
     controllers+=,clusterrole-aggregation
-    # A real node: Endpoints for the cluster DNS and kube-proxy, claims bound by the volume
-    # binder (tj-local-node binds them itself), and the protection finalizers' controllers.
+    # A real node: Endpoints for the cluster DNS, EndpointSlices for kube-proxy (it routes
+    # Services from those alone, and rejects connections to a Service without any), claims
+    # bound by the volume binder (tj-local-node binds them itself), and the protection
+    # finalizers' controllers.
     [ "$TJ_NODE" != containerd ] ||
-      controllers+=,endpoint,persistentvolume-binder,pvc-protection,pv-protection
+      controllers+=,endpoint,endpointslice,persistentvolume-binder,pvc-protection,pv-protection
     start kube-controller-manager "$KUBE_BIN/kube-controller-manager" --kubeconfig="$kc" \
       --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
       --service-account-private-key-file="$STATE_DIR/certs/sa.key" \

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The real node (TJ_NODE=containerd: kubelet, containerd, runc, CNI, cluster DNS) end to end:
 #   - `kubectl get node -o wide` shows containerd as the runtime;
-#   - the operator runs in-cluster from localhost/tj-operator (make images) through the chart;
+#   - the operator runs in-cluster from localhost/tj-operator (make images) through the chart,
+#     and the chart's `helm test` passes (its pod reads /metrics through the Service);
 #   - the example job, scaled down, runs as containers of localhost/tj-trainer-cpu: the pods
 #     find each other by their DNS names (TF_CONFIG), write to the claim as uid 65532, and
 #     the job ends Succeeded with an evaluation;
@@ -58,6 +59,15 @@ image=$(kubectl -n tj-system get pods -l app.kubernetes.io/name=tj-operator \
 [ "$image" = "localhost/tj-operator:$VERSION" ] ||
   { echo "FAIL the operator runs image '$image'"; exit 1; }
 echo "ok   the operator runs in-cluster from $image (Ready)"
+# The chart's own check, as an admin runs it: a pod reads /metrics through the metrics
+# Service (cluster DNS, kube-proxy's Service routing).
+if ! out=$("$HELM" test tj-operator -n tj-system --timeout 120s 2>&1); then
+  echo "$out"
+  echo "--- test pod"; kubectl -n tj-system logs tj-operator-test-metrics 2>&1 | tail -n 20 || true
+  kubectl -n tj-system get svc,endpoints,pods -o wide || true
+  echo "FAIL helm test tj-operator"; exit 1
+fi
+echo "ok   helm test: $(kubectl -n tj-system logs tj-operator-test-metrics 2>/dev/null | tail -n1)"
 
 NS=real-node-e2e
 kubectl create namespace "$NS" >/dev/null
