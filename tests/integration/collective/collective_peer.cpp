@@ -6,6 +6,7 @@
 //   --count N            floats per all-reduce (default 1000)
 //   --iterations K       all-reduces to run (default 3)
 //   --sleep-ms S         pause between all-reduces (to give a test time to act; default 0)
+//   --algorithm ring|gloo  the all-reduce (default ring, the trainer's)
 //   --rendezvous-timeout-ms, --collective-timeout-ms, --key KEY
 
 #include <chrono>
@@ -53,6 +54,8 @@ int main(int argc, char** argv) {
       options.rendezvous_timeout = std::chrono::milliseconds(std::stoi(value));
     } else if (flag == "--collective-timeout-ms") {
       options.collective_timeout = std::chrono::milliseconds(std::stoi(value));
+    } else if (flag == "--algorithm") {
+      options.ring_allreduce = value == "ring";
     } else if (flag == "--key") {
       options.rendezvous_key = value;
     } else {
