@@ -16,6 +16,8 @@
 #include <mutex>
 #include <thread>
 
+#include "tests/support/noise.h"
+
 namespace tj::collective {
 namespace {
 
@@ -52,14 +54,7 @@ class MemoryStore final : public cluster::KeyValueStore {
   std::map<std::string, std::string> values_;
 };
 
-// A deterministic value that is not an integer, so sums depend on the order of additions.
-float Noise(int rank, size_t i) {
-  uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ static_cast<uint32_t>(rank + 1) * 40503u;
-  x ^= x >> 13;
-  x *= 0x5bd1e995u;
-  x ^= x >> 15;
-  return static_cast<float>(x % 2000003) / 1000.0f - 1000.0f + 0.1234567f;
-}
+using ::tj::testing::Noise;
 
 // The documented order: chunk c is summed along the ring from rank c, each hop adding its
 // own value to the partial sum it received; on a bfloat16 wire every partial sum is rounded
