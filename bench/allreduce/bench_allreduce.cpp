@@ -131,8 +131,8 @@ int RunCommunicator(const Flags& f, const std::vector<std::string>& workers, int
       });
 }
 
-// Both ranks send and receive `bytes` at once over one loopback connection, in 128 KiB
-// writes, as the ring does; nothing is reduced.
+// Both ranks send and receive `bytes` at once over one loopback connection, each call moving
+// as much as the kernel takes; nothing is reduced.
 int RunTcp(const Flags& f, int port, int rank) {
   tj::EventLog log;
   tj::cluster::Socket s;
@@ -158,13 +158,12 @@ int RunTcp(const Flags& f, int port, int rank) {
   setsockopt(s.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   const size_t bytes = 2 * (f.count / 2) * 4;
   std::vector<uint8_t> out(bytes, 1), in(bytes);
-  constexpr size_t kPiece = 128 * 1024;
   return Measure(f, rank, bytes, [&](int) {
     size_t sent = 0, got = 0;
     while (sent < bytes || got < bytes) {
       bool moved = false;
       if (sent < bytes) {
-        ssize_t n = ::send(s.fd(), out.data() + sent, std::min(kPiece, bytes - sent),
+        ssize_t n = ::send(s.fd(), out.data() + sent, bytes - sent,
                            MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) sent += static_cast<size_t>(n), moved = true;
         if (n < 0 && errno != EAGAIN) return false;

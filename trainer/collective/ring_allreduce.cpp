@@ -20,9 +20,10 @@ using cluster::Socket;
 constexpr char kMagic[8] = {'T', 'J', 'R', 'I', 'N', 'G', '0', '1'};
 constexpr size_t kTokenHex = 64;
 constexpr size_t kHelloBytes = sizeof kMagic + 4 + kTokenHex;
-// Elements per segment: large enough that a segment costs few system calls, small enough
-// that the next hop starts on it while the rest of the chunk is still arriving.
-constexpr size_t kSegmentElements = 32768;
+// Elements per segment (512 KiB of float32): large enough that a segment costs few system
+// calls, small enough that the next hop starts on it while the rest of the chunk is still
+// arriving. On loopback 131,072 took half the time of 32,768 and 8,192 (bench/allreduce).
+constexpr size_t kSegmentElements = 131072;
 
 std::string StoreKey(int rank) { return "ring/" + std::to_string(rank); }
 
