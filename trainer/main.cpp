@@ -40,7 +40,8 @@ int main(int argc, char** argv) {
       "tj-trainer: synchronous data-parallel training of the seeds' CNN on MNIST-format data.\n"
       "Single process without TF_CONFIG; one replica per process with it (MultiWorkerMirrored).\n"
       "Prints one JSON object per line on stdout; errors on stderr."};
-  std::string device = "auto", log_format = "json", role = "auto", save_freq = "epoch";
+  std::string device = "auto", log_format = "json", role = "auto", save_freq = "epoch",
+              allreduce_dtype = "float32", allreduce_algorithm = "ring";
   double rendezvous_timeout_s = 300, collective_timeout_s = 60, eval_poll_s = 1;
   app.add_option("--data-dir", o.data_dir, "Directory with the four MNIST-format IDX files")
       ->capture_default_str();
@@ -76,6 +77,15 @@ int main(int argc, char** argv) {
                  "Seconds a collective may wait on a peer before the process exits 75")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  app.add_option("--allreduce-dtype", allreduce_dtype,
+                 "float32|bfloat16: the gradients' type on the wire of the CPU all-reduce "
+                 "(bfloat16: half the bytes, rounded sums; see docs/trainer.md)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"float32", "bfloat16"}));
+  app.add_option("--allreduce-algorithm", allreduce_algorithm,
+                 "ring|gloo: the CPU all-reduce (gloo: Gloo's own, float32 only)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"ring", "gloo"}));
   app.add_option("--backup-dir", o.backup_dir, "BackupAndRestore directory (shared by the job)");
   app.add_option("--save-freq", save_freq, "epoch, or a number of steps between backups")
       ->capture_default_str();
@@ -126,6 +136,8 @@ int main(int argc, char** argv) {
   o.role = role == "evaluator" ? tj::train::Role::kEvaluator : tj::train::Role::kAuto;
   o.rendezvous_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(rendezvous_timeout_s * 1000));
+  o.allreduce_wire = *tj::collective::ParseWireType(allreduce_dtype);  // checked by CLI11 above
+  o.ring_allreduce = allreduce_algorithm == "ring";
   o.collective_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(collective_timeout_s * 1000));
   o.eval_poll_interval = std::chrono::milliseconds(static_cast<int64_t>(eval_poll_s * 1000));

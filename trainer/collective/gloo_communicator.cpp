@@ -107,13 +107,15 @@ class GlooCommunicator final : public Communicator {
                    std::shared_ptr<gloo::transport::Device> device,
                    std::shared_ptr<gloo::rendezvous::Context> context,
                    std::unique_ptr<PeerHealthResponder> responder,
-                   std::map<int, std::string> peer_health_addresses)
+                   std::map<int, std::string> peer_health_addresses,
+                   std::unique_ptr<RingAllReduce> ring)
       : options_(o),
         rendezvous_(std::move(rendezvous)),
         device_(std::move(device)),
         context_(std::move(context)),
         responder_(std::move(responder)),
-        peer_health_addresses_(std::move(peer_health_addresses)) {}
+        peer_health_addresses_(std::move(peer_health_addresses)),
+        ring_(std::move(ring)) {}
 
   ~GlooCommunicator() override {
     // Context before device; the rendezvous (the chief's server) goes last.
@@ -126,6 +128,13 @@ class GlooCommunicator final : public Communicator {
 
   Status AllReduceSum(float* data, size_t count) override {
     if (!broken_.ok()) return broken_;
+    if (ring_) {
+      Status s =
+          ring_->Sum(data, count, cluster::DeadlineIn(OpTimeout(options_.collective_timeout)));
+      if (s.ok()) return s;
+      return Broken("all-reduce of " + std::to_string(count) + " floats",
+                    std::runtime_error(s.message()));
+    }
     try {
       gloo::AllreduceOptions opts(context_);
       opts.setOutput(data, count);
@@ -235,6 +244,7 @@ class GlooCommunicator final : public Communicator {
   std::shared_ptr<gloo::rendezvous::Context> context_;
   std::unique_ptr<PeerHealthResponder> responder_;
   std::map<int, std::string> peer_health_addresses_;  // rank -> "host:port" of its responder
+  std::unique_ptr<RingAllReduce> ring_;               // null: Gloo's all-reduce
   uint32_t tag_ = 0;
   Status broken_;
 };
@@ -295,9 +305,19 @@ StatusOr<std::unique_ptr<Communicator>> ConnectGloo(const GlooOptions& o) {
       if (!address.ok()) return address.status();
       peers[r] = *address;
     }
-    return std::unique_ptr<Communicator>(
-        new GlooCommunicator(o, std::move(rendezvous).value(), std::move(device),
-                             std::move(context), std::move(responder).value(), std::move(peers)));
+    std::unique_ptr<RingAllReduce> ring;
+    if (o.ring_allreduce) {
+      StatusOr<std::unique_ptr<RingAllReduce>> r = RingAllReduce::Connect(
+          kv, c.rank(), c.collective_size(), *ip, o.allreduce_wire, o.rendezvous_timeout);
+      if (!r.ok()) return r.status().WithContext("connecting the collective as " + me);
+      ring = std::move(r).value();
+    } else if (o.allreduce_wire != WireType::kFloat32) {
+      return Status::Error("Gloo's own all-reduce sends float32 only; use the ring for " +
+                           std::string(WireTypeName(o.allreduce_wire)));
+    }
+    return std::unique_ptr<Communicator>(new GlooCommunicator(
+        o, std::move(rendezvous).value(), std::move(device), std::move(context),
+        std::move(responder).value(), std::move(peers), std::move(ring)));
   } catch (const std::exception& e) {
     return Status::Error("connecting the collective as " + me + " (rank " +
                          std::to_string(c.rank()) + " of " + std::to_string(c.collective_size()) +

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/event_log.h"
+#include "trainer/collective/ring_allreduce.h"
 
 namespace tj::train {
 
@@ -41,6 +42,11 @@ struct Options {
   std::string rendezvous_key;  // TJ_RENDEZVOUS_KEY
   std::chrono::milliseconds rendezvous_timeout{300000};
   std::chrono::milliseconds collective_timeout{60000};
+  // The gradients' type on the wire of the CPU all-reduce (--allreduce-dtype). The GPU's
+  // NCCL all-reduce is float32 whatever this says.
+  collective::WireType allreduce_wire = collective::WireType::kFloat32;
+  // The CPU all-reduce: the trainer's ring (true) or Gloo's own (--allreduce-algorithm gloo).
+  bool ring_allreduce = true;
 
   // BackupAndRestore, checkpoints, export.
   std::string backup_dir;

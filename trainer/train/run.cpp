@@ -139,6 +139,8 @@ int RunTrainer(const Options& o, StopRequest* stop) {
     go.rendezvous_bind_host = cluster::PodListenAddress();
     go.rendezvous_timeout = o.rendezvous_timeout;
     go.collective_timeout = o.collective_timeout;
+    go.allreduce_wire = o.allreduce_wire;
+    go.ring_allreduce = o.ring_allreduce;
     go.log = &log;
     auto connected = collective::ConnectGloo(go);
     if (!connected.ok()) {
@@ -170,6 +172,10 @@ int RunTrainer(const Options& o, StopRequest* stop) {
   // Device buffers are all-reduced by NCCL, bootstrapped through the Gloo communicator.
   std::unique_ptr<collective::Communicator> gradient_comm;
   if (backend->device_buffers() && comm->size() > 1) {
+    if (o.allreduce_wire != collective::WireType::kFloat32) {
+      log.Warn("--allreduce-dtype " + std::string(collective::WireTypeName(o.allreduce_wire)) +
+               " applies to the CPU all-reduce; NCCL reduces the GPU's gradients in float32");
+    }
     auto nccl = ConnectGradientCommunicator(o, comm.get(), backend.get());
     if (!nccl.ok()) {
       log.Error(nccl.status().message());

@@ -6,6 +6,7 @@
 //   --count N            floats per all-reduce (default 1000)
 //   --iterations K       all-reduces to run (default 3)
 //   --sleep-ms S         pause between all-reduces (to give a test time to act; default 0)
+//   --algorithm ring|gloo  the all-reduce (default ring, the trainer's)
 //   --rendezvous-timeout-ms, --collective-timeout-ms, --key KEY
 
 #include <chrono>
@@ -17,21 +18,11 @@
 
 #include "common/event_log.h"
 #include "common/sha256.h"
+#include "tests/support/noise.h"
 #include "trainer/cluster/tf_config.h"
 #include "trainer/collective/gloo_communicator.h"
 
-namespace {
-
-// A deterministic float that is not an integer, so sums depend on the order of additions.
-float Noise(int rank, size_t i) {
-  uint32_t x = static_cast<uint32_t>(i) * 2654435761u ^ static_cast<uint32_t>(rank + 1) * 40503u;
-  x ^= x >> 13;
-  x *= 0x5bd1e995u;
-  x ^= x >> 15;
-  return static_cast<float>(x % 2000003) / 1000.0f - 1000.0f + 0.1234567f;
-}
-
-}  // namespace
+using ::tj::testing::Noise;
 
 int main(int argc, char** argv) {
   size_t count = 1000;
@@ -53,6 +44,8 @@ int main(int argc, char** argv) {
       options.rendezvous_timeout = std::chrono::milliseconds(std::stoi(value));
     } else if (flag == "--collective-timeout-ms") {
       options.collective_timeout = std::chrono::milliseconds(std::stoi(value));
+    } else if (flag == "--algorithm") {
+      options.ring_allreduce = value == "ring";
     } else if (flag == "--key") {
       options.rendezvous_key = value;
     } else {

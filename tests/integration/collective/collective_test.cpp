@@ -1,7 +1,7 @@
 // Several tj-collective-test-peer processes on loopback: exact and identical all-reduce
-// results, a killed or hung peer failing the others within the collective timeout with the
-// peer named, a wrong rendezvous key refused while the good ranks carry on, an unreachable
-// chief timing out with the chief named.
+// results (the trainer's ring, and Gloo's own all-reduce), a killed or hung peer failing the others
+// within the collective timeout with the peer named, a wrong rendezvous key refused while the good
+// ranks carry on, an unreachable chief timing out with the chief named.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -172,6 +172,20 @@ TEST(GlooCollective, TwoWorkersAllReduceExactAndIdentical) {
   for (int i = 0; i < 2; ++i) {
     peers.push_back(std::make_unique<Peer>("w" + std::to_string(i), TfConfig({}, w, "worker", i),
                                            Args({"--count", "347148"})));
+  }
+  ExpectAllAgree(peers, 3);
+}
+
+TEST(GlooCollective, GlooOwnAllReduceStaysAvailable) {
+  // --allreduce-algorithm gloo: Gloo's all-reduce instead of the ring, same guarantees.
+  const std::vector<std::string> w{"127.0.0.1:" + std::to_string(FreePort()),
+                                   "127.0.0.1:" + std::to_string(FreePort()),
+                                   "127.0.0.1:" + std::to_string(FreePort())};
+  std::vector<std::unique_ptr<Peer>> peers;
+  peers.reserve(3);
+  for (int i = 0; i < 3; ++i) {
+    peers.push_back(std::make_unique<Peer>("w" + std::to_string(i), TfConfig({}, w, "worker", i),
+                                           Args({"--count", "100003", "--algorithm", "gloo"})));
   }
   ExpectAllAgree(peers, 3);
 }

@@ -1,0 +1,81 @@
+// The gradient all-reduce of the CPU backend: a ring (reduce-scatter, then all-gather) over
+// two TCP connections per rank, to the next rank and from the previous one, driven by the
+// calling thread alone with poll(2). The buffer is cut into one chunk per rank and each chunk
+// into segments; a segment is sent on as soon as it is reduced, so sending, receiving and
+// summing overlap and no thread hand-off or copy into an intermediate buffer sits between the
+// network and the sum. Each chunk is summed in one fixed order along the ring and then
+// copied, so every rank ends with bitwise the same result, the same on every run.
+//
+// On the wire the values are float32, or bfloat16 (half the bytes; partial sums are rounded
+// at every hop and the result is the bfloat16 rounding of the sum, identical on every rank).
+//
+// The connections are authenticated by a random token each rank publishes through the
+// rendezvous store (which only holders of the job's key reach): a connection to a rank's
+// ring port that does not present the previous rank's token is closed. Errors (a closed
+// connection, no progress before the deadline) leave the ring unusable; the caller reports
+// which peer is to blame.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "trainer/cluster/rendezvous.h"
+#include "trainer/cluster/socket.h"
+
+namespace tj::collective {
+
+enum class WireType { kFloat32, kBfloat16 };
+
+// "float32" or "bfloat16"; an error naming the accepted values otherwise.
+StatusOr<WireType> ParseWireType(const std::string& name);
+const char* WireTypeName(WireType type);
+
+// bfloat16 by round-to-nearest-even of the float's upper 16 bits (NaN stays NaN).
+uint16_t ToBfloat16(float value);
+float FromBfloat16(uint16_t value);
+
+// The chunk of [0, count) rank `chunk` of `ranks` owns: [begin, end). Chunks differ in size by
+// at most one element.
+struct Span {
+  size_t begin = 0;
+  size_t end = 0;
+};
+Span ChunkOf(size_t count, int ranks, int chunk);
+
+class RingAllReduce {
+ public:
+  // Publishes this rank's ring address and token in `store`, connects to the next rank and
+  // accepts the previous one, all before `timeout`. `own_ip` is the numeric address to listen
+  // on (the rank's own TF_CONFIG host). size must be at least 2.
+  static StatusOr<std::unique_ptr<RingAllReduce>> Connect(cluster::KeyValueStore& store, int rank,
+                                                          int size, const std::string& own_ip,
+                                                          WireType wire,
+                                                          std::chrono::milliseconds timeout);
+
+  // Sums data[0..count) over all ranks in place. Fails when a connection closes or no byte
+  // moves before the deadline; after a failure the ring must not be used again.
+  Status Sum(float* data, size_t count, cluster::Deadline deadline);
+
+  WireType wire() const { return wire_; }
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+ private:
+  RingAllReduce(int rank, int size, WireType wire, cluster::Socket next, cluster::Socket prev)
+      : rank_(rank), size_(size), wire_(wire), next_(std::move(next)), prev_(std::move(prev)) {}
+
+  int rank_;
+  int size_;
+  WireType wire_;
+  cluster::Socket next_;  // we send to rank + 1
+  cluster::Socket prev_;  // we receive from rank - 1
+  std::vector<uint8_t> send_stage_;
+  std::vector<uint8_t> recv_stage_;
+};
+
+}  // namespace tj::collective
