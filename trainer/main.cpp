@@ -31,18 +31,14 @@ bool EnvInt(const char* name, long min, long max, const char* expected, int& out
   return true;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  using tj::train::Options;
-  Options o;
-  CLI::App app{
-      "tj-trainer: synchronous data-parallel training of the seeds' CNN on MNIST-format data.\n"
-      "Single process without TF_CONFIG; one replica per process with it (MultiWorkerMirrored).\n"
-      "Prints one JSON object per line on stdout; errors on stderr."};
+// The flags that are not Options fields as they are typed: converted by ApplyFlags.
+struct RawFlags {
   std::string device = "auto", log_format = "json", role = "auto", save_freq = "epoch",
               allreduce_dtype = "float32", allreduce_algorithm = "ring";
   double rendezvous_timeout_s = 300, collective_timeout_s = 60, eval_poll_s = 1;
+};
+
+void DefineFlags(CLI::App& app, tj::train::Options& o, RawFlags& f) {
   app.add_option("--data-dir", o.data_dir, "Directory with the four MNIST-format IDX files")
       ->capture_default_str();
   app.add_option("--epochs", o.epochs, "Epochs to train")
@@ -59,35 +55,35 @@ int main(int argc, char** argv) {
   app.add_option("--threads", o.threads, "CPU threads (0: every usable core)")
       ->capture_default_str()
       ->check(CLI::Range(0, 1024));
-  app.add_option("--device", device,
+  app.add_option("--device", f.device,
                  "auto|cpu|gpu (auto: the GPU when one is visible and the build has CUDA; the "
                  "GPU is LOCAL_RANK's, 0 by default)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "cpu", "gpu"}));
-  app.add_option("--log-format", log_format, "json|text")
+  app.add_option("--log-format", f.log_format, "json|text")
       ->capture_default_str()
       ->check(CLI::IsMember({"json", "text"}));
-  app.add_option("--role", role, "auto (from TF_CONFIG) | evaluator")
+  app.add_option("--role", f.role, "auto (from TF_CONFIG) | evaluator")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "evaluator"}));
-  app.add_option("--rendezvous-timeout", rendezvous_timeout_s, "Seconds to wait for the peers")
+  app.add_option("--rendezvous-timeout", f.rendezvous_timeout_s, "Seconds to wait for the peers")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app.add_option("--collective-timeout", collective_timeout_s,
+  app.add_option("--collective-timeout", f.collective_timeout_s,
                  "Seconds a collective may wait on a peer before the process exits 75")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app.add_option("--allreduce-dtype", allreduce_dtype,
+  app.add_option("--allreduce-dtype", f.allreduce_dtype,
                  "float32|bfloat16: the gradients' type on the wire of the CPU all-reduce "
                  "(bfloat16: half the bytes, rounded sums; see docs/trainer.md)")
       ->capture_default_str()
       ->check(CLI::IsMember({"float32", "bfloat16"}));
-  app.add_option("--allreduce-algorithm", allreduce_algorithm,
+  app.add_option("--allreduce-algorithm", f.allreduce_algorithm,
                  "ring|gloo: the CPU all-reduce (gloo: Gloo's own, float32 only)")
       ->capture_default_str()
       ->check(CLI::IsMember({"ring", "gloo"}));
   app.add_option("--backup-dir", o.backup_dir, "BackupAndRestore directory (shared by the job)");
-  app.add_option("--save-freq", save_freq, "epoch, or a number of steps between backups")
+  app.add_option("--save-freq", f.save_freq, "epoch, or a number of steps between backups")
       ->capture_default_str();
   app.add_flag("--keep-backup", o.keep_backup, "Keep the backup after training succeeds");
   app.add_option("--checkpoint-dir", o.checkpoint_dir, "Directory for ckpt-<epoch> files");
@@ -101,56 +97,60 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 65535));
   app.add_flag("--evaluate-only", o.evaluate_only, "Evaluate --model on the test set and exit");
   app.add_option("--model", o.model_dir, "An --export-dir directory, for --evaluate-only");
-  app.add_option("--eval-poll-interval", eval_poll_s, "Evaluator: seconds between polls")
+  app.add_option("--eval-poll-interval", f.eval_poll_s, "Evaluator: seconds between polls")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  app.set_version_flag("--version", std::string("tj-trainer ") + tj::kVersionText);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int code = app.exit(e);
-    return code == 0 ? 0 : tj::train::kExitUsage;
-  }
-  if (save_freq == "epoch") {
+}
+
+// The raw flags into `o`; false (after a message on stderr) on a value CLI11 cannot check.
+bool ApplyFlags(const RawFlags& f, tj::train::Options& o) {
+  if (f.save_freq == "epoch") {
     o.save_freq_steps = 0;
   } else {
     char* end = nullptr;
-    long n = std::strtol(save_freq.c_str(), &end, 10);
-    if (save_freq.empty() || *end != '\0' || n <= 0) {
+    long n = std::strtol(f.save_freq.c_str(), &end, 10);
+    if (f.save_freq.empty() || *end != '\0' || n <= 0) {
       std::fprintf(stderr,
                    "error: --save-freq %s: expected \"epoch\" or a positive number of steps\n",
-                   save_freq.c_str());
-      return tj::train::kExitUsage;
+                   f.save_freq.c_str());
+      return false;
     }
     o.save_freq_steps = static_cast<int>(n);
   }
   if (o.evaluate_only && o.model_dir.empty()) {
     std::fprintf(
         stderr, "error: --evaluate-only needs --model DIR (a directory written by --export-dir)\n");
-    return tj::train::kExitUsage;
+    return false;
   }
-  o.device = device == "cpu"   ? tj::train::Device::kCpu
-             : device == "gpu" ? tj::train::Device::kGpu
-                               : tj::train::Device::kAuto;
-  o.log_format = log_format == "text" ? tj::LogFormat::kText : tj::LogFormat::kJson;
-  o.role = role == "evaluator" ? tj::train::Role::kEvaluator : tj::train::Role::kAuto;
+  o.device = f.device == "cpu"   ? tj::train::Device::kCpu
+             : f.device == "gpu" ? tj::train::Device::kGpu
+                                 : tj::train::Device::kAuto;
+  o.log_format = f.log_format == "text" ? tj::LogFormat::kText : tj::LogFormat::kJson;
+  o.role = f.role == "evaluator" ? tj::train::Role::kEvaluator : tj::train::Role::kAuto;
   o.rendezvous_timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(rendezvous_timeout_s * 1000));
-  o.allreduce_wire = *tj::collective::ParseWireType(allreduce_dtype);  // checked by CLI11 above
-  o.ring_allreduce = allreduce_algorithm == "ring";
+      std::chrono::milliseconds(static_cast<int64_t>(f.rendezvous_timeout_s * 1000));
+  o.allreduce_wire = *tj::collective::ParseWireType(f.allreduce_dtype);  // checked by CLI11 above
+  o.ring_allreduce = f.allreduce_algorithm == "ring";
   o.collective_timeout =
-      std::chrono::milliseconds(static_cast<int64_t>(collective_timeout_s * 1000));
-  o.eval_poll_interval = std::chrono::milliseconds(static_cast<int64_t>(eval_poll_s * 1000));
+      std::chrono::milliseconds(static_cast<int64_t>(f.collective_timeout_s * 1000));
+  o.eval_poll_interval = std::chrono::milliseconds(static_cast<int64_t>(f.eval_poll_s * 1000));
+  return true;
+}
+
+// What the environment adds: LOCAL_RANK, TJ_STATUS_PORT (unless --status-port was given),
+// TF_CONFIG, TJ_RENDEZVOUS_KEY, TJ_JOB_UID, TJ_RESTART_COUNT. False (after a message on
+// stderr) on a malformed value.
+bool ReadEnvironment(const CLI::App& app, tj::train::Options& o) {
   if (!EnvInt("LOCAL_RANK", 0, 1023, "the index of this process's GPU on its machine (0, 1, ...)",
               o.local_rank)) {
-    return tj::train::kExitUsage;
+    return false;
   }
   // The operator asks for the status endpoint through the environment only (it never adds
   // arguments to a program's command line); an explicit --status-port wins.
   if (app.count("--status-port") == 0 &&
       !EnvInt("TJ_STATUS_PORT", 0, 65535, "a port number 0-65535 (0: no status endpoint)",
               o.status_port)) {
-    return tj::train::kExitUsage;
+    return false;
   }
   o.tf_config = Env("TF_CONFIG");
   o.rendezvous_key = Env("TJ_RENDEZVOUS_KEY");
@@ -161,12 +161,33 @@ int main(int argc, char** argv) {
                  "error: TJ_JOB_UID=%s: expected a Kubernetes UID (letters, digits and '-', at "
                  "most 128)\n",
                  o.job_uid.c_str());
-    return tj::train::kExitUsage;
+    return false;
   }
   if (!EnvInt("TJ_RESTART_COUNT", 0, 1 << 30, "the gang's restart count (0, 1, ...)",
               o.restart_count)) {
-    return tj::train::kExitUsage;
+    return false;
   }
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  tj::train::Options o;
+  RawFlags f;
+  CLI::App app{
+      "tj-trainer: synchronous data-parallel training of the seeds' CNN on MNIST-format data.\n"
+      "Single process without TF_CONFIG; one replica per process with it (MultiWorkerMirrored).\n"
+      "Prints one JSON object per line on stdout; errors on stderr."};
+  DefineFlags(app, o, f);
+  app.set_version_flag("--version", std::string("tj-trainer ") + tj::kVersionText);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : tj::train::kExitUsage;
+  }
+  if (!ApplyFlags(f, o) || !ReadEnvironment(app, o)) return tj::train::kExitUsage;
   // SIGTERM (eviction, preemption, drain) stops training after a step every replica agrees
   // on, backed up; the process exits with the retryable code, so the gang resumes there.
   static tj::train::StopRequest stop(tj::train::kExitPeerLost);
