@@ -120,6 +120,188 @@ struct Op {
   long depends_on = -1;    // sends: the receive that must be complete first
 };
 
+struct Schedule {
+  std::vector<Op> sends, recvs;  // each in the order it happens on its connection
+};
+
+// The ring's 2 (p - 1) steps for `rank`: in step t it sends one chunk and receives another,
+// segment by segment. A send of the chunk received in the step before waits, per segment,
+// for that segment's receive.
+Schedule PlanRing(int rank, int p, size_t count, bool bf16) {
+  Schedule s;
+  std::vector<long> previous_step_recvs;
+  for (int t = 0; t < 2 * (p - 1); ++t) {
+    const bool scatter = t < p - 1;
+    const int send_chunk = ((scatter ? rank - t : rank + 1 - (t - (p - 1))) % p + p) % p;
+    const int recv_chunk = ((scatter ? rank - t - 1 : rank - (t - (p - 1))) % p + p) % p;
+    const Span sc = ChunkOf(count, p, send_chunk), rc = ChunkOf(count, p, recv_chunk);
+    size_t k = 0;
+    for (size_t b = sc.begin; b < sc.end; b += kSegmentElements, ++k) {
+      Op op{b, std::min(sc.end, b + kSegmentElements)};
+      op.round_own = bf16 && t == p - 1;
+      if (t > 0) op.depends_on = previous_step_recvs[k];
+      s.sends.push_back(op);
+    }
+    previous_step_recvs.clear();
+    for (size_t b = rc.begin; b < rc.end; b += kSegmentElements) {
+      previous_step_recvs.push_back(static_cast<long>(s.recvs.size()));
+      Op op{b, std::min(rc.end, b + kSegmentElements)};
+      op.add = scatter;
+      s.recvs.push_back(op);
+    }
+  }
+  return s;
+}
+
+// One all-reduce in flight: the schedule played on the two sockets by the calling thread,
+// moving whatever the sockets take and waiting in poll(2) only when nothing moves.
+class Transfer {
+ public:
+  Transfer(float* data, Schedule schedule, bool bf16, int next_fd, int prev_fd,
+           std::vector<uint8_t>& send_stage, std::vector<uint8_t>& recv_stage)
+      : data_(data),
+        s_(std::move(schedule)),
+        bf16_(bf16),
+        elem_bytes_(bf16 ? 2 : 4),
+        next_fd_(next_fd),
+        prev_fd_(prev_fd),
+        send_stage_(send_stage),
+        recv_stage_(recv_stage) {
+    send_stage_.resize(kSegmentElements * elem_bytes_);
+    recv_stage_.resize(kSegmentElements * 4);
+  }
+
+  // Ok, or what failed ("rank N closed the connection", "timed out: ..."); the caller adds
+  // the ranks' names.
+  StatusOr<bool> Run(Deadline deadline) {
+    while (si_ < s_.sends.size() || ri_ < s_.recvs.size()) {
+      bool progressed = false;
+      TJ_RETURN_IF_ERROR(PumpSends(&progressed));
+      TJ_RETURN_IF_ERROR(PumpRecvs(&progressed));
+      if (!progressed) TJ_RETURN_IF_ERROR(WaitForSockets(deadline));
+    }
+    return true;
+  }
+
+ private:
+  bool NextSendReady() const {
+    return send_started_ || s_.sends[si_].depends_on < static_cast<long>(ri_);
+  }
+
+  void StartSend() {
+    const Op& op = s_.sends[si_];
+    const size_t n = op.end - op.begin;
+    if (!bf16_) {
+      send_ptr_ = reinterpret_cast<const uint8_t*>(data_ + op.begin);
+    } else {
+      auto* out = reinterpret_cast<uint16_t*>(send_stage_.data());
+      for (size_t i = 0; i < n; ++i) {
+        out[i] = ToBfloat16(data_[op.begin + i]);
+        if (op.round_own) data_[op.begin + i] = FromBfloat16(out[i]);
+      }
+      send_ptr_ = send_stage_.data();
+    }
+    send_len_ = n * elem_bytes_;
+    sent_ = 0;
+    send_started_ = true;
+  }
+
+  // Sends while the socket takes bytes and the next segment is ready.
+  Status PumpSends(bool* progressed) {
+    while (si_ < s_.sends.size() && NextSendReady()) {
+      if (!send_started_) StartSend();
+      const ssize_t n =
+          ::send(next_fd_, send_ptr_ + sent_, send_len_ - sent_, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        return Status::Error(std::string("sending: ") + std::strerror(errno));
+      }
+      *progressed = true;
+      sent_ += static_cast<size_t>(n);
+      if (sent_ == send_len_) {
+        ++si_;
+        send_started_ = false;
+      }
+    }
+    return Status::Ok();
+  }
+
+  // A float32 copy lands in the buffer itself; anything else goes through the stage.
+  uint8_t* RecvTarget() const {
+    const Op& op = s_.recvs[ri_];
+    if (!bf16_ && !op.add) return reinterpret_cast<uint8_t*>(data_ + op.begin);
+    return recv_stage_.data();
+  }
+
+  void FinishRecv() {
+    const Op& op = s_.recvs[ri_];
+    float* dst = data_ + op.begin;
+    const size_t n = op.end - op.begin;
+    if (bf16_) {
+      const auto* in = reinterpret_cast<const uint16_t*>(recv_stage_.data());
+      if (op.add) {
+        for (size_t i = 0; i < n; ++i) dst[i] = FromBfloat16(in[i]) + dst[i];
+      } else {
+        for (size_t i = 0; i < n; ++i) dst[i] = FromBfloat16(in[i]);
+      }
+    } else if (op.add) {
+      const auto* in = reinterpret_cast<const float*>(recv_stage_.data());
+      for (size_t i = 0; i < n; ++i) dst[i] = in[i] + dst[i];
+    }
+    ++ri_;
+    received_ = 0;
+  }
+
+  // Receives what has arrived.
+  Status PumpRecvs(bool* progressed) {
+    while (ri_ < s_.recvs.size()) {
+      const size_t want = (s_.recvs[ri_].end - s_.recvs[ri_].begin) * elem_bytes_;
+      const ssize_t n = ::recv(prev_fd_, RecvTarget() + received_, want - received_, MSG_DONTWAIT);
+      if (n == 0) return Status::Error("closed the connection");
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+        return Status::Error(std::string("receiving: ") + std::strerror(errno));
+      }
+      *progressed = true;
+      received_ += static_cast<size_t>(n);
+      if (received_ == want) FinishRecv();
+    }
+    return Status::Ok();
+  }
+
+  Status WaitForSockets(Deadline deadline) {
+    pollfd fds[2];
+    int nfds = 0;
+    if (ri_ < s_.recvs.size()) fds[nfds++] = {prev_fd_, POLLIN, 0};
+    if (si_ < s_.sends.size() && NextSendReady()) fds[nfds++] = {next_fd_, POLLOUT, 0};
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      return Status::Error("timed out: no progress before the collective timeout (" +
+                           std::to_string(si_) + "/" + std::to_string(s_.sends.size()) +
+                           " segments sent, " + std::to_string(ri_) + "/" +
+                           std::to_string(s_.recvs.size()) + " received)");
+    }
+    const int r = ::poll(fds, static_cast<nfds_t>(nfds), static_cast<int>(left.count()) + 1);
+    if (r < 0 && errno != EINTR) return Status::Error(std::string("poll: ") + std::strerror(errno));
+    return Status::Ok();
+  }
+
+  float* data_;
+  Schedule s_;
+  bool bf16_;
+  size_t elem_bytes_;
+  int next_fd_, prev_fd_;
+  std::vector<uint8_t>& send_stage_;
+  std::vector<uint8_t>& recv_stage_;
+  size_t si_ = 0, sent_ = 0, ri_ = 0, received_ = 0;
+  bool send_started_ = false;
+  const uint8_t* send_ptr_ = nullptr;
+  size_t send_len_ = 0;
+};
+
 }  // namespace
 
 StatusOr<WireType> ParseWireType(const std::string& name) {
@@ -216,145 +398,22 @@ StatusOr<std::unique_ptr<RingAllReduce>> RingAllReduce::Connect(cluster::KeyValu
 
 Status RingAllReduce::Sum(float* data, size_t count, Deadline deadline) {
   if (count == 0) return Status::Ok();
-  const int p = size_;
   const bool bf16 = wire_ == WireType::kBfloat16;
-  const size_t elem_bytes = bf16 ? 2 : 4;
-  // The schedule: 2(p-1) steps; in step t this rank sends one chunk and receives another,
-  // segment by segment. A send of a chunk received in the previous step waits, per segment,
-  // for that segment's receive.
-  std::vector<Op> sends, recvs;
-  std::vector<long> previous_step_recvs;
-  for (int t = 0; t < 2 * (p - 1); ++t) {
-    const bool scatter = t < p - 1;
-    const int send_chunk = ((scatter ? rank_ - t : rank_ + 1 - (t - (p - 1))) % p + p) % p;
-    const int recv_chunk = ((scatter ? rank_ - t - 1 : rank_ - (t - (p - 1))) % p + p) % p;
-    const Span sc = ChunkOf(count, p, send_chunk), rc = ChunkOf(count, p, recv_chunk);
-    size_t k = 0;
-    for (size_t b = sc.begin; b < sc.end; b += kSegmentElements, ++k) {
-      Op op{b, std::min(sc.end, b + kSegmentElements)};
-      op.round_own = bf16 && t == p - 1;
-      if (t > 0) op.depends_on = previous_step_recvs[k];
-      sends.push_back(op);
-    }
-    previous_step_recvs.clear();
-    for (size_t b = rc.begin; b < rc.end; b += kSegmentElements) {
-      previous_step_recvs.push_back(static_cast<long>(recvs.size()));
-      Op op{b, std::min(rc.end, b + kSegmentElements)};
-      op.add = scatter;
-      recvs.push_back(op);
-    }
+  Transfer transfer(data, PlanRing(rank_, size_, count, bf16), bf16, next_.fd(), prev_.fd(),
+                    send_stage_, recv_stage_);
+  StatusOr<bool> done = transfer.Run(deadline);
+  if (done.ok()) return Status::Ok();
+  std::string what = done.status().message();
+  const int prev = (rank_ + size_ - 1) % size_, next = (rank_ + 1) % size_;
+  if (what == "closed the connection") {
+    what = "rank " + std::to_string(prev) + " " + what;
+  } else if (what.rfind("receiving: ", 0) == 0) {
+    what = "receiving from rank " + std::to_string(prev) + ": " + what.substr(11);
+  } else if (what.rfind("sending: ", 0) == 0) {
+    what = "sending to rank " + std::to_string(next) + ": " + what.substr(9);
   }
-  send_stage_.resize(kSegmentElements * elem_bytes);
-  recv_stage_.resize(kSegmentElements * 4);
-
-  size_t si = 0, sent = 0, ri = 0, received = 0;
-  const uint8_t* send_ptr = nullptr;
-  size_t send_len = 0;
-  auto start_send = [&] {
-    const Op& op = sends[si];
-    const size_t n = op.end - op.begin;
-    if (!bf16) {
-      send_ptr = reinterpret_cast<const uint8_t*>(data + op.begin);
-    } else {
-      auto* out = reinterpret_cast<uint16_t*>(send_stage_.data());
-      for (size_t i = 0; i < n; ++i) {
-        out[i] = ToBfloat16(data[op.begin + i]);
-        if (op.round_own) data[op.begin + i] = FromBfloat16(out[i]);
-      }
-      send_ptr = send_stage_.data();
-    }
-    send_len = n * elem_bytes;
-    sent = 0;
-  };
-  auto recv_target = [&]() -> uint8_t* {
-    const Op& op = recvs[ri];
-    if (!bf16 && !op.add) return reinterpret_cast<uint8_t*>(data + op.begin);
-    return recv_stage_.data();
-  };
-  auto finish_recv = [&] {
-    const Op& op = recvs[ri];
-    float* dst = data + op.begin;
-    const size_t n = op.end - op.begin;
-    if (bf16) {
-      const auto* in = reinterpret_cast<const uint16_t*>(recv_stage_.data());
-      if (op.add) {
-        for (size_t i = 0; i < n; ++i) dst[i] = FromBfloat16(in[i]) + dst[i];
-      } else {
-        for (size_t i = 0; i < n; ++i) dst[i] = FromBfloat16(in[i]);
-      }
-    } else if (op.add) {
-      const auto* in = reinterpret_cast<const float*>(recv_stage_.data());
-      for (size_t i = 0; i < n; ++i) dst[i] = in[i] + dst[i];
-    }
-    ++ri;
-    received = 0;
-  };
-  auto fail = [&](const std::string& what) {
-    return Status::Error("ring all-reduce (" + std::string(WireTypeName(wire_)) + ", " +
-                         std::to_string(count) + " floats): " + what);
-  };
-
-  bool send_started = false;
-  while (si < sends.size() || ri < recvs.size()) {
-    bool progressed = false;
-    // Send while the socket takes bytes and the next segment is ready.
-    while (si < sends.size()) {
-      if (!send_started) {
-        if (sends[si].depends_on >= static_cast<long>(ri)) break;
-        start_send();
-        send_started = true;
-      }
-      const ssize_t n =
-          ::send(next_.fd(), send_ptr + sent, send_len - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-        return fail("sending to rank " + std::to_string((rank_ + 1) % p) + ": " +
-                    std::strerror(errno));
-      }
-      progressed = true;
-      sent += static_cast<size_t>(n);
-      if (sent == send_len) {
-        ++si;
-        send_started = false;
-      }
-    }
-    // Receive what has arrived.
-    while (ri < recvs.size()) {
-      const size_t want = (recvs[ri].end - recvs[ri].begin) * elem_bytes;
-      const ssize_t n = ::recv(prev_.fd(), recv_target() + received, want - received, MSG_DONTWAIT);
-      if (n == 0) {
-        return fail("rank " + std::to_string((rank_ + p - 1) % p) + " closed the connection");
-      }
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        if (errno == EAGAIN || errno == EWOULDBLOCK) break;
-        return fail("receiving from rank " + std::to_string((rank_ + p - 1) % p) + ": " +
-                    std::strerror(errno));
-      }
-      progressed = true;
-      received += static_cast<size_t>(n);
-      if (received == want) finish_recv();
-    }
-    if (progressed) continue;
-    // Nothing moved: wait for the sockets.
-    pollfd fds[2];
-    int nfds = 0;
-    if (ri < recvs.size()) fds[nfds++] = {prev_.fd(), POLLIN, 0};
-    if (si < sends.size() && (send_started || sends[si].depends_on < static_cast<long>(ri))) {
-      fds[nfds++] = {next_.fd(), POLLOUT, 0};
-    }
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      return fail("timed out: no progress before the collective timeout (" + std::to_string(si) +
-                  "/" + std::to_string(sends.size()) + " segments sent, " + std::to_string(ri) +
-                  "/" + std::to_string(recvs.size()) + " received)");
-    }
-    const int r = ::poll(fds, static_cast<nfds_t>(nfds), static_cast<int>(left.count()) + 1);
-    if (r < 0 && errno != EINTR) return fail(std::string("poll: ") + std::strerror(errno));
-  }
-  return Status::Ok();
+  return Status::Error("ring all-reduce (" + std::string(WireTypeName(wire_)) + ", " +
+                       std::to_string(count) + " floats): " + what);
 }
 
 }  // namespace tj::collective

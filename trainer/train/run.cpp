@@ -70,6 +70,36 @@ StatusOr<std::unique_ptr<collective::Communicator>> ConnectGradientCommunicator(
 #endif
 }
 
+// The CPU collective (Gloo and the all-reduce ring) from TF_CONFIG, or the single-process
+// one without it. kExitOk, or the exit code after the error is logged.
+int ConnectCollective(const Options& o, const std::optional<cluster::TfConfig>& tf_config,
+                      EventLog& log, std::unique_ptr<collective::Communicator>* comm) {
+  if (!tf_config) {
+    *comm = collective::MakeSingleProcessCommunicator();
+    return kExitOk;
+  }
+  collective::GlooOptions go;
+  go.config = *tf_config;
+  go.rendezvous_key = o.rendezvous_key;
+  go.rendezvous_bind_host = cluster::PodListenAddress();
+  go.rendezvous_timeout = o.rendezvous_timeout;
+  go.collective_timeout = o.collective_timeout;
+  go.allreduce_wire = o.allreduce_wire;
+  go.ring_allreduce = o.ring_allreduce;
+  go.log = &log;
+  auto connected = collective::ConnectGloo(go);
+  if (!connected.ok()) {
+    log.Error(connected.status().message());
+    // No key where the collective needs one is a configuration error: restarting cannot
+    // help. A refusal by the chief was retried until the rendezvous timeout and is
+    // retryable (a gang restart hands every task the Secret's key again).
+    const bool refused = connected.status().code() == StatusCode::kPermissionDenied;
+    return refused ? kExitFailure : kExitPeerLost;
+  }
+  *comm = std::move(*connected);
+  return kExitOk;
+}
+
 }  // namespace
 
 int RunTrainer(const Options& o, StopRequest* stop) {
@@ -132,29 +162,7 @@ int RunTrainer(const Options& o, StopRequest* stop) {
   }
 
   std::unique_ptr<collective::Communicator> comm;
-  if (tf_config) {
-    collective::GlooOptions go;
-    go.config = *tf_config;
-    go.rendezvous_key = o.rendezvous_key;
-    go.rendezvous_bind_host = cluster::PodListenAddress();
-    go.rendezvous_timeout = o.rendezvous_timeout;
-    go.collective_timeout = o.collective_timeout;
-    go.allreduce_wire = o.allreduce_wire;
-    go.ring_allreduce = o.ring_allreduce;
-    go.log = &log;
-    auto connected = collective::ConnectGloo(go);
-    if (!connected.ok()) {
-      log.Error(connected.status().message());
-      // No key where the collective needs one is a configuration error: restarting cannot
-      // help. A refusal by the chief was retried until the rendezvous timeout and is
-      // retryable (a gang restart hands every task the Secret's key again).
-      const bool refused = connected.status().code() == StatusCode::kPermissionDenied;
-      return refused ? kExitFailure : kExitPeerLost;
-    }
-    comm = std::move(*connected);
-  } else {
-    comm = collective::MakeSingleProcessCommunicator();
-  }
+  if (int code = ConnectCollective(o, tf_config, log, &comm); code != kExitOk) return code;
   // Every replica must step on the same kind of device (their all-reduces must match).
   if (comm->size() > 1) {
     float on_gpu = backend->device_buffers() ? 1.0f : 0.0f;
