@@ -163,8 +163,7 @@ int RunTcp(const Flags& f, int port, int rank) {
     while (sent < bytes || got < bytes) {
       bool moved = false;
       if (sent < bytes) {
-        ssize_t n = ::send(s.fd(), out.data() + sent, bytes - sent,
-                           MSG_NOSIGNAL | MSG_DONTWAIT);
+        ssize_t n = ::send(s.fd(), out.data() + sent, bytes - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) sent += static_cast<size_t>(n), moved = true;
         if (n < 0 && errno != EAGAIN) return false;
       }
