@@ -26,13 +26,13 @@ std::string EventLog::Format(const nlohmann::ordered_json& event, LogFormat form
 
 std::string EventLog::FormatTime(std::chrono::system_clock::time_point t) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch());
-  const std::time_t secs = std::time_t(ms.count() / 1000);
+  const std::time_t secs = static_cast<std::time_t>(ms.count() / 1000);
   std::tm tm{};
   gmtime_r(&secs, &tm);
   char buf[96];  // room for any int the compiler can imagine
   std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
                 tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                int(ms.count() % 1000));
+                static_cast<int>(ms.count() % 1000));
   return buf;
 }
 
@@ -44,7 +44,7 @@ std::string EventLog::Structured(const char* level, const nlohmann::ordered_json
     return line.dump();
   }
   std::string upper = level;
-  for (char& c : upper) c = char(std::toupper(static_cast<unsigned char>(c)));
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   if (fields.contains("msg")) return ts + " " + upper + " " + fields["msg"].get<std::string>();
   return ts + " " + upper + " " + Format(fields, LogFormat::kText);
 }

@@ -76,7 +76,7 @@ inline std::vector<std::unique_ptr<Point>> Parse(const char* spec) {
     const size_t eq = entry.find('=');
     if (eq == std::string::npos || eq == 0) BadSpec(entry, "no <name>=");
     p->name = entry.substr(0, eq);
-    std::string_view action = std::string_view(entry).substr(eq + 1);
+    std::string_view action = std::string_view{entry}.substr(eq + 1);
     if (const size_t at = action.find('@'); at != std::string_view::npos) {
       if (!ParseNumber(action.substr(at + 1), &p->nth) || p->nth == 0) {
         BadSpec(entry, "@<n> must be a positive integer");

@@ -45,8 +45,8 @@ std::optional<double> Number(const std::string& text) {
 
 void RenderProcessMetrics(PrometheusText* out, const std::string& proc, const std::string& pid) {
   const std::string dir = proc + "/" + pid;
-  const double ticks = double(sysconf(_SC_CLK_TCK));
-  const double page = double(sysconf(_SC_PAGESIZE));
+  const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+  const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
   if (auto stat = ReadFile(dir + "/stat")) {
     const auto f = StatFields(*stat);
     // Fields 14 utime, 15 stime, 22 starttime (ticks since boot), 23 vsize, 24 rss (pages).

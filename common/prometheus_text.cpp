@@ -68,13 +68,13 @@ void PrometheusText::Histogram(const std::string& name, const std::string& help,
   for (size_t i = 0; i < h.bounds.size(); ++i) {
     Labels l = labels;
     l.emplace_back("le", FormatValue(h.bounds[i]));
-    Sample(name + "_bucket", double(h.cumulative[i]), l);
+    Sample(name + "_bucket", static_cast<double>(h.cumulative[i]), l);
   }
   Labels inf = labels;
   inf.emplace_back("le", "+Inf");
-  Sample(name + "_bucket", double(h.count), inf);
+  Sample(name + "_bucket", static_cast<double>(h.count), inf);
   Sample(name + "_sum", h.sum, labels);
-  Sample(name + "_count", double(h.count), labels);
+  Sample(name + "_count", static_cast<double>(h.count), labels);
 }
 
 void PrometheusText::Gauge(const std::string& name, const std::string& help, double value,

@@ -209,6 +209,7 @@ int main(int argc, char** argv) {
   if (f.algorithm == "memcpy") return RunMemcpy(f);
   if (f.algorithm == "tcp") f.ranks = 2;
   std::vector<std::string> workers;
+  workers.reserve(static_cast<size_t>(f.ranks));
   for (int r = 0; r < f.ranks; ++r) {
     workers.push_back("127.0.0.1:" + std::to_string(tj::testing::FreePort()));
   }

@@ -35,11 +35,12 @@ std::string OperatorMetrics::Render(const QueueStats& queue, bool leader,
                         {"error", error_},
                         {"requeue", requeue_},
                         {"requeue_after", requeue_after_}}) {
-      o.Counter("controller_runtime_reconcile_total", "", double(n),
+      o.Counter("controller_runtime_reconcile_total", "", static_cast<double>(n),
                 {{"controller", "trainingjob"}, {"result", r}});
     }
     o.Counter("controller_runtime_reconcile_errors_total",
-              "Total number of reconciliation errors per controller", double(error_), c);
+              "Total number of reconciliation errors per controller", static_cast<double>(error_),
+              c);
     HistogramSnapshot h;
     h.bounds.assign(kBuckets.begin(), kBuckets.end());
     h.cumulative.assign(buckets_.begin(), buckets_.end());
@@ -57,16 +58,16 @@ std::string OperatorMetrics::Render(const QueueStats& queue, bool leader,
     for (size_t i = 0; i < kJobs.size(); ++i) {
       o.Declare(kJobs[i].first, kJobs[i].second, "counter");
       for (const auto& [ns, counts] : jobs_) {
-        o.Counter(kJobs[i].first, "", double(counts[i]), {{"namespace", ns}});
+        o.Counter(kJobs[i].first, "", static_cast<double>(counts[i]), {{"namespace", ns}});
       }
     }
   }
   const PrometheusText::Labels q = {{"name", "trainingjob"}};
-  o.Gauge("workqueue_depth", "Current depth of workqueue", double(queue.depth), q);
-  o.Counter("workqueue_adds_total", "Total number of adds handled by workqueue", double(queue.adds),
-            q);
+  o.Gauge("workqueue_depth", "Current depth of workqueue", static_cast<double>(queue.depth), q);
+  o.Counter("workqueue_adds_total", "Total number of adds handled by workqueue",
+            static_cast<double>(queue.adds), q);
   o.Counter("workqueue_retries_total", "Total number of retries handled by workqueue",
-            double(queue.retries), q);
+            static_cast<double>(queue.retries), q);
   if (!queue.queue_duration.bounds.empty()) {
     o.Histogram("workqueue_queue_duration_seconds",
                 "How long in seconds an item stays in workqueue before being requested",

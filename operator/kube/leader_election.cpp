@@ -162,7 +162,7 @@ bool LeaderElector::StopLeading() {
   return true;
 }
 
-void LeaderElector::WatchRenewDeadline(std::stop_token stop) {
+void LeaderElector::WatchRenewDeadline(const std::stop_token& stop) {
   // A tenth of the retry period, at most 100 ms: the term ends that soon after the deadline.
   const auto tick = std::min(std::chrono::milliseconds(100), config_.retry_period / 10);
   while (!stop.stop_requested()) {
@@ -193,7 +193,7 @@ Status LeaderElector::Run(const std::stop_token& stop) {
   }
   leading_ = true;
   if (callbacks_.on_started_leading) callbacks_.on_started_leading();
-  std::jthread watchdog([this](std::stop_token s) { WatchRenewDeadline(s); });
+  std::jthread watchdog([this](const std::stop_token& s) { WatchRenewDeadline(s); });
   // Renew every retryPeriod; a failed attempt is retried every retryPeriod until the watchdog
   // ends the term.
   while (!stop.stop_requested() && leading_.load()) {

@@ -82,7 +82,7 @@ class LeaderElector {
   // Ends the term (leading_ false, on_stopped_leading) once; false when it had ended already.
   bool StopLeading();
   // Watchdog: ends the term when the renew deadline passes, until `stop`.
-  void WatchRenewDeadline(std::stop_token stop);
+  void WatchRenewDeadline(const std::stop_token& stop);
   void Warn(const std::string& m);
 
   Client* client_;

@@ -26,7 +26,7 @@ void RequestMetrics::Render(PrometheusText* out) const {
                "Number of HTTP requests, partitioned by status code, method, and host.", "counter");
   for (const auto& [key, n] : requests_) {
     const auto& [code, method] = key;
-    out->Counter("rest_client_requests_total", "", double(n),
+    out->Counter("rest_client_requests_total", "", static_cast<double>(n),
                  {{"code", code}, {"method", method}, {"host", host_}});
   }
   out->Declare("rest_client_request_duration_seconds",

@@ -77,7 +77,7 @@ class Reader {
  public:
   explicit Reader(std::string_view in) : in_(in) {}
   bool U8(uint8_t* v) {
-    if (in_.size() < 1) return Short();
+    if (in_.empty()) return Short();
     *v = static_cast<uint8_t>(in_[0]);
     in_.remove_prefix(1);
     return true;

@@ -23,7 +23,6 @@ using testing::Eventually;
 using testing::FaultJob;
 using testing::Kubectl;
 using testing::PaceFailpoint;
-using testing::Sh;
 using testing::StatusOf;
 
 constexpr char kJob[] = "fmnist";

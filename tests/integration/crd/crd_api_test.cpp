@@ -105,7 +105,7 @@ TEST_F(CrdApiTest, WaitWideColumnsAndCategoryWithAStatusAsTheOperatorWritesIt) {
   // What a script runs right after kubectl apply: it must wait, not fail on the absent
   // condition, and return 0 once the job succeeds.
   std::string kubectl = testing::Sh("command -v kubectl");
-  kubectl.erase(kubectl.find_last_not_of("\n") + 1);
+  kubectl.erase(kubectl.find_last_not_of('\n') + 1);
   ::tj::testing::Subprocess wait({kubectl, "--kubeconfig", cluster_->kubeconfig(), "-n", ns, "wait",
                                   "--for=condition=Succeeded", "tj/columns", "--timeout=60s"},
                                  {}, cluster_->dir() + "/kubectl-wait-" + ns);

@@ -135,7 +135,7 @@ TEST(KubeRestart, ALeaderStopsWithinItsRenewDeadlineWhileTheApiServerIsPaused) {
   tj::testing::LeaderTerm term;
   LeaderElector elector(lease_client->get(), RealClock::Get(), lc, term.Callbacks());
   Status result;
-  std::jthread run([&](std::stop_token stop) { result = elector.Run(stop); });
+  std::jthread run([&](const std::stop_token& stop) { result = elector.Run(stop); });
   ASSERT_TRUE(Eventually([&] { return term.leading(); }, std::chrono::seconds(10)));
   std::this_thread::sleep_for(milliseconds(1200));  // a few renewals
   ASSERT_TRUE(term.leading());

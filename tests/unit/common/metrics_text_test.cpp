@@ -57,8 +57,8 @@ class FakeProc : public ::testing::Test {
 };
 
 TEST_F(FakeProc, ReadsCpuMemoryFdsAndStartTime) {
-  const double tick = double(sysconf(_SC_CLK_TCK));
-  const double page = double(sysconf(_SC_PAGESIZE));
+  const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
   // comm with a space and a parenthesis; utime 150, stime 50 ticks, starttime 1000 ticks,
   // vsize 8192000, rss 100 pages.
   Write("42/stat",

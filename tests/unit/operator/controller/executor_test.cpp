@@ -63,8 +63,9 @@ TEST(OperatorMetrics, ControllerRuntimeNamesAndJobCounters) {
        {"controller_runtime_reconcile_total{controller=\"trainingjob\",result=\"success\"} 1",
         "controller_runtime_reconcile_total{controller=\"trainingjob\",result=\"error\"} 1",
         "controller_runtime_reconcile_errors_total{controller=\"trainingjob\"} 1",
+        // NOLINTNEXTLINE(bugprone-suspicious-missing-comma): one long line
         "controller_runtime_reconcile_time_seconds_bucket{controller=\"trainingjob\",le=\"0.005\"} "
-        "1",  // NOLINT(bugprone-suspicious-missing-comma): one long line
+        "1",
         "controller_runtime_reconcile_time_seconds_count{controller=\"trainingjob\"} 3",
         "workqueue_depth{name=\"trainingjob\"} 4", "workqueue_adds_total{name=\"trainingjob\"} 10",
         "workqueue_retries_total{name=\"trainingjob\"} 2",

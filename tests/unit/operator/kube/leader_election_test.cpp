@@ -100,7 +100,7 @@ TEST(LeaderElection, StopsLeadingAtTheRenewDeadlineWhileARenewalHangs) {
   tj::testing::LeaderTerm term;
   LeaderElector elector(&client, RealClock::Get(), c, term.Callbacks());
   Status result;
-  std::jthread run([&](std::stop_token stop) { result = elector.Run(stop); });
+  std::jthread run([&](const std::stop_token& stop) { result = elector.Run(stop); });
   struct Unstall {  // before `run` joins, also when an assertion ends the test early
     StallingLeaseClient* client;
     ~Unstall() { client->Stall(false); }

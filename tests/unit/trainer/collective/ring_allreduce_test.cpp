@@ -79,6 +79,7 @@ std::vector<std::unique_ptr<RingAllReduce>> ConnectAll(int ranks, WireType wire,
                                                        MemoryStore& store) {
   std::vector<std::unique_ptr<RingAllReduce>> rings(ranks);
   std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(ranks));
   std::vector<Status> errors(ranks);
   for (int r = 0; r < ranks; ++r) {
     threads.emplace_back([&, r] {
@@ -102,6 +103,7 @@ std::vector<std::vector<float>> SumAll(std::vector<std::unique_ptr<RingAllReduce
   std::vector<std::vector<float>> data(ranks, std::vector<float>(count));
   statuses->assign(ranks, Status::Ok());
   std::vector<std::thread> threads;
+  threads.reserve(static_cast<size_t>(ranks));
   for (int r = 0; r < ranks; ++r) {
     for (size_t i = 0; i < count; ++i) data[r][i] = Noise(r, i);
     threads.emplace_back([&, r] {
@@ -218,8 +220,8 @@ TEST(RingAllReduce, AConnectionWithoutThePreviousRanksTokenIsRefused) {
   std::thread t0([&] {
     auto r =
         RingAllReduce::Connect(store, 0, 2, "127.0.0.1", WireType::kFloat32, milliseconds(10000));
-    if (r.ok()) rank0 = std::move(r).value();
     status0 = r.ok() ? Status::Ok() : r.status();
+    if (r.ok()) rank0 = std::move(r).value();
   });
   ASSERT_TRUE(store.Wait({"ring/0"}, milliseconds(5000)).ok());
   const std::string published = *store.Get("ring/0");
