@@ -9,7 +9,7 @@
 //   gloo    ConnectGloo's AllReduceSum over Gloo's own all-reduce
 //   tcp     the limit of loopback TCP: each of 2 processes sends and receives at once the
 //           bytes one ring rank sends and receives per all-reduce (2 (N-1)/N of the buffer),
-//           without reducing anything
+//           on the ring's two connections, without reducing anything
 //   memcpy  the limit of memory: one copy of the buffer, in one process
 //
 // Prints one JSON line from rank 0: median, mean, p10 and p90 milliseconds per call, and the
@@ -131,52 +131,52 @@ int RunCommunicator(const Flags& f, const std::vector<std::string>& workers, int
       });
 }
 
-// Both ranks send and receive `bytes` at once over one loopback connection, each call moving
-// as much as the kernel takes; nothing is reduced.
-int RunTcp(const Flags& f, int port, int rank) {
+// The ring's connections without the ring: each of 2 ranks sends the bytes one ring rank
+// sends per all-reduce on its connection to the other, and receives as many on the other's
+// connection to it, both at once, each call moving as much as the kernel takes; nothing is
+// reduced.
+int RunTcp(const Flags& f, const std::vector<int>& ports, int rank) {
   tj::EventLog log;
-  tj::cluster::Socket s;
   const auto deadline = tj::cluster::DeadlineIn(std::chrono::milliseconds(20000));
-  if (rank == 0) {
-    auto listener = tj::cluster::ListenTcp("127.0.0.1", port);
-    if (!listener.ok()) return log.Error(listener.status().message()), 2;
-    auto a = tj::cluster::AcceptTcp(*listener, deadline);
-    if (!a.ok() || !a->valid()) return log.Error("no connection from rank 1"), 2;
-    s = std::move(a).value();
-  } else {
-    while (true) {
-      auto c = tj::cluster::ConnectTcp("127.0.0.1", port, deadline);
-      if (c.ok()) {
-        s = std::move(c).value();
-        break;
-      }
-      if (std::chrono::steady_clock::now() > deadline) return log.Error(c.status().message()), 2;
-      ::usleep(10000);
+  auto listener = tj::cluster::ListenTcp("127.0.0.1", ports[rank]);
+  if (!listener.ok()) return log.Error(listener.status().message()), 2;
+  tj::cluster::Socket out, in;
+  while (true) {
+    auto c = tj::cluster::ConnectTcp("127.0.0.1", ports[1 - rank], deadline);
+    if (c.ok()) {
+      out = std::move(c).value();
+      break;
     }
+    if (std::chrono::steady_clock::now() > deadline) return log.Error(c.status().message()), 2;
+    ::usleep(10000);
   }
+  auto a = tj::cluster::AcceptTcp(*listener, deadline);
+  if (!a.ok() || !a->valid()) return log.Error("no connection from the other rank"), 2;
+  in = std::move(a).value();
   int one = 1;
-  setsockopt(s.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  setsockopt(out.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   const size_t bytes = 2 * (f.count / 2) * 4;
-  std::vector<uint8_t> out(bytes, 1), in(bytes);
+  std::vector<uint8_t> send_buf(bytes, 1), recv_buf(bytes);
   return Measure(f, rank, bytes, [&](int) {
     size_t sent = 0, got = 0;
     while (sent < bytes || got < bytes) {
       bool moved = false;
       if (sent < bytes) {
-        ssize_t n = ::send(s.fd(), out.data() + sent, bytes - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+        ssize_t n =
+            ::send(out.fd(), send_buf.data() + sent, bytes - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) sent += static_cast<size_t>(n), moved = true;
         if (n < 0 && errno != EAGAIN) return false;
       }
       if (got < bytes) {
-        ssize_t n = ::recv(s.fd(), in.data() + got, bytes - got, MSG_DONTWAIT);
+        ssize_t n = ::recv(in.fd(), recv_buf.data() + got, bytes - got, MSG_DONTWAIT);
         if (n == 0) return false;
         if (n > 0) got += static_cast<size_t>(n), moved = true;
         if (n < 0 && errno != EAGAIN) return false;
       }
       if (!moved) {
-        pollfd p{s.fd(),
-                 static_cast<short>((got < bytes ? POLLIN : 0) | (sent < bytes ? POLLOUT : 0)), 0};
-        ::poll(&p, 1, 1000);
+        pollfd p[2] = {{in.fd(), static_cast<short>(got < bytes ? POLLIN : 0), 0},
+                       {out.fd(), static_cast<short>(sent < bytes ? POLLOUT : 0), 0}};
+        ::poll(p, 2, 1000);
       }
     }
     return true;
@@ -213,9 +213,9 @@ int main(int argc, char** argv) {
   for (int r = 0; r < f.ranks; ++r) {
     workers.push_back("127.0.0.1:" + std::to_string(tj::testing::FreePort()));
   }
-  const int tcp_port = tj::testing::FreePort();
+  const std::vector<int> tcp_ports{tj::testing::FreePort(), tj::testing::FreePort()};
   auto run = [&](int rank) {
-    return f.algorithm == "tcp" ? RunTcp(f, tcp_port, rank) : RunCommunicator(f, workers, rank);
+    return f.algorithm == "tcp" ? RunTcp(f, tcp_ports, rank) : RunCommunicator(f, workers, rank);
   };
   std::vector<pid_t> children;
   for (int r = 1; r < f.ranks; ++r) {

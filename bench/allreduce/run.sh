@@ -29,7 +29,7 @@ tmp, rounds, load = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 model = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
 model = next((l.split(":", 1)[1].strip() for l in model.splitlines() if l.startswith("Model name")), "?")
 rows = [("memcpy", "limit: one memcpy of the buffer (1 process)"),
-        ("tcp", "limit: loopback TCP, the ring's bytes each way at once"),
+        ("tcp", "limit: loopback TCP, the ring's bytes on its two connections at once"),
         ("ring", "tj ring, float32 (the trainer's default)"),
         ("bf16", "tj ring, bfloat16 on the wire"),
         ("gloo", "tj communicator, Gloo's own all-reduce"),
@@ -44,7 +44,7 @@ print("- Command: `bash bench/allreduce/run.sh` (tj-bench-allreduce and torch_al
 print(f"- {rounds} interleaved rounds; each cell: the median over rounds of each round's median "
       "(p10 / p90 of the middle round in brackets); times per call as rank 0 sees them")
 print("- vs TCP limit: the median over the loopback TCP limit's, which moves the same bytes "
-      "(1.39 MB each way) and sums nothing\n")
+      "(1.39 MB out and in per rank, on two connections as the ring uses) and sums nothing\n")
 print("| what | median ms | p10 / p90 ms | per-round medians ms | vs TCP limit |")
 print("|---|---:|---:|---|---:|")
 for k, label in rows:

@@ -95,7 +95,7 @@ torch_ips=$(field epoch_end images_per_sec <"$tmp/torch.1.w0")
   echo
   echo "The float32 ring and Gloo sum the same two values per element (a + b), so their weights"
   echo "are bitwise equal; the 1-process run sums the 128 images' gradients in another order,"
-  echo "so its weights differ within summation order (see docs/trainer.md, \"Scaling\")."
+  echo "so its weights differ within summation order (see docs/trainer.md, \"The all-reduce\")."
   echo
   echo '```'
   for n in 1x2 ring bf16 gloo; do grep train_end "$(median_round $n)"; done

@@ -21,14 +21,18 @@ loopback bandwidth from bench/allreduce's "tcp limit" row).
       --loopback-gbps 13 --measured-ring-ms 1.0
 """
 import argparse
+import math
 
 FLOATS = 347_148  # the fused gradient buffer: 347,146 weights + 2 metrics
 
 
-def allreduce_ms(p, wire_bytes, gbps, latency_us, add_ns):
+def allreduce_ms(p, wire_bytes, gbps, latency_us, add_ns, halving_doubling=False):
     if p == 1:
         return 0.0
-    hops = 2 * (p - 1) * latency_us / 1e3
+    # The ring pays the hop latency 2 (p - 1) times; recursive halving-doubling (Rabenseifner:
+    # the same bytes, exchanged with partners at distance 1, 2, 4, ...) 2 log2(p) times.
+    steps = 2 * math.ceil(math.log2(p)) if halving_doubling else 2 * (p - 1)
+    hops = steps * latency_us / 1e3
     transfer = 2 * (p - 1) / p * FLOATS * wire_bytes * 8 / (gbps * 1e9) * 1e3
     sums = (p - 1) / p * FLOATS * add_ns / 1e6
     return hops + transfer + sums
@@ -46,14 +50,17 @@ def main():
 
     print(f"compute {args.compute_ms} ms per step of {args.batch} images per worker; "
           f"latency {args.latency_us} us per hop; {FLOATS:,} floats\n")
-    for wire, nbytes in (("float32", 4), ("bfloat16", 2)):
-        print(f"### {wire} on the wire\n")
+    for wire, nbytes, hd in (("float32", 4, False), ("bfloat16", 2, False), ("float32", 4, True)):
+        title = f"{wire} on the wire" + (
+            ", recursive halving-doubling instead of the ring (not implemented: what it would give)"
+            if hd else ", the ring")
+        print(f"### {title}\n")
         print("| workers | " + " | ".join(f"{g} Gb/s: all-reduce ms, efficiency" for g in (10, 25, 100)) + " |")
         print("|---:|" + "---:|" * 3)
         for p in (2, 4, 8, 16, 32, 64):
             cells = []
             for g in (10, 25, 100):
-                ar = allreduce_ms(p, nbytes, g, args.latency_us, args.add_ns)
+                ar = allreduce_ms(p, nbytes, g, args.latency_us, args.add_ns, hd)
                 eff = args.compute_ms / (args.compute_ms + ar)
                 ips = p * args.batch / ((args.compute_ms + ar) / 1e3)
                 cells.append(f"{ar:.2f} ms, {100 * eff:.0f}% ({ips:,.0f} img/s)")
