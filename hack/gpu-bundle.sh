@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Builds what a lent GPU machine needs to validate and benchmark the GPU backend, and puts it in
-# .gpu-bundle/ (git-ignored) for the device tool's `carry`:
+# Builds what a machine with an NVIDIA GPU needs to validate and benchmark the GPU backend,
+# and puts it in .gpu-bundle/ (git-ignored, small enough to copy to another machine):
 #   bin/   tj-trainer and the gpu-labelled test binaries (sm_80, sm_90 + PTX; -DTJ_NATIVE=OFF:
 #          x86-64-v3 host code, so they run on the device's CPU)
 #   lib/   every shared library they need that is not glibc, the NVIDIA driver or a CUDA
-#          library: the device image has CUDA 13 (nvcc) and PyTorch's nvidia-* wheels, which
-#          provide libcudart, libcublas(Lt) and libnccl (libcublasLt alone is ~500 MB: too big
-#          to carry under the tool's 64 MiB limit)
-#   data/  the Fashion-MNIST files (the device has no internet and no /usr/share/datasets)
-# Then hack/gpu-check.sh runs everything there. See docs/trainer.md, "Validating on a lent GPU".
+#          library: the GPU machine's CUDA 13 toolkit (or PyTorch's nvidia-* wheels) provides
+#          libcudart, libcublas(Lt) and libnccl (libcublasLt alone is ~500 MB)
+#   data/  the Fashion-MNIST files (for a machine without /usr/share/datasets)
+# Then hack/gpu-check.sh runs everything there. See docs/trainer.md, "Verifying on a machine
+# with an NVIDIA GPU".
 #   bash hack/gpu-bundle.sh            # BUILD_DIR=build-gpu-bundle JOBS=2
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
-# The one command to run ON a lent GPU machine, over the bundle hack/gpu-bundle.sh made here
-# (carried as .gpu-bundle): the gpu-labelled tests, two tj-trainer processes on two GPUs when
+# The one command to run on a machine with an NVIDIA GPU, over the bundle hack/gpu-bundle.sh
+# made (.gpu-bundle): the gpu-labelled tests, two tj-trainer processes on two GPUs when
 # there are two, and the benchmark (bench/train_gpu/run.sh). Everything it reports goes to
-# $OUT (the device tool brings that folder back): env.txt, tests.log, bench.log, RESULTS.md.
+# $OUT: env.txt, tests.log, bench.log, RESULTS.md.
 #   bash hack/gpu-check.sh [all|tests|bench]
-# The tool brings back at most 8 files: the four reports lie in $OUT, every raw log in
-# $OUT/logs.tar.gz. Without a GPU it says so and the tests skip (each names why); the bench
-# is not run.
+# The four reports lie in $OUT, every raw log in $OUT/logs.tar.gz. Without a GPU it says so
+# and the tests skip (each names why); the bench is not run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 WHAT=${1:-all}

@@ -8,7 +8,7 @@
 #   bash bench/train_gpu/run.sh
 # Environment: TRAINER (tj-trainer), DATA_DIR, TJ_LIBRARY_PATH (LD_LIBRARY_PATH for
 # tj-trainer only, e.g. the carried bundle's; PyTorch keeps its own), PYTHON, EPOCHS.
-# On a lent GPU machine use hack/gpu-check.sh, which sets all of these.
+# On a machine with an NVIDIA GPU, hack/gpu-check.sh sets all of these.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 TRAINER=${TRAINER:-build/bin/tj-trainer}

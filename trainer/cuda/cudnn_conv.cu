@@ -5,6 +5,8 @@
 
 #include "trainer/cuda/cuda_check.h"
 #include "trainer/cuda/cudnn_conv.h"
+#include "trainer/cuda/kernel_math.h"
+#include "trainer/cuda/launch_geometry.h"
 #include "trainer/nn/model.h"
 
 namespace tj::cuda {
@@ -32,11 +34,11 @@ __global__ void GatherImages(const float* images, const uint32_t* index, int row
 // Our kernel [k = ky*3+kx][c] to cuDNN's KCRS [c][k] (one input channel), and back.
 __global__ void KernelToKcrs(const float* ours, float* kcrs) {
   const int t = threadIdx.x;
-  if (t < 9 * kConvChannels) kcrs[t] = ours[(t % 9) * kConvChannels + t / 9];
+  if (t < 9 * kConvChannels) kcrs[t] = ours[math::KcrsSourceOfOurs(t)];
 }
 __global__ void KernelFromKcrs(const float* kcrs, float* ours) {
   const int t = threadIdx.x;
-  if (t < 9 * kConvChannels) ours[t] = kcrs[(t % kConvChannels) * 9 + t / kConvChannels];
+  if (t < 9 * kConvChannels) ours[t] = kcrs[math::OursSourceOfKcrs(t)];
 }
 
 // From the conv output y [rows][32][26][26]: + bias, 2x2 max-pool (first maximum wins, as in
@@ -47,19 +49,8 @@ __global__ void BiasPoolRelu(const float* y, const float* bias, int rows, float*
   if (i >= size_t(rows) * kFlat) return;
   const size_t r = i / kFlat;
   const int o = static_cast<int>(i % kFlat), c = o % kConvChannels, cell = o / kConvChannels;
-  const int py = cell / kPoolOut, px = cell % kPoolOut;
-  const float* plane = y + (r * kConvChannels + c) * kConvOutPixels;
-  float best = 0.0f;
-  int arg = 0;
-  for (int d = 0; d < 4; ++d) {
-    const float a = plane[(2 * py + (d >> 1)) * kConvOut + 2 * px + (d & 1)] + bias[c];
-    if (d == 0 || a > best) {
-      best = a;
-      arg = d;
-    }
-  }
-  pooled[i] = best > 0.0f ? best : 0.0f;
-  argmax[i] = static_cast<uint8_t>(arg);
+  math::BiasPoolReluOutput(y + (r * kConvChannels + c) * kConvOutPixels, bias[c], cell, &pooled[i],
+                           &argmax[i]);
 }
 
 // dy [rows][32][26][26]: the pooled gradient at each window's winner where the ReLU passed it,
@@ -72,13 +63,8 @@ __global__ void PoolReluBackward(const float* pooled, const uint8_t* argmax, con
   const size_t plane = i / kConvOutPixels;
   const int c = static_cast<int>(plane % kConvChannels);
   const size_t r = plane / kConvChannels;
-  const int oy = pixel / kConvOut, ox = pixel % kConvOut;
-  float g = 0.0f;
-  if (oy < 2 * kPoolOut && ox < 2 * kPoolOut) {
-    const size_t at = r * kFlat + ((oy / 2) * kPoolOut + ox / 2) * kConvChannels + c;
-    if (argmax[at] == (oy & 1) * 2 + (ox & 1) && pooled[at] > 0.0f) g = dpooled[at];
-  }
-  dy[i] = g;
+  dy[i] = math::PoolReluBackwardPixel(pooled + r * kFlat, argmax + r * kFlat, dpooled + r * kFlat,
+                                      c, pixel / kConvOut, pixel % kConvOut);
 }
 
 class CudnnConvImpl final : public CudnnConv {
@@ -128,14 +114,16 @@ class CudnnConvImpl final : public CudnnConv {
                  const float* bias, float* pooled, uint8_t* argmax) override {
     TJ_RETURN_IF_ERROR(SetRows(rows));
     const size_t pixels = size_t(rows) * kInputPixels;
-    GatherImages<<<(pixels + 255) / 256, 256, 0, stream_>>>(images, index, rows, x());
-    KernelToKcrs<<<1, 9 * kConvChannels, 0, stream_>>>(kernel, kcrs());
+    const LaunchShape gather = Elementwise(pixels);
+    GatherImages<<<gather.grid, gather.block, 0, stream_>>>(images, index, rows, x());
+    KernelToKcrs<<<FilterElements().grid, FilterElements().block, 0, stream_>>>(kernel, kcrs());
     const float one = 1.0f, zero = 0.0f;
     TJ_CUDNN(cudnnConvolutionForward(handle_, &one, x_desc_, x(), filter_, kcrs(), conv_,
                                      kForwardAlgo, workspace_, workspace_bytes_, &zero, y_desc_,
                                      y()));
     const size_t outputs = size_t(rows) * kFlat;
-    BiasPoolRelu<<<(outputs + 255) / 256, 256, 0, stream_>>>(y(), bias, rows, pooled, argmax);
+    const LaunchShape pool = Elementwise(outputs);
+    BiasPoolRelu<<<pool.grid, pool.block, 0, stream_>>>(y(), bias, rows, pooled, argmax);
     TJ_CUDA(cudaGetLastError());
     return Status::Ok();
   }
@@ -144,12 +132,13 @@ class CudnnConvImpl final : public CudnnConv {
                         float* dconv) override {
     TJ_RETURN_IF_ERROR(SetRows(rows));
     const size_t cells = size_t(rows) * kConvChannels * kConvOutPixels;
-    PoolReluBackward<<<(cells + 255) / 256, 256, 0, stream_>>>(pooled, argmax, dpooled, rows, y());
+    const LaunchShape back = Elementwise(cells);
+    PoolReluBackward<<<back.grid, back.block, 0, stream_>>>(pooled, argmax, dpooled, rows, y());
     const float one = 1.0f, zero = 0.0f;
     TJ_CUDNN(cudnnConvolutionBackwardFilter(handle_, &one, x_desc_, x(), y_desc_, y(), conv_,
                                             kFilterAlgo, workspace_, workspace_bytes_, &zero,
                                             filter_, dkcrs()));
-    KernelFromKcrs<<<1, 9 * kConvChannels, 0, stream_>>>(dkcrs(), dconv);
+    KernelFromKcrs<<<FilterElements().grid, FilterElements().block, 0, stream_>>>(dkcrs(), dconv);
     // The bias gradient: our layout's 32 floats after the kernel's 288.
     TJ_CUDNN(cudnnConvolutionBackwardBias(handle_, &one, y_desc_, y(), &zero, bias_desc_,
                                           dconv + 9 * kConvChannels));

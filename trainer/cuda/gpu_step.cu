@@ -7,6 +7,8 @@
 
 #include "trainer/cuda/cuda_check.h"
 #include "trainer/cuda/gpu_step.h"
+#include "trainer/cuda/kernel_math.h"
+#include "trainer/cuda/launch_geometry.h"
 #include "trainer/nn/model.h"
 #ifdef TJ_HAVE_CUDNN
 #include "trainer/cuda/cudnn_conv.h"
@@ -31,7 +33,9 @@ constexpr float kEpsilon = 1e-7f;
   TJ_CHECK_LIBRARY_CALL("cuBLAS", cublasStatus_t, CUBLAS_STATUS_SUCCESS, cublasGetStatusString, \
                         call)
 
-// ---- Kernels. Sums run in a fixed order (no atomics), so results are deterministic.
+// ---- Kernels. Sums run in a fixed order (no atomics), so results are deterministic. Each
+// maps its threads to elements and calls the element's math in kernel_math.h (which the CPU
+// unit tests run); the launches take their shapes from launch_geometry.h.
 
 // One block per image: conv 3x3 (32 channels) + bias + ReLU + 2x2 max-pool, as the CPU kernel.
 __global__ void ConvReluPoolForward(const float* images, const uint32_t* index, const float* w,
@@ -46,22 +50,8 @@ __global__ void ConvReluPoolForward(const float* images, const uint32_t* index, 
   if (threadIdx.x < 32) sb[threadIdx.x] = b[threadIdx.x];
   __syncthreads();
   for (int o = threadIdx.x; o < kFlat; o += blockDim.x) {
-    const int c = o & 31, cell = o >> 5, py = cell / 13, px = cell % 13;
-    float best = 0.0f;
-    int arg = 0;
-    for (int d = 0; d < 4; ++d) {
-      const int oy = 2 * py + (d >> 1), ox = 2 * px + (d & 1);
-      float a = sb[c];
-      for (int ky = 0; ky < 3; ++ky)
-        for (int kx = 0; kx < 3; ++kx)
-          a = fmaf(img[(oy + ky) * 28 + ox + kx], sw[(ky * 3 + kx) * 32 + c], a);
-      if (d == 0 || a > best) {
-        best = a;
-        arg = d;
-      }
-    }
-    pooled[static_cast<size_t>(r) * kFlat + o] = best > 0.0f ? best : 0.0f;
-    argmax[static_cast<size_t>(r) * kFlat + o] = static_cast<uint8_t>(arg);
+    const size_t at = static_cast<size_t>(r) * kFlat + o;
+    math::ConvPoolOutput(img, sw, sb, o, &pooled[at], &argmax[at]);
   }
 }
 
@@ -69,8 +59,7 @@ __global__ void ConvReluPoolForward(const float* images, const uint32_t* index, 
 __global__ void BiasRelu(float* hidden, const float* bias, int rows) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= rows * kHidden) return;
-  const float y = hidden[i] + bias[i % kHidden];
-  hidden[i] = y > 0.0f ? y : 0.0f;
+  hidden[i] = math::BiasRelu(hidden[i], bias[i % kHidden]);
 }
 
 // One block of 64 threads per row: dense2, softmax cross-entropy, dlogits, dhidden.
@@ -83,33 +72,14 @@ __global__ void Head(const float* hidden, const float* w2, const float* b2, cons
   const int r = blockIdx.x, j = threadIdx.x;
   h[j] = hidden[r * kHidden + j];
   __syncthreads();
-  if (j < kClasses) {
-    float a = 0.0f;
-    for (int k = 0; k < kHidden; ++k) a = fmaf(h[k], w2[j * kHidden + k], a);
-    z[j] = a + b2[j];
-  }
+  if (j < kClasses) z[j] = math::Logit(h, w2, b2, j);
   __syncthreads();
   if (j == 0) {
-    const int label = labels[index[r]];
-    int best = 0;
-    for (int i = 1; i < kClasses; ++i)
-      if (z[i] > z[best]) best = i;
-    const double m = z[best];
-    double sum = 0.0;
-    for (int i = 0; i < kClasses; ++i) sum += exp(double(z[i]) - m);
-    const double lse = m + log(sum);
-    for (int i = 0; i < kClasses; ++i) {
-      const double p = exp(double(z[i]) - lse);
-      dz[i] = static_cast<float>((p - (i == label ? 1.0 : 0.0)) * scale);
-      dlogits[r * kClasses + i] = dz[i];
-    }
-    row_loss[r] = lse - z[label];
-    row_correct[r] = best == label;
+    row_loss[r] = math::SoftmaxCrossEntropy(z, labels[index[r]], scale, dz, &row_correct[r]);
+    for (int i = 0; i < kClasses; ++i) dlogits[r * kClasses + i] = dz[i];
   }
   __syncthreads();
-  float g = 0.0f;
-  for (int o = 0; o < kClasses; ++o) g = fmaf(dz[o], w2[o * kHidden + j], g);
-  dhidden[r * kHidden + j] = h[j] > 0.0f ? g : 0.0f;
+  dhidden[r * kHidden + j] = math::HiddenGradient(h, dz, w2, j);
 }
 
 // One block per output channel c: the conv kernel and bias gradients of channel c, summed
@@ -117,22 +87,15 @@ __global__ void Head(const float* hidden, const float* w2, const float* b2, cons
 __global__ void ConvBackwardParams(const float* images, const uint32_t* index, const float* pooled,
                                    const uint8_t* argmax, const float* dpooled, int rows,
                                    float* dconv) {
-  constexpr int kThreads = 256;
+  constexpr int kThreads = kConvBackwardThreads;
   __shared__ float partial[10][kThreads];
   const int c = blockIdx.x;
   float acc[10] = {};
   for (int i = threadIdx.x; i < rows * 169; i += kThreads) {
     const int r = i / 169, cell = i % 169;
     const size_t at = static_cast<size_t>(r) * kFlat + cell * 32 + c;
-    if (!(pooled[at] > 0.0f)) continue;
-    const float g = dpooled[at];
-    const int d = argmax[at], py = cell / 13, px = cell % 13;
-    const int oy = 2 * py + (d >> 1), ox = 2 * px + (d & 1);
-    const float* img = images + static_cast<size_t>(index[r]) * kInputPixels;
-    for (int ky = 0; ky < 3; ++ky)
-      for (int kx = 0; kx < 3; ++kx)
-        acc[ky * 3 + kx] = fmaf(img[(oy + ky) * 28 + ox + kx], g, acc[ky * 3 + kx]);
-    acc[9] += g;
+    math::ConvBackwardCell(images + static_cast<size_t>(index[r]) * kInputPixels, pooled[at],
+                           dpooled[at], argmax[at], cell, acc);
   }
   for (int t = 0; t < 10; ++t) partial[t][threadIdx.x] = acc[t];
   __syncthreads();
@@ -149,21 +112,10 @@ __global__ void ConvBackwardParams(const float* images, const uint32_t* index, c
 __global__ void SmallGradients(const float* hidden, const float* dlogits, const float* dhidden,
                                int rows, float* grad) {
   const int t = blockIdx.x * blockDim.x + threadIdx.x;
-  if (t < kHidden) {
-    float s = 0.0f;
-    for (int r = 0; r < rows; ++r) s += dhidden[r * kHidden + t];
-    grad[Layout::kDense1Bias + t] = s;
-  } else if (t < kHidden + kClasses * kHidden) {
-    const int i = t - kHidden, o = i / kHidden, j = i % kHidden;
-    float s = 0.0f;
-    for (int r = 0; r < rows; ++r) s = fmaf(dlogits[r * kClasses + o], hidden[r * kHidden + j], s);
-    grad[Layout::kDense2Kernel + i] = s;
-  } else if (t < kHidden + kClasses * kHidden + kClasses) {
-    const int o = t - kHidden - kClasses * kHidden;
-    float s = 0.0f;
-    for (int r = 0; r < rows; ++r) s += dlogits[r * kClasses + o];
-    grad[Layout::kDense2Bias + o] = s;
-  }
+  if (t >= math::kSmallGradients) return;
+  size_t offset = 0;
+  const float g = math::SmallGradient(t, hidden, dlogits, dhidden, rows, &offset);
+  grad[offset] = g;
 }
 
 // index[r] = order[*slice + r]: the step's rows, read from the device-resident epoch order at
@@ -195,8 +147,7 @@ __global__ void AdvanceStep(const float* tail, const double* learning_rate, doub
   sums[0] += tail[0];
   sums[1] += tail[1];
   const double t = static_cast<double>(++*iterations);
-  *alpha = static_cast<float>(*learning_rate * sqrt(1.0 - pow(double(kBeta2), t)) /
-                              (1.0 - pow(double(kBeta1), t)));
+  *alpha = math::AdamStepSize(*learning_rate, t, kBeta1, kBeta2);
   *slice += slice_stride;
 }
 
@@ -204,11 +155,7 @@ __global__ void Adam(float* w, const float* g, float* m, float* v, int n, const 
                      float one_minus_b1, float one_minus_b2, float eps) {
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  const float a = *alpha;
-  const float gi = g[i];
-  m[i] += (gi - m[i]) * one_minus_b1;
-  v[i] += (gi * gi - v[i]) * one_minus_b2;
-  w[i] -= a * m[i] / (sqrtf(v[i]) + eps);
+  math::AdamUpdate(&w[i], g[i], &m[i], &v[i], *alpha, one_minus_b1, one_minus_b2, eps);
 }
 
 // A captured CUDA graph, instantiated; replayed with Launch().
@@ -400,9 +347,11 @@ class GpuStepImpl final : public GpuStep {
   Status EnqueueGradients(float scale) override {
     if (order_count_ == 0) return Status::Error("GPU backend: EnqueueGradients before BeginEpoch");
     auto enqueue = [&]() -> Status {
-      GatherSlice<<<(max_rows_ + 255) / 256, 256, 0, stream_>>>(order_, slice_, max_rows_, index_);
+      const LaunchShape gather = Elementwise(max_rows_);
+      GatherSlice<<<gather.grid, gather.block, 0, stream_>>>(order_, slice_, max_rows_, index_);
       TJ_RETURN_IF_ERROR(EnqueueForwardBackward(max_rows_, scale));
-      BatchTail<<<1, 1, 0, stream_>>>(row_loss_, row_correct_, max_rows_, grad_ + Layout::kCount);
+      BatchTail<<<OneThread().grid, OneThread().block, 0, stream_>>>(
+          row_loss_, row_correct_, max_rows_, grad_ + Layout::kCount);
       TJ_CUDA(cudaGetLastError());
       return Status::Ok();
     };
@@ -447,7 +396,8 @@ class GpuStepImpl final : public GpuStep {
     }
     TJ_RETURN_IF_ERROR(Upload(index_, index, size_t(rows)));
     TJ_RETURN_IF_ERROR(EnqueueForwardBackward(rows, scale));
-    BatchTail<<<1, 1, 0, stream_>>>(row_loss_, row_correct_, rows, grad_ + Layout::kCount);
+    BatchTail<<<OneThread().grid, OneThread().block, 0, stream_>>>(row_loss_, row_correct_, rows,
+                                                                   grad_ + Layout::kCount);
     TJ_CUDA(cudaGetLastError());
     std::vector<double> host_loss(rows);
     std::vector<int> host_correct(rows);
@@ -482,19 +432,21 @@ class GpuStepImpl final : public GpuStep {
     } else
 #endif
     {
-      ConvReluPoolForward<<<rows, 256, 0, stream_>>>(images_, index_, p + Layout::kConvKernel,
-                                                     p + Layout::kConvBias, pooled_, argmax_);
+      const LaunchShape conv = ConvForwardPerImage(rows);
+      ConvReluPoolForward<<<conv.grid, conv.block, 0, stream_>>>(
+          images_, index_, p + Layout::kConvKernel, p + Layout::kConvBias, pooled_, argmax_);
     }
     const float one = 1.0f, zero = 0.0f;
     // hidden (col-major 64 x rows) = W1 (row-major 64 x 5408, i.e. col-major 5408 x 64)^T . pooled
     TJ_CUBLAS(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, kHidden, rows, kFlat, &one,
                           p + Layout::kDense1Kernel, kFlat, pooled_, kFlat, &zero, hidden_,
                           kHidden));
-    BiasRelu<<<(rows * kHidden + 255) / 256, 256, 0, stream_>>>(hidden_, p + Layout::kDense1Bias,
-                                                                rows);
-    Head<<<rows, kHidden, 0, stream_>>>(hidden_, p + Layout::kDense2Kernel, p + Layout::kDense2Bias,
-                                        labels_, index_, scale, dlogits_, dhidden_, row_loss_,
-                                        row_correct_);
+    const LaunchShape bias = Elementwise(static_cast<size_t>(rows) * kHidden);
+    BiasRelu<<<bias.grid, bias.block, 0, stream_>>>(hidden_, p + Layout::kDense1Bias, rows);
+    const LaunchShape head = HeadPerRow(rows);
+    Head<<<head.grid, head.block, 0, stream_>>>(hidden_, p + Layout::kDense2Kernel,
+                                                p + Layout::kDense2Bias, labels_, index_, scale,
+                                                dlogits_, dhidden_, row_loss_, row_correct_);
     // dpooled (col-major 5408 x rows) = W1 (col-major 5408 x 64) . dhidden (64 x rows)
     TJ_CUBLAS(cublasSgemm(blas_, CUBLAS_OP_N, CUBLAS_OP_N, kFlat, rows, kHidden, &one,
                           p + Layout::kDense1Kernel, kFlat, dhidden_, kHidden, &zero, dpooled_,
@@ -509,22 +461,24 @@ class GpuStepImpl final : public GpuStep {
     } else
 #endif
     {
-      ConvBackwardParams<<<32, 256, 0, stream_>>>(images_, index_, pooled_, argmax_, dpooled_, rows,
-                                                  grad_ + Layout::kConvKernel);
+      const LaunchShape dconv = ConvBackwardPerChannel();
+      ConvBackwardParams<<<dconv.grid, dconv.block, 0, stream_>>>(
+          images_, index_, pooled_, argmax_, dpooled_, rows, grad_ + Layout::kConvKernel);
     }
-    const int small = kHidden + kClasses * kHidden + kClasses;
-    SmallGradients<<<(small + 255) / 256, 256, 0, stream_>>>(hidden_, dlogits_, dhidden_, rows,
-                                                             grad_);
+    const LaunchShape small = Elementwise(math::kSmallGradients);
+    SmallGradients<<<small.grid, small.block, 0, stream_>>>(hidden_, dlogits_, dhidden_, rows,
+                                                            grad_);
     TJ_CUDA(cudaGetLastError());
     return Status::Ok();
   }
 
   Status EnqueueAdvanceAndAdam() {
-    AdvanceStep<<<1, 1, 0, stream_>>>(grad_ + Layout::kCount, learning_rate_, sums_, iterations_,
-                                      alpha_, slice_, slice_stride_);
+    AdvanceStep<<<OneThread().grid, OneThread().block, 0, stream_>>>(
+        grad_ + Layout::kCount, learning_rate_, sums_, iterations_, alpha_, slice_, slice_stride_);
     const int n = static_cast<int>(Layout::kCount);
-    Adam<<<(n + 255) / 256, 256, 0, stream_>>>(params_, grad_, m_, v_, n, alpha_, 1.0f - kBeta1,
-                                               1.0f - kBeta2, kEpsilon);
+    const LaunchShape adam = Elementwise(static_cast<size_t>(n));
+    Adam<<<adam.grid, adam.block, 0, stream_>>>(params_, grad_, m_, v_, n, alpha_, 1.0f - kBeta1,
+                                                1.0f - kBeta2, kEpsilon);
     TJ_CUDA(cudaGetLastError());
     return Status::Ok();
   }
