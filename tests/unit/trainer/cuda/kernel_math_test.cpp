@@ -93,7 +93,8 @@ class KernelMath : public ::testing::Test {
     argmax_.resize(size_t{kRows} * kFlat);
     for (int r = 0; r < kRows; ++r) {
       nn::cpu::ConvReluPoolForward(Image(r), P(Layout::kConvKernel), P(Layout::kConvBias),
-                                   &pooled_[static_cast<size_t>(r) * kFlat], &argmax_[static_cast<size_t>(r) * kFlat]);
+                                   &pooled_[static_cast<size_t>(r) * kFlat],
+                                   &argmax_[static_cast<size_t>(r) * kFlat]);
     }
     std::vector<float> zero(kHidden, 0.0f);
     pre_hidden_.resize(kRows * kHidden);  // cuBLAS's product, before the bias and ReLU
@@ -199,7 +200,8 @@ TEST_F(KernelMath, PoolReluBackwardRoutesEachGradientToItsWinner) {
         const float want = pooled_[at] > 0.0f ? dpooled_[at] : 0.0f;
         for (int d = 0; d < 4; ++d) {
           const int oy = 2 * (cell / kPoolOut) + d / 2, ox = 2 * (cell % kPoolOut) + d % 2;
-          const float got = dy[((static_cast<size_t>(r) * kConvChannels + c) * kConvOut + oy) * kConvOut + ox];
+          const float got =
+              dy[((static_cast<size_t>(r) * kConvChannels + c) * kConvOut + oy) * kConvOut + ox];
           ASSERT_EQ(got, d == argmax_[at] ? want : 0.0f) << "row " << r << " cell " << cell;
         }
       }
@@ -272,10 +274,12 @@ TEST_F(KernelMath, ConvBackwardMatchesTheCpuKernel) {
   for (int r = 0; r < kRows; ++r) {
     std::vector<float> masked(kFlat);
     for (int i = 0; i < kFlat; ++i) {
-      masked[i] = pooled_[static_cast<size_t>(r) * kFlat + i] > 0.0f ? dpooled_[static_cast<size_t>(r) * kFlat + i] : 0.0f;
+      masked[i] = pooled_[static_cast<size_t>(r) * kFlat + i] > 0.0f
+                      ? dpooled_[static_cast<size_t>(r) * kFlat + i]
+                      : 0.0f;
     }
-    nn::cpu::ConvBackwardParams(Image(r), &argmax_[static_cast<size_t>(r) * kFlat], masked.data(), one.data(),
-                                one.data() + 288);
+    nn::cpu::ConvBackwardParams(Image(r), &argmax_[static_cast<size_t>(r) * kFlat], masked.data(),
+                                one.data(), one.data() + 288);
     for (size_t i = 0; i < want.size(); ++i) want[i] += one[i];
   }
   for (size_t i = 0; i < want.size(); ++i) ASSERT_TRUE(Near(dconv[i], want[i], 1e-4f)) << i;
