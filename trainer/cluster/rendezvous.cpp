@@ -251,7 +251,7 @@ class RendezvousServer::Store final : public KeyValueStore {
 
   Status Set(const std::string& key, const std::string& value) override {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       map_[key] = value;
     }
     cv_.notify_all();
@@ -259,7 +259,7 @@ class RendezvousServer::Store final : public KeyValueStore {
   }
 
   StatusOr<std::string> Get(const std::string& key) override {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     auto it = map_.find(key);
     if (it == map_.end()) return Status::Error("rendezvous key \"" + key + "\" is not set");
     return it->second;
@@ -267,7 +267,7 @@ class RendezvousServer::Store final : public KeyValueStore {
 
   Status Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override {
     const auto deadline = std::chrono::steady_clock::now() + timeout;
-    std::unique_lock<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     while (true) {
       std::vector<std::string> missing;
       for (const auto& k : keys) {
@@ -291,9 +291,9 @@ class RendezvousServer::Store final : public KeyValueStore {
 
  private:
   const std::atomic<bool>* stop_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<std::string, std::string> map_;  // guarded by mu_
+  Mutex mu_;
+  std::condition_variable_any cv_;
+  std::map<std::string, std::string> map_ TJ_GUARDED_BY(mu_);
 };
 
 // ---- Server.
@@ -378,7 +378,7 @@ RendezvousServer::~RendezvousServer() {
   stop_.store(true);
   store_->WakeAll();
   if (loop_thread_.joinable()) loop_thread_.join();
-  std::lock_guard<std::mutex> lock(sessions_mu_);
+  MutexLock lock(sessions_mu_);
   for (Session& s : sessions_) s.socket.Shutdown();
   for (Session& s : sessions_) {
     if (s.thread.joinable()) s.thread.join();
@@ -388,13 +388,13 @@ RendezvousServer::~RendezvousServer() {
 KeyValueStore& RendezvousServer::local_store() { return *store_; }
 
 int RendezvousServer::session_count() {
-  std::lock_guard<std::mutex> lock(sessions_mu_);
+  MutexLock lock(sessions_mu_);
   return static_cast<int>(
       std::count_if(sessions_.begin(), sessions_.end(), [](const Session& s) { return !s.done; }));
 }
 
 void RendezvousServer::ReapFinished() {
-  std::lock_guard<std::mutex> lock(sessions_mu_);
+  MutexLock lock(sessions_mu_);
   for (auto it = sessions_.begin(); it != sessions_.end();) {
     if (it->done.load()) {
       it->thread.join();
@@ -574,7 +574,7 @@ bool RendezvousServer::Advance(Pending& p) {
     WarnUnauthenticated(who + ": refused: " + std::string(kWrongKeyReason) + "; connection closed");
     return true;
   }
-  std::lock_guard<std::mutex> lock(sessions_mu_);
+  MutexLock lock(sessions_mu_);
   if (static_cast<int>(sessions_.size()) >= options_.max_sessions) {
     SendRefusal(p.socket, "the chief has " + std::to_string(options_.max_sessions) +
                               " sessions open already; try again");
@@ -827,7 +827,7 @@ StatusOr<std::string> RendezvousClient::Exchange(const std::string& what,
 }
 
 Status RendezvousClient::Set(const std::string& key, const std::string& value) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const std::string what = "set \"" + key + "\"";
   Encoder req;
   req.U8(kSet).Str(key).Str(value);
@@ -840,7 +840,7 @@ Status RendezvousClient::Set(const std::string& key, const std::string& value) {
 }
 
 StatusOr<std::string> RendezvousClient::Get(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   const std::string what = "get \"" + key + "\"";
   Encoder req;
   req.U8(kGet).Str(key);
@@ -858,7 +858,7 @@ StatusOr<std::string> RendezvousClient::Get(const std::string& key) {
 
 Status RendezvousClient::Wait(const std::vector<std::string>& keys,
                               std::chrono::milliseconds timeout) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   Encoder req;
   req.U8(kWait).U32(static_cast<uint32_t>(keys.size()));
   for (const auto& k : keys) req.Str(k);

@@ -29,6 +29,7 @@
 #include "common/clock.h"
 #include "common/event_log.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "trainer/cluster/socket.h"
 
 namespace tj::cluster {
@@ -152,8 +153,8 @@ class RendezvousServer {
   std::atomic<int> pending_now_{0};
   std::chrono::steady_clock::time_point warn_window_start_{};  // loop thread only
   int warned_in_window_ = 0, suppressed_in_window_ = 0;        // loop thread only
-  std::mutex sessions_mu_;
-  std::list<Session> sessions_;  // guarded by sessions_mu_
+  Mutex sessions_mu_;
+  std::list<Session> sessions_ TJ_GUARDED_BY(sessions_mu_);
   std::thread loop_thread_;
 };
 
@@ -189,15 +190,15 @@ class RendezvousClient final : public KeyValueStore {
       : options_(o), socket_(std::move(socket)), session_key_(session_key) {}
   // Sends one request and reads its authenticated reply.
   StatusOr<std::string> Exchange(const std::string& what, const std::string& request,
-                                 Deadline deadline);
-  Status Fail(const std::string& what, const Status& status);
+                                 Deadline deadline) TJ_REQUIRES(mu_);
+  Status Fail(const std::string& what, const Status& status) TJ_REQUIRES(mu_);
 
   RendezvousClientOptions options_;
-  std::mutex mu_;
-  Socket socket_;          // guarded by mu_
-  Mac session_key_;        // guarded by mu_
-  uint64_t sent_ = 0;      // guarded by mu_: requests sent (the next one's sequence number)
-  uint64_t received_ = 0;  // guarded by mu_: replies received
+  Mutex mu_;
+  Socket socket_ TJ_GUARDED_BY(mu_);
+  Mac session_key_ TJ_GUARDED_BY(mu_);
+  uint64_t sent_ TJ_GUARDED_BY(mu_) = 0;      // requests sent (the next one's sequence number)
+  uint64_t received_ TJ_GUARDED_BY(mu_) = 0;  // replies received
 };
 
 // ---- One process's place in the rendezvous: the chief serves, everyone else connects.
