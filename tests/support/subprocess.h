@@ -124,17 +124,31 @@ class Subprocess {
   std::optional<int> exit_code_;
 };
 
-// A TCP port that was free a moment ago (bind to port 0 and read it back).
-inline int FreePort() {
+// A TCP socket listening on `address` (INADDR_LOOPBACK, INADDR_ANY; host byte order) at a
+// port the kernel picks, written to *port. -1 when it could not.
+inline int ListenOnFreePort(uint32_t address, int* port, int backlog = 16) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_addr.s_addr = htonl(address);
   socklen_t len = sizeof addr;
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::listen(fd, backlog) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    if (fd >= 0) ::close(fd);
+    return -1;
+  }
+  *port = ntohs(addr.sin_port);
+  return fd;
+}
+
+// A TCP port that was free a moment ago (listen on port 0, read it back, close).
+inline int FreePort() {
+  int port = 0;
+  const int fd = ListenOnFreePort(INADDR_LOOPBACK, &port, 1);
+  if (fd < 0) return 0;
   ::close(fd);
-  return ok ? ntohs(addr.sin_port) : 0;
+  return port;
 }
 
 }  // namespace tj::testing

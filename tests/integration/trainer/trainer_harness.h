@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "tests/support/subprocess.h"
+#include "tests/support/temp_dir.h"
 
 namespace tj::testing {
 
@@ -35,25 +36,6 @@ inline bool DatasetRequired() {
     GTEST_SKIP() << "Fashion-MNIST not installed at " << ::tj::testing::kDataDir           \
                  << " (hack/install-deps.sh installs dataset-fashion-mnist)";              \
   }
-
-// A fresh directory under the system temp dir, removed at destruction.
-class TempDir {
- public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = std::filesystem::temp_directory_path() /
-            ("tj-" + std::string(info->test_suite_name()) + "-" + info->name() + "-" +
-             std::to_string(::getpid()));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string operator/(const std::string& name) const { return (path_ / name).string(); }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
 
 // The JSON events of a run's stdout, optionally only those of one kind.
 inline std::vector<nlohmann::json> Events(const Subprocess& p, const std::string& kind = "") {

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <map>
 
+#include "tests/support/temp_dir.h"
+
 namespace tj::kube {
 namespace {
 
@@ -21,26 +23,7 @@ Environment Env(const std::map<std::string, std::string>& vars) {
   };
 }
 
-class TempDir {
- public:
-  TempDir() {
-    path_ = fs::temp_directory_path() /
-            ("tj-kube-config-test-" + std::to_string(::getpid()) + "-" + std::to_string(n_++));
-    fs::create_directories(path_);
-  }
-  ~TempDir() { fs::remove_all(path_); }
-  std::string Write(const std::string& name, const std::string& content) const {
-    auto p = path_ / name;
-    fs::create_directories(p.parent_path());
-    std::ofstream(p) << content;
-    return p.string();
-  }
-  std::string path() const { return path_.string(); }
-
- private:
-  static inline int n_ = 0;
-  fs::path path_;
-};
+using tj::testing::TempDir;
 
 std::string TwoContexts(const std::string& ca_line) {
   return R"(apiVersion: v1

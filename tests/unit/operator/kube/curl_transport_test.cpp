@@ -24,6 +24,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/subprocess.h"
+
 namespace tj::kube {
 namespace {
 
@@ -42,16 +44,8 @@ class ScriptedServer {
   using Responder = std::function<std::string(const Request&, int fd, ScriptedServer&)>;
 
   explicit ScriptedServer(Responder respond) : respond_(std::move(respond)) {
-    listen_fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
-    EXPECT_EQ(::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-    EXPECT_EQ(::listen(listen_fd_, 16), 0);
-    socklen_t len = sizeof addr;
-    ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len);
-    port_ = ntohs(addr.sin_port);
+    listen_fd_ = ::tj::testing::ListenOnFreePort(INADDR_LOOPBACK, &port_);
+    EXPECT_GE(listen_fd_, 0);
     acceptor_ = std::thread([this] { Accept(); });
   }
 

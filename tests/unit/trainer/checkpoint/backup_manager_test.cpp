@@ -39,15 +39,7 @@ class CapturedLog {
     std::fclose(err_);
   }
   EventLog* log() { return &log_; }
-  std::string Stderr() {
-    std::fflush(err_);
-    std::rewind(err_);
-    std::string s;
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, err_)) > 0) s.append(buf, n);
-    return s;
-  }
+  std::string Stderr() { return ::tj::testing::ReadAll(err_); }
 
  private:
   FILE* out_;

@@ -1,36 +1,19 @@
-// A fresh directory per test, removed afterwards.
+// Test helpers of checkpoint files: tests/support/temp_dir.h and a small tmpfs (a full disk).
 #pragma once
 
 #include <sys/mount.h>
 
 #include <cerrno>
-#include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <string>
+
+#include "tests/support/temp_dir.h"
 
 namespace tj::checkpoint::testing {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "tj-ckpt-test-XXXXXX").string();
-    path_ = ::mkdtemp(tmpl.data()) ? tmpl : std::string();
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::string& path() const { return path_; }
-  std::string Join(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
+using tj::testing::ReadBytes;
+using tj::testing::TempDir;
+using tj::testing::WriteBytes;
 
 // A tmpfs of `bytes` mounted on a fresh directory, for tests of a full disk (ENOSPC) with
 // real files. Needs root (CAP_SYS_ADMIN): `error()` says why when it could not mount.
@@ -55,17 +38,5 @@ class SmallTmpfs {
   TempDir dir_;
   std::string error_;
 };
-
-inline std::string ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-inline void WriteBytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << bytes;
-}
 
 }  // namespace tj::checkpoint::testing

@@ -18,21 +18,14 @@
 #include <vector>
 
 #include "common/sha256.h"
+#include "tests/support/temp_dir.h"
 
 namespace tj::cluster {
 namespace {
 
 using std::chrono::milliseconds;
 
-std::string ReadAll(FILE* f) {
-  std::fflush(f);
-  std::rewind(f);
-  std::string s;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
-  return s;
-}
+using ::tj::testing::ReadAll;
 
 HandshakeTranscript SomeTranscript() {
   HandshakeTranscript t;

@@ -118,16 +118,9 @@ TEST(StatusServerTest, PortZeroIsDisabled) {
 
 TEST(StatusServerTest, APortInUseIsAnErrorNamingThePort) {
   // Hold a listening socket on a port, on every address.
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_ANY);
-  addr.sin_port = 0;
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(::listen(fd, 1), 0);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  const int port = ntohs(addr.sin_port);
+  int port = 0;
+  const int fd = ::tj::testing::ListenOnFreePort(INADDR_ANY, &port, 1);
+  ASSERT_GE(fd, 0);
 
   StatusServer server(
       port, [] { return nlohmann::json::object(); }, [] { return std::string(); });
