@@ -12,11 +12,11 @@ RealClock* RealClock::Get() {
 }
 
 Clock::TimePoint FakeClock::Now() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return now_;
 }
 void FakeClock::Advance(Duration d) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   now_ += d;
 }
 

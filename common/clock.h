@@ -5,6 +5,8 @@
 #include <chrono>
 #include <mutex>
 
+#include "common/thread_annotations.h"
+
 namespace tj {
 
 class Clock {
@@ -31,8 +33,8 @@ class FakeClock final : public Clock {
   void Advance(Duration d);
 
  private:
-  mutable std::mutex mu_;
-  TimePoint now_{};
+  mutable Mutex mu_;
+  TimePoint now_ TJ_GUARDED_BY(mu_) = {};
 };
 
 // Seconds between two time points as a double.

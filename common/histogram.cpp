@@ -9,7 +9,7 @@ Histogram::Histogram(std::vector<double> bounds)
 
 void Histogram::Observe(double value) {
   const size_t i = std::lower_bound(bounds_.begin(), bounds_.end(), value) - bounds_.begin();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (i < counts_.size()) ++counts_[i];
   ++count_;
   sum_ += value;
@@ -18,7 +18,7 @@ void Histogram::Observe(double value) {
 HistogramSnapshot Histogram::Snapshot() const {
   HistogramSnapshot s;
   s.bounds = bounds_;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   uint64_t running = 0;
   for (uint64_t c : counts_) {
     running += c;

@@ -7,6 +7,8 @@
 #include <mutex>
 #include <vector>
 
+#include "common/thread_annotations.h"
+
 namespace tj {
 
 struct HistogramSnapshot {
@@ -34,10 +36,10 @@ class Histogram {
 
  private:
   const std::vector<double> bounds_;
-  mutable std::mutex mu_;
-  std::vector<uint64_t> counts_;  // per bucket, not cumulative. GUARDED_BY(mu_)
-  uint64_t count_ = 0;            // GUARDED_BY(mu_)
-  double sum_ = 0;                // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::vector<uint64_t> counts_ TJ_GUARDED_BY(mu_);  // per bucket, not cumulative
+  uint64_t count_ TJ_GUARDED_BY(mu_) = 0;
+  double sum_ TJ_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace tj

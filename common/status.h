@@ -55,19 +55,15 @@ class [[nodiscard]] Status {
   std::optional<std::string> message_;
 };
 
-template <typename T>
-class [[nodiscard]] StatusOr {
+// A value or an error: the one shape of StatusOr<T> and of the Kubernetes client's
+// kube::Result<T> (whose error is an ApiError).
+template <typename T, typename E>
+class [[nodiscard]] ValueOr {
  public:
-  StatusOr(T value) : v_(std::move(value)) {}        // NOLINT: implicit by design
-  StatusOr(Status status) : v_(std::move(status)) {  // NOLINT: implicit by design
-    assert(!std::get<Status>(v_).ok() && "StatusOr built from an OK status");
-  }
+  ValueOr(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
+  ValueOr(E error) : v_(std::move(error)) {}  // NOLINT: implicit by design
 
   bool ok() const { return std::holds_alternative<T>(v_); }
-  const Status& status() const {
-    static const Status kOk;
-    return ok() ? kOk : std::get<Status>(v_);
-  }
   const T& value() const& { return std::get<T>(v_); }
   T& value() & { return std::get<T>(v_); }
   T&& value() && { return std::get<T>(std::move(v_)); }
@@ -76,8 +72,26 @@ class [[nodiscard]] StatusOr {
   const T* operator->() const { return &value(); }
   T* operator->() { return &value(); }
 
+ protected:
+  const E& error() const { return std::get<E>(v_); }
+
  private:
-  std::variant<T, Status> v_;
+  std::variant<T, E> v_;
+};
+
+template <typename T>
+class [[nodiscard]] StatusOr : public ValueOr<T, Status> {
+ public:
+  StatusOr(T value) : ValueOr<T, Status>(std::move(value)) {}  // NOLINT: implicit by design
+  StatusOr(Status status)                                      // NOLINT: implicit by design
+      : ValueOr<T, Status>(std::move(status)) {
+    assert(!this->error().ok() && "StatusOr built from an OK status");
+  }
+
+  const Status& status() const {
+    static const Status kOk;
+    return this->ok() ? kOk : this->error();
+  }
 };
 
 }  // namespace tj

@@ -25,6 +25,7 @@
 #include "common/clock.h"
 #include "common/event_log.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "localcluster/pod_spec.h"
 #include "operator/kube/client.h"
 #include "operator/kube/informer.h"
@@ -75,13 +76,15 @@ class NodeAgent {
   // Binds an unbound PersistentVolumeClaim to a new hostPath PersistentVolume (a directory
   // under <state-dir>/pvc/<ns>/<claim>), so the scheduler can place pods that use it.
   void ProvisionClaim(const nlohmann::json& pvc);
-  std::string AllocateIp();
+  std::string AllocateIp() TJ_REQUIRES(mu_);
   // Reads the states the previous agent left (pods to adopt) into adoptable_.
   void LoadPodStates();
   // After the first pod list: kills the processes of states no pod claimed, removes them.
   void StopOrphans();
   nlohmann::json NodeObject() const;
+  // The kubelet log endpoint (log_server.cpp).
   void StartLogServer();
+  void StopLogServer();
 
   kube::Client* client_;
   Clock* clock_;
@@ -89,10 +92,10 @@ class NodeAgent {
   EventLog* log_;
   std::unique_ptr<kube::Informer> pods_;
   std::unique_ptr<kube::Informer> claims_;
-  mutable std::mutex mu_;
-  std::map<std::string, std::shared_ptr<PodWorker>> workers_;  // by pod uid. GUARDED_BY(mu_)
-  int next_ip_ = 0;                                            // GUARDED_BY(mu_)
-  std::map<std::string, nlohmann::json> adoptable_;            // by pod uid. GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::map<std::string, std::shared_ptr<PodWorker>> workers_ TJ_GUARDED_BY(mu_);  // by pod uid
+  int next_ip_ TJ_GUARDED_BY(mu_) = 0;
+  std::map<std::string, nlohmann::json> adoptable_ TJ_GUARDED_BY(mu_);  // by pod uid
   std::shared_ptr<void> log_server_;  // web::http::experimental::listener::http_listener
 };
 

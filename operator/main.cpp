@@ -24,6 +24,7 @@
 
 #include "common/clock.h"
 #include "common/event_log.h"
+#include "common/http_server.h"
 #include "common/termination_signals.h"
 #include "common/version.h"
 #include "operator/api/tfjob_convert.h"
@@ -31,7 +32,6 @@
 #include "operator/api/yaml_json.h"
 #include "operator/controller/cache_transforms.h"
 #include "operator/controller/executor.h"
-#include "operator/controller/http_endpoints.h"
 #include "operator/controller/job_informers.h"
 #include "operator/controller/job_resources.h"
 #include "operator/controller/metrics.h"
@@ -327,20 +327,25 @@ std::optional<int> StartLeaderElection(const Flags& f, const tj::kube::RestConfi
   return std::nullopt;
 }
 
-// /healthz (the process answers) and /readyz (the informers have synced) on `addr`.
-std::unique_ptr<tj::controller::HttpEndpoints> Probes(const std::string& addr,
-                                                      const std::atomic<bool>& synced) {
-  return std::make_unique<tj::controller::HttpEndpoints>(
-      addr, std::map<std::string, tj::controller::HttpEndpoints::Handler>{
-                {"/healthz",
-                 [] {
-                   return tj::controller::HttpAnswer{200, "text/plain", "ok\n"};
-                 }},
-                {"/readyz", [&synced] {
-                   return synced.load() ? tj::controller::HttpAnswer{200, "text/plain", "ok\n"}
-                                        : tj::controller::HttpAnswer{503, "text/plain",
-                                                                     "informers not synced yet\n"};
-                 }}});
+// An HTTP server on a bind-address flag's value ("host:port", ":port"; "0" for none).
+tj::StatusOr<std::unique_ptr<tj::HttpServer>> ServeOn(
+    const std::string& flag, const std::string& address,
+    std::map<std::string, tj::HttpServer::Handler> handlers) {
+  auto a = tj::ParseListenAddress(address);
+  if (!a.ok()) return a.status().WithContext(flag);
+  return std::make_unique<tj::HttpServer>(a->host, a->port, std::move(handlers));
+}
+
+// /healthz (the process answers) and /readyz (the informers have synced).
+std::map<std::string, tj::HttpServer::Handler> ProbeHandlers(const std::atomic<bool>& synced) {
+  return {{"/healthz",
+           [] {
+             return tj::HttpAnswer{200, "text/plain", "ok\n"};
+           }},
+          {"/readyz", [&synced] {
+             return synced.load() ? tj::HttpAnswer{200, "text/plain", "ok\n"}
+                                  : tj::HttpAnswer{503, "text/plain", "informers not synced yet\n"};
+           }}};
 }
 
 // Starts the informers and waits until each has listed; false when asked to stop first.
@@ -414,20 +419,20 @@ int main(int argc, char** argv) {
 
   std::atomic<bool> leading{!f.leader_elect};
   std::atomic<bool> synced{false};
-  tj::controller::HttpEndpoints metrics_server(
-      f.metrics_addr,
-      {{"/metrics", [&] {
-          tj::controller::OperatorMetrics::QueueStats q{queue.Len(), queue.adds(), queue.retries(),
-                                                        queue.queue_duration(),
-                                                        queue.work_duration()};
-          return tj::controller::HttpAnswer{200, "text/plain; version=0.0.4; charset=utf-8",
-                                            metrics.Render(q, leading.load(), api.metrics.get())};
-        }}});
-  std::unique_ptr<tj::controller::HttpEndpoints> probes = Probes(f.probe_addr, synced);
-  for (auto* s : {&metrics_server, probes.get()}) {
-    tj::Status st = s->Start();
+  auto metrics_server =
+      ServeOn("--metrics-bind-address", f.metrics_addr,
+              {{"/metrics", [&] {
+                  tj::controller::OperatorMetrics::QueueStats q{
+                      queue.Len(), queue.adds(), queue.retries(), queue.queue_duration(),
+                      queue.work_duration()};
+                  return tj::HttpAnswer{200, tj::kPrometheusContentType,
+                                        metrics.Render(q, leading.load(), api.metrics.get())};
+                }}});
+  auto probes = ServeOn("--health-probe-bind-address", f.probe_addr, ProbeHandlers(synced));
+  for (auto* s : {&metrics_server, &probes}) {
+    tj::Status st = s->ok() ? (**s)->Start() : s->status();
     if (!st.ok()) {
-      log.Error(st.message());
+      log.Error(st.message() + " (is the port in use? pick another with the flag)");
       return 1;
     }
   }
@@ -463,7 +468,7 @@ int main(int argc, char** argv) {
   }
   if (leadership.thread.joinable()) leadership.thread.join();
   for (auto* inf : informers.All()) inf->Stop();
-  metrics_server.Stop();
-  probes->Stop();
+  (*metrics_server)->Stop();
+  (*probes)->Stop();
   return 0;
 }

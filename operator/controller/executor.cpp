@@ -195,7 +195,7 @@ Executor::Executor(ExecutorDeps deps, ReconcilerOptions options)
       expectations_(clock_, kExpectationsTtl) {}
 
 std::optional<Executor::KeptStatus> Executor::Kept(const std::string& key, const std::string& uid) {
-  std::lock_guard<std::mutex> lock(kept_mu_);
+  MutexLock lock(kept_mu_);
   auto it = kept_.find(key);
   if (it == kept_.end()) return std::nullopt;
   if (it->second.uid != uid) {  // an earlier job of the same name: its status went with it
@@ -206,19 +206,19 @@ std::optional<Executor::KeptStatus> Executor::Kept(const std::string& key, const
 }
 
 void Executor::Keep(const std::string& key, KeptStatus kept) {
-  std::lock_guard<std::mutex> lock(kept_mu_);
+  MutexLock lock(kept_mu_);
   kept_[key] = std::move(kept);
 }
 
 void Executor::ForgetKept(const std::string& key) {
-  std::lock_guard<std::mutex> lock(kept_mu_);
+  MutexLock lock(kept_mu_);
   kept_.erase(key);
 }
 
 int Executor::WriteKeptStatuses() {
   std::map<std::string, KeptStatus> kept;
   {
-    std::lock_guard<std::mutex> lock(kept_mu_);
+    MutexLock lock(kept_mu_);
     kept.swap(kept_);
   }
   int written = 0;

@@ -27,6 +27,7 @@
 #include "common/event_log.h"
 #include "common/status.h"
 #include "common/status_schema.h"
+#include "common/thread_annotations.h"
 #include "operator/controller/metrics.h"
 #include "operator/controller/reconciler.h"
 #include "operator/kube/client.h"
@@ -129,8 +130,8 @@ class Executor {
   ReconcilerOptions options_;
   Clock* clock_;
   kube::Expectations expectations_;
-  std::mutex kept_mu_;
-  std::map<std::string, KeptStatus> kept_;  // GUARDED_BY(kept_mu_)
+  Mutex kept_mu_;
+  std::map<std::string, KeptStatus> kept_ TJ_GUARDED_BY(kept_mu_);
 };
 
 // Whether a create that was answered AlreadyExists may count as done: Ok when `existing` (the

@@ -6,7 +6,7 @@
 namespace tj::controller {
 
 void OperatorMetrics::ReconcileDone(const std::string& result, double seconds) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (result == "success") ++success_;
   if (result == "error") ++error_;
   if (result == "requeue") ++requeue_;
@@ -19,7 +19,7 @@ void OperatorMetrics::ReconcileDone(const std::string& result, double seconds) {
 }
 
 void OperatorMetrics::CountJob(JobCounter counter, const std::string& ns) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   ++jobs_[ns][counter];  // a new namespace's array is value-initialized (zeros)
 }
 
@@ -27,7 +27,7 @@ std::string OperatorMetrics::Render(const QueueStats& queue, bool leader,
                                     const kube::RequestMetrics* requests) const {
   PrometheusText o;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     const PrometheusText::Labels c = {{"controller", "trainingjob"}};
     o.Declare("controller_runtime_reconcile_total",
               "Total number of reconciliations per controller", "counter");

@@ -14,6 +14,7 @@
 #include <string>
 
 #include "common/histogram.h"
+#include "common/thread_annotations.h"
 #include "operator/kube/request_metrics.h"
 
 namespace tj::controller {
@@ -54,13 +55,16 @@ class OperatorMetrics {
   static constexpr std::array<double, 10> kBuckets = {0.005, 0.01, 0.025, 0.05, 0.1,
                                                       0.25,  0.5,  1,     2.5,  10};
   const BuildInfo build_;
-  mutable std::mutex mu_;
-  uint64_t success_ = 0, error_ = 0, requeue_ = 0, requeue_after_ = 0;  // GUARDED_BY(mu_)
-  std::array<uint64_t, kBuckets.size()> buckets_{};                     // GUARDED_BY(mu_)
-  uint64_t count_ = 0;                                                  // GUARDED_BY(mu_)
-  double sum_ = 0;                                                      // GUARDED_BY(mu_)
-  // namespace -> count per JobCounter. GUARDED_BY(mu_)
-  std::map<std::string, std::array<uint64_t, kNumJobCounters>> jobs_;
+  mutable Mutex mu_;
+  uint64_t success_ TJ_GUARDED_BY(mu_) = 0;
+  uint64_t error_ TJ_GUARDED_BY(mu_) = 0;
+  uint64_t requeue_ TJ_GUARDED_BY(mu_) = 0;
+  uint64_t requeue_after_ TJ_GUARDED_BY(mu_) = 0;
+  std::array<uint64_t, kBuckets.size()> buckets_ TJ_GUARDED_BY(mu_) = {};
+  uint64_t count_ TJ_GUARDED_BY(mu_) = 0;
+  double sum_ TJ_GUARDED_BY(mu_) = 0;
+  // namespace -> count per JobCounter
+  std::map<std::string, std::array<uint64_t, kNumJobCounters>> jobs_ TJ_GUARDED_BY(mu_);
 };
 
 }  // namespace tj::controller

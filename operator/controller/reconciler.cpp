@@ -4,6 +4,7 @@
 #include <cctype>
 #include <utility>
 
+#include "common/backoff.h"
 #include "common/status_schema.h"
 #include "operator/controller/job_resources.h"
 #include "operator/controller/restart_cause.h"
@@ -829,9 +830,8 @@ void Pass::CreateMissing(const Gang& gang, const GangCensus& c) {
 }
 
 milliseconds Pass::RestartBackoff(int doublings) const {
-  milliseconds backoff = o_.restart_backoff_base;
-  for (int k = 0; k < doublings && backoff < o_.restart_backoff_max; ++k) backoff *= 2;
-  return std::min(backoff, o_.restart_backoff_max);
+  return std::chrono::duration_cast<milliseconds>(ExponentialDelay(
+      o_.restart_backoff_base, o_.restart_backoff_max, 2.0, std::max(doublings, 0)));
 }
 
 void Pass::SuperviseEvaluator(const Gang& gang) {

@@ -40,24 +40,13 @@ inline bool IsTransportError(const ApiError& e) { return e.code == 0; }
 inline bool IsInvalid(const ApiError& e) { return e.code == 422; }
 
 template <typename T>
-class [[nodiscard]] Result {
+class [[nodiscard]] Result : public ValueOr<T, ApiError> {
  public:
-  Result(T value) : v_(std::move(value)) {}         // NOLINT: implicit by design
-  Result(ApiError error) : v_(std::move(error)) {}  // NOLINT: implicit by design
+  Result(T value) : ValueOr<T, ApiError>(std::move(value)) {}         // NOLINT: implicit by design
+  Result(ApiError error) : ValueOr<T, ApiError>(std::move(error)) {}  // NOLINT: implicit by design
 
-  bool ok() const { return std::holds_alternative<T>(v_); }
-  const T& value() const& { return std::get<T>(v_); }
-  T& value() & { return std::get<T>(v_); }
-  T&& value() && { return std::get<T>(std::move(v_)); }
-  const T& operator*() const& { return value(); }
-  T& operator*() & { return value(); }
-  const T* operator->() const { return &value(); }
-  T* operator->() { return &value(); }
-  const ApiError& error() const { return std::get<ApiError>(v_); }
-  Status status() const { return ok() ? Status::Ok() : error().ToStatus(); }
-
- private:
-  std::variant<T, ApiError> v_;
+  const ApiError& error() const { return ValueOr<T, ApiError>::error(); }
+  Status status() const { return this->ok() ? Status::Ok() : error().ToStatus(); }
 };
 
 }  // namespace tj::kube

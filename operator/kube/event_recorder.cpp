@@ -35,7 +35,7 @@ void EventRecorder::RecordAsync(const json& object, const std::string& type,
   }
   std::string overflow;
   {
-    std::lock_guard<std::mutex> lock(queue_mu_);
+    MutexLock lock(queue_mu_);
     if (queue_.size() >= kMaxQueuedEvents) {
       ++dropped_;
       overflow = "dropped event " + reason + " for " +
@@ -58,10 +58,14 @@ void EventRecorder::SendLoop(const std::stop_token& stop) {
   while (true) {
     Pending p;
     {
-      std::unique_lock<std::mutex> lock(queue_mu_);
+      MutexLock lock(queue_mu_);
       sending_ = false;
       queue_cv_.notify_all();
-      if (!queue_cv_.wait(lock, stop, [this] { return !queue_.empty(); })) return;
+      if (!queue_cv_.wait(lock, stop, [this] {
+            queue_mu_.AssertHeld();
+            return !queue_.empty();
+          }))
+        return;
       p = std::move(queue_.front());
       queue_.pop_front();
       sending_ = true;
@@ -76,8 +80,11 @@ void EventRecorder::SendLoop(const std::stop_token& stop) {
 }
 
 bool EventRecorder::Flush(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(queue_mu_);
-  return queue_cv_.wait_for(lock, timeout, [this] { return queue_.empty() && !sending_; });
+  MutexLock lock(queue_mu_);
+  return queue_cv_.wait_for(lock, timeout, [this] {
+    queue_mu_.AssertHeld();
+    return queue_.empty() && !sending_;
+  });
 }
 
 Status EventRecorder::Record(const json& object, const std::string& type, const std::string& reason,
@@ -99,14 +106,14 @@ Status EventRecorder::RecordAt(const json& object, const std::string& type,
                           "\x1f" + type + "\x1f" + reason + "\x1f" + message;
   const std::string now = FormatTime(at);
 
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (auto it = seen_.find(key); it != seen_.end()) {
     Seen s = it->second;
     lock.unlock();
     json patch = {{"count", s.count + 1}, {"lastTimestamp", now}};
     auto r = client_->Patch(resources::kEvents, s.ns, s.name, PatchType::kMerge, patch);
     if (r.ok()) {
-      std::lock_guard<std::mutex> relock(mu_);
+      MutexLock relock(mu_);
       seen_[key].count = s.count + 1;
       return Status::Ok();
     }
@@ -145,7 +152,7 @@ Status EventRecorder::RecordAt(const json& object, const std::string& type,
   if (!host_.empty()) ev["source"]["host"] = host_;
   auto r = client_->Create(resources::kEvents, ns, ev);
   if (!r.ok()) return r.error().ToStatus().WithContext(what);
-  std::lock_guard<std::mutex> relock(mu_);
+  MutexLock relock(mu_);
   seen_[key] = Seen{ns, (*r)["metadata"].value("name", ""), 1};
   return Status::Ok();
 }

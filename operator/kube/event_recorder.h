@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "operator/kube/client.h"
 #include "operator/kube/time_format.h"
 
@@ -77,19 +78,19 @@ class EventRecorder {
   Client* client_;
   std::string component_, host_;
   std::function<WallTime()> wall_clock_;
-  std::mutex mu_;
-  std::map<std::string, Seen> seen_;  // correlation key -> Event. GUARDED_BY(mu_)
-  uint64_t sequence_ = 0;             // GUARDED_BY(mu_)
+  Mutex mu_;
+  std::map<std::string, Seen> seen_ TJ_GUARDED_BY(mu_);  // correlation key -> Event
+  uint64_t sequence_ TJ_GUARDED_BY(mu_) = 0;
 
   std::function<void(const Status&)> on_error_;
   std::function<bool()> busy_;
   std::chrono::milliseconds max_delay_{0};
-  std::mutex queue_mu_;
+  Mutex queue_mu_;
   std::condition_variable_any queue_cv_;
-  std::deque<Pending> queue_;  // GUARDED_BY(queue_mu_)
-  bool sending_ = false;       // GUARDED_BY(queue_mu_)
-  uint64_t dropped_ = 0;       // GUARDED_BY(queue_mu_)
-  std::jthread sender_;        // started by the first RecordAsync()
+  std::deque<Pending> queue_ TJ_GUARDED_BY(queue_mu_);
+  bool sending_ TJ_GUARDED_BY(queue_mu_) = false;
+  uint64_t dropped_ TJ_GUARDED_BY(queue_mu_) = 0;
+  std::jthread sender_;  // started by the first RecordAsync()
 };
 
 }  // namespace tj::kube

@@ -24,7 +24,7 @@ Expectations::Expectations(Clock* clock, Clock::Duration ttl) : clock_(clock), t
 
 void Expectations::Add(const std::string& key, const Resource& resource,
                        const std::string& object_key, Kind kind, const std::string& value) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   by_key_[key][Id(resource, object_key)] = {resource, kind, value, clock_->Now() + ttl_};
 }
 
@@ -45,7 +45,7 @@ void Expectations::ExpectNewVersion(const std::string& key, const Resource& reso
 
 void Expectations::Forget(const std::string& key, const Resource& resource,
                           const std::string& object_key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = by_key_.find(key);
   if (it == by_key_.end()) return;
   it->second.erase(Id(resource, object_key));
@@ -53,12 +53,12 @@ void Expectations::Forget(const std::string& key, const Resource& resource,
 }
 
 void Expectations::Clear(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   by_key_.erase(key);
 }
 
 std::optional<Clock::Duration> Expectations::Pending(const std::string& key, const Lookup& lookup) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = by_key_.find(key);
   if (it == by_key_.end()) return std::nullopt;
   const auto now = clock_->Now();
@@ -80,7 +80,7 @@ std::optional<Clock::Duration> Expectations::Pending(const std::string& key, con
 }
 
 size_t Expectations::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   size_t n = 0;
   for (const auto& [key, m] : by_key_) n += m.size();
   return n;

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "common/clock.h"
+#include "common/thread_annotations.h"
 #include "operator/kube/resource.h"
 
 namespace tj::kube {
@@ -67,8 +68,8 @@ class Expectations {
 
   Clock* clock_;
   Clock::Duration ttl_;
-  mutable std::mutex mu_;
-  std::map<std::string, std::map<ObjectId, Expected>> by_key_;  // GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::map<std::string, std::map<ObjectId, Expected>> by_key_ TJ_GUARDED_BY(mu_);
 };
 
 }  // namespace tj::kube

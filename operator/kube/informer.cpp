@@ -3,7 +3,7 @@
 #include <random>
 #include <utility>
 
-#include "operator/kube/backoff.h"
+#include "common/backoff.h"
 
 namespace tj::kube {
 
@@ -45,13 +45,13 @@ void Informer::Stop() {
 }
 
 bool Informer::WaitForSync(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   cv_.wait_for(lock, timeout, [this] { return synced_.load(); });
   return synced_.load();
 }
 
 std::string Informer::last_resource_version() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return resource_version_;
 }
 
@@ -61,7 +61,7 @@ void Informer::Warn(const std::string& message) {
 }
 
 void Informer::Sleep(std::stop_token stop, Clock::Duration d) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   cv_.wait_for(lock, std::move(stop), d, [] { return false; });
 }
 
@@ -87,7 +87,7 @@ bool Informer::ListAll() {
   list->erase("items");  // the cache holds the only copy from here on
   auto delta = cache_.Replace(items);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     resource_version_ = (*list)["metadata"].value("resourceVersion", "");
   }
   ++lists_;
@@ -103,7 +103,7 @@ bool Informer::ListAll() {
     }
   }
   if (!synced_.exchange(true)) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     cv_.notify_all();
   }
   return true;
@@ -144,7 +144,7 @@ bool Informer::HandleEvent(WatchEvent& ev) {
     }
   }
   if (!rv.empty()) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     resource_version_ = rv;
   }
   return true;
@@ -165,7 +165,7 @@ void Informer::Run(const std::stop_token& stop) {
       }
       need_list_ = false;
     } else if (!synced_.exchange(true)) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       cv_.notify_all();  // started from a given version: nothing to wait for
     }
     WatchOptions wo;

@@ -19,6 +19,7 @@
 
 #include "common/clock.h"
 #include "common/event_log.h"
+#include "common/thread_annotations.h"
 #include "operator/kube/client.h"
 #include "operator/kube/object_cache.h"
 
@@ -95,10 +96,10 @@ class Informer {
   std::atomic<bool> synced_{false};
   std::atomic<int> lists_{0};
   std::atomic<int> watches_{0};
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::condition_variable_any cv_;
-  std::string resource_version_;  // GUARDED_BY(mu_)
-  bool need_list_ = true;         // only touched by the Run thread
+  std::string resource_version_ TJ_GUARDED_BY(mu_);
+  bool need_list_ = true;  // only touched by the Run thread
   std::jthread run_thread_;
   std::jthread resync_thread_;
 };

@@ -47,7 +47,7 @@ Status LeaderElector::Validate() const {
 }
 
 std::string LeaderElector::ObservedHolder() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return observed_spec_.is_object() ? observed_spec_.value("holderIdentity", "") : "";
 }
 
@@ -80,7 +80,7 @@ bool LeaderElector::TryAcquireOrRenew() {
           {"leaseTransitions", 0}}}};
     auto created = client_->Create(leases, config_.lease_namespace, lease);
     if (!created.ok()) return false;  // another candidate was faster
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     observed_spec_ = (*created)["spec"];
     observed_at_ = clock_->Now();
     return true;
@@ -89,7 +89,7 @@ bool LeaderElector::TryAcquireOrRenew() {
   json spec = lease.contains("spec") ? lease["spec"] : json::object();
   const std::string holder = spec.value("holderIdentity", "");
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     // The lease changed since we last looked: its holder is alive; restart the expiry clock.
     if (spec != observed_spec_) {
       observed_spec_ = spec;
@@ -120,7 +120,7 @@ bool LeaderElector::TryAcquireOrRenew() {
       Warn("updating the lease failed: " + updated.error().ToString());
     return false;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   observed_spec_ = (*updated)["spec"];
   observed_at_ = clock_->Now();
   if (reported_leader_ != config_.identity) {
@@ -152,7 +152,7 @@ void LeaderElector::Sleep(std::stop_token stop, std::chrono::milliseconds d) {
 }
 
 Clock::TimePoint LeaderElector::RenewDeadline() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return renewed_at_ + config_.renew_deadline;
 }
 
@@ -188,7 +188,7 @@ Status LeaderElector::Run(const std::stop_token& stop) {
   }
   if (stop.stop_requested()) return Status::Ok();
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     renewed_at_ = attempt_start;
   }
   leading_ = true;
@@ -201,7 +201,7 @@ Status LeaderElector::Run(const std::stop_token& stop) {
     if (stop.stop_requested() || !leading_.load()) break;
     attempt_start = clock_->Now();
     if (TryAcquireOrRenew()) {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       renewed_at_ = std::max(renewed_at_, attempt_start);
     }
   }

@@ -22,6 +22,7 @@
 #include "common/clock.h"
 #include "common/event_log.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "operator/kube/client.h"
 #include "operator/kube/config.h"
 #include "operator/kube/time_format.h"
@@ -93,12 +94,12 @@ class LeaderElector {
   std::function<WallTime()> wall_clock_;
 
   std::atomic<bool> leading_{false};
-  mutable std::mutex mu_;
-  nlohmann::json observed_spec_;           // GUARDED_BY(mu_)
-  Clock::TimePoint observed_at_{};         // GUARDED_BY(mu_)
-  std::string observed_resource_version_;  // GUARDED_BY(mu_)
-  std::string reported_leader_;            // GUARDED_BY(mu_)
-  Clock::TimePoint renewed_at_{};          // GUARDED_BY(mu_): last successful attempt's start
+  mutable Mutex mu_;
+  nlohmann::json observed_spec_ TJ_GUARDED_BY(mu_);
+  Clock::TimePoint observed_at_ TJ_GUARDED_BY(mu_) = {};
+  std::string observed_resource_version_ TJ_GUARDED_BY(mu_);
+  std::string reported_leader_ TJ_GUARDED_BY(mu_);
+  Clock::TimePoint renewed_at_ TJ_GUARDED_BY(mu_) = {};  // last successful attempt's start
 };
 
 }  // namespace tj::kube

@@ -44,7 +44,7 @@ ObjectCache::ObjectCache() {
 }
 
 void ObjectCache::AddIndex(const std::string& name, IndexFunc func) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   index_funcs_[name] = std::move(func);
   for (const auto& [key, o] : objects_) {
     for (const auto& v : index_funcs_[name](o)) indexes_[name][v].insert(key);
@@ -71,7 +71,7 @@ void ObjectCache::UnindexLocked(const std::string& key, const json& object) {
 
 std::optional<json> ObjectCache::Upsert(const json& object) {
   std::string key = ObjectKey(object);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::optional<json> old;
   if (auto it = objects_.find(key); it != objects_.end()) {
     old = std::move(it->second);
@@ -83,7 +83,7 @@ std::optional<json> ObjectCache::Upsert(const json& object) {
 }
 
 std::optional<json> ObjectCache::Remove(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = objects_.find(key);
   if (it == objects_.end()) return std::nullopt;
   json old = std::move(it->second);
@@ -94,7 +94,7 @@ std::optional<json> ObjectCache::Remove(const std::string& key) {
 
 ObjectCache::Delta ObjectCache::Replace(const std::vector<json>& objects) {
   Delta d;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::map<std::string, json> fresh;
   for (const auto& o : objects) fresh[ObjectKey(o)] = o;
   for (const auto& [key, old] : objects_) {
@@ -115,14 +115,14 @@ ObjectCache::Delta ObjectCache::Replace(const std::vector<json>& objects) {
 }
 
 std::optional<json> ObjectCache::Get(const std::string& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto it = objects_.find(key);
   if (it == objects_.end()) return std::nullopt;
   return it->second;
 }
 
 std::vector<json> ObjectCache::List() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::vector<json> v;
   v.reserve(objects_.size());
   for (const auto& [key, o] : objects_) v.push_back(o);
@@ -130,14 +130,14 @@ std::vector<json> ObjectCache::List() const {
 }
 
 std::vector<std::string> ObjectCache::Keys() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::vector<std::string> v;
   for (const auto& [key, o] : objects_) v.push_back(key);
   return v;
 }
 
 std::vector<json> ObjectCache::ByIndex(const std::string& index, const std::string& value) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   std::vector<json> v;
   auto idx = indexes_.find(index);
   if (idx == indexes_.end()) return v;
@@ -148,7 +148,7 @@ std::vector<json> ObjectCache::ByIndex(const std::string& index, const std::stri
 }
 
 size_t ObjectCache::size() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return objects_.size();
 }
 

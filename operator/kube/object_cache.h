@@ -13,6 +13,8 @@
 #include <utility>
 #include <vector>
 
+#include "common/thread_annotations.h"
+
 namespace tj::kube {
 
 class ObjectCache {
@@ -52,14 +54,14 @@ class ObjectCache {
   size_t size() const;
 
  private:
-  void IndexLocked(const std::string& key, const json& object);
-  void UnindexLocked(const std::string& key, const json& object);
+  void IndexLocked(const std::string& key, const json& object) TJ_REQUIRES(mu_);
+  void UnindexLocked(const std::string& key, const json& object) TJ_REQUIRES(mu_);
 
-  mutable std::mutex mu_;
+  mutable Mutex mu_;
   std::map<std::string, IndexFunc> index_funcs_;
-  std::map<std::string, json> objects_;  // GUARDED_BY(mu_)
-  // index name -> value -> keys. GUARDED_BY(mu_)
-  std::map<std::string, std::map<std::string, std::set<std::string>>> indexes_;
+  std::map<std::string, json> objects_ TJ_GUARDED_BY(mu_);
+  // index name -> value -> keys
+  std::map<std::string, std::map<std::string, std::set<std::string>>> indexes_ TJ_GUARDED_BY(mu_);
 };
 
 }  // namespace tj::kube

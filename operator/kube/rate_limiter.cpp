@@ -9,7 +9,7 @@ TokenBucket::TokenBucket(double qps, int burst, Clock* clock)
 
 Clock::Duration TokenBucket::Reserve() {
   if (qps_ <= 0) return Clock::Duration::zero();
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   auto now = clock_->Now();
   if (now > last_) {
     tokens_ = std::min(burst_, tokens_ + SecondsBetween(last_, now) * qps_);

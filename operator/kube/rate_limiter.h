@@ -5,6 +5,7 @@
 #include <mutex>
 
 #include "common/clock.h"
+#include "common/thread_annotations.h"
 
 namespace tj::kube {
 
@@ -23,9 +24,9 @@ class TokenBucket {
   double qps_;
   double burst_;
   Clock* clock_;
-  std::mutex mu_;
-  double tokens_;
-  Clock::TimePoint last_;
+  Mutex mu_;
+  double tokens_ TJ_GUARDED_BY(mu_);
+  Clock::TimePoint last_ TJ_GUARDED_BY(mu_);
 };
 
 }  // namespace tj::kube

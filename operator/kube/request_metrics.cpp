@@ -13,7 +13,7 @@ std::string RequestMetrics::HostOf(const std::string& server) {
 
 void RequestMetrics::Observe(const std::string& method, int code, double seconds) {
   const std::string code_label = code > 0 ? std::to_string(code) : "<error>";
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   ++requests_[{code_label, method}];
   auto& h = durations_[method];
   if (!h) h = std::make_unique<Histogram>(Histogram::RequestBuckets());
@@ -21,7 +21,7 @@ void RequestMetrics::Observe(const std::string& method, int code, double seconds
 }
 
 void RequestMetrics::Render(PrometheusText* out) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   out->Declare("rest_client_requests_total",
                "Number of HTTP requests, partitioned by status code, method, and host.", "counter");
   for (const auto& [key, n] : requests_) {

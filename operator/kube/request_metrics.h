@@ -15,6 +15,7 @@
 #include "common/clock.h"
 #include "common/histogram.h"
 #include "common/prometheus_text.h"
+#include "common/thread_annotations.h"
 #include "operator/kube/http_transport.h"
 
 namespace tj::kube {
@@ -35,10 +36,10 @@ class RequestMetrics {
 
  private:
   const std::string host_;
-  mutable std::mutex mu_;
-  std::map<std::tuple<std::string, std::string>, uint64_t>
-      requests_;                                                 // (code, method). GUARDED_BY(mu_)
-  std::map<std::string, std::unique_ptr<Histogram>> durations_;  // verb. GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::map<std::tuple<std::string, std::string>, uint64_t> requests_
+      TJ_GUARDED_BY(mu_);  // (code, method)
+  std::map<std::string, std::unique_ptr<Histogram>> durations_ TJ_GUARDED_BY(mu_);  // verb
 };
 
 class MeteredTransport final : public HttpTransport {

@@ -3,7 +3,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "operator/kube/backoff.h"
+#include "common/backoff.h"
 #include "operator/kube/curl_transport.h"
 
 namespace tj::kube {
@@ -50,7 +50,7 @@ StatusOr<std::unique_ptr<RestClient>> RestClient::New(const RestConfig& config, 
 }
 
 std::string RestClient::Authorization() {
-  std::lock_guard<std::mutex> lock(token_mu_);
+  MutexLock lock(token_mu_);
   if (config_.token_file.empty()) {
     return config_.bearer_token.empty() ? "" : "Bearer " + config_.bearer_token;
   }
@@ -108,7 +108,7 @@ Result<json> RestClient::Call(const std::string& method, const std::string& path
     }
     if (status == 401 && !config_.token_file.empty() && !reauthenticated) {
       // The token may have rotated since we read it: read it again once.
-      std::lock_guard<std::mutex> lock(token_mu_);
+      MutexLock lock(token_mu_);
       token_loaded_ = false;
       reauthenticated = true;
       continue;

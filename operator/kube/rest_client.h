@@ -10,6 +10,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "common/thread_annotations.h"
 #include "operator/kube/client.h"
 #include "operator/kube/config.h"
 #include "operator/kube/http_transport.h"
@@ -52,10 +53,10 @@ class RestClient final : public Client {
   std::unique_ptr<HttpTransport> transport_;
   Clock* clock_;
   TokenBucket limiter_;
-  std::mutex token_mu_;
-  std::string token_;               // GUARDED_BY(token_mu_)
-  Clock::TimePoint token_read_at_;  // GUARDED_BY(token_mu_)
-  bool token_loaded_ = false;       // GUARDED_BY(token_mu_)
+  Mutex token_mu_;
+  std::string token_ TJ_GUARDED_BY(token_mu_);
+  Clock::TimePoint token_read_at_ TJ_GUARDED_BY(token_mu_);
+  bool token_loaded_ TJ_GUARDED_BY(token_mu_) = false;
 };
 
 }  // namespace tj::kube

@@ -31,7 +31,7 @@ void WorkQueue::AddLocked(const std::string& key) {
 }
 
 void WorkQueue::Add(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   AddLocked(key);
 }
 
@@ -49,12 +49,12 @@ void WorkQueue::ScheduleLocked(std::map<std::string, Clock::TimePoint>* due, con
 }
 
 void WorkQueue::AddAfter(const std::string& key, Clock::Duration delay) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   ScheduleLocked(&waiting_, key, delay);
 }
 
 void WorkQueue::AddWhenIdle(const std::string& key, Clock::Duration max_delay) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (dirty_.count(key)) return;  // queued already: that pass comes sooner
   ScheduleLocked(&idle_, key, max_delay);
 }
@@ -62,7 +62,7 @@ void WorkQueue::AddWhenIdle(const std::string& key, Clock::Duration max_delay) {
 void WorkQueue::AddRateLimited(const std::string& key) {
   auto delay = backoff_.When(key);
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     ++retries_;
   }
   AddAfter(key, delay);
@@ -118,7 +118,7 @@ std::optional<std::string> WorkQueue::PopIdleLocked() {
 }
 
 std::optional<std::string> WorkQueue::Get() {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   for (;;) {
     PromoteReadyLocked();
     if (auto key = PopLocked()) return key;
@@ -138,14 +138,14 @@ std::optional<std::string> WorkQueue::Get() {
 }
 
 std::optional<std::string> WorkQueue::TryGet() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   PromoteReadyLocked();
   if (auto key = PopLocked()) return key;
   return PopIdleLocked();
 }
 
 void WorkQueue::Done(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   processing_.erase(key);
   processing_idle_.erase(key);
   if (auto it = started_at_.find(key); it != started_at_.end()) {
@@ -161,7 +161,7 @@ void WorkQueue::Done(const std::string& key) {
 }
 
 void WorkQueue::ShutDown() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   shutting_down_ = true;
   waiting_.clear();
   idle_.clear();
@@ -169,22 +169,22 @@ void WorkQueue::ShutDown() {
 }
 
 bool WorkQueue::ShuttingDown() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return shutting_down_;
 }
 
 size_t WorkQueue::NumProcessing() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return processing_.size();
 }
 
 size_t WorkQueue::NumIdle() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return idle_.size();
 }
 
 bool WorkQueue::BusyBesides(const std::string& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (!queue_.empty()) return true;
   size_t others = processing_.size() - processing_idle_.size();
   if (processing_.count(key) && !processing_idle_.count(key)) --others;
@@ -192,22 +192,22 @@ bool WorkQueue::BusyBesides(const std::string& key) const {
 }
 
 size_t WorkQueue::Len() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return queue_.size();
 }
 
 size_t WorkQueue::NumDelayed() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return waiting_.size();
 }
 
 uint64_t WorkQueue::adds() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return adds_;
 }
 
 uint64_t WorkQueue::retries() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return retries_;
 }
 

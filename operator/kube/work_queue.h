@@ -23,6 +23,7 @@
 
 #include "common/clock.h"
 #include "common/histogram.h"
+#include "common/thread_annotations.h"
 #include "operator/kube/backoff.h"
 
 namespace tj::kube {
@@ -68,30 +69,31 @@ class WorkQueue {
   HistogramSnapshot work_duration() const { return work_duration_.Snapshot(); }
 
  private:
-  void AddLocked(const std::string& key);
+  void AddLocked(const std::string& key) TJ_REQUIRES(mu_);
   // Puts `key` into `due` (waiting_ or idle_) for now + delay, the earlier time winning; at
   // once (AddLocked) when delay is not positive.
   void ScheduleLocked(std::map<std::string, Clock::TimePoint>* due, const std::string& key,
-                      Clock::Duration delay);
-  void PromoteReadyLocked();
-  std::optional<std::string> PopLocked();
-  std::optional<std::string> PopIdleLocked();
+                      Clock::Duration delay) TJ_REQUIRES(mu_);
+  void PromoteReadyLocked() TJ_REQUIRES(mu_);
+  std::optional<std::string> PopLocked() TJ_REQUIRES(mu_);
+  std::optional<std::string> PopIdleLocked() TJ_REQUIRES(mu_);
   double SecondsSince(Clock::TimePoint t) const;
 
   Clock* clock_;
   ItemExponentialBackoff backoff_;
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::string> queue_;                       // GUARDED_BY(mu_)
-  std::set<std::string> dirty_;                         // queued or to re-queue. GUARDED_BY(mu_)
-  std::set<std::string> processing_;                    // GUARDED_BY(mu_)
-  std::map<std::string, Clock::TimePoint> waiting_;     // key -> ready at. GUARDED_BY(mu_)
-  std::map<std::string, Clock::TimePoint> idle_;        // key -> queued by then. GUARDED_BY(mu_)
-  std::set<std::string> processing_idle_;               // handed out from idle_. GUARDED_BY(mu_)
-  bool shutting_down_ = false;                          // GUARDED_BY(mu_)
-  uint64_t adds_ = 0, retries_ = 0;                     // GUARDED_BY(mu_)
-  std::map<std::string, Clock::TimePoint> queued_at_;   // first add. GUARDED_BY(mu_)
-  std::map<std::string, Clock::TimePoint> started_at_;  // Get(). GUARDED_BY(mu_)
+  mutable Mutex mu_;
+  std::condition_variable_any cv_;
+  std::deque<std::string> queue_ TJ_GUARDED_BY(mu_);
+  std::set<std::string> dirty_ TJ_GUARDED_BY(mu_);  // queued or to re-queue
+  std::set<std::string> processing_ TJ_GUARDED_BY(mu_);
+  std::map<std::string, Clock::TimePoint> waiting_ TJ_GUARDED_BY(mu_);  // key -> ready at
+  std::map<std::string, Clock::TimePoint> idle_ TJ_GUARDED_BY(mu_);     // key -> queued by then
+  std::set<std::string> processing_idle_ TJ_GUARDED_BY(mu_);            // handed out from idle_
+  bool shutting_down_ TJ_GUARDED_BY(mu_) = false;
+  uint64_t adds_ TJ_GUARDED_BY(mu_) = 0;
+  uint64_t retries_ TJ_GUARDED_BY(mu_) = 0;
+  std::map<std::string, Clock::TimePoint> queued_at_ TJ_GUARDED_BY(mu_);   // first add
+  std::map<std::string, Clock::TimePoint> started_at_ TJ_GUARDED_BY(mu_);  // Get()
   Histogram queue_duration_, work_duration_;
 };
 

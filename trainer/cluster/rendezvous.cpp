@@ -11,6 +11,7 @@
 #include <cstring>
 #include <system_error>
 
+#include "common/backoff.h"
 #include "common/sha256.h"
 #include "trainer/cluster/tf_config.h"
 
@@ -773,7 +774,7 @@ StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(
   StatusOr<HostPort> hp = ParseHostPort(o.chief_address, "rendezvous chief address");
   if (!hp.ok()) return hp.status();
   const auto start = clock->Now();
-  auto backoff = std::chrono::milliseconds(50);
+  ExponentialBackoff backoff(std::chrono::milliseconds(50), std::chrono::seconds(1));
   Status last, refusal;  // the last error, and the last refusal (the more telling one)
   while (true) {
     Attempt a = TryConnect(o, *hp);
@@ -790,8 +791,7 @@ StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(
     if (elapsed >= o.rendezvous_timeout) break;
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(o.rendezvous_timeout - elapsed);
-    clock->SleepFor(std::min(backoff, left));
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+    clock->SleepFor(std::min<Clock::Duration>(backoff.Next(), left));
   }
   if (!refusal.ok()) {
     return Status::Error(StatusCode::kDeadlineExceeded,

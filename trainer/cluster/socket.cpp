@@ -14,6 +14,8 @@
 #include <cstring>
 #include <thread>
 
+#include "common/backoff.h"
+
 namespace tj::cluster {
 namespace {
 
@@ -301,8 +303,9 @@ namespace {
 // host's when `own`) or `deadline` comes; then the last reason, with the time waited.
 StatusOr<std::string> ResolveUntil(const std::string& host, Deadline deadline, bool own) {
   const auto start = std::chrono::steady_clock::now();
-  auto pause = std::chrono::milliseconds(100);
+  ExponentialBackoff backoff(std::chrono::milliseconds(100), std::chrono::seconds(1));
   while (true) {
+    const auto pause = backoff.Next();
     StatusOr<std::string> ip = ResolveHost(host);
     if (ip.ok() && (!own || IsLocalAddress(*ip))) return ip;
     const auto now = std::chrono::steady_clock::now();
@@ -319,7 +322,6 @@ StatusOr<std::string> ResolveUntil(const std::string& host, Deadline deadline, b
                            " s of retries (does TF_CONFIG's task entry name this pod?)");
     }
     std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::milliseconds(1000));
   }
 }
 

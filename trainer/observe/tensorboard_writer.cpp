@@ -256,7 +256,7 @@ StatusOr<std::unique_ptr<ScalarWriter>> ScalarWriter::Open(const std::string& di
   }
   std::unique_ptr<ScalarWriter> writer(new ScalarWriter(path, file, std::move(now)));
   {
-    std::lock_guard<std::mutex> lock(writer->mu_);
+    MutexLock lock(writer->mu_);
     TJ_RETURN_IF_ERROR(writer->WriteRecord(EncodeFileVersionEvent(t)));
   }
   TJ_RETURN_IF_ERROR(writer->Flush());
@@ -280,12 +280,12 @@ Status ScalarWriter::WriteRecord(const std::string& data) {
 
 Status ScalarWriter::WriteScalar(const std::string& tag, int64_t step, float value) {
   const std::string event = EncodeScalarEvent(now_(), step, tag, value);
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return WriteRecord(event);
 }
 
 Status ScalarWriter::Flush() {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (std::fflush(file_) != 0) {
     return Status::Error("flushing TensorBoard event file " + path_ + ": " + std::strerror(errno));
   }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/thread_annotations.h"
 
 namespace tj::observe {
 
@@ -44,12 +45,12 @@ class ScalarWriter {
 
  private:
   ScalarWriter(std::string path, FILE* file, WallClockFn now);
-  Status WriteRecord(const std::string& data);  // requires mu_
+  Status WriteRecord(const std::string& data) TJ_REQUIRES(mu_);
 
   const std::string path_;
   WallClockFn now_;
-  std::mutex mu_;
-  FILE* file_;  // GUARDED_BY(mu_)
+  Mutex mu_;
+  FILE* file_ TJ_GUARDED_BY(mu_);
 };
 
 // ---- Reading back.

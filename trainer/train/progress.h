@@ -7,6 +7,8 @@
 #include <optional>
 #include <string>
 
+#include "common/thread_annotations.h"
+
 namespace tj::train {
 
 struct ProgressSnapshot {
@@ -25,19 +27,19 @@ class Progress {
  public:
   template <typename F>
   void Update(F&& f) {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     f(snapshot_);
   }
   ProgressSnapshot Get() const {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(mu_);
     return snapshot_;
   }
   nlohmann::json StatusJson() const;
   std::string PrometheusText() const;
 
  private:
-  mutable std::mutex mu_;
-  ProgressSnapshot snapshot_;
+  mutable Mutex mu_;
+  ProgressSnapshot snapshot_ TJ_GUARDED_BY(mu_);
 };
 
 }  // namespace tj::train

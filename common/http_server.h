@@ -1,0 +1,62 @@
+// The project's one small HTTP server, for the trainer's /status and /metrics and the
+// operator's /metrics, /healthz and /readyz: GET <path> -> a handler's answer.
+//   unknown path                 -> 404 naming the paths served
+//   other method on a known path -> 405 with "Allow: GET"
+//   a handler that throws        -> 500 with the exception's text, never a crash
+// Handlers run on the listener's threads, possibly concurrently: they must be thread-safe.
+// Built on cpprestsdk's http_listener (kept out of this header; library tj_http).
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+
+namespace tj {
+
+// Prometheus' text exposition format, version 0.0.4.
+inline constexpr char kPrometheusContentType[] = "text/plain; version=0.0.4; charset=utf-8";
+
+struct HttpAnswer {
+  int code = 200;
+  std::string content_type = "text/plain; charset=utf-8";
+  std::string body;
+};
+
+class HttpServer {
+ public:
+  using Handler = std::function<HttpAnswer()>;
+
+  // `host` is an address to bind ("0.0.0.0" for all); `port` 0 disables the server (Start()
+  // then does nothing).
+  HttpServer(std::string host, int port, std::map<std::string, Handler> handlers);
+  ~HttpServer();  // Stop()s
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Starts listening; the error names the port and the address. Idempotent.
+  Status Start();
+  // Stops listening and waits for handlers in flight; idempotent.
+  void Stop();
+
+  bool running() const;
+
+ private:
+  struct Impl;
+  std::string host_;
+  int port_;
+  std::map<std::string, Handler> handlers_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Splits a listen address as flags give it: "host:port", ":port" or "port" (host "0.0.0.0");
+// "0" or "" is port 0 (disabled). An error names the address and what a port must be.
+struct ListenAddress {
+  std::string host = "0.0.0.0";
+  int port = 0;
+};
+StatusOr<ListenAddress> ParseListenAddress(const std::string& address);
+
+}  // namespace tj
