@@ -12,6 +12,7 @@
 #include "localcluster/pod_worker.h"
 #include "localcluster/process.h"
 #include "operator/kube/config.h"
+#include "operator/kube/object_meta.h"
 #include "operator/kube/time_format.h"
 
 namespace tj::localnode {
@@ -232,7 +233,7 @@ void NodeAgent::OnPod(const json& pod) {
         adopted = a->second;
         adoptable_.erase(a);
       }
-      if (md.contains("deletionTimestamp") && adopted.is_null()) {
+      if (kube::IsBeingDeleted(pod) && adopted.is_null()) {
         // Deleted before it ran here: nothing to stop, just let it go.
         kube::DeleteOptions d;
         d.grace_period_seconds = 0;
@@ -248,7 +249,7 @@ void NodeAgent::OnPod(const json& pod) {
       w = it->second;
     }
   }
-  if (md.contains("deletionTimestamp")) {
+  if (kube::IsBeingDeleted(pod)) {
     int grace = md.value("deletionGracePeriodSeconds",
                          pod["spec"].value("terminationGracePeriodSeconds", 30));
     w->RequestDelete(grace);
@@ -294,7 +295,7 @@ void NodeAgent::RewriteHostsFiles(const std::string& ns) {
 void NodeAgent::ProvisionClaim(const json& pvc) {
   const json md = pvc.value("metadata", json::object());
   const json spec = pvc.value("spec", json::object());
-  if (!spec.value("volumeName", "").empty() || md.contains("deletionTimestamp")) return;
+  if (!spec.value("volumeName", "").empty() || kube::IsBeingDeleted(pvc)) return;
   const std::string ns = md.value("namespace", ""), name = md.value("name", "");
   const std::string uid = md.value("uid", "");
   const std::string pv_name = "pvc-" + uid;

@@ -9,6 +9,7 @@
 #include "operator/controller/job_resources.h"
 #include "operator/controller/slow_start.h"
 #include "operator/kube/bounded_get.h"
+#include "operator/kube/object_meta.h"
 
 namespace tj::controller {
 namespace {
@@ -57,9 +58,8 @@ Status CheckExistingIsOwned(const std::string& kind, const std::string& object_k
   if (!existing) {
     why = "it was deleted meanwhile; creating it again on the next pass";
   } else {
-    const json md = existing->value("metadata", json::object());
     why = "it belongs to " + OwnersOf(*existing) +
-          (md.contains("deletionTimestamp")
+          (kube::IsBeingDeleted(*existing)
                ? " and is being deleted (e.g. a deleted TrainingJob of the same name); waiting "
                  "for it to go"
                : "; delete or rename it, or rename this job");

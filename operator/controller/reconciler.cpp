@@ -8,6 +8,7 @@
 #include "common/status_schema.h"
 #include "operator/controller/job_resources.h"
 #include "operator/controller/restart_cause.h"
+#include "operator/kube/object_meta.h"
 
 namespace tj::controller {
 namespace {
@@ -25,27 +26,13 @@ using nlohmann::json;
 using std::chrono::milliseconds;
 namespace cond = api::condition;
 
-std::string Label(const json& obj, const char* key) {
-  try {
-    return obj.at("metadata").at("labels").at(key).get<std::string>();
-  } catch (const json::exception&) {
-    return "";
-  }
-}
-
 int IntLabel(const json& obj, const char* key) {
-  const std::string v = Label(obj, key);
+  const std::string v = kube::LabelOf(obj, key);
   if (v.empty() || v.size() > 9 || !std::all_of(v.begin(), v.end(), ::isdigit)) return -1;
   return std::stoi(v);
 }
 
 std::string NameOf(const json& obj) { return api::RefOf(obj).name; }
-
-bool Deleting(const json& obj) {
-  return obj.contains("metadata") && obj["metadata"].is_object() &&
-         obj["metadata"].contains("deletionTimestamp") &&
-         !obj["metadata"]["deletionTimestamp"].is_null();
-}
 
 std::string Phase(const json& pod) {
   if (!pod.contains("status") || !pod["status"].is_object()) return "Pending";
@@ -54,7 +41,7 @@ std::string Phase(const json& pod) {
 
 bool Active(const json& pod) {
   const std::string p = Phase(pod);
-  return !Deleting(pod) && (p == "Pending" || p == "Running" || p == "Unknown");
+  return !kube::IsBeingDeleted(pod) && (p == "Pending" || p == "Running" || p == "Unknown");
 }
 
 // The trainer container's status (or the first one's).
@@ -177,7 +164,7 @@ class Pass {
     d_.actions.push_back(std::move(a));
   }
   void DeletePod(const json& pod) {
-    if (Deleting(pod)) return;
+    if (kube::IsBeingDeleted(pod)) return;
     Action a;
     a.kind = Action::Kind::kDelete;
     a.resource = kube::resources::kPods;
@@ -354,7 +341,7 @@ void Pass::ReplicaStatuses() {
   for (const auto& p : created_pods_) pods.push_back(&p);
   for (const json* pod : pods) {
     const json& p = *pod;
-    auto t = api::ParseReplicaType(Label(p, api::kLabelReplicaType));
+    auto t = api::ParseReplicaType(kube::LabelOf(p, api::kLabelReplicaType));
     if (!t || !out.contains(api::ToString(*t))) continue;
     if (*t != ReplicaType::kEvaluator &&
         IntLabel(p, api::kLabelRestartCount) != status_.restart_count) {
@@ -540,7 +527,8 @@ void Pass::RestartGang(const std::string& msg,
 }
 
 Decision Pass::Run() {
-  if (Deleting(in_.job)) return std::move(d_);  // the garbage collector removes what it owns
+  if (kube::IsBeingDeleted(in_.job))
+    return std::move(d_);  // the garbage collector removes what it owns
   if (!ReadSpec()) return Final();
   if (status_.Finished()) {
     Finished();
@@ -642,7 +630,7 @@ Pass::Gang Pass::SortPods() {
   Gang g;
   g.generation = status_.restart_count;
   for (const auto& p : pods_) {
-    auto t = api::ParseReplicaType(Label(p, api::kLabelReplicaType));
+    auto t = api::ParseReplicaType(kube::LabelOf(p, api::kLabelReplicaType));
     const int index = IntLabel(p, api::kLabelReplicaIndex);
     const bool in_spec = t && index >= 0 && index < spec_.Replicas(*t);
     if (in_spec && *t == ReplicaType::kEvaluator && !g.evaluator) {
@@ -699,7 +687,7 @@ Pass::GangCensus Pass::TakeCensus(const Gang& gang) const {
       }
       const json& pod = it->second;
       const std::string phase = Phase(pod);
-      if (Deleting(pod) || phase == "Failed") {
+      if (kube::IsBeingDeleted(pod) || phase == "Failed") {
         PodOutcome o = OutcomeOf(pod);
         c.failures.push_back({name, o, IsRetryable(rs.restart_policy, o), rs.restart_policy});
       } else if (phase == "Succeeded") {
@@ -802,7 +790,8 @@ void Pass::CreateMissing(const Gang& gang, const GangCensus& c) {
   if (c.missing.empty()) return;
   const int gen = gang.generation;
   const bool old_gang_left = std::any_of(gang.stale.begin(), gang.stale.end(), [](const json& p) {
-    return api::ParseReplicaType(Label(p, api::kLabelReplicaType)) != ReplicaType::kEvaluator;
+    return api::ParseReplicaType(kube::LabelOf(p, api::kLabelReplicaType)) !=
+           ReplicaType::kEvaluator;
   });
   std::optional<kube::WallTime> ready_at;
   const api::Condition* restarting = status_.Find(cond::kRestarting);
@@ -845,7 +834,7 @@ void Pass::SuperviseEvaluator(const Gang& gang) {
     return;
   }
   const json& evaluator = *gang.evaluator;
-  if (Deleting(evaluator) || Phase(evaluator) != "Failed") return;
+  if (kube::IsBeingDeleted(evaluator) || Phase(evaluator) != "Failed") return;
   PodOutcome o = OutcomeOf(evaluator);
   const int limit = spec_.run_policy.backoff_limit;
   // Its own share of backoffLimit, used as the failure policy says (an eviction: not).
@@ -946,8 +935,8 @@ PodOutcome OutcomeOf(const json& pod) {
   PodOutcome o;
   o.cause = ClassifyRestartCause(pod);
   const std::string phase = Phase(pod);
-  o.failed = phase == "Failed" || Deleting(pod);
-  if (Deleting(pod)) o.deleted = true;
+  o.failed = phase == "Failed" || kube::IsBeingDeleted(pod);
+  if (kube::IsBeingDeleted(pod)) o.deleted = true;
   if (pod.contains("status") && pod["status"].is_object()) {
     o.reason = pod["status"].value("reason", "");
     if (o.reason == "Evicted" || o.reason == "Preempting" || o.reason == "Shutdown")

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "operator/kube/object_meta.h"
+
 namespace tj::controller {
 namespace {
 
@@ -53,11 +55,7 @@ RestartCause ClassifyRestartCause(const json& pod) {
   }
   // Deleted (by a user, a drain on a cluster without DisruptionTarget): whatever the program
   // exited with afterwards answered the deletion's SIGTERM.
-  auto meta = pod.find("metadata");
-  if (meta != pod.end() && meta->is_object()) {
-    auto ts = meta->find("deletionTimestamp");
-    if (ts != meta->end() && !ts->is_null()) return RestartCause::kDeleted;
-  }
+  if (kube::IsBeingDeleted(pod)) return RestartCause::kDeleted;
   return RestartCause::kFailed;
 }
 

@@ -1,5 +1,7 @@
 #include "operator/kube/expectations.h"
 
+#include "operator/kube/object_meta.h"
+
 namespace tj::kube {
 namespace {
 
@@ -14,7 +16,7 @@ bool Met(bool create, bool new_version, const std::string& value,
   const nlohmann::json& md = (*cached)["metadata"];
   if (!md.is_object()) return true;
   if (new_version) return md.value("resourceVersion", "") != value;
-  if (md.contains("deletionTimestamp") && !md["deletionTimestamp"].is_null()) return true;
+  if (IsBeingDeleted(*cached)) return true;
   return !value.empty() && md.value("uid", "") != value;
 }
 

@@ -1,0 +1,26 @@
+#include "operator/kube/object_meta.h"
+
+namespace tj::kube {
+
+const nlohmann::json& MetadataOf(const nlohmann::json& object) {
+  static const nlohmann::json kEmpty = nlohmann::json::object();
+  if (!object.is_object()) return kEmpty;
+  auto it = object.find("metadata");
+  return it != object.end() && it->is_object() ? *it : kEmpty;
+}
+
+bool IsBeingDeleted(const nlohmann::json& object) {
+  const nlohmann::json& md = MetadataOf(object);
+  auto it = md.find("deletionTimestamp");
+  return it != md.end() && !it->is_null();
+}
+
+std::string LabelOf(const nlohmann::json& object, const std::string& key) {
+  const nlohmann::json& md = MetadataOf(object);
+  auto labels = md.find("labels");
+  if (labels == md.end() || !labels->is_object()) return "";
+  auto it = labels->find(key);
+  return it != labels->end() && it->is_string() ? it->get<std::string>() : "";
+}
+
+}  // namespace tj::kube
