@@ -430,8 +430,11 @@ int main(int argc, char** argv) {
                 }}});
   auto probes = ServeOn("--health-probe-bind-address", f.probe_addr, ProbeHandlers(synced));
   for (auto* s : {&metrics_server, &probes}) {
-    tj::Status st = s->ok() ? (**s)->Start() : s->status();
-    if (!st.ok()) {
+    if (!s->ok()) {  // the flag's value is not an address: the error names the flag
+      log.Error(s->status().message());
+      return 1;
+    }
+    if (tj::Status st = (**s)->Start(); !st.ok()) {
       log.Error(st.message() + " (is the port in use? pick another with the flag)");
       return 1;
     }

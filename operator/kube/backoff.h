@@ -3,7 +3,6 @@
 #pragma once
 
 #include <chrono>
-#include <mutex>
 #include <string>
 #include <unordered_map>
 
@@ -28,7 +27,7 @@ class ItemExponentialBackoff {
  private:
   Duration base_, max_;
   mutable Mutex mu_;
-  std::unordered_map<std::string, int> failures_;
+  std::unordered_map<std::string, int> failures_ TJ_GUARDED_BY(mu_);
 };
 
 }  // namespace tj::kube
