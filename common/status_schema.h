@@ -29,18 +29,33 @@
 
 namespace tj::status_schema {
 
-inline constexpr char kRole[] = "role";
-inline constexpr char kState[] = "state";
-inline constexpr char kEpoch[] = "epoch";
-inline constexpr char kTotalEpochs[] = "total_epochs";
-inline constexpr char kStep[] = "step";
-inline constexpr char kGlobalStep[] = "global_step";
-inline constexpr char kLoss[] = "loss";
-inline constexpr char kAccuracy[] = "accuracy";
-inline constexpr char kImagesPerSec[] = "images_per_sec";
-inline constexpr char kLastBackup[] = "last_backup";  // {kEpoch, kStep}
-inline constexpr char kEvaluation[] = "evaluation";   // {kCheckpoint, kEpoch, kLoss, kAccuracy}
-inline constexpr char kCheckpoint[] = "checkpoint";
+// What a field's value must be for the operator to copy it; a value of another kind is ignored.
+enum class Kind {
+  kInfo,    // informational: not copied
+  kCount,   // an integer in [0, 2^31)
+  kNumber,  // any JSON number
+  kText,    // a string of at most kMaxTextBytes bytes
+  kObject,  // an object of the fields named beside it
+};
+
+// One field of the document: its key, and the kind of value the operator copies.
+struct Field {
+  const char* key;
+  Kind kind;
+};
+
+inline constexpr Field kRole{"role", Kind::kInfo};
+inline constexpr Field kState{"state", Kind::kInfo};
+inline constexpr Field kEpoch{"epoch", Kind::kCount};
+inline constexpr Field kTotalEpochs{"total_epochs", Kind::kCount};
+inline constexpr Field kStep{"step", Kind::kCount};
+inline constexpr Field kGlobalStep{"global_step", Kind::kCount};
+inline constexpr Field kLoss{"loss", Kind::kNumber};
+inline constexpr Field kAccuracy{"accuracy", Kind::kNumber};
+inline constexpr Field kImagesPerSec{"images_per_sec", Kind::kNumber};
+inline constexpr Field kLastBackup{"last_backup", Kind::kObject};  // {kEpoch, kStep}
+inline constexpr Field kEvaluation{"evaluation", Kind::kObject};   // {kCheckpoint, kEpoch, ...}
+inline constexpr Field kCheckpoint{"checkpoint", Kind::kText};
 
 // What the operator accepts of one answer.
 inline constexpr size_t kMaxBytes = size_t{64} * 1024;

@@ -65,7 +65,10 @@ void TrimPodForCache(json& pod) {
   }
   if (auto st = pod.find("status"); st != pod.end()) {
     // conditions: PodScheduled=False says why a pod is Pending (StartupDeadlineExceeded).
-    KeepOnly(*st, {"phase", "reason", "message", "podIP", "conditions", "containerStatuses"});
+    KeepOnly(*st, {"phase", "reason", "podIP", "conditions", "containerStatuses"});
+    if (auto cs = st->find("containerStatuses"); cs != st->end() && cs->is_array()) {
+      for (auto& c : *cs) KeepOnly(c, {"name", "state"});
+    }
   }
 }
 

@@ -1,18 +1,19 @@
 // What the operator's informer caches keep of each object (kube::InformerOptions::transform):
 // only the fields the reconciler and the executor read, so the caches of a large cluster stay
-// small. A field the reconciler starts to read must be kept here too; the unit tests of this
-// file and the load test (tests/load/) notice when it is not.
+// small. Pods are read through pod_view.h: a field ViewOfPod starts to read must be kept here
+// too, and pod_view_test fails when it is not (the view of a trimmed pod must equal the view
+// of the whole one).
 #pragma once
 
 #include <nlohmann/json.hpp>
 
 namespace tj::controller {
 
-// A pod as the reconciler reads it: metadata without managedFields and annotations (but the
-// rendezvous key's hash, kKeyHashAnnotation); of the
-// spec only each container's name, args and TJ_STATUS_PORT env (the status port); of the status the
-// phase, reason, message, podIP, conditions (the scheduler's reason for a pending pod) and
-// containerStatuses. Drops the rest of the env (TF_CONFIG), volumes and everything else.
+// A pod as the operator reads it (pod_view.h): metadata without managedFields and annotations
+// (but the rendezvous key's hash, kKeyHashAnnotation); of the spec only each container's name,
+// args and TJ_STATUS_PORT env (the status port); of the status the phase, reason, podIP,
+// conditions (the scheduler's reason for a pending pod, DisruptionTarget) and each container
+// status's name and state. Drops the rest of the env (TF_CONFIG), volumes and everything else.
 void TrimPodForCache(nlohmann::json& pod);
 
 // Only what names an object and ties it to its job: name, namespace, uid, resourceVersion,

@@ -17,11 +17,6 @@ namespace {
 using nlohmann::json;
 using std::chrono::milliseconds;
 
-std::string PodPhase(const json& pod) {
-  if (!pod.contains("status") || !pod["status"].is_object()) return "";
-  return pod["status"].value("phase", "");
-}
-
 // The cache of `r`'s objects; null for a resource the executor does not cache.
 const kube::ObjectCache* CacheOf(const OwnedObjectCaches& caches, const kube::Resource& r) {
   if (r.plural == kube::resources::kPods.plural) return caches.pods;
@@ -130,18 +125,18 @@ json FinalProgress(const std::string& log) {
     const std::string event = j.value("event", "");
     if (event == "epoch_end") {
       json p = json::object();
-      for (const char* k : {status_schema::kEpoch, status_schema::kLoss, status_schema::kAccuracy,
-                            status_schema::kImagesPerSec}) {
+      for (const char* k : {status_schema::kEpoch.key, status_schema::kLoss.key,
+                            status_schema::kAccuracy.key, status_schema::kImagesPerSec.key}) {
         if (j.contains(k)) p[k] = j[k];
       }
-      if (progress.is_object() && progress.contains(status_schema::kTotalEpochs)) {
-        p[status_schema::kTotalEpochs] = progress[status_schema::kTotalEpochs];
+      if (progress.is_object() && progress.contains(status_schema::kTotalEpochs.key)) {
+        p[status_schema::kTotalEpochs.key] = progress[status_schema::kTotalEpochs.key];
       }
       progress = std::move(p);
     } else if (event == "train_end" && j.contains("epochs")) {
       if (!progress.is_object()) progress = json::object();
-      progress[status_schema::kTotalEpochs] = j["epochs"];
-      progress[status_schema::kState] = "done";
+      progress[status_schema::kTotalEpochs.key] = j["epochs"];
+      progress[status_schema::kState.key] = "done";
     }
   }
   return progress;
@@ -150,21 +145,19 @@ json FinalProgress(const std::string& log) {
 void Executor::ReadTrainerProgress(const std::string& ns, const std::string& name, Observed* in) {
   // The reconciler reads the chief's (the Chief pod, else worker 0) and the evaluator's: only
   // those are asked, at once, each bounded (HttpGetJson), never every pod of a large job.
-  const json* chief = nullptr;
-  const json* worker0 = nullptr;
-  const json* evaluator = nullptr;
+  std::optional<PodView> chief, worker0, evaluator;
   for (const auto& p : in->pods) {
     const std::string pod = api::RefOf(p).name;
-    if (pod == PodName(name, api::ReplicaType::kChief, 0)) chief = &p;
-    if (pod == PodName(name, api::ReplicaType::kWorker, 0)) worker0 = &p;
-    if (pod == PodName(name, api::ReplicaType::kEvaluator, 0)) evaluator = &p;
+    if (pod == PodName(name, api::ReplicaType::kChief, 0)) chief = ViewOfPod(p);
+    if (pod == PodName(name, api::ReplicaType::kWorker, 0)) worker0 = ViewOfPod(p);
+    if (pod == PodName(name, api::ReplicaType::kEvaluator, 0)) evaluator = ViewOfPod(p);
   }
-  if (chief == nullptr) chief = worker0;
+  if (!chief) chief = std::move(worker0);
   std::vector<std::pair<std::string, std::future<std::optional<json>>>> polls;
-  for (const json* p : {chief, evaluator}) {
-    if (p == nullptr || PodPhase(*p) != "Running" || !deps_.trainer_status) continue;
-    polls.emplace_back(api::RefOf(*p).name,
-                       std::async(std::launch::async, deps_.trainer_status, std::cref(*p)));
+  for (const std::optional<PodView>* p : {&chief, &evaluator}) {
+    if (!*p || (*p)->phase != "Running" || !deps_.trainer_status) continue;
+    polls.emplace_back((*p)->name,
+                       std::async(std::launch::async, deps_.trainer_status, std::cref(**p)));
   }
   for (auto& [pod, answer] : polls) {
     if (auto s = answer.get()) in->trainer_status[pod] = std::move(*s);
@@ -172,18 +165,16 @@ void Executor::ReadTrainerProgress(const std::string& ns, const std::string& nam
   if (!deps_.pod_log) return;
   // Both exit right after their last word: read it from the log (at most its last 64 KiB), so
   // that a finished job shows its last epoch and evaluation, not whatever a poll last saw.
-  if (chief != nullptr && PodPhase(*chief) == "Succeeded") {
-    const std::string pod = api::RefOf(*chief).name;
-    if (auto log = deps_.pod_log(ns, pod)) {
+  if (chief && chief->phase == "Succeeded") {
+    if (auto log = deps_.pod_log(ns, chief->name)) {
       json p = FinalProgress(*log);
-      if (!p.is_null()) in->trainer_status[pod] = std::move(p);
+      if (!p.is_null()) in->trainer_status[chief->name] = std::move(p);
     }
   }
-  if (evaluator != nullptr && PodPhase(*evaluator) == "Succeeded") {
-    const std::string pod = api::RefOf(*evaluator).name;
-    if (auto log = deps_.pod_log(ns, pod)) {
+  if (evaluator && evaluator->phase == "Succeeded") {
+    if (auto log = deps_.pod_log(ns, evaluator->name)) {
       json e = LastEvaluation(*log);
-      if (!e.is_null()) in->final_evaluation[pod] = std::move(e);
+      if (!e.is_null()) in->final_evaluation[evaluator->name] = std::move(e);
     }
   }
 }

@@ -68,7 +68,7 @@ struct ExecutorDeps {
   std::function<kube::WallTime()> wall_clock = [] { return std::chrono::system_clock::now(); };
   // GET http://<podIP>:<status port>/status of a running trainer pod; nullopt when it does
   // not answer (quickly: it runs inside a reconcile).
-  std::function<std::optional<nlohmann::json>(const nlohmann::json& pod)> trainer_status;
+  std::function<std::optional<nlohmann::json>(const PodView& pod)> trainer_status;
   // The tail of a pod's trainer log; nullopt when it cannot be read.
   std::function<std::optional<std::string>(const std::string& ns, const std::string& pod)> pod_log;
   std::function<std::string()> random_key;  // a fresh rendezvous key

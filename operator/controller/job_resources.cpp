@@ -207,17 +207,20 @@ json BuildSecret(const json& job, const std::string& key) {
 }
 
 int TrainerContainerIndex(const json& pod_spec) {
-  if (!pod_spec.is_object() || !pod_spec.contains("containers") ||
-      !pod_spec["containers"].is_array()) {
-    return -1;
-  }
-  const json& cs = pod_spec["containers"];
+  if (!pod_spec.is_object() || !pod_spec.contains("containers")) return -1;
+  return TrainerIndexAmong(pod_spec["containers"]);
+}
+
+int TrainerIndexAmong(const json& containers) {
+  if (!containers.is_array()) return -1;
   for (const char* name : {"tensorflow", "trainer"}) {
-    for (size_t i = 0; i < cs.size(); ++i) {
-      if (cs[i].is_object() && cs[i].value("name", "") == name) return static_cast<int>(i);
+    for (size_t i = 0; i < containers.size(); ++i) {
+      if (containers[i].is_object() && containers[i].value("name", "") == name) {
+        return static_cast<int>(i);
+      }
     }
   }
-  return cs.size() == 1 ? 0 : -1;
+  return containers.size() == 1 ? 0 : -1;
 }
 
 std::optional<int> StatusPortOf(const json& pod) {

@@ -74,6 +74,8 @@ nlohmann::json BuildPod(const nlohmann::json& job, const api::TrainingJobSpec& s
 // The container that gets TF_CONFIG, found as TFJob finds it: the one named "tensorflow", else
 // the one named "trainer" (this operator's own name), else the only one; -1 if none.
 int TrainerContainerIndex(const nlohmann::json& pod_spec);
+// The same rule over a list of named entries (spec.containers, status.containerStatuses).
+int TrainerIndexAmong(const nlohmann::json& containers);
 // The /status port of `pod`'s TF_CONFIG container: its --status-port argument (which overrides
 // the env in tj-trainer), else its literal TJ_STATUS_PORT; nullopt when absent, 0 or invalid.
 std::optional<int> StatusPortOf(const nlohmann::json& pod);

@@ -1,7 +1,6 @@
 #include "operator/controller/reconciler.h"
 
 #include <algorithm>
-#include <cctype>
 #include <utility>
 
 #include "common/backoff.h"
@@ -26,98 +25,18 @@ using nlohmann::json;
 using std::chrono::milliseconds;
 namespace cond = api::condition;
 
-int IntLabel(const json& obj, const char* key) {
-  const std::string v = kube::LabelOf(obj, key);
-  if (v.empty() || v.size() > 9 || !std::all_of(v.begin(), v.end(), ::isdigit)) return -1;
-  return std::stoi(v);
-}
-
 std::string NameOf(const json& obj) { return api::RefOf(obj).name; }
-
-std::string Phase(const json& pod) {
-  if (!pod.contains("status") || !pod["status"].is_object()) return "Pending";
-  return pod["status"].value("phase", "Pending");
-}
-
-bool Active(const json& pod) {
-  const std::string p = Phase(pod);
-  return !kube::IsBeingDeleted(pod) && (p == "Pending" || p == "Running" || p == "Unknown");
-}
-
-// The trainer container's status (or the first one's).
-json TrainerContainerStatus(const json& pod) {
-  if (!pod.contains("status") || !pod["status"].is_object()) return nullptr;
-  const json& st = pod["status"];
-  if (!st.contains("containerStatuses") || !st["containerStatuses"].is_array() ||
-      st["containerStatuses"].empty()) {
-    return nullptr;
-  }
-  for (const auto& cs : st["containerStatuses"]) {
-    if (cs.is_object() && cs.value("name", "") == "trainer") return cs;
-  }
-  return st["containerStatuses"][0];
-}
-
-// Why a pod is not running yet: its trainer container's waiting reason (ImagePullBackOff,
-// ...), else the scheduler's (a claim that does not exist: "Unschedulable: 0/1 nodes are
-// available: 1 persistentvolumeclaim \"data\" not found."), else "".
-std::string PendingReason(const json& pod) {
-  // Status is written by the kubelet: a field of another type is ignored, never thrown on.
-  auto text = [](const json& o, const char* key) {
-    auto it = o.find(key);
-    return it != o.end() && it->is_string() ? it->get<std::string>() : std::string();
-  };
-  const json cs = TrainerContainerStatus(pod);
-  if (cs.is_object() && cs.contains("state") && cs["state"].is_object() &&
-      cs["state"].contains("waiting") && cs["state"]["waiting"].is_object()) {
-    std::string r = text(cs["state"]["waiting"], "reason");
-    if (!r.empty()) return r;
-  }
-  if (!pod.contains("status") || !pod["status"].is_object()) return "";
-  const json& st = pod["status"];
-  if (!st.contains("conditions") || !st["conditions"].is_array()) return "";
-  for (const auto& c : st["conditions"]) {
-    if (!c.is_object() || text(c, "type") != "PodScheduled" || text(c, "status") != "False") {
-      continue;
-    }
-    const std::string reason = text(c, "reason"), message = text(c, "message");
-    return (reason.empty() ? "Unschedulable" : reason) + (message.empty() ? "" : ": " + message);
-  }
-  return "";
-}
 
 // The kubelet's message when a pod's securityContext says runAsNonRoot and the image's user is
 // root (or not numeric): the container never starts, and waiting does not help. "" otherwise.
-std::string RootImageMessage(const json& pod) {
-  if (!pod.contains("status") || !pod["status"].is_object()) return "";
-  const auto statuses = pod["status"].find("containerStatuses");
-  if (statuses == pod["status"].end() || !statuses->is_array()) return "";
-  for (const json& cs : *statuses) {
-    if (!cs.is_object() || !cs.contains("state") || !cs["state"].is_object()) continue;
-    const auto waiting = cs["state"].find("waiting");
-    if (waiting == cs["state"].end() || !waiting->is_object()) continue;
-    const auto reason = waiting->find("reason");
-    const auto message = waiting->find("message");
-    if (reason == waiting->end() || !reason->is_string() || message == waiting->end() ||
-        !message->is_string()) {
-      continue;
-    }
-    const std::string& m = message->get_ref<const std::string&>();
-    if (*reason == "CreateContainerConfigError" && m.find("runAsNonRoot") != std::string::npos) {
-      return m.substr(0, 512);
+std::string RootImageMessage(const PodView& pod) {
+  for (const WaitingContainer& w : pod.waiting) {
+    if (w.reason == "CreateContainerConfigError" &&
+        w.message.find("runAsNonRoot") != std::string::npos) {
+      return w.message.substr(0, 512);
     }
   }
   return "";
-}
-
-std::optional<kube::WallTime> TimeAt(const json& obj, const std::vector<std::string>& path) {
-  const json* cur = &obj;
-  for (const auto& p : path) {
-    if (!cur->is_object() || !cur->contains(p)) return std::nullopt;
-    cur = &(*cur)[p];
-  }
-  if (!cur->is_string()) return std::nullopt;
-  return kube::ParseTime(cur->get<std::string>());
 }
 
 milliseconds Until(kube::WallTime now, kube::WallTime t) {
@@ -139,7 +58,7 @@ class Pass {
     }
     for (const auto& p : in.pods) {
       if (!IsOwnedBy(p, in.job)) continue;  // a foreign pod wearing our label: not ours
-      pods_.push_back(p);
+      pods_.push_back(ViewOfPod(p));
     }
   }
 
@@ -159,16 +78,16 @@ class Pass {
     a.kind = Action::Kind::kCreate;
     a.resource = r;
     a.name = NameOf(object);
-    if (r.plural == kube::resources::kPods.plural) created_pods_.push_back(object);
+    if (r.plural == kube::resources::kPods.plural) created_pods_.push_back(ViewOfPod(object));
     a.object = std::move(object);
     d_.actions.push_back(std::move(a));
   }
-  void DeletePod(const json& pod) {
-    if (kube::IsBeingDeleted(pod)) return;
+  void DeletePod(const PodView& pod) {
+    if (pod.being_deleted) return;
     Action a;
     a.kind = Action::Kind::kDelete;
     a.resource = kube::resources::kPods;
-    a.name = NameOf(pod);
+    a.name = pod.name;
     d_.actions.push_back(std::move(a));
   }
   void RequeueAfter(milliseconds d) {
@@ -203,16 +122,17 @@ class Pass {
   // A chief or worker pod still running (or about to) with another key than the Secret's:
   // its name, else "". Pods without a hash (made by an older operator) are not judged, nor is
   // a gang of which a member has succeeded (it has trained).
-  std::string PodWithAnotherKey(const std::map<std::pair<ReplicaType, int>, json>& current) const;
+  // The chief and worker pods of one gang, by replica (pointing into pods_).
+  using GangPods = std::map<std::pair<ReplicaType, int>, const PodView*>;
+  std::string PodWithAnotherKey(const GangPods& current) const;
   // Starts gang restart restart_count + 1: deletes the `current` gang, says why (`msg`).
-  void RestartGang(const std::string& msg,
-                   const std::map<std::pair<ReplicaType, int>, json>& current);
+  void RestartGang(const std::string& msg, const GangPods& current);
   // The pass's steps, in the order Run takes them. A step that returns true ends the pass.
   struct Gang {
-    int generation = 0;                                   // status.restartCount
-    std::map<std::pair<ReplicaType, int>, json> current;  // chief and workers of this gang
-    std::vector<json> stale;                              // earlier gangs, removed replicas
-    std::optional<json> evaluator;
+    int generation = 0;                 // status.restartCount
+    GangPods current;                   // chief and workers of this gang
+    std::vector<const PodView*> stale;  // earlier gangs, removed replicas
+    const PodView* evaluator = nullptr;
   };
   struct Failure {
     std::string pod;
@@ -258,9 +178,9 @@ class Pass {
   api::TrainingJobSpec spec_;
   TrainingJobStatus status_;
   json original_;
-  std::vector<json> pods_;
-  std::vector<json> created_pods_;  // by this pass: Pending, so active in replicaStatuses
-  std::string key_hash_;            // of the rendezvous Secret's key, set by EnsureSecret
+  std::vector<PodView> pods_;          // the job's own pods
+  std::vector<PodView> created_pods_;  // by this pass: Pending, so active in replicaStatuses
+  std::string key_hash_;               // of the rendezvous Secret's key, set by EnsureSecret
   Decision d_;
 };
 
@@ -311,7 +231,7 @@ void Pass::Finished() {
   const api::CleanPodPolicy policy = spec_.run_policy.clean_pod_policy;
   for (const auto& p : pods_) {
     if (policy == api::CleanPodPolicy::kAll ||
-        (policy == api::CleanPodPolicy::kRunning && Active(p))) {
+        (policy == api::CleanPodPolicy::kRunning && p.Active())) {
       DeletePod(p);
     }
   }
@@ -336,24 +256,22 @@ void Pass::Finished() {
 void Pass::ReplicaStatuses() {
   std::map<std::string, api::ReplicaStatus> out;
   for (const auto& [t, rs] : spec_.replica_specs) out[api::ToString(t)] = {};
-  std::vector<const json*> pods;
+  std::vector<const PodView*> pods;
   for (const auto& p : pods_) pods.push_back(&p);
   for (const auto& p : created_pods_) pods.push_back(&p);
-  for (const json* pod : pods) {
-    const json& p = *pod;
-    auto t = api::ParseReplicaType(kube::LabelOf(p, api::kLabelReplicaType));
+  for (const PodView* pod : pods) {
+    const PodView& p = *pod;
+    const std::optional<ReplicaType> t = p.replica_type;
     if (!t || !out.contains(api::ToString(*t))) continue;
-    if (*t != ReplicaType::kEvaluator &&
-        IntLabel(p, api::kLabelRestartCount) != status_.restart_count) {
+    if (*t != ReplicaType::kEvaluator && p.gang != status_.restart_count) {
       continue;  // a pod of an earlier gang
     }
     api::ReplicaStatus& s = out[api::ToString(*t)];
-    const std::string phase = Phase(p);
-    if (phase == "Succeeded") {
+    if (p.phase == "Succeeded") {
       ++s.succeeded;
-    } else if (phase == "Failed") {
+    } else if (p.phase == "Failed") {
       ++s.failed;
-    } else if (Active(p)) {
+    } else if (p.Active()) {
       ++s.active;
     }
   }
@@ -368,16 +286,16 @@ void Pass::Progress() {
     const json& s = it->second;
     json p = json::object();
     namespace k = status_schema;
-    CopyStatusField(s, k::kEpoch, StatusField::kCount, p, "epoch");
-    CopyStatusField(s, k::kTotalEpochs, StatusField::kCount, p, "totalEpochs");
-    CopyStatusField(s, k::kStep, StatusField::kCount, p, "step");
-    CopyStatusField(s, k::kLoss, StatusField::kNumber, p, "loss");
-    CopyStatusField(s, k::kAccuracy, StatusField::kNumber, p, "accuracy");
-    CopyStatusField(s, k::kImagesPerSec, StatusField::kNumber, p, "imagesPerSecond");
-    if (s.contains(k::kLastBackup)) {  // {epoch, step} of the newest backup
+    CopyStatusField(s, k::kEpoch, p, "epoch");
+    CopyStatusField(s, k::kTotalEpochs, p, "totalEpochs");
+    CopyStatusField(s, k::kStep, p, "step");
+    CopyStatusField(s, k::kLoss, p, "loss");
+    CopyStatusField(s, k::kAccuracy, p, "accuracy");
+    CopyStatusField(s, k::kImagesPerSec, p, "imagesPerSecond");
+    if (s.contains(k::kLastBackup.key)) {  // {epoch, step} of the newest backup
       json b = json::object();
-      CopyStatusField(s[k::kLastBackup], k::kEpoch, StatusField::kCount, b, "epoch");
-      CopyStatusField(s[k::kLastBackup], k::kStep, StatusField::kCount, b, "step");
+      CopyStatusField(s[k::kLastBackup.key], k::kEpoch, b, "epoch");
+      CopyStatusField(s[k::kLastBackup.key], k::kStep, b, "step");
       if (!b.empty()) p["lastBackup"] = b;
     }
     if (!p.empty()) status_.progress = p;
@@ -387,17 +305,17 @@ void Pass::Progress() {
     if (!e.is_object()) return;
     json v = json::object();
     namespace k = status_schema;
-    CopyStatusField(e, k::kCheckpoint, StatusField::kText, v, "checkpoint");
+    CopyStatusField(e, k::kCheckpoint, v, "checkpoint");
     if (!v.contains("checkpoint")) return;
-    CopyStatusField(e, k::kEpoch, StatusField::kCount, v, "epoch");
-    CopyStatusField(e, k::kLoss, StatusField::kNumber, v, "loss");
-    CopyStatusField(e, k::kAccuracy, StatusField::kNumber, v, "accuracy");
+    CopyStatusField(e, k::kEpoch, v, "epoch");
+    CopyStatusField(e, k::kLoss, v, "loss");
+    CopyStatusField(e, k::kAccuracy, v, "accuracy");
     status_.evaluation = v;
   };
   const std::string eval_pod = PodName(ref_.name, ReplicaType::kEvaluator, 0);
   if (auto e = in_.trainer_status.find(eval_pod); e != in_.trainer_status.end()) {
-    if (e->second.is_object() && e->second.contains(status_schema::kEvaluation))
-      take_eval(e->second[status_schema::kEvaluation]);
+    if (e->second.is_object() && e->second.contains(status_schema::kEvaluation.key))
+      take_eval(e->second[status_schema::kEvaluation.key]);
   }
   if (auto e = in_.final_evaluation.find(eval_pod); e != in_.final_evaluation.end()) {
     take_eval(e->second);
@@ -442,7 +360,7 @@ Decision Pass::Final() {
 std::string Pass::HashThePodsAgreeOn() const {
   std::string agreed;
   for (const auto& p : pods_) {
-    const std::string h = KeyHashOf(p);
+    const std::string& h = p.key_hash;
     if (h.empty()) continue;
     if (!agreed.empty() && h != agreed) return "";
     agreed = h;
@@ -474,54 +392,40 @@ void Pass::EnsureSecret() {
 std::string Pass::SecretMissingPod() const {
   const std::string quoted = "\"" + SecretName(ref_.name) + "\"";
   for (const auto& p : pods_) {
-    if (!Active(p) || !p.contains("status") || !p["status"].is_object()) continue;
-    const json& st = p["status"];
-    auto cs = st.find("containerStatuses");
-    if (cs == st.end() || !cs->is_array()) continue;
-    for (const auto& c : *cs) {
-      const json* waiting = c.is_object() && c.contains("state") && c["state"].is_object() &&
-                                    c["state"].contains("waiting") &&
-                                    c["state"]["waiting"].is_object()
-                                ? &c["state"]["waiting"]
-                                : nullptr;
-      if (waiting == nullptr || waiting->value("reason", json()) != "CreateContainerConfigError")
-        continue;
-      const json message = waiting->value("message", json());
-      if (!message.is_string()) continue;
-      const std::string m = message.get<std::string>();
-      if (m.find(quoted) != std::string::npos && m.find("not found") != std::string::npos) {
-        return NameOf(p);
+    if (!p.Active()) continue;
+    for (const WaitingContainer& w : p.waiting) {
+      if (w.reason == "CreateContainerConfigError" && w.message.find(quoted) != std::string::npos &&
+          w.message.find("not found") != std::string::npos) {
+        return p.name;
       }
     }
   }
   return "";
 }
 
-std::string Pass::PodWithAnotherKey(
-    const std::map<std::pair<ReplicaType, int>, json>& current) const {
+std::string Pass::PodWithAnotherKey(const GangPods& current) const {
   const std::string& key = key_hash_;
   if (key.empty()) return "";
   // A gang of which a member has finished has trained: it is not started again for a key.
   for (const auto& [k, p] : current) {
-    if (Phase(p) == "Succeeded") return "";
+    if (p->phase == "Succeeded") return "";
   }
   for (const auto& [k, p] : current) {
-    const std::string held = KeyHashOf(p);
-    if (held.empty() || held == key || !Active(p)) continue;
-    return NameOf(p);
+    const std::string& held = p->key_hash;
+    if (held.empty() || held == key || !p->Active()) continue;
+    return p->name;
   }
   return "";
 }
 
-void Pass::RestartGang(const std::string& msg,
-                       const std::map<std::pair<ReplicaType, int>, json>& current) {
+void Pass::RestartGang(const std::string& msg, const GangPods& current) {
   status_.restart_count += 1;
   status_.created_generation = -1;
   status_.SetCondition(cond::kRestarting, true, "GangRestart", msg, in_.now);
   status_.SetCondition(cond::kRunning, false, "GangRestart", msg, in_.now);
   Event("Warning", "GangRestart", msg);
   d_.job_restarted = true;
-  for (const auto& [k, p] : current) DeletePod(p);
+  for (const auto& [k, p] : current) DeletePod(*p);
   RequeueAfter(std::chrono::seconds(1));
   Progress();
 }
@@ -563,7 +467,7 @@ Decision Pass::Run() {
   Progress();
   // Poll while a trainer runs (status.progress); pending pods are watched, not polled.
   if (std::any_of(pods_.begin(), pods_.end(),
-                  [](const json& p) { return Phase(p) == "Running"; })) {
+                  [](const PodView& p) { return p.phase == "Running"; })) {
     RequeueAfter(o_.progress_poll);
   }
   return Done();
@@ -629,20 +533,19 @@ Pass::Gang Pass::SortPods() {
   // The current gang, the stale ones (earlier restarts, removed replicas), the evaluator.
   Gang g;
   g.generation = status_.restart_count;
-  for (const auto& p : pods_) {
-    auto t = api::ParseReplicaType(kube::LabelOf(p, api::kLabelReplicaType));
-    const int index = IntLabel(p, api::kLabelReplicaIndex);
+  for (const PodView& p : pods_) {
+    const std::optional<ReplicaType> t = p.replica_type;
+    const int index = p.replica_index;
     const bool in_spec = t && index >= 0 && index < spec_.Replicas(*t);
-    if (in_spec && *t == ReplicaType::kEvaluator && !g.evaluator) {
-      g.evaluator = p;
-    } else if (!in_spec || *t == ReplicaType::kEvaluator ||
-               IntLabel(p, api::kLabelRestartCount) != g.generation) {
-      g.stale.push_back(p);  // outside the spec, a second evaluator, or of an earlier gang
+    if (in_spec && *t == ReplicaType::kEvaluator && g.evaluator == nullptr) {
+      g.evaluator = &p;
+    } else if (!in_spec || *t == ReplicaType::kEvaluator || p.gang != g.generation) {
+      g.stale.push_back(&p);  // outside the spec, a second evaluator, or of an earlier gang
     } else {
-      g.current[{*t, index}] = p;
+      g.current[{*t, index}] = &p;
     }
   }
-  for (const auto& p : g.stale) DeletePod(p);
+  for (const PodView* p : g.stale) DeletePod(*p);
   return g;
 }
 
@@ -685,9 +588,9 @@ Pass::GangCensus Pass::TakeCensus(const Gang& gang) const {
         }
         continue;
       }
-      const json& pod = it->second;
-      const std::string phase = Phase(pod);
-      if (kube::IsBeingDeleted(pod) || phase == "Failed") {
+      const PodView& pod = *it->second;
+      const std::string& phase = pod.phase;
+      if (pod.being_deleted || phase == "Failed") {
         PodOutcome o = OutcomeOf(pod);
         c.failures.push_back({name, o, IsRetryable(rs.restart_policy, o), rs.restart_policy});
       } else if (phase == "Succeeded") {
@@ -695,8 +598,7 @@ Pass::GangCensus Pass::TakeCensus(const Gang& gang) const {
         if (t == ReplicaType::kWorker) ++c.succeeded_workers;
         if (t == chief_type && i == 0) {
           c.chief_succeeded = true;
-          const json cs = TrainerContainerStatus(pod);
-          if (cs.is_object()) c.chief_finished = TimeAt(cs, {"state", "terminated", "finishedAt"});
+          if (pod.trainer_terminated) c.chief_finished = pod.trainer_terminated->finished_at;
         }
       } else if (phase == "Running") {
         ++c.running;
@@ -704,11 +606,11 @@ Pass::GangCensus Pass::TakeCensus(const Gang& gang) const {
         if (c.root_image.empty()) {
           if (std::string m = RootImageMessage(pod); !m.empty()) c.root_image = name + ": " + m;
         }
-        auto created = TimeAt(pod, {"metadata", "creationTimestamp"});
+        const std::optional<kube::WallTime>& created = pod.created;
         if (created && (!c.earliest_pending || *created < *c.earliest_pending)) {
           c.earliest_pending = created;
           c.pending_pod = name;
-          c.pending_reason = PendingReason(pod);
+          c.pending_reason = pod.PendingReason();
         }
       }
     }
@@ -724,7 +626,7 @@ bool Pass::SucceededOrWaitingForEvaluator(const Gang& gang, const GangCensus& c)
                                  c.succeeded_workers == spec_.Replicas(ReplicaType::kWorker);
   if (!success) return false;
   // Wait (bounded) for the evaluator's final evaluation, so cleanup never kills it.
-  if (gang.evaluator && Active(*gang.evaluator)) {
+  if (gang.evaluator != nullptr && gang.evaluator->Active()) {
     const kube::WallTime since = c.chief_finished.value_or(in_.now);
     const auto until = since + o_.evaluator_grace;
     if (in_.now < until) {
@@ -789,10 +691,9 @@ void Pass::CreateMissing(const Gang& gang, const GangCensus& c) {
   // Create what is missing: after the previous gang is gone and the restart backoff passed.
   if (c.missing.empty()) return;
   const int gen = gang.generation;
-  const bool old_gang_left = std::any_of(gang.stale.begin(), gang.stale.end(), [](const json& p) {
-    return api::ParseReplicaType(kube::LabelOf(p, api::kLabelReplicaType)) !=
-           ReplicaType::kEvaluator;
-  });
+  const bool old_gang_left =
+      std::any_of(gang.stale.begin(), gang.stale.end(),
+                  [](const PodView* p) { return p->replica_type != ReplicaType::kEvaluator; });
   std::optional<kube::WallTime> ready_at;
   const api::Condition* restarting = status_.Find(cond::kRestarting);
   if (gen > 0 && restarting != nullptr && restarting->status == "True") {
@@ -828,13 +729,13 @@ void Pass::SuperviseEvaluator(const Gang& gang) {
   if (spec_.Replicas(ReplicaType::kEvaluator) == 0) return;
   const std::string name = PodName(ref_.name, ReplicaType::kEvaluator, 0);
   const api::ReplicaSpec& rs = spec_.replica_specs.at(ReplicaType::kEvaluator);
-  if (!gang.evaluator) {
+  if (gang.evaluator == nullptr) {
     Create(kube::resources::kPods, BuildPod(in_.job, spec_, ReplicaType::kEvaluator, 0,
                                             gang.generation, KeyHashForNewPods()));
     return;
   }
-  const json& evaluator = *gang.evaluator;
-  if (kube::IsBeingDeleted(evaluator) || Phase(evaluator) != "Failed") return;
+  const PodView& evaluator = *gang.evaluator;
+  if (evaluator.being_deleted || evaluator.phase != "Failed") return;
   PodOutcome o = OutcomeOf(evaluator);
   const int limit = spec_.run_policy.backoff_limit;
   // Its own share of backoffLimit, used as the failure policy says (an eviction: not).
@@ -844,9 +745,8 @@ void Pass::SuperviseEvaluator(const Gang& gang) {
   if (IsRetryable(rs.restart_policy, o) && (!counts || used < limit)) {
     // Its own backoff (base * 2^restarts from when it ended), its own share of backoffLimit.
     const milliseconds backoff = RestartBackoff(status_.evaluator_restarts);
-    const json cs = TrainerContainerStatus(evaluator);
     std::optional<kube::WallTime> ended;
-    if (cs.is_object()) ended = TimeAt(cs, {"state", "terminated", "finishedAt"});
+    if (evaluator.trainer_terminated) ended = evaluator.trainer_terminated->finished_at;
     const kube::WallTime ready_at = ended.value_or(in_.now) + backoff;
     if (in_.now < ready_at) {
       RequeueAt(ready_at);
@@ -908,46 +808,41 @@ bool Pass::RunningOrStartupFailed(const GangCensus& c) {
 
 }  // namespace
 
-bool CopyStatusField(const json& from, const char* from_key, StatusField kind, json& to,
-                     const char* to_key) {
+bool CopyStatusField(const json& from, status_schema::Field field, json& to, const char* to_key) {
   if (!from.is_object()) return false;
-  const auto it = from.find(from_key);
+  const auto it = from.find(field.key);
   if (it == from.end()) return false;
   bool ok = false;
-  switch (kind) {
-    case StatusField::kCount:
+  switch (field.kind) {
+    case status_schema::Kind::kCount:
       ok = (it->is_number_unsigned() && it->get<uint64_t>() <= INT32_MAX) ||
            (it->is_number_integer() && it->get<int64_t>() >= 0 && it->get<int64_t>() <= INT32_MAX);
       break;
-    case StatusField::kNumber:
+    case status_schema::Kind::kNumber:
       ok = it->is_number();
       break;
-    case StatusField::kText:
+    case status_schema::Kind::kText:
       ok = it->is_string() &&
            it->get_ref<const std::string&>().size() <= status_schema::kMaxTextBytes;
       break;
+    case status_schema::Kind::kInfo:
+    case status_schema::Kind::kObject:
+      break;  // not copied as a value: an object's fields are copied one by one
   }
   if (ok) to[to_key] = *it;
   return ok;
 }
 
-PodOutcome OutcomeOf(const json& pod) {
+PodOutcome OutcomeOf(const PodView& pod) {
   PodOutcome o;
   o.cause = ClassifyRestartCause(pod);
-  const std::string phase = Phase(pod);
-  o.failed = phase == "Failed" || kube::IsBeingDeleted(pod);
-  if (kube::IsBeingDeleted(pod)) o.deleted = true;
-  if (pod.contains("status") && pod["status"].is_object()) {
-    o.reason = pod["status"].value("reason", "");
-    if (o.reason == "Evicted" || o.reason == "Preempting" || o.reason == "Shutdown")
-      o.deleted = true;
-  }
-  const json cs = TrainerContainerStatus(pod);
-  if (cs.is_object() && cs.contains("state") && cs["state"].is_object() &&
-      cs["state"].contains("terminated") && cs["state"]["terminated"].is_object()) {
-    const json& t = cs["state"]["terminated"];
-    if (t.contains("exitCode") && t["exitCode"].is_number_integer()) o.exit_code = t["exitCode"];
-    if (o.reason.empty()) o.reason = t.value("reason", "");
+  o.failed = pod.phase == "Failed" || pod.being_deleted;
+  o.deleted = pod.being_deleted || pod.reason == "Evicted" || pod.reason == "Preempting" ||
+              pod.reason == "Shutdown";
+  o.reason = pod.reason;
+  if (pod.trainer_terminated) {
+    o.exit_code = pod.trainer_terminated->exit_code;
+    if (o.reason.empty()) o.reason = pod.trainer_terminated->reason;
   }
   return o;
 }

@@ -14,7 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "common/status_schema.h"
 #include "operator/api/training_job.h"
+#include "operator/controller/pod_view.h"
 #include "operator/kube/resource.h"
 #include "operator/kube/time_format.h"
 
@@ -30,18 +32,13 @@ struct ReconcilerOptions {
   std::chrono::milliseconds progress_poll{std::chrono::seconds(5)};
 };
 
-// The fields of a trainer's /status (its documented schema, docs/tfjob.md) that the reconciler
-// copies into the job's status. The answer is the tenant's: only a value of the field's kind
-// is copied, so that nothing else (an object, a huge string, a count of another type) reaches
-// the job's status, where the CRD's schema would refuse the whole status write.
-enum class StatusField {
-  kCount,   // an integer in [0, 2^31)
-  kNumber,  // any JSON number
-  kText,    // a string of at most status_schema::kMaxTextBytes (256) bytes
-};
-// Sets to[to_key] = from[from_key] when that is a value of `kind`; true when it did.
-bool CopyStatusField(const nlohmann::json& from, const char* from_key, StatusField kind,
-                     nlohmann::json& to, const char* to_key);
+// Copies a field of a trainer's /status answer (its documented schema, docs/tfjob.md) into the
+// job's status: sets to[to_key] = from[field.key] when that is a value of field.kind
+// (status_schema.h); true when it did. The answer is the tenant's: only a value of the field's
+// kind is copied, so that nothing else (an object, a huge string, a count of another type)
+// reaches the job's status, where the CRD's schema would refuse the whole status write.
+bool CopyStatusField(const nlohmann::json& from, status_schema::Field field, nlohmann::json& to,
+                     const char* to_key);
 
 struct Observed {
   nlohmann::json job;                     // the TrainingJob as read from the API server
@@ -87,7 +84,7 @@ struct PodOutcome {
   // What the failure policy sees (restart_cause.h); kDeleted for a pod that is gone.
   api::RestartCause cause = api::RestartCause::kFailed;
 };
-PodOutcome OutcomeOf(const nlohmann::json& pod);
+PodOutcome OutcomeOf(const PodView& pod);
 // Whether `policy` restarts a pod that ended as `o`.
 bool IsRetryable(api::RestartPolicy policy, const PodOutcome& o);
 // "pod fmnist-worker-1 exited with code 1" / "... was deleted" / "... was evicted".

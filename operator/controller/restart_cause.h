@@ -4,15 +4,14 @@
 // deletionTimestamp); pure, table-tested (tests/unit/operator/controller/).
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include "operator/api/failure_policy.h"
+#include "operator/controller/pod_view.h"
 
 namespace tj::controller {
 
-// The cause of a pod that ended or is being deleted. A pod that is gone altogether (null)
-// was deleted.
-api::RestartCause ClassifyRestartCause(const nlohmann::json& pod);
+// The cause of a pod that ended or is being deleted. (A pod that is gone altogether was
+// deleted: the reconciler says so without a view.)
+api::RestartCause ClassifyRestartCause(const PodView& pod);
 
 // Which of several ended pods explains a gang restart, lower first: a failure of the program
 // other than a lost peer (counted, so a real failure is never hidden by a disruption), then a

@@ -9,12 +9,9 @@
 
 namespace tj::controller {
 
-std::optional<nlohmann::json> ReadTrainerStatus(const nlohmann::json& pod) {
-  if (!pod.contains("status") || !pod["status"].is_object()) return std::nullopt;
-  const std::string ip = pod["status"].value("podIP", "");
-  auto port = StatusPortOf(pod);
-  if (ip.empty() || !port) return std::nullopt;
-  return HttpGetJson(ip, *port, "/status", std::chrono::milliseconds(1500));
+std::optional<nlohmann::json> ReadTrainerStatus(const PodView& pod) {
+  if (pod.pod_ip.empty() || !pod.status_port) return std::nullopt;
+  return HttpGetJson(pod.pod_ip, *pod.status_port, "/status", std::chrono::milliseconds(1500));
 }
 
 std::optional<std::string> PodLogReader::Read(const std::string& ns, const std::string& pod) const {

@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "operator/controller/pod_view.h"
 #include "operator/kube/config.h"
 #include "operator/kube/http_transport.h"
 
@@ -15,7 +16,7 @@ namespace tj::controller {
 
 // GET /status of the pod's trainer (its pod IP and status port) within 1.5 s; nullopt when the
 // pod has no address or port yet, or the answer is not a bounded JSON object.
-std::optional<nlohmann::json> ReadTrainerStatus(const nlohmann::json& pod);
+std::optional<nlohmann::json> ReadTrainerStatus(const PodView& pod);
 
 // Reads pod logs through a transport of its own. Thread-safe: the transport is.
 class PodLogReader {

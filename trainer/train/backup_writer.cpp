@@ -33,25 +33,26 @@ Status BackupWriter::Wait() {
 
 Status BackupWriter::Submit(checkpoint::TrainingState state, int epoch, int64_t step) {
   TJ_RETURN_IF_ERROR(Wait());
-  pending_ = std::async(std::launch::async, [this, state = std::move(state), epoch,
-                                             step]() mutable {
-    auto start = RealClock::Get()->Now();
-    const double cpu_start = ThreadCpuSeconds();
-    Status s = backups_->Save(std::move(state));
-    const double cpu = ThreadCpuSeconds() - cpu_start;
-    cpu_seconds_ += cpu;
-    if (!s.ok()) return s.WithContext("writing a backup to " + backups_->dir());
-    double seconds = SecondsBetween(start, RealClock::Get()->Now());
-    log_->Emit({{"event", "backup_saved"},
-                {"epoch", epoch},
-                {"step", step},
-                {"seconds", seconds},
-                {"cpu_seconds", cpu}});
-    progress_->Update([&](ProgressSnapshot& p) {
-      p.last_backup = nlohmann::json{{status_schema::kEpoch, epoch}, {status_schema::kStep, step}};
-    });
-    return Status::Ok();
-  });
+  pending_ =
+      std::async(std::launch::async, [this, state = std::move(state), epoch, step]() mutable {
+        auto start = RealClock::Get()->Now();
+        const double cpu_start = ThreadCpuSeconds();
+        Status s = backups_->Save(std::move(state));
+        const double cpu = ThreadCpuSeconds() - cpu_start;
+        cpu_seconds_ += cpu;
+        if (!s.ok()) return s.WithContext("writing a backup to " + backups_->dir());
+        double seconds = SecondsBetween(start, RealClock::Get()->Now());
+        log_->Emit({{"event", "backup_saved"},
+                    {"epoch", epoch},
+                    {"step", step},
+                    {"seconds", seconds},
+                    {"cpu_seconds", cpu}});
+        progress_->Update([&](ProgressSnapshot& p) {
+          p.last_backup =
+              nlohmann::json{{status_schema::kEpoch.key, epoch}, {status_schema::kStep.key, step}};
+        });
+        return Status::Ok();
+      });
   return Status::Ok();
 }
 

@@ -53,10 +53,10 @@ int RunEvaluator(const EvaluatorContext& c) {
     c.progress->Update([&](ProgressSnapshot& p) {
       p.epoch = static_cast<int>(state.epoch);
       namespace k = status_schema;
-      p.evaluation = nlohmann::json{{k::kCheckpoint, name},
-                                    {k::kEpoch, state.epoch},
-                                    {k::kLoss, loss},
-                                    {k::kAccuracy, accuracy}};
+      p.evaluation = nlohmann::json{{k::kCheckpoint.key, name},
+                                    {k::kEpoch.key, state.epoch},
+                                    {k::kLoss.key, loss},
+                                    {k::kAccuracy.key, accuracy}};
     });
     if (c.scalars) {
       c.scalars("epoch_loss", state.epoch, static_cast<float>(loss));

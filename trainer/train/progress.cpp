@@ -10,17 +10,17 @@ namespace tj::train {
 nlohmann::json Progress::StatusJson() const {
   namespace k = status_schema;
   ProgressSnapshot s = Get();
-  nlohmann::json j = {{k::kRole, s.role},          {k::kState, s.state},
-                      {k::kEpoch, s.epoch},        {k::kTotalEpochs, s.total_epochs},
-                      {k::kStep, s.step},          {k::kGlobalStep, s.global_step},
-                      {k::kLoss, nullptr},         {k::kAccuracy, nullptr},
-                      {k::kImagesPerSec, nullptr}, {k::kLastBackup, nullptr},
-                      {k::kEvaluation, nullptr}};
-  if (s.loss) j[k::kLoss] = *s.loss;
-  if (s.accuracy) j[k::kAccuracy] = *s.accuracy;
-  if (s.images_per_sec) j[k::kImagesPerSec] = *s.images_per_sec;
-  if (s.last_backup) j[k::kLastBackup] = *s.last_backup;
-  if (s.evaluation) j[k::kEvaluation] = *s.evaluation;
+  nlohmann::json j = {{k::kRole.key, s.role},          {k::kState.key, s.state},
+                      {k::kEpoch.key, s.epoch},        {k::kTotalEpochs.key, s.total_epochs},
+                      {k::kStep.key, s.step},          {k::kGlobalStep.key, s.global_step},
+                      {k::kLoss.key, nullptr},         {k::kAccuracy.key, nullptr},
+                      {k::kImagesPerSec.key, nullptr}, {k::kLastBackup.key, nullptr},
+                      {k::kEvaluation.key, nullptr}};
+  if (s.loss) j[k::kLoss.key] = *s.loss;
+  if (s.accuracy) j[k::kAccuracy.key] = *s.accuracy;
+  if (s.images_per_sec) j[k::kImagesPerSec.key] = *s.images_per_sec;
+  if (s.last_backup) j[k::kLastBackup.key] = *s.last_backup;
+  if (s.evaluation) j[k::kEvaluation.key] = *s.evaluation;
   return j;
 }
 

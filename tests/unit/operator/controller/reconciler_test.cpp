@@ -1286,14 +1286,14 @@ TEST(Reconcile, StatusRoundTripsFromTheTrainersStatusServer) {
     p.loss = 0.25;
     p.accuracy = 0.875;
     p.images_per_sec = 1024.5;
-    p.last_backup = json{{status_schema::kEpoch, 2}, {status_schema::kStep, 10}};
+    p.last_backup = json{{status_schema::kEpoch.key, 2}, {status_schema::kStep.key, 10}};
   });
   evaluator.Update([](train::ProgressSnapshot& p) {
     p.role = "evaluator";
-    p.evaluation = json{{status_schema::kCheckpoint, "ckpt-1"},
-                        {status_schema::kEpoch, 1},
-                        {status_schema::kLoss, 0.5},
-                        {status_schema::kAccuracy, 0.75}};
+    p.evaluation = json{{status_schema::kCheckpoint.key, "ckpt-1"},
+                        {status_schema::kEpoch.key, 1},
+                        {status_schema::kLoss.key, 0.5},
+                        {status_schema::kAccuracy.key, 0.75}};
   });
   World w;
   w.Running();
@@ -1381,17 +1381,20 @@ TEST(CopyStatusField, KindsAndBounds) {
                      {"long", std::string(257, 'x')},
                      {"o", json::object()}};
   json to = json::object();
-  EXPECT_TRUE(CopyStatusField(from, "n", StatusField::kCount, to, "n"));
-  EXPECT_FALSE(CopyStatusField(from, "neg", StatusField::kCount, to, "neg"));
-  EXPECT_FALSE(CopyStatusField(from, "big", StatusField::kCount, to, "big"));
-  EXPECT_FALSE(CopyStatusField(from, "f", StatusField::kCount, to, "f"));
-  EXPECT_TRUE(CopyStatusField(from, "f", StatusField::kNumber, to, "f"));
-  EXPECT_FALSE(CopyStatusField(from, "s", StatusField::kNumber, to, "s"));
-  EXPECT_TRUE(CopyStatusField(from, "s", StatusField::kText, to, "s"));
-  EXPECT_FALSE(CopyStatusField(from, "long", StatusField::kText, to, "long"));
-  EXPECT_FALSE(CopyStatusField(from, "o", StatusField::kText, to, "o"));
-  EXPECT_FALSE(CopyStatusField(from, "absent", StatusField::kNumber, to, "absent"));
-  EXPECT_FALSE(CopyStatusField(json::array(), "n", StatusField::kCount, to, "n"));
+  EXPECT_TRUE(CopyStatusField(from, {"n", status_schema::Kind::kCount}, to, "n"));
+  EXPECT_FALSE(CopyStatusField(from, {"neg", status_schema::Kind::kCount}, to, "neg"));
+  EXPECT_FALSE(CopyStatusField(from, {"big", status_schema::Kind::kCount}, to, "big"));
+  EXPECT_FALSE(CopyStatusField(from, {"f", status_schema::Kind::kCount}, to, "f"));
+  EXPECT_TRUE(CopyStatusField(from, {"f", status_schema::Kind::kNumber}, to, "f"));
+  EXPECT_FALSE(CopyStatusField(from, {"s", status_schema::Kind::kNumber}, to, "s"));
+  EXPECT_TRUE(CopyStatusField(from, {"s", status_schema::Kind::kText}, to, "s"));
+  EXPECT_FALSE(CopyStatusField(from, {"long", status_schema::Kind::kText}, to, "long"));
+  EXPECT_FALSE(CopyStatusField(from, {"o", status_schema::Kind::kText}, to, "o"));
+  EXPECT_FALSE(CopyStatusField(from, {"absent", status_schema::Kind::kNumber}, to, "absent"));
+  EXPECT_FALSE(CopyStatusField(json::array(), {"n", status_schema::Kind::kCount}, to, "n"));
+  // Informational fields and objects are never copied as a value.
+  EXPECT_FALSE(CopyStatusField(from, {"s", status_schema::Kind::kInfo}, to, "info"));
+  EXPECT_FALSE(CopyStatusField(from, {"o", status_schema::Kind::kObject}, to, "object"));
   EXPECT_EQ(to, (json{{"n", 7}, {"f", 0.5}, {"s", "ckpt-3"}}));
 }
 

@@ -1,0 +1,128 @@
+#include "operator/controller/pod_view.h"
+
+#include <algorithm>
+#include <cctype>
+
+#include "operator/controller/job_resources.h"
+#include "operator/kube/object_meta.h"
+
+namespace tj::controller {
+namespace {
+
+using nlohmann::json;
+
+const json& Field(const json& object, const char* key) {
+  static const json kAbsent;
+  if (!object.is_object()) return kAbsent;
+  auto it = object.find(key);
+  return it != object.end() ? *it : kAbsent;
+}
+
+std::string Text(const json& object, const char* key) {
+  const json& v = Field(object, key);
+  return v.is_string() ? v.get<std::string>() : std::string();
+}
+
+// A label holding a count (replica index, gang); -1 when absent or not a small count.
+int CountLabel(const json& pod, const char* key) {
+  const std::string v = kube::LabelOf(pod, key);
+  if (v.empty() || v.size() > 9 || !std::all_of(v.begin(), v.end(), ::isdigit)) return -1;
+  return std::stoi(v);
+}
+
+std::optional<kube::WallTime> TimeOf(const json& object, const char* key) {
+  const json& v = Field(object, key);
+  return v.is_string() ? kube::ParseTime(v.get<std::string>()) : std::nullopt;
+}
+
+std::optional<WaitingContainer> WaitingOf(const json& container_status) {
+  const json& waiting = Field(Field(container_status, "state"), "waiting");
+  if (!waiting.is_object()) return std::nullopt;
+  return WaitingContainer{Text(waiting, "reason"), Text(waiting, "message")};
+}
+
+std::optional<TerminatedContainer> TerminatedOf(const json& container_status) {
+  const json& t = Field(Field(container_status, "state"), "terminated");
+  if (!t.is_object()) return std::nullopt;
+  TerminatedContainer out;
+  if (const json& code = Field(t, "exitCode"); code.is_number_integer()) {
+    const auto c = code.get<int64_t>();
+    if (c >= INT32_MIN && c <= INT32_MAX) out.exit_code = static_cast<int>(c);
+  }
+  out.reason = Text(t, "reason");
+  out.finished_at = TimeOf(t, "finishedAt");
+  return out;
+}
+
+// The status of the TF_CONFIG container: the one of the name the spec gives it, else (a pod
+// whose spec the cache or a test left out) by the same rule over the statuses' names.
+const json& TrainerStatus(const json& pod, const json& statuses) {
+  static const json kAbsent;
+  if (!statuses.is_array()) return kAbsent;
+  const json& containers = Field(Field(pod, "spec"), "containers");
+  const int in_spec = TrainerIndexAmong(containers);
+  if (in_spec >= 0) {
+    const std::string name = Text(containers[in_spec], "name");
+    for (const json& s : statuses) {
+      if (Text(s, "name") == name) return s;
+    }
+    return kAbsent;  // not started yet
+  }
+  const int in_status = TrainerIndexAmong(statuses);
+  return in_status >= 0 ? statuses[in_status] : kAbsent;
+}
+
+void ReadConditions(const json& conditions, PodView& v) {
+  if (!conditions.is_array()) return;
+  for (const json& c : conditions) {
+    const std::string type = Text(c, "type"), status = Text(c, "status");
+    if (type == "PodScheduled" && status == "False" && v.unschedulable.empty()) {
+      const std::string reason = Text(c, "reason"), message = Text(c, "message");
+      v.unschedulable =
+          (reason.empty() ? "Unschedulable" : reason) + (message.empty() ? "" : ": " + message);
+    } else if (type == "DisruptionTarget" && status == "True" && v.disruption.empty()) {
+      v.disruption = Text(c, "reason");
+    }
+  }
+}
+
+}  // namespace
+
+bool PodView::Active() const {
+  return !being_deleted && (phase == "Pending" || phase == "Running" || phase == "Unknown");
+}
+
+std::string PodView::PendingReason() const {
+  if (trainer_waiting && !trainer_waiting->reason.empty()) return trainer_waiting->reason;
+  return unschedulable;
+}
+
+PodView ViewOfPod(const json& pod) {
+  PodView v;
+  v.name = api::RefOf(pod).name;
+  v.being_deleted = kube::IsBeingDeleted(pod);
+  v.created = TimeOf(kube::MetadataOf(pod), "creationTimestamp");
+  v.replica_type = api::ParseReplicaType(kube::LabelOf(pod, api::kLabelReplicaType));
+  v.replica_index = CountLabel(pod, api::kLabelReplicaIndex);
+  v.gang = CountLabel(pod, api::kLabelRestartCount);
+  v.key_hash = KeyHashOf(pod);
+  v.status_port = StatusPortOf(pod);
+
+  const json& status = Field(pod, "status");
+  if (std::string phase = Text(status, "phase"); !phase.empty()) v.phase = std::move(phase);
+  v.reason = Text(status, "reason");
+  v.pod_ip = Text(status, "podIP");
+  ReadConditions(Field(status, "conditions"), v);
+  const json& statuses = Field(status, "containerStatuses");
+  if (statuses.is_array()) {
+    for (const json& s : statuses) {
+      if (auto w = WaitingOf(s)) v.waiting.push_back(std::move(*w));
+    }
+  }
+  const json& trainer = TrainerStatus(pod, statuses);
+  v.trainer_waiting = WaitingOf(trainer);
+  v.trainer_terminated = TerminatedOf(trainer);
+  return v;
+}
+
+}  // namespace tj::controller
