@@ -25,15 +25,12 @@
 # Usage: security_e2e.sh REPO_ROOT BUILD_DIR. Exit 77 (skipped) when Helm or the cluster's
 # binaries cannot be had, unless CI / TJ_REQUIRE_CLUSTER / TJ_REQUIRE_HELM is set.
 set -euo pipefail
-ROOT=$1
-BUILD=$2
-export TJ_LOCAL_CLUSTER_DIR=$BUILD/security-e2e-cluster
+# shellcheck source=../support/cluster_e2e.sh
+. "$1/tests/support/cluster_e2e.sh" "$1" "$2" security-e2e-cluster
 AUDIT=$BUILD/security-e2e-audit.log
 export TJ_LOCAL_CLUSTER_AUDIT_LOG=$AUDIT
 SA=system:serviceaccount:tj-system:tj-operator
 NS=security-e2e
-# shellcheck source=../support/cluster_e2e.sh
-. "$ROOT/tests/support/cluster_e2e.sh"
 failures=0
 ok() { echo "ok   $*"; }
 fail() { echo "FAIL $*"; failures=$((failures + 1)); }
@@ -50,8 +47,7 @@ wait_until() {
 e2e_prerequisites
 e2e_cleanup_on_exit "$AUDIT"
 rm -f "$AUDIT"
-export KUBECONFIG
-KUBECONFIG=$("$ROOT/hack/local-cluster.sh" up 2>/dev/null | tail -n1)
+e2e_cluster_up
 [ -f "$AUDIT" ] || { echo "FAIL the API server writes no audit log to $AUDIT"; exit 1; }
 step "cluster up, audit log $AUDIT"
 

@@ -1,6 +1,8 @@
 # Shared by the shell tests that run the operator on the local cluster through the Helm chart
-# (tests/integration/helm/helm_install_e2e.sh, tests/security/security_e2e.sh). Source it with
-# ROOT (the repository), BUILD (the build directory) and TJ_LOCAL_CLUSTER_DIR set:
+# (tests/integration/helm/*_e2e.sh, tests/security/security_e2e.sh, the real node's e2e).
+# Source it with the repository, the build directory and the name of the test's cluster:
+#   . "$1/tests/support/cluster_e2e.sh" "$1" "$2" NAME
+# It sets ROOT, BUILD and TJ_LOCAL_CLUSTER_DIR=BUILD/NAME, and defines:
 #   skip REASON          exit 77 (ctest: skipped), or fail when CI / TJ_REQUIRE_CLUSTER /
 #                        TJ_REQUIRE_HELM is set
 #   step TEXT            prints TEXT after the seconds since the test began
@@ -10,6 +12,10 @@
 #   e2e_cleanup_on_exit [PATH...]   on exit: the cluster goes down; on failure the operator's
 #                        log and the pods are printed and the state kept, on success the state
 #                        and PATHs are removed
+#   e2e_cluster_up       starts the local cluster and exports its KUBECONFIG
+ROOT=${1:?usage: . cluster_e2e.sh REPO_ROOT BUILD_DIR CLUSTER_NAME}
+BUILD=${2:?usage: . cluster_e2e.sh REPO_ROOT BUILD_DIR CLUSTER_NAME}
+export TJ_LOCAL_CLUSTER_DIR=$BUILD/${3:?usage: . cluster_e2e.sh REPO_ROOT BUILD_DIR CLUSTER_NAME}
 export TJ_BUILD_DIR=$BUILD
 # The process node unless ctest chose the real one for this test (TJ_TEST_NODE=containerd,
 # tests/CMakeLists.txt); a caller's TJ_NODE is the demo's choice, not the tests'.
@@ -50,4 +56,9 @@ e2e_cleanup() {
 e2e_cleanup_on_exit() {
   E2E_REMOVE_ON_SUCCESS=("$@")
   trap e2e_cleanup EXIT
+}
+
+e2e_cluster_up() {
+  export KUBECONFIG
+  KUBECONFIG=$("$ROOT/hack/local-cluster.sh" up 2>/dev/null | tail -n1)
 }

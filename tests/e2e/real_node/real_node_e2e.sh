@@ -12,12 +12,9 @@
 # Usage: real_node_e2e.sh REPO_ROOT BUILD_DIR. Exit 77 (skipped) without root, the images or
 # Helm, unless CI / TJ_REQUIRE_CLUSTER / TJ_REQUIRE_HELM is set.
 set -euo pipefail
-ROOT=$1
-BUILD=$2
 HERE=$(cd "$(dirname "$0")" && pwd)
-export TJ_LOCAL_CLUSTER_DIR=$BUILD/real-node-e2e-cluster
 # shellcheck source=../../support/cluster_e2e.sh
-. "$ROOT/tests/support/cluster_e2e.sh"
+. "$1/tests/support/cluster_e2e.sh" "$1" "$2" real-node-e2e-cluster
 export TJ_NODE=containerd  # this test's node, whatever cluster_e2e.sh chose for the others
 # shellcheck source=machine_state.sh
 . "$HERE/machine_state.sh"

@@ -8,15 +8,11 @@
 # Usage: helm_install_e2e.sh REPO_ROOT BUILD_DIR. Exit 77 (skipped) when Helm or the
 # cluster's binaries cannot be had, unless CI / TJ_REQUIRE_CLUSTER / TJ_REQUIRE_HELM is set.
 set -euo pipefail
-ROOT=$1
-BUILD=$2
-export TJ_LOCAL_CLUSTER_DIR=$BUILD/helm-e2e-cluster
 # shellcheck source=../../support/cluster_e2e.sh
-. "$ROOT/tests/support/cluster_e2e.sh"
+. "$1/tests/support/cluster_e2e.sh" "$1" "$2" helm-e2e-cluster
 e2e_prerequisites
 e2e_cleanup_on_exit
-export KUBECONFIG
-KUBECONFIG=$("$ROOT/hack/local-cluster.sh" up 2>/dev/null | tail -n1)
+e2e_cluster_up
 step "cluster up"
 
 "$HELM" install tj-operator "$ROOT/helm/tj-operator" --namespace tj-system --create-namespace \

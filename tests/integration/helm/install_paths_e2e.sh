@@ -17,11 +17,8 @@
 # Usage: install_paths_e2e.sh REPO_ROOT BUILD_DIR. Exit 77 (skipped) when Helm, git history
 # or the cluster's binaries cannot be had, unless CI / TJ_REQUIRE_CLUSTER is set.
 set -euo pipefail
-ROOT=$1
-BUILD=$2
-export TJ_LOCAL_CLUSTER_DIR=$BUILD/install-paths-cluster
 # shellcheck source=../../support/cluster_e2e.sh
-. "$ROOT/tests/support/cluster_e2e.sh"
+. "$1/tests/support/cluster_e2e.sh" "$1" "$2" install-paths-cluster
 e2e_prerequisites
 WORK=$(mktemp -d)
 e2e_cleanup_on_exit "$WORK"
@@ -49,8 +46,7 @@ git -C "$ROOT" archive "$prev_rev" helm/tj-operator | tar -x -C "$WORK/prev"
 PREV_CHART=$WORK/prev/helm/tj-operator
 echo "     chart $current; previous version $prev from $(git -C "$ROOT" rev-parse --short=12 "$prev_rev")"
 
-export KUBECONFIG
-KUBECONFIG=$("$ROOT/hack/local-cluster.sh" up 2>/dev/null | tail -n1)
+e2e_cluster_up
 step "cluster up"
 
 # 1. The plain manifests, in the README's order, on the empty cluster.

@@ -15,16 +15,17 @@ using namespace std::chrono_literals;
 namespace fs = std::filesystem;
 
 // `tag` prefixes the backup and checkpoint directories (a reference run uses its own).
-std::vector<std::string> Flags(const TempDir& dir, std::vector<std::string> extra = {},
+std::vector<std::string> Flags(const TempDir& dir, const std::vector<std::string>& extra = {},
                                const std::string& tag = "") {
-  std::vector<std::string> f = {"--epochs",          "3",
-                                "--steps-per-epoch", "40",
-                                "--threads",         "1",
-                                "--save-freq",       "10",
-                                "--backup-dir",      dir / (tag + "backup"),
-                                "--checkpoint-dir",  dir / (tag + "ckpt")};
-  f.insert(f.end(), extra.begin(), extra.end());
-  return f;
+  return BackedUpRun(dir, tag, /*epochs=*/3, /*steps_per_epoch=*/40, /*save_freq=*/10, extra);
+}
+
+// Runs the job in dir/first and kills it (SIGKILL) once it has printed `line`.
+void KillAfter(const TempDir& dir, const std::string& line) {
+  auto first = StartTrainer(Flags(dir), "", dir / "first");
+  ASSERT_TRUE(first->WaitForLine(line, 120s)) << first->Stderr();
+  first->Signal(SIGKILL);
+  first->Wait(10s);
 }
 
 std::string Uninterrupted(const TempDir& dir) {
@@ -88,10 +89,7 @@ TEST(ResumeTest, TornNewestBackupFallsBackToThePreviousOne) {
   TJ_REQUIRE_DATASET();
   TempDir dir;
   const std::string expected = Uninterrupted(dir);
-  auto first = StartTrainer(Flags(dir), "", dir / "first");
-  ASSERT_TRUE(first->WaitForLine(R"("epoch":2,"step":30)", 120s)) << first->Stderr();
-  first->Signal(SIGKILL);
-  first->Wait(10s);
+  ASSERT_NO_FATAL_FAILURE(KillAfter(dir, R"("epoch":2,"step":30)"));
   auto files = BackupFiles(dir / "backup");
   ASSERT_GE(files.size(), 2u);
   fs::resize_file(files.back(), fs::file_size(files.back()) / 2);         // torn
@@ -106,10 +104,7 @@ TEST(ResumeTest, TornNewestBackupFallsBackToThePreviousOne) {
 TEST(ResumeTest, NoValidBackupIsAnErrorNotAFreshStart) {
   TJ_REQUIRE_DATASET();
   TempDir dir;
-  auto first = StartTrainer(Flags(dir), "", dir / "first");
-  ASSERT_TRUE(first->WaitForLine(R"("epoch":1,"step":30)", 120s)) << first->Stderr();
-  first->Signal(SIGKILL);
-  first->Wait(10s);
+  ASSERT_NO_FATAL_FAILURE(KillAfter(dir, R"("epoch":1,"step":30)"));
   for (const std::string& f : BackupFiles(dir / "backup")) {
     std::fstream io(f, std::ios::in | std::ios::out | std::ios::binary);
     io.seekp(100);
@@ -126,10 +121,7 @@ TEST(ResumeTest, NoValidBackupIsAnErrorNotAFreshStart) {
 TEST(ResumeTest, BackupOfAnotherConfigurationIsRefused) {
   TJ_REQUIRE_DATASET();
   TempDir dir;
-  auto first = StartTrainer(Flags(dir), "", dir / "first");
-  ASSERT_TRUE(first->WaitForLine(R"("epoch":1,"step":20)", 120s)) << first->Stderr();
-  first->Signal(SIGKILL);
-  first->Wait(10s);
+  ASSERT_NO_FATAL_FAILURE(KillAfter(dir, R"("epoch":1,"step":20)"));
   auto second = StartTrainer(Flags(dir, {"--batch-size", "32"}), "", dir / "second");
   auto code = second->Wait(60s);
   ASSERT_TRUE(code.has_value());
@@ -142,24 +134,11 @@ TEST(ResumeTest, BackupOfAnotherConfigurationIsRefused) {
 // `save_freq` steps; worker 1 SIGKILLed during epoch 2; worker 0 exits 75; both started again
 // resume from the last backup and end with the weights of an uninterrupted two-worker run;
 // the evaluator reports the final checkpoint and exits 0.
-void SurviveAKilledWorker(const std::string& steps_per_epoch, const std::string& save_freq,
-                          const std::string& kill_after) {
+void SurviveAKilledWorker(int steps_per_epoch, int save_freq, const std::string& kill_after) {
   TempDir dir;
   auto flags = [&](const std::string& tag) {
-    return std::vector<std::string>{"--epochs",
-                                    "3",
-                                    "--steps-per-epoch",
-                                    steps_per_epoch,
-                                    "--threads",
-                                    "1",
-                                    "--save-freq",
-                                    save_freq,
-                                    "--backup-dir",
-                                    dir / (tag + "backup"),
-                                    "--checkpoint-dir",
-                                    dir / (tag + "ckpt"),
-                                    "--collective-timeout",
-                                    "10"};
+    return BackedUpRun(dir, tag, /*epochs=*/3, steps_per_epoch, save_freq,
+                       {"--collective-timeout", "10"});
   };
   std::string expected;
   {
@@ -201,7 +180,7 @@ void SurviveAKilledWorker(const std::string& steps_per_epoch, const std::string&
 
 TEST(ResumeTest, TwoWorkersAndAnEvaluatorSurviveAKilledWorker) {
   TJ_REQUIRE_DATASET();
-  SurviveAKilledWorker("40", "10", R"("backup_saved","epoch":2,"step":10)");
+  SurviveAKilledWorker(40, 10, R"("backup_saved","epoch":2,"step":10)");
 }
 
 // The same at full size, as the issue states it: whole epochs (468 steps of 2 x 64 images),
@@ -209,7 +188,7 @@ TEST(ResumeTest, TwoWorkersAndAnEvaluatorSurviveAKilledWorker) {
 // at steps 32, 132, 232, ...), the kill after the backup at step 132 of epoch 2.
 TEST(ResumeTest, FullEpochsTwoWorkersAndAnEvaluatorSurviveAKilledWorker) {
   TJ_REQUIRE_DATASET();
-  SurviveAKilledWorker("0", "100", R"("backup_saved","epoch":2,"step":132)");
+  SurviveAKilledWorker(0, 100, R"("backup_saved","epoch":2,"step":132)");
 }
 
 // Two gangs of one job on one backup directory: gang 0's chief still runs (a partitioned node)

@@ -18,20 +18,8 @@ using namespace std::chrono_literals;
 constexpr int kWorkers = 3;
 
 std::vector<std::string> Flags(const TempDir& dir, const std::string& tag) {
-  return {"--epochs",
-          "2",
-          "--steps-per-epoch",
-          "30",
-          "--threads",
-          "1",
-          "--save-freq",
-          "7",
-          "--backup-dir",
-          dir / (tag + "backup"),
-          "--checkpoint-dir",
-          dir / (tag + "ckpt"),
-          "--collective-timeout",
-          "20"};
+  return BackedUpRun(dir, tag, /*epochs=*/2, /*steps_per_epoch=*/30, /*save_freq=*/7,
+                     {"--collective-timeout", "20"});
 }
 
 using Gang = std::vector<std::unique_ptr<Subprocess>>;

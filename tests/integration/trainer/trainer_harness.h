@@ -79,6 +79,21 @@ struct LocalCluster {
   }
 };
 
+// The flags of a short CPU run on one thread that backs up every `save_freq` steps to
+// dir/<tag>backup and writes its checkpoints to dir/<tag>ckpt, then `extra`.
+inline std::vector<std::string> BackedUpRun(const TempDir& dir, const std::string& tag, int epochs,
+                                            int steps_per_epoch, int save_freq,
+                                            const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> f = {"--epochs",          std::to_string(epochs),
+                                "--steps-per-epoch", std::to_string(steps_per_epoch),
+                                "--threads",         "1",
+                                "--save-freq",       std::to_string(save_freq),
+                                "--backup-dir",      dir / (tag + "backup"),
+                                "--checkpoint-dir",  dir / (tag + "ckpt")};
+  f.insert(f.end(), extra.begin(), extra.end());
+  return f;
+}
+
 // The rendezvous key the tests' multi-worker jobs share (the rendezvous requires one).
 inline const std::string kTestKey = "test-rendezvous-key";
 

@@ -13,9 +13,14 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::seconds;
 
-TEST(WorkQueue, DeduplicatesQueuedKeys) {
+// A work queue on a fake clock.
+class WorkQueueTest : public ::testing::Test {
+ protected:
   FakeClock clock;
-  WorkQueue q(&clock);
+  WorkQueue q{&clock};
+};
+
+TEST_F(WorkQueueTest, DeduplicatesQueuedKeys) {
   q.Add("a");
   q.Add("b");
   q.Add("a");
@@ -25,9 +30,7 @@ TEST(WorkQueue, DeduplicatesQueuedKeys) {
   EXPECT_EQ(q.TryGet(), std::nullopt);
 }
 
-TEST(WorkQueue, AKeyInFlightIsNotHandedOutAgainUntilDone) {
-  FakeClock clock;
-  WorkQueue q(&clock);
+TEST_F(WorkQueueTest, AKeyInFlightIsNotHandedOutAgainUntilDone) {
   q.Add("a");
   ASSERT_EQ(q.TryGet(), "a");
   q.Add("a");  // changed while being processed
@@ -39,9 +42,7 @@ TEST(WorkQueue, AKeyInFlightIsNotHandedOutAgainUntilDone) {
   EXPECT_EQ(q.TryGet(), std::nullopt);
 }
 
-TEST(WorkQueue, CountsTheKeysInFlight) {
-  FakeClock clock;
-  WorkQueue q(&clock);
+TEST_F(WorkQueueTest, CountsTheKeysInFlight) {
   q.Add("a");
   q.Add("b");
   EXPECT_EQ(q.NumProcessing(), 0u);
@@ -52,9 +53,7 @@ TEST(WorkQueue, CountsTheKeysInFlight) {
   EXPECT_EQ(q.NumProcessing(), 0u);
 }
 
-TEST(WorkQueue, AddAfterWaitsForTheClockAndTheEarlierTimeWins) {
-  FakeClock clock;
-  WorkQueue q(&clock);
+TEST_F(WorkQueueTest, AddAfterWaitsForTheClockAndTheEarlierTimeWins) {
   q.AddAfter("a", seconds(10));
   q.AddAfter("a", seconds(5));
   q.AddAfter("b", seconds(7));
@@ -68,9 +67,7 @@ TEST(WorkQueue, AddAfterWaitsForTheClockAndTheEarlierTimeWins) {
   EXPECT_EQ(q.NumDelayed(), 0u);
 }
 
-TEST(WorkQueue, RateLimitedRequeuesBackOffExponentiallyUntilForget) {
-  FakeClock clock;
-  WorkQueue q(&clock);
+TEST_F(WorkQueueTest, RateLimitedRequeuesBackOffExponentiallyUntilForget) {
   for (auto expected : {milliseconds(5), milliseconds(10), milliseconds(20), milliseconds(40)}) {
     q.AddRateLimited("a");
     clock.Advance(expected - milliseconds(1));
@@ -88,9 +85,7 @@ TEST(WorkQueue, RateLimitedRequeuesBackOffExponentiallyUntilForget) {
   EXPECT_EQ(q.TryGet(), "a");
 }
 
-TEST(WorkQueue, IdleKeysWaitUntilNoOtherKeyIsQueuedOrInFlight) {
-  FakeClock clock;
-  WorkQueue q(&clock);
+TEST_F(WorkQueueTest, IdleKeysWaitUntilNoOtherKeyIsQueuedOrInFlight) {
   q.Add("busy");
   q.AddWhenIdle("status", seconds(5));
   EXPECT_EQ(q.NumIdle(), 1u);
@@ -107,9 +102,7 @@ TEST(WorkQueue, IdleKeysWaitUntilNoOtherKeyIsQueuedOrInFlight) {
   EXPECT_EQ(q.NumIdle(), 0u);
 }
 
-TEST(WorkQueue, IdleKeysGoTogetherOnSeveralWorkers) {
-  FakeClock clock;
-  WorkQueue q(&clock);
+TEST_F(WorkQueueTest, IdleKeysGoTogetherOnSeveralWorkers) {
   q.AddWhenIdle("a", seconds(5));
   q.AddWhenIdle("b", seconds(5));
   ASSERT_EQ(q.TryGet(), "a");
@@ -118,9 +111,7 @@ TEST(WorkQueue, IdleKeysGoTogetherOnSeveralWorkers) {
   EXPECT_TRUE(q.BusyBesides("a"));
 }
 
-TEST(WorkQueue, AnIdleKeyGoesAtItsLatestTimeWhateverIsBusy) {
-  FakeClock clock;
-  WorkQueue q(&clock);
+TEST_F(WorkQueueTest, AnIdleKeyGoesAtItsLatestTimeWhateverIsBusy) {
   q.Add("busy");
   ASSERT_EQ(q.TryGet(), "busy");  // and never done
   q.AddWhenIdle("status", seconds(5));
@@ -132,9 +123,7 @@ TEST(WorkQueue, AnIdleKeyGoesAtItsLatestTimeWhateverIsBusy) {
   EXPECT_EQ(q.NumIdle(), 0u);
 }
 
-TEST(WorkQueue, APlainAddSupersedesAnIdleWait) {
-  FakeClock clock;
-  WorkQueue q(&clock);
+TEST_F(WorkQueueTest, APlainAddSupersedesAnIdleWait) {
   q.Add("busy");
   ASSERT_EQ(q.TryGet(), "busy");
   q.AddWhenIdle("job", seconds(5));
@@ -148,9 +137,7 @@ TEST(WorkQueue, APlainAddSupersedesAnIdleWait) {
   EXPECT_EQ(q.TryGet(), "other");
 }
 
-TEST(WorkQueue, AnIdleKeyDeferredAgainDuringItsOwnPassWaitsForItsDone) {
-  FakeClock clock;
-  WorkQueue q(&clock);
+TEST_F(WorkQueueTest, AnIdleKeyDeferredAgainDuringItsOwnPassWaitsForItsDone) {
   q.AddWhenIdle("a", seconds(5));
   ASSERT_EQ(q.TryGet(), "a");
   q.AddWhenIdle("a", seconds(5));       // its pass found other work after all
@@ -159,9 +146,7 @@ TEST(WorkQueue, AnIdleKeyDeferredAgainDuringItsOwnPassWaitsForItsDone) {
   EXPECT_EQ(q.TryGet(), "a");
 }
 
-TEST(WorkQueue, BlockingGetWakesForAnIdleKeyWhenTheLastBusyKeyIsDone) {
-  FakeClock clock;
-  WorkQueue q(&clock);
+TEST_F(WorkQueueTest, BlockingGetWakesForAnIdleKeyWhenTheLastBusyKeyIsDone) {
   q.Add("busy");
   ASSERT_EQ(q.TryGet(), "busy");
   q.AddWhenIdle("status", seconds(60));
@@ -173,9 +158,7 @@ TEST(WorkQueue, BlockingGetWakesForAnIdleKeyWhenTheLastBusyKeyIsDone) {
   EXPECT_EQ(got, "status");
 }
 
-TEST(WorkQueue, BlockingGetSeesAFakeClockAdvance) {
-  FakeClock clock;
-  WorkQueue q(&clock);
+TEST_F(WorkQueueTest, BlockingGetSeesAFakeClockAdvance) {
   q.AddAfter("later", seconds(30));
   std::thread advancer([&] {
     std::this_thread::sleep_for(milliseconds(50));
@@ -185,9 +168,7 @@ TEST(WorkQueue, BlockingGetSeesAFakeClockAdvance) {
   advancer.join();
 }
 
-TEST(WorkQueue, ShutDownWakesWaitersAndIgnoresAdds) {
-  FakeClock clock;
-  WorkQueue q(&clock);
+TEST_F(WorkQueueTest, ShutDownWakesWaitersAndIgnoresAdds) {
   std::optional<std::string> got = "unset";
   std::thread worker([&] { got = q.Get(); });
   std::this_thread::sleep_for(milliseconds(20));
@@ -239,9 +220,7 @@ TEST(WorkQueue, ConcurrentWorkersNeverShareAKey) {
 
 // client-go's workqueue_queue_duration_seconds and workqueue_work_duration_seconds: from the
 // first add to Get(), from Get() to Done(); a key re-added while in flight waits from then.
-TEST(WorkQueue, MeasuresQueueAndWorkDuration) {
-  FakeClock clock;
-  WorkQueue q(&clock);
+TEST_F(WorkQueueTest, MeasuresQueueAndWorkDuration) {
   q.Add("a");
   clock.Advance(seconds(2));
   q.Add("a");  // de-duplicated: still waiting since the first add

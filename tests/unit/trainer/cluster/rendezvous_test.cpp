@@ -242,6 +242,17 @@ RendezvousClientOptions ClientOf(int port) {
   return o;
 }
 
+// Connect with `o` fails with "rendezvous with chief <address> (<chief name>) <then>" and
+// `code`.
+void ExpectConnectFails(const RendezvousClientOptions& o, const std::string& then,
+                        StatusCode code) {
+  auto c = RendezvousClient::Connect(o);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().message(),
+            "rendezvous with chief " + o.chief_address + " (" + o.chief_name + ") " + then);
+  EXPECT_EQ(c.status().code(), code);
+}
+
 int ThreadsOfThisProcess() {
   std::ifstream status("/proc/self/status");
   std::string line;
@@ -376,31 +387,22 @@ TEST_F(RendezvousTest, AnEmptyKeyIsRefusedWithAClearMessage) {
 
 TEST(RendezvousClient, AnImpostorChiefWithoutTheKeyIsDetected) {
   ImpostorChief impostor;
-  RendezvousClientOptions o;
-  o.chief_address = "127.0.0.1:" + std::to_string(impostor.port());
-  o.chief_name = "worker 0";
-  o.task_name = "worker 1";
+  RendezvousClientOptions o = ClientOf(impostor.port());
   o.key = "the-job-key";
   o.rendezvous_timeout = milliseconds(800);
   o.io_timeout = milliseconds(500);
-  auto c = RendezvousClient::Connect(o);
-  ASSERT_FALSE(c.ok());
-  EXPECT_EQ(c.status().message(),
-            "rendezvous with chief " + o.chief_address +
-                " (worker 0) refused: the chief did not prove it holds TJ_RENDEZVOUS_KEY (an "
-                "impostor at its address, or a chief with another key) (retried for 0.8 s); "
-                "check that every task of the job has the same TJ_RENDEZVOUS_KEY");
-  EXPECT_EQ(c.status().code(), StatusCode::kDeadlineExceeded);
+  ExpectConnectFails(o,
+                     "refused: the chief did not prove it holds TJ_RENDEZVOUS_KEY (an impostor at "
+                     "its address, or a chief with another key) (retried for 0.8 s); check that "
+                     "every task of the job has the same TJ_RENDEZVOUS_KEY",
+                     StatusCode::kDeadlineExceeded);
   EXPECT_GE(impostor.connections(), 2);  // retried, not a permanent failure
 }
 
 TEST(RendezvousClient, ARefusalIsRetriedUntilTheRealChiefAnswers) {
   auto impostor = std::make_unique<ImpostorChief>();
   const int port = impostor->port();
-  RendezvousClientOptions o;
-  o.chief_address = "127.0.0.1:" + std::to_string(port);
-  o.chief_name = "worker 0";
-  o.task_name = "worker 1";
+  RendezvousClientOptions o = ClientOf(port);
   o.key = "the-job-key";
   o.rendezvous_timeout = milliseconds(10000);
   o.io_timeout = milliseconds(500);
@@ -432,6 +434,7 @@ TEST_F(RendezvousTest, ReplayedSplicedAndInjectedMessagesEndTheSessionUnheard) {
   const Mac key_b = HandshakeByHand(b, port, "k", "worker 2");
   const Mac key_c = HandshakeByHand(c, port, "k", "worker 3");
   EXPECT_FALSE(MacEquals(key_a, key_b));  // every session has its own key
+  EXPECT_FALSE(MacEquals(key_b, key_c));
   auto set = [](const std::string& k, const std::string& v) {
     return std::string(1, '\x01') + Str(k) + Str(v);
   };
@@ -564,19 +567,13 @@ TEST(RendezvousClient, UnreachableChiefFailsAfterTheTimeoutNamingIt) {
   const int port = LocalPort(probe);
   probe.Close();
   FakeClock clock;
-  RendezvousClientOptions o;
-  o.chief_address = "127.0.0.1:" + std::to_string(port);
-  o.chief_name = "chief 0";
-  o.task_name = "worker 0";
-  o.key = "k";
+  RendezvousClientOptions o = ClientOf(port);
   o.clock = &clock;
-  auto c = RendezvousClient::Connect(o);
-  ASSERT_FALSE(c.ok());
-  EXPECT_EQ(c.status().message(),
-            "rendezvous with chief " + o.chief_address +
-                " (chief 0) failed: could not reach it within 300 s (last error: connect: "
-                "Connection refused); check that the chief is running and that TF_CONFIG names "
-                "its host:port");
+  ExpectConnectFails(o,
+                     "failed: could not reach it within 300 s (last error: connect: Connection "
+                     "refused); check that the chief is running and that TF_CONFIG names its "
+                     "host:port",
+                     StatusCode::kDeadlineExceeded);
   EXPECT_GE(clock.Now() - FakeClock::TimePoint{}, std::chrono::seconds(300));
 }
 
