@@ -1,12 +1,16 @@
 # syntax=docker/dockerfile:1
-# TrainingJob Operator images. Three targets:
+# TrainingJob Operator images. Two targets, the trainer in two variants:
 #
 #   operator     tj-operator, the controller: small, no CUDA (Debian 12 slim)
-#   trainer-cpu  tj-trainer without CUDA (Gloo collectives) and Fashion-MNIST (Debian 12 slim)
-#   trainer      tj-trainer with the GPU backend: CUDA runtime with cuDNN and NCCL
+#   trainer      tj-trainer and Fashion-MNIST. TRAINER_VARIANT=gpu (the default): the GPU
+#                backend on the CUDA runtime with cuDNN and NCCL; TRAINER_VARIANT=cpu: Gloo
+#                collectives only, on Debian 12 slim
 #
-#   make images     # operator + trainer-cpu with buildah, no daemon, no registry (hack/images.sh)
+#   make images     # operator + the cpu trainer with buildah, no daemon, no registry
+#                   # (hack/images.sh)
 #   docker build --target trainer -t <registry>/tj-trainer:0.1.0 .   # the CUDA image
+#   docker build --target trainer --build-arg TRAINER_VARIANT=cpu \
+#     -t <registry>/tj-trainer-cpu:0.1.0 .
 #
 # Each runtime image is built in a stage on the same distribution it runs on, so the shared
 # libraries it links (cpprestsdk, yaml-cpp, Gloo, OpenSSL, glibc) are the ones it finds:
@@ -26,15 +30,15 @@ ARG CUDA_DEVEL_IMAGE=nvidia/cuda:13.0.0-cudnn-devel-ubuntu24.04
 ARG CUDA_RUNTIME_IMAGE=nvidia/cuda:13.0.0-cudnn-runtime-ubuntu24.04
 # The non-root user every image runs as (the chart's runAsUser).
 ARG APP_UID=65532
+# The trainer image's variant: gpu or cpu (see above).
+ARG TRAINER_VARIANT=gpu
 
 # ---------------------------------------------------------------------------------------------
 FROM ${DEBIAN_IMAGE} AS build-cpu
 COPY hack/image/install-build-deps.sh /usr/local/sbin/
 RUN /usr/local/sbin/install-build-deps.sh
-WORKDIR /src
-COPY . .
-RUN --mount=type=cache,target=/root/.cache/ccache \
-    hack/image/build.sh tj-operator tj-trainer -- -DTJ_WITH_CUDA=OFF
+COPY . /src
+RUN --mount=type=cache,target=/root/.cache/ccache /src/hack/image/build.sh cpu
 
 # ---------------------------------------------------------------------------------------------
 # The GPU architectures are the project's (trainer/cuda/CMakeLists.txt: sm_80 and sm_90 code
@@ -43,12 +47,8 @@ RUN --mount=type=cache,target=/root/.cache/ccache \
 FROM ${CUDA_DEVEL_IMAGE} AS build-trainer
 COPY hack/image/install-build-deps.sh /usr/local/sbin/
 RUN /usr/local/sbin/install-build-deps.sh
-WORKDIR /src
-COPY . .
-RUN --mount=type=cache,target=/root/.cache/ccache \
-    hack/image/build.sh tj-trainer -- -DTJ_WITH_CUDA=ON \
-      -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
- && grep -q 'tj: GPU backend ON' configure.log
+COPY . /src
+RUN --mount=type=cache,target=/root/.cache/ccache /src/hack/image/build.sh gpu
 
 # ---------------------------------------------------------------------------------------------
 # Fashion-MNIST, the trainer's default --data-dir, from Debian's dataset-fashion-mnist (four
@@ -76,30 +76,25 @@ EXPOSE 8080 8081
 ENTRYPOINT ["/usr/local/bin/tj-operator"]
 
 # ---------------------------------------------------------------------------------------------
-# tj-trainer without CUDA: Gloo for the all-reduce, Fashion-MNIST as the default --data-dir.
-# Runs as a non-root user; backups, checkpoints and logs go to the volumes the job mounts.
-# The status endpoint is per replica ($TJ_STATUS_PORT, set by the operator), so only TF_CONFIG's
-# default port is declared.
-FROM ${DEBIAN_SLIM_IMAGE} AS trainer-cpu
-ARG APP_UID
-COPY hack/image/install-runtime.sh /usr/local/sbin/
-RUN /usr/local/sbin/install-runtime.sh trainer "${APP_UID}"
-COPY --from=build-cpu /src/build/bin/tj-trainer /usr/local/bin/tj-trainer
-COPY --from=dataset /usr/share/datasets/fashion-mnist /usr/share/datasets/fashion-mnist
-RUN if ldd /usr/local/bin/tj-trainer | grep 'not found'; then exit 1; fi
-USER ${APP_UID}:${APP_UID}
-WORKDIR /home/tj
-EXPOSE 2222
-ENTRYPOINT ["/usr/local/bin/tj-trainer"]
+# tj-trainer: one recipe for both variants, on the base and with the build that
+# TRAINER_VARIANT picks:
+#   gpu  (the default) the GPU backend, on the CUDA runtime image with cuDNN and NCCL;
+#   cpu  Gloo only, on Debian 12 slim (hack/images.sh: localhost/tj-trainer-cpu).
+# Fashion-MNIST is the default --data-dir. Runs as a non-root user; backups, checkpoints and
+# logs go to the volumes the job mounts. The status endpoint is per replica ($TJ_STATUS_PORT,
+# set by the operator), so only TF_CONFIG's default port is declared. A builder builds only
+# the stages the variant needs.
+FROM ${DEBIAN_SLIM_IMAGE} AS trainer-runtime-cpu
+FROM ${CUDA_RUNTIME_IMAGE} AS trainer-runtime-gpu
+FROM build-cpu AS trainer-build-cpu
+FROM build-trainer AS trainer-build-gpu
+FROM trainer-build-${TRAINER_VARIANT} AS trainer-build
 
-# ---------------------------------------------------------------------------------------------
-# tj-trainer with the GPU backend: as trainer-cpu, on the CUDA runtime image with cuDNN and
-# NCCL.
-FROM ${CUDA_RUNTIME_IMAGE} AS trainer
+FROM trainer-runtime-${TRAINER_VARIANT} AS trainer
 ARG APP_UID
 COPY hack/image/install-runtime.sh /usr/local/sbin/
 RUN /usr/local/sbin/install-runtime.sh trainer "${APP_UID}"
-COPY --from=build-trainer /src/build/bin/tj-trainer /usr/local/bin/tj-trainer
+COPY --from=trainer-build /src/build/bin/tj-trainer /usr/local/bin/tj-trainer
 COPY --from=dataset /usr/share/datasets/fashion-mnist /usr/share/datasets/fashion-mnist
 RUN if ldd /usr/local/bin/tj-trainer | grep 'not found'; then exit 1; fi
 USER ${APP_UID}:${APP_UID}

@@ -8,9 +8,11 @@
 #   hack/images.sh import SOCKET  copy them, and the test images that exist, into the
 #                                 containerd at SOCKET (namespace k8s.io)
 #
-# Images: localhost/tj-operator:<version>, localhost/tj-trainer-cpu:<version> (Dockerfile
-# targets operator and trainer-cpu) and localhost/tj-pause:<version> (catatonit, the pod
-# sandbox of the local node). <version> is the project's (CMakeLists.txt).
+# Images: localhost/tj-operator:<version> (the Dockerfile's target operator),
+# localhost/tj-trainer-cpu:<version> (target trainer, TRAINER_VARIANT=cpu),
+# localhost/tj-trainer:<version> (target trainer, the CUDA variant; not built by default) and
+# localhost/tj-pause:<version> (catatonit, the pod sandbox of the local node). <version> is
+# the project's (CMakeLists.txt).
 #
 # The Debian base images are made here with mmdebstrap from the machine's Debian mirror and
 # kept as tarballs in ${TJ_CACHE_DIR:-~/.cache/tj-operator}/images, so later builds use the
@@ -120,12 +122,15 @@ cmd_build() {
   containers_conf
   base_images
   pause_image
-  local t start
+  local t start target variant
   for t in $TARGETS; do
     start=$SECONDS
     log "building target $t -> $(image_name "$t")"
+    target=$t variant=gpu
+    [ "$t" != trainer-cpu ] || target=trainer variant=cpu
     buildah bud --quiet --isolation oci --runtime runc --network host --layers \
-      --target "$t" --build-arg DEBIAN_IMAGE="$BASE_IMAGE" \
+      --target "$target" --build-arg TRAINER_VARIANT="$variant" \
+      --build-arg DEBIAN_IMAGE="$BASE_IMAGE" \
       --build-arg DEBIAN_SLIM_IMAGE="$SLIM_IMAGE" \
       -t "$(image_name "$t")" -f "$REPO_ROOT/Dockerfile" "$REPO_ROOT" >/dev/null
     log "built $(image_name "$t") in $((SECONDS - start)) s"

@@ -1,15 +1,27 @@
 #!/bin/sh
-# The build stages' compile step (Dockerfile): build.sh TARGET... -- CMAKE_FLAG...
+# The build stages' compile step (Dockerfile): build.sh cpu|gpu, from anywhere in the source
+# tree it belongs to.
+#   cpu  tj-operator and tj-trainer without CUDA (Gloo collectives): the Debian images
+#   gpu  tj-trainer with the GPU backend (nvcc from /usr/local/cuda); fails unless CMake
+#        configured it
 # Release, x86-64-v3 rather than -march=native (an image runs on other machines than the one
 # that built it), ccache in /root/.cache/ccache (a build cache mount where the builder has
-# one), stripped binaries in /src/build/bin.
+# one), stripped binaries in <source>/build/bin.
 set -eu
-targets=
-while [ $# -gt 0 ] && [ "$1" != -- ]; do targets="$targets $1"; shift; done
-[ $# -gt 0 ] && shift
+cd "$(dirname "$0")/../.."
+case "${1:-}" in
+  cpu) targets="tj-operator tj-trainer"; set -- -DTJ_WITH_CUDA=OFF ;;
+  gpu) targets="tj-trainer"
+       set -- -DTJ_WITH_CUDA=ON -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc ;;
+  *) echo "usage: build.sh cpu|gpu" >&2; exit 2 ;;
+esac
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DTJ_NATIVE=OFF -DTJ_CCACHE=ON "$@" \
   >configure.log 2>&1 || { cat configure.log; exit 1; }
 grep 'tj: GPU backend' configure.log || true
+if [ "$targets" = tj-trainer ] && ! grep -q 'tj: GPU backend ON' configure.log; then
+  echo "build.sh gpu: CMake did not configure the GPU backend (configure.log above)" >&2
+  exit 1
+fi
 # shellcheck disable=SC2086
 cmake --build build --target $targets
 for t in $targets; do strip "build/bin/$t"; done

@@ -2,8 +2,9 @@
 # The Dockerfile, checked without a Docker engine (none runs on the development machine):
 #   1. dockerfile-utils lint (the npm package; fetched once into the tj-operator cache);
 #   2. the structure: build stages on pinned images (Debian for build-cpu, a CUDA devel image
-#      for build-trainer), runtime targets `operator` and `trainer-cpu` (Debian, no CUDA) and
-#      `trainer` (CUDA runtime with cuDNN), a non-root USER in each, COPY sources that exist,
+#      for build-trainer), runtime targets `operator` (Debian, no CUDA) and `trainer` in both
+#      variants (TRAINER_VARIANT=cpu: Debian, no CUDA, built by build-cpu; gpu: CUDA runtime
+#      with cuDNN, built by build-trainer), a non-root USER in each, COPY sources that exist,
 #      a .dockerignore without build trees;
 #   3. the Debian images install (hack/image/install-runtime.sh) every Debian package that
 #      holds a shared library their program links (ldd of the build's binary here, Debian 12
@@ -90,14 +91,31 @@ for op, rest in instr:
             continue
         image = re.sub(r"\$\{(\w+)\}", lambda v: args.get(v.group(1), ""), m.group(1))
         stage = m.group(2)
-        stages[stage] = {"image": image, "ops": []}
+        stages[stage] = {"from": m.group(1), "image": image, "ops": []}
     elif stage is not None:
         stages[stage]["ops"].append((op, rest))
 
-for name in ("build-cpu", "build-trainer", "dataset", "operator", "trainer-cpu", "trainer"):
+for name in ("build-cpu", "build-trainer", "dataset", "operator", "trainer"):
     check(name in stages, f"stage {name} exists")
 if failed:
     sys.exit(1)
+
+def alias(name, variant):
+    """The stage `name` stands for with TRAINER_VARIANT=variant: through stages that are only a
+    FROM of another stage."""
+    a = dict(args, TRAINER_VARIANT=variant)
+    while name in stages and not stages[name]["ops"]:
+        target = re.sub(r"\$\{(\w+)\}", lambda v: a.get(v.group(1), ""), stages[name]["from"])
+        if target not in stages:
+            break
+        name = target
+    return name
+
+def base_of(name, variant):
+    """The base image stage `name` is built on with TRAINER_VARIANT=variant."""
+    a = dict(args, TRAINER_VARIANT=variant)
+    image = re.sub(r"\$\{(\w+)\}", lambda v: a.get(v.group(1), ""), stages[name]["from"])
+    return base_of(image, variant) if image in stages else image
 
 # Pinned tags: a version with at least major.minor, never latest, no untagged image.
 for name, st in stages.items():
@@ -110,29 +128,42 @@ for name, st in stages.items():
 
 check(re.search(r"^nvidia/cuda:.*-cudnn-devel-ubuntu", stages["build-trainer"]["image"]) is not None,
       "build-trainer builds on an NVIDIA CUDA devel image with cuDNN")
-check(re.search(r"^nvidia/cuda:.*-cudnn-runtime-ubuntu", stages["trainer"]["image"]) is not None,
-      "trainer runs on an NVIDIA CUDA runtime image with cuDNN (NCCL ships in it)")
-for name in ("build-cpu", "operator", "trainer-cpu"):
+check(args.get("TRAINER_VARIANT") == "gpu", "the trainer target's default variant is gpu")
+check(re.search(r"^nvidia/cuda:.*-cudnn-runtime-ubuntu", base_of("trainer", "gpu")) is not None,
+      "trainer (gpu) runs on an NVIDIA CUDA runtime image with cuDNN (NCCL ships in it)")
+for name in ("build-cpu", "operator"):
     check("cuda" not in stages[name]["image"], f"{name}: no CUDA in its base image")
+check("cuda" not in base_of("trainer", "cpu") and "slim" in base_of("trainer", "cpu"),
+      f"trainer (cpu): no CUDA in its base image ({base_of('trainer', 'cpu')})")
 cuda_ver = lambda img: re.search(r"cuda:(\d+\.\d+\.\d+)", img).group(1)
-check(cuda_ver(stages["build-trainer"]["image"]) == cuda_ver(stages["trainer"]["image"]),
+check(cuda_ver(stages["build-trainer"]["image"]) == cuda_ver(base_of("trainer", "gpu")),
       "trainer: the devel and runtime images have the same CUDA version")
-check("-DTJ_WITH_CUDA=ON" in " ".join(r for o, r in stages["build-trainer"]["ops"] if o == "RUN")
-      and "GPU backend ON" in " ".join(r for o, r in stages["build-trainer"]["ops"]),
-      "build-trainer configures the GPU backend and fails without it")
-check("-DTJ_WITH_CUDA=OFF" in " ".join(r for o, r in stages["build-cpu"]["ops"]),
-      "build-cpu configures without CUDA")
+# The compile step: hack/image/build.sh VARIANT, whose cases say how each variant configures.
+build_sh = open(os.path.join(root, "hack/image/build.sh")).read()
+def build_case(variant):
+    m = re.search(r"^\s*" + variant + r"\)(.*?);;", build_sh, re.M | re.S)
+    return m.group(1) if m else ""
+def builds(stage, variant):
+    return any(o == "RUN" and f"hack/image/build.sh {variant}" in r for o, r in stages[stage]["ops"])
+check(builds("build-trainer", "gpu") and "-DTJ_WITH_CUDA=ON" in build_case("gpu")
+      and "GPU backend ON" in build_sh,
+      "build-trainer configures the GPU backend and fails without it (build.sh gpu)")
+check(builds("build-cpu", "cpu") and "-DTJ_WITH_CUDA=OFF" in build_case("cpu"),
+      "build-cpu configures without CUDA (build.sh cpu)")
 
-# A runtime stage: its last USER is a non-root uid; it copies its binary from its build stage.
-RUNTIME = (("operator", "tj-operator", "build-cpu"), ("trainer-cpu", "tj-trainer", "build-cpu"),
-           ("trainer", "tj-trainer", "build-trainer"))
-for name, binary, build_stage in RUNTIME:
-    ops = stages[name]["ops"]
+# A runtime image: its last USER is a non-root uid; it copies its binary from its build stage.
+# (image, target, trainer variant, binary, build stage)
+RUNTIME = (("operator", "operator", "gpu", "tj-operator", "build-cpu"),
+           ("trainer-cpu", "trainer", "cpu", "tj-trainer", "build-cpu"),
+           ("trainer", "trainer", "gpu", "tj-trainer", "build-trainer"))
+for name, target, variant, binary, build_stage in RUNTIME:
+    ops = stages[target]["ops"]
     users = [r for o, r in ops if o == "USER"]
     uid = re.sub(r"\$\{(\w+)\}", lambda v: args.get(v.group(1), ""), users[-1]).split(":")[0] if users else ""
     check(uid.isdigit() and int(uid) != 0, f"{name}: runs as a non-root uid (USER {users[-1] if users else 'missing'} -> {uid})")
-    check(any(o == "COPY" and f"--from={build_stage}" in r and binary in r for o, r in ops),
-          f"{name}: copies {binary} from {build_stage}")
+    copies_from = [alias(m.group(1), variant) for o, r in ops if o == "COPY" and binary in r
+                   for m in [re.search(r"--from=(\S+)", r)] if m]
+    check(build_stage in copies_from, f"{name}: copies {binary} from {build_stage} ({copies_from})")
     kind = "operator" if name == "operator" else "trainer"
     check(any(o == "RUN" and f"install-runtime.sh {kind}" in r for o, r in ops),
           f"{name}: sets up with hack/image/install-runtime.sh {kind}")
@@ -192,7 +223,7 @@ def depends_closure(pkgs):
 
 # Packages every Debian/Ubuntu base image has (apt itself depends on them).
 base = {"libc6", "libgcc-s1", "libstdc++6", "zlib1g"}
-for name, binary, _ in RUNTIME:
+for name, _, _, binary, _ in RUNTIME:
     path = os.path.join(build, "bin", binary)
     check(os.path.exists(path), f"{path} is built (needed to compare its libraries)")
     if not os.path.exists(path):
