@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "operator/kube/object_meta.h"
+
 namespace tj::api {
 namespace {
 
@@ -441,18 +443,12 @@ bool TrainingJobStatus::SetCondition(const std::string& type, bool status,
 }
 
 ObjectRef RefOf(const json& object) {
+  // A malformed object must not end the process: a field of another type reads as absent.
+  const json& m = kube::MetadataOf(object);
   ObjectRef r;
-  if (!object.is_object() || !object.contains("metadata")) return r;
-  const json& m = object["metadata"];
-  if (!m.is_object()) return r;
-  // value() throws when a field is not a string; a malformed object must not end the process.
-  auto text = [&m](const char* key) {
-    auto it = m.find(key);
-    return it != m.end() && it->is_string() ? it->get<std::string>() : std::string();
-  };
-  r.name = text("name");
-  r.ns = text("namespace");
-  r.uid = text("uid");
+  r.name = kube::TextOf(m, "name");
+  r.ns = kube::TextOf(m, "namespace");
+  r.uid = kube::TextOf(m, "uid");
   return r;
 }
 

@@ -3,6 +3,7 @@
 #include <initializer_list>
 
 #include "operator/controller/job_resources.h"
+#include "operator/kube/object_meta.h"
 
 namespace tj::controller {
 namespace {
@@ -51,7 +52,7 @@ void TrimPodForCache(json& pod) {
           json kept = json::array();
           if (env->is_array()) {
             for (auto& e : *env) {
-              if (e.is_object() && e.value("name", "") == kStatusPortEnv) kept.push_back(e);
+              if (kube::TextOf(e, "name") == kStatusPortEnv) kept.push_back(e);
             }
           }
           if (kept.empty()) {

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "common/sha256.h"
+#include "operator/kube/object_meta.h"
 
 namespace tj::controller {
 namespace {
@@ -41,8 +42,7 @@ json ServicePorts(const api::TrainingJobSpec& spec) {
 std::string LiteralEnv(const json& container, const std::string& name) {
   if (!container.contains("env") || !container["env"].is_array()) return "";
   for (const json& e : container["env"]) {
-    if (e.is_object() && e.value("name", "") == name && e.contains("value") &&
-        e["value"].is_string()) {
+    if (kube::TextOf(e, "name") == name && e.contains("value") && e["value"].is_string()) {
       return e["value"];
     }
   }
@@ -52,7 +52,7 @@ std::string LiteralEnv(const json& container, const std::string& name) {
 bool HasEnv(const json& container, const std::string& name) {
   if (!container.contains("env") || !container["env"].is_array()) return false;
   for (const json& e : container["env"]) {
-    if (e.is_object() && e.value("name", "") == name) return true;
+    if (kube::TextOf(e, "name") == name) return true;
   }
   return false;
 }
@@ -183,13 +183,9 @@ std::string KeyHash(const std::string& key) {
 }
 
 std::string KeyHashOf(const json& object) {
-  if (!object.is_object()) return "";
-  auto md = object.find("metadata");
-  if (md == object.end() || !md->is_object()) return "";
-  auto an = md->find("annotations");
-  if (an == md->end() || !an->is_object()) return "";
-  auto h = an->find(kKeyHashAnnotation);
-  return h != an->end() && h->is_string() ? h->get<std::string>() : "";
+  const json& md = kube::MetadataOf(object);
+  auto an = md.find("annotations");
+  return an != md.end() ? kube::TextOf(*an, kKeyHashAnnotation) : "";
 }
 
 json BuildSecret(const json& job, const std::string& key) {
@@ -215,7 +211,7 @@ int TrainerIndexAmong(const json& containers) {
   if (!containers.is_array()) return -1;
   for (const char* name : {"tensorflow", "trainer"}) {
     for (size_t i = 0; i < containers.size(); ++i) {
-      if (containers[i].is_object() && containers[i].value("name", "") == name) {
+      if (kube::TextOf(containers[i], "name") == name) {
         return static_cast<int>(i);
       }
     }

@@ -9,6 +9,7 @@
 namespace tj::controller {
 namespace {
 
+using kube::TextOf;
 using nlohmann::json;
 
 const json& Field(const json& object, const char* key) {
@@ -16,11 +17,6 @@ const json& Field(const json& object, const char* key) {
   if (!object.is_object()) return kAbsent;
   auto it = object.find(key);
   return it != object.end() ? *it : kAbsent;
-}
-
-std::string Text(const json& object, const char* key) {
-  const json& v = Field(object, key);
-  return v.is_string() ? v.get<std::string>() : std::string();
 }
 
 // A label holding a count (replica index, gang); -1 when absent or not a small count.
@@ -38,7 +34,7 @@ std::optional<kube::WallTime> TimeOf(const json& object, const char* key) {
 std::optional<WaitingContainer> WaitingOf(const json& container_status) {
   const json& waiting = Field(Field(container_status, "state"), "waiting");
   if (!waiting.is_object()) return std::nullopt;
-  return WaitingContainer{Text(waiting, "reason"), Text(waiting, "message")};
+  return WaitingContainer{TextOf(waiting, "reason"), TextOf(waiting, "message")};
 }
 
 std::optional<TerminatedContainer> TerminatedOf(const json& container_status) {
@@ -49,7 +45,7 @@ std::optional<TerminatedContainer> TerminatedOf(const json& container_status) {
     const auto c = code.get<int64_t>();
     if (c >= INT32_MIN && c <= INT32_MAX) out.exit_code = static_cast<int>(c);
   }
-  out.reason = Text(t, "reason");
+  out.reason = TextOf(t, "reason");
   out.finished_at = TimeOf(t, "finishedAt");
   return out;
 }
@@ -62,9 +58,9 @@ const json& TrainerStatus(const json& pod, const json& statuses) {
   const json& containers = Field(Field(pod, "spec"), "containers");
   const int in_spec = TrainerIndexAmong(containers);
   if (in_spec >= 0) {
-    const std::string name = Text(containers[in_spec], "name");
+    const std::string name = TextOf(containers[in_spec], "name");
     for (const json& s : statuses) {
-      if (Text(s, "name") == name) return s;
+      if (TextOf(s, "name") == name) return s;
     }
     return kAbsent;  // not started yet
   }
@@ -75,13 +71,13 @@ const json& TrainerStatus(const json& pod, const json& statuses) {
 void ReadConditions(const json& conditions, PodView& v) {
   if (!conditions.is_array()) return;
   for (const json& c : conditions) {
-    const std::string type = Text(c, "type"), status = Text(c, "status");
+    const std::string type = TextOf(c, "type"), status = TextOf(c, "status");
     if (type == "PodScheduled" && status == "False" && v.unschedulable.empty()) {
-      const std::string reason = Text(c, "reason"), message = Text(c, "message");
+      const std::string reason = TextOf(c, "reason"), message = TextOf(c, "message");
       v.unschedulable =
           (reason.empty() ? "Unschedulable" : reason) + (message.empty() ? "" : ": " + message);
     } else if (type == "DisruptionTarget" && status == "True" && v.disruption.empty()) {
-      v.disruption = Text(c, "reason");
+      v.disruption = TextOf(c, "reason");
     }
   }
 }
@@ -109,9 +105,9 @@ PodView ViewOfPod(const json& pod) {
   v.status_port = StatusPortOf(pod);
 
   const json& status = Field(pod, "status");
-  if (std::string phase = Text(status, "phase"); !phase.empty()) v.phase = std::move(phase);
-  v.reason = Text(status, "reason");
-  v.pod_ip = Text(status, "podIP");
+  if (std::string phase = TextOf(status, "phase"); !phase.empty()) v.phase = std::move(phase);
+  v.reason = TextOf(status, "reason");
+  v.pod_ip = TextOf(status, "podIP");
   ReadConditions(Field(status, "conditions"), v);
   const json& statuses = Field(status, "containerStatuses");
   if (statuses.is_array()) {

@@ -2,6 +2,12 @@
 
 namespace tj::kube {
 
+std::string TextOf(const nlohmann::json& object, const std::string& key) {
+  if (!object.is_object()) return "";
+  auto it = object.find(key);
+  return it != object.end() && it->is_string() ? it->get<std::string>() : "";
+}
+
 const nlohmann::json& MetadataOf(const nlohmann::json& object) {
   static const nlohmann::json kEmpty = nlohmann::json::object();
   if (!object.is_object()) return kEmpty;
@@ -18,9 +24,7 @@ bool IsBeingDeleted(const nlohmann::json& object) {
 std::string LabelOf(const nlohmann::json& object, const std::string& key) {
   const nlohmann::json& md = MetadataOf(object);
   auto labels = md.find("labels");
-  if (labels == md.end() || !labels->is_object()) return "";
-  auto it = labels->find(key);
-  return it != labels->end() && it->is_string() ? it->get<std::string>() : "";
+  return labels != md.end() ? TextOf(*labels, key) : "";
 }
 
 }  // namespace tj::kube

@@ -8,6 +8,10 @@
 
 namespace tj::kube {
 
+// object[key] when it is a string; "" when it is absent, null or of another type, or when
+// `object` is not an object.
+std::string TextOf(const nlohmann::json& object, const std::string& key);
+
 // metadata, or an empty object when there is none or it is not an object.
 const nlohmann::json& MetadataOf(const nlohmann::json& object);
 

@@ -237,14 +237,15 @@ TEST(PodView, MistypedFieldsReadAsAbsent) {
        {{"name", 7},
         {"labels", {{"tjo.dev/replica-index", "99999999999"}}},
         {"creationTimestamp", true}}},
-      {"spec", {{"containers", "no"}}},
+      {"spec", {{"containers", json::array({{{"name", 7}}, {{"name", "b"}}})}}},
       {"status",
        {{"phase", 3},
         {"podIP", json::array()},
         {"conditions", {{"type", "PodScheduled"}}},
         {"containerStatuses",
-         json::array(
-             {1, {{"name", "trainer"}, {"state", {{"terminated", {{"exitCode", "x"}}}}}}})}}}};
+         json::array({1,
+                      {{"name", 5}},
+                      {{"name", "trainer"}, {"state", {{"terminated", {{"exitCode", "x"}}}}}}})}}}};
   PodView v;
   ASSERT_NO_THROW(v = ViewOfPod(pod));
   EXPECT_EQ(v.name, "");
@@ -254,6 +255,17 @@ TEST(PodView, MistypedFieldsReadAsAbsent) {
   EXPECT_EQ(v.pod_ip, "");
   ASSERT_TRUE(v.trainer_terminated.has_value());
   EXPECT_FALSE(v.trainer_terminated->exit_code.has_value());
+  EXPECT_NO_THROW(ViewOfPod({{"spec", {{"containers", "no"}}}}));
+  // An env entry without a string name is skipped, by the view and by the cache's trim alike.
+  json env_pod = {{"spec",
+                   {{"containers", json::array({{{"name", "trainer"},
+                                                 {"env", json::array({{{"name", 3}},
+                                                                      {{"name", "TJ_STATUS_PORT"},
+                                                                       {"value", "8470"}}})}}})}}}};
+  ASSERT_NO_THROW(v = ViewOfPod(env_pod));
+  EXPECT_EQ(v.status_port, 8470);
+  ASSERT_NO_THROW(TrimPodForCache(env_pod));
+  EXPECT_EQ(ViewOfPod(env_pod).status_port, 8470);
   EXPECT_NO_THROW(ViewOfPod(nullptr));
   EXPECT_NO_THROW(ViewOfPod(json::array()));
 }

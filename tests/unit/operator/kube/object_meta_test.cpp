@@ -22,7 +22,15 @@ TEST(ObjectMeta, AnyShapeReadsAsAbsentNeverThrows) {
     EXPECT_FALSE(IsBeingDeleted(o)) << text;
     EXPECT_EQ(LabelOf(o, "k"), "") << text;
     EXPECT_TRUE(MetadataOf(o).is_object()) << text;
+    EXPECT_EQ(TextOf(o, "metadata"), "") << text;
   }
+}
+
+TEST(ObjectMeta, TextOfReadsOnlyAString) {
+  const json o = json::parse(R"({"s":"x","n":7,"z":null,"a":["x"],"o":{"s":"y"}})");
+  EXPECT_EQ(TextOf(o, "s"), "x");
+  for (const char* key : {"n", "z", "a", "o", "absent"}) EXPECT_EQ(TextOf(o, key), "") << key;
+  EXPECT_EQ(TextOf(o["a"], "s"), "");  // not an object
 }
 
 TEST(ObjectMeta, LabelOfReadsAStringLabel) {
