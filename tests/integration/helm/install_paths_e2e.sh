@@ -85,9 +85,11 @@ HELM_SET=(--set bindAddress='$(POD_IP)')
   --wait --timeout 120s >/dev/null || fail "helm install --skip-crds of chart $prev"
 ok "helm install --skip-crds tjo (chart $prev) over the CRD kubectl applied"
 kubectl create namespace train >/dev/null
-# Enough epochs that the job outlasts the upgrade.
-sed 's/--epochs, "3"/--epochs, "6"/g' "$ROOT/manifests/examples/fmnist.yaml" |
-  kubectl -n train apply -f - >/dev/null
+# Enough epochs that the job outlasts the upgrade. cleanPodPolicy None keeps every pod after
+# the job, so that all their UIDs can be compared at the end (Running deletes a worker the
+# operator still sees running when the chief's success ends the job).
+sed -e 's/--epochs, "3"/--epochs, "6"/g' -e 's/cleanPodPolicy: Running/cleanPodPolicy: None/' \
+  "$ROOT/manifests/examples/fmnist.yaml" | kubectl -n train apply -f - >/dev/null
 running_pods() {
   kubectl -n train get pods -l tjo.dev/job-name=fmnist \
     -o jsonpath='{range .items[?(@.status.phase=="Running")]}{.metadata.name}={.metadata.uid} {end}'
