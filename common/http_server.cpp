@@ -1,46 +1,109 @@
 #include "common/http_server.h"
 
-#include <cpprest/http_listener.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <exception>
 
 namespace tj {
 
-namespace http = web::http;
-using web::http::experimental::listener::http_listener;
-
-struct HttpServer::Impl {
-  std::unique_ptr<http_listener> listener;
-};
-
 namespace {
 
-void Serve(const std::map<std::string, HttpServer::Handler>& handlers,
-           const http::http_request& request) {
+// Bounds on what a client can hold: the endpoints answer small documents to a few scrapers (the
+// operator, Prometheus, the kubelet's probes), so a peer that opens many connections or sends
+// nothing is cut off instead of starving them.
+constexpr unsigned kMaxConnections = 64;
+constexpr unsigned kMaxConnectionsPerAddress = 16;
+constexpr unsigned kIdleTimeoutSeconds = 10;
+
+enum MHD_Result Reply(MHD_Connection* connection, int code, const std::string& content_type,
+                      const std::string& body, const char* allow = nullptr) {
+  MHD_Response* response = MHD_create_response_from_buffer(
+      body.size(), const_cast<char*>(body.data()), MHD_RESPMEM_MUST_COPY);
+  if (response == nullptr) return MHD_NO;  // out of memory: the connection is closed
+  MHD_add_response_header(response, MHD_HTTP_HEADER_CONTENT_TYPE, content_type.c_str());
+  if (allow != nullptr) MHD_add_response_header(response, MHD_HTTP_HEADER_ALLOW, allow);
+  enum MHD_Result queued = MHD_queue_response(connection, static_cast<unsigned>(code), response);
+  MHD_destroy_response(response);
+  return queued;
+}
+
+// libmicrohttpd's access handler: called once the request's headers are in; every request is
+// answered then (a body, which no endpoint takes, is discarded with the connection).
+enum MHD_Result Serve(void* cls, MHD_Connection* connection, const char* url, const char* method,
+                      const char* /*version*/, const char* /*upload_data*/,
+                      size_t* /*upload_data_size*/, void** /*request_state*/) {
+  const auto& handlers = *static_cast<const std::map<std::string, HttpServer::Handler>*>(cls);
+  const std::string text = "text/plain; charset=utf-8";
   try {
-    const std::string path = request.relative_uri().path();
+    const std::string path = url;
     auto it = handlers.find(path);
     if (it == handlers.end()) {
       std::string known;
       for (const auto& [p, h] : handlers) known += (known.empty() ? "" : ", ") + p;
-      request.reply(http::status_codes::NotFound, "not found: " + path + " (try " + known + ")\n",
-                    "text/plain; charset=utf-8");
-    } else if (request.method() != http::methods::GET) {
-      http::http_response response(http::status_codes::MethodNotAllowed);
-      response.headers().add("Allow", "GET");
-      request.reply(response);
-    } else {
-      HttpAnswer a = it->second();
-      request.reply(static_cast<http::status_code>(a.code), a.body, a.content_type);
+      return Reply(connection, MHD_HTTP_NOT_FOUND, text,
+                   "not found: " + path + " (try " + known + ")\n");
     }
+    if (std::strcmp(method, MHD_HTTP_METHOD_GET) != 0) {
+      return Reply(connection, MHD_HTTP_METHOD_NOT_ALLOWED, text,
+                   std::string(method) + " is not served here: use GET\n", "GET");
+    }
+    HttpAnswer a = it->second();
+    return Reply(connection, a.code, a.content_type, a.body);
   } catch (const std::exception& e) {
-    request.reply(http::status_codes::InternalError,
-                  std::string("internal error: ") + e.what() + "\n", "text/plain; charset=utf-8");
+    return Reply(connection, MHD_HTTP_INTERNAL_SERVER_ERROR, text,
+                 std::string("internal error: ") + e.what() + "\n");
   }
 }
 
+// A listening TCP socket on host:port, or an error naming the call that failed and why.
+StatusOr<int> Listen(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  if (int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &found); rc != 0) {
+    return Status::Error(std::string("the address does not resolve: ") + ::gai_strerror(rc));
+  }
+  std::string error;
+  int fd = -1;
+  for (addrinfo* a = found; a != nullptr && fd < 0; a = a->ai_next) {
+    fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      error = std::string("socket: ") + std::strerror(errno);
+      continue;
+    }
+    const int one = 1;  // a restarted program takes its port back at once (no TIME_WAIT wait)
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    const char* failed = nullptr;
+    if (::bind(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      failed = "bind";
+    } else if (::listen(fd, SOMAXCONN) != 0) {
+      failed = "listen";
+    }
+    if (failed != nullptr) {
+      error = std::string(failed) + ": " + std::strerror(errno);
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  ::freeaddrinfo(found);
+  if (fd < 0) return Status::Error(error);
+  return fd;
+}
+
 }  // namespace
+
+struct HttpServer::Impl {
+  MHD_Daemon* daemon = nullptr;
+};
 
 HttpServer::HttpServer(std::string host, int port, std::map<std::string, Handler> handlers)
     : host_(std::move(host)),
@@ -50,33 +113,33 @@ HttpServer::HttpServer(std::string host, int port, std::map<std::string, Handler
 
 HttpServer::~HttpServer() { Stop(); }
 
-bool HttpServer::running() const { return impl_->listener != nullptr; }
+bool HttpServer::running() const { return impl_->daemon != nullptr; }
 
 Status HttpServer::Start() {
   if (port_ == 0 || running()) return Status::Ok();
   const std::string where =
       "cannot listen on port " + std::to_string(port_) + " (address " + host_ + ")";
   if (port_ < 0 || port_ > 65535) return Status::Error(where + ": not a TCP port (1-65535)");
-  try {
-    auto listener = std::make_unique<http_listener>(
-        web::uri("http://" + host_ + ":" + std::to_string(port_) + "/"));
-    listener->support([this](const http::http_request& request) { Serve(handlers_, request); });
-    listener->open().wait();
-    impl_->listener = std::move(listener);
-  } catch (const std::exception& e) {
-    return Status::Error(where + ": " + e.what());
+  StatusOr<int> fd = Listen(host_, port_);
+  if (!fd.ok()) return fd.status().WithContext(where);
+  // One internal thread polls every connection; handlers run on it, one at a time. The daemon
+  // owns the socket from here on and closes it when stopped.
+  impl_->daemon = MHD_start_daemon(
+      MHD_USE_AUTO_INTERNAL_THREAD, 0, nullptr, nullptr, &Serve, &handlers_,
+      MHD_OPTION_LISTEN_SOCKET, static_cast<MHD_socket>(*fd), MHD_OPTION_CONNECTION_LIMIT,
+      kMaxConnections, MHD_OPTION_PER_IP_CONNECTION_LIMIT, kMaxConnectionsPerAddress,
+      MHD_OPTION_CONNECTION_TIMEOUT, kIdleTimeoutSeconds, MHD_OPTION_END);
+  if (impl_->daemon == nullptr) {
+    ::close(*fd);
+    return Status::Error(where + ": the HTTP server did not start (out of memory or threads?)");
   }
   return Status::Ok();
 }
 
 void HttpServer::Stop() {
-  if (!impl_ || !impl_->listener) return;
-  try {
-    impl_->listener->close().wait();
-  } catch (const std::exception&) {
-    // Closing a listener that failed mid-way: nothing left to release.
-  }
-  impl_->listener.reset();
+  if (!impl_ || impl_->daemon == nullptr) return;
+  MHD_stop_daemon(impl_->daemon);  // closes the socket and joins the thread: nothing runs after
+  impl_->daemon = nullptr;
 }
 
 StatusOr<ListenAddress> ParseListenAddress(const std::string& address) {

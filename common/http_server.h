@@ -3,8 +3,10 @@
 //   unknown path                 -> 404 naming the paths served
 //   other method on a known path -> 405 with "Allow: GET"
 //   a handler that throws        -> 500 with the exception's text, never a crash
-// Handlers run on the listener's threads, possibly concurrently: they must be thread-safe.
-// Built on cpprestsdk's http_listener (kept out of this header; library tj_http).
+//   a client that idles 10 s, or holds more than 16 of the 64 connections -> cut off
+// Handlers run one at a time on the server's own thread (not the caller's): they must be
+// thread-safe with respect to the rest of the program, and quick, as they hold up other clients.
+// Built on libmicrohttpd (kept out of this header; library tj_http).
 #pragma once
 
 #include <functional>
@@ -38,7 +40,8 @@ class HttpServer {
 
   // Starts listening; the error names the port and the address. Idempotent.
   Status Start();
-  // Stops listening and waits for handlers in flight; idempotent.
+  // Stops listening, closes every connection and joins the server's thread: no handler runs
+  // once it returns. Idempotent.
   void Stop();
 
   bool running() const;

@@ -9,7 +9,7 @@ PACKAGES=(
   build-essential cmake pkg-config ninja-build ccache
   # libraries
   libcpprest-dev libcurl4-openssl-dev nlohmann-json3-dev libssl-dev libgtest-dev libgmock-dev
-  libgloo-dev libyaml-cpp-dev zlib1g-dev libcli11-dev libjemalloc-dev
+  libmicrohttpd-dev libgloo-dev libyaml-cpp-dev zlib1g-dev libcli11-dev libjemalloc-dev
   # data
   dataset-fashion-mnist
   # reference implementations for tests and benchmarks

@@ -8,18 +8,27 @@ set -eu
 image=${1:?usage: install-runtime.sh operator|trainer UID}
 uid=${2:?usage: install-runtime.sh operator|trainer UID}
 case "$image" in
-  # tj-operator: cpprestsdk, libcurl (bounded reads), jemalloc, yaml-cpp (its config), OpenSSL.
-  operator) packages="ca-certificates libcpprest2.10 libcurl4 libjemalloc2 libyaml-cpp0.7 libssl3
-                      zlib1g" ;;
-  # tj-trainer: cpprestsdk, Gloo (CPU collectives); CUDA, cuDNN and NCCL come with the CUDA
-  # base image of the GPU target.
-  trainer) packages="ca-certificates libcpprest2.10 libgloo0 zlib1g" ;;
+  # tj-operator: libcurl (bounded reads), libmicrohttpd (its endpoints), jemalloc, yaml-cpp
+  # (its config), OpenSSL.
+  operator) packages="ca-certificates libcurl4 libmicrohttpd12 libjemalloc2 libyaml-cpp0.7
+                      libssl3 zlib1g" ;;
+  # tj-trainer: Gloo (CPU collectives), libmicrohttpd (/status, /metrics), OpenSSL (SHA-256 of
+  # backups); CUDA, cuDNN and NCCL come with the CUDA base image of the GPU target.
+  trainer) packages="ca-certificates libgloo0 libmicrohttpd12 libssl3 zlib1g" ;;
   *) echo "install-runtime.sh: unknown image '$image' (operator or trainer)" >&2; exit 2 ;;
 esac
 export DEBIAN_FRONTEND=noninteractive
 apt-get update
+# The names above are Debian 12's. Ubuntu 24.04 (the GPU image's base) renamed the libraries
+# whose ABI holds a time_t with a "t64" suffix (libssl3t64, libmicrohttpd12t64): take that name
+# where the archive has it.
+names=""
+for p in $packages; do
+  if apt-cache show "${p}t64" >/dev/null 2>&1; then p="${p}t64"; fi
+  names="$names $p"
+done
 # shellcheck disable=SC2086
-apt-get install -y --no-install-recommends $packages
+apt-get install -y --no-install-recommends $names
 rm -rf /var/lib/apt/lists/*
 groupadd --gid "$uid" tj
 if [ "$image" = trainer ]; then

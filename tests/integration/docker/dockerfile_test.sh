@@ -250,8 +250,8 @@ for name, _, _, binary, _ in RUNTIME:
         needed = {p for p in needed
                   if not (p.startswith("?/usr/local/cuda") and
                           os.path.basename(p).split(".so")[0] + ".so" in cuda_base)}
-        have = depends_closure([p for p in installs if p in ("libcpprest2.10", "libgloo0")])
-        direct = {"libcpprest2.10", "libgloo0"}
+        direct = {"libgloo0", "libmicrohttpd12", "libssl3"}  # (t64 names there: install-runtime.sh)
+        have = depends_closure([p for p in installs if p in direct])
         check(direct <= set(installs), f"trainer image installs {sorted(direct)}")
         missing = sorted(p for p in needed if p not in have)
         check(not missing, f"every library tj-trainer links here comes with {sorted(direct)} "

@@ -1,13 +1,11 @@
 // What a running tj-trainer shows besides stdout: TensorBoard event files (read back with
 // every record's CRCs checked) and the status endpoint (GET /status, GET /metrics).
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 
 #include <map>
 
 #include "tests/integration/trainer/trainer_harness.h"
+#include "tests/support/http_fetch.h"
 #include "trainer/observe/tensorboard_writer.h"
 
 namespace tj::testing {
@@ -15,27 +13,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// A plain HTTP/1.0 GET on loopback; the body, or "" when nothing answers.
-std::string HttpGet(int port, const std::string& path) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return "";
-  }
-  std::string req = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
-  ::send(fd, req.data(), req.size(), 0);
-  std::string resp;
-  char buf[4096];
-  for (ssize_t n; (n = ::recv(fd, buf, sizeof buf, 0)) > 0;)
-    resp.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  size_t body = resp.find("\r\n\r\n");
-  return body == std::string::npos ? "" : resp.substr(body + 4);
-}
+// The body of GET path, or "" when nothing answers.
+std::string HttpGet(int port, const std::string& path) { return Fetch(port, "GET", path).body; }
 
 TEST(ObservabilityTest, TensorBoardFilesOfTrainerAndEvaluatorReadBack) {
   TJ_REQUIRE_DATASET();

@@ -1,6 +1,15 @@
 #include "common/http_server.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "tests/support/http_fetch.h"
+#include "tests/support/subprocess.h"
 
 namespace tj {
 namespace {
@@ -48,6 +57,90 @@ TEST(HttpServer, PortZeroDoesNotListenAndAnInvalidPortIsAnError) {
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("port 70000"), std::string::npos) << s.message();
   EXPECT_FALSE(bad.running());
+}
+
+using ::tj::testing::ConnectLoopback;
+using ::tj::testing::Fetch;
+using ::tj::testing::FreePort;
+using namespace std::chrono_literals;
+
+std::map<std::string, HttpServer::Handler> Ok() {
+  return {{"/ok", [] { return HttpAnswer{200, "text/plain", "fine\n"}; }}};
+}
+
+// Connections that sent half a request and then nothing; closed at destruction.
+struct IdleClients {
+  IdleClients(int port, int n) {
+    for (int i = 0; i < n; ++i) {
+      const int fd = ConnectLoopback(port);
+      if (fd < 0) continue;
+      ::send(fd, "GET /ok HTTP/1.1\r\n", 17, MSG_NOSIGNAL);
+      fds.push_back(fd);
+    }
+  }
+  ~IdleClients() {
+    for (int fd : fds) ::close(fd);
+  }
+  std::vector<int> fds;
+};
+
+TEST(HttpServer, AnIdleClientDoesNotHoldUpOthers) {
+  const int port = FreePort();
+  HttpServer server("127.0.0.1", port, Ok());
+  ASSERT_TRUE(server.Start().ok());
+  IdleClients idle(port, 3);
+  ASSERT_EQ(idle.fds.size(), 3u);
+  auto a = Fetch(port, "GET", "/ok");
+  EXPECT_EQ(a.code, 200);
+  EXPECT_EQ(a.body, "fine\n");
+  auto post = Fetch(port, "POST", "/ok");
+  EXPECT_EQ(post.code, 405);
+  EXPECT_NE(post.head.find("Allow: GET"), std::string::npos) << post.head;
+}
+
+TEST(HttpServer, OneAddressCannotTakeEveryConnection) {
+  const int port = FreePort();
+  HttpServer server("127.0.0.1", port, Ok());
+  ASSERT_TRUE(server.Start().ok());
+  {
+    IdleClients hog(port, 16);  // every connection from 127.0.0.1 that one address may hold
+    ASSERT_EQ(hog.fds.size(), 16u);
+    EXPECT_EQ(Fetch(port, "GET", "/ok").code, 0) << "a 17th connection from the same address";
+  }
+  // Once the hog lets go, the server answers again (it may take a poll round to see them go).
+  int code = 0;
+  for (int i = 0; i < 50 && code == 0; ++i) {
+    code = Fetch(port, "GET", "/ok").code;
+    if (code == 0) std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_EQ(code, 200);
+}
+
+TEST(HttpServer, StopWaitsForTheHandlerInFlight) {
+  const int port = FreePort();
+  std::atomic<bool> entered{false}, finished{false};
+  auto slow = [&] {
+    entered = true;
+    std::this_thread::sleep_for(300ms);
+    finished = true;
+    return HttpAnswer{200, "text/plain", "done\n"};
+  };
+  HttpServer server("127.0.0.1", port, {{"/slow", slow}});
+  ASSERT_TRUE(server.Start().ok());
+  std::thread client([port] { Fetch(port, "GET", "/slow"); });
+  while (!entered) std::this_thread::sleep_for(1ms);
+  server.Stop();
+  EXPECT_TRUE(finished) << "Stop() returned while a handler still ran";
+  EXPECT_FALSE(server.running());
+  client.join();
+}
+
+TEST(HttpServer, AnAddressThatDoesNotResolveIsAnErrorNamingIt) {
+  HttpServer server("no-such-host.invalid", FreePort(), Ok());
+  Status s = server.Start();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("no-such-host.invalid"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("does not resolve"), std::string::npos) << s.message();
 }
 
 }  // namespace

@@ -1,8 +1,6 @@
 #include "trainer/observe/status_server.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -12,47 +10,14 @@
 #include <stdexcept>
 
 #include "common/prometheus_text.h"
+#include "tests/support/http_fetch.h"
 #include "tests/support/subprocess.h"
 
 namespace tj::observe {
 namespace {
 
+using ::tj::testing::Fetch;
 using ::tj::testing::FreePort;
-
-struct HttpAnswer {
-  int code = 0;
-  std::string head;
-  std::string body;
-};
-
-// A plain-socket HTTP/1.1 client: one request, Connection: close, read to EOF.
-HttpAnswer Fetch(int port, const std::string& method, const std::string& path) {
-  HttpAnswer answer;
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    ::close(fd);
-    return answer;
-  }
-  const std::string request = method + " " + path +
-                              " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-                              "Content-Length: 0\r\n\r\n";
-  ::send(fd, request.data(), request.size(), 0);
-  std::string raw;
-  char buf[4096];
-  ssize_t n;
-  while ((n = ::recv(fd, buf, sizeof buf, 0)) > 0) raw.append(buf, static_cast<size_t>(n));
-  ::close(fd);
-  const size_t split = raw.find("\r\n\r\n");
-  if (raw.rfind("HTTP/1.1 ", 0) != 0 || split == std::string::npos) return answer;
-  answer.code = std::stoi(raw.substr(9, 3));
-  answer.head = raw.substr(0, split);
-  answer.body = raw.substr(split + 4);
-  return answer;
-}
 
 TEST(StatusServerTest, AnswersStatusAndMetricsOverARealSocket) {
   const int port = FreePort();
@@ -71,7 +36,7 @@ TEST(StatusServerTest, AnswersStatusAndMetricsOverARealSocket) {
   ASSERT_TRUE(server.Start().ok());
   EXPECT_TRUE(server.running());
 
-  HttpAnswer status = Fetch(port, "GET", "/status");
+  auto status = Fetch(port, "GET", "/status");
   ASSERT_EQ(status.code, 200) << status.head;
   EXPECT_NE(status.head.find("application/json"), std::string::npos) << status.head;
   auto j = nlohmann::json::parse(status.body);
@@ -79,7 +44,7 @@ TEST(StatusServerTest, AnswersStatusAndMetricsOverARealSocket) {
   EXPECT_EQ(j["epoch"], 1);
 
   epoch = 2;  // answers reflect the state at request time
-  HttpAnswer metrics = Fetch(port, "GET", "/metrics");
+  auto metrics = Fetch(port, "GET", "/metrics");
   ASSERT_EQ(metrics.code, 200) << metrics.head;
   EXPECT_NE(metrics.head.find("text/plain; version=0.0.4"), std::string::npos) << metrics.head;
   EXPECT_EQ(metrics.body,
@@ -102,7 +67,7 @@ TEST(StatusServerTest, ACallbackThatThrowsIsA500NotACrash) {
       port, []() -> nlohmann::json { throw std::runtime_error("boom"); },
       [] { return nlohmann::json::parse("{").dump(); }, "127.0.0.1");
   ASSERT_TRUE(server.Start().ok());
-  HttpAnswer a = Fetch(port, "GET", "/status");
+  auto a = Fetch(port, "GET", "/status");
   EXPECT_EQ(a.code, 500);
   EXPECT_NE(a.body.find("boom"), std::string::npos);
   EXPECT_EQ(Fetch(port, "GET", "/metrics").code, 500);
