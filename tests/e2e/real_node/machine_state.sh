@@ -2,6 +2,7 @@
 # (sourced by real_node_e2e.sh): processes of the node's programs, mounts, network links and
 # namespaces, iptables rules (without counters), kernel settings and the kubelet's cgroups.
 #   machine_state            prints the state
+#   compare_machine_state    compares two of them (below)
 #   volatile_sysctls         prints the sysctl keys that change by themselves (two reads a
 #                            second apart differ), to leave out of the comparison
 machine_state() (
@@ -39,3 +40,22 @@ volatile_sysctls() {
       'fs.aio-nr' 'kernel.sched_domain' 'net.ipv4.tcp_mem' 'net.ipv4.udp_mem'; } | sort -u >"$VOLATILE_FILE"
 }
 volatile_sysctls_cached() { cat "$VOLATILE_FILE"; }
+
+# compare_machine_state BEFORE AFTER: fails (naming the lines) when AFTER has anything BEFORE
+# did not, or lacks anything but the node's own leftovers of an earlier cluster that did not
+# come down (CNI-/KUBE- iptables rules, the cni0 bridge, veth links, cni- namespaces, kubepods
+# cgroups), which `down` rightly removes.
+compare_machine_state() (
+  set +e +o pipefail
+  sectioned() { awk '/^## /{s=$0; next} {print s " | " $0}' "$1" | sort; }
+  local added removed foreign
+  added=$(comm -13 <(sectioned "$1") <(sectioned "$2"))
+  removed=$(comm -23 <(sectioned "$1") <(sectioned "$2"))
+  foreign=$(grep -vE '^## (ip6?tables \| .*(CNI-|KUBE-)|links \| (cni0|veth.*)$|netns \| cni-|cgroups \| .*kubepods)' \
+    <<<"$removed")
+  [ -z "$added" ] || printf 'left behind:\n%s\n' "$added"
+  [ -z "$removed" ] || [ -n "$foreign" ] ||
+    printf 'note: down removed leftovers of an earlier cluster:\n%s\n' "$removed"
+  [ -z "$foreign" ] || printf 'removed, though not the node'"'"'s own:\n%s\n' "$foreign"
+  [ -z "$added" ] && [ -z "$foreign" ]
+)

@@ -110,8 +110,8 @@ step "fmnist Succeeded; evaluation $evaluation"
 "$ROOT/hack/local-cluster.sh" down >/dev/null
 cluster_down_checked=1
 machine_state >"$BUILD/real-node-after.txt"
-if ! diff -u "$BUILD/real-node-before.txt" "$BUILD/real-node-after.txt"; then
-  echo "FAIL hack/local-cluster.sh down left the changes above"; exit 1
+if ! compare_machine_state "$BUILD/real-node-before.txt" "$BUILD/real-node-after.txt"; then
+  echo "FAIL hack/local-cluster.sh down changed the machine (above)"; exit 1
 fi
 echo "ok   down left no process, mount, link, netns, iptables rule, sysctl or cgroup behind"
 rm -rf "$TJ_LOCAL_CLUSTER_DIR" "$BUILD"/real-node-*.txt "$BUILD/real-node-pf.log"
