@@ -327,13 +327,16 @@ std::optional<int> StartLeaderElection(const Flags& f, const tj::kube::RestConfi
   return std::nullopt;
 }
 
-// An HTTP server on a bind-address flag's value ("host:port", ":port"; "0" for none).
+// An HTTP server listening on a bind-address flag's value ("host:port", ":port"; "0" for none);
+// an error (not an address, the port in use, a host that does not resolve) names the flag.
 tj::StatusOr<std::unique_ptr<tj::HttpServer>> ServeOn(
     const std::string& flag, const std::string& address,
     std::map<std::string, tj::HttpServer::Handler> handlers) {
   auto a = tj::ParseListenAddress(address);
   if (!a.ok()) return a.status().WithContext(flag);
-  return std::make_unique<tj::HttpServer>(a->host, a->port, std::move(handlers));
+  auto server = std::make_unique<tj::HttpServer>(a->host, a->port, std::move(handlers));
+  if (tj::Status s = server->Start(); !s.ok()) return s.WithContext(flag);
+  return server;
 }
 
 // /healthz (the process answers) and /readyz (the informers have synced).
@@ -430,12 +433,8 @@ int main(int argc, char** argv) {
                 }}});
   auto probes = ServeOn("--health-probe-bind-address", f.probe_addr, ProbeHandlers(synced));
   for (auto* s : {&metrics_server, &probes}) {
-    if (!s->ok()) {  // the flag's value is not an address: the error names the flag
-      log.Error(s->status().message());
-      return 1;
-    }
-    if (tj::Status st = (**s)->Start(); !st.ok()) {
-      log.Error(st.message() + " (is the port in use? pick another with the flag)");
+    if (!s->ok()) {
+      log.Error(s->status().message() + " (choose another address with the flag)");
       return 1;
     }
   }
