@@ -69,7 +69,7 @@ json LastEvaluation(const std::string& log) {
   while (std::getline(in, line)) {
     if (line.find("\"evaluation\"") == std::string::npos) continue;
     json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object() && j.value("event", "") == "evaluation" && j.contains("checkpoint")) {
+    if (kube::TextOf(j, "event") == "evaluation" && j.contains("checkpoint")) {
       last = j;
     }
   }
@@ -121,8 +121,7 @@ json FinalProgress(const std::string& log) {
       continue;
     }
     json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (!j.is_object()) continue;
-    const std::string event = j.value("event", "");
+    const std::string event = kube::TextOf(j, "event");  // a program's own lines: any types
     if (event == "epoch_end") {
       json p = json::object();
       for (const char* k : {status_schema::kEpoch.key, status_schema::kLoss.key,

@@ -1,10 +1,23 @@
 #include "operator/controller/reconcile_workers.h"
 
 #include <chrono>
+#include <exception>
 #include <string>
 
 namespace tj::controller {
 namespace {
+
+// One pass, with an exception turned into an error: it requeues the key with backoff and ends
+// neither the thread nor the operator (as controller-runtime recovers a reconciler's panic).
+// Reads of what tenants send are written not to throw; this is the net under them.
+StatusOr<std::optional<std::chrono::milliseconds>> SyncOnce(Executor* executor,
+                                                            const std::string& key) {
+  try {
+    return executor->Sync(key);
+  } catch (const std::exception& e) {
+    return Status::Error(std::string("internal error (please report it): ") + e.what());
+  }
+}
 
 void Work(kube::WorkQueue* queue, Executor* executor, OperatorMetrics* metrics, EventLog* log,
           const std::atomic<bool>* leading) {
@@ -17,7 +30,7 @@ void Work(kube::WorkQueue* queue, Executor* executor, OperatorMetrics* metrics, 
       continue;
     }
     const auto t0 = std::chrono::steady_clock::now();
-    auto r = executor->Sync(*key);
+    auto r = SyncOnce(executor, *key);
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!r.ok()) {

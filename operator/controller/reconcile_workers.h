@@ -1,7 +1,8 @@
 // The operator's reconcile loop: threads that take keys from the work queue and sync them
 // through the executor, requeueing as the result says (rate-limited after an error, after a
 // delay when asked), as controller-runtime's workers do. While this instance does not lead,
-// keys are put back for a second later.
+// keys are put back for a second later. An exception out of a pass is an error for that key
+// (logged, requeued with backoff), never the end of a worker.
 #pragma once
 
 #include <atomic>

@@ -2,27 +2,32 @@
 // owner check of a create answered AlreadyExists) and one pass against informer caches and a
 // fake client: a Service or Secret of the job's name that another owns is not the job's, and a
 // status write gives way to other work (kept, built on, written once idle, at the latest after
-// kMaxStatusDelay, or at shutdown). The executor runs against a real API server in
-// tests/e2e/operator/.
+// kMaxStatusDelay, or at shutdown); a pass that throws is an error the reconcile workers retry.
+// The executor runs against a real API server in tests/e2e/operator/.
 #include "operator/controller/executor.h"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <set>
+#include <stdexcept>
 #include <stop_token>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "operator/api/training_job.h"
 #include "operator/controller/cache_transforms.h"
 #include "operator/controller/job_resources.h"
 #include "operator/controller/metrics.h"
+#include "operator/controller/reconcile_workers.h"
 #include "tests/unit/operator/controller/test_job.h"
 
 namespace tj::controller {
@@ -235,7 +240,7 @@ class ExecutorPass : public ::testing::Test {
     if (!executor_) {
       ExecutorDeps deps;
       deps.client = &client_;
-      deps.random_key = [] { return std::string("key"); };
+      deps.random_key = [this] { return random_key_(); };
       deps.caches = OwnedObjectCaches{&jobs_, &pods_, &services_};
       deps.clock = &clock_;
       deps.defer_status = StatusDeferral{[this](const std::string&) { return busy_; },
@@ -273,6 +278,7 @@ class ExecutorPass : public ::testing::Test {
   FakeClient client_;
   kube::ObjectCache jobs_, pods_, services_;
   FakeClock clock_;
+  std::function<std::string()> random_key_ = [] { return std::string("key"); };
   bool busy_ = false;  // whether other keys are queued or in flight
   std::vector<std::pair<std::string, milliseconds>> write_later_;
   std::unique_ptr<Executor> executor_;
@@ -402,6 +408,40 @@ TEST_F(ExecutorPass, DropsTheKeptStatusOfADeletedJob) {
   ASSERT_TRUE(Sync().ok());
   EXPECT_EQ(executor().WriteKeptStatuses(), 0);
   EXPECT_TRUE(client_.status_writes.empty());
+}
+
+// An exception out of a pass (here: no random key for the rendezvous Secret) is an error for
+// that job, logged and retried with backoff; the worker lives on to take the next key.
+TEST_F(ExecutorPass, AnExceptionInAPassIsAnErrorNotTheEndOfTheWorker) {
+  std::atomic<int> calls{0};
+  random_key_ = [&calls]() -> std::string {
+    if (++calls <= 2) throw std::runtime_error("no entropy");
+    return "key";
+  };
+  FILE* out = std::tmpfile();
+  ASSERT_NE(out, nullptr);
+  EventLog log(LogFormat::kJson, out, out);
+  OperatorMetrics metrics;
+  kube::WorkQueue queue(RealClock::Get());
+  std::atomic<bool> leading{true};
+  {
+    auto workers = StartReconcileWorkers(1, &queue, &executor(), &metrics, &log, &leading);
+    queue.Add("ns/mnist");
+    for (int i = 0; i < 500 && client_.CreatedPods().empty(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    queue.ShutDown();
+  }
+  EXPECT_EQ(calls.load(), 3);
+  EXPECT_FALSE(client_.CreatedPods().empty()) << "the third pass, after two that threw, creates";
+  std::fflush(out);
+  std::rewind(out);
+  std::string text;
+  for (int c; (c = std::fgetc(out)) != EOF;) text += static_cast<char>(c);
+  std::fclose(out);
+  EXPECT_NE(text.find("reconciling ns/mnist: internal error (please report it): no entropy"),
+            std::string::npos)
+      << text;
 }
 
 }  // namespace

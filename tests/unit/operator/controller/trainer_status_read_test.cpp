@@ -182,5 +182,32 @@ TEST(FinalProgress, TheLastEpochAndTheTotalFromTheChiefsLog) {
   EXPECT_TRUE(FinalProgress("no json here\n{\"event\":\"epoch_end\"").is_null());
 }
 
+// A log is the program's own output (a user's program prints what it likes): a line with the
+// words but an "event" that is not a string is not ours, and never an exception that would
+// end the operator's worker thread.
+TEST(FinalProgress, ALineWhoseEventIsNotAStringIsSkipped) {
+  const std::string log = R"({"event":"epoch_end","epoch":2,"loss":0.6})"
+                          "\n"
+                          R"({"event":7,"epoch_end":1,"train_end":true,"epoch":99})"
+                          "\n"
+                          R"({"event":["epoch_end"],"epoch":98})"
+                          "\n";
+  nlohmann::json p;
+  ASSERT_NO_THROW(p = FinalProgress(log));
+  EXPECT_EQ(p["epoch"], 2);
+}
+
+TEST(LastEvaluation, ALineWhoseEventIsNotAStringIsSkipped) {
+  const std::string log = R"({"event":"evaluation","checkpoint":"ckpt-2","accuracy":0.8})"
+                          "\n"
+                          R"({"event":{"evaluation":1},"checkpoint":"forged","accuracy":1.0})"
+                          "\n"
+                          R"({"event":null,"evaluation":"x","checkpoint":"forged"})"
+                          "\n";
+  nlohmann::json e;
+  ASSERT_NO_THROW(e = LastEvaluation(log));
+  EXPECT_EQ(e["checkpoint"], "ckpt-2");
+}
+
 }  // namespace
 }  // namespace tj::controller
