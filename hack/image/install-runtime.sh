@@ -12,8 +12,9 @@ case "$image" in
   # (its config), OpenSSL.
   operator) packages="ca-certificates libcurl4 libmicrohttpd12 libjemalloc2 libyaml-cpp0.7
                       libssl3 zlib1g" ;;
-  # tj-trainer: Gloo (CPU collectives), libmicrohttpd (/status, /metrics), OpenSSL (SHA-256 of
-  # backups); CUDA, cuDNN and NCCL come with the CUDA base image of the GPU target.
+  # tj-trainer: Gloo (CPU collectives), libmicrohttpd (/status, /metrics), OpenSSL (checksums
+  # of data and backups, the rendezvous' authentication); CUDA, cuDNN and NCCL come with the
+  # CUDA base image of the GPU target.
   trainer) packages="ca-certificates libgloo0 libmicrohttpd12 libssl3 zlib1g" ;;
   *) echo "install-runtime.sh: unknown image '$image' (operator or trainer)" >&2; exit 2 ;;
 esac
