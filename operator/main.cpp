@@ -42,6 +42,7 @@
 #include "operator/kube/event_recorder.h"
 #include "operator/kube/informer.h"
 #include "operator/kube/leader_election.h"
+#include "operator/kube/object_meta.h"
 #include "operator/kube/request_metrics.h"
 #include "operator/kube/rest_client.h"
 #include "operator/kube/work_queue.h"
@@ -91,11 +92,12 @@ int Convert(const std::string& file) {
   json items = json::array();
   int converted = 0;
   for (const json& doc : *docs) {
-    if (!doc.is_object() || doc.value("kind", "") != "TFJob") {
+    if (tj::kube::TextOf(doc, "kind") != "TFJob") {
       items.push_back(doc);
       continue;
     }
-    const std::string name = doc.value("metadata", json::object()).value("name", "?");
+    std::string name = tj::kube::TextOf(tj::kube::MetadataOf(doc), "name");
+    if (name.empty()) name = "?";
     auto c = tj::api::ConvertTfJob(doc);
     if (!c.ok()) {
       std::cerr << "tj-operator convert: TFJob " << name << ": " << c.status().message() << "\n";

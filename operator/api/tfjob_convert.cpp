@@ -1,6 +1,7 @@
 #include "operator/api/tfjob_convert.h"
 
 #include "operator/api/training_job.h"
+#include "operator/kube/object_meta.h"
 
 namespace tj::api {
 namespace {
@@ -77,8 +78,11 @@ Status ConvertReplicas(const json& specs, json& out, std::vector<std::string>& n
 
 StatusOr<TfJobConversion> ConvertTfJob(const json& tfjob) {
   if (!tfjob.is_object()) return Status::Error("a TFJob must be an object");
-  const std::string api_version = tfjob.value("apiVersion", "");
-  const std::string kind = tfjob.value("kind", "");
+  for (const char* k : {"apiVersion", "kind"}) {
+    if (tfjob.contains(k) && !tfjob[k].is_string()) return FieldError(k, "must be a string");
+  }
+  const std::string api_version = kube::TextOf(tfjob, "apiVersion");
+  const std::string kind = kube::TextOf(tfjob, "kind");
   if (kind != "TFJob") {
     return FieldError("kind", "\"" + kind + "\" is not TFJob: only TFJobs are converted");
   }
@@ -89,6 +93,16 @@ StatusOr<TfJobConversion> ConvertTfJob(const json& tfjob) {
   }
   const json md = tfjob.value("metadata", json::object());
   if (!md.is_object()) return FieldError("metadata", "must be an object");
+  for (const char* k : {"name", "generateName", "namespace"}) {
+    if (md.contains(k) && !md[k].is_string()) {
+      return FieldError(std::string("metadata.") + k, "must be a string");
+    }
+  }
+  for (const char* k : {"labels", "annotations"}) {
+    if (md.contains(k) && !md[k].is_object()) {
+      return FieldError(std::string("metadata.") + k, "must be a map of strings");
+    }
+  }
   const json spec = tfjob.value("spec", json::object());
   if (!spec.is_object()) return FieldError("spec", "must be an object");
   if (!spec.contains("tfReplicaSpecs")) {

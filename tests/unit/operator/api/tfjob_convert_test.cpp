@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "operator/api/training_job.h"
 #include "operator/api/yaml_json.h"
@@ -96,6 +99,33 @@ TEST(ConvertTfJob, WhatIsNotAV1TfJobIsRefusedNamingTheField) {
   c = ConvertTfJob(tfjob);
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.status().message().rfind("kind: ", 0), 0u) << c.status().message();
+}
+
+// A manifest is a user's file: a field of the wrong type is an error naming it, never an
+// exception (tj-operator convert ended with std::terminate on each of these).
+TEST(ConvertTfJob, AFieldOfTheWrongTypeIsAnErrorNamingIt) {
+  const std::vector<std::pair<std::string, std::function<void(json&)>>> cases = {
+      {"apiVersion: ", [](json& j) { j["apiVersion"] = 1; }},
+      {"kind: ", [](json& j) { j["kind"] = json::array({"TFJob"}); }},
+      {"metadata: ", [](json& j) { j["metadata"] = json::array({1}); }},
+      {"metadata.name: ", [](json& j) { j["metadata"]["name"] = 5; }},
+      {"metadata.namespace: ", [](json& j) { j["metadata"]["namespace"] = json::object(); }},
+      {"metadata.labels: ", [](json& j) { j["metadata"]["labels"] = "app=x"; }},
+      {"spec: ", [](json& j) { j["spec"] = "x"; }},
+      {"spec.tfReplicaSpecs: ", [](json& j) { j["spec"]["tfReplicaSpecs"] = json::array(); }},
+      {"spec.runPolicy: ", [](json& j) { j["spec"]["runPolicy"] = 3; }},
+      {"spec.successPolicy: ", [](json& j) { j["spec"]["successPolicy"] = true; }},
+      {"the converted TrainingJob is invalid: ",
+       [](json& j) { j["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] = "two"; }},
+  };
+  for (const auto& [field, mutate] : cases) {
+    json tfjob = Load("tfjob-mnist.yaml");
+    mutate(tfjob);
+    StatusOr<TfJobConversion> c = Status::Error("not run");
+    ASSERT_NO_THROW(c = ConvertTfJob(tfjob)) << field;
+    ASSERT_FALSE(c.ok()) << field;
+    EXPECT_EQ(c.status().message().rfind(field, 0), 0u) << c.status().message();
+  }
 }
 
 TEST(ConvertTfJob, AnUnknownSpecFieldIsNamedInANote) {
