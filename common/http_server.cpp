@@ -89,7 +89,9 @@ StatusOr<int> Listen(const std::string& host, int port) {
       failed = "listen";
     }
     if (failed != nullptr) {
-      error = std::string(failed) + ": " + std::strerror(errno);
+      const int cause = errno;
+      error = std::string(failed) + ": " + std::strerror(cause) +
+              (cause == EADDRINUSE ? " (another process listens there)" : "");
       ::close(fd);
       fd = -1;
     }

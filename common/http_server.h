@@ -38,7 +38,8 @@ class HttpServer {
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
-  // Starts listening; the error names the port and the address. Idempotent.
+  // Starts listening; the error names the port, the address and the cause (a port another
+  // process holds says so). Idempotent.
   Status Start();
   // Stops listening, closes every connection and joins the server's thread: no handler runs
   // once it returns. Idempotent.

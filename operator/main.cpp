@@ -436,7 +436,7 @@ int main(int argc, char** argv) {
   auto probes = ServeOn("--health-probe-bind-address", f.probe_addr, ProbeHandlers(synced));
   for (auto* s : {&metrics_server, &probes}) {
     if (!s->ok()) {
-      log.Error(s->status().message() + " (choose another address with the flag)");
+      log.Error(s->status().message() + "; choose another address with the flag");
       return 1;
     }
   }

@@ -18,8 +18,7 @@ StatusServer::StatusServer(int port, StatusFn status, MetricsFn metrics, std::st
 Status StatusServer::Start() {
   Status s = server_.Start();
   if (s.ok()) return s;
-  return Status::Error("status server: " + s.message() +
-                       " (is another process using it? choose another --status-port)");
+  return Status::Error("status server: " + s.message() + "; choose another --status-port");
 }
 
 }  // namespace tj::observe

@@ -95,6 +95,7 @@ TEST(StatusServerTest, APortInUseIsAnErrorNamingThePort) {
   std::printf("the error reads: %s\n", s.message().c_str());
   EXPECT_NE(s.message().find("cannot listen on port " + std::to_string(port)), std::string::npos)
       << s.message();
+  EXPECT_NE(s.message().find("another process listens there"), std::string::npos) << s.message();
   EXPECT_FALSE(server.running());
 }
 
