@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Writes docs/api.md, the TrainingJob API reference, from the CRD's OpenAPI schema.
 
 The descriptions live in one place, manifests/crd/trainingjob.yaml: `kubectl explain` prints

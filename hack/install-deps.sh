@@ -13,7 +13,9 @@ PACKAGES=(
   # data
   dataset-fashion-mnist
   # reference implementations for tests and benchmarks
-  python3 python3-torch python3-numpy
+  # (Debian's /usr/bin/python3: scripts that import these call it by that path, not the
+  # `python3` first on PATH, which may be another interpreter without them)
+  python3 python3-torch python3-numpy python3-yaml
   # local cluster (etcd, Go to build kube-apiserver & co. from Debian's source package)
   etcd-server golang-go rsync jq golang-github-modern-go-reflect2-dev
   curl ca-certificates openssl procps iproute2 util-linux unzip

@@ -258,7 +258,7 @@ PY
 # real scrapes there) fails, naming the metric, when a queried metric is not exported.
 render --set metrics.prometheusRule.enabled=true >"$TMP/rules.yaml"
 printf '# TYPE controller_runtime_reconcile_total counter\n' >"$TMP/scrape.txt"
-out=$(python3 "$ROOT/tests/integration/helm/promql_metrics.py" "$CHART/dashboards/tj-operator.json" \
+out=$(/usr/bin/python3 "$ROOT/tests/integration/helm/promql_metrics.py" "$CHART/dashboards/tj-operator.json" \
   "$TMP/rules.yaml" "$TMP/scrape.txt" 2>&1) &&
   fail "promql_metrics.py passed with metrics missing from the scrape" ||
   { grep -q "workqueue_depth is exported by neither" <<<"$out" &&

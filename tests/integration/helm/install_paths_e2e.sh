@@ -139,7 +139,7 @@ grep -Eq '^rest_client_requests_total\{code="200",method="GET",host=".+"\} [1-9]
   fail "no counted GET in rest_client_requests_total"
 ok "the operator exports rest_client_*, workqueue_* durations, process_*, build_info, per-namespace job counters"
 "$HELM" template tjo "$CHART" -n tj-helm --set metrics.prometheusRule.enabled=true >"$WORK/rules.yaml"
-python3 "$ROOT/tests/integration/helm/promql_metrics.py" "$CHART/dashboards/tj-operator.json" \
+/usr/bin/python3 "$ROOT/tests/integration/helm/promql_metrics.py" "$CHART/dashboards/tj-operator.json" \
   "$WORK/rules.yaml" "$WORK/operator.metrics" "$WORK/trainer.metrics" ||
   fail "the dashboard or the rules query a metric nobody exports"
 

@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Every metric that the chart's dashboard and PrometheusRule query is one that tj-operator or
 tj-trainer really exports.
 
