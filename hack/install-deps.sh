@@ -25,8 +25,8 @@ PACKAGES=(
   catatonit conntrack ipset iptables skopeo dnsmasq-base
   # fuzzing and sanitizers: clang with libFuzzer and the sanitizer runtimes (tests/fuzz/run.sh)
   clang libclang-rt-14-dev
-  # style (tests/style: clang-format on every source)
-  clang-format
+  # style (tests/style: clang-format on every source; make tidy: clang-tidy over the build)
+  clang-format clang-tidy
 )
 
 # kubectl: Debian's kubernetes-client, unless the machine already has a kubectl (another
