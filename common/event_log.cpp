@@ -3,6 +3,8 @@
 #include <cctype>
 #include <ctime>
 
+#include "common/utf8.h"
+
 namespace tj {
 
 EventLog::EventLog(LogFormat format, FILE* out, FILE* err, LogStyle style, WallClock wall_clock)
@@ -14,12 +16,12 @@ EventLog::EventLog(LogFormat format, FILE* out, FILE* err, LogStyle style, WallC
                              : [] { return std::chrono::system_clock::now(); }) {}
 
 std::string EventLog::Format(const nlohmann::ordered_json& event, LogFormat format) {
-  if (format == LogFormat::kJson) return event.dump();
+  if (format == LogFormat::kJson) return DumpSafe(event);
   // Text: "epoch_end epoch=1 loss=0.41 ..." in the event's own field order.
   std::string line = event.value("event", std::string("event"));
   for (auto it = event.begin(); it != event.end(); ++it) {
     if (it.key() == "event") continue;
-    line += " " + it.key() + "=" + (it->is_string() ? it->get<std::string>() : it->dump());
+    line += " " + it.key() + "=" + (it->is_string() ? it->get<std::string>() : DumpSafe(*it));
   }
   return line;
 }
@@ -41,7 +43,7 @@ std::string EventLog::Structured(const char* level, const nlohmann::ordered_json
   if (format_ == LogFormat::kJson) {
     nlohmann::ordered_json line = {{"ts", ts}, {"level", level}};
     for (auto it = fields.begin(); it != fields.end(); ++it) line[it.key()] = *it;
-    return line.dump();
+    return DumpSafe(line);
   }
   std::string upper = level;
   for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));

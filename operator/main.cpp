@@ -16,8 +16,8 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <random>
 #include <sstream>
+#include <stdexcept>
 #include <stop_token>
 #include <thread>
 #include <vector>
@@ -25,6 +25,7 @@
 #include "common/clock.h"
 #include "common/event_log.h"
 #include "common/http_server.h"
+#include "common/secure_random.h"
 #include "common/termination_signals.h"
 #include "common/version.h"
 #include "operator/api/tfjob_convert.h"
@@ -51,16 +52,12 @@ namespace {
 
 using nlohmann::json;
 
+// A rendezvous key or a leader identity. Without the kernel's randomness there is no key worth
+// the name: an exception, which fails the pass that wanted the key (retried with backoff).
 std::string RandomHex(size_t bytes) {
-  std::random_device rd;
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string s;
-  for (size_t i = 0; i < bytes; ++i) {
-    const unsigned v = rd() & 0xff;
-    s += kHex[v >> 4];
-    s += kHex[v & 15];
-  }
-  return s;
+  auto hex = tj::SecureRandomHex(bytes);
+  if (!hex.ok()) throw std::runtime_error("cannot make a random key: " + hex.status().message());
+  return *hex;
 }
 
 std::string Hostname() {
@@ -341,11 +338,16 @@ tj::StatusOr<std::unique_ptr<tj::HttpServer>> ServeOn(
   return server;
 }
 
-// /healthz (the process answers) and /readyz (the informers have synced).
-std::map<std::string, tj::HttpServer::Handler> ProbeHandlers(const std::atomic<bool>& synced) {
+// /healthz (no reconcile worker stuck in one pass: controller::StuckWorker) and /readyz (the
+// informers have synced).
+std::map<std::string, tj::HttpServer::Handler> ProbeHandlers(
+    const std::atomic<bool>& synced, const tj::controller::WorkerPasses& passes) {
   return {{"/healthz",
-           [] {
-             return tj::HttpAnswer{200, "text/plain", "ok\n"};
+           [&passes] {
+             const std::string stuck =
+                 tj::controller::StuckWorker(passes, tj::controller::kMaxPassDuration);
+             return stuck.empty() ? tj::HttpAnswer{200, "text/plain", "ok\n"}
+                                  : tj::HttpAnswer{503, "text/plain", stuck + "\n"};
            }},
           {"/readyz", [&synced] {
              return synced.load() ? tj::HttpAnswer{200, "text/plain", "ok\n"}
@@ -384,6 +386,12 @@ int main(int argc, char** argv) {
   if (auto code = ConnectToApiServer(f, clock, log, &api)) return *code;
   tj::kube::RestClient* client = api.client.get();
 
+  // Every job's rendezvous key comes from the kernel (RandomHex): say so now if it refuses (a
+  // seccomp profile without getrandom), rather than when the first job needs a key.
+  if (auto probe = tj::SecureRandomHex(1); !probe.ok()) {
+    log.Error("cannot make random keys: " + probe.status().message());
+    return 1;
+  }
   const std::string identity = Hostname() + "_" + RandomHex(8);
   tj::kube::EventRecorder recorder(client, "tj-operator", Hostname());
   recorder.set_on_error([&log](const tj::Status& s) { log.Warn(s.message()); });
@@ -401,8 +409,9 @@ int main(int argc, char** argv) {
   deps.trainer_status = tj::controller::ReadTrainerStatus;
   auto pod_logs =
       std::make_shared<tj::controller::PodLogReader>(api.config, std::move(api.log_transport));
-  deps.pod_log = [pod_logs](const std::string& pod_ns, const std::string& pod) {
-    return pod_logs->Read(pod_ns, pod);
+  deps.pod_log = [pod_logs](const std::string& pod_ns, const std::string& pod,
+                            const std::string& container) {
+    return pod_logs->Read(pod_ns, pod, container);
   };
   tj::controller::ReconcilerOptions ropts;
   ropts.evaluator_grace = std::chrono::seconds(f.evaluator_grace_s);
@@ -424,6 +433,7 @@ int main(int argc, char** argv) {
 
   std::atomic<bool> leading{!f.leader_elect};
   std::atomic<bool> synced{false};
+  tj::controller::WorkerPasses passes(f.workers);
   auto metrics_server =
       ServeOn("--metrics-bind-address", f.metrics_addr,
               {{"/metrics", [&] {
@@ -433,7 +443,7 @@ int main(int argc, char** argv) {
                   return tj::HttpAnswer{200, tj::kPrometheusContentType,
                                         metrics.Render(q, leading.load(), api.metrics.get())};
                 }}});
-  auto probes = ServeOn("--health-probe-bind-address", f.probe_addr, ProbeHandlers(synced));
+  auto probes = ServeOn("--health-probe-bind-address", f.probe_addr, ProbeHandlers(synced, passes));
   for (auto* s : {&metrics_server, &probes}) {
     if (!s->ok()) {
       log.Error(s->status().message() + "; choose another address with the flag");
@@ -457,8 +467,8 @@ int main(int argc, char** argv) {
     }
   }
 
-  std::vector<std::jthread> threads =
-      tj::controller::StartReconcileWorkers(f.workers, &queue, &executor, &metrics, &log, &leading);
+  std::vector<std::jthread> threads = tj::controller::StartReconcileWorkers(
+      f.workers, &queue, &executor, &metrics, &log, &leading, &passes);
 
   while (!stop.stop_requested()) std::this_thread::sleep_for(std::chrono::milliseconds(200));
   log.Emit({{"event", "operator_stopping"}});

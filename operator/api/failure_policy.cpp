@@ -1,5 +1,7 @@
 #include "operator/api/failure_policy.h"
 
+#include "common/utf8.h"
+
 namespace tj::api {
 namespace {
 
@@ -39,7 +41,7 @@ StatusOr<FailurePolicyRule> ParseRule(const json& r, const std::string& path) {
     }
   }
   if (!known) {
-    return FieldError(path + ".action", "\"" + a->get<std::string>().substr(0, 64) +
+    return FieldError(path + ".action", "\"" + Utf8Prefix(a->get<std::string>(), 64) +
                                             "\" is not one of RestartJob, "
                                             "RestartJobAndIgnoreBackoffLimit, FailJob");
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "common/utf8.h"
 #include "operator/kube/object_meta.h"
 
 namespace tj::api {
@@ -267,7 +268,7 @@ Status ValidateJobName(const std::string& name, const TrainingJobSpec& spec) {
   constexpr size_t kMaxLabel = 63;
   if (name.empty() || name.size() > kMaxLabel) {
     return FieldError("metadata.name",
-                      "\"" + name.substr(0, 80) + "\" has " + std::to_string(name.size()) +
+                      "\"" + Utf8Prefix(name, 80) + "\" has " + std::to_string(name.size()) +
                           " characters: the job's Service and its label tjo.dev/job-name take "
                           "at most 63; choose a shorter name");
   }

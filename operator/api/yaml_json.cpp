@@ -7,44 +7,83 @@ namespace tj::api {
 
 using nlohmann::json;
 
-json YamlToJson(const YAML::Node& n) {
-  switch (n.Type()) {
-    case YAML::NodeType::Map: {
-      json o = json::object();
-      for (const auto& kv : n) o[kv.first.as<std::string>()] = YamlToJson(kv.second);
-      return o;
+namespace {
+
+// A limit of the conversion passed: an alias that contains itself, nesting deeper than
+// kMaxYamlDepth, or more than kMaxYamlNodes nodes once aliases are expanded.
+struct YamlLimit {
+  std::string what;
+};
+
+class BoundedConverter {
+ public:
+  json Convert(const YAML::Node& n, size_t depth) {
+    if (depth > kMaxYamlDepth) {
+      throw YamlLimit{"nested deeper than " + std::to_string(kMaxYamlDepth) +
+                      " levels (an alias that contains itself?)"};
     }
-    case YAML::NodeType::Sequence: {
-      json a = json::array();
-      for (const auto& v : n) a.push_back(YamlToJson(v));
-      return a;
+    if (++nodes_ > kMaxYamlNodes) {
+      throw YamlLimit{"more than " + std::to_string(kMaxYamlNodes) +
+                      " values once its aliases are expanded (aliases of aliases?)"};
     }
-    case YAML::NodeType::Scalar: {
-      const std::string& s = n.Scalar();
-      if (n.Tag() == "!") return s;  // quoted
-      if (s == "true" || s == "false") return s == "true";
-      if (s == "null" || s == "~") return nullptr;
-      if (!s.empty()) {
-        char* end = nullptr;
-        errno = 0;
-        const long long v = std::strtoll(s.c_str(), &end, 10);
-        if (*end == '\0' && errno == 0) return v;
-        const double d = std::strtod(s.c_str(), &end);
-        if (*end == '\0' && s.find_first_of(".eE") != std::string::npos) return d;
+    switch (n.Type()) {
+      case YAML::NodeType::Map: {
+        json o = json::object();
+        for (const auto& kv : n) o[kv.first.as<std::string>()] = Convert(kv.second, depth + 1);
+        return o;
       }
-      return s;
+      case YAML::NodeType::Sequence: {
+        json a = json::array();
+        for (const auto& v : n) a.push_back(Convert(v, depth + 1));
+        return a;
+      }
+      case YAML::NodeType::Scalar:
+        return Scalar(n);
+      default:
+        return nullptr;
     }
-    default:
-      return nullptr;
+  }
+
+ private:
+  static json Scalar(const YAML::Node& n) {
+    const std::string& s = n.Scalar();
+    if (n.Tag() == "!") return s;  // quoted
+    if (s == "true" || s == "false") return s == "true";
+    if (s == "null" || s == "~") return nullptr;
+    if (!s.empty()) {
+      char* end = nullptr;
+      errno = 0;
+      const long long v = std::strtoll(s.c_str(), &end, 10);
+      if (*end == '\0' && errno == 0) return v;
+      const double d = std::strtod(s.c_str(), &end);
+      if (*end == '\0' && s.find_first_of(".eE") != std::string::npos) return d;
+    }
+    return s;
+  }
+
+  size_t nodes_ = 0;
+};
+
+}  // namespace
+
+StatusOr<json> YamlToJson(const YAML::Node& node) {
+  try {
+    return BoundedConverter().Convert(node, 0);
+  } catch (const YamlLimit& e) {
+    return Status::Error("the document is " + e.what + "; a manifest is a plain tree");
   }
 }
 
 StatusOr<std::vector<json>> ParseManifests(const std::string& text) {
   std::vector<json> out;
   try {
+    int index = 0;
     for (const auto& doc : YAML::LoadAll(text)) {
+      ++index;
       if (doc.IsNull()) continue;
-      out.push_back(YamlToJson(doc));
+      auto j = YamlToJson(doc);
+      if (!j.ok()) return j.status().WithContext("document " + std::to_string(index));
+      out.push_back(std::move(*j));
     }
   } catch (const YAML::Exception& e) {
     return Status::Error("not YAML or JSON: " + std::string(e.what()));

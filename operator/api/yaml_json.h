@@ -12,7 +12,13 @@
 
 namespace tj::api {
 
-nlohmann::json YamlToJson(const YAML::Node& node);
+// Bounds of a document, whoever wrote it: no manifest nests deeper, or holds more values, than
+// this; a YAML alias can make a short text a huge (or, pointing at itself, endless) tree.
+inline constexpr size_t kMaxYamlDepth = 100;
+inline constexpr size_t kMaxYamlNodes = size_t{1} << 20;
+
+// The document as JSON; an error when it passes a bound above.
+StatusOr<nlohmann::json> YamlToJson(const YAML::Node& node);
 
 // Every document of a YAML (or JSON) text, empty documents left out; an error names the line.
 StatusOr<std::vector<nlohmann::json>> ParseManifests(const std::string& text);

@@ -68,7 +68,7 @@ json LastEvaluation(const std::string& log) {
   json last;
   while (std::getline(in, line)) {
     if (line.find("\"evaluation\"") == std::string::npos) continue;
-    json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    json j = ParseTenantJson(line);
     if (kube::TextOf(j, "event") == "evaluation" && j.contains("checkpoint")) {
       last = j;
     }
@@ -99,14 +99,19 @@ size_t JsonNesting(const std::string& text) {
   return max;
 }
 
+json ParseTenantJson(const std::string& text) {
+  if (JsonNesting(text) > kMaxTrainerStatusNesting) return json::value_t::discarded;
+  return json::parse(text, nullptr, /*allow_exceptions=*/false);
+}
+
 std::optional<json> HttpGetJson(const std::string& host, int port, const std::string& path,
                                 milliseconds timeout) {
   kube::BoundedGetLimits limits;
   limits.timeout = timeout;
   limits.max_bytes = kMaxTrainerStatusBytes;
   auto body = kube::BoundedGet(host, port, path, limits);
-  if (!body.ok() || JsonNesting(*body) > kMaxTrainerStatusNesting) return std::nullopt;
-  json j = json::parse(*body, nullptr, /*allow_exceptions=*/false);
+  if (!body.ok()) return std::nullopt;
+  json j = ParseTenantJson(*body);
   if (!j.is_object()) return std::nullopt;
   return j;
 }
@@ -120,7 +125,7 @@ json FinalProgress(const std::string& log) {
         line.find("\"train_end\"") == std::string::npos) {
       continue;
     }
-    json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    json j = ParseTenantJson(line);
     const std::string event = kube::TextOf(j, "event");  // a program's own lines: any types
     if (event == "epoch_end") {
       json p = json::object();
@@ -165,13 +170,13 @@ void Executor::ReadTrainerProgress(const std::string& ns, const std::string& nam
   // Both exit right after their last word: read it from the log (at most its last 64 KiB), so
   // that a finished job shows its last epoch and evaluation, not whatever a poll last saw.
   if (chief && chief->phase == "Succeeded") {
-    if (auto log = deps_.pod_log(ns, chief->name)) {
+    if (auto log = deps_.pod_log(ns, chief->name, chief->trainer_container)) {
       json p = FinalProgress(*log);
       if (!p.is_null()) in->trainer_status[chief->name] = std::move(p);
     }
   }
   if (evaluator && evaluator->phase == "Succeeded") {
-    if (auto log = deps_.pod_log(ns, evaluator->name)) {
+    if (auto log = deps_.pod_log(ns, evaluator->name, evaluator->trainer_container)) {
       json e = LastEvaluation(*log);
       if (!e.is_null()) in->final_evaluation[evaluator->name] = std::move(e);
     }

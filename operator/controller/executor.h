@@ -70,7 +70,10 @@ struct ExecutorDeps {
   // not answer (quickly: it runs inside a reconcile).
   std::function<std::optional<nlohmann::json>(const PodView& pod)> trainer_status;
   // The tail of a pod's trainer log; nullopt when it cannot be read.
-  std::function<std::optional<std::string>(const std::string& ns, const std::string& pod)> pod_log;
+  // The log of one container of a pod (its TF_CONFIG container: a pod may have sidecars).
+  std::function<std::optional<std::string>(const std::string& ns, const std::string& pod,
+                                           const std::string& container)>
+      pod_log;
   std::function<std::string()> random_key;  // a fresh rendezvous key
   // Set: the job, its pods, Service and Secret are read from these caches, with expectations.
   // Null: they are read live on every pass (no informers needed; tests of the executor alone).
@@ -159,6 +162,11 @@ inline constexpr size_t kMaxTrainerStatusNesting = status_schema::kMaxNesting;
 
 // The deepest nesting of objects and arrays in a JSON text (strings skipped), without parsing.
 size_t JsonNesting(const std::string& text);
+
+// A JSON text a tenant wrote (its /status, a line of its log), parsed only when nested at most
+// kMaxTrainerStatusNesting deep; `discarded` when deeper or not JSON, so that neither the
+// parser nor the destructor of what it built recurses as deep as the tenant likes.
+nlohmann::json ParseTenantJson(const std::string& text);
 
 // GET http://host:port/path of a pod (kube::BoundedGet: the whole exchange within `timeout`,
 // at most kMaxTrainerStatusBytes), parsed when it is a JSON object nested at most

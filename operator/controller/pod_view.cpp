@@ -102,6 +102,9 @@ PodView ViewOfPod(const json& pod) {
   v.replica_index = CountLabel(pod, api::kLabelReplicaIndex);
   v.gang = CountLabel(pod, api::kLabelRestartCount);
   v.key_hash = KeyHashOf(pod);
+  if (const int i = TrainerContainerIndex(Field(pod, "spec")); i >= 0) {
+    v.trainer_container = TextOf(pod["spec"]["containers"][i], "name");
+  }
   v.status_port = StatusPortOf(pod);
 
   const json& status = Field(pod, "status");

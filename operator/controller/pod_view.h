@@ -42,7 +42,9 @@ struct PodView {
   int replica_index = -1;                        // tjo.dev/replica-index; -1: absent or not a count
   int gang = -1;                                 // tjo.dev/restart-count: the gang it belongs to
   std::string key_hash;                          // of the rendezvous key it was started with
-  // spec: the /status port of its TF_CONFIG container (StatusPortOf)
+  // spec: its TF_CONFIG container's name (TrainerContainerIndex; "" when none) and /status port
+  // (StatusPortOf)
+  std::string trainer_container;
   std::optional<int> status_port;
   // status
   std::string phase = "Pending";  // Pending when the kubelet has not said

@@ -19,8 +19,8 @@ StatusOr<std::optional<std::chrono::milliseconds>> SyncOnce(Executor* executor,
   }
 }
 
-void Work(kube::WorkQueue* queue, Executor* executor, OperatorMetrics* metrics, EventLog* log,
-          const std::atomic<bool>* leading) {
+void Work(int worker, kube::WorkQueue* queue, Executor* executor, OperatorMetrics* metrics,
+          EventLog* log, const std::atomic<bool>* leading, WorkerPasses* passes) {
   while (true) {
     auto key = queue->Get();
     if (!key) return;
@@ -30,7 +30,9 @@ void Work(kube::WorkQueue* queue, Executor* executor, OperatorMetrics* metrics, 
       continue;
     }
     const auto t0 = std::chrono::steady_clock::now();
+    if (passes != nullptr) passes->Begin(worker, *key, t0);
     auto r = SyncOnce(executor, *key);
+    if (passes != nullptr) passes->End(worker);
     const double secs =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (!r.ok()) {
@@ -53,13 +55,43 @@ void Work(kube::WorkQueue* queue, Executor* executor, OperatorMetrics* metrics, 
 
 }  // namespace
 
+void WorkerPasses::Begin(int worker, const std::string& key, Clock::time_point now) {
+  MutexLock lock(mu_);
+  began_.at(static_cast<size_t>(worker)) = std::make_pair(key, now);
+}
+
+void WorkerPasses::End(int worker) {
+  MutexLock lock(mu_);
+  began_.at(static_cast<size_t>(worker)).reset();
+}
+
+std::optional<WorkerPasses::Pass> WorkerPasses::Oldest(Clock::time_point now) const {
+  MutexLock lock(mu_);
+  std::optional<Pass> oldest;
+  for (const auto& b : began_) {
+    if (b && (!oldest || now - b->second > oldest->age)) oldest = Pass{b->first, now - b->second};
+  }
+  return oldest;
+}
+
+std::string StuckWorker(const WorkerPasses& passes, std::chrono::steady_clock::duration limit,
+                        WorkerPasses::Clock::time_point now) {
+  const auto oldest = passes.Oldest(now);
+  if (!oldest || oldest->age <= limit) return "";
+  return "a reconcile worker is stuck: one pass of " + oldest->key + " has run for " +
+         std::to_string(std::chrono::duration_cast<std::chrono::seconds>(oldest->age).count()) +
+         " s (limit " +
+         std::to_string(std::chrono::duration_cast<std::chrono::seconds>(limit).count()) + " s)";
+}
+
 std::vector<std::jthread> StartReconcileWorkers(int count, kube::WorkQueue* queue,
                                                 Executor* executor, OperatorMetrics* metrics,
-                                                EventLog* log, const std::atomic<bool>* leading) {
+                                                EventLog* log, const std::atomic<bool>* leading,
+                                                WorkerPasses* passes) {
   std::vector<std::jthread> threads;
   threads.reserve(count);
   for (int i = 0; i < count; ++i) {
-    threads.emplace_back([=] { Work(queue, executor, metrics, log, leading); });
+    threads.emplace_back([=] { Work(i, queue, executor, metrics, log, leading, passes); });
   }
   return threads;
 }

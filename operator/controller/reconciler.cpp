@@ -5,6 +5,7 @@
 
 #include "common/backoff.h"
 #include "common/status_schema.h"
+#include "common/utf8.h"
 #include "operator/controller/job_resources.h"
 #include "operator/controller/restart_cause.h"
 #include "operator/kube/object_meta.h"
@@ -33,7 +34,7 @@ std::string RootImageMessage(const PodView& pod) {
   for (const WaitingContainer& w : pod.waiting) {
     if (w.reason == "CreateContainerConfigError" &&
         w.message.find("runAsNonRoot") != std::string::npos) {
-      return w.message.substr(0, 512);
+      return Utf8Prefix(w.message, 512);
     }
   }
   return "";

@@ -24,8 +24,10 @@ class PodLogReader {
   PodLogReader(kube::RestConfig config, std::unique_ptr<kube::HttpTransport> transport)
       : config_(std::move(config)), transport_(std::move(transport)) {}
 
-  // The last 50 lines (at most 64 KiB) of the pod's log; nullopt on any error.
-  std::optional<std::string> Read(const std::string& ns, const std::string& pod) const;
+  // The last 50 lines (at most 64 KiB) of the log of the pod's `container` (the API server's
+  // default, which fails for a pod of several containers, when empty); nullopt on any error.
+  std::optional<std::string> Read(const std::string& ns, const std::string& pod,
+                                  const std::string& container) const;
 
  private:
   kube::RestConfig config_;

@@ -2,6 +2,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/utf8.h"
+
 namespace tj::kube {
 
 std::string ApiError::ToString() const {
@@ -23,7 +25,7 @@ ApiError ApiErrorFromResponse(int http_status, const std::string& body, std::str
     e.message = j.value("message", "");
     if (j.contains("code") && j["code"].is_number_integer()) e.code = j["code"].get<int>();
   } else {
-    e.message = body.size() > 512 ? body.substr(0, 512) + "..." : body;
+    e.message = body.size() > 512 ? Utf8Prefix(body, 512) + "..." : body;
   }
   return e;
 }

@@ -29,7 +29,10 @@ size_t Write(char* data, size_t size, size_t n, void* user) {
 StatusOr<std::string> BoundedGet(const std::string& host, int port, const std::string& path,
                                  const BoundedGetLimits& limits) {
   static const CURLcode init = curl_global_init(CURL_GLOBAL_DEFAULT);
-  const std::string url = "http://" + host + ":" + std::to_string(port) + path;
+  // An IPv6 address (a pod IP on an IPv6 or dual-stack cluster) goes in brackets in a URL.
+  const bool ipv6 = host.find(':') != std::string::npos && host.front() != '[';
+  const std::string url =
+      "http://" + (ipv6 ? "[" + host + "]" : host) + ":" + std::to_string(port) + path;
   if (init != CURLE_OK) return Status::Error("GET " + url + ": libcurl failed to initialize");
   std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> h(curl_easy_init(), curl_easy_cleanup);
   if (!h) return Status::Error("GET " + url + ": libcurl failed to initialize");

@@ -16,8 +16,9 @@ struct BoundedGetLimits {
   size_t max_bytes = size_t{64} * 1024;     // a longer body is an error, not truncated
 };
 
-// GET http://host:port/path. The body of a 200 answer; an error naming the URL otherwise
-// (refused, timed out, another status, a body over max_bytes). Thread-safe.
+// GET http://host:port/path (host: a name, an IPv4 or an IPv6 address). The body of a 200 answer;
+// an error naming the URL otherwise (refused, timed out, another status, a body over max_bytes).
+// Thread-safe.
 StatusOr<std::string> BoundedGet(const std::string& host, int port, const std::string& path,
                                  const BoundedGetLimits& limits = {});
 

@@ -101,6 +101,11 @@ StatusOr<RestConfig> ParseKubeconfigOrThrow(std::string_view yaml, const std::st
     if (c.client_cert_pem.empty() != c.client_key_pem.empty()) {
       return Status::Error(where + ": a client certificate needs a client key and vice versa");
     }
+    // client-go sends a token over plain http; we do not: anyone on the path could replay it.
+    if ((!c.bearer_token.empty() || !c.token_file.empty()) && c.server.rfind("http://", 0) == 0) {
+      return Status::Error(where + ": a bearer token is sent only over https, and the server " +
+                           c.server + " is http://; use the https address of the API server");
+    }
     if (user["exec"] || user["auth-provider"]) {
       if (c.bearer_token.empty() && c.token_file.empty() && c.client_cert_pem.empty()) {
         return Status::Error(where +

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "common/backoff.h"
+#include "common/utf8.h"
 #include "operator/kube/curl_transport.h"
 
 namespace tj::kube {
@@ -97,7 +98,7 @@ Result<json> RestClient::Call(const std::string& method, const std::string& path
       if (resp->body.empty()) return json::object();
       auto j = json::parse(resp->body, nullptr, /*allow_exceptions=*/false);
       if (j.is_discarded()) {
-        return ApiError{status, "", "the answer is not JSON: " + resp->body.substr(0, 200), what,
+        return ApiError{status, "", "the answer is not JSON: " + Utf8Prefix(resp->body, 200), what,
                         0};
       }
       return j;
@@ -158,7 +159,7 @@ Result<json> RestClient::List(const Resource& r, const std::string& ns,
 }
 
 Result<json> RestClient::Create(const Resource& r, const std::string& ns, const json& object) {
-  return Call("POST", r.Path(ns), "application/json", object.dump());
+  return Call("POST", r.Path(ns), "application/json", DumpSafe(object));
 }
 
 Result<json> RestClient::Update(const Resource& r, const std::string& ns, const json& object) {
@@ -166,7 +167,7 @@ Result<json> RestClient::Update(const Resource& r, const std::string& ns, const 
   if (name.empty()) {
     return ApiError{0, "", "the object has no metadata.name", "PUT " + r.Path(ns), 0};
   }
-  return Call("PUT", r.Path(ns, name), "application/json", object.dump());
+  return Call("PUT", r.Path(ns, name), "application/json", DumpSafe(object));
 }
 
 Result<json> RestClient::UpdateStatus(const Resource& r, const std::string& ns,
@@ -175,7 +176,7 @@ Result<json> RestClient::UpdateStatus(const Resource& r, const std::string& ns,
   if (name.empty()) {
     return ApiError{0, "", "the object has no metadata.name", "PUT " + r.Path(ns), 0};
   }
-  return Call("PUT", r.Path(ns, name, "status"), "application/json", object.dump());
+  return Call("PUT", r.Path(ns, name, "status"), "application/json", DumpSafe(object));
 }
 
 Result<json> RestClient::Patch(const Resource& r, const std::string& ns, const std::string& name,
@@ -188,7 +189,7 @@ Result<json> RestClient::Patch(const Resource& r, const std::string& ns, const s
     }
     if (options.force) AddParam(&q, "force", "true");
   }
-  return Call("PATCH", q, ContentType(type), patch.dump());
+  return Call("PATCH", q, ContentType(type), DumpSafe(patch));
 }
 
 Result<json> RestClient::Delete(const Resource& r, const std::string& ns, const std::string& name,
@@ -200,12 +201,12 @@ Result<json> RestClient::Delete(const Resource& r, const std::string& ns, const 
     body["preconditions"]["resourceVersion"] = *options.precondition_resource_version;
   }
   if (options.grace_period_seconds) body["gracePeriodSeconds"] = *options.grace_period_seconds;
-  return Call("DELETE", r.Path(ns, name), "application/json", body.dump());
+  return Call("DELETE", r.Path(ns, name), "application/json", DumpSafe(body));
 }
 
 Result<json> RestClient::Raw(const std::string& method, const std::string& path_and_query,
                              const std::optional<json>& body) {
-  return Call(method, path_and_query, body ? "application/json" : "", body ? body->dump() : "");
+  return Call(method, path_and_query, body ? "application/json" : "", body ? DumpSafe(*body) : "");
 }
 
 Result<WatchSummary> RestClient::Watch(const Resource& r, const std::string& ns,

@@ -1,5 +1,7 @@
 #include "operator/kube/watch_decoder.h"
 
+#include "common/utf8.h"
+
 namespace tj::kube {
 
 const char* ToString(WatchEvent::Type type) {
@@ -48,7 +50,7 @@ Result<WatchEvent> ParseWatchEvent(std::string_view line) {
   auto j = nlohmann::json::parse(line, skip_managed_fields, /*allow_exceptions=*/false);
   ApiError bad{0, "", "", "watch", 0};
   if (!j.is_object() || !j.contains("type") || !j["type"].is_string() || !j.contains("object")) {
-    std::string shown(line.substr(0, 200));
+    std::string shown = Utf8Prefix(line, 200);
     bad.message = "not a watch event: " + shown;
     return bad;
   }

@@ -1,6 +1,5 @@
 #include "trainer/checkpoint/backup_manager.h"
 
-#include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +9,7 @@
 #include <fstream>
 #include <system_error>
 
+#include "common/secure_random.h"
 #include "common/sha256.h"
 #include "trainer/checkpoint/atomic_file.h"
 
@@ -27,12 +27,7 @@ constexpr size_t kKeep = 2;                   // the newest and the one before i
 // a leftover is.
 std::string WriterName(int64_t gang) {
   uint8_t random[8] = {};
-  size_t filled = 0;
-  while (filled < sizeof random) {
-    const ssize_t n = ::getrandom(random + filled, sizeof random - filled, 0);
-    if (n <= 0) break;  // unique enough with the pid below
-    filled += static_cast<size_t>(n);
-  }
+  (void)SecureRandomBytes(random, sizeof random);  // on failure: unique enough with the pid
   return (gang >= 0 ? "g" + std::to_string(gang) : std::string("x")) + "-" +
          std::to_string(::getpid()) + "-" + ToHex(random);
 }

@@ -2,7 +2,6 @@
 
 #include <openssl/crypto.h>
 #include <poll.h>
-#include <sys/random.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 
@@ -12,6 +11,7 @@
 #include <system_error>
 
 #include "common/backoff.h"
+#include "common/secure_random.h"
 #include "common/sha256.h"
 #include "trainer/cluster/tf_config.h"
 
@@ -231,15 +231,8 @@ StatusOr<Nonce> NewNonce() {
   // thread RAND_bytes makes per-thread generators that OpenSSL 3.0 sometimes fails to free at
   // thread exit (LeakSanitizer, about 1 in 30 runs of the rendezvous fuzz replay).
   Nonce c{};
-  size_t filled = 0;
-  while (filled < c.size()) {
-    const ssize_t n = ::getrandom(c.data() + filled, c.size() - filled, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      return Status::Error(std::string("getrandom failed: cannot make a rendezvous nonce: ") +
-                           std::strerror(errno));
-    }
-    filled += static_cast<size_t>(n);
+  if (Status s = SecureRandomBytes(c.data(), c.size()); !s.ok()) {
+    return s.WithContext("cannot make a rendezvous nonce");
   }
   return c;
 }

@@ -11,6 +11,7 @@
 #include <iostream>
 #include <map>
 #include <sstream>
+#include <stdexcept>
 
 namespace tj::kube::testing {
 namespace {
@@ -107,7 +108,10 @@ std::vector<json> ExampleDocs() {
   std::vector<json> out;
   for (const auto& d :
        YAML::LoadAllFromFile(std::string(TJ_SOURCE_DIR) + "/manifests/examples/fmnist.yaml")) {
-    out.push_back(YamlToJson(d));
+    auto j = YamlToJson(d);
+    if (!j.ok())
+      throw std::runtime_error("manifests/examples/fmnist.yaml: " + j.status().message());
+    out.push_back(std::move(*j));
   }
   return out;
 }

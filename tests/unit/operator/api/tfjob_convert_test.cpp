@@ -138,3 +138,40 @@ TEST(ConvertTfJob, AnUnknownSpecFieldIsNamedInANote) {
 
 }  // namespace
 }  // namespace tj::api
+
+namespace tj::api {
+namespace {
+
+// tj-operator convert reads whatever file it is given: a YAML alias can make a few bytes a
+// tree that never ends (an alias inside its own anchor) or grows tenfold per line (aliases of
+// aliases). Both are an error naming the bound, never an endless recursion.
+TEST(ParseManifests, AnAliasInsideItsOwnAnchorIsAnError) {
+  auto docs = ParseManifests("a: &x\n  b: *x\n");
+  ASSERT_FALSE(docs.ok());
+  EXPECT_NE(docs.status().message().find("nested deeper than 100 levels"), std::string::npos)
+      << docs.status().message();
+  EXPECT_NE(docs.status().message().find("document 1"), std::string::npos);
+}
+
+TEST(ParseManifests, AliasesOfAliasesPastTheNodeBoundAreAnError) {
+  std::string text = "l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i <= 7; ++i) {  // 10^7 values once expanded
+    const std::string prev = "*l" + std::to_string(i - 1);
+    text += "l" + std::to_string(i) + ": &l" + std::to_string(i) + " [";
+    for (int k = 0; k < 10; ++k) text += (k ? ", " : "") + prev;
+    text += "]\n";
+  }
+  auto docs = ParseManifests(text);
+  ASSERT_FALSE(docs.ok());
+  EXPECT_NE(docs.status().message().find("values once its aliases are expanded"), std::string::npos)
+      << docs.status().message();
+}
+
+TEST(ParseManifests, PlainAliasesWithinTheBoundsStillWork) {
+  auto docs = ParseManifests("base: &b {image: x, args: [1, 2]}\nworker: *b\n");
+  ASSERT_TRUE(docs.ok()) << docs.status().message();
+  EXPECT_EQ((*docs)[0]["worker"]["args"][1], 2);
+}
+
+}  // namespace
+}  // namespace tj::api

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <functional>
 #include <map>
@@ -50,6 +51,29 @@ TEST(LastEvaluation, TakesTheLastEvaluationLine) {
   EXPECT_EQ(e["accuracy"], 0.85);
   EXPECT_TRUE(LastEvaluation("").is_null());
   EXPECT_TRUE(LastEvaluation("{\"event\":\"evaluation\",\"model\":\"/x\"}").is_null());
+}
+
+// A log line is the tenant's: one nested deeper than a status ever is gets skipped before it is
+// parsed (a line of 64 KiB of brackets would otherwise be parsed and torn down recursively).
+TEST(LastEvaluation, ALineNestedDeeperThanAStatusIsSkipped) {
+  const std::string deep = std::string(200, '[') + std::string(200, ']');
+  const std::string log =
+      "{\"event\":\"evaluation\",\"checkpoint\":\"ckpt-1\",\"accuracy\":0.8}\n"
+      "{\"event\":\"evaluation\",\"checkpoint\":\"ckpt-2\",\"accuracy\":0.9,\"x\":" +
+      deep + "}\n";
+  const nlohmann::json e = LastEvaluation(log);
+  ASSERT_TRUE(e.is_object());
+  EXPECT_EQ(e["checkpoint"], "ckpt-1");
+}
+
+TEST(ParseTenantJson, RefusesDeepNestingAndNonJson) {
+  EXPECT_TRUE(ParseTenantJson(R"({"a":[{"b":1}]})").is_object());
+  EXPECT_TRUE(ParseTenantJson(std::string(kMaxTrainerStatusNesting + 1, '[') +
+                              std::string(kMaxTrainerStatusNesting + 1, ']'))
+                  .is_discarded());
+  EXPECT_TRUE(ParseTenantJson("not json").is_discarded());
+  // Brackets inside strings are text, not nesting.
+  EXPECT_TRUE(ParseTenantJson("{\"a\":\"" + std::string(100, '[') + "\"}").is_object());
 }
 
 TEST(OperatorMetrics, ControllerRuntimeNamesAndJobCounters) {
@@ -442,6 +466,54 @@ TEST_F(ExecutorPass, AnExceptionInAPassIsAnErrorNotTheEndOfTheWorker) {
   EXPECT_NE(text.find("reconciling ns/mnist: internal error (please report it): no entropy"),
             std::string::npos)
       << text;
+}
+
+// /healthz: a worker whose pass does not end (here: a pass blocked in its random key) shows as
+// stuck once its pass is older than the limit, naming the key; an idle worker never does.
+TEST_F(ExecutorPass, AWorkerStuckInOnePassFailsTheLivenessCheck) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false, inside = false;
+  random_key_ = [&]() -> std::string {
+    std::unique_lock<std::mutex> lock(mu);
+    inside = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return release; });
+    return "key";
+  };
+  FILE* out = std::tmpfile();
+  ASSERT_NE(out, nullptr);
+  EventLog log(LogFormat::kJson, out, out);
+  OperatorMetrics metrics;
+  kube::WorkQueue queue(RealClock::Get());
+  std::atomic<bool> leading{true};
+  WorkerPasses passes(1);
+  EXPECT_EQ(StuckWorker(passes, std::chrono::milliseconds(0)), "") << "idle is not stuck";
+  {
+    auto workers = StartReconcileWorkers(1, &queue, &executor(), &metrics, &log, &leading, &passes);
+    queue.Add("ns/mnist");
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return inside; }));
+    }
+    const auto later = WorkerPasses::Clock::now() + std::chrono::minutes(6);
+    EXPECT_EQ(StuckWorker(passes, kMaxPassDuration), "") << "a pass just begun is not stuck";
+    const std::string stuck = StuckWorker(passes, kMaxPassDuration, later);
+    EXPECT_NE(stuck.find("one pass of ns/mnist has run for 36"), std::string::npos) << stuck;
+    EXPECT_NE(stuck.find("(limit 300 s)"), std::string::npos) << stuck;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      release = true;
+    }
+    cv.notify_all();
+    for (int i = 0; i < 500 && passes.Oldest().has_value(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_FALSE(passes.Oldest().has_value()) << "the pass ended";
+    EXPECT_EQ(StuckWorker(passes, kMaxPassDuration, later), "");
+    queue.ShutDown();
+  }
+  std::fclose(out);
 }
 
 }  // namespace

@@ -1068,6 +1068,27 @@ TEST(Reconcile, AnImageThatRunsAsRootFailsTheJobWithTheOptOut) {
             std::string::npos);
 }
 
+// The kubelet's message is cut to 512 bytes for the condition; a cut inside a character would
+// make the status unwritable (json::dump throws on invalid UTF-8) and the job never Failed.
+TEST(Reconcile, ALongKubeletMessageIsCutAtACharacterBoundary) {
+  World w;
+  w.Running();
+  w.in.pods[1] = Pod(w.in.job, ReplicaType::kWorker, 1, 0, "Pending");
+  // 511 ASCII bytes, then two-byte characters: byte 512 is the middle of one.
+  const std::string message = "container has runAsNonRoot and image will run as root " +
+                              std::string(457, 'x') + "\u00e9\u00e9\u00e9\u00e9";
+  ASSERT_EQ(message.size(), 511u + 8u);
+  w.in.pods[1]["status"]["containerStatuses"] = json::array(
+      {{{"name", "trainer"},
+        {"state",
+         {{"waiting", {{"reason", "CreateContainerConfigError"}, {"message", message}}}}}}});
+  Decision d = Reconcile(w.in);
+  const std::string failed = Cond(d, "Failed").message;
+  ASSERT_NE(failed.find(std::string(457, 'x')), std::string::npos) << failed;
+  EXPECT_EQ(failed.find("\u00e9"), std::string::npos) << "the cut character is gone";
+  EXPECT_NO_THROW((void)json(failed).dump());
+}
+
 TEST(Reconcile, StartupDeadlineNamesThePendingPod) {
   World w;
   w.in.job["spec"]["runPolicy"] = {{"startupDeadlineSeconds", 30}};

@@ -16,6 +16,8 @@
 #include <thread>
 
 #include "operator/controller/executor.h"
+#include "operator/controller/pod_view.h"
+#include "operator/controller/tenant_reads.h"
 
 namespace tj::controller {
 namespace {
@@ -161,6 +163,39 @@ TEST(JsonNesting, CountsObjectsAndArraysOutsideStrings) {
 namespace tj::controller {
 namespace {
 
+// A pod IP on an IPv6 (or dual-stack) cluster: the URL needs the address in brackets.
+TEST(TrainerStatusRead, AnIpv6PodAddress) {
+  const int fd = ::socket(AF_INET6, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in6 addr{};
+  addr.sin6_family = AF_INET6;
+  addr.sin6_addr = in6addr_loopback;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    ::close(fd);
+    GTEST_SKIP() << "this machine has no IPv6 loopback (::1) to listen on";
+  }
+  ASSERT_EQ(::listen(fd, 1), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  std::thread server([fd] {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 5000) <= 0) return;
+    const int c = ::accept(fd, nullptr, nullptr);
+    if (c < 0) return;
+    char buf[1024];
+    (void)::read(c, buf, sizeof buf);
+    const std::string reply =
+        "HTTP/1.1 200 OK\r\nContent-Length: 13\r\nConnection: close\r\n\r\n{\"epoch\": 2}\n";
+    (void)::write(c, reply.data(), reply.size());
+    ::close(c);
+  });
+  const auto j = HttpGetJson("::1", ntohs(addr.sin6_port), "/status", milliseconds(3000));
+  server.join();
+  ::close(fd);
+  ASSERT_TRUE(j.has_value());
+  EXPECT_EQ((*j)["epoch"], 2);
+}
+
 // A job that ends before a poll saw it still shows its last epoch: read from the chief's log.
 TEST(FinalProgress, TheLastEpochAndTheTotalFromTheChiefsLog) {
   const std::string log =
@@ -197,6 +232,15 @@ TEST(FinalProgress, ALineWhoseEventIsNotAStringIsSkipped) {
   EXPECT_EQ(p["epoch"], 2);
 }
 
+TEST(FinalProgress, ALineNestedDeeperThanAStatusIsSkipped) {
+  const std::string deep = std::string(200, '[') + std::string(200, ']');
+  const std::string log = R"({"event":"epoch_end","epoch":2,"loss":0.6})"
+                          "\n"
+                          R"({"event":"epoch_end","epoch":3,"loss":0.5,"x":)" +
+                          deep + "}\n";
+  EXPECT_EQ(FinalProgress(log)["epoch"], 2);
+}
+
 TEST(LastEvaluation, ALineWhoseEventIsNotAStringIsSkipped) {
   const std::string log = R"({"event":"evaluation","checkpoint":"ckpt-2","accuracy":0.8})"
                           "\n"
@@ -207,6 +251,52 @@ TEST(LastEvaluation, ALineWhoseEventIsNotAStringIsSkipped) {
   nlohmann::json e;
   ASSERT_NO_THROW(e = LastEvaluation(log));
   EXPECT_EQ(e["checkpoint"], "ckpt-2");
+}
+
+}  // namespace
+}  // namespace tj::controller
+
+namespace tj::controller {
+namespace {
+
+// Records the one request it is sent; answers 200 with a fixed body.
+class RecordingTransport final : public kube::HttpTransport {
+ public:
+  explicit RecordingTransport(std::string* path) : path_(path) {}
+  kube::Result<kube::HttpResponse> Send(const kube::HttpRequest& r) override {
+    *path_ = r.path_and_query;
+    kube::HttpResponse out;
+    out.status = 200;
+    out.body = "log";
+    return out;
+  }
+  kube::Result<kube::HttpResponse> Stream(const kube::HttpRequest&,
+                                          const std::function<bool(std::string_view)>&,
+                                          std::stop_token) override {
+    return kube::HttpResponse{};
+  }
+
+ private:
+  std::string* path_;
+};
+
+// A pod with a sidecar: the API server answers a log request that names no container with 400
+// ("a container name must be specified"), so the operator names the TF_CONFIG container.
+TEST(PodLogRead, NamesTheTrainerContainerOfAPodWithSidecars) {
+  const nlohmann::json pod = {
+      {"metadata", {{"name", "j-worker-0"}}},
+      {"spec",
+       {{"containers",
+         nlohmann::json::array({{{"name", "istio-proxy"}}, {{"name", "tensorflow"}}})}}}};
+  const PodView v = ViewOfPod(pod);
+  EXPECT_EQ(v.trainer_container, "tensorflow");
+
+  std::string path;
+  PodLogReader reader(kube::RestConfig{}, std::make_unique<RecordingTransport>(&path));
+  ASSERT_EQ(reader.Read("ns", v.name, v.trainer_container), "log");
+  EXPECT_EQ(path,
+            "/api/v1/namespaces/ns/pods/j-worker-0/log?tailLines=50&limitBytes=65536"
+            "&container=tensorflow");
 }
 
 }  // namespace

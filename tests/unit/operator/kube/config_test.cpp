@@ -67,6 +67,18 @@ TEST(Kubeconfig, CurrentContextWithInlineCaAndToken) {
   EXPECT_FALSE(c->insecure_skip_tls_verify);
 }
 
+TEST(Kubeconfig, ATokenIsNeverSentOverPlainHttp) {
+  std::string text = TwoContexts("");
+  const std::string https = "server: https://127.0.0.1:6443";
+  ASSERT_NE(text.find(https), std::string::npos);
+  text.replace(text.find(https), https.size(), "server: http://127.0.0.1:8080");
+  auto c = ParseKubeconfig(text, "/nowhere");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("a bearer token is sent only over https"), std::string::npos)
+      << c.status().message();
+  EXPECT_NE(c.status().message().find("user \"dev-user\""), std::string::npos);
+}
+
 TEST(Kubeconfig, NamedContextWithFilesRelativeToTheKubeconfig) {
   TempDir dir;
   dir.Write("certs/client.crt", "CERT");
