@@ -27,6 +27,9 @@ PACKAGES=(
   clang libclang-rt-14-dev
   # style (tests/style: clang-format on every source)
   clang-format
+  # the GPU backend's CUDA 13 from PyPI where the machine has none (hack/cuda-toolkit.sh, run
+  # by `make configure`: pip downloads the wheels; unzip, above, unpacks them)
+  python3-pip
 )
 
 # kubectl: Debian's kubernetes-client, unless the machine already has a kubectl (another
