@@ -13,7 +13,10 @@ TJ_NODE ?= $(shell [ "$$(id -u)" = 0 ] && echo containerd || echo process)
 deps:
 	bash hack/install-deps.sh
 
+# The GPU backend's CUDA: the machine's, or else CUDA 13 from PyPI's wheels, fetched once into
+# ~/.cache/tj-operator (hack/cuda-toolkit.sh; TJ_CUDA_FETCH=0: none, CPU-only where none is).
 configure: deps
+	bash hack/cuda-toolkit.sh ensure $(CMAKE_FLAGS)
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
 
 build: configure

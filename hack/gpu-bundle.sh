@@ -4,8 +4,9 @@
 #   bin/   tj-trainer and the gpu-labelled test binaries (sm_80, sm_90 + PTX; -DTJ_NATIVE=OFF:
 #          x86-64-v3 host code, so they run on the device's CPU)
 #   lib/   every shared library they need that is not glibc, the NVIDIA driver or a CUDA
-#          library: the GPU machine's CUDA 13 toolkit (or PyTorch's nvidia-* wheels) provides
-#          libcudart, libcublas(Lt) and libnccl (libcublasLt alone is ~500 MB)
+#          library: the GPU machine's CUDA 13 toolkit (or PyTorch's nvidia-* wheels, or the
+#          toolkit hack/cuda-toolkit.sh assembles there) provides libcudart, libcublas(Lt),
+#          libcudnn and libnccl (libcublasLt alone is ~500 MB)
 #   data/  the Fashion-MNIST files (for a machine without /usr/share/datasets)
 # Then hack/gpu-check.sh runs everything there. See docs/trainer.md, "Verifying on a machine
 # with an NVIDIA GPU".
@@ -19,14 +20,18 @@ BUNDLE=.gpu-bundle
 LIMIT_MIB=60  # the tool carries 64 MiB with the repository; leave room for it
 TARGETS=(tj-trainer gpu_step_test gpu_backend_test nccl_communicator_test)
 
-command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] ||
-  { echo "gpu-bundle: no nvcc (CUDA toolkit) on this machine: the GPU backend cannot be built" >&2; exit 1; }
+# The machine's CUDA, or else CUDA 13 from PyPI's wheels (fetched once, hack/cuda-toolkit.sh).
+bash hack/cuda-toolkit.sh ensure ||
+  { echo "gpu-bundle: no CUDA toolkit to build the GPU backend with (above)" >&2; exit 1; }
 for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
   [ -f "$DATA_DIR/$f.gz" ] || [ -f "$DATA_DIR/$f" ] ||
     { echo "gpu-bundle: $DATA_DIR/$f(.gz) missing: set DATA_DIR to the Fashion-MNIST files" >&2; exit 1; }
 done
 
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DTJ_NATIVE=OFF -DTJ_WITH_CUDA=ON >/dev/null
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DTJ_NATIVE=OFF -DTJ_WITH_CUDA=ON |
+  grep 'tj: GPU backend ON' ||
+  { echo "gpu-bundle: CMake did not configure the GPU backend ($BUILD_DIR)" >&2; exit 1; }
+NVCC=$(sed -n 's/^CMAKE_CUDA_COMPILER:[A-Z]*=//p' "$BUILD_DIR/CMakeCache.txt")
 grep -q '^TJ_NCCL_LIBRARY:.*nccl' "$BUILD_DIR/CMakeCache.txt" ||
   { echo "gpu-bundle: NCCL not found by CMake: the NCCL test would be missing" >&2; exit 1; }
 cmake --build "$BUILD_DIR" -j"$JOBS" --target "${TARGETS[@]}"
@@ -53,7 +58,7 @@ for f in "$DATA_DIR"/*-ubyte*; do cp "$f" "$BUNDLE/data/"; done
 # What the bundle needs from the device: CUDA libraries and a glibc at least this new.
 {
   echo "built: $(date -u +%Y-%m-%dT%H:%MZ) on $(uname -n), commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- trainer tests/gpu || echo '+local changes')"
-  echo "nvcc: $(/usr/local/cuda/bin/nvcc --version | tail -2 | head -1)"
+  echo "nvcc: $("$NVCC" --version | tail -2 | head -1) ($NVCC)"
   echo "needs glibc: $(objdump -T "$BUNDLE"/bin/* "$BUNDLE"/lib/* 2>/dev/null | grep -o 'GLIBC_[0-9.]*' | sort -Vu | tail -1)"
   echo "needs from the device: $(for b in "$BUNDLE"/bin/*; do ldd "$b" | awk '{print $1}'; done | grep -E "$skip" | grep -v -E '^(linux-vdso|ld-linux|libc\.|libm\.|libdl\.|libpthread\.|librt\.)' | sort -u | tr '\n' ' ')"
 } > "$BUNDLE/MANIFEST"

@@ -21,8 +21,10 @@ trap 'tar -C "$OUT" -czhf "$REPORTS/logs.tar.gz" . 2>/dev/null' EXIT
   { echo "gpu-check: no $BUNDLE/bin/tj-trainer: run hack/gpu-bundle.sh first and carry .gpu-bundle" >&2; exit 1; }
 PYTHON=${PYTHON:-python3}
 
-# CUDA's libraries for our binaries: the device's toolkit and PyTorch's nvidia-* wheels (only
-# for our binaries: PyTorch keeps the environment it was installed with).
+# CUDA's libraries for our binaries: the device's toolkit, PyTorch's nvidia-* wheels, and the
+# toolkit hack/cuda-toolkit.sh assembled from PyPI's wheels when it ran here (so a machine
+# with only the NVIDIA driver runs the bundle after `bash hack/cuda-toolkit.sh fetch`); only
+# for our binaries: PyTorch keeps the environment it was installed with.
 wheel_libs=$("$PYTHON" - 2>/dev/null <<'PY'
 import glob, os
 try:
@@ -34,7 +36,8 @@ except Exception:
     pass
 PY
 )
-export TJ_LIBRARY_PATH="$BUNDLE/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:$wheel_libs"
+pypi_cuda=$(bash hack/cuda-toolkit.sh path 2>/dev/null || true)
+export TJ_LIBRARY_PATH="$BUNDLE/lib:/usr/local/cuda/lib64:/usr/local/cuda/lib:$wheel_libs${pypi_cuda:+:$pypi_cuda/lib64}"
 tj() { env LD_LIBRARY_PATH="$TJ_LIBRARY_PATH${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; }
 
 gpus=0

@@ -10,12 +10,15 @@ PACKAGES=(
   # libraries
   libcpprest-dev libcurl4-openssl-dev nlohmann-json3-dev libssl-dev libgtest-dev libgmock-dev
   libmicrohttpd-dev libgloo-dev libyaml-cpp-dev zlib1g-dev libcli11-dev libjemalloc-dev
+  libhwy-dev
   # data
   dataset-fashion-mnist
   # reference implementations for tests and benchmarks
   # (Debian's /usr/bin/python3: scripts that import these call it by that path, not the
   # `python3` first on PATH, which may be another interpreter without them)
   python3 python3-torch python3-numpy python3-yaml
+  # TensorFlow's wheels and venv (hack/tensorflow.sh: pip download, python3 -m venv)
+  python3-pip python3-venv
   # local cluster (etcd, Go to build kube-apiserver & co. from Debian's source package)
   etcd-server golang-go rsync jq golang-github-modern-go-reflect2-dev
   curl ca-certificates openssl procps iproute2 util-linux unzip
@@ -27,6 +30,9 @@ PACKAGES=(
   clang libclang-rt-14-dev
   # style (tests/style: clang-format on every source; make tidy: clang-tidy over the build)
   clang-format clang-tidy
+  # the GPU backend's CUDA 13 from PyPI where the machine has none (hack/cuda-toolkit.sh, run
+  # by `make configure`: pip downloads the wheels; unzip, above, unpacks them)
+  python3-pip
 )
 
 # kubectl: Debian's kubernetes-client, unless the machine already has a kubectl (another

@@ -1,5 +1,6 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -549,6 +550,24 @@ int VisibleDevices() {
   int n = 0;
   if (cudaGetDeviceCount(&n) != cudaSuccess) return 0;
   return n;
+}
+
+std::string NoDeviceReason() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e == cudaSuccess) {
+    if (n > 0) return "";
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    return std::string("the driver reports no device (CUDA_VISIBLE_DEVICES=") +
+           (visible != nullptr ? visible : "(unset)") + ")";
+  }
+  // The runtime says "insufficient driver" also when there is no driver at all.
+  if (e == cudaErrorInsufficientDriver) {
+    void* driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL);
+    if (driver == nullptr) return "no NVIDIA driver on this machine (no libcuda.so.1)";
+    dlclose(driver);
+  }
+  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
 }
 
 std::string DeviceDescription(int device) {

@@ -26,6 +26,10 @@ namespace tj::cuda {
 // Number of CUDA devices visible (0 when there is no driver or no device).
 int VisibleDevices();
 
+// Why no CUDA device is visible, for messages: no NVIDIA driver, the CUDA runtime's error, or
+// CUDA_VISIBLE_DEVICES; "" when one is.
+std::string NoDeviceReason();
+
 // "<index> <name> (sm_<major><minor>, <memory> MiB)" of a device, for logs; an error text when
 // the device cannot be queried.
 std::string DeviceDescription(int device);

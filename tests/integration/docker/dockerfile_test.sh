@@ -5,7 +5,8 @@
 #      for build-trainer), runtime targets `operator` (Debian, no CUDA) and `trainer` in both
 #      variants (TRAINER_VARIANT=cpu: Debian, no CUDA, built by build-cpu; gpu: CUDA runtime
 #      with cuDNN, built by build-trainer), a non-root USER in each, COPY sources that exist,
-#      a .dockerignore without build trees;
+#      a .dockerignore without build trees, the CUDA release hack/versions.env pins for
+#      builds outside the images (hack/cuda-toolkit.sh) the images' own;
 #   3. the Debian images install (hack/image/install-runtime.sh) every Debian package that
 #      holds a shared library their program links (ldd of the build's binary here, Debian 12
 #      too), and the CUDA trainer image the packages of the non-CUDA libraries tj-trainer
@@ -138,6 +139,12 @@ check("cuda" not in base_of("trainer", "cpu") and "slim" in base_of("trainer", "
 cuda_ver = lambda img: re.search(r"cuda:(\d+\.\d+\.\d+)", img).group(1)
 check(cuda_ver(stages["build-trainer"]["image"]) == cuda_ver(base_of("trainer", "gpu")),
       "trainer: the devel and runtime images have the same CUDA version")
+# The CUDA that builds without an image (hack/cuda-toolkit.sh, CI) is the images' CUDA release.
+pins = dict(re.findall(r"^(\w+)=(\S+)", open(os.path.join(root, "hack/versions.env")).read(), re.M))
+image_cuda = cuda_ver(stages["build-trainer"]["image"])
+check(pins.get("CUDA_TOOLKIT_VERSION", "").split(".")[:2] == image_cuda.split(".")[:2],
+      f"hack/versions.env's CUDA_TOOLKIT_VERSION={pins.get('CUDA_TOOLKIT_VERSION')} is the "
+      f"images' CUDA release ({image_cuda}; major.minor)")
 # The compile step: hack/image/build.sh VARIANT, whose cases say how each variant configures.
 build_sh = open(os.path.join(root, "hack/image/build.sh")).read()
 def build_case(variant):
@@ -221,6 +228,15 @@ def depends_closure(pkgs):
           f"apt-cache depends knows the dependencies of {pkgs} (else: run apt-get update)")
     return closure | set(pkgs)
 
+# CUDA's libraries: cudart, cuBLAS, cuDNN and NCCL, here from a CUDA toolkit that is no Debian
+# package (/usr/local/cuda, or the one hack/cuda-toolkit.sh assembled from PyPI's wheels).
+CUDA_LIBS = ("libcudart.so", "libcublas.so", "libcublasLt.so", "libcudnn.so", "libnccl.so")
+
+def cuda_library(package):
+    """A library linked here that no Debian package owns ("?<path>") and is one of CUDA's."""
+    return package.startswith("?") and \
+        os.path.basename(package).split(".so")[0] + ".so" in CUDA_LIBS
+
 # Packages every Debian/Ubuntu base image has (apt itself depends on them).
 base = {"libc6", "libgcc-s1", "libstdc++6", "zlib1g"}
 for name, _, _, binary, _ in RUNTIME:
@@ -233,8 +249,8 @@ for name, _, _, binary, _ in RUNTIME:
               if not re.fullmatch(r"lib(asan|ubsan|tsan|lsan)\d*", p)}
     installs = apt_installs("operator" if name == "operator" else "trainer")
     if name == "trainer-cpu":
-        # Built here with the GPU backend when nvcc is found; the image's build has none.
-        needed = {p for p in needed if not p.startswith("?/usr/local/cuda")}
+        # Built here with the GPU backend when CUDA is found; the image's build has none.
+        needed = {p for p in needed if not cuda_library(p)}
     if name in ("operator", "trainer-cpu"):
         # Debian 12 here and in the image: the same package names, checked with their depends.
         have = depends_closure(installs)
@@ -244,12 +260,8 @@ for name, _, _, binary, _ in RUNTIME:
     else:
         # Ubuntu 24.04 in the image: the direct packages must be named (names checked by hand
         # against packages.ubuntu.com, docs/deploy.md); their own depends come with them.
-        # The CUDA libraries (here from /usr/local/cuda, no Debian package) come with the
-        # trainer's nvidia/cuda cuDNN runtime base image: cudart, cuBLAS, cuDNN and NCCL.
-        cuda_base = ("libcudart.so", "libcublas.so", "libcublasLt.so", "libcudnn.so", "libnccl.so")
-        needed = {p for p in needed
-                  if not (p.startswith("?/usr/local/cuda") and
-                          os.path.basename(p).split(".so")[0] + ".so" in cuda_base)}
+        # The CUDA libraries come with the trainer's nvidia/cuda cuDNN runtime base image.
+        needed = {p for p in needed if not cuda_library(p)}
         direct = {"libgloo0", "libmicrohttpd12", "libssl3"}  # (t64 names there: install-runtime.sh)
         have = depends_closure([p for p in installs if p in direct])
         check(direct <= set(installs), f"trainer image installs {sorted(direct)}")
