@@ -10,6 +10,7 @@ PACKAGES=(
   # libraries
   libcpprest-dev libcurl4-openssl-dev nlohmann-json3-dev libssl-dev libgtest-dev libgmock-dev
   libmicrohttpd-dev libgloo-dev libyaml-cpp-dev zlib1g-dev libcli11-dev libjemalloc-dev
+  libhwy-dev
   # data
   dataset-fashion-mnist
   # reference implementations for tests and benchmarks
