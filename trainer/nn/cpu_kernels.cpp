@@ -29,6 +29,8 @@
 // foreach_target.h must come first.
 #include <hwy/highway.h>
 
+#include <cstring>
+
 #include "trainer/nn/cpu_kernels.h"
 #include "trainer/nn/model.h"
 
@@ -287,35 +289,37 @@ void DenseBackwardWeights(const float* dY, int rows, int outputs, const float* X
   }
 }
 
-// ---- Adam. The last partial vector goes through the same lanes' arithmetic (masked loads and
-// stores), so an element's result does not depend on where a thread's range ends.
+// ---- Adam. The last partial vector goes through the same lanes' arithmetic, copied to and from
+// a full vector on the stack (Highway's masked loads and stores may touch the whole vector, which
+// can fault past the end and race with the thread that owns the next elements), so an element's
+// result does not depend on where a thread's range ends.
 void AdamUpdate(float* HWY_RESTRICT w, const float* HWY_RESTRICT g, float* HWY_RESTRICT m,
                 float* HWY_RESTRICT v, int n, float alpha, float one_minus_b1, float one_minus_b2,
                 float eps) {
   const D d;
   const V a = hn::Set(d, alpha), b1 = hn::Set(d, one_minus_b1), b2 = hn::Set(d, one_minus_b2),
           e = hn::Set(d, eps);
-  auto update = [&](V gi, V& mi, V& vi, V& wi) {
-    mi = hn::MulAdd(hn::Sub(gi, mi), b1, mi);
-    vi = hn::MulAdd(hn::Sub(hn::Mul(gi, gi), vi), b2, vi);
-    wi = hn::Sub(wi, hn::Div(hn::Mul(a, mi), hn::Add(hn::Sqrt(vi), e)));
+  auto update = [&](float* wp, const float* gp, float* mp, float* vp) {
+    const V gi = hn::LoadU(d, gp);
+    const V mi = hn::MulAdd(hn::Sub(gi, hn::LoadU(d, mp)), b1, hn::LoadU(d, mp));
+    const V vi = hn::MulAdd(hn::Sub(hn::Mul(gi, gi), hn::LoadU(d, vp)), b2, hn::LoadU(d, vp));
+    hn::StoreU(mi, d, mp);
+    hn::StoreU(vi, d, vp);
+    hn::StoreU(hn::Sub(hn::LoadU(d, wp), hn::Div(hn::Mul(a, mi), hn::Add(hn::Sqrt(vi), e))), d, wp);
   };
   int i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    V mi = hn::LoadU(d, m + i), vi = hn::LoadU(d, v + i), wi = hn::LoadU(d, w + i);
-    update(hn::LoadU(d, g + i), mi, vi, wi);
-    hn::StoreU(mi, d, m + i);
-    hn::StoreU(vi, d, v + i);
-    hn::StoreU(wi, d, w + i);
-  }
+  for (; i + kLanes <= n; i += kLanes) update(w + i, g + i, m + i, v + i);
   if (i < n) {
-    const auto part = hn::FirstN(d, static_cast<size_t>(n - i));
-    V mi = hn::MaskedLoad(part, d, m + i), vi = hn::MaskedLoad(part, d, v + i),
-      wi = hn::MaskedLoad(part, d, w + i);
-    update(hn::MaskedLoad(part, d, g + i), mi, vi, wi);
-    hn::BlendedStore(mi, part, d, m + i);
-    hn::BlendedStore(vi, part, d, v + i);
-    hn::BlendedStore(wi, part, d, w + i);
+    HWY_ALIGN float tw[kLanes] = {}, tg[kLanes] = {}, tm[kLanes] = {}, tv[kLanes] = {};
+    const size_t rest = sizeof(float) * static_cast<size_t>(n - i);
+    std::memcpy(tw, w + i, rest);
+    std::memcpy(tg, g + i, rest);
+    std::memcpy(tm, m + i, rest);
+    std::memcpy(tv, v + i, rest);
+    update(tw, tg, tm, tv);
+    std::memcpy(w + i, tw, rest);
+    std::memcpy(m + i, tm, rest);
+    std::memcpy(v + i, tv, rest);
   }
 }
 

@@ -227,17 +227,22 @@ TEST_P(EveryTarget, AdamUpdateMatchesTheFormulaAndIgnoresWhereARangeEnds) {
   std::vector<float> w = w0, m = m0, v = v0;
   k().adam_update(w.data(), g.data(), m.data(), v.data(), n, alpha, b1, b2, eps);
   for (int i = 0; i < n; ++i) {
+    // Each within 1e-6 of the magnitudes of the terms it sums.
     const double mi = m0[i] + (double{g[i]} - m0[i]) * b1;
     const double vi = v0[i] + (double{g[i]} * g[i] - v0[i]) * b2;
-    const double wi = w0[i] - alpha * mi / (std::sqrt(vi) + eps);
-    EXPECT_NEAR(m[i], mi, 1e-6 * std::abs(mi) + 1e-12) << i;
-    EXPECT_NEAR(v[i], vi, 1e-6 * std::abs(vi) + 1e-15) << i;
-    EXPECT_NEAR(w[i], wi, 1e-6 * std::abs(wi) + 1e-9) << i;
+    const double step = alpha * mi / (std::sqrt(vi) + eps), wi = w0[i] - step;
+    EXPECT_NEAR(m[i], mi, 1e-6 * (std::abs(m0[i]) + std::abs(g[i] - m0[i]) * b1)) << i;
+    EXPECT_NEAR(v[i], vi, 1e-6 * (std::abs(v0[i]) + (g[i] * g[i] + v0[i]) * b2)) << i;
+    EXPECT_NEAR(w[i], wi, 1e-6 * (std::abs(w0[i]) + std::abs(step))) << i;
   }
-  // Split in two at every point: the same bits as in one piece.
+  // Split in two: the same bits as in one piece, and nothing past the range touched.
   for (int split : {1, 5, 17, 50}) {
     std::vector<float> w2 = w0, m2 = m0, v2 = v0;
     k().adam_update(w2.data(), g.data(), m2.data(), v2.data(), split, alpha, b1, b2, eps);
+    for (int i = split; i < n; ++i) {
+      ASSERT_TRUE(w2[i] == w0[i] && m2[i] == m0[i] && v2[i] == v0[i])
+          << "element " << i << " past a range of " << split << " was written";
+    }
     k().adam_update(w2.data() + split, g.data() + split, m2.data() + split, v2.data() + split,
                     n - split, alpha, b1, b2, eps);
     EXPECT_EQ(w2, w) << "split at " << split;
