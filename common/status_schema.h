@@ -8,6 +8,7 @@
 //   {
 //     "role": "chief",              // chief | worker | evaluator   (informational)
 //     "state": "training",          // starting | training | evaluating | succeeded | failed
+//     "cpu_target": "avx2",         // the CPU kernels' SIMD target   (informational)
 //     "epoch": 2,                   // the epoch in progress (1-based) or the last one done
 //     "total_epochs": 3,
 //     "step": 120,                  // steps done in the epoch in progress
@@ -46,6 +47,8 @@ struct Field {
 
 inline constexpr Field kRole{"role", Kind::kInfo};
 inline constexpr Field kState{"state", Kind::kInfo};
+inline constexpr Field kCpuTarget{"cpu_target",
+                                  Kind::kInfo};  // avx512 | avx2 | sse4 | neon | scalar
 inline constexpr Field kEpoch{"epoch", Kind::kCount};
 inline constexpr Field kTotalEpochs{"total_epochs", Kind::kCount};
 inline constexpr Field kStep{"step", Kind::kCount};

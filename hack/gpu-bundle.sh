@@ -2,7 +2,7 @@
 # Builds what a machine with an NVIDIA GPU needs to validate and benchmark the GPU backend,
 # and puts it in .gpu-bundle/ (git-ignored, small enough to copy to another machine):
 #   bin/   tj-trainer and the gpu-labelled test binaries (sm_80, sm_90 + PTX; -DTJ_NATIVE=OFF:
-#          x86-64-v3 host code, so they run on the device's CPU)
+#          portable x86-64-v2 host code, so they run on the device's CPU)
 #   lib/   every shared library they need that is not glibc, the NVIDIA driver or a CUDA
 #          library: the GPU machine's CUDA 13 toolkit (or PyTorch's nvidia-* wheels, or the
 #          toolkit hack/cuda-toolkit.sh assembles there) provides libcudart, libcublas(Lt),

@@ -138,8 +138,8 @@ bool ApplyFlags(const RawFlags& f, tj::train::Options& o) {
 }
 
 // What the environment adds: LOCAL_RANK, TJ_STATUS_PORT (unless --status-port was given),
-// TF_CONFIG, TJ_RENDEZVOUS_KEY, TJ_JOB_UID, TJ_RESTART_COUNT. False (after a message on
-// stderr) on a malformed value.
+// TJ_CPU_TARGET, TF_CONFIG, TJ_RENDEZVOUS_KEY, TJ_JOB_UID, TJ_RESTART_COUNT. False (after a message
+// on stderr) on a malformed value.
 bool ReadEnvironment(const CLI::App& app, tj::train::Options& o) {
   if (!EnvInt("LOCAL_RANK", 0, 1023, "the index of this process's GPU on its machine (0, 1, ...)",
               o.local_rank)) {
@@ -152,6 +152,8 @@ bool ReadEnvironment(const CLI::App& app, tj::train::Options& o) {
               o.status_port)) {
     return false;
   }
+  // Checked against this CPU by the run, which knows the targets.
+  if (!Env("TJ_CPU_TARGET").empty()) o.cpu_target = Env("TJ_CPU_TARGET");
   o.tf_config = Env("TF_CONFIG");
   o.rendezvous_key = Env("TJ_RENDEZVOUS_KEY");
   // Set by the operator for its pods: the backups' scope and fence.

@@ -4,9 +4,10 @@
 #   cpu  tj-operator and tj-trainer without CUDA (Gloo collectives): the Debian images
 #   gpu  tj-trainer with the GPU backend (nvcc from /usr/local/cuda); fails unless CMake
 #        configured it
-# Release, x86-64-v3 rather than -march=native (an image runs on other machines than the one
-# that built it), ccache in /root/.cache/ccache (a build cache mount where the builder has
-# one), stripped binaries in <source>/build/bin.
+# Release, the portable x86-64-v2 baseline rather than -march=native (an image runs on other
+# machines than the one that built it; the CPU kernels pick AVX-512, AVX2 or SSE4 at run time),
+# ccache in /root/.cache/ccache (a build cache mount where the builder has one), stripped
+# binaries in <source>/build/bin.
 set -eu
 cd "$(dirname "$0")/../.."
 case "${1:-}" in

@@ -1,7 +1,8 @@
 #!/bin/sh
 # The build stages' packages (Dockerfile: build-cpu and build-trainer): the compiler, CMake,
-# ccache and the -dev packages of hack/install-deps.sh that the two programs link. GoogleTest
-# too: the top-level CMakeLists.txt requires it even when no test is built.
+# ccache and the -dev packages of hack/install-deps.sh that the two programs link (Highway: the
+# trainer's CPU kernels). GoogleTest too: the top-level CMakeLists.txt requires it even when no
+# test is built.
 set -eu
 export DEBIAN_FRONTEND=noninteractive
 apt-get update
@@ -9,5 +10,5 @@ apt-get install -y --no-install-recommends \
   build-essential cmake ninja-build pkg-config ccache \
   libcpprest-dev libcurl4-openssl-dev nlohmann-json3-dev libssl-dev libgtest-dev \
   libgmock-dev libgloo-dev libyaml-cpp-dev zlib1g-dev libcli11-dev libjemalloc-dev \
-  libmicrohttpd-dev
+  libmicrohttpd-dev libhwy-dev
 rm -rf /var/lib/apt/lists/*

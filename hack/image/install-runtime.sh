@@ -13,9 +13,9 @@ case "$image" in
   operator) packages="ca-certificates libcurl4 libmicrohttpd12 libjemalloc2 libyaml-cpp0.7
                       libssl3 zlib1g" ;;
   # tj-trainer: Gloo (CPU collectives), libmicrohttpd (/status, /metrics), OpenSSL (checksums
-  # of data and backups, the rendezvous' authentication); CUDA, cuDNN and NCCL come with the
-  # CUDA base image of the GPU target.
-  trainer) packages="ca-certificates libgloo0 libmicrohttpd12 libssl3 zlib1g" ;;
+  # of data and backups, the rendezvous' authentication), Highway (the CPU kernels' choice of
+  # SIMD target); CUDA, cuDNN and NCCL come with the CUDA base image of the GPU target.
+  trainer) packages="ca-certificates libgloo0 libmicrohttpd12 libssl3 zlib1g libhwy1" ;;
   *) echo "install-runtime.sh: unknown image '$image' (operator or trainer)" >&2; exit 2 ;;
 esac
 export DEBIAN_FRONTEND=noninteractive

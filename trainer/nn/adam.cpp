@@ -3,21 +3,8 @@
 #include <cmath>
 
 namespace tj::nn {
-namespace {
-
-void AdamRange(float* __restrict w, const float* __restrict g, float* __restrict m,
-               float* __restrict v, int n, float alpha, float one_minus_b1, float one_minus_b2,
-               float eps) {
-  for (int i = 0; i < n; ++i) {
-    m[i] += (g[i] - m[i]) * one_minus_b1;
-    v[i] += (g[i] * g[i] - v[i]) * one_minus_b2;
-    w[i] -= alpha * m[i] / (std::sqrt(v[i]) + eps);
-  }
-}
-
-}  // namespace
-
-Adam::Adam(size_t count, AdamConfig config) : config_(config), m_(count, 0.0f), v_(count, 0.0f) {}
+Adam::Adam(size_t count, AdamConfig config, const cpu::Kernels& kernels)
+    : config_(config), kernels_(&kernels), m_(count, 0.0f), v_(count, 0.0f) {}
 
 void Adam::Apply(float* params, const float* grad, double learning_rate, ThreadPool* pool) {
   ++iterations_;
@@ -29,8 +16,8 @@ void Adam::Apply(float* params, const float* grad, double learning_rate, ThreadP
   const int count = static_cast<int>(m_.size());
   pool->Run([&](int member, int members) {
     auto [begin, end] = SplitRange(count, members, member);
-    AdamRange(params + begin, grad + begin, m_.data() + begin, v_.data() + begin, end - begin,
-              alpha, b1, b2, config_.epsilon);
+    kernels_->adam_update(params + begin, grad + begin, m_.data() + begin, v_.data() + begin,
+                          end - begin, alpha, b1, b2, config_.epsilon);
   });
 }
 

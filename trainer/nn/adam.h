@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "trainer/nn/cpu_kernels.h"
 #include "trainer/nn/thread_pool.h"
 
 namespace tj::nn {
@@ -21,9 +22,12 @@ struct AdamConfig {
 
 class Adam {
  public:
-  explicit Adam(size_t count, AdamConfig config = {});
+  // `kernels` (one SIMD target's, of the process's life) do the elementwise update.
+  explicit Adam(size_t count, AdamConfig config = {},
+                const cpu::Kernels& kernels = cpu::BestKernels());
 
-  // One update of params[0..count) with gradients grad; elementwise, split over the pool.
+  // One update of params[0..count) with gradients grad; elementwise, split over the pool
+  // (bitwise the same for any number of threads).
   void Apply(float* params, const float* grad, double learning_rate, ThreadPool* pool);
 
   int64_t iterations() const { return iterations_; }
@@ -34,6 +38,7 @@ class Adam {
 
  private:
   AdamConfig config_;
+  const cpu::Kernels* kernels_;
   std::vector<float> m_, v_;
   int64_t iterations_ = 0;
 };

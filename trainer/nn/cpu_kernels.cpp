@@ -1,138 +1,185 @@
-#include "trainer/nn/cpu_kernels.h"
+// The kernels of cpu_kernels.h, written once with Highway's portable vector operations and
+// compiled once per SIMD target: foreach_target.h includes this file again for every target,
+// each time inside a namespace of its own (N_AVX3, N_AVX2, N_SSE4, N_NEON, N_EMU128). The part
+// under HWY_ONCE, compiled once, lists those tables and picks one.
+//
+// Every multiply-add the kernels mean to fuse is an explicit MulAdd (the library compiles with
+// -ffp-contract=off): the arithmetic of a target is the code's, not the compiler's choice.
+// Register blocks are sized to the target's vector registers (32 on AVX-512 and on arm64, 16
+// otherwise) so that no accumulator spills.
 
-#include <cmath>
+// The targets: AVX-512 (AVX3), AVX2+FMA, SSE4 and the portable EMU128 on x86-64, NEON and EMU128
+// on arm64. The others Highway knows add nothing here: SSSE3 lacks SSE4's blends; SVE's vectors
+// can be wider than the 32 floats a block is built on; the AVX-512 flavours above AVX3 (bits 0
+// to 7: AVX3_DL, and AVX3_ZEN4 and AVX3_SPR in newer Highway) use nothing AVX3 lacks for these
+// kernels, and their CPUs run AVX3.
+#ifndef HWY_DISABLED_TARGETS
+#define HWY_DISABLED_TARGETS \
+  (HWY_SSSE3 | HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128 | ((1LL << 8) - 1))
+#endif
+// Every attainable target, the portable one included (by default Highway leaves out the targets
+// below the compile flags' baseline): TJ_CPU_TARGET=scalar and the tests need it.
+#ifndef HWY_COMPILE_ALL_ATTAINABLE
+#define HWY_COMPILE_ALL_ATTAINABLE
+#endif
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "trainer/nn/cpu_kernels.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+// foreach_target.h must come first.
+#include <hwy/highway.h>
+
 #include <cstring>
 
+#include "trainer/nn/cpu_kernels.h"
 #include "trainer/nn/model.h"
 
+HWY_BEFORE_NAMESPACE();
 namespace tj::nn::cpu {
+namespace HWY_NAMESPACE {
 namespace {
 
-using v16 = float __attribute__((vector_size(64)));
-using i16 = int32_t __attribute__((vector_size(64)));
+namespace hn = hwy::HWY_NAMESPACE;
+using D = hn::ScalableTag<float>;
+using V = hn::Vec<D>;
+using DI = hn::Rebind<int32_t, D>;
+using DU8 = hn::Rebind<uint8_t, D>;
 
-inline v16 Load(const float* p) {
-  v16 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void Store(float* p, v16 v) { std::memcpy(p, &v, sizeof v); }
-inline v16 Splat(float x) { return v16{} + x; }
-// Lane sum in a fixed tree order.
-inline float HSum(v16 v) {
-  float s8[8], s4[4];
-  for (int i = 0; i < 8; ++i) s8[i] = v[i] + v[i + 8];
-  for (int i = 0; i < 4; ++i) s4[i] = s8[i] + s8[i + 4];
-  return (s4[0] + s4[2]) + (s4[1] + s4[3]);
-}
-inline v16 Max0(v16 v) {
-  i16 pos = v > 0.0f;
-  return pos ? v : v16{};  // NOLINT: vector select
-}
+constexpr int kLanes = static_cast<int>(hn::MaxLanes(D()));
+static_assert(kConvChannels % kLanes == 0 && 32 % (2 * kLanes) == 0,
+              "a target's vectors must divide the 32 conv channels and the 32-column blocks");
 
-}  // namespace
+#if (HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3) || HWY_ARCH_ARM_A64
+constexpr int kRegisters = 32;
+#else
+constexpr int kRegisters = 16;
+#endif
 
-void ConvReluPoolForward(const float* image, const float* kernel, const float* bias, float* pooled,
-                         uint8_t* argmax) {
-  static_assert(kConvChannels == 32);
-  v16 w[9][2];
-  for (int t = 0; t < 9; ++t) {
-    w[t][0] = Load(kernel + t * 32);
-    w[t][1] = Load(kernel + t * 32 + 16);
-  }
-  const v16 b0 = Load(bias), b1 = Load(bias + 16);
+#if HWY_TARGET == HWY_AVX3
+constexpr const char* kTargetName = "avx512";
+#elif HWY_TARGET == HWY_AVX2
+constexpr const char* kTargetName = "avx2";
+#elif HWY_TARGET == HWY_SSE4
+constexpr const char* kTargetName = "sse4";
+#elif HWY_TARGET == HWY_NEON
+constexpr const char* kTargetName = "neon";
+#elif HWY_TARGET == HWY_EMU128 || HWY_TARGET == HWY_SCALAR
+constexpr const char* kTargetName = "scalar";
+#else
+#error "a Highway target this file does not name: add it to HWY_DISABLED_TARGETS or name it"
+#endif
+
+// ---- Conv + ReLU + max-pool.
+
+constexpr int kChannelVectors = kConvChannels / kLanes;  // 2, 4 or 8
+// Channel vectors done together: best, winner and accumulator of each must stay in registers.
+constexpr int kConvGroup = kRegisters == 32 ? kChannelVectors : HWY_MIN(kChannelVectors, 4);
+
+void ConvReluPoolForward(const float* HWY_RESTRICT image, const float* HWY_RESTRICT kernel,
+                         const float* HWY_RESTRICT bias, float* HWY_RESTRICT pooled,
+                         uint8_t* HWY_RESTRICT argmax) {
+  const D d;
+  const DI di;
+  const DU8 du8;
+  const V zero = hn::Zero(d);
   for (int py = 0; py < kPoolOut; ++py) {
     for (int px = 0; px < kPoolOut; ++px) {
-      v16 best0{}, best1{};
-      i16 arg0{}, arg1{};
-      for (int d = 0; d < 4; ++d) {
-        const int oy = 2 * py + (d >> 1), ox = 2 * px + (d & 1);
-        v16 a0 = b0, a1 = b1;
-        for (int ky = 0; ky < 3; ++ky) {
-          const float* row = image + (oy + ky) * 28 + ox;
-          for (int kx = 0; kx < 3; ++kx) {
-            v16 xv = Splat(row[kx]);
-            a0 += xv * w[ky * 3 + kx][0];
-            a1 += xv * w[ky * 3 + kx][1];
+      const int cell = (py * kPoolOut + px) * kConvChannels;
+      for (int c0 = 0; c0 < kConvChannels; c0 += kConvGroup * kLanes) {
+        V best[kConvGroup], winner[kConvGroup];
+        for (int g = 0; g < kConvGroup; ++g) best[g] = winner[g] = zero;
+        for (int pos = 0; pos < 4; ++pos) {
+          const int oy = 2 * py + (pos >> 1), ox = 2 * px + (pos & 1);
+          V acc[kConvGroup];
+          for (int g = 0; g < kConvGroup; ++g) acc[g] = hn::LoadU(d, bias + c0 + g * kLanes);
+          for (int ky = 0; ky < 3; ++ky) {
+            const float* row = image + (oy + ky) * 28 + ox;
+            for (int kx = 0; kx < 3; ++kx) {
+              const V x = hn::Set(d, row[kx]);
+              const float* w = kernel + (ky * 3 + kx) * kConvChannels + c0;
+              for (int g = 0; g < kConvGroup; ++g) {
+                acc[g] = hn::MulAdd(x, hn::LoadU(d, w + g * kLanes), acc[g]);
+              }
+            }
+          }
+          for (int g = 0; g < kConvGroup; ++g) {
+            if (pos == 0) {
+              best[g] = acc[g];
+            } else {
+              const auto better = hn::Gt(acc[g], best[g]);  // the first maximum wins ties
+              best[g] = hn::IfThenElse(better, acc[g], best[g]);
+              winner[g] = hn::IfThenElse(better, hn::Set(d, static_cast<float>(pos)), winner[g]);
+            }
           }
         }
-        if (d == 0) {
-          best0 = a0;
-          best1 = a1;
-        } else {
-          i16 m0 = a0 > best0, m1 = a1 > best1;  // first maximum wins ties
-          best0 = m0 ? a0 : best0;
-          best1 = m1 ? a1 : best1;
-          arg0 = m0 ? i16{} + d : arg0;
-          arg1 = m1 ? i16{} + d : arg1;
+        for (int g = 0; g < kConvGroup; ++g) {
+          const int c = cell + c0 + g * kLanes;
+          hn::StoreU(hn::IfThenElseZero(hn::Gt(best[g], zero), best[g]), d, pooled + c);
+          hn::StoreU(hn::DemoteTo(du8, hn::ConvertTo(di, winner[g])), du8, argmax + c);
         }
-      }
-      const int cell = (py * kPoolOut + px) * 32;
-      Store(pooled + cell, Max0(best0));
-      Store(pooled + cell + 16, Max0(best1));
-      for (int c = 0; c < 16; ++c) {
-        argmax[cell + c] = static_cast<uint8_t>(arg0[c]);
-        argmax[cell + 16 + c] = static_cast<uint8_t>(arg1[c]);
       }
     }
   }
 }
 
-void ConvBackwardParams(const float* image, const uint8_t* argmax, const float* dpooled,
-                        float* dkernel, float* dbias) {
-  v16 dw[9][2] = {};
-  v16 db0{}, db1{};
-  for (int py = 0; py < kPoolOut; ++py) {
-    for (int px = 0; px < kPoolOut; ++px) {
-      const int cell = (py * kPoolOut + px) * 32;
-      const v16 g0 = Load(dpooled + cell), g1 = Load(dpooled + cell + 16);
-      db0 += g0;
-      db1 += g1;
-      i16 a0, a1;
-      for (int c = 0; c < 16; ++c) {
-        a0[c] = argmax[cell + c];
-        a1[c] = argmax[cell + 16 + c];
-      }
-      for (int d = 0; d < 4; ++d) {
-        const v16 gd0 = (a0 == d) ? g0 : v16{};
-        const v16 gd1 = (a1 == d) ? g1 : v16{};
-        const int oy = 2 * py + (d >> 1), ox = 2 * px + (d & 1);
-        for (int ky = 0; ky < 3; ++ky) {
-          const float* row = image + (oy + ky) * 28 + ox;
-          for (int kx = 0; kx < 3; ++kx) {
-            v16 xv = Splat(row[kx]);
-            dw[ky * 3 + kx][0] += xv * gd0;
-            dw[ky * 3 + kx][1] += xv * gd1;
+// One channel vector at a time: its 9 kernel taps and the bias accumulate in registers over
+// every cell, in cell order.
+void ConvBackwardParams(const float* HWY_RESTRICT image, const uint8_t* HWY_RESTRICT argmax,
+                        const float* HWY_RESTRICT dpooled, float* HWY_RESTRICT dkernel,
+                        float* HWY_RESTRICT dbias) {
+  const D d;
+  const DI di;
+  const DU8 du8;
+  for (int c = 0; c < kConvChannels; c += kLanes) {
+    V dw[9];
+    for (V& v : dw) v = hn::Zero(d);
+    V db = hn::Zero(d);
+    for (int py = 0; py < kPoolOut; ++py) {
+      for (int px = 0; px < kPoolOut; ++px) {
+        const int cell = (py * kPoolOut + px) * kConvChannels + c;
+        const V g = hn::LoadU(d, dpooled + cell);
+        db = hn::Add(db, g);
+        const V winner = hn::ConvertTo(d, hn::PromoteTo(di, hn::LoadU(du8, argmax + cell)));
+        for (int pos = 0; pos < 4; ++pos) {
+          const V gd = hn::IfThenElseZero(hn::Eq(winner, hn::Set(d, static_cast<float>(pos))), g);
+          const int oy = 2 * py + (pos >> 1), ox = 2 * px + (pos & 1);
+          for (int ky = 0; ky < 3; ++ky) {
+            const float* row = image + (oy + ky) * 28 + ox;
+            for (int kx = 0; kx < 3; ++kx) {
+              dw[ky * 3 + kx] = hn::MulAdd(hn::Set(d, row[kx]), gd, dw[ky * 3 + kx]);
+            }
           }
         }
       }
     }
+    for (int t = 0; t < 9; ++t) hn::StoreU(dw[t], d, dkernel + t * kConvChannels + c);
+    hn::StoreU(db, d, dbias + c);
   }
-  for (int t = 0; t < 9; ++t) {
-    Store(dkernel + t * 32, dw[t][0]);
-    Store(dkernel + t * 32 + 16, dw[t][1]);
-  }
-  Store(dbias, db0);
-  Store(dbias + 16, db1);
 }
 
-namespace {
+// ---- Dense layers. Every output element is one accumulator summed in a fixed order (over k,
+// over o or over r), so how rows or outputs are blocked never changes a bit.
 
 // R rows x OB outputs of Y, dot products over K.
 template <int R, int OB>
-inline void DotBlock(const float* X, int K, const float* W, const float* bias, bool relu,
-                     int outputs, float* Y, int r0, int o0) {
-  v16 acc[R][OB] = {};
-  for (int k = 0; k < K; k += 16) {
-    v16 x[R], w[OB];
-    for (int r = 0; r < R; ++r) x[r] = Load(X + static_cast<size_t>(r0 + r) * K + k);
-    for (int o = 0; o < OB; ++o) w[o] = Load(W + static_cast<size_t>(o0 + o) * K + k);
-    for (int r = 0; r < R; ++r)
-      for (int o = 0; o < OB; ++o) acc[r][o] += x[r] * w[o];
+HWY_INLINE void DotBlock(const float* HWY_RESTRICT X, int K, const float* HWY_RESTRICT W,
+                         const float* HWY_RESTRICT bias, bool relu, int outputs,
+                         float* HWY_RESTRICT Y, int r0, int o0) {
+  const D d;
+  V acc[R][OB];
+  for (int r = 0; r < R; ++r)
+    for (int o = 0; o < OB; ++o) acc[r][o] = hn::Zero(d);
+  for (int k = 0; k < K; k += kLanes) {
+    V x[R];
+    for (int r = 0; r < R; ++r) x[r] = hn::LoadU(d, X + static_cast<size_t>(r0 + r) * K + k);
+    for (int o = 0; o < OB; ++o) {
+      const V w = hn::LoadU(d, W + static_cast<size_t>(o0 + o) * K + k);
+      for (int r = 0; r < R; ++r) acc[r][o] = hn::MulAdd(x[r], w, acc[r][o]);
+    }
   }
   for (int r = 0; r < R; ++r) {
     for (int o = 0; o < OB; ++o) {
-      float y = HSum(acc[r][o]) + bias[o0 + o];
+      float y = hn::GetLane(hn::SumOfLanes(d, acc[r][o])) + bias[o0 + o];
       if (relu && !(y > 0.0f)) y = 0.0f;
       Y[static_cast<size_t>(r0 + r) * outputs + o0 + o] = y;
     }
@@ -140,94 +187,230 @@ inline void DotBlock(const float* X, int K, const float* W, const float* bias, b
 }
 
 template <int R>
-inline void DotRows(const float* X, int K, const float* W, const float* bias, bool relu,
-                    int outputs, float* Y, int r0) {
+HWY_INLINE void DotRows(const float* X, int K, const float* W, const float* bias, bool relu,
+                        int outputs, float* Y, int r0) {
   int o = 0;
   for (; o + 4 <= outputs; o += 4) DotBlock<R, 4>(X, K, W, bias, relu, outputs, Y, r0, o);
   for (; o < outputs; ++o) DotBlock<R, 1>(X, K, W, bias, relu, outputs, Y, r0, o);
 }
 
-}  // namespace
+constexpr int kDotRows = kRegisters == 32 ? 4 : 2;
 
 void DenseForward(const float* X, int rows, int K, const float* W, const float* bias, int outputs,
                   bool relu, float* Y) {
   int r = 0;
-  for (; r + 4 <= rows; r += 4) DotRows<4>(X, K, W, bias, relu, outputs, Y, r);
+  for (; r + kDotRows <= rows; r += kDotRows) DotRows<kDotRows>(X, K, W, bias, relu, outputs, Y, r);
   for (; r < rows; ++r) DotRows<1>(X, K, W, bias, relu, outputs, Y, r);
 }
 
-namespace {
+constexpr int kColumns = 2 * kLanes;  // columns of dX or dW one block computes
 
-// R rows x 32 columns of dX: sum over outputs in order.
+// R rows x kColumns columns of dX: sums over the outputs in order.
 template <int R>
-inline void AxpyBlock(const float* dY, int outputs, const float* W, int K, const float* mask,
-                      float* dX, int r0, int k) {
-  v16 acc[R][2] = {};
+HWY_INLINE void AxpyBlock(const float* HWY_RESTRICT dY, int outputs, const float* HWY_RESTRICT W,
+                          int K, const float* HWY_RESTRICT mask, float* HWY_RESTRICT dX, int r0,
+                          int k) {
+  const D d;
+  V acc[R][2];
+  for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = hn::Zero(d);
   for (int o = 0; o < outputs; ++o) {
-    const v16 w0 = Load(W + static_cast<size_t>(o) * K + k),
-              w1 = Load(W + static_cast<size_t>(o) * K + k + 16);
+    const float* w = W + static_cast<size_t>(o) * K + k;
+    const V w0 = hn::LoadU(d, w), w1 = hn::LoadU(d, w + kLanes);
     for (int r = 0; r < R; ++r) {
-      const v16 s = Splat(dY[static_cast<size_t>(r0 + r) * outputs + o]);
-      acc[r][0] += s * w0;
-      acc[r][1] += s * w1;
+      const V s = hn::Set(d, dY[static_cast<size_t>(r0 + r) * outputs + o]);
+      acc[r][0] = hn::MulAdd(s, w0, acc[r][0]);
+      acc[r][1] = hn::MulAdd(s, w1, acc[r][1]);
     }
   }
+  const V zero = hn::Zero(d);
   for (int r = 0; r < R; ++r) {
     float* out = dX + static_cast<size_t>(r0 + r) * K + k;
     if (mask != nullptr) {
       const float* m = mask + static_cast<size_t>(r0 + r) * K + k;
-      i16 on0 = Load(m) > 0.0f, on1 = Load(m + 16) > 0.0f;
-      acc[r][0] = on0 ? acc[r][0] : v16{};
-      acc[r][1] = on1 ? acc[r][1] : v16{};
+      acc[r][0] = hn::IfThenElseZero(hn::Gt(hn::LoadU(d, m), zero), acc[r][0]);
+      acc[r][1] = hn::IfThenElseZero(hn::Gt(hn::LoadU(d, m + kLanes), zero), acc[r][1]);
     }
-    Store(out, acc[r][0]);
-    Store(out + 16, acc[r][1]);
+    hn::StoreU(acc[r][0], d, out);
+    hn::StoreU(acc[r][1], d, out + kLanes);
   }
 }
 
-}  // namespace
+constexpr int kAxpyRows = kRegisters == 32 ? 8 : 4;
 
+// Column blocks outside, rows inside: W's block of columns (outputs x kColumns) stays in the
+// L1 cache while every row passes over it.
 void DenseBackwardInput(const float* dY, int rows, int outputs, const float* W, int K,
                         const float* mask, float* dX) {
-  int r = 0;
-  for (; r + 8 <= rows; r += 8)
-    for (int k = 0; k < K; k += 32) AxpyBlock<8>(dY, outputs, W, K, mask, dX, r, k);
-  for (; r < rows; ++r)
-    for (int k = 0; k < K; k += 32) AxpyBlock<1>(dY, outputs, W, K, mask, dX, r, k);
+  for (int k = 0; k < K; k += kColumns) {
+    int r = 0;
+    for (; r + kAxpyRows <= rows; r += kAxpyRows) {
+      AxpyBlock<kAxpyRows>(dY, outputs, W, K, mask, dX, r, k);
+    }
+    for (; r < rows; ++r) AxpyBlock<1>(dY, outputs, W, K, mask, dX, r, k);
+  }
 }
 
-namespace {
-
-// OB outputs x 32 columns of dW: sum over rows in order.
+// OB outputs x kColumns columns of dW: sums over the rows in order.
 template <int OB>
-inline void OuterBlock(const float* dY, int rows, int outputs, const float* X, int K, float* dW,
-                       int o0, int k) {
-  v16 acc[OB][2] = {};
+HWY_INLINE void OuterBlock(const float* HWY_RESTRICT dY, int rows, int outputs,
+                           const float* HWY_RESTRICT X, int K, float* HWY_RESTRICT dW, int o0,
+                           int k) {
+  const D d;
+  V acc[OB][2];
+  for (int o = 0; o < OB; ++o) acc[o][0] = acc[o][1] = hn::Zero(d);
   for (int r = 0; r < rows; ++r) {
-    const v16 x0 = Load(X + static_cast<size_t>(r) * K + k),
-              x1 = Load(X + static_cast<size_t>(r) * K + k + 16);
+    const float* x = X + static_cast<size_t>(r) * K + k;
+    const V x0 = hn::LoadU(d, x), x1 = hn::LoadU(d, x + kLanes);
     const float* g = dY + static_cast<size_t>(r) * outputs + o0;
     for (int o = 0; o < OB; ++o) {
-      const v16 s = Splat(g[o]);
-      acc[o][0] += s * x0;
-      acc[o][1] += s * x1;
+      const V s = hn::Set(d, g[o]);
+      acc[o][0] = hn::MulAdd(s, x0, acc[o][0]);
+      acc[o][1] = hn::MulAdd(s, x1, acc[o][1]);
     }
   }
   for (int o = 0; o < OB; ++o) {
-    Store(dW + static_cast<size_t>(o0 + o) * K + k, acc[o][0]);
-    Store(dW + static_cast<size_t>(o0 + o) * K + k + 16, acc[o][1]);
+    hn::StoreU(acc[o][0], d, dW + static_cast<size_t>(o0 + o) * K + k);
+    hn::StoreU(acc[o][1], d, dW + static_cast<size_t>(o0 + o) * K + k + kLanes);
+  }
+}
+
+constexpr int kOuterOutputs = kRegisters == 32 ? 8 : 4;
+
+// Column blocks outside, outputs inside: X's block of columns (rows x kColumns) stays in the
+// L1 cache while every output passes over it.
+void DenseBackwardWeights(const float* dY, int rows, int outputs, const float* X, int K,
+                          int o_begin, int o_end, float* dW) {
+  for (int k = 0; k < K; k += kColumns) {
+    int o = o_begin;
+    for (; o + kOuterOutputs <= o_end; o += kOuterOutputs) {
+      OuterBlock<kOuterOutputs>(dY, rows, outputs, X, K, dW, o, k);
+    }
+    for (; o < o_end; ++o) OuterBlock<1>(dY, rows, outputs, X, K, dW, o, k);
+  }
+}
+
+// ---- Adam. The last partial vector goes through the same lanes' arithmetic, copied to and from
+// a full vector on the stack (Highway's masked loads and stores may touch the whole vector, which
+// can fault past the end and race with the thread that owns the next elements), so an element's
+// result does not depend on where a thread's range ends.
+void AdamUpdate(float* HWY_RESTRICT w, const float* HWY_RESTRICT g, float* HWY_RESTRICT m,
+                float* HWY_RESTRICT v, int n, float alpha, float one_minus_b1, float one_minus_b2,
+                float eps) {
+  const D d;
+  const V a = hn::Set(d, alpha), b1 = hn::Set(d, one_minus_b1), b2 = hn::Set(d, one_minus_b2),
+          e = hn::Set(d, eps);
+  auto update = [&](float* wp, const float* gp, float* mp, float* vp) {
+    const V gi = hn::LoadU(d, gp);
+    const V mi = hn::MulAdd(hn::Sub(gi, hn::LoadU(d, mp)), b1, hn::LoadU(d, mp));
+    const V vi = hn::MulAdd(hn::Sub(hn::Mul(gi, gi), hn::LoadU(d, vp)), b2, hn::LoadU(d, vp));
+    hn::StoreU(mi, d, mp);
+    hn::StoreU(vi, d, vp);
+    hn::StoreU(hn::Sub(hn::LoadU(d, wp), hn::Div(hn::Mul(a, mi), hn::Add(hn::Sqrt(vi), e))), d, wp);
+  };
+  int i = 0;
+  for (; i + kLanes <= n; i += kLanes) update(w + i, g + i, m + i, v + i);
+  if (i < n) {
+    HWY_ALIGN float tw[kLanes] = {}, tg[kLanes] = {}, tm[kLanes] = {}, tv[kLanes] = {};
+    const size_t rest = sizeof(float) * static_cast<size_t>(n - i);
+    std::memcpy(tw, w + i, rest);
+    std::memcpy(tg, g + i, rest);
+    std::memcpy(tm, m + i, rest);
+    std::memcpy(tv, v + i, rest);
+    update(tw, tg, tm, tv);
+    std::memcpy(w + i, tw, rest);
+    std::memcpy(m + i, tm, rest);
+    std::memcpy(v + i, tv, rest);
   }
 }
 
 }  // namespace
 
-void DenseBackwardWeights(const float* dY, int rows, int outputs, const float* X, int K,
-                          int o_begin, int o_end, float* dW) {
-  int o = o_begin;
-  for (; o + 8 <= o_end; o += 8)
-    for (int k = 0; k < K; k += 32) OuterBlock<8>(dY, rows, outputs, X, K, dW, o, k);
-  for (; o < o_end; ++o)
-    for (int k = 0; k < K; k += 32) OuterBlock<1>(dY, rows, outputs, X, K, dW, o, k);
+const Kernels kKernels = {kTargetName,   &ConvReluPoolForward, &ConvBackwardParams,
+                          &DenseForward, &DenseBackwardInput,  &DenseBackwardWeights,
+                          &AdamUpdate};
+
+}  // namespace HWY_NAMESPACE
+}  // namespace tj::nn::cpu
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+
+#include <cmath>
+
+namespace tj::nn::cpu {
+namespace {
+
+struct Compiled {
+  int64_t target;  // Highway's bit for it
+  const Kernels* kernels;
+};
+
+// Best first, as Highway orders its targets.
+constexpr Compiled kCompiled[] = {
+#if HWY_TARGETS & HWY_AVX3
+    {HWY_AVX3, &N_AVX3::kKernels},
+#endif
+#if HWY_TARGETS & HWY_AVX2
+    {HWY_AVX2, &N_AVX2::kKernels},
+#endif
+#if HWY_TARGETS & HWY_SSE4
+    {HWY_SSE4, &N_SSE4::kKernels},
+#endif
+#if HWY_TARGETS & HWY_NEON
+    {HWY_NEON, &N_NEON::kKernels},
+#endif
+#if HWY_TARGETS & HWY_EMU128
+    {HWY_EMU128, &N_EMU128::kKernels},
+#endif
+#if HWY_TARGETS & HWY_SCALAR
+    {HWY_SCALAR, &N_SCALAR::kKernels},
+#endif
+};
+
+bool Runs(const Compiled& c) {
+  return c.target == HWY_EMU128 || c.target == HWY_SCALAR ||
+         (hwy::SupportedTargets() & c.target) != 0;
+}
+
+std::string Join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> SupportedTargets() {
+  std::vector<std::string> names;
+  for (const Compiled& c : kCompiled)
+    if (Runs(c)) names.emplace_back(c.kernels->target);
+  return names;
+}
+
+std::vector<std::string> CompiledTargets() {
+  std::vector<std::string> names;
+  for (const Compiled& c : kCompiled) names.emplace_back(c.kernels->target);
+  return names;
+}
+
+const Kernels& BestKernels() {
+  for (const Compiled& c : kCompiled)
+    if (Runs(c)) return *c.kernels;
+  return *kCompiled[std::size(kCompiled) - 1].kernels;  // the portable one: always compiled
+}
+
+StatusOr<const Kernels*> KernelsFor(std::string_view name) {
+  if (name.empty() || name == "auto") return &BestKernels();
+  for (const Compiled& c : kCompiled) {
+    if (name != c.kernels->target) continue;
+    if (Runs(c)) return c.kernels;
+    return Status::Error("TJ_CPU_TARGET=" + std::string(name) +
+                         ": this CPU cannot run it; it supports " + Join(SupportedTargets()) +
+                         " (or auto, the best of them)");
+  }
+  return Status::Error("TJ_CPU_TARGET=" + std::string(name) + ": unknown CPU target; expected " +
+                       "auto or one of " + Join(CompiledTargets()) + " (this CPU supports " +
+                       Join(SupportedTargets()) + ")");
 }
 
 double SoftmaxCrossEntropy(const float* logits, int classes, int label, float scale, float* dlogits,
@@ -248,3 +431,5 @@ double SoftmaxCrossEntropy(const float* logits, int classes, int label, float sc
 }
 
 }  // namespace tj::nn::cpu
+
+#endif  // HWY_ONCE

@@ -1,11 +1,12 @@
 // The training step and the evaluation of the seeds' model on the CPU: forward, loss and
 // backward over a batch, parallel over a ThreadPool. Results are bitwise independent of the
-// number of threads (see cpu_kernels.h). Not thread-safe: one caller at a time.
+// number of threads for one SIMD target (see cpu_kernels.h). Not thread-safe: one caller at a time.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "trainer/nn/cpu_kernels.h"
 #include "trainer/nn/thread_pool.h"
 
 namespace tj::nn {
@@ -26,8 +27,9 @@ struct BatchStats {
 
 class CpuStep {
  public:
-  // `max_rows`: the largest batch ComputeGradients will see. The pool is borrowed.
-  CpuStep(int max_rows, ThreadPool* pool);
+  // `max_rows`: the largest batch ComputeGradients will see. The pool is borrowed; `kernels`
+  // (one SIMD target's, of the process's life) compute.
+  CpuStep(int max_rows, ThreadPool* pool, const cpu::Kernels& kernels = cpu::BestKernels());
 
   // Gradients of (sum of per-image losses) x `scale` w.r.t. `params` into grad[Layout::kCount]
   // (overwritten). With scale = 1 / global batch, summing the gradients of all replicas gives
@@ -44,6 +46,7 @@ class CpuStep {
 
   int max_rows_;
   ThreadPool* pool_;
+  const cpu::Kernels& k_;
   std::vector<float> pooled_;         // rows x 5408
   std::vector<uint8_t> argmax_;       // rows x 5408
   std::vector<float> hidden_;         // rows x 64

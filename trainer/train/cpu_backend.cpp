@@ -12,17 +12,19 @@ namespace {
 
 class CpuBackend final : public StepBackend {
  public:
-  CpuBackend(const data::Dataset& dataset, int batch_size, nn::ThreadPool* pool)
+  CpuBackend(const data::Dataset& dataset, int batch_size, nn::ThreadPool* pool,
+             const nn::cpu::Kernels& kernels)
       : data_(dataset),
         batch_size_(batch_size),
         pool_(pool),
-        step_(batch_size, pool),
-        adam_(nn::Layout::kCount),
+        kernels_(kernels),
+        step_(batch_size, pool, kernels),
+        adam_(nn::Layout::kCount, nn::AdamConfig{}, kernels),
         params_(nn::Layout::kCount, 0.0f),
         grad_(kReduceFloatsOnHost, 0.0f) {}
 
   std::string description() const override {
-    return "cpu (" + std::to_string(pool_->size()) + " threads)";
+    return "cpu (" + std::to_string(pool_->size()) + " threads, " + kernels_.target + ")";
   }
   bool device_buffers() const override { return false; }
   void* device_stream() override { return nullptr; }
@@ -86,6 +88,7 @@ class CpuBackend final : public StepBackend {
   const data::Dataset& data_;
   int batch_size_;
   nn::ThreadPool* pool_;
+  const nn::cpu::Kernels& kernels_;
   nn::CpuStep step_;
   nn::Adam adam_;
   std::vector<float> params_;
@@ -101,8 +104,8 @@ class CpuBackend final : public StepBackend {
 }  // namespace
 
 std::unique_ptr<StepBackend> MakeCpuBackend(const data::Dataset& dataset, int batch_size,
-                                            nn::ThreadPool* pool) {
-  return std::make_unique<CpuBackend>(dataset, batch_size, pool);
+                                            nn::ThreadPool* pool, const nn::cpu::Kernels& kernels) {
+  return std::make_unique<CpuBackend>(dataset, batch_size, pool, kernels);
 }
 
 }  // namespace tj::train

@@ -15,7 +15,7 @@ nn::BatchStats EvaluateTestSet(const EvaluatorContext& c, const std::vector<floa
   const data::Split& test = c.dataset->test;
   std::vector<uint32_t> all(static_cast<size_t>(test.count));
   std::iota(all.begin(), all.end(), 0u);
-  nn::CpuStep step(256, c.pool);
+  nn::CpuStep step(256, c.pool, *c.kernels);
   return step.Evaluate(weights.data(),
                        {test.images.data(), test.labels.data(), all.data(), test.count});
 }

@@ -5,6 +5,7 @@
 
 #include "common/event_log.h"
 #include "trainer/data/idx_reader.h"
+#include "trainer/nn/cpu_kernels.h"
 #include "trainer/nn/thread_pool.h"
 #include "trainer/train/options.h"
 #include "trainer/train/progress.h"
@@ -16,6 +17,7 @@ struct EvaluatorContext {
   const Options* options = nullptr;
   const data::Dataset* dataset = nullptr;
   nn::ThreadPool* pool = nullptr;
+  const nn::cpu::Kernels* kernels = &nn::cpu::BestKernels();
   EventLog* log = nullptr;
   Progress* progress = nullptr;
   ScalarSink scalars;  // may be empty

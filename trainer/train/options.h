@@ -29,6 +29,9 @@ struct Options {
   int steps_per_epoch = 0;  // a cap; 0 = the whole epoch
   uint64_t seed = 42;
   int threads = 0;  // 0 = every core the process may use
+  // The CPU kernels' SIMD target (TJ_CPU_TARGET): "auto" (the best this CPU runs) or one name
+  // of nn::cpu::CompiledTargets().
+  std::string cpu_target = "auto";
   Device device = Device::kAuto;
   // The CUDA device of this process: one GPU per process, several processes per machine
   // (LOCAL_RANK, as torchrun sets it; 0 when unset). CUDA_VISIBLE_DEVICES narrows what is

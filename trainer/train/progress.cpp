@@ -4,17 +4,24 @@
 
 #include "common/prometheus_text.h"
 #include "common/status_schema.h"
+#include "common/version.h"
 
 namespace tj::train {
 
 nlohmann::json Progress::StatusJson() const {
   namespace k = status_schema;
   ProgressSnapshot s = Get();
-  nlohmann::json j = {{k::kRole.key, s.role},          {k::kState.key, s.state},
-                      {k::kEpoch.key, s.epoch},        {k::kTotalEpochs.key, s.total_epochs},
-                      {k::kStep.key, s.step},          {k::kGlobalStep.key, s.global_step},
-                      {k::kLoss.key, nullptr},         {k::kAccuracy.key, nullptr},
-                      {k::kImagesPerSec.key, nullptr}, {k::kLastBackup.key, nullptr},
+  nlohmann::json j = {{k::kRole.key, s.role},
+                      {k::kState.key, s.state},
+                      {k::kCpuTarget.key, s.cpu_target},
+                      {k::kEpoch.key, s.epoch},
+                      {k::kTotalEpochs.key, s.total_epochs},
+                      {k::kStep.key, s.step},
+                      {k::kGlobalStep.key, s.global_step},
+                      {k::kLoss.key, nullptr},
+                      {k::kAccuracy.key, nullptr},
+                      {k::kImagesPerSec.key, nullptr},
+                      {k::kLastBackup.key, nullptr},
                       {k::kEvaluation.key, nullptr}};
   if (s.loss) j[k::kLoss.key] = *s.loss;
   if (s.accuracy) j[k::kAccuracy.key] = *s.accuracy;
@@ -37,6 +44,10 @@ std::string Progress::PrometheusText() const {
       out.Declare(name, help, "gauge");
     }
   };
+  // Build-info style: always 1, the facts in the labels.
+  out.Gauge("tj_trainer_build_info",
+            "Always 1: the trainer's version and the SIMD target its CPU kernels run.", 1.0,
+            {{"role", s.role}, {"version", kVersionText}, {"cpu_target", s.cpu_target}});
   out.Gauge("tj_trainer_epoch", "The epoch in progress (1-based).", s.epoch, role);
   out.Gauge("tj_trainer_total_epochs", "Epochs this run trains.", s.total_epochs, role);
   out.Gauge("tj_trainer_step", "Steps done in the epoch in progress.", static_cast<double>(s.step),

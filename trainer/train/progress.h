@@ -14,6 +14,7 @@ namespace tj::train {
 struct ProgressSnapshot {
   std::string role;                // "chief", "worker", "evaluator"
   std::string state = "starting";  // starting, training, evaluating, succeeded, failed
+  std::string cpu_target;          // the CPU kernels' SIMD target: avx512, avx2, sse4, ...
   int epoch = 0;                   // the epoch in progress (1-based), or the last one completed
   int total_epochs = 0;
   int64_t step = 0;  // steps done in the epoch in progress

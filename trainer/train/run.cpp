@@ -7,6 +7,7 @@
 #include <memory>
 #include <thread>
 
+#include "common/version.h"
 #include "trainer/cluster/tf_config.h"
 #include "trainer/collective/gloo_communicator.h"
 #ifdef TJ_HAVE_NCCL
@@ -129,11 +130,24 @@ int RunTrainer(const Options& o, StopRequest* stop) {
     log.Error(dataset.status().message());
     return kExitFailure;
   }
+  auto kernels = nn::cpu::KernelsFor(o.cpu_target);
+  if (!kernels.ok()) {
+    log.Error(kernels.status().message());
+    return kExitUsage;
+  }
+  const nn::cpu::Kernels* cpu = *kernels;
   nn::ThreadPool pool(o.threads > 0 ? o.threads : UsableCores());
+  log.Emit({{"event", "start"},
+            {"version", kVersionText},
+            {"role", role},
+            {"threads", pool.size()},
+            {"cpu_target", cpu->target},
+            {"cpu_targets_supported", nn::cpu::SupportedTargets()}});
   Progress progress;
   progress.Update([&](ProgressSnapshot& p) {
     p.role = role;
     p.total_epochs = o.epochs;
+    p.cpu_target = cpu->target;
   });
   auto observability = Observability::Start(o, role, evaluator || is_chief, &progress, &log);
   if (!observability.ok()) {
@@ -143,9 +157,9 @@ int RunTrainer(const Options& o, StopRequest* stop) {
   ScalarSink scalars = (*observability)->Scalars();
 
   if (o.evaluate_only) {
-    return EvaluateExportedModel({&o, &*dataset, &pool, &log, &progress, scalars});
+    return EvaluateExportedModel({&o, &*dataset, &pool, cpu, &log, &progress, scalars});
   }
-  if (evaluator) return RunEvaluator({&o, &*dataset, &pool, &log, &progress, scalars});
+  if (evaluator) return RunEvaluator({&o, &*dataset, &pool, cpu, &log, &progress, scalars});
 
   // The device: auto takes the GPU when one is visible (and the build has CUDA).
   std::unique_ptr<StepBackend> backend;
@@ -158,7 +172,7 @@ int RunTrainer(const Options& o, StopRequest* stop) {
     }
     backend = std::move(*gpu);
   } else {
-    backend = MakeCpuBackend(*dataset, o.batch_size, &pool);
+    backend = MakeCpuBackend(*dataset, o.batch_size, &pool, *cpu);
   }
 
   std::unique_ptr<collective::Communicator> comm;
@@ -191,9 +205,9 @@ int RunTrainer(const Options& o, StopRequest* stop) {
     }
     gradient_comm = std::move(*nccl);
   }
-  TrainingContext context{&o,        &*dataset, comm.get(), &pool,         &log,
-                          &progress, is_chief,  scalars,    backend.get(), gradient_comm.get(),
-                          stop};
+  TrainingContext context{&o,      &*dataset,     comm.get(),          &pool,
+                          cpu,     &log,          &progress,           is_chief,
+                          scalars, backend.get(), gradient_comm.get(), stop};
   TrainingOutcome outcome = RunTraining(context);
   if (!outcome.status.ok()) {
     progress.Update([](ProgressSnapshot& p) { p.state = "failed"; });

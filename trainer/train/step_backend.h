@@ -12,6 +12,7 @@
 
 #include "common/status.h"
 #include "trainer/data/idx_reader.h"
+#include "trainer/nn/cpu_kernels.h"
 #include "trainer/nn/model.h"
 #include "trainer/nn/thread_pool.h"
 
@@ -69,9 +70,11 @@ class StepBackend {
   virtual Status WaitForSteps() = 0;
 };
 
-// The CPU backend over `pool` (borrowed): the dataset stays where `dataset` holds it.
-std::unique_ptr<StepBackend> MakeCpuBackend(const data::Dataset& dataset, int batch_size,
-                                            nn::ThreadPool* pool);
+// The CPU backend over `pool` (borrowed) with `kernels` (one SIMD target's): the dataset stays
+// where `dataset` holds it.
+std::unique_ptr<StepBackend> MakeCpuBackend(
+    const data::Dataset& dataset, int batch_size, nn::ThreadPool* pool,
+    const nn::cpu::Kernels& kernels = nn::cpu::BestKernels());
 
 // The GPU backend on CUDA device `device`: copies the training set there once. Fails when the
 // build has no CUDA ("built without CUDA") or the device cannot be used.

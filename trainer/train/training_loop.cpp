@@ -39,12 +39,12 @@ class Trainer {
               .replicas = c.comm->size(),
               .rank = c.comm->rank(),
               .steps_cap = o_.steps_per_epoch},
-        eval_step_(o_.batch_size, c.pool),
+        eval_step_(o_.batch_size, c.pool, *c.kernels),
         gradient_comm_(c.gradient_comm ? c.gradient_comm : c.comm) {
     if (c.backend) {
       backend_ = c.backend;
     } else {
-      own_backend_ = MakeCpuBackend(data_, o_.batch_size, c.pool);
+      own_backend_ = MakeCpuBackend(data_, o_.batch_size, c.pool, *c.kernels);
       backend_ = own_backend_.get();
     }
     if (!o_.backup_dir.empty()) {

@@ -14,6 +14,7 @@
 #include "common/status.h"
 #include "trainer/collective/communicator.h"
 #include "trainer/data/idx_reader.h"
+#include "trainer/nn/cpu_kernels.h"
 #include "trainer/nn/thread_pool.h"
 #include "trainer/train/options.h"
 #include "trainer/train/progress.h"
@@ -30,6 +31,8 @@ struct TrainingContext {
   const data::Dataset* dataset = nullptr;
   collective::Communicator* comm = nullptr;  // size 1 for a single process
   nn::ThreadPool* pool = nullptr;
+  // The SIMD target's kernels of every computation on the CPU.
+  const nn::cpu::Kernels* kernels = &nn::cpu::BestKernels();
   EventLog* log = nullptr;
   Progress* progress = nullptr;
   bool is_chief = true;  // only the chief writes backups, checkpoints, exports and summaries

@@ -74,9 +74,14 @@ TEST(ObservabilityTest, StatusEndpointWhileTraining) {
   EXPECT_EQ(status["total_epochs"], 200);
   EXPECT_GE(status["epoch"].get<int>(), 2);
   EXPECT_TRUE(status["loss"].is_number());
+  ASSERT_TRUE(status["cpu_target"].is_string());
+  const std::string target = status["cpu_target"];
+  EXPECT_FALSE(target.empty());
   const std::string metrics = HttpGet(port, "/metrics");
   EXPECT_NE(metrics.find("# TYPE tj_trainer_epoch gauge"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("tj_trainer_loss{role=\"chief\"}"), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("cpu_target=\"" + target + "\""), std::string::npos) << metrics;
+  EXPECT_NE(metrics.find("tj_trainer_build_info{"), std::string::npos) << metrics;
   p->Signal(SIGTERM);
   EXPECT_TRUE(p->Wait(10s).has_value());
 }
@@ -103,6 +108,30 @@ TEST(ObservabilityTest, StatusPortFromEnvironment) {
   ASSERT_TRUE(code.has_value());
   EXPECT_EQ(*code, 2);
   EXPECT_NE(bad.Stderr().find("TJ_STATUS_PORT=http"), std::string::npos) << bad.Stderr();
+}
+
+// TJ_CPU_TARGET forces the kernels' SIMD target, which the start line names; a name the
+// trainer does not know is a usage error that lists the names.
+TEST(ObservabilityTest, CpuTargetFromEnvironment) {
+  TJ_REQUIRE_DATASET();
+  TempDir dir;
+  Subprocess forced({kTrainer, "--data-dir", kDataDir, "--device", "cpu", "--epochs", "1",
+                     "--steps-per-epoch", "2", "--threads", "1"},
+                    {{"TJ_CPU_TARGET", "scalar"}}, dir / "forced");
+  ASSERT_EQ(forced.Wait(120s), 0) << forced.Stderr();
+  EXPECT_NE(forced.Stdout().find(R"("event":"start")"), std::string::npos) << forced.Stdout();
+  EXPECT_NE(forced.Stdout().find(R"("cpu_target":"scalar")"), std::string::npos) << forced.Stdout();
+  EXPECT_NE(forced.Stdout().find(R"x("device":"cpu (1 threads, scalar)")x"), std::string::npos)
+      << forced.Stdout();
+
+  Subprocess bad({kTrainer, "--data-dir", kDataDir, "--epochs", "1"},
+                 {{"TJ_CPU_TARGET", "avx9000"}}, dir / "bad");
+  auto code = bad.Wait(30s);
+  ASSERT_TRUE(code.has_value());
+  EXPECT_EQ(*code, 2);
+  const std::string all = bad.Stdout() + bad.Stderr();
+  EXPECT_NE(all.find("TJ_CPU_TARGET=avx9000: unknown CPU target"), std::string::npos) << all;
+  EXPECT_NE(all.find("sse4"), std::string::npos) << all;
 }
 
 }  // namespace

@@ -37,7 +37,11 @@ TEST(SingleProcessTest, EventsAndBitwiseDeterminism) {
   ASSERT_EQ(epochs.size(), 2u);
   const std::vector<std::string> keys = {"event",    "epoch", "steps",   "loss",
                                          "accuracy", "lr",    "seconds", "images_per_sec"};
-  const std::string first = a->StdoutLines().front();
+  // The first line is the start line (the version, the CPU target); then the epochs.
+  const std::vector<std::string> lines = a->StdoutLines();
+  ASSERT_GE(lines.size(), 2u);
+  EXPECT_EQ(lines[0].rfind(R"({"event":"start",)", 0), 0u) << lines[0];
+  const std::string first = lines[1];
   size_t pos = 0;
   for (const std::string& k : keys) {  // fields in the documented order
     size_t at = first.find("\"" + k + "\":", pos);
@@ -58,8 +62,9 @@ TEST(SingleProcessTest, TextLogFormat) {
   auto p = StartTrainer({"--epochs", "1", "--steps-per-epoch", "3", "--log-format", "text"}, "",
                         dir / "p");
   ASSERT_EQ(p->Wait(60s), 0) << p->Stderr();
-  EXPECT_EQ(p->StdoutLines().at(0).rfind("epoch_end epoch=1 steps=3 loss=", 0), 0u)
-      << p->StdoutLines().at(0);
+  EXPECT_EQ(p->StdoutLines().at(0).rfind("start version=", 0), 0u) << p->StdoutLines().at(0);
+  EXPECT_EQ(p->StdoutLines().at(1).rfind("epoch_end epoch=1 steps=3 loss=", 0), 0u)
+      << p->StdoutLines().at(1);
 }
 
 struct BadRun {

@@ -92,20 +92,20 @@ class KernelMath : public ::testing::Test {
     pooled_.resize(size_t{kRows} * kFlat);
     argmax_.resize(size_t{kRows} * kFlat);
     for (int r = 0; r < kRows; ++r) {
-      nn::cpu::ConvReluPoolForward(Image(r), P(Layout::kConvKernel), P(Layout::kConvBias),
-                                   &pooled_[static_cast<size_t>(r) * kFlat],
-                                   &argmax_[static_cast<size_t>(r) * kFlat]);
+      nn::cpu::BestKernels().conv_relu_pool_forward(
+          Image(r), P(Layout::kConvKernel), P(Layout::kConvBias),
+          &pooled_[static_cast<size_t>(r) * kFlat], &argmax_[static_cast<size_t>(r) * kFlat]);
     }
     std::vector<float> zero(kHidden, 0.0f);
     pre_hidden_.resize(kRows * kHidden);  // cuBLAS's product, before the bias and ReLU
-    nn::cpu::DenseForward(pooled_.data(), kRows, kFlat, P(Layout::kDense1Kernel), zero.data(),
-                          kHidden, false, pre_hidden_.data());
+    nn::cpu::BestKernels().dense_forward(pooled_.data(), kRows, kFlat, P(Layout::kDense1Kernel),
+                                         zero.data(), kHidden, false, pre_hidden_.data());
     hidden_.resize(kRows * kHidden);
-    nn::cpu::DenseForward(pooled_.data(), kRows, kFlat, P(Layout::kDense1Kernel),
-                          P(Layout::kDense1Bias), kHidden, true, hidden_.data());
+    nn::cpu::BestKernels().dense_forward(pooled_.data(), kRows, kFlat, P(Layout::kDense1Kernel),
+                                         P(Layout::kDense1Bias), kHidden, true, hidden_.data());
     logits_.resize(kRows * kClasses);
-    nn::cpu::DenseForward(hidden_.data(), kRows, kHidden, P(Layout::kDense2Kernel),
-                          P(Layout::kDense2Bias), kClasses, false, logits_.data());
+    nn::cpu::BestKernels().dense_forward(hidden_.data(), kRows, kHidden, P(Layout::kDense2Kernel),
+                                         P(Layout::kDense2Bias), kClasses, false, logits_.data());
     dlogits_.resize(kRows * kClasses);
     loss_.resize(kRows);
     correct_.resize(kRows);
@@ -116,11 +116,12 @@ class KernelMath : public ::testing::Test {
       correct_[r] = correct;
     }
     dhidden_.resize(kRows * kHidden);
-    nn::cpu::DenseBackwardInput(dlogits_.data(), kRows, kClasses, P(Layout::kDense2Kernel), kHidden,
-                                hidden_.data(), dhidden_.data());
+    nn::cpu::BestKernels().dense_backward_input(dlogits_.data(), kRows, kClasses,
+                                                P(Layout::kDense2Kernel), kHidden, hidden_.data(),
+                                                dhidden_.data());
     dpooled_.resize(size_t{kRows} * kFlat);  // cuBLAS's product: no mask (the kernels apply it)
-    nn::cpu::DenseBackwardInput(dhidden_.data(), kRows, kHidden, P(Layout::kDense1Kernel), kFlat,
-                                nullptr, dpooled_.data());
+    nn::cpu::BestKernels().dense_backward_input(
+        dhidden_.data(), kRows, kHidden, P(Layout::kDense1Kernel), kFlat, nullptr, dpooled_.data());
   }
 
   static constexpr float kScale = 1.0f / 128;
@@ -278,8 +279,8 @@ TEST_F(KernelMath, ConvBackwardMatchesTheCpuKernel) {
                       ? dpooled_[static_cast<size_t>(r) * kFlat + i]
                       : 0.0f;
     }
-    nn::cpu::ConvBackwardParams(Image(r), &argmax_[static_cast<size_t>(r) * kFlat], masked.data(),
-                                one.data(), one.data() + 288);
+    nn::cpu::BestKernels().conv_backward_params(Image(r), &argmax_[static_cast<size_t>(r) * kFlat],
+                                                masked.data(), one.data(), one.data() + 288);
     for (size_t i = 0; i < want.size(); ++i) want[i] += one[i];
   }
   for (size_t i = 0; i < want.size(); ++i) ASSERT_TRUE(Near(dconv[i], want[i], 1e-4f)) << i;
@@ -296,8 +297,8 @@ TEST_F(KernelMath, SmallGradientsMatchTheCpuKernels) {
     ++written[offset];
   });
   std::vector<float> dw2(kClasses * kHidden);
-  nn::cpu::DenseBackwardWeights(dlogits_.data(), kRows, kClasses, hidden_.data(), kHidden, 0,
-                                kClasses, dw2.data());
+  nn::cpu::BestKernels().dense_backward_weights(dlogits_.data(), kRows, kClasses, hidden_.data(),
+                                                kHidden, 0, kClasses, dw2.data());
   for (int i = 0; i < kClasses * kHidden; ++i) {
     ASSERT_EQ(written[Layout::kDense2Kernel + i], 1);
     ASSERT_TRUE(Near(grad[Layout::kDense2Kernel + i], dw2[i], 1e-5f)) << i;
