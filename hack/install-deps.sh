@@ -16,6 +16,8 @@ PACKAGES=(
   # (Debian's /usr/bin/python3: scripts that import these call it by that path, not the
   # `python3` first on PATH, which may be another interpreter without them)
   python3 python3-torch python3-numpy python3-yaml
+  # TensorFlow's wheels and venv (hack/tensorflow.sh: pip download, python3 -m venv)
+  python3-pip python3-venv
   # local cluster (etcd, Go to build kube-apiserver & co. from Debian's source package)
   etcd-server golang-go rsync jq golang-github-modern-go-reflect2-dev
   curl ca-certificates openssl procps iproute2 util-linux unzip
