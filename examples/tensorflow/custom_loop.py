@@ -85,21 +85,22 @@ def main(argv):
 
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, epoch=epoch,
                                      step_in_epoch=step_in_epoch)
-    # The chief's manager keeps the job's checkpoints; every other worker saves too (a save
-    # may need all of them) into a directory of its own, removed after each save.
-    manager = tf.train.CheckpointManager(checkpoint, a.checkpoint_dir,
-                                         max_to_keep=a.keep_checkpoints)
+    # The chief keeps the job's checkpoints in --checkpoint-dir; every other worker saves too
+    # (a save may need all of them) into a directory of its own, removed after each save.
     write_dir = fmnist_setup.write_dir(a.checkpoint_dir, run.task_type, run.task_index,
-                                      run.has_chief)
-    write_manager = manager if run.chief else tf.train.CheckpointManager(checkpoint, write_dir, 1)
-    # Restores the newest checkpoint of the chief's directory, and on SIGTERM saves on every
-    # worker at the same step, then exits.
+                                       run.has_chief)
+    manager = tf.train.CheckpointManager(checkpoint, write_dir,
+                                         max_to_keep=a.keep_checkpoints if run.chief else 1)
+    # Given the checkpoint and the chief's directory (not a manager, which it would use as is on
+    # every worker: all would write into the chief's directory), the handler restores the
+    # newest checkpoint there on every worker, and on SIGTERM makes every worker save at the
+    # same step (the others into directories of their own), then exit.
     handler = tf.distribute.experimental.PreemptionCheckpointHandler(
-        strategy.cluster_resolver, manager,
+        strategy.cluster_resolver, checkpoint, a.checkpoint_dir,
         termination_config=tf.distribute.experimental.TerminationConfig(
             exit_fn=lambda: sys.exit(a.preemption_exit_code)))
     if epoch.numpy() or step_in_epoch.numpy():
-        fmnist_setup.log("restored", checkpoint=manager.latest_checkpoint,
+        fmnist_setup.log("restored", checkpoint=tf.train.latest_checkpoint(a.checkpoint_dir),
                          epoch=int(epoch.numpy()), step_in_epoch=int(step_in_epoch.numpy()))
 
     iterator = iter(dataset)
@@ -117,7 +118,7 @@ def main(argv):
         images += steps * global_batch
         epoch.assign_add(1)
         step_in_epoch.assign(0)
-        saved = write_manager.save()
+        saved = manager.save()
         if not run.chief:
             shutil.rmtree(write_dir, ignore_errors=True)
         fmnist_setup.log("epoch_end", epoch=int(epoch.numpy()), steps=steps,

@@ -65,12 +65,12 @@ class Report(tf.keras.callbacks.Callback):
         self.epoch, self.steps, self.started, self.reported = None, 0, 0.0, False
 
     def on_epoch_begin(self, epoch, logs=None):
-        self.epoch, self.steps, self.started = epoch + 1, 0, time.monotonic()
+        self.epoch, self.steps, self.started = int(epoch) + 1, 0, time.monotonic()
 
     def on_train_batch_begin(self, batch, logs=None):
         if not self.reported:
             self.reported = True
-            fmnist_setup.log("first_step", epoch=self.epoch, step=batch)
+            fmnist_setup.log("first_step", epoch=self.epoch, step=int(batch))
 
     def on_train_batch_end(self, batch, logs=None):
         self.steps += 1
@@ -80,7 +80,7 @@ class Report(tf.keras.callbacks.Callback):
     def on_epoch_end(self, epoch, logs=None):
         logs = logs or {}
         seconds = time.monotonic() - self.started
-        fmnist_setup.log("epoch_end", epoch=epoch + 1, steps=self.steps,
+        fmnist_setup.log("epoch_end", epoch=int(epoch) + 1, steps=self.steps,
                          loss=float(logs.get("loss", float("nan"))),
                          accuracy=float(logs.get("accuracy", float("nan"))), seconds=seconds,
                          images_per_sec=self.steps * self.global_batch / seconds)

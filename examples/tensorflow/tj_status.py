@@ -118,7 +118,9 @@ class StatusServer:
             return dict(self._doc)
 
     def document_bytes(self):
-        return json.dumps(self.document(), allow_nan=False).encode()
+        # numpy scalars (what Keras hands callbacks) as Python numbers.
+        return json.dumps(self.document(), allow_nan=False,
+                          default=lambda o: o.item() if hasattr(o, "item") else str(o)).encode()
 
     def close(self):
         if self._server is not None:
@@ -151,14 +153,16 @@ class StatusCallback(_keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         self.server.update(state="training", total_epochs=int(self.params.get("epochs") or 0))
 
+    # Keras passes numpy integers after a BackupAndRestore resume (tf-keras): int() them.
     def on_epoch_begin(self, epoch, logs=None):
+        epoch = int(epoch)
         self._epoch_start = time.monotonic()
         self._steps = 0
         self._global_step = self._iterations()
         self.server.update(epoch=epoch + 1, step=0, global_step=self._global_step)
 
     def on_train_batch_end(self, batch, logs=None):
-        self._steps = batch + 1
+        self._steps = int(batch) + 1
         self._global_step += 1
         self.server.update(step=self._steps, global_step=self._global_step)
 
@@ -169,9 +173,9 @@ class StatusCallback(_keras.callbacks.Callback):
         if self.global_batch_size and seconds > 0 and self._steps:
             rate = self._steps * self.global_batch_size / seconds
         accuracy = logs.get("accuracy", logs.get("sparse_categorical_accuracy"))
-        self.server.update(epoch=epoch + 1, step=self._steps, global_step=self._iterations(),
-                           loss=_finite(logs.get("loss")), accuracy=_finite(accuracy),
-                           images_per_sec=_finite(rate))
+        self.server.update(epoch=int(epoch) + 1, step=self._steps,
+                           global_step=self._iterations(), loss=_finite(logs.get("loss")),
+                           accuracy=_finite(accuracy), images_per_sec=_finite(rate))
 
     def on_train_end(self, logs=None):
         self.server.update(state="succeeded")
