@@ -152,7 +152,8 @@ TEST_F(TensorFlowE2E, KerasFitWithEvaluatorSucceedsAndReportsProgress) {
       [&] {
         json job = Get("kfit");
         if (StatusOf(job).Finished()) return true;
-        const json p = job["status"].value("progress", json());
+        const json status = job.is_object() ? job.value("status", json()) : json();
+        const json p = status.is_object() ? status.value("progress", json()) : json();
         if (p.is_object() && p.value("epoch", 0) >= 2 && p.contains("loss")) {
           progress = p;
           get_tj = testing::Kubectl(cluster_, "-n " + ns_ + " get tj kfit -o wide");
