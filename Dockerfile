@@ -5,9 +5,17 @@
 #   trainer      tj-trainer and Fashion-MNIST. TRAINER_VARIANT=gpu (the default): the GPU
 #                backend on the CUDA runtime with cuDNN and NCCL; TRAINER_VARIANT=cpu: Gloo
 #                collectives only, on Debian 12 slim
+#   tensorflow   TensorFlow (tensorflow-cpu, Keras 3 and tf-keras, pinned in
+#                examples/tensorflow/requirements.txt), the examples of examples/tensorflow and
+#                Fashion-MNIST, on Debian 12 slim: an image for TensorFlow programs under the
+#                operator. Installed offline from wheels given as the build context
+#                `tensorflow-wheels` (hack/tensorflow.sh wheels downloads them):
+#                  docker build --target tensorflow \
+#                    --build-context tensorflow-wheels=<wheel dir> -t <registry>/tj-tensorflow .
 #
 #   make images     # operator + the cpu trainer with buildah, no daemon, no registry
 #                   # (hack/images.sh)
+#   make images-tensorflow   # the tensorflow target, the same way
 #   docker build --target trainer -t <registry>/tj-trainer:0.1.0 .   # the CUDA image
 #   docker build --target trainer --build-arg TRAINER_VARIANT=cpu \
 #     -t <registry>/tj-trainer-cpu:0.1.0 .
@@ -101,3 +109,26 @@ USER ${APP_UID}:${APP_UID}
 WORKDIR /home/tj
 EXPOSE 2222
 ENTRYPOINT ["/usr/local/bin/tj-trainer"]
+
+# ---------------------------------------------------------------------------------------------
+# TensorFlow programs (examples/tensorflow): Debian 12's python3 (3.11) with a venv in
+# /opt/tensorflow first on PATH, so `python` is the one with TensorFlow. The pinned list is
+# installed without resolution and without the network, from the wheels of the build context
+# `tensorflow-wheels` (hack/tensorflow.sh wheels; see the list's header on why). Fashion-MNIST
+# in /usr/share/datasets/fashion-mnist, as in the trainer image. Runs as the same non-root user.
+FROM ${DEBIAN_SLIM_IMAGE} AS tensorflow
+ARG APP_UID
+COPY hack/image/install-runtime.sh /usr/local/sbin/
+RUN /usr/local/sbin/install-runtime.sh tensorflow "${APP_UID}"
+COPY examples/tensorflow/requirements.txt /opt/tensorflow-requirements.txt
+RUN --mount=type=bind,from=tensorflow-wheels,target=/wheels \
+    python3 -m venv /opt/tensorflow \
+ && /opt/tensorflow/bin/pip install --no-cache-dir --disable-pip-version-check --no-index \
+      --no-deps --find-links /wheels -r /opt/tensorflow-requirements.txt \
+ && /opt/tensorflow/bin/python -c 'import tensorflow, tf_keras, keras, tensorboard'
+COPY --from=dataset /usr/share/datasets/fashion-mnist /usr/share/datasets/fashion-mnist
+COPY examples/tensorflow/*.py /opt/tj/examples/tensorflow/
+ENV PATH=/opt/tensorflow/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+USER ${APP_UID}:${APP_UID}
+WORKDIR /home/tj
+EXPOSE 2222

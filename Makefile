@@ -7,8 +7,8 @@ CMAKE_FLAGS ?=
 # under `make test` each test chooses its node (tests/CMakeLists.txt, tj_on_real_node).
 TJ_NODE ?= $(shell [ "$$(id -u)" = 0 ] && echo containerd || echo process)
 
-.PHONY: deps configure build images test test-sanitized fuzz ci demo demo-local bench clean \
-        manifests helm-lint tidy
+.PHONY: deps configure build images images-tensorflow test test-sanitized fuzz ci demo \
+        demo-local bench clean manifests helm-lint tidy
 
 deps:
 	bash hack/install-deps.sh
@@ -27,12 +27,19 @@ build: configure
 images: deps
 	bash hack/images.sh build
 
+# The TensorFlow example image (localhost/tj-tensorflow:<version>; docs/tensorflow.md): apart
+# from `images`, being several times their size. Its wheels are downloaded once. The opt-in
+# TensorFlow e2e (cmake -DTJ_TENSORFLOW_E2E=ON) runs it.
+images-tensorflow: deps
+	bash hack/images.sh build-tensorflow
+
 # Every test: unit, integration, e2e, fault; GPU tests skip with a reason without a GPU.
 # The local cluster's Kubernetes binaries are built once (about 13 minutes idle) and cached,
 # and the images built, before the tests start rather than inside a test's timeout. Suites
 # on the real node need root; without it they skip (or fail in CI).
 test: build
 	[ "$$(id -u)" != 0 ] || { bash hack/images.sh build && bash hack/images.sh build-test; }
+	bash hack/tensorflow.sh venv
 	bash hack/local-cluster.sh build
 	bash hack/helm.sh version --short
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) $(CTEST_ARGS)

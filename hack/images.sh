@@ -2,15 +2,22 @@
 # The project's images, built from the Dockerfile with buildah: no Docker daemon, no registry.
 #
 #   hack/images.sh build          operator + trainer-cpu (+ the pause image of the local node)
+#   hack/images.sh build-tensorflow   the TensorFlow example image (localhost/tj-tensorflow:
+#                                 the Dockerfile's target tensorflow; examples/tensorflow),
+#                                 from the wheels hack/tensorflow.sh downloads once
 #   hack/images.sh build-test     the tests' own images (localhost/tj-test-python: Python and
 #                                 the foreign program of tests/e2e/foreign)
 #   hack/images.sh names          print the image names `build` makes, one per line
 #   hack/images.sh import SOCKET  copy them, and the test images that exist, into the
-#                                 containerd at SOCKET (namespace k8s.io)
+#                                 containerd at SOCKET (namespace k8s.io); with
+#                                 TJ_IMPORT_TENSORFLOW=1 also localhost/tj-tensorflow if it
+#                                 exists (large: only the clusters of the tests that run it
+#                                 import it)
 #
 # Images: localhost/tj-operator:<version> (the Dockerfile's target operator),
 # localhost/tj-trainer-cpu:<version> (target trainer, TRAINER_VARIANT=cpu),
-# localhost/tj-trainer:<version> (target trainer, the CUDA variant; not built by default) and
+# localhost/tj-trainer:<version> (target trainer, the CUDA variant; not built by default),
+# localhost/tj-tensorflow:<version> (target tensorflow; `build-tensorflow`) and
 # localhost/tj-pause:<version> (catatonit, the pod sandbox of the local node). <version> is
 # the project's (CMakeLists.txt).
 #
@@ -21,7 +28,7 @@
 # (buildah runs rootful with runc).
 #
 # Environment: TJ_IMAGE_VERSION (default: the project's), TJ_IMAGE_TARGETS (default
-# "operator trainer-cpu").
+# "operator trainer-cpu"; tensorflow is a target too).
 set -euo pipefail
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -43,7 +50,8 @@ image_name() {  # image_name TARGET
     operator) echo "localhost/tj-operator:$VERSION" ;;
     trainer-cpu) echo "localhost/tj-trainer-cpu:$VERSION" ;;
     trainer) echo "localhost/tj-trainer:$VERSION" ;;
-    *) die "unknown target '$1' (operator, trainer-cpu or trainer)" ;;
+    tensorflow) echo "localhost/tj-tensorflow:$VERSION" ;;
+    *) die "unknown target '$1' (operator, trainer-cpu, trainer or tensorflow)" ;;
   esac
 }
 
@@ -122,18 +130,21 @@ cmd_build() {
   containers_conf
   base_images
   pause_image
-  local t start target variant
+  local t start target variant context
   for t in $TARGETS; do
     start=$SECONDS
-    log "building target $t -> $(image_name "$t")"
-    target=$t variant=gpu
+    target=$t variant=gpu context=()
     [ "$t" != trainer-cpu ] || target=trainer variant=cpu
+    [ "$t" != tensorflow ] ||
+      context=(--build-context "tensorflow-wheels=$("$REPO_ROOT/hack/tensorflow.sh" wheels)")
+    log "building target $t -> $(image_name "$t")"
     buildah bud --quiet --isolation oci --runtime runc --network host --layers \
-      --target "$target" --build-arg TRAINER_VARIANT="$variant" \
+      --target "$target" --build-arg TRAINER_VARIANT="$variant" "${context[@]}" \
       --build-arg DEBIAN_IMAGE="$BASE_IMAGE" \
       --build-arg DEBIAN_SLIM_IMAGE="$SLIM_IMAGE" \
       -t "$(image_name "$t")" -f "$REPO_ROOT/Dockerfile" "$REPO_ROOT" >/dev/null
-    log "built $(image_name "$t") in $((SECONDS - start)) s"
+    log "built $(image_name "$t") in $((SECONDS - start)) s," \
+      "$(podman image inspect --format '{{.Size}}' "$(image_name "$t")" | numfmt --to=iec)"
   done
   # Intermediate images of earlier builds that no tag names any more.
   buildah rmi --prune >/dev/null 2>&1 || true
@@ -160,10 +171,11 @@ cmd_names() {
 cmd_import() {
   local sock=${1:?usage: images.sh import SOCKET}
   containers_conf
-  local img
-  for img in $(cmd_names) "${TEST_IMAGES[@]}"; do
+  local img optional=("${TEST_IMAGES[@]}")
+  [ "${TJ_IMPORT_TENSORFLOW:-0}" = 0 ] || optional+=("$(image_name tensorflow)")
+  for img in $(cmd_names) "${optional[@]}"; do
     if ! podman image exists "$img"; then
-      [[ " ${TEST_IMAGES[*]} " == *" $img "* ]] && continue
+      [[ " ${optional[*]} " == *" $img "* ]] && continue
       die "no image $img: run make images"
     fi
     podman save --quiet --format docker-archive "$img" |
@@ -174,8 +186,9 @@ cmd_import() {
 
 case "${1:-}" in
   build) cmd_build ;;
+  build-tensorflow) TARGETS=tensorflow cmd_build ;;
   build-test) cmd_build_test ;;
   names) cmd_names ;;
   import) cmd_import "${2:-}" ;;
-  *) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -1,12 +1,13 @@
 #!/bin/sh
 # The runtime stages' set-up, one definition for every image (Dockerfile):
-#   install-runtime.sh operator|trainer UID
+#   install-runtime.sh operator|trainer|tensorflow UID
 # installs the shared libraries the program links (names that Debian 12 and Ubuntu 24.04,
-# the CUDA base image's distribution, both use) and creates the non-root user `tj` with
+# the CUDA base image's distribution, both use; for tensorflow: python3, the wheels bring the
+# rest) and creates the non-root user `tj` with
 # uid = gid = UID, the user every image runs as (the chart's and the operator's runAsUser).
 set -eu
-image=${1:?usage: install-runtime.sh operator|trainer UID}
-uid=${2:?usage: install-runtime.sh operator|trainer UID}
+image=${1:?usage: install-runtime.sh operator|trainer|tensorflow UID}
+uid=${2:?usage: install-runtime.sh operator|trainer|tensorflow UID}
 case "$image" in
   # tj-operator: libcurl (bounded reads), libmicrohttpd (its endpoints), jemalloc, yaml-cpp
   # (its config), OpenSSL.
@@ -16,7 +17,10 @@ case "$image" in
   # of data and backups, the rendezvous' authentication), Highway (the CPU kernels' choice of
   # SIMD target); CUDA, cuDNN and NCCL come with the CUDA base image of the GPU target.
   trainer) packages="ca-certificates libgloo0 libmicrohttpd12 libssl3 zlib1g libhwy1" ;;
-  *) echo "install-runtime.sh: unknown image '$image' (operator or trainer)" >&2; exit 2 ;;
+  # The TensorFlow example image: Python 3.11 and venv; the wheels bring their own libraries.
+  tensorflow) packages="ca-certificates python3 python3-venv" ;;
+  *) echo "install-runtime.sh: unknown image '$image' (operator, trainer or tensorflow)" >&2
+     exit 2 ;;
 esac
 export DEBIAN_FRONTEND=noninteractive
 apt-get update
@@ -32,7 +36,7 @@ done
 apt-get install -y --no-install-recommends $names
 rm -rf /var/lib/apt/lists/*
 groupadd --gid "$uid" tj
-if [ "$image" = trainer ]; then
+if [ "$image" != operator ]; then
   # A home for programs that want one (Python caches, say); backups go to the job's volumes.
   useradd --uid "$uid" --gid "$uid" --create-home --home-dir /home/tj --shell /usr/sbin/nologin tj
 else

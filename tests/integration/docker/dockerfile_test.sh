@@ -56,7 +56,7 @@ fi
 
 # 2 and 3: the structure and the runtime packages.
 python3 - "$ROOT" "$BUILD" <<'PY' || fails=$((fails + 1))
-import os, re, subprocess, sys
+import glob, os, re, subprocess, sys
 
 root, build = sys.argv[1], sys.argv[2]
 failed = []
@@ -185,7 +185,28 @@ for name, st in stages.items():
             continue
         parts = [p for p in r.split() if not p.startswith("--")]
         for src in parts[:-1]:
-            check(os.path.exists(os.path.join(root, src)), f"{name}: COPY source {src} exists")
+            check(bool(glob.glob(os.path.join(root, src))), f"{name}: COPY source {src} exists")
+
+# The TensorFlow example image: non-root, set up by install-runtime.sh, TensorFlow from the
+# pinned list installed offline from the build context of wheels, the examples it names.
+tf_ops = stages.get("tensorflow", {}).get("ops", [])
+check("tensorflow" in stages and "slim" in stages["tensorflow"]["image"] and "cuda" not in
+      stages["tensorflow"]["image"], "stage tensorflow exists, on Debian slim, no CUDA")
+tf_users = [r for o, r in tf_ops if o == "USER"]
+tf_uid = re.sub(r"\$\{(\w+)\}", lambda v: args.get(v.group(1), ""), tf_users[-1]).split(":")[0] if tf_users else ""
+check(tf_uid.isdigit() and int(tf_uid) != 0, f"tensorflow: runs as a non-root uid ({tf_uid})")
+check(any(o == "RUN" and "install-runtime.sh tensorflow" in r for o, r in tf_ops),
+      "tensorflow: sets up with hack/image/install-runtime.sh tensorflow")
+check(any(o == "RUN" and "from=tensorflow-wheels" in r and "--no-index" in r and "--no-deps" in r
+          and "requirements.txt" in r for o, r in tf_ops),
+      "tensorflow: installs the pinned list offline (--no-index --no-deps) from tensorflow-wheels")
+pins = [l.strip() for l in open(os.path.join(root, "examples/tensorflow/requirements.txt"))
+        if l.strip() and not l.startswith("#")]
+check(pins and all(re.fullmatch(r"[A-Za-z0-9_.-]+==[0-9][A-Za-z0-9.]*", p) for p in pins),
+      f"examples/tensorflow/requirements.txt pins every package exactly ({len(pins)})")
+check(any(p.startswith("tensorflow-cpu==") for p in pins) and
+      not any(p.startswith("tensorflow==") for p in pins),
+      "the list has tensorflow-cpu, not the CUDA-capable tensorflow")
 
 # .dockerignore keeps build trees, cluster state and git out of the context.
 ignore = [l.strip() for l in open(os.path.join(root, ".dockerignore")) if l.strip() and not l.startswith("#")]
