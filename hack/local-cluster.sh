@@ -73,6 +73,9 @@ as_root() {
 # ---------------------------------------------------------------------------------------------
 # Binaries
 
+# Debian's Go, which builds Debian's Kubernetes 1.20 source.
+DEBIAN_GO=/usr/lib/go-1.19/bin
+
 # Debian's source version of `kubernetes` (e.g. 1.20.5+really1.20.2-1.1); configures the
 # deb-src index first when apt knows no source for it.
 kube_source_version() {
@@ -112,9 +115,10 @@ build_kube() {
   if have_all "$dest/bin" $KUBE_PROGRAMS; then
     exec 9>&-; return 0
   fi
-  for tool in go rsync make tar; do
+  for tool in rsync make tar; do
     command -v "$tool" >/dev/null || die "'$tool' is missing: run hack/install-deps.sh"
   done
+  [ -x "$DEBIAN_GO/go" ] || die "$DEBIAN_GO/go is missing: run hack/install-deps.sh (golang-go)"
   local reflect2=/usr/share/gocode/src/github.com/modern-go/reflect2
   [ -f "$reflect2/reflect2.go" ] ||
     die "$reflect2 missing: run hack/install-deps.sh (golang-github-modern-go-reflect2-dev)"
@@ -138,7 +142,10 @@ build_kube() {
     rm -f "$v"/*.go "$v"/*.s
     cp "$reflect2"/*.go "$v"/
     cp "$reflect2"/*.s "$v"/ 2>/dev/null || true
-    export GOPATH=$work/gopath CGO_ENABLED=0 GOFLAGS=
+    # Kubernetes 1.20 builds with Debian's Go 1.19, whatever Go comes first on PATH (a newer
+    # Go refuses some of its vendored code's linknames).
+    export GOPATH=$work/gopath CGO_ENABLED=0 GOFLAGS= GOTOOLCHAIN=local
+    export PATH=$DEBIAN_GO:$PATH
     mkdir -p "$GOPATH/src/k8s.io"
     ln -sfn "$work/$top" "$GOPATH/src/k8s.io/kubernetes"
     cd "$GOPATH/src/k8s.io/kubernetes"
