@@ -434,6 +434,30 @@ TEST_F(ExecutorPass, DropsTheKeptStatusOfADeletedJob) {
   EXPECT_TRUE(client_.status_writes.empty());
 }
 
+// What reconcile workers run with in a test: a log into a temporary file, metrics, a queue.
+struct WorkerRig {
+  WorkerRig() : out(std::tmpfile()), log(LogFormat::kJson, out, out), queue(RealClock::Get()) {}
+  ~WorkerRig() {
+    if (out != nullptr) std::fclose(out);
+  }
+  WorkerRig(const WorkerRig&) = delete;
+  WorkerRig& operator=(const WorkerRig&) = delete;
+  // Everything logged so far.
+  std::string Logged() {
+    std::fflush(out);
+    std::rewind(out);
+    std::string text;
+    for (int c; (c = std::fgetc(out)) != EOF;) text += static_cast<char>(c);
+    return text;
+  }
+
+  FILE* out;
+  EventLog log;
+  OperatorMetrics metrics;
+  kube::WorkQueue queue;
+  std::atomic<bool> leading{true};
+};
+
 // An exception out of a pass (here: no random key for the rendezvous Secret) is an error for
 // that job, logged and retried with backoff; the worker lives on to take the next key.
 TEST_F(ExecutorPass, AnExceptionInAPassIsAnErrorNotTheEndOfTheWorker) {
@@ -442,27 +466,20 @@ TEST_F(ExecutorPass, AnExceptionInAPassIsAnErrorNotTheEndOfTheWorker) {
     if (++calls <= 2) throw std::runtime_error("no entropy");
     return "key";
   };
-  FILE* out = std::tmpfile();
-  ASSERT_NE(out, nullptr);
-  EventLog log(LogFormat::kJson, out, out);
-  OperatorMetrics metrics;
-  kube::WorkQueue queue(RealClock::Get());
-  std::atomic<bool> leading{true};
+  WorkerRig rig;
+  ASSERT_NE(rig.out, nullptr);
   {
-    auto workers = StartReconcileWorkers(1, &queue, &executor(), &metrics, &log, &leading);
-    queue.Add("ns/mnist");
+    auto workers =
+        StartReconcileWorkers(1, &rig.queue, &executor(), &rig.metrics, &rig.log, &rig.leading);
+    rig.queue.Add("ns/mnist");
     for (int i = 0; i < 500 && client_.CreatedPods().empty(); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    queue.ShutDown();
+    rig.queue.ShutDown();
   }
   EXPECT_EQ(calls.load(), 3);
   EXPECT_FALSE(client_.CreatedPods().empty()) << "the third pass, after two that threw, creates";
-  std::fflush(out);
-  std::rewind(out);
-  std::string text;
-  for (int c; (c = std::fgetc(out)) != EOF;) text += static_cast<char>(c);
-  std::fclose(out);
+  const std::string text = rig.Logged();
   EXPECT_NE(text.find("reconciling ns/mnist: internal error (please report it): no entropy"),
             std::string::npos)
       << text;
@@ -481,17 +498,14 @@ TEST_F(ExecutorPass, AWorkerStuckInOnePassFailsTheLivenessCheck) {
     cv.wait(lock, [&] { return release; });
     return "key";
   };
-  FILE* out = std::tmpfile();
-  ASSERT_NE(out, nullptr);
-  EventLog log(LogFormat::kJson, out, out);
-  OperatorMetrics metrics;
-  kube::WorkQueue queue(RealClock::Get());
-  std::atomic<bool> leading{true};
+  WorkerRig rig;
+  ASSERT_NE(rig.out, nullptr);
   WorkerPasses passes(1);
   EXPECT_EQ(StuckWorker(passes, std::chrono::milliseconds(0)), "") << "idle is not stuck";
   {
-    auto workers = StartReconcileWorkers(1, &queue, &executor(), &metrics, &log, &leading, &passes);
-    queue.Add("ns/mnist");
+    auto workers = StartReconcileWorkers(1, &rig.queue, &executor(), &rig.metrics, &rig.log,
+                                         &rig.leading, &passes);
+    rig.queue.Add("ns/mnist");
     {
       std::unique_lock<std::mutex> lock(mu);
       ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return inside; }));
@@ -511,9 +525,8 @@ TEST_F(ExecutorPass, AWorkerStuckInOnePassFailsTheLivenessCheck) {
     }
     EXPECT_FALSE(passes.Oldest().has_value()) << "the pass ended";
     EXPECT_EQ(StuckWorker(passes, kMaxPassDuration, later), "");
-    queue.ShutDown();
+    rig.queue.ShutDown();
   }
-  std::fclose(out);
 }
 
 }  // namespace
