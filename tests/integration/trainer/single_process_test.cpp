@@ -41,7 +41,7 @@ TEST(SingleProcessTest, EventsAndBitwiseDeterminism) {
   const std::vector<std::string> lines = a->StdoutLines();
   ASSERT_GE(lines.size(), 2u);
   EXPECT_EQ(lines[0].rfind(R"({"event":"start",)", 0), 0u) << lines[0];
-  const std::string first = lines[1];
+  const std::string& first = lines[1];
   size_t pos = 0;
   for (const std::string& k : keys) {  // fields in the documented order
     size_t at = first.find("\"" + k + "\":", pos);
