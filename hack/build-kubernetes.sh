@@ -1,11 +1,21 @@
 #!/usr/bin/env bash
-# Builds the local cluster's Kubernetes from the Go module proxy, cached:
+# Builds the local cluster's Kubernetes, its node runtime and its clients from the Go module
+# proxy, cached:
 #   hack/build-kubernetes.sh kubernetes   kube-apiserver, kube-controller-manager,
 #                                         kube-scheduler, kubelet, kube-proxy, kubectl
 #   hack/build-kubernetes.sh etcd         etcd, etcdctl, etcdutl
+#   hack/build-kubernetes.sh containerd   containerd, containerd-shim-runc-v2, ctr
+#   hack/build-kubernetes.sh runc         runc (cgo; gcc and libseccomp-dev)
+#   hack/build-kubernetes.sh coredns      coredns (the cluster DNS)
+#   hack/build-kubernetes.sh crictl       crictl (cri-tools)
+#   hack/build-kubernetes.sh helm         helm (Helm 4)
+#   hack/build-kubernetes.sh helm3        helm (Helm 3)
+#   hack/build-kubernetes.sh all          all of the above that the local cluster uses
 #   hack/build-kubernetes.sh path NAME    print the bin directory of NAME (no build)
+#   hack/build-kubernetes.sh NAME...      build each NAME
 # Versions: hack/versions.env. Binaries go to ~/.cache/tj-operator/<name>-<version>-<go>/bin
-# (TJ_CACHE overrides the root) and are built only when missing. Why a consumer module:
+# (TJ_CACHE_DIR overrides the root, as for every cache of the project) and are built only when
+# missing. Why a consumer module:
 # k8s.io/kubernetes requires its staging modules at v0.0.0 through `replace` lines, which a
 # dependency's go.mod cannot carry, so `go install k8s.io/kubernetes/cmd/...@v1.x` is refused;
 # a module of our own requires k8s.io/kubernetes and replaces each staging module with the
@@ -15,10 +25,13 @@ cd "$(dirname "$0")/.."
 # shellcheck source=hack/versions.env
 . hack/versions.env
 export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
-CACHE=${TJ_CACHE:-$HOME/.cache/tj-operator}
-GO_VERSION=$(go env GOVERSION)
+CACHE=${TJ_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tj-operator}
+GO_VERSION=$(go env GOVERSION 2>/dev/null) || GO_VERSION=nogo
 KUBE_PROGRAMS="kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl"
 ETCD_PROGRAMS="etcd etcdctl etcdutl"
+CONTAINERD_PROGRAMS="containerd containerd-shim-runc-v2 ctr"
+# What `all` builds, in the order the local cluster needs it.
+ALL="etcd kubernetes containerd coredns crictl helm helm3"
 
 log() { echo "build-kubernetes: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -27,7 +40,23 @@ dir_of() {
   case $1 in
     kubernetes) echo "$CACHE/kubernetes-$KUBE_VERSION-$GO_VERSION" ;;
     etcd) echo "$CACHE/etcd-$ETCD_VERSION-$GO_VERSION" ;;
-    *) die "unknown component '$1' (kubernetes, etcd)" ;;
+    containerd) echo "$CACHE/containerd-$CONTAINERD_VERSION-$GO_VERSION" ;;
+    runc) echo "$CACHE/runc-$RUNC_VERSION-$GO_VERSION" ;;
+    coredns) echo "$CACHE/coredns-$COREDNS_VERSION-$GO_VERSION" ;;
+    crictl) echo "$CACHE/crictl-$CRICTL_VERSION-$GO_VERSION" ;;
+    helm) echo "$CACHE/helm-$HELM_VERSION-$GO_VERSION" ;;
+    helm3) echo "$CACHE/helm-$HELM3_VERSION-$GO_VERSION" ;;
+    *) die "unknown component '$1' (kubernetes, etcd, containerd, runc, coredns, crictl, helm, helm3)" ;;
+  esac
+}
+
+programs_of() {
+  case $1 in
+    kubernetes) echo "$KUBE_PROGRAMS" ;;
+    etcd) echo "$ETCD_PROGRAMS" ;;
+    containerd) echo "$CONTAINERD_PROGRAMS" ;;
+    helm3) echo helm ;;
+    *) echo "$1" ;;
   esac
 }
 
@@ -82,19 +111,80 @@ build_etcd() {
   done
 }
 
+# build_one DEST MODULE@VERSION PACKAGE OUT [GO BUILD FLAGS...]: one program through a
+# consumer module of its own (a dependency's replace and exclude lines do not apply there).
+build_one() {
+  local dest=$1 mod=$2 pkg=$3 out=$4
+  shift 4
+  consumer_module "$dest/src" "$out-build"
+  cd "$dest/src"
+  go get -tool "$pkg@${mod#*@}"
+  mkdir -p "$dest/bin.tmp"
+  go build -trimpath "$@" -o "$dest/bin.tmp/$out" "$pkg"
+}
+
+build_containerd() {
+  local dest=$1 work=$1/src p=github.com/containerd/containerd/v2
+  consumer_module "$work" containerd-build
+  cd "$work"
+  local pkgs=() c
+  for c in $CONTAINERD_PROGRAMS; do pkgs+=("$p/cmd/$c"); done
+  go get -tool "${pkgs[@]/%/@$CONTAINERD_VERSION}"
+  mkdir -p "$dest/bin.tmp"
+  # no_btrfs: the btrfs snapshotter needs cgo and btrfs headers; the node uses overlayfs.
+  go build -trimpath -tags "no_btrfs urfave_cli_no_docs" \
+    -ldflags "-s -w -X $p/version.Version=$CONTAINERD_VERSION -X $p/version.Package=$p" \
+    -o "$dest/bin.tmp/" "${pkgs[@]}"
+}
+
+build_runc() {  # cgo: runc's nsenter is C; seccomp through libseccomp
+  local dest=$1
+  command -v gcc >/dev/null || die "runc needs gcc (build-essential)"
+  pkg-config --exists libseccomp 2>/dev/null || die "runc needs libseccomp-dev"
+  CGO_ENABLED=1 build_one "$dest" "github.com/opencontainers/runc@$RUNC_VERSION" \
+    github.com/opencontainers/runc runc -tags "seccomp urfave_cli_no_docs" \
+    -ldflags "-s -w -X main.version=${RUNC_VERSION#v}"
+}
+
+build_coredns() {
+  build_one "$1" "github.com/coredns/coredns@$COREDNS_VERSION" github.com/coredns/coredns \
+    coredns -ldflags "-s -w"
+}
+
+build_crictl() {
+  local p=sigs.k8s.io/cri-tools
+  build_one "$1" "$p@$CRICTL_VERSION" "$p/cmd/crictl" crictl \
+    -ldflags "-s -w -X $p/pkg/version.Version=$CRICTL_VERSION"
+}
+
+build_helm() {  # build_helm DEST VERSION (major 3 or 4)
+  local major=${2%%.*}; major=${major#v}
+  local p=helm.sh/helm/v$major
+  build_one "$1" "$p@$2" "$p/cmd/helm" helm \
+    -ldflags "-s -w -X $p/internal/version.version=$2 -X $p/internal/version.gitTreeState=clean"
+}
+build_helm3() { build_helm "$1" "$HELM3_VERSION"; }
+build_helm4() { build_helm "$1" "$HELM_VERSION"; }
+
 build() {  # build NAME
   local name=$1 dest programs
   dest=$(dir_of "$name")
-  case $name in kubernetes) programs=$KUBE_PROGRAMS ;; etcd) programs=$ETCD_PROGRAMS ;; esac
+  programs=$(programs_of "$name")
   have_all "$dest/bin" $programs && return 0
-  command -v go >/dev/null || die "'go' is missing (Go 1.26 is needed)"
+  # Kubernetes 1.37 and containerd 2.4 need Go 1.26 (go.mod's go line; GOTOOLCHAIN=local).
+  local minor=${GO_VERSION#go1.}; minor=${minor%%.*}
+  case "$minor" in ''|*[!0-9]*) minor=0 ;; esac
+  [ "$minor" -ge 26 ] || die "Go 1.26 or newer is needed first on PATH; 'go' is" \
+    "${GO_VERSION/nogo/missing} (https://go.dev/dl/, or /usr/local/go/bin first on PATH)"
   mkdir -p "$dest"
   exec 9>"$dest/.lock"
   flock 9
   have_all "$dest/bin" $programs && return 0
   local start=$SECONDS
   log "building $name ($programs) into $dest (log: $dest/build.log)"
-  if ! ( "build_$name" "$dest" ) >"$dest/build.log" 2>&1; then
+  local fn=build_$name
+  [ "$name" = helm ] && fn=build_helm4
+  if ! ( "$fn" "$dest" ) >"$dest/build.log" 2>&1; then
     tail -n 30 "$dest/build.log" >&2
     die "building $name failed; the whole log: $dest/build.log"
   fi
@@ -102,9 +192,11 @@ build() {  # build NAME
   log "built $name in $((SECONDS - start)) s"
 }
 
+usage="usage: $0 all|path NAME|NAME... (kubernetes etcd containerd runc coredns crictl helm helm3)"
 case ${1:-} in
-  kubernetes|etcd) build "$1" ;;
-  all) build etcd; build kubernetes ;;
+  all) for n in $ALL; do build "$n"; done ;;
   path) echo "$(dir_of "${2:?path NAME}")/bin" ;;
-  *) die "usage: $0 kubernetes|etcd|all|path NAME" ;;
+  ""|-h|--help) die "$usage" ;;
+  *) for n in "$@"; do dir_of "$n" >/dev/null; done
+     for n in "$@"; do build "$n"; done ;;
 esac
