@@ -188,8 +188,8 @@ DEBIAN_GO=/usr/lib/go-1.19/bin
 OLD_PORT_FLAG=()
 [ "$KUBE_LINE" = current ] || OLD_PORT_FLAG=(--port=0)
 
-# Sets KUBE_BIN (the Kubernetes programs' directory), ETCD_BIN and, for the real node,
-# NODE_BINS (containerd, its shim, ctr, coredns, crictl: one directory each, for PATH).
+# Sets KUBE_BIN (the Kubernetes programs' directory), ETCD_BIN and, for the real node on 1.37,
+# NODE_BINS (containerd with its shim and ctr, coredns, crictl: a directory each, for PATH).
 find_binaries() {
   KUBE_BIN= ETCD_BIN= NODE_BINS=
   if [ -n "${KUBEBUILDER_ASSETS:-}" ]; then
@@ -228,7 +228,8 @@ find_binaries() {
     ETCD_BIN=$(command -v etcd) || die "etcd not found: run hack/install-deps.sh (etcd-server)"
   fi
   if [ "$TJ_NODE" = containerd ] && [ -z "$NODE_BINS" ] && [ "$KUBE_LINE" = current ]; then
-    "$BUILD_K8S" containerd coredns crictl >&2 || die "building the node's runtime failed (above)"
+    "$BUILD_K8S" containerd coredns >&2 || die "building the node's runtime failed (above)"
+    # (crictl, for looking at the node, when `hack/build-kubernetes.sh all` has built it)
     NODE_BINS=$("$BUILD_K8S" path containerd):$("$BUILD_K8S" path coredns)
     NODE_BINS+=:$("$BUILD_K8S" path crictl)
   fi
@@ -430,7 +431,7 @@ EOF
   if [ -x "$KUBE_BIN/kube-scheduler" ]; then
     start kube-scheduler "$KUBE_BIN/kube-scheduler" --kubeconfig="$kc" \
       --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
-      --leader-elect=false --bind-address=127.0.0.1 --secure-port="$port_s" --port=0
+      --leader-elect=false --bind-address=127.0.0.1 --secure-port="$port_s" "${OLD_PORT_FLAG[@]}"
   else
     log "no kube-scheduler in $KUBE_BIN: pods will not be bound to nodes"
   fi
