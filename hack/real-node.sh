@@ -96,14 +96,15 @@ real_node_record() {
   done
 }
 
-# containerd 2.4's configuration (version 4; it migrates version 3, with a warning): root,
-# state and sockets under $RN, Debian's runc and CNI plugins, the pause image pinned (kubelet
+# containerd 2's configuration (version 3; 2.4 migrates it to its version 4, with a warning;
+# written as version 4 its top-level [grpc] address was ignored, and containerd served the
+# machine's /run/containerd/containerd.sock): root, state and sockets under $RN, Debian's runc and CNI plugins, the pause image pinned (kubelet
 # 1.35+ no longer names it: the runtime keeps it and never collects it; without a registry it
 # could not be pulled back).
 containerd2_config() {
   local pause=$1
   cat >"$RN/containerd/config.toml" <<EOF
-version = 4
+version = 3
 root = "$RN/containerd/root"
 state = "$RN/containerd/state"
 disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
