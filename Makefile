@@ -7,8 +7,14 @@ CMAKE_FLAGS ?=
 # under `make test` each test chooses its node (tests/CMakeLists.txt, tj_on_real_node).
 TJ_NODE ?= $(shell [ "$$(id -u)" = 0 ] && echo containerd || echo process)
 
-.PHONY: deps configure build images images-tensorflow test test-sanitized fuzz ci demo \
-        demo-local bench clean manifests helm-lint tidy
+# The kubectl of the local cluster's Kubernetes release (hack/build-kubernetes.sh) first on PATH.
+KUBE_BIN := $(shell bash hack/local-cluster.sh kubectl-dir 2>/dev/null)
+ifneq ($(KUBE_BIN),)
+export PATH := $(KUBE_BIN):$(PATH)
+endif
+
+.PHONY: deps configure build images images-tensorflow test test-sanitized fuzz ci demo demo-local bench clean \
+        manifests helm-lint tidy
 
 deps:
 	bash hack/install-deps.sh
@@ -34,14 +40,16 @@ images-tensorflow: deps
 	bash hack/images.sh build-tensorflow
 
 # Every test: unit, integration, e2e, fault; GPU tests skip with a reason without a GPU.
-# The local cluster's Kubernetes binaries are built once (about 13 minutes idle) and cached,
-# and the images built, before the tests start rather than inside a test's timeout. Suites
-# on the real node need root; without it they skip (or fail in CI).
+# The local cluster's programs (Kubernetes, etcd, and the real node's containerd, CoreDNS and
+# crictl, hack/local-cluster.sh build) and both Helms (4 and 3) are built once and cached, and
+# the images built, before the tests start rather than inside a test's timeout. Suites on the
+# real node need root; without it they skip (or fail in CI).
 test: build
 	[ "$$(id -u)" != 0 ] || { bash hack/images.sh build && bash hack/images.sh build-test; }
 	bash hack/tensorflow.sh venv
 	bash hack/local-cluster.sh build
 	bash hack/helm.sh version --short
+	TJ_HELM_MAJOR=3 bash hack/helm.sh version --short
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) $(CTEST_ARGS)
 
 # ASan + UBSan over the unit and integration tests (build-asan/), ThreadSanitizer over the
@@ -71,7 +79,7 @@ else
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
 	cmake --build $(BUILD) -j$(JOBS) --target $(PROGRAMS)
 endif
-	bash hack/local-cluster.sh build
+	TJ_NODE=$(TJ_NODE) bash hack/local-cluster.sh build
 	TJ_NODE=$(TJ_NODE) bash hack/demo.sh
 
 # The trainer alone: 2 workers + an evaluator as local processes, no Kubernetes.

@@ -23,6 +23,8 @@ if [ "$TJ_NODE" = process ]; then
     [ -x "$TJ_BUILD_DIR/bin/$b" ] || { echo "demo: $TJ_BUILD_DIR/bin/$b is missing: run make build" >&2; exit 1; }
   done
 fi
+# The kubectl of the cluster's own Kubernetes release first on PATH (and KUBECONFIG).
+eval "$(hack/local-cluster.sh env)"
 for tool in kubectl python3; do
   command -v "$tool" >/dev/null || { echo "demo: '$tool' is missing: run make deps" >&2; exit 1; }
 done
@@ -40,11 +42,12 @@ finish() {
 }
 trap finish EXIT
 
-say "Local cluster, node: $TJ_NODE (the first run builds Kubernetes from Debian's source package: about 13 minutes)"
+say "Local cluster, node: $TJ_NODE (the first run builds Kubernetes and caches it: half an hour or more on 2 cores)"
 export KUBECONFIG
 KUBECONFIG=$(hack/local-cluster.sh up | tail -n1)
 cluster_up=1
-kubectl get nodes
+kubectl version 2>/dev/null | grep -E '^(Client|Server) Version' || true
+kubectl get nodes -o wide
 
 say "helm install tj-operator (the operator runs in-cluster under the chart's RBAC)"
 HELM=$(hack/helm.sh --path)
@@ -144,7 +147,7 @@ data_dir=${data_dir:-"(kubectl get pv)"}
 
 cat <<EOT
 
-== Where to look next (export KUBECONFIG=$KUBECONFIG)
+== Where to look next (eval "\$(hack/local-cluster.sh env)": KUBECONFIG, and this kubectl first on PATH)
   kubectl -n $NS describe tj fmnist          # conditions and events
   kubectl -n $NS get pods -l tjo.dev/job-name=fmnist
   kubectl -n $NS logs fmnist-worker-0        # the chief's JSON events (epoch_end, backup_saved)

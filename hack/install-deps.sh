@@ -19,7 +19,8 @@ PACKAGES=(
   python3 python3-torch python3-numpy python3-yaml
   # TensorFlow's wheels and venv (hack/tensorflow.sh: pip download, python3 -m venv)
   python3-pip python3-venv
-  # local cluster (etcd, Go to build kube-apiserver & co. from Debian's source package)
+  # local cluster (etcd, Go 1.19 to build kube-apiserver & co. from Debian's source package;
+  # with TJ_KUBE_VERSION=1.37 hack/build-kubernetes.sh builds them, and Helm, with Go 1.26)
   etcd-server golang-go rsync jq golang-github-modern-go-reflect2-dev
   curl ca-certificates openssl procps iproute2 util-linux unzip
   # real node: containerd + runc + CNI as the kubelet's runtime, images built without a
@@ -38,7 +39,7 @@ PACKAGES=(
 # kubectl: Debian's kubernetes-client, unless the machine already has a kubectl (another
 # package that ships /usr/bin/kubectl would conflict with it).
 command -v kubectl >/dev/null 2>&1 || PACKAGES+=(kubernetes-client)
-command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)   # hack/helm.sh fetches Helm through npm
+command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)   # the Dockerfile's linter (dockerfile_test)
 
 if [ "$(id -u)" -eq 0 ]; then SUDO=(); else SUDO=(sudo); fi
 

@@ -12,20 +12,28 @@
 #   hack/local-cluster.sh up       start (or find running) a cluster; prints the kubeconfig path
 #   hack/local-cluster.sh down     stop exactly the processes `up` started (by PID)
 #   hack/local-cluster.sh status   say what runs; exit 0 when the API server is healthy
-#   hack/local-cluster.sh build    only find or build the control-plane binaries; print their dir
-#   hack/local-cluster.sh env      print `export KUBECONFIG=...` for eval
+#   hack/local-cluster.sh build    only find or build the binaries; print the Kubernetes dir
+#   hack/local-cluster.sh env      print `export KUBECONFIG=...` (and PATH, with the cluster's
+#                                  own kubectl first) for eval
+#   hack/local-cluster.sh kubectl-dir   print the directory of the cluster's own kubectl (none
+#                                  for TJ_KUBE_VERSION=1.20)
 #   hack/local-cluster.sh restart-apiserver   stop and start kube-apiserver (same port; tests)
 #   hack/local-cluster.sh compact  compact etcd's history up to now (tests of 410 Gone)
 #   hack/local-cluster.sh restart-node [--graceful]   (process node) kill the node agent (SIGKILL, as a crash:
 #                                  pods keep running and the new agent adopts them; with
 #                                  --graceful SIGTERM, a node shutdown) and start it again
 #
-# Binaries: kube-apiserver, kube-controller-manager and kube-scheduler come from
-# $KUBEBUILDER_ASSETS when it names a directory holding kube-apiserver (envtest's convention;
-# the other two are optional there), else from the cache
-# ${TJ_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tj-operator}/kube-<debian version>/bin, else
-# they are built once from Debian's `kubernetes` source package (about 8 minutes on 2 cores)
-# and cached there. etcd is the one from Debian's etcd-server (or $KUBEBUILDER_ASSETS/etcd).
+# Binaries (TJ_KUBE_VERSION picks the Kubernetes, see below):
+#   1.20 (the default): kube-apiserver, the controller manager, the scheduler, kubelet and
+#     kube-proxy are built once from Debian's `kubernetes` source package with Debian's Go
+#     1.19 (about 13 minutes on 2 cores) and cached in
+#     ${TJ_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tj-operator}/kube-<debian version>/bin;
+#     etcd is Debian's etcd-server.
+#   1.37: Kubernetes (kubectl too), etcd and, for the real node, containerd, CoreDNS and
+#     crictl are built once from the Go module proxy by hack/build-kubernetes.sh (30 minutes
+#     or more on 2 cores) and cached in the same root, <name>-<version>-<go>/bin.
+# $KUBEBUILDER_ASSETS, when it names a directory holding kube-apiserver (envtest's convention;
+# etcd and the other programs are optional there), is used instead for the control plane.
 #
 # TJ_LOCAL_CLUSTER_OWNER_PID=PID at `up`: bring the cluster down when process PID ends.
 #
@@ -58,9 +66,26 @@ case "$TJ_NODE" in
   containerd|process) ;;
   *) echo "local-cluster: error: TJ_NODE=$TJ_NODE: use containerd or process" >&2; exit 2 ;;
 esac
+# Which Kubernetes (TJ_KUBE_VERSION): 1.37 (KUBE_VERSION of hack/versions.env; 1.37.2 too),
+# built from the Go module proxy by hack/build-kubernetes.sh, with etcd 3.7, and on the real
+# node containerd 2.4 and CoreDNS; or 1.20 (the default): Kubernetes 1.20.2 built from
+# Debian's `kubernetes` source package, with Debian's etcd 3.4, and on the real node Debian's
+# containerd 1.6 and dnsmasq as the cluster DNS.
+# shellcheck source=hack/versions.env
+. "$REPO_ROOT/hack/versions.env"
+DEFAULT_KUBE_VERSION=1.20
+case "${TJ_KUBE_VERSION:-$DEFAULT_KUBE_VERSION}" in
+  1.20|1.20.2) KUBE_LINE=debian ;;
+  "${KUBE_VERSION#v}"|"$KUBE_VERSION"|"$(cut -d. -f1,2 <<<"${KUBE_VERSION#v}")") KUBE_LINE=current ;;
+  *) echo "local-cluster: error: TJ_KUBE_VERSION=$TJ_KUBE_VERSION: use $(cut -d. -f1,2 \
+       <<<"${KUBE_VERSION#v}") (${KUBE_VERSION#v}, built from the Go module proxy," \
+       "hack/versions.env) or 1.20 (Debian's source package)" >&2
+     exit 2 ;;
+esac
+BUILD_K8S=$REPO_ROOT/hack/build-kubernetes.sh
 DEB_SRC_FILE=/etc/apt/sources.list.d/debian-src.sources
-# What `build` makes from Debian's source package: the control plane, and the kubelet and
-# kube-proxy of the real node (TJ_NODE=containerd).
+# What `build` makes from Debian's source package (TJ_KUBE_VERSION=1.20): the control plane,
+# and the kubelet and kube-proxy of the real node (TJ_NODE=containerd).
 KUBE_PROGRAMS="kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy"
 
 log() { echo "local-cluster: $*" >&2; }
@@ -162,14 +187,24 @@ build_kube() {
   exec 9>&-
 }
 
-# Sets KUBE_BIN (apiserver, controller-manager, scheduler dir) and ETCD_BIN.
+DEBIAN_GO=/usr/lib/go-1.19/bin
+# Kubernetes 1.20's insecure ports, off (the flags are gone since 1.24).
+OLD_PORT_FLAG=()
+[ "$KUBE_LINE" = current ] || OLD_PORT_FLAG=(--port=0)
+
+# Sets KUBE_BIN (the Kubernetes programs' directory), ETCD_BIN and, for the real node on 1.37,
+# NODE_BINS (containerd with its shim and ctr, coredns, crictl: a directory each, for PATH).
 find_binaries() {
-  KUBE_BIN= ETCD_BIN=
+  KUBE_BIN= ETCD_BIN= NODE_BINS=
   if [ -n "${KUBEBUILDER_ASSETS:-}" ]; then
     [ -x "$KUBEBUILDER_ASSETS/kube-apiserver" ] ||
       die "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS holds no kube-apiserver"
     KUBE_BIN=$KUBEBUILDER_ASSETS
     [ -x "$KUBEBUILDER_ASSETS/etcd" ] && ETCD_BIN=$KUBEBUILDER_ASSETS/etcd
+  elif [ "$KUBE_LINE" = current ]; then
+    "$BUILD_K8S" etcd kubernetes >&2 || die "building Kubernetes failed (above)"
+    KUBE_BIN=$("$BUILD_K8S" path kubernetes)
+    ETCD_BIN=$("$BUILD_K8S" path etcd)/etcd
   else
     local cached=""
     # Without a network or deb-src, an existing cache entry is good enough.
@@ -190,8 +225,17 @@ find_binaries() {
       KUBE_BIN=$cached
     fi
   fi
-  if [ -z "$ETCD_BIN" ]; then
+  if [ -z "$ETCD_BIN" ] && [ "$KUBE_LINE" = current ]; then
+    "$BUILD_K8S" etcd >&2 || die "building etcd failed (above)"
+    ETCD_BIN=$("$BUILD_K8S" path etcd)/etcd
+  elif [ -z "$ETCD_BIN" ]; then
     ETCD_BIN=$(command -v etcd) || die "etcd not found: run hack/install-deps.sh (etcd-server)"
+  fi
+  if [ "$TJ_NODE" = containerd ] && [ -z "$NODE_BINS" ] && [ "$KUBE_LINE" = current ]; then
+    "$BUILD_K8S" containerd coredns >&2 || die "building the node's runtime failed (above)"
+    # (crictl, for looking at the node, when `hack/build-kubernetes.sh all` has built it)
+    NODE_BINS=$("$BUILD_K8S" path containerd):$("$BUILD_K8S" path coredns)
+    NODE_BINS+=:$("$BUILD_K8S" path crictl)
   fi
 }
 
@@ -328,8 +372,10 @@ cmd_up() {
   echo "$token,admin,admin,system:masters" >"$STATE_DIR/tokens.csv"
   write_kubeconfig "$STATE_DIR/kubeconfig" "$port_a" "$token"
   cat >"$STATE_DIR/cluster.env" <<EOF
+KUBE_LINE=$KUBE_LINE
 KUBE_BIN=$KUBE_BIN
 ETCD_BIN=$ETCD_BIN
+NODE_BINS=$NODE_BINS
 ETCD_PORT=$port_e
 APISERVER_PORT=$port_a
 EOF
@@ -365,12 +411,15 @@ EOF
     # finalizers' controllers.
     [ "$TJ_NODE" != containerd ] ||
       controllers+=,endpoint,endpointslice,persistentvolume-binder,pvc-protection,pv-protection
+    # Since 1.29 the node lifecycle controller only taints; evicting the pods of a lost node
+    # is a controller of its own.
+    [ "$KUBE_LINE" = debian ] || controllers+=,taint-eviction-controller
     start kube-controller-manager "$KUBE_BIN/kube-controller-manager" --kubeconfig="$kc" \
       --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
       --service-account-private-key-file="$STATE_DIR/certs/sa.key" \
       --root-ca-file="$STATE_DIR/certs/ca.crt" \
       --controllers="$controllers" \
-      --leader-elect=false --bind-address=127.0.0.1 --secure-port="$port_c" --port=0
+      --leader-elect=false --bind-address=127.0.0.1 --secure-port="$port_c" "${OLD_PORT_FLAG[@]}"
     # The ServiceAccount admission plugin rejects pods whose ServiceAccount does not exist
     # yet: return only once the serviceaccount controller runs (it has created `default`).
     if ! wait_for "$HEALTH_TIMEOUT_S" "ServiceAccount default/default" api_get \
@@ -386,7 +435,7 @@ EOF
   if [ -x "$KUBE_BIN/kube-scheduler" ]; then
     start kube-scheduler "$KUBE_BIN/kube-scheduler" --kubeconfig="$kc" \
       --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
-      --leader-elect=false --bind-address=127.0.0.1 --secure-port="$port_s" --port=0
+      --leader-elect=false --bind-address=127.0.0.1 --secure-port="$port_s" "${OLD_PORT_FLAG[@]}"
   else
     log "no kube-scheduler in $KUBE_BIN: pods will not be bound to nodes"
   fi
@@ -520,6 +569,8 @@ cmd_run_apiserver() {
   local dir=$1
   # shellcheck disable=SC1091
   . "$dir/cluster.env"
+  local insecure_port=()
+  [ "$KUBE_LINE" = current ] || insecure_port=(--insecure-port=0)
   # Pods that use in-cluster configuration get what a kubelet gives them: the ServiceAccount
   # admission plugin adds to every pod a projected volume (a TokenRequest token, the
   # kube-root-ca.crt ConfigMap, the namespace) at /var/run/secrets/kubernetes.io/serviceaccount,
@@ -529,8 +580,8 @@ cmd_run_apiserver() {
   # namespace); without a controller manager it stays off, as in envtest.
   local sa_flags=(--disable-admission-plugins=ServiceAccount)
   if [ -x "$KUBE_BIN/kube-controller-manager" ]; then
-    sa_flags=(--enable-admission-plugins=ServiceAccount
-              --feature-gates=BoundServiceAccountTokenVolume=true)
+    sa_flags=(--enable-admission-plugins=ServiceAccount)
+    [ "$KUBE_LINE" = current ] || sa_flags+=(--feature-gates=BoundServiceAccountTokenVolume=true)
   fi
   local audit_flags=()
   if [ -n "${AUDIT_LOG:-}" ]; then
@@ -541,7 +592,7 @@ cmd_run_apiserver() {
     --cert-dir="$dir/certs" --tls-cert-file="$dir/certs/apiserver.crt" \
     --tls-private-key-file="$dir/certs/apiserver.key" \
     --secure-port="$APISERVER_PORT" --bind-address="${BIND_ADDRESS:-127.0.0.1}" \
-    ${ADVERTISE_ADDRESS:+--advertise-address="$ADVERTISE_ADDRESS"} --insecure-port=0 \
+    ${ADVERTISE_ADDRESS:+--advertise-address="$ADVERTISE_ADDRESS"} "${insecure_port[@]}" \
     --service-cluster-ip-range=10.0.0.0/24 --authorization-mode=RBAC \
     --token-auth-file="$dir/tokens.csv" \
     --service-account-issuer="https://127.0.0.1:$APISERVER_PORT" \
@@ -648,10 +699,12 @@ cmd_status() {
   fi
 }
 
-# KUBE_BIN for `down` (kube-proxy --cleanup) without building anything.
+# KUBE_BIN and NODE_BINS for `down` (kube-proxy --cleanup, ctr) without building anything.
 find_binaries_quietly() {
   [ -f "$STATE_DIR/cluster.env" ] || return 0
   KUBE_BIN=$(sed -n 's/^KUBE_BIN=//p' "$STATE_DIR/cluster.env")
+  [ ! -x "$KUBE_BIN/kubectl" ] || PATH=$KUBE_BIN:$PATH
+  NODE_BINS=$(sed -n 's/^NODE_BINS=//p' "$STATE_DIR/cluster.env")
 }
 
 # shellcheck source=hack/real-node.sh
@@ -663,10 +716,12 @@ case "${1:-}" in
   down) cmd_down ;;
   status) cmd_status ;;
   build) find_binaries; echo "$KUBE_BIN" ;;
-  env) echo "export KUBECONFIG=$STATE_DIR/kubeconfig" ;;
+  env) echo "export KUBECONFIG=$STATE_DIR/kubeconfig"
+       [ "$KUBE_LINE" != current ] || echo "export PATH=$("$BUILD_K8S" path kubernetes):\$PATH" ;;
+  kubectl-dir) [ "$KUBE_LINE" != current ] || "$BUILD_K8S" path kubernetes ;;
   run-apiserver) cmd_run_apiserver "$2" ;;
   restart-apiserver) cmd_restart_apiserver ;;
   compact) cmd_compact ;;
   restart-node) cmd_restart_node "${2:-}" ;;
-  *) sed -n '2,35p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -1,8 +1,10 @@
 # The real node of the local cluster (TJ_NODE=containerd), sourced by hack/local-cluster.sh:
-# containerd (Debian's) as the CRI runtime with runc and the CNI bridge plugin, the kubelet and
-# kube-proxy built from the same Debian source package as the API server, dnsmasq as the
-# cluster DNS, and a feeder that keeps the DNS records and the claims' volumes in step with
-# the API server. Pods are real containers from images imported with hack/images.sh.
+# containerd 2 (built from the Go module proxy, hack/build-kubernetes.sh) as the CRI runtime
+# with Debian's runc and CNI bridge plugin, the kubelet and kube-proxy of the same build as the
+# API server, CoreDNS as the cluster DNS, and a feeder that provisions the claims' volumes.
+# Pods are real containers from images imported with hack/images.sh. (With
+# TJ_KUBE_VERSION=1.20: Debian's containerd 1.6, and dnsmasq fed with the DNS records by the
+# feeder, as Kubernetes 1.20's node ran.)
 #
 # Everything lives under $STATE_DIR/real-node (sockets, containerd's root and state, the kubelet's
 # root, the volumes); what the kubelet and kube-proxy change outside it (sysctls, iptables
@@ -43,8 +45,14 @@ real_node_paths() {
 
 real_node_check() {
   [ "$(id -u)" -eq 0 ] || die "TJ_NODE=containerd needs root (containers, iptables, mounts)"
-  local tool
-  for tool in containerd runc ctr iptables dnsmasq podman conntrack; do
+  local tool tools="runc iptables podman conntrack"
+  if [ "$KUBE_LINE" = current ]; then
+    PATH=$NODE_BINS:$PATH
+    tools+=" containerd containerd-shim-runc-v2 ctr coredns"
+  else
+    tools+=" containerd ctr dnsmasq"
+  fi
+  for tool in $tools; do
     command -v "$tool" >/dev/null || die "'$tool' is missing: run hack/install-deps.sh"
   done
   [ -x /usr/lib/cni/bridge ] || die "no CNI plugins in /usr/lib/cni: run hack/install-deps.sh"
@@ -88,12 +96,53 @@ real_node_record() {
   done
 }
 
-real_node_config() {
-  local ip=$1 port_k=$2 port_h=$3 pause
-  pause=$("$REPO_ROOT/hack/images.sh" names | grep /tj-pause:)
-  mkdir -p "$RN/containerd" "$RN/cni/net.d" "$RN/cni/ipam" "$RN/kubelet" "$RN/volumes" \
-    "$RN/volume-plugins" "$RN/dns"
-  chmod 755 "$RN/dns"
+# containerd 2's configuration (version 3; 2.4 migrates it to its version 4, with a warning;
+# written as version 4 its top-level [grpc] address was ignored, and containerd served the
+# machine's /run/containerd/containerd.sock): root, state and sockets under $RN, Debian's runc and CNI plugins, the pause image pinned (kubelet
+# 1.35+ no longer names it: the runtime keeps it and never collects it; without a registry it
+# could not be pulled back).
+containerd2_config() {
+  local pause=$1
+  cat >"$RN/containerd/config.toml" <<EOF
+version = 3
+root = "$RN/containerd/root"
+state = "$RN/containerd/state"
+disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
+                    "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.devmapper",
+                    "io.containerd.snapshotter.v1.erofs", "io.containerd.nri.v1.nri",
+                    "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+[grpc]
+  address = "$RN_SOCK"
+[ttrpc]
+  address = "$RN_SOCK.ttrpc"
+[plugins.'io.containerd.internal.v1.opt']
+  path = "$RN/containerd/opt"
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "$pause"
+[plugins.'io.containerd.cri.v1.runtime']
+  # Root here cannot lower oom_score_adj (no CAP_SYS_RESOURCE): without this every sandbox
+  # fails with "can't get final child's PID from pipe: EOF".
+  restrict_oom_score_adj = true
+  # Pod network namespaces under the state directory, not /var/run/netns.
+  netns_mounts_under_state_dir = true
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = "runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        SystemdCgroup = false
+        BinaryName = "$(command -v runc)"
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["/usr/lib/cni"]
+    conf_dir = "$RN/cni/net.d"
+EOF
+}
+
+# Debian's containerd 1.6 (TJ_KUBE_VERSION=1.20): configuration version 2.
+containerd16_config() {
+  local pause=$1
   cat >"$RN/containerd/config.toml" <<EOF
 version = 2
 root = "$RN/containerd/root"
@@ -125,6 +174,15 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
     bin_dir = "/usr/lib/cni"
     conf_dir = "$RN/cni/net.d"
 EOF
+}
+
+real_node_config() {
+  local ip=$1 port_k=$2 port_h=$3 pause
+  pause=$("$REPO_ROOT/hack/images.sh" names | grep /tj-pause:)
+  mkdir -p "$RN/containerd" "$RN/cni/net.d" "$RN/cni/ipam" "$RN/kubelet" "$RN/volumes" \
+    "$RN/volume-plugins" "$RN/dns"
+  chmod 755 "$RN/dns"
+  if [ "$KUBE_LINE" = current ]; then containerd2_config "$pause"; else containerd16_config "$pause"; fi
   cat >"$RN/cni/net.d/10-tj.conflist" <<EOF
 {
   "cniVersion": "0.4.0",
@@ -168,10 +226,41 @@ evictionHard: {memory.available: 100Mi, nodefs.available: 1%, nodefs.inodesFree:
 nodeStatusUpdateFrequency: 5s
 syncFrequency: 10s
 EOF
+  if [ "$KUBE_LINE" = current ]; then
+    # These machines mount cgroups v1 (hybrid); kubelet 1.35+ refuses them unless told.
+    cat >>"$RN/kubelet/config.yaml" <<EOF
+failCgroupV1: false
+containerRuntimeEndpoint: unix://$RN_SOCK
+volumePluginDir: $RN/volume-plugins
+EOF
+  fi
 }
 
-# Starts containerd, imports the images, starts dnsmasq, the feeder, the kubelet and
-# kube-proxy; waits for the node to be Ready.
+# CoreDNS on the node address, port 53: the cluster's names from the API server (Services,
+# and pods with a hostname behind a headless Service), the rest from this machine's servers.
+coredns_config() {
+  local ip=$1 upstream=() ns
+  for ns in $(awk '/^nameserver/ {print $2}' /etc/resolv.conf); do
+    [ "$ns" = "$ip" ] || upstream+=("$ns")
+  done
+  [ ${#upstream[@]} -gt 0 ] || upstream=(/etc/resolv.conf)
+  cat >"$RN/dns/Corefile" <<EOF
+.:53 {
+    bind $ip
+    errors
+    kubernetes $CLUSTER_DOMAIN in-addr.arpa ip6.arpa {
+        kubeconfig $STATE_DIR/kubeconfig local
+        pods insecure
+        fallthrough in-addr.arpa ip6.arpa
+        ttl 1
+    }
+    forward . ${upstream[*]}
+}
+EOF
+}
+
+# Starts containerd, imports the images, starts the cluster DNS, the feeder, the kubelet and
+# kube-proxy.
 real_node_up() {
   real_node_paths
   local ip port_k port_h port_pm port_ph
@@ -182,6 +271,8 @@ real_node_up() {
   real_node_config "$ip" "$port_k" "$port_h"
   printf 'NODE=containerd\nNODE_IP=%q\nKUBELET_PORT=%q\n' "$ip" "$port_k" >"$STATE_DIR/node.env"
 
+  # containerd finds its shim (containerd-shim-runc-v2) on PATH: the built one first.
+  [ -z "${NODE_BINS:-}" ] || PATH=$NODE_BINS:$PATH
   start containerd containerd --config "$RN/containerd/config.toml"
   wait_for 30 containerd ctr -a "$RN_SOCK" version >/dev/null 2>&1 ||
     die "containerd did not start; see $STATE_DIR/logs/containerd.log"
@@ -189,22 +280,27 @@ real_node_up() {
     "$REPO_ROOT/hack/images.sh" import "$RN_SOCK" 2>>"$STATE_DIR/logs/images.log" ||
     die "importing the images into containerd failed; see $STATE_DIR/logs/images.log"
 
-  local upstream=() ns
-  for ns in $(awk '/^nameserver/ {print $2}' /etc/resolv.conf); do
-    [ "$ns" = "$ip" ] || upstream+=("--server=$ns")
-  done
-  start dnsmasq dnsmasq --keep-in-foreground --log-facility=- --no-hosts --no-resolv \
-    "${upstream[@]}" --listen-address="$ip" --bind-interfaces --port=53 \
-    --hostsdir="$RN/dns" --local="/$CLUSTER_DOMAIN/" --domain-needed --no-negcache \
-    --pid-file="$RN/dnsmasq.pid"
+  local kc=$STATE_DIR/kubeconfig runtime_flags=()
+  if [ "$KUBE_LINE" = current ]; then
+    coredns_config "$ip"
+    start coredns coredns -conf "$RN/dns/Corefile"
+  else
+    local upstream=() ns
+    for ns in $(awk '/^nameserver/ {print $2}' /etc/resolv.conf); do
+      [ "$ns" = "$ip" ] || upstream+=("--server=$ns")
+    done
+    start dnsmasq dnsmasq --keep-in-foreground --log-facility=- --no-hosts --no-resolv \
+      "${upstream[@]}" --listen-address="$ip" --bind-interfaces --port=53 \
+      --hostsdir="$RN/dns" --local="/$CLUSTER_DOMAIN/" --domain-needed --no-negcache \
+      --pid-file="$RN/dnsmasq.pid"
+    runtime_flags=(--container-runtime=remote --container-runtime-endpoint="unix://$RN_SOCK"
+                   --volume-plugin-dir="$RN/volume-plugins")
+  fi
   start node-feeder "$REPO_ROOT/hack/local-cluster.sh" run-node-feeder "$STATE_DIR"
 
-  local kc=$STATE_DIR/kubeconfig
   start kubelet "$KUBE_BIN/kubelet" --config="$RN/kubelet/config.yaml" --kubeconfig="$kc" \
-    --container-runtime=remote --container-runtime-endpoint="unix://$RN_SOCK" \
-    --root-dir="$RN/kubelet" --cert-dir="$RN/kubelet/pki" \
-    --volume-plugin-dir="$RN/volume-plugins" --hostname-override=local-node \
-    --node-ip="$ip" --v=1
+    "${runtime_flags[@]}" --root-dir="$RN/kubelet" --cert-dir="$RN/kubelet/pki" \
+    --hostname-override=local-node --node-ip="$ip" --v=1
   start kube-proxy "$KUBE_BIN/kube-proxy" --kubeconfig="$kc" --hostname-override=local-node \
     --proxy-mode=iptables --cluster-cidr="$POD_CIDR" --oom-score-adj=0 \
     --conntrack-max-per-core=0 --conntrack-tcp-timeout-established=0 \
@@ -213,14 +309,16 @@ real_node_up() {
 }
 
 # Runs in the foreground until the cluster goes down (started by real_node_up): every second,
-# the DNS records of services and of pods with a hostname behind a headless service (as
-# CoreDNS serves them: <svc>.<ns>.svc, <hostname>.<svc>.<ns>.svc), and a hostPath volume in
+# with TJ_KUBE_VERSION=1.20, dnsmasq's records of services and of pods with a hostname behind a
+# headless service (as CoreDNS serves them: <svc>.<ns>.svc, <hostname>.<svc>.<ns>.svc); and a
+# hostPath volume in
 # node/volumes for each claim that has none (what a local-path provisioner does: a directory
 # every uid may write, bound through the controller manager's volume binder; deleted with its
 # claim).
 cmd_run_node_feeder() {
   STATE_DIR=$1
   real_node_paths
+  KUBE_LINE=$(sed -n 's/^KUBE_LINE=//p' "$STATE_DIR/cluster.env")
   local api token ca hosts=$RN/dns/cluster tick=0
   api=https://127.0.0.1:$(cat "$STATE_DIR/port")
   token=$(cat "$STATE_DIR/token")
@@ -232,7 +330,8 @@ cmd_run_node_feeder() {
   }
   while [ -d "$STATE_DIR/pids" ]; do
     local svcs eps
-    if svcs=$(get /api/v1/services) && eps=$(get /api/v1/endpoints); then
+    if [ "${KUBE_LINE:-}" = debian ] && svcs=$(get /api/v1/services) &&
+       eps=$(get /api/v1/endpoints); then
       jq -rn --argjson s "$svcs" --argjson e "$eps" --arg d "$CLUSTER_DOMAIN" '
         ($s.items | map({key: "\(.metadata.namespace)/\(.metadata.name)", value: .spec.clusterIP})
          | from_entries) as $ip
@@ -286,6 +385,7 @@ cmd_run_node_feeder() {
 real_node_down() {
   real_node_paths
   [ -d "$RN" ] || return 0
+  [ -z "${NODE_BINS:-}" ] || PATH=$NODE_BINS:$PATH
   # Pods first, through the kubelet while it runs (it stops their containers and tears their
   # network down); what is left after 30 s is killed below.
   # The controllers and the scheduler stop first, so that no new pod replaces them.
@@ -299,7 +399,7 @@ real_node_down() {
     while [ $SECONDS -lt $deadline ] && running_tasks | grep -q .; do sleep 0.5; done
   fi
   local name
-  for name in kube-proxy kubelet node-feeder dnsmasq; do stop_recorded "$name"; done
+  for name in kube-proxy kubelet node-feeder coredns dnsmasq; do stop_recorded "$name"; done
   # Containers that outlived the kubelet, then containerd and its shims.
   if [ -S "$RN_SOCK" ]; then
     local t

@@ -14,12 +14,14 @@
 #      operator pod's address, and shown to fail when nothing answers there.
 #   5. helm uninstall: the operator's objects go; the CRD, the TrainingJob and its pods, and
 #      the leader Lease (the operator's, not Helm's) stay.
+# With TJ_HELM_MAJOR=3 every helm command is Helm 3's (hack/helm.sh), else Helm 4's.
 # Usage: install_paths_e2e.sh REPO_ROOT BUILD_DIR. Exit 77 (skipped) when Helm, git history
 # or the cluster's binaries cannot be had, unless CI / TJ_REQUIRE_CLUSTER is set.
 set -euo pipefail
 # shellcheck source=../../support/cluster_e2e.sh
-. "$1/tests/support/cluster_e2e.sh" "$1" "$2" install-paths-cluster
+. "$1/tests/support/cluster_e2e.sh" "$1" "$2" "install-paths-cluster${TJ_HELM_MAJOR:+-helm$TJ_HELM_MAJOR}"
 e2e_prerequisites
+echo "     helm $("$HELM" version --short)"
 WORK=$(mktemp -d)
 e2e_cleanup_on_exit "$WORK"
 CHART=$ROOT/helm/tj-operator
