@@ -882,6 +882,9 @@ std::string Describe(const std::string& pod, const PodOutcome& o) {
 }
 
 Decision Reconcile(const Observed& in, const ReconcilerOptions& options) {
+  // Another controller's job (spec.managedBy): nothing of it is this operator's to create,
+  // delete or write, not even its status (a malformed one included).
+  if (!api::OtherManager(in.job).empty()) return Decision{};
   try {
     return Pass(in, options).Run();
   } catch (const std::exception& e) {
