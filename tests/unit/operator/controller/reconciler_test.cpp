@@ -575,6 +575,19 @@ std::vector<BudgetCase> BudgetCases() {
                    w.in.pods[1]["status"]["reason"] = "Evicted";
                  },
                  "restart", "Evicted", 1, "(Evicted, not counted against backoffLimit 2)"},
+      // Kubernetes 1.26+: the Eviction API leaves DisruptionTarget on the pod, so the restart
+      // is an eviction, not a deletion.
+      BudgetCase{"EvictionApiDisruptionTarget", nullptr,
+                 [](World& w) {
+                   SigtermedGang(w, true);
+                   w.in.pods[1]["status"]["conditions"] =
+                       json::array({{{"type", "DisruptionTarget"},
+                                     {"status", "True"},
+                                     {"reason", "EvictionByEvictionAPI"}}});
+                 },
+                 "restart", "Evicted", 1,
+                 "restart 2 (Evicted, not counted against backoffLimit 2): pod "
+                 "mnist-worker-1 exited with code 75 (stopped on SIGTERM) and was evicted"},
       BudgetCase{"Preemption", nullptr,
                  [](World& w) {
                    w.in.pods[1]["metadata"]["deletionTimestamp"] = kube::FormatTime(kT0);
@@ -1444,6 +1457,13 @@ TEST(Outcome, Classification) {
   EXPECT_TRUE(IsRetryable(api::RestartPolicy::kNever, {true, true, std::nullopt, ""}));
   EXPECT_EQ(Describe("p", {true, false, 143, ""}), "pod p exited with code 143 (signal 15)");
   EXPECT_EQ(Describe("p", {true, true, std::nullopt, "Evicted"}), "pod p was evicted");
+  // Still terminating, attributed from DisruptionTarget: its cause's word, not "deleted".
+  EXPECT_EQ(Describe("p", {true, true, std::nullopt, "", api::RestartCause::kEvicted}),
+            "pod p was evicted");
+  EXPECT_EQ(Describe("p", {true, true, std::nullopt, "", api::RestartCause::kPreempted}),
+            "pod p was preempted");
+  EXPECT_EQ(Describe("p", {true, true, std::nullopt, "", api::RestartCause::kDeleted}),
+            "pod p was deleted");
 }
 
 }  // namespace
