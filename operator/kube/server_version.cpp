@@ -74,12 +74,13 @@ StatusOr<ServerVersion> ParseVersionInfo(const nlohmann::json& info) {
 
 Status CheckServerVersion(const ServerVersion& server, const ServerVersion& minimum) {
   if (server >= minimum) return Status::Ok();
-  return Status::Error("the API server runs Kubernetes " + server.text +
-                       "; this operator needs Kubernetes " + minimum.Minor() +
-                       " or newer (CRD validation rules with ratcheting, pods' DisruptionTarget "
-                       "condition): upgrade the cluster, or run an operator release that "
-                       "supports " +
-                       server.Minor() + " (docs/deploy.md lists the supported versions)");
+  return Status::Error(
+      "the API server runs Kubernetes " + server.text + "; this operator needs Kubernetes " +
+      minimum.Minor() +
+      " or newer (CRD validation rules, spec.managedBy as batch/v1 Job's, pods' "
+      "DisruptionTarget condition): upgrade the cluster, or run an operator release that "
+      "supports " +
+      server.Minor() + " (docs/deploy.md lists the supported versions)");
 }
 
 StatusOr<ServerVersion> ReadServerVersion(Client* client) {

@@ -28,10 +28,10 @@ struct ServerVersion {
   std::string Minor() const { return std::to_string(major) + "." + std::to_string(minor); }
 };
 
-// The oldest Kubernetes the operator starts on, and why (docs/deploy.md says the same):
-// the CRD's validation rules (x-kubernetes-validations, CEL; GA in 1.29) refuse a bad
-// TrainingJob and keep spec.managedBy immutable, and validation ratcheting (beta, on by default
-// in 1.30) lets the status of a job created before a rule existed still be written. Pods'
+// The oldest Kubernetes the operator starts on, and why (docs/deploy.md says the same): the
+// CRD's validation rules (x-kubernetes-validations, CEL, GA in 1.29 with messageExpression,
+// reason and fieldPath) refuse a bad TrainingJob and keep spec.managedBy immutable, and
+// spec.managedBy follows batch/v1 Job's, which 1.30 introduced (and MultiKueue sets). Pods'
 // DisruptionTarget condition (1.26+) is older than both.
 inline constexpr int kMinimumMajor = 1;
 inline constexpr int kMinimumMinor = 30;
