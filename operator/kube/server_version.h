@@ -7,6 +7,7 @@
 #include <compare>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <tuple>
 
 #include "common/status.h"
 #include "operator/kube/client.h"
@@ -19,11 +20,11 @@ struct ServerVersion {
 
   // Ordered by major, minor, patch; `text` does not take part.
   std::strong_ordering operator<=>(const ServerVersion& o) const {
-    if (auto c = major <=> o.major; c != 0) return c;
-    if (auto c = minor <=> o.minor; c != 0) return c;
-    return patch <=> o.patch;
+    return std::tie(major, minor, patch) <=> std::tie(o.major, o.minor, o.patch);
   }
-  bool operator==(const ServerVersion& o) const { return (*this <=> o) == 0; }
+  bool operator==(const ServerVersion& o) const {
+    return std::tie(major, minor, patch) == std::tie(o.major, o.minor, o.patch);
+  }
   // "1.37"
   std::string Minor() const { return std::to_string(major) + "." + std::to_string(minor); }
 };

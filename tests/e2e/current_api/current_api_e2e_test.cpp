@@ -61,7 +61,7 @@ class CurrentApi : public testing::JobTest {
 
   // The job as a file in this test's directory, for kubectl.
   std::string File(const json& job, const std::string& suffix) {
-    const std::string path = log_path_ + "-" + suffix + ".json";
+    std::string path = log_path_ + "-" + suffix + ".json";
     std::ofstream(path) << job.dump();
     return path;
   }
