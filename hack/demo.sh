@@ -3,7 +3,7 @@
 # etcd, kube-apiserver, controller manager, scheduler, and a real node whose pods are
 # containers of the images from `make images`; TJ_NODE=process: the node agent tj-local-node
 # runs them as processes instead):
-# helm install the operator from the chart, kubectl apply the example TrainingJob
+# helm install the operator from the chart, kubectl apply --server-side the example TrainingJob
 # (2 workers + an evaluator on Fashion-MNIST), follow its progress, print `kubectl get tj`
 # and the final evaluation. The cluster stays up afterwards so you can look around;
 # `hack/local-cluster.sh down` stops it (TJ_DEMO_DOWN=1 stops it at the end of the demo).
@@ -60,7 +60,7 @@ if ! "$HELM" upgrade --install tj-operator helm/tj-operator --namespace tj-syste
 fi
 kubectl -n tj-system get deploy tj-operator
 
-say "kubectl apply -f manifests/examples/fmnist.yaml (namespace $NS)"
+say "kubectl apply --server-side -f manifests/examples/fmnist.yaml (namespace $NS)"
 kubectl get namespace "$NS" >/dev/null 2>&1 || kubectl create namespace "$NS" >/dev/null
 # The directory the node agent binds the example's claim to (empty when there is none).
 claim_dir() {
@@ -79,7 +79,7 @@ fi
 old_dir=$(claim_dir)
 cluster_dir=$(cd "$(dirname "$KUBECONFIG")" && pwd)
 case "$old_dir" in "$cluster_dir"/*) rm -rf "${old_dir:?}"/* ;; esac
-kubectl -n "$NS" apply -f manifests/examples/fmnist.yaml
+kubectl -n "$NS" apply --server-side -f manifests/examples/fmnist.yaml
 
 say "Training (status.progress, as the operator reads it from the chief's /status)"
 # One line whenever something changes: state (status.state, what `kubectl get tj` shows),

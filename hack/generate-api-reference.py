@@ -100,7 +100,18 @@ def sections(schema, path, title, out):
         elif isinstance(sub.get("additionalProperties"), dict) and \
                 "properties" in sub["additionalProperties"]:
             nested.append((sub["additionalProperties"], sub_path + ".<type>"))
-    out.append((path, title, one_line(schema.get("description", "")), rows))
+    # The validation rules (x-kubernetes-validations) of this object and of its scalar fields:
+    # what the API server refuses, in the rules' own words.
+    refusals = [one_line(r["message"]) for r in schema.get("x-kubernetes-validations", [])]
+    for name, sub in props.items():
+        if sub.get("type") != "object":
+            refusals += [one_line(r["message"]) for r in sub.get("x-kubernetes-validations", [])]
+    for r in schema.get("x-kubernetes-validations", []) + [
+            r for sub in props.values() for r in sub.get("x-kubernetes-validations", [])]:
+        if "message" not in r:
+            fail("a validation rule of %s has no message (the reference quotes it): %s"
+                 % (path or "the root", r.get("rule")))
+    out.append((path, title, one_line(schema.get("description", "")), rows, refusals))
     for sub, sub_path in nested:
         sections(sub, sub_path, sub_path, out)
 
@@ -140,12 +151,16 @@ def render(crd):
                                                  one_line(c.get("description", ""))))
     out = []
     sections(schema, "", names["kind"], out)
-    for path, title, desc, rows in out:
+    for path, title, desc, rows, refusals in out:
         lines += ["", "## %s" % title, ""]
         if desc:
             lines += [desc, ""]
         lines += ["| Field | Type | Description |", "|---|---|---|"]
         lines += ["| %s | %s | %s |" % r for r in rows]
+        if refusals:
+            lines += ["", "The API server refuses (the CRD's validation rules, Kubernetes 1.29 "
+                      "or newer):", ""]
+            lines += ["- %s" % m for m in dict.fromkeys(refusals)]
     return "\n".join(lines) + "\n"
 
 

@@ -46,6 +46,7 @@
 #include "operator/kube/object_meta.h"
 #include "operator/kube/request_metrics.h"
 #include "operator/kube/rest_client.h"
+#include "operator/kube/server_version.h"
 #include "operator/kube/work_queue.h"
 
 namespace {
@@ -266,6 +267,37 @@ std::optional<int> ConnectToApiServer(const Flags& f, tj::Clock* clock, tj::Even
   return std::nullopt;
 }
 
+// The API server's version, read once (GET /version): an exit code, said in the log, when it
+// is older than the operator needs (kube::MinimumServerVersion), is not a version, or cannot
+// be read. The client retries transport errors and 5xx answers for about half a minute; an
+// unreachable server is tried for two minutes in all.
+std::optional<int> CheckApiServerVersion(tj::kube::Client* client, const std::string& server,
+                                         const std::stop_source& stop, tj::EventLog& log) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+  auto answer = client->Raw("GET", "/version");
+  while (!answer.ok() && std::chrono::steady_clock::now() < deadline && !stop.stop_requested()) {
+    log.Warn("API server " + server + ": reading its version: " + answer.error().ToString() +
+             "; trying again");
+    std::this_thread::sleep_for(std::chrono::seconds(5));
+    answer = client->Raw("GET", "/version");
+  }
+  if (!answer.ok()) {
+    log.Error("API server " + server + ": reading its version: " + answer.error().ToString() +
+              " (gave up after 2 minutes: check --kubeconfig and that the server answers)");
+    return 1;
+  }
+  auto version = tj::kube::ParseVersionInfo(*answer);
+  tj::Status s = version.ok()
+                     ? tj::kube::CheckServerVersion(*version, tj::kube::MinimumServerVersion())
+                     : version.status();
+  if (!s.ok()) {
+    log.Error("API server " + server + ": " + s.message());
+    return 1;
+  }
+  log.Emit({{"event", "api_server_version"}, {"server", server}, {"version", version->text}});
+  return std::nullopt;
+}
+
 // --leader-elect: the Lease renewed through a client of its own, an elector and its thread.
 struct Leadership {
   std::unique_ptr<tj::kube::RestClient> client;
@@ -385,6 +417,7 @@ int main(int argc, char** argv) {
   ApiClients api;
   if (auto code = ConnectToApiServer(f, clock, log, &api)) return *code;
   tj::kube::RestClient* client = api.client.get();
+  if (auto code = CheckApiServerVersion(client, api.config.server, stop, log)) return *code;
 
   // Every job's rendezvous key comes from the kernel (RandomHex): say so now if it refuses (a
   // seccomp profile without getrandom), rather than when the first job needs a key.

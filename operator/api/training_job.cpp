@@ -443,6 +443,17 @@ bool TrainingJobStatus::SetCondition(const std::string& type, bool status,
   return true;
 }
 
+std::string OtherManager(const json& job) {
+  if (!job.is_object()) return "";
+  auto spec = job.find("spec");
+  if (spec == job.end() || !spec->is_object()) return "";
+  auto m = spec->find("managedBy");
+  if (m == spec->end() || m->is_null()) return "";
+  if (!m->is_string()) return m->dump().substr(0, 80);
+  const std::string name = m->get<std::string>();
+  return name == kControllerName ? "" : name;
+}
+
 ObjectRef RefOf(const json& object) {
   // A malformed object must not end the process: a field of another type reads as absent.
   const json& m = kube::MetadataOf(object);

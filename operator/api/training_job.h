@@ -23,6 +23,17 @@ inline constexpr char kApiVersion[] = "tjo.dev/v1alpha1";
 inline constexpr char kKind[] = "TrainingJob";
 inline const kube::Resource kTrainingJobs{"tjo.dev/v1alpha1", "trainingjobs"};
 
+// spec.managedBy (as batch/v1 Job's, Kubernetes 1.30+): the controller that runs a job. Unset,
+// empty or this name: this operator; any other value hands the job to that controller (a
+// MultiKueue dispatcher, a test harness), and this operator creates nothing for it and writes
+// no status. The CRD keeps the field immutable.
+inline constexpr char kControllerName[] = "tjo.dev/tj-operator";
+
+// The controller `job` names in spec.managedBy when that is not this operator; "" when this
+// operator runs the job. A value that is not a string (which the CRD refuses) names no
+// controller the operator could run for: it is returned as JSON text, and the job left alone.
+std::string OtherManager(const nlohmann::json& job);
+
 // Labels on every object a job owns.
 inline constexpr char kLabelJobName[] = "tjo.dev/job-name";
 inline constexpr char kLabelReplicaType[] = "tjo.dev/replica-type";

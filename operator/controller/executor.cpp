@@ -303,6 +303,12 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
     }
     in.job = std::move(*job);
   }
+  // Another controller's job (spec.managedBy): not even its pods are read, nor its trainers
+  // asked for their progress. The field is immutable, so nothing here can change that.
+  if (!api::OtherManager(in.job).empty()) {
+    ForgetKept(key);
+    return std::optional<milliseconds>();
+  }
   // A status kept back from an earlier pass is this pass's starting point, as if written.
   const std::string uid = api::RefOf(in.job).uid;
   const std::optional<KeptStatus> kept = Kept(key, uid);

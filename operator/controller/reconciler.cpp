@@ -838,8 +838,9 @@ PodOutcome OutcomeOf(const PodView& pod) {
   PodOutcome o;
   o.cause = ClassifyRestartCause(pod);
   o.failed = pod.phase == "Failed" || pod.being_deleted;
-  o.deleted = pod.being_deleted || pod.reason == "Evicted" || pod.reason == "Preempting" ||
-              pod.reason == "Shutdown";
+  // A disruption (DisruptionTarget, else the status reason of one): not the trainer's doing.
+  o.deleted = pod.being_deleted || !pod.disruption.empty() || pod.reason == "Evicted" ||
+              pod.reason == "Preempting" || pod.reason == "Shutdown";
   o.reason = pod.reason;
   if (pod.trainer_terminated) {
     o.exit_code = pod.trainer_terminated->exit_code;
@@ -864,8 +865,12 @@ bool IsRetryable(api::RestartPolicy policy, const PodOutcome& o) {
 }
 
 std::string Describe(const std::string& pod, const PodOutcome& o) {
+  // How a pod that did not end on its own went: its cause's word (DisruptionTarget's reason).
+  const std::string gone = o.cause == api::RestartCause::kEvicted     ? "evicted"
+                           : o.cause == api::RestartCause::kPreempted ? "preempted"
+                                                                      : "deleted";
   if (o.reason == "Evicted") return "pod " + pod + " was evicted";
-  if (o.deleted && !o.exit_code) return "pod " + pod + " was deleted";
+  if (o.deleted && !o.exit_code) return "pod " + pod + " was " + gone;
   std::string s = "pod " + pod;
   if (o.exit_code) {
     s += " exited with code " + std::to_string(*o.exit_code);
@@ -878,11 +883,14 @@ std::string Describe(const std::string& pod, const PodOutcome& o) {
   if (!o.reason.empty() && o.reason != "Error" && o.reason != "Completed") {
     s += " (" + o.reason + ")";
   }
-  if (o.deleted) s += " and was deleted";
+  if (o.deleted) s += " and was " + gone;
   return s;
 }
 
 Decision Reconcile(const Observed& in, const ReconcilerOptions& options) {
+  // Another controller's job (spec.managedBy): nothing of it is this operator's to create,
+  // delete or write, not even its status (a malformed one included).
+  if (!api::OtherManager(in.job).empty()) return Decision{};
   try {
     return Pass(in, options).Run();
   } catch (const std::exception& e) {

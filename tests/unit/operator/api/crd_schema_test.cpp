@@ -9,6 +9,7 @@
 
 #include <fstream>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -60,6 +61,51 @@ TEST(CrdSchema, OnlyPodTemplatesHideTheirFields) {
   EXPECT_EQ(status["properties"]["conditions"]["x-kubernetes-list-type"].as<std::string>(), "map");
   EXPECT_EQ(status["properties"]["conditions"]["x-kubernetes-list-map-keys"][0].as<std::string>(),
             "type");
+}
+
+// Server-side apply merges lists by their type: every list says how (a keyed map, a set, or
+// atomic, owned whole by one manager), so that no list is atomic by accident.
+TEST(CrdSchema, EveryListHasAListType) {
+  std::map<std::string, std::string> types;
+  Walk(Version()["schema"]["openAPIV3Schema"], "", [&](const std::string& path, const auto& s) {
+    if (s["type"] && s["type"].template as<std::string>() == "array") {
+      types[path] = s["x-kubernetes-list-type"]
+                        ? s["x-kubernetes-list-type"].template as<std::string>()
+                        : "(none)";
+    }
+  });
+  EXPECT_EQ(types,
+            (std::map<std::string, std::string>{{"spec.failurePolicy.rules", "atomic"},
+                                                {"spec.failurePolicy.rules[].onCauses", "set"},
+                                                {"status.conditions", "map"}}));
+}
+
+// Every validation rule (CEL) has a message that names the field it refuses and says what to
+// do instead; the TFJob types and spec.managedBy have theirs.
+TEST(CrdSchema, EveryValidationRuleSaysWhatToDo) {
+  std::map<std::string, std::vector<std::string>> messages;
+  Walk(Version()["schema"]["openAPIV3Schema"], "", [&](const std::string& path, const auto& s) {
+    if (!s["x-kubernetes-validations"]) return;
+    for (const auto& r : s["x-kubernetes-validations"]) {
+      ASSERT_TRUE(r["rule"]) << path;
+      ASSERT_TRUE(r["message"]) << path << ": " << r["rule"].template as<std::string>();
+      const std::string m = r["message"].template as<std::string>();
+      EXPECT_TRUE(m.find("spec.") == 0 || m.find("metadata.") == 0) << m;
+      messages[path.empty() ? "(root)" : path].push_back(m);
+    }
+  });
+  auto said = [&](const std::string& path, const std::string& what) {
+    for (const auto& m : messages[path]) {
+      if (m.find(what) != std::string::npos) return true;
+    }
+    return false;
+  };
+  EXPECT_TRUE(said("spec.replicaSpecs", "use Worker replicas"));
+  EXPECT_TRUE(said("spec.replicaSpecs", "both Chief and Master"));
+  EXPECT_TRUE(said("spec.replicaSpecs", "rename it to Chief"));
+  EXPECT_TRUE(said("spec.managedBy", "immutable"));
+  EXPECT_TRUE(said("spec", "immutable"));
+  EXPECT_TRUE(said("(root)", "shorten the name"));
 }
 
 // Not "all" (kubectl delete all would delete training jobs); the project's own category.

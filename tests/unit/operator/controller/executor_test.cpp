@@ -319,6 +319,20 @@ TEST_F(ExecutorPass, CreatesTheServiceAndSecretItFindsNotThere) {
   EXPECT_EQ(client_.CreatedPods().size(), client_.created.size() - 2);
 }
 
+// Another controller's job: the pass sends nothing to the API server, not even a status.
+TEST_F(ExecutorPass, SendsNothingForAJobManagedByAnotherController) {
+  json job = TestJob("uid-new");
+  job["spec"]["managedBy"] = "example.com/other";
+  jobs_.Upsert(job);
+  auto r = Sync();
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_FALSE(*r);  // no requeue: the field is immutable
+  EXPECT_TRUE(client_.created.empty()) << ::testing::PrintToString(client_.created);
+  EXPECT_TRUE(client_.status_writes.empty());
+  EXPECT_TRUE(client_.deleted.empty());
+  EXPECT_TRUE(write_later_.empty());
+}
+
 TEST_F(ExecutorPass, TakesItsOwnServiceAndSecretWhenTheCacheLagsBehind) {
   // Created by an earlier pass; the caches do not show them yet.
   for (const json& o : CachedObjectsOf(TestJob("uid-new"))) {

@@ -157,6 +157,43 @@ TEST(Reconcile, NewJobCreatesServiceSecretAndEveryPod) {
   EXPECT_FALSE(d.requeue_after);
 }
 
+// spec.managedBy naming another controller: the job is that controller's. Nothing is created
+// or deleted, no event, no status, no requeue, whatever state the job is in.
+TEST(Reconcile, AJobManagedByAnotherControllerIsLeftAlone) {
+  World w;
+  w.in.job["spec"]["managedBy"] = "example.com/other";
+  Decision d = Reconcile(w.in);
+  EXPECT_TRUE(d.actions.empty());
+  EXPECT_FALSE(d.status);
+  EXPECT_FALSE(d.requeue_after);
+  EXPECT_FALSE(d.job_created);
+  // Running pods that fail, a spec the operator would refuse, a malformed status: still not
+  // this operator's to restart, fail or repair.
+  w.Running();
+  w.in.job["spec"]["managedBy"] = "example.com/other";
+  w.in.pods[1] = Pod(w.in.job, ReplicaType::kWorker, 1, 0, "Failed", 1);
+  w.in.job["spec"]["replicaSpecs"]["PS"] = {{"replicas", 1}};
+  w.in.job["status"]["conditions"] = "not a list";
+  d = Reconcile(w.in);
+  EXPECT_TRUE(d.actions.empty());
+  EXPECT_FALSE(d.status);
+  // A value of another type (which the CRD refuses) names no controller this operator is.
+  w.in.job["spec"]["managedBy"] = 5;
+  EXPECT_TRUE(Reconcile(w.in).actions.empty());
+}
+
+// This operator's own name, an empty value or none: the operator runs the job.
+TEST(Reconcile, AJobManagedByThisOperatorRuns) {
+  for (const json& managed_by : {json(api::kControllerName), json(""), json()}) {
+    World w;
+    w.in.job["spec"]["managedBy"] = managed_by;
+    Decision d = Reconcile(w.in);
+    EXPECT_EQ(Created(d).size(), 5u) << managed_by;
+    EXPECT_TRUE(StatusOf(d).IsTrue("Created")) << managed_by;
+  }
+  EXPECT_EQ(std::string(api::kControllerName), "tjo.dev/tj-operator");
+}
+
 TEST(Reconcile, IdempotentOncePodsExist) {
   World w;
   Decision d1 = Reconcile(w.in);
@@ -538,6 +575,19 @@ std::vector<BudgetCase> BudgetCases() {
                    w.in.pods[1]["status"]["reason"] = "Evicted";
                  },
                  "restart", "Evicted", 1, "(Evicted, not counted against backoffLimit 2)"},
+      // Kubernetes 1.26+: the Eviction API leaves DisruptionTarget on the pod, so the restart
+      // is an eviction, not a deletion.
+      BudgetCase{"EvictionApiDisruptionTarget", nullptr,
+                 [](World& w) {
+                   SigtermedGang(w, true);
+                   w.in.pods[1]["status"]["conditions"] =
+                       json::array({{{"type", "DisruptionTarget"},
+                                     {"status", "True"},
+                                     {"reason", "EvictionByEvictionAPI"}}});
+                 },
+                 "restart", "Evicted", 1,
+                 "restart 2 (Evicted, not counted against backoffLimit 2): pod "
+                 "mnist-worker-1 exited with code 75 (stopped on SIGTERM) and was evicted"},
       BudgetCase{"Preemption", nullptr,
                  [](World& w) {
                    w.in.pods[1]["metadata"]["deletionTimestamp"] = kube::FormatTime(kT0);
@@ -1428,6 +1478,13 @@ TEST(Outcome, Classification) {
   EXPECT_TRUE(IsRetryable(api::RestartPolicy::kNever, {true, true, std::nullopt, ""}));
   EXPECT_EQ(Describe("p", {true, false, 143, ""}), "pod p exited with code 143 (signal 15)");
   EXPECT_EQ(Describe("p", {true, true, std::nullopt, "Evicted"}), "pod p was evicted");
+  // Still terminating, attributed from DisruptionTarget: its cause's word, not "deleted".
+  EXPECT_EQ(Describe("p", {true, true, std::nullopt, "", api::RestartCause::kEvicted}),
+            "pod p was evicted");
+  EXPECT_EQ(Describe("p", {true, true, std::nullopt, "", api::RestartCause::kPreempted}),
+            "pod p was preempted");
+  EXPECT_EQ(Describe("p", {true, true, std::nullopt, "", api::RestartCause::kDeleted}),
+            "pod p was deleted");
 }
 
 }  // namespace
