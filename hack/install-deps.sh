@@ -19,14 +19,14 @@ PACKAGES=(
   python3 python3-torch python3-numpy python3-yaml
   # TensorFlow's wheels and venv (hack/tensorflow.sh: pip download, python3 -m venv)
   python3-pip python3-venv
-  # local cluster (etcd, Go 1.19 to build kube-apiserver & co. from Debian's source package;
-  # with TJ_KUBE_VERSION=1.37 hack/build-kubernetes.sh builds them, and Helm, with Go 1.26)
-  etcd-server golang-go rsync jq golang-github-modern-go-reflect2-dev
-  curl ca-certificates openssl procps iproute2 util-linux unzip
-  # real node: containerd + runc + CNI as the kubelet's runtime, images built without a
-  # daemon (buildah/podman from mmdebstrap base tarballs), dnsmasq as the cluster DNS
-  containerd runc containernetworking-plugins buildah podman mmdebstrap fuse-overlayfs
-  catatonit conntrack ipset iptables skopeo dnsmasq-base
+  # local cluster (Kubernetes, etcd, containerd, CoreDNS, crictl and Helm are built from the
+  # Go module proxy with the machine's Go by hack/build-kubernetes.sh; none of Debian's is
+  # current enough)
+  rsync jq curl ca-certificates openssl procps iproute2 util-linux unzip
+  # real node: runc + CNI plugins under the built containerd, images built without a daemon
+  # (buildah/podman from mmdebstrap base tarballs)
+  runc containernetworking-plugins buildah podman mmdebstrap fuse-overlayfs
+  catatonit conntrack ipset iptables skopeo
   # fuzzing and sanitizers: clang with libFuzzer and the sanitizer runtimes (tests/fuzz/run.sh)
   clang libclang-rt-14-dev
   # style (tests/style: clang-format on every source; make tidy: clang-tidy over the build)
@@ -36,9 +36,8 @@ PACKAGES=(
   python3-pip
 )
 
-# kubectl: Debian's kubernetes-client, unless the machine already has a kubectl (another
-# package that ships /usr/bin/kubectl would conflict with it).
-command -v kubectl >/dev/null 2>&1 || PACKAGES+=(kubernetes-client)
+# kubectl is the local cluster's own, of the same release (hack/local-cluster.sh env); Debian's
+# kubernetes-client is 1.20, outside the version skew kubectl supports.
 command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)   # the Dockerfile's linter (dockerfile_test)
 
 if [ "$(id -u)" -eq 0 ]; then SUDO=(); else SUDO=(sudo); fi

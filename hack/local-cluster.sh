@@ -15,23 +15,18 @@
 #   hack/local-cluster.sh build    only find or build the binaries; print the Kubernetes dir
 #   hack/local-cluster.sh env      print `export KUBECONFIG=...` (and PATH, with the cluster's
 #                                  own kubectl first) for eval
-#   hack/local-cluster.sh kubectl-dir   print the directory of the cluster's own kubectl (none
-#                                  for TJ_KUBE_VERSION=1.20)
+#   hack/local-cluster.sh kubectl-dir   print the directory of the cluster's own kubectl
 #   hack/local-cluster.sh restart-apiserver   stop and start kube-apiserver (same port; tests)
 #   hack/local-cluster.sh compact  compact etcd's history up to now (tests of 410 Gone)
 #   hack/local-cluster.sh restart-node [--graceful]   (process node) kill the node agent (SIGKILL, as a crash:
 #                                  pods keep running and the new agent adopts them; with
 #                                  --graceful SIGTERM, a node shutdown) and start it again
 #
-# Binaries (TJ_KUBE_VERSION picks the Kubernetes, see below):
-#   1.20 (the default): kube-apiserver, the controller manager, the scheduler, kubelet and
-#     kube-proxy are built once from Debian's `kubernetes` source package with Debian's Go
-#     1.19 (about 13 minutes on 2 cores) and cached in
-#     ${TJ_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tj-operator}/kube-<debian version>/bin;
-#     etcd is Debian's etcd-server.
-#   1.37: Kubernetes (kubectl too), etcd and, for the real node, containerd, CoreDNS and
-#     crictl are built once from the Go module proxy by hack/build-kubernetes.sh (30 minutes
-#     or more on 2 cores) and cached in the same root, <name>-<version>-<go>/bin.
+# Binaries: Kubernetes (KUBE_VERSION of hack/versions.env: the control plane, kubelet,
+# kube-proxy and kubectl), the etcd it is tested with and, for the real node, containerd,
+# CoreDNS and crictl are built once from the Go module proxy by hack/build-kubernetes.sh
+# (about 40 minutes on an idle 2-core machine) and cached in
+# ${TJ_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tj-operator}/<name>-<version>-<go>/bin.
 # $KUBEBUILDER_ASSETS, when it names a directory holding kube-apiserver (envtest's convention;
 # etcd and the other programs are optional there), is used instead for the control plane.
 #
@@ -66,27 +61,18 @@ case "$TJ_NODE" in
   containerd|process) ;;
   *) echo "local-cluster: error: TJ_NODE=$TJ_NODE: use containerd or process" >&2; exit 2 ;;
 esac
-# Which Kubernetes (TJ_KUBE_VERSION): 1.37 (KUBE_VERSION of hack/versions.env; 1.37.2 too),
-# built from the Go module proxy by hack/build-kubernetes.sh, with etcd 3.7, and on the real
-# node containerd 2.4 and CoreDNS; or 1.20 (the default): Kubernetes 1.20.2 built from
-# Debian's `kubernetes` source package, with Debian's etcd 3.4, and on the real node Debian's
-# containerd 1.6 and dnsmasq as the cluster DNS.
+# The Kubernetes release is pinned in hack/versions.env. TJ_KUBE_VERSION, when set, must name
+# it (1.37 or 1.37.2 for v1.37.2): a guard for scripts written against another release.
 # shellcheck source=hack/versions.env
 . "$REPO_ROOT/hack/versions.env"
-DEFAULT_KUBE_VERSION=1.20
-case "${TJ_KUBE_VERSION:-$DEFAULT_KUBE_VERSION}" in
-  1.20|1.20.2) KUBE_LINE=debian ;;
-  "${KUBE_VERSION#v}"|"$KUBE_VERSION"|"$(cut -d. -f1,2 <<<"${KUBE_VERSION#v}")") KUBE_LINE=current ;;
-  *) echo "local-cluster: error: TJ_KUBE_VERSION=$TJ_KUBE_VERSION: use $(cut -d. -f1,2 \
-       <<<"${KUBE_VERSION#v}") (${KUBE_VERSION#v}, built from the Go module proxy," \
-       "hack/versions.env) or 1.20 (Debian's source package)" >&2
+case "${TJ_KUBE_VERSION:-$KUBE_VERSION}" in
+  "${KUBE_VERSION#v}"|"$KUBE_VERSION"|"$(cut -d. -f1,2 <<<"${KUBE_VERSION#v}")") ;;
+  *) echo "local-cluster: error: TJ_KUBE_VERSION=$TJ_KUBE_VERSION: the local cluster runs" \
+       "Kubernetes ${KUBE_VERSION#v} (hack/versions.env); unset TJ_KUBE_VERSION or pin" \
+       "another release there" >&2
      exit 2 ;;
 esac
 BUILD_K8S=$REPO_ROOT/hack/build-kubernetes.sh
-DEB_SRC_FILE=/etc/apt/sources.list.d/debian-src.sources
-# What `build` makes from Debian's source package (TJ_KUBE_VERSION=1.20): the control plane,
-# and the kubelet and kube-proxy of the real node (TJ_NODE=containerd).
-KUBE_PROGRAMS="kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy"
 
 log() { echo "local-cluster: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -98,99 +84,10 @@ as_root() {
 # ---------------------------------------------------------------------------------------------
 # Binaries
 
-# Debian's Go, which builds Debian's Kubernetes 1.20 source.
-DEBIAN_GO=/usr/lib/go-1.19/bin
-
-# Debian's source version of `kubernetes` (e.g. 1.20.5+really1.20.2-1.1); configures the
-# deb-src index first when apt knows no source for it.
-kube_source_version() {
-  local v
-  v=$(apt-cache showsrc kubernetes 2>/dev/null | awk '/^Version:/ {print $2; exit}') || true
-  if [ -z "$v" ]; then
-    if [ ! -f "$DEB_SRC_FILE" ]; then
-      log "adding Debian's source index ($DEB_SRC_FILE) to fetch the kubernetes source package"
-      as_root tee "$DEB_SRC_FILE" >/dev/null <<'EOF'
-Types: deb-src
-URIs: http://deb.debian.org/debian
-Suites: bookworm
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-EOF
-    fi
-    as_root apt-get update -q >&2
-    v=$(apt-cache showsrc kubernetes 2>/dev/null | awk '/^Version:/ {print $2; exit}') || true
-  fi
-  [ -n "$v" ] || die "apt knows no source package 'kubernetes'; check $DEB_SRC_FILE and network"
-  echo "$v"
-}
-
 have_all() {  # have_all DIR NAME... : every NAME is an executable in DIR
   local d=$1; shift
   for n in "$@"; do [ -x "$d/$n" ] || return 1; done
 }
-
-# Builds the three binaries into $1/bin from Debian's source package, following
-# docs/local-cluster.md. Serialised by a lock so parallel callers build once.
-build_kube() {
-  local version=$1 dest=$2
-  mkdir -p "$dest"
-  exec 9>"$dest/.lock"
-  log "waiting for the build lock $dest/.lock" 
-  flock 9
-  if have_all "$dest/bin" $KUBE_PROGRAMS; then
-    exec 9>&-; return 0
-  fi
-  for tool in rsync make tar; do
-    command -v "$tool" >/dev/null || die "'$tool' is missing: run hack/install-deps.sh"
-  done
-  [ -x "$DEBIAN_GO/go" ] || die "$DEBIAN_GO/go is missing: run hack/install-deps.sh (golang-go)"
-  local reflect2=/usr/share/gocode/src/github.com/modern-go/reflect2
-  [ -f "$reflect2/reflect2.go" ] ||
-    die "$reflect2 missing: run hack/install-deps.sh (golang-github-modern-go-reflect2-dev)"
-
-  local work=$dest/src start=$SECONDS
-  rm -rf "$work" && mkdir -p "$work"
-  log "building $KUBE_PROGRAMS $version in $work" \
-      "(about 13 minutes on 2 cores; log: $dest/build.log)"
-  (
-    set -euo pipefail
-    cd "$work"
-    apt-get source --download-only "kubernetes=$version"
-    local orig
-    orig=$(ls kubernetes_*.orig.tar.gz | head -n1)
-    tar xzf "$orig"
-    local top
-    top=$(ls -d kubernetes-*/ | head -n1); top=${top%/}
-    # Go >= 1.18 vs the vendored reflect2 1.0.1 (SIGSEGV on the first custom resource):
-    # use Debian's API-compatible 1.0.2.
-    local v=$top/vendor/github.com/modern-go/reflect2
-    rm -f "$v"/*.go "$v"/*.s
-    cp "$reflect2"/*.go "$v"/
-    cp "$reflect2"/*.s "$v"/ 2>/dev/null || true
-    # Kubernetes 1.20 builds with Debian's Go 1.19, whatever Go comes first on PATH (a newer
-    # Go refuses some of its vendored code's linknames).
-    export GOPATH=$work/gopath CGO_ENABLED=0 GOFLAGS= GOTOOLCHAIN=local
-    export PATH=$DEBIAN_GO:$PATH
-    mkdir -p "$GOPATH/src/k8s.io"
-    ln -sfn "$work/$top" "$GOPATH/src/k8s.io/kubernetes"
-    cd "$GOPATH/src/k8s.io/kubernetes"
-    local what=() p
-    for p in $KUBE_PROGRAMS; do what+=("cmd/$p"); done
-    nice -n 10 make WHAT="${what[*]}"
-    mkdir -p "$dest/bin.tmp"
-    for p in $KUBE_PROGRAMS; do cp "_output/bin/$p" "$dest/bin.tmp/"; done
-  ) >"$dest/build.log" 2>&1 || { exec 9>&-; die "build failed; see $dest/build.log"; }
-  rm -rf "$dest/bin" && mv "$dest/bin.tmp" "$dest/bin"
-  echo "$version" >"$dest/VERSION"
-  rm -rf "$work"  # 1.5 GB of sources and objects; Go's build cache keeps a rebuild fast
-  log "built in $((SECONDS - start)) s -> $dest/bin"
-  exec 9>&-
-}
-
-DEBIAN_GO=/usr/lib/go-1.19/bin
-# Kubernetes 1.20's insecure ports, off (the flags are gone since 1.24).
-OLD_PORT_FLAG=()
-[ "$KUBE_LINE" = current ] || OLD_PORT_FLAG=(--port=0)
 
 # Sets KUBE_BIN (the Kubernetes programs' directory), ETCD_BIN and, for the real node on 1.37,
 # NODE_BINS (containerd with its shim and ctr, coredns, crictl: a directory each, for PATH).
@@ -201,37 +98,16 @@ find_binaries() {
       die "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS holds no kube-apiserver"
     KUBE_BIN=$KUBEBUILDER_ASSETS
     [ -x "$KUBEBUILDER_ASSETS/etcd" ] && ETCD_BIN=$KUBEBUILDER_ASSETS/etcd
-  elif [ "$KUBE_LINE" = current ]; then
+  else
     "$BUILD_K8S" etcd kubernetes >&2 || die "building Kubernetes failed (above)"
     KUBE_BIN=$("$BUILD_K8S" path kubernetes)
     ETCD_BIN=$("$BUILD_K8S" path etcd)/etcd
-  else
-    local cached=""
-    # Without a network or deb-src, an existing cache entry is good enough.
-    for d in "$CACHE_ROOT"/kube-*/; do
-      have_all "$d/bin" $KUBE_PROGRAMS &&
-        cached=${d%/}/bin
-    done
-    local version=""
-    if [ -z "$cached" ] || apt-cache showsrc kubernetes >/dev/null 2>&1; then
-      version=$(kube_source_version)
-    fi
-    if [ -n "$version" ]; then
-      local dest=$CACHE_ROOT/kube-$version
-      have_all "$dest/bin" $KUBE_PROGRAMS ||
-        build_kube "$version" "$dest"
-      KUBE_BIN=$dest/bin
-    else
-      KUBE_BIN=$cached
-    fi
   fi
-  if [ -z "$ETCD_BIN" ] && [ "$KUBE_LINE" = current ]; then
+  if [ -z "$ETCD_BIN" ]; then
     "$BUILD_K8S" etcd >&2 || die "building etcd failed (above)"
     ETCD_BIN=$("$BUILD_K8S" path etcd)/etcd
-  elif [ -z "$ETCD_BIN" ]; then
-    ETCD_BIN=$(command -v etcd) || die "etcd not found: run hack/install-deps.sh (etcd-server)"
   fi
-  if [ "$TJ_NODE" = containerd ] && [ -z "$NODE_BINS" ] && [ "$KUBE_LINE" = current ]; then
+  if [ "$TJ_NODE" = containerd ] && [ -z "$NODE_BINS" ]; then
     "$BUILD_K8S" containerd coredns >&2 || die "building the node's runtime failed (above)"
     # (crictl, for looking at the node, when `hack/build-kubernetes.sh all` has built it)
     NODE_BINS=$("$BUILD_K8S" path containerd):$("$BUILD_K8S" path coredns)
@@ -372,7 +248,6 @@ cmd_up() {
   echo "$token,admin,admin,system:masters" >"$STATE_DIR/tokens.csv"
   write_kubeconfig "$STATE_DIR/kubeconfig" "$port_a" "$token"
   cat >"$STATE_DIR/cluster.env" <<EOF
-KUBE_LINE=$KUBE_LINE
 KUBE_BIN=$KUBE_BIN
 ETCD_BIN=$ETCD_BIN
 NODE_BINS=$NODE_BINS
@@ -413,13 +288,13 @@ EOF
       controllers+=,endpoint,endpointslice,persistentvolume-binder,pvc-protection,pv-protection
     # Since 1.29 the node lifecycle controller only taints; evicting the pods of a lost node
     # is a controller of its own.
-    [ "$KUBE_LINE" = debian ] || controllers+=,taint-eviction-controller
+    controllers+=,taint-eviction-controller
     start kube-controller-manager "$KUBE_BIN/kube-controller-manager" --kubeconfig="$kc" \
       --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
       --service-account-private-key-file="$STATE_DIR/certs/sa.key" \
       --root-ca-file="$STATE_DIR/certs/ca.crt" \
       --controllers="$controllers" \
-      --leader-elect=false --bind-address=127.0.0.1 --secure-port="$port_c" "${OLD_PORT_FLAG[@]}"
+      --leader-elect=false --bind-address=127.0.0.1 --secure-port="$port_c"
     # The ServiceAccount admission plugin rejects pods whose ServiceAccount does not exist
     # yet: return only once the serviceaccount controller runs (it has created `default`).
     if ! wait_for "$HEALTH_TIMEOUT_S" "ServiceAccount default/default" api_get \
@@ -435,7 +310,7 @@ EOF
   if [ -x "$KUBE_BIN/kube-scheduler" ]; then
     start kube-scheduler "$KUBE_BIN/kube-scheduler" --kubeconfig="$kc" \
       --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
-      --leader-elect=false --bind-address=127.0.0.1 --secure-port="$port_s" "${OLD_PORT_FLAG[@]}"
+      --leader-elect=false --bind-address=127.0.0.1 --secure-port="$port_s"
   else
     log "no kube-scheduler in $KUBE_BIN: pods will not be bound to nodes"
   fi
@@ -487,7 +362,8 @@ start_node() {
     --state-dir="$STATE_DIR/node" --log-dir="$STATE_DIR/logs" --bin-dir="$(dirname "$NODE_BIN")" \
     --kubelet-port="$KUBELET_PORT" --tls-cert-file="$STATE_DIR/certs/node.crt" \
     --tls-key-file="$STATE_DIR/certs/node.key" --heartbeat-seconds=5 \
-    --mount-namespace="$NODE_MOUNT_NAMESPACE" --pod-network="${POD_NETWORK:-0}"
+    --mount-namespace="$NODE_MOUNT_NAMESPACE" --pod-network="${POD_NETWORK:-0}" \
+    --kubelet-version="$KUBE_VERSION"
 }
 
 # The second octet N of this cluster's pod addresses 127.N.x.y: one that no other cluster on
@@ -569,19 +445,15 @@ cmd_run_apiserver() {
   local dir=$1
   # shellcheck disable=SC1091
   . "$dir/cluster.env"
-  local insecure_port=()
-  [ "$KUBE_LINE" = current ] || insecure_port=(--insecure-port=0)
   # Pods that use in-cluster configuration get what a kubelet gives them: the ServiceAccount
   # admission plugin adds to every pod a projected volume (a TokenRequest token, the
   # kube-root-ca.crt ConfigMap, the namespace) at /var/run/secrets/kubernetes.io/serviceaccount,
-  # which tj-local-node fills. BoundServiceAccountTokenVolume (alpha in 1.20, on by default
-  # from 1.21) makes it a projected volume instead of a legacy token Secret. The plugin needs
+  # which tj-local-node fills. The plugin needs
   # the controller manager's serviceaccount controller (a `default` ServiceAccount per
   # namespace); without a controller manager it stays off, as in envtest.
   local sa_flags=(--disable-admission-plugins=ServiceAccount)
   if [ -x "$KUBE_BIN/kube-controller-manager" ]; then
     sa_flags=(--enable-admission-plugins=ServiceAccount)
-    [ "$KUBE_LINE" = current ] || sa_flags+=(--feature-gates=BoundServiceAccountTokenVolume=true)
   fi
   local audit_flags=()
   if [ -n "${AUDIT_LOG:-}" ]; then
@@ -592,7 +464,7 @@ cmd_run_apiserver() {
     --cert-dir="$dir/certs" --tls-cert-file="$dir/certs/apiserver.crt" \
     --tls-private-key-file="$dir/certs/apiserver.key" \
     --secure-port="$APISERVER_PORT" --bind-address="${BIND_ADDRESS:-127.0.0.1}" \
-    ${ADVERTISE_ADDRESS:+--advertise-address="$ADVERTISE_ADDRESS"} "${insecure_port[@]}" \
+    ${ADVERTISE_ADDRESS:+--advertise-address="$ADVERTISE_ADDRESS"} \
     --service-cluster-ip-range=10.0.0.0/24 --authorization-mode=RBAC \
     --token-auth-file="$dir/tokens.csv" \
     --service-account-issuer="https://127.0.0.1:$APISERVER_PORT" \
@@ -717,8 +589,8 @@ case "${1:-}" in
   status) cmd_status ;;
   build) find_binaries; echo "$KUBE_BIN" ;;
   env) echo "export KUBECONFIG=$STATE_DIR/kubeconfig"
-       [ "$KUBE_LINE" != current ] || echo "export PATH=$("$BUILD_K8S" path kubernetes):\$PATH" ;;
-  kubectl-dir) [ "$KUBE_LINE" != current ] || "$BUILD_K8S" path kubernetes ;;
+       echo "export PATH=$("$BUILD_K8S" path kubernetes):\$PATH" ;;
+  kubectl-dir) "$BUILD_K8S" path kubernetes ;;
   run-apiserver) cmd_run_apiserver "$2" ;;
   restart-apiserver) cmd_restart_apiserver ;;
   compact) cmd_compact ;;

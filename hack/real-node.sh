@@ -2,9 +2,7 @@
 # containerd 2 (built from the Go module proxy, hack/build-kubernetes.sh) as the CRI runtime
 # with Debian's runc and CNI bridge plugin, the kubelet and kube-proxy of the same build as the
 # API server, CoreDNS as the cluster DNS, and a feeder that provisions the claims' volumes.
-# Pods are real containers from images imported with hack/images.sh. (With
-# TJ_KUBE_VERSION=1.20: Debian's containerd 1.6, and dnsmasq fed with the DNS records by the
-# feeder, as Kubernetes 1.20's node ran.)
+# Pods are real containers from images imported with hack/images.sh.
 #
 # Everything lives under $STATE_DIR/real-node (sockets, containerd's root and state, the kubelet's
 # root, the volumes); what the kubelet and kube-proxy change outside it (sysctls, iptables
@@ -45,13 +43,8 @@ real_node_paths() {
 
 real_node_check() {
   [ "$(id -u)" -eq 0 ] || die "TJ_NODE=containerd needs root (containers, iptables, mounts)"
-  local tool tools="runc iptables podman conntrack"
-  if [ "$KUBE_LINE" = current ]; then
-    PATH=$NODE_BINS:$PATH
-    tools+=" containerd containerd-shim-runc-v2 ctr coredns"
-  else
-    tools+=" containerd ctr dnsmasq"
-  fi
+  local tool tools="runc iptables podman conntrack containerd containerd-shim-runc-v2 ctr coredns"
+  PATH=$NODE_BINS:$PATH
   for tool in $tools; do
     command -v "$tool" >/dev/null || die "'$tool' is missing: run hack/install-deps.sh"
   done
@@ -98,10 +91,10 @@ real_node_record() {
 
 # containerd 2's configuration (version 3; 2.4 migrates it to its version 4, with a warning;
 # written as version 4 its top-level [grpc] address was ignored, and containerd served the
-# machine's /run/containerd/containerd.sock): root, state and sockets under $RN, Debian's runc and CNI plugins, the pause image pinned (kubelet
-# 1.35+ no longer names it: the runtime keeps it and never collects it; without a registry it
-# could not be pulled back).
-containerd2_config() {
+# machine's /run/containerd/containerd.sock): root, state and sockets under $RN, Debian's runc
+# and CNI plugins, the pause image pinned (kubelet 1.35+ no longer names it: the runtime keeps
+# it and never collects it; without a registry it could not be pulled back).
+containerd_config() {
   local pause=$1
   cat >"$RN/containerd/config.toml" <<EOF
 version = 3
@@ -140,49 +133,13 @@ disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapsho
 EOF
 }
 
-# Debian's containerd 1.6 (TJ_KUBE_VERSION=1.20): configuration version 2.
-containerd16_config() {
-  local pause=$1
-  cat >"$RN/containerd/config.toml" <<EOF
-version = 2
-root = "$RN/containerd/root"
-state = "$RN/containerd/state"
-disabled_plugins = ["io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
-                    "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.devmapper"]
-[grpc]
-  address = "$RN_SOCK"
-[ttrpc]
-  address = "$RN_SOCK.ttrpc"
-[plugins."io.containerd.internal.v1.opt"]
-  path = "$RN/containerd/opt"
-[plugins."io.containerd.grpc.v1.cri"]
-  sandbox_image = "$pause"
-  # Root here cannot lower oom_score_adj (no CAP_SYS_RESOURCE): without this every sandbox
-  # fails with "can't get final child's PID from pipe: EOF".
-  restrict_oom_score_adj = true
-  # Pod network namespaces under the state directory, not /var/run/netns.
-  netns_mounts_under_state_dir = true
-  [plugins."io.containerd.grpc.v1.cri".containerd]
-    snapshotter = "overlayfs"
-    default_runtime_name = "runc"
-    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
-      runtime_type = "io.containerd.runc.v2"
-      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
-        SystemdCgroup = false
-        BinaryName = "$(command -v runc)"
-  [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "/usr/lib/cni"
-    conf_dir = "$RN/cni/net.d"
-EOF
-}
-
 real_node_config() {
   local ip=$1 port_k=$2 port_h=$3 pause
   pause=$("$REPO_ROOT/hack/images.sh" names | grep /tj-pause:)
   mkdir -p "$RN/containerd" "$RN/cni/net.d" "$RN/cni/ipam" "$RN/kubelet" "$RN/volumes" \
     "$RN/volume-plugins" "$RN/dns"
   chmod 755 "$RN/dns"
-  if [ "$KUBE_LINE" = current ]; then containerd2_config "$pause"; else containerd16_config "$pause"; fi
+  containerd_config "$pause"
   cat >"$RN/cni/net.d/10-tj.conflist" <<EOF
 {
   "cniVersion": "0.4.0",
@@ -225,15 +182,11 @@ evictionHard: {memory.available: 100Mi, nodefs.available: 1%, nodefs.inodesFree:
                imagefs.available: 1%}
 nodeStatusUpdateFrequency: 5s
 syncFrequency: 10s
-EOF
-  if [ "$KUBE_LINE" = current ]; then
-    # These machines mount cgroups v1 (hybrid); kubelet 1.35+ refuses them unless told.
-    cat >>"$RN/kubelet/config.yaml" <<EOF
+# Machines that mount cgroups v1 (hybrid): kubelet 1.35+ refuses them unless told.
 failCgroupV1: false
 containerRuntimeEndpoint: unix://$RN_SOCK
 volumePluginDir: $RN/volume-plugins
 EOF
-  fi
 }
 
 # CoreDNS on the node address, port 53: the cluster's names from the API server (Services,
@@ -280,26 +233,13 @@ real_node_up() {
     "$REPO_ROOT/hack/images.sh" import "$RN_SOCK" 2>>"$STATE_DIR/logs/images.log" ||
     die "importing the images into containerd failed; see $STATE_DIR/logs/images.log"
 
-  local kc=$STATE_DIR/kubeconfig runtime_flags=()
-  if [ "$KUBE_LINE" = current ]; then
-    coredns_config "$ip"
-    start coredns coredns -conf "$RN/dns/Corefile"
-  else
-    local upstream=() ns
-    for ns in $(awk '/^nameserver/ {print $2}' /etc/resolv.conf); do
-      [ "$ns" = "$ip" ] || upstream+=("--server=$ns")
-    done
-    start dnsmasq dnsmasq --keep-in-foreground --log-facility=- --no-hosts --no-resolv \
-      "${upstream[@]}" --listen-address="$ip" --bind-interfaces --port=53 \
-      --hostsdir="$RN/dns" --local="/$CLUSTER_DOMAIN/" --domain-needed --no-negcache \
-      --pid-file="$RN/dnsmasq.pid"
-    runtime_flags=(--container-runtime=remote --container-runtime-endpoint="unix://$RN_SOCK"
-                   --volume-plugin-dir="$RN/volume-plugins")
-  fi
+  local kc=$STATE_DIR/kubeconfig
+  coredns_config "$ip"
+  start coredns coredns -conf "$RN/dns/Corefile"
   start node-feeder "$REPO_ROOT/hack/local-cluster.sh" run-node-feeder "$STATE_DIR"
 
   start kubelet "$KUBE_BIN/kubelet" --config="$RN/kubelet/config.yaml" --kubeconfig="$kc" \
-    "${runtime_flags[@]}" --root-dir="$RN/kubelet" --cert-dir="$RN/kubelet/pki" \
+    --root-dir="$RN/kubelet" --cert-dir="$RN/kubelet/pki" \
     --hostname-override=local-node --node-ip="$ip" --v=1
   start kube-proxy "$KUBE_BIN/kube-proxy" --kubeconfig="$kc" --hostname-override=local-node \
     --proxy-mode=iptables --cluster-cidr="$POD_CIDR" --oom-score-adj=0 \
@@ -309,17 +249,13 @@ real_node_up() {
 }
 
 # Runs in the foreground until the cluster goes down (started by real_node_up): every second,
-# with TJ_KUBE_VERSION=1.20, dnsmasq's records of services and of pods with a hostname behind a
-# headless service (as CoreDNS serves them: <svc>.<ns>.svc, <hostname>.<svc>.<ns>.svc); and a
-# hostPath volume in
-# node/volumes for each claim that has none (what a local-path provisioner does: a directory
+# a hostPath volume in node/volumes for each claim that has none (what a local-path provisioner does: a directory
 # every uid may write, bound through the controller manager's volume binder; deleted with its
 # claim).
 cmd_run_node_feeder() {
   STATE_DIR=$1
   real_node_paths
-  KUBE_LINE=$(sed -n 's/^KUBE_LINE=//p' "$STATE_DIR/cluster.env")
-  local api token ca hosts=$RN/dns/cluster tick=0
+  local api token ca tick=0
   api=https://127.0.0.1:$(cat "$STATE_DIR/port")
   token=$(cat "$STATE_DIR/token")
   ca=$STATE_DIR/certs/ca.crt
@@ -329,21 +265,6 @@ cmd_run_node_feeder() {
       -H 'Content-Type: application/json' --data-binary "$3" "$api$2" >/dev/null
   }
   while [ -d "$STATE_DIR/pids" ]; do
-    local svcs eps
-    if [ "${KUBE_LINE:-}" = debian ] && svcs=$(get /api/v1/services) &&
-       eps=$(get /api/v1/endpoints); then
-      jq -rn --argjson s "$svcs" --argjson e "$eps" --arg d "$CLUSTER_DOMAIN" '
-        ($s.items | map({key: "\(.metadata.namespace)/\(.metadata.name)", value: .spec.clusterIP})
-         | from_entries) as $ip
-        | ($s.items[] | select(.spec.clusterIP != "None" and .spec.clusterIP != null)
-           | "\(.spec.clusterIP) \(.metadata.name).\(.metadata.namespace).svc.\($d)"),
-          ($e.items[] | . as $ep | select($ip["\(.metadata.namespace)/\(.metadata.name)"] == "None")
-           | (.subsets // [])[] | (.addresses // [])[]
-           | "\(.ip) \($ep.metadata.name).\($ep.metadata.namespace).svc.\($d)",
-             (select(.hostname != null)
-              | "\(.ip) \(.hostname).\($ep.metadata.name).\($ep.metadata.namespace).svc.\($d)"))
-      ' >"$hosts.tmp" 2>/dev/null && { cmp -s "$hosts.tmp" "$hosts" || mv "$hosts.tmp" "$hosts"; }
-    fi
     local pvcs pvs
     if pvcs=$(get /api/v1/persistentvolumeclaims); then
       jq -c '.items[] | select((.spec.volumeName // "") == "" and .metadata.deletionTimestamp == null)
@@ -399,7 +320,7 @@ real_node_down() {
     while [ $SECONDS -lt $deadline ] && running_tasks | grep -q .; do sleep 0.5; done
   fi
   local name
-  for name in kube-proxy kubelet node-feeder coredns dnsmasq; do stop_recorded "$name"; done
+  for name in kube-proxy kubelet node-feeder coredns; do stop_recorded "$name"; done
   # Containers that outlived the kubelet, then containerd and its shims.
   if [ -S "$RN_SOCK" ]; then
     local t

@@ -47,6 +47,9 @@ int main(int argc, char** argv) {
                  "second octet of the pods' addresses 127.N.x.y (two clusters on one machine "
                  "use two networks)")
       ->check(CLI::Range(0, 255));
+  app.add_option("--kubelet-version", o.kubelet_version,
+                 "the Node's kubeletVersion (the cluster's release, e.g. v1.37.2)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   o.heartbeat = std::chrono::seconds(heartbeat_seconds);
   o.mount_namespace = mount_namespace == "true" || (mount_namespace == "auto" && geteuid() == 0);

@@ -95,8 +95,8 @@ json NodeAgent::NodeObject() const {
               {"kernelVersion", ""},
               {"osImage", "tj-local-node"},
               {"containerRuntimeVersion", "tj-local://0.1"},
-              {"kubeletVersion", "v1.20.2"},
-              {"kubeProxyVersion", "v1.20.2"},
+              {"kubeletVersion", options_.kubelet_version},
+              {"kubeProxyVersion", options_.kubelet_version},
               {"operatingSystem", "linux"},
               {"architecture", "amd64"}}}}}};
 }

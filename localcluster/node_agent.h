@@ -45,6 +45,9 @@ struct NodeAgentOptions {
   std::chrono::seconds heartbeat{10};
   bool mount_namespace = false;  // private /etc/hosts and bind mounts (needs root)
   int pod_network = 0;           // pods get 127.<pod_network>.x.y (LoopbackAddress)
+  // The Node's kubeletVersion and kubeProxyVersion: the cluster's release, as a kubelet of
+  // that release reports it.
+  std::string kubelet_version = "v0.0.0-tj-local-node";
   std::chrono::milliseconds restart_backoff_min{1000};
   std::chrono::milliseconds restart_backoff_max{30000};
 };

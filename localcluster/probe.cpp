@@ -75,8 +75,9 @@ bool HttpGet(const Probe& p, const std::string& host, Steady::time_point deadlin
              std::string* detail) {
   int fd = Connect(host, p.port, deadline, detail);
   if (fd < 0) return false;
-  std::string req = "GET " + p.path + " HTTP/1.1\r\nHost: " + host + ":" + std::to_string(p.port) +
-                    "\r\nUser-Agent: kube-probe/1.20\r\nAccept: */*\r\nConnection: close\r\n";
+  std::string req =
+      "GET " + p.path + " HTTP/1.1\r\nHost: " + host + ":" + std::to_string(p.port) +
+      "\r\nUser-Agent: kube-probe/tj-local-node\r\nAccept: */*\r\nConnection: close\r\n";
   for (const auto& [k, v] : p.headers) req += k + ": " + v + "\r\n";
   req += "\r\n";
   std::string head;

@@ -1,10 +1,11 @@
 // What a cluster admin does to running training: evict one of its pods through the Eviction
-// API (policy/v1beta1, as kubectl drain does on Kubernetes 1.20), then drain the node. Each
+// API (policy/v1, as kubectl drain does), then drain the node. Each
 // pod gets SIGTERM; the trainers stop together after one agreed step, the chief backs it up,
 // every replica exits 75; the operator restarts the gang without charging backoffLimit. On a
 // one-node cluster the drained job's new pods wait Pending until the node is uncordoned.
 // The job must end Succeeded, with the final weights of the same job never disrupted, and
-// status.restarts must show both restarts and a backoffLimit left whole.
+// status.restarts must show both restarts, attributed to the evictions (the API server's
+// DisruptionTarget condition, reason EvictionByEvictionAPI), and a backoffLimit left whole.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -45,7 +46,7 @@ class Disruption : public testing::JobTest {
   // Evicts a pod through the Eviction API, as kubectl drain does; the API server's answer.
   std::string Evict(const std::string& pod) {
     const std::string body = log_path_ + "-eviction-" + pod + ".json";
-    std::ofstream(body) << json{{"apiVersion", "policy/v1beta1"},
+    std::ofstream(body) << json{{"apiVersion", "policy/v1"},
                                 {"kind", "Eviction"},
                                 {"metadata", {{"name", pod}, {"namespace", ns_}}}}
                                .dump();
@@ -119,6 +120,9 @@ TEST_F(Disruption, EvictedWorkerThenDrainedNodeEndsWithReferenceWeightsAndFullBu
   int by_cause = 0;
   for (const auto& [cause, n] : s.restarts.by_cause) by_cause += n;
   EXPECT_EQ(by_cause, 2) << done.dump(2);
+  // Both the eviction and the drain (which evicts) are Evictions, not plain deletions.
+  EXPECT_EQ(s.restarts.by_cause.count("Deleted"), 0u) << done.dump(2);
+  EXPECT_GE(s.restarts.by_cause.count("Evicted"), 1u) << done.dump(2);
   ASSERT_TRUE(done["status"].contains("restarts")) << done.dump(2);
   EXPECT_EQ(done["status"]["restarts"].value("total", -1), 2) << done.dump(2);
   const std::string events = Kubectl(cluster_, "-n " + ns_ + " get events");

@@ -9,7 +9,7 @@ machine_state() (
   # A section with nothing in it is an empty section, not an error.
   set +e +o pipefail
   echo "## processes"
-  ps -eo comm= | grep -xE 'kubelet|kube-proxy|containerd|containerd-shim.*|dnsmasq|coredns|runc|catatonit' | sort
+  ps -eo comm= | grep -xE 'kubelet|kube-proxy|containerd|containerd-shim.*|coredns|runc|catatonit' | sort
   echo "## mounts"
   findmnt -rn -o TARGET,FSTYPE | sort
   echo "## links"
