@@ -370,7 +370,7 @@ StatusOr<std::unique_ptr<RingAllReduce>> RingAllReduce::Connect(cluster::KeyValu
   if (!to_next.ok()) stop.store(true);
   accept_thread.join();
   if (!to_next.ok()) {
-    const std::string refused = acceptor.last_refusal();
+    const std::string& refused = acceptor.last_refusal();
     if (refused.empty()) return to_next.status();
     return Status::Error(
         to_next.status().code(),
@@ -378,7 +378,7 @@ StatusOr<std::unique_ptr<RingAllReduce>> RingAllReduce::Connect(cluster::KeyValu
   }
   if (!from_prev.ok()) return from_prev.status().WithContext("ring all-reduce: accepting");
   if (!from_prev->socket.valid()) {
-    const std::string refused = acceptor.last_refusal();
+    const std::string& refused = acceptor.last_refusal();
     return Status::Error("ring all-reduce: rank " + std::to_string(prev) +
                          " did not connect in time" +
                          (refused.empty() ? "" : " (last refused: " + refused + ")"));

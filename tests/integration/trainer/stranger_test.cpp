@@ -82,7 +82,8 @@ void Knock(int port, int mode, std::deque<cluster::Socket>& held, StrangerCounts
       if (held.size() > 120) held.pop_front();
       return;
     case 1: {  // garbage
-      const std::string junk = "GET / HTTP/1.1\r\nHost: x\r\n\r\n\x00\xff garbage";
+      std::string junk = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+      junk += std::string(1, '\0') + "\xff garbage";
       (void)s->WriteAll(junk.data(), junk.size(), deadline);
       held.push_back(std::move(s).value());
       if (held.size() > 120) held.pop_front();
@@ -173,6 +174,7 @@ TEST(StrangerTest, AStrangerAtEveryPortOfAFormingGangCannotStopIt) {
   {
     LocalCluster c = LocalCluster::Make(3);
     std::vector<std::unique_ptr<Subprocess>> w;
+    w.reserve(3);
     for (int i = 0; i < 3; ++i) {
       w.push_back(StartTrainer(flags, c.TfConfig("worker", i), dir / ("ref" + std::to_string(i)),
                                kTestKey, env));
@@ -186,6 +188,7 @@ TEST(StrangerTest, AStrangerAtEveryPortOfAFormingGangCannotStopIt) {
     LocalCluster c = LocalCluster::Make(3);
     const std::string tag = "r" + std::to_string(round) + "w";
     std::vector<std::unique_ptr<Subprocess>> w;
+    w.reserve(3);
     // Workers 0 and 1 first: their rendezvous, health and ring ports wait for worker 2 while
     // the stranger knocks at all of them.
     for (int i = 0; i < 2; ++i) {
@@ -205,6 +208,7 @@ TEST(StrangerTest, AStrangerAtEveryPortOfAFormingGangCannotStopIt) {
     stop = false;
     std::thread stranger2([&] { Stranger(pids, stop, counts); });
     std::vector<std::optional<int>> codes;
+    codes.reserve(w.size());
     for (auto& p : w) codes.push_back(p->Wait(240s));
     stop = true;
     stranger2.join();

@@ -343,6 +343,7 @@ TEST(RingAllReduce, BroadcastsFromEveryRootAndBarriers) {
       data[root][i] = static_cast<uint8_t>(i * 31 + root);
     std::vector<Status> statuses(3);
     std::vector<std::thread> threads;
+    threads.reserve(3);
     for (int r = 0; r < 3; ++r) {
       threads.emplace_back([&, r] {
         statuses[r] = rings[r]->Broadcast(data[r].data(), data[r].size(), root,
