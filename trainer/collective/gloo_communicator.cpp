@@ -286,6 +286,7 @@ StatusOr<std::unique_ptr<Communicator>> ConnectGloo(const GlooOptions& o) {
   // A rank has arrived once it has published its responder. The ring forms as soon as each
   // rank's neighbours are there; then every rank's responder address is read (all arrived).
   std::vector<std::string> health_keys;
+  health_keys.reserve(static_cast<size_t>(c.collective_size()));
   for (int r = 0; r < c.collective_size(); ++r) {
     health_keys.push_back(health_prefix + std::to_string(r));
   }

@@ -57,7 +57,7 @@ TEST(CheckLinkClientHello, RefusesGarbageAtOnceWaitsForMoreAcceptsTheKeyHoldersH
   };
   // Every prefix of the real hello: wait for more.
   for (size_t n = 0; n < hello.size(); ++n) {
-    HelloCheck c = check(std::string_view(hello).substr(0, n));
+    HelloCheck c = check(std::string_view{hello}.substr(0, n));
     EXPECT_TRUE(c.refusal.ok() && !c.complete) << n << ": " << c.refusal.message();
   }
   HelloCheck ok = check(hello);
