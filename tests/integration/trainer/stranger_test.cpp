@@ -199,7 +199,7 @@ TEST(StrangerTest, AStrangerAtEveryPortOfAFormingGangCannotStopIt) {
     StrangerCounts counts;
     std::vector<pid_t> pids = {w[0]->pid(), w[1]->pid()};
     std::thread stranger([&] { Stranger(pids, stop, counts); });
-    std::this_thread::sleep_for(3s);
+    std::this_thread::sleep_for(5s);
     stop = true;
     stranger.join();
     // Worker 2 joins; the stranger comes back for its ports too.
