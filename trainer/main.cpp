@@ -79,7 +79,8 @@ void DefineFlags(CLI::App& app, tj::train::Options& o, RawFlags& f) {
       ->capture_default_str()
       ->check(CLI::IsMember({"float32", "bfloat16"}));
   app.add_option("--allreduce-algorithm", f.allreduce_algorithm,
-                 "ring|gloo: the CPU all-reduce (gloo: Gloo's own, float32 only)")
+                 "ring|gloo: the CPU all-reduce (gloo: Gloo's own, float32 only, its "
+                 "connections NOT authenticated)")
       ->capture_default_str()
       ->check(CLI::IsMember({"ring", "gloo"}));
   app.add_option("--backup-dir", o.backup_dir, "BackupAndRestore directory (shared by the job)");

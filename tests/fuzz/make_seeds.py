@@ -4,6 +4,7 @@ the regression inputs are committed next to them and left alone). Each target's 
 byte is its mode; see the comment at the top of <target>_fuzz.cpp."""
 import gzip
 import hashlib
+import hmac
 import json
 import os
 import struct
@@ -68,8 +69,8 @@ def s(b):
     return struct.pack(">I", len(b)) + b
 
 
-def client_hello(name="worker 1", version=2, nonce=b"\x00" * 32, proof=b"\x00" * 32):
-    return b"TJRV" + bytes([version]) + s(name) + nonce + proof
+def client_hello(name="worker 1", version=3, gang=-1, nonce=b"\x00" * 32, proof=b"\x00" * 32):
+    return b"TJRV" + bytes([version]) + s(name) + struct.pack(">q", gang) + nonce + proof
 
 
 def bodies(*parts):
@@ -83,17 +84,38 @@ requests = [bytes([SET]) + s("gloo/0") + s("addr0"), bytes([GET]) + s("gloo/0"),
             bytes([WAIT]) + struct.pack(">I", 1) + s("gloo/0") + struct.pack(">Q", 0)]
 put("rendezvous", "preauth_wrong_proof", b"\x00" + client_hello() + b"".join(requests))
 put("rendezvous", "preauth_bad_magic", b"\x00" + b"HTTP/1.1 GET /\r\n\r\n")
-put("rendezvous", "preauth_old_version", b"\x00" + client_hello(version=1))
-put("rendezvous", "preauth_long_name", b"\x00" + b"TJRV\x02" + struct.pack(">I", 300) + b"w" * 300)
-put("rendezvous", "preauth_truncated_hello", b"\x00" + b"TJRV\x02" + struct.pack(">I", 8) + b"work")
+put("rendezvous", "preauth_old_version", b"\x00" + client_hello(version=2))
+put("rendezvous", "preauth_other_gang", b"\x00" + client_hello(gang=4))
+put("rendezvous", "preauth_long_name", b"\x00" + b"TJRV\x03" + struct.pack(">I", 300) + b"w" * 300)
+put("rendezvous", "preauth_truncated_hello", b"\x00" + b"TJRV\x03" + struct.pack(">I", 8) + b"work")
 put("rendezvous", "regress_preauth_64mib_task_name",
-    b"\x00" + b"TJRV\x02" + struct.pack(">I", (64 << 20) + 1) + b"w" * 16)
+    b"\x00" + b"TJRV\x03" + struct.pack(">I", (64 << 20) + 1) + b"w" * 16)
 put("rendezvous", "authenticated_session", b"\x01" + bodies(*requests))
 put("rendezvous", "authenticated_wait_times_out",
     b"\x01" + bodies(bytes([WAIT]) + struct.pack(">I", 2) + s("a") + s("b") + struct.pack(">Q", 50)))
 put("rendezvous", "authenticated_truncated_set", b"\x01" + bodies(bytes([SET]) + struct.pack(">I", 1000)))
 put("rendezvous", "authenticated_unknown_op", b"\x01" + bodies(b"\x07"))
 put("rendezvous", "authenticated_trailing_bytes", b"\x01" + bodies(bytes([GET]) + s("k") + b"xx"))
+
+# ---- link_hello: the ring's and peer health's client hello (trainer/cluster/peer_handshake.h),
+# for link_hello_fuzz.cpp's port: key "fuzz-link-key", gang 3, rank 1, server nonce 1..32.
+def link_hello(key=b"fuzz-link-key", channel=1, gang=3, from_rank=0, to_rank=1,
+               client_nonce=b"\x07" * 32, version=1):
+    server_nonce = bytes(range(1, 33))
+    mac = hmac.new(key, b"TJCH1 client proof" + bytes([channel]) + struct.pack(">qII", gang,
+                   from_rank, to_rank) + server_nonce + client_nonce, hashlib.sha256).digest()
+    return (b"TJCH" + bytes([version, channel]) + struct.pack(">Iq", from_rank, gang) +
+            client_nonce + mac)
+
+
+put("link_hello", "valid", link_hello())
+put("link_hello", "wrong_key", link_hello(key=b"other"))
+put("link_hello", "older_gang", link_hello(gang=2))
+put("link_hello", "health_channel", link_hello(channel=2))
+put("link_hello", "other_version", link_hello(version=2))
+put("link_hello", "trailing", link_hello() + b"x")
+put("link_hello", "truncated", link_hello()[:40])
+put("link_hello", "http", b"GET / HTTP/1.1\r\n\r\n")
 
 # ---- trainingjob: whole objects as the API server sends them, or bare specs.
 template = {"spec": {"containers": [{"name": "trainer", "image": "tj-trainer:latest",

@@ -113,9 +113,10 @@ std::optional<Mac> Authenticate(Socket& s) {
   const auto server_proof = tj::cluster::ServerProof(kKey, t);
   const auto session_key = tj::cluster::SessionKey(kKey, t);
   TJ_FUZZ_CHECK(proof.ok() && server_proof.ok() && session_key.ok());
-  std::string reply("TJRV\x02", 5);
+  std::string reply("TJRV\x03", 5);
   PutU32(reply, sizeof(kTaskName) - 1);
   reply += kTaskName;
+  reply.append(8, '\xff');  // gang -1, the server's
   reply.append(reinterpret_cast<const char*>(t.client_nonce.data()), t.client_nonce.size());
   reply.append(reinterpret_cast<const char*>(proof->data()), proof->size());
   if (!s.WriteAll(reply.data(), reply.size(), deadline).ok()) return std::nullopt;

@@ -18,11 +18,14 @@
 namespace tj::cluster {
 namespace {
 
-// Wire format, version 2 (all integers big-endian; str = u32 length + bytes):
+// Wire format, version 3 (all integers big-endian; str = u32 length + bytes):
 //   server hello:   "TJRV" u8 version server_nonce[32]
-//   client hello:   "TJRV" u8 version str task_name (<= 256) client_nonce[32] client_proof[32]
+//   client hello:   "TJRV" u8 version str task_name (<= 256) i64 gang client_nonce[32]
+//                   client_proof[32]
 //   server verdict: u8 0 server_proof[32]     (accepted; the session starts)
 //                 | u8 1 str reason (<= 256)  (refused; the connection is closed)
+//                 | u8 2 i64 chief_gang other_gang_proof[32]  (the client proved the key for
+//                   another gang than the chief's; closed)
 //   then messages both ways, each a frame:  u32 length, body, tag[32] where
 //     tag = HMAC(session_key, direction || u64 sequence || body), direction 'C' (client to
 //     server) or 'S', sequence counting from 0 per direction.
@@ -30,14 +33,14 @@ namespace {
 //                                 Get: str key             -> reply u8 found, str value
 //                                 Wait: u32 n, n x str, u64 timeout_ms -> u8 (0 ok, 1 timed out)
 constexpr char kMagic[4] = {'T', 'J', 'R', 'V'};
-constexpr uint8_t kVersion = 2;
+constexpr uint8_t kVersion = 3;
 constexpr uint32_t kMaxString = 64u << 20;
 constexpr uint32_t kMaxFrame = kMaxString + (1u << 20);
 constexpr uint32_t kMaxKeys = 1 << 16;
 constexpr uint32_t kMaxTaskName = 256;  // in the client hello, read before authentication
 constexpr uint32_t kMaxReason = 256;
 constexpr size_t kServerHelloSize = 4 + 1 + 32;
-constexpr size_t kMaxClientHello = 4 + 1 + 4 + kMaxTaskName + 32 + 32;
+constexpr size_t kMaxClientHello = 4 + 1 + 4 + kMaxTaskName + 8 + 32 + 32;
 constexpr char kFromClient = 'C', kFromServer = 'S';
 enum Op : uint8_t { kSet = 1, kGet = 2, kWait = 3 };
 
@@ -146,7 +149,8 @@ StatusOr<Mac> TranscriptMac(std::string_view key, std::string_view label,
       .Bytes(t.server_nonce.data(), t.server_nonce.size())
       .Bytes(t.client_nonce.data(), t.client_nonce.size())
       .Str(t.client_task)
-      .Str(t.chief_task);
+      .Str(t.chief_task)
+      .U64(static_cast<uint64_t>(t.gang));
   return HmacSha256(key, e.bytes().data(), e.bytes().size());
 }
 
@@ -211,15 +215,19 @@ Status NoKeyError(const std::string& who) {
 // ---- Authentication.
 
 StatusOr<Mac> ClientProof(std::string_view key, const HandshakeTranscript& t) {
-  return TranscriptMac(key, "TJRV2 client proof", t);
+  return TranscriptMac(key, "TJRV3 client proof", t);
 }
 
 StatusOr<Mac> ServerProof(std::string_view key, const HandshakeTranscript& t) {
-  return TranscriptMac(key, "TJRV2 server proof", t);
+  return TranscriptMac(key, "TJRV3 server proof", t);
 }
 
 StatusOr<Mac> SessionKey(std::string_view key, const HandshakeTranscript& t) {
-  return TranscriptMac(key, "TJRV2 session key", t);
+  return TranscriptMac(key, "TJRV3 session key", t);
+}
+
+StatusOr<Mac> OtherGangProof(std::string_view key, const HandshakeTranscript& t) {
+  return TranscriptMac(key, "TJRV3 other gang", t);
 }
 
 bool MacEquals(const Mac& a, const Mac& b) {
@@ -528,6 +536,7 @@ bool RendezvousServer::Advance(Pending& p) {
   char magic[4];
   uint8_t version = 0;
   std::string task;
+  uint64_t gang_bits = 0;
   Nonce client_nonce{};
   Mac proof{};
   bool ok = in.Bytes(magic, 4);
@@ -539,8 +548,8 @@ bool RendezvousServer::Advance(Pending& p) {
     return drop("speaks rendezvous protocol version " + std::to_string(version) +
                 ", this chief version " + std::to_string(kVersion));
   }
-  ok = ok && in.Str(&task, kMaxTaskName) && in.Bytes(client_nonce.data(), client_nonce.size()) &&
-       in.Bytes(proof.data(), proof.size());
+  ok = ok && in.Str(&task, kMaxTaskName) && in.U64(&gang_bits) &&
+       in.Bytes(client_nonce.data(), client_nonce.size()) && in.Bytes(proof.data(), proof.size());
   if (!ok) {
     if (in.short_input()) return false;  // the rest of the hello is still to come
     return drop("reading the client's hello: " + in.Error());
@@ -548,7 +557,10 @@ bool RendezvousServer::Advance(Pending& p) {
   if (!in.at_end()) return drop("sent more than a hello before the verdict");
 
   const std::string who = "connection from " + p.peer + " (\"" + Printable(task) + "\")";
-  const HandshakeTranscript t{p.nonce, client_nonce, task, options_.chief_task};
+  const auto client_gang = static_cast<int64_t>(gang_bits);
+  if (client_gang != options_.gang)
+    return RefuseOtherGang(p, who, task, client_nonce, client_gang, proof);
+  const HandshakeTranscript t{p.nonce, client_nonce, task, options_.chief_task, options_.gang};
   StatusOr<Mac> expected = ClientProof(options_.key, t);
   StatusOr<Mac> server_proof = ServerProof(options_.key, t);
   StatusOr<Mac> session_key = SessionKey(options_.key, t);
@@ -562,12 +574,7 @@ bool RendezvousServer::Advance(Pending& p) {
       return true;
     }
   }
-  if (!MacEquals(*expected, proof)) {
-    refused_.fetch_add(1);
-    SendRefusal(p.socket, kWrongKeyReason);
-    WarnUnauthenticated(who + ": refused: " + std::string(kWrongKeyReason) + "; connection closed");
-    return true;
-  }
+  if (!MacEquals(*expected, proof)) return RefuseWrongKey(p, who);
   MutexLock lock(sessions_mu_);
   if (static_cast<int>(sessions_.size()) >= options_.max_sessions) {
     SendRefusal(p.socket, "the chief has " + std::to_string(options_.max_sessions) +
@@ -595,6 +602,39 @@ bool RendezvousServer::Advance(Pending& p) {
     }
     sessions_.pop_back();
   }
+  return true;
+}
+
+bool RendezvousServer::RefuseWrongKey(Pending& p, const std::string& who) {
+  refused_.fetch_add(1);
+  SendRefusal(p.socket, kWrongKeyReason);
+  WarnUnauthenticated(who + ": refused: " + std::string(kWrongKeyReason) + "; connection closed");
+  return true;
+}
+
+bool RendezvousServer::RefuseOtherGang(Pending& p, const std::string& who, const std::string& task,
+                                       const Nonce& client_nonce, int64_t client_gang,
+                                       const Mac& proof) {
+  HandshakeTranscript t{p.nonce, client_nonce, task, options_.chief_task, client_gang};
+  StatusOr<Mac> expected = ClientProof(options_.key, t);
+  if (!expected.ok() || !MacEquals(*expected, proof)) return RefuseWrongKey(p, who);
+  // A holder of the key, of another gang: told the chief's gang, with a proof over it, so
+  // that a task of an older gang can stop at once.
+  t.gang = options_.gang;
+  StatusOr<Mac> chief_proof = OtherGangProof(options_.key, t);
+  refused_.fetch_add(1);
+  if (!chief_proof.ok()) {
+    SendRefusal(p.socket, "the chief could not compute an HMAC");
+    return true;
+  }
+  Encoder verdict;
+  verdict.U8(2)
+      .U64(static_cast<uint64_t>(options_.gang))
+      .Bytes(chief_proof->data(), chief_proof->size());
+  (void)SendNow(p.socket, verdict.bytes());
+  WarnUnauthenticated(who + ": refused: it is of gang " + std::to_string(client_gang) +
+                      ", this chief serves gang " + std::to_string(options_.gang) +
+                      "; connection closed");
   return true;
 }
 
@@ -672,7 +712,44 @@ struct Attempt {
   Socket socket;
   Mac session_key{};
   Status status;
+  bool replaced = false;  // a chief of a newer gang refused this task: no retry
 };
+
+// After verdict 2: the chief's gang and its proof; why this task was refused. *replaced when
+// the chief proved it serves a newer gang (this task must not retry).
+Status ReadOtherGang(Socket& s, const RendezvousClientOptions& o, HandshakeTranscript t,
+                     Deadline deadline, bool* replaced) {
+  unsigned char bytes[8 + 32];
+  if (Status st = s.ReadExactly(bytes, sizeof bytes, deadline); !st.ok()) {
+    return st.WithContext("reading the chief's gang");
+  }
+  Reader in(std::string_view(reinterpret_cast<const char*>(bytes), sizeof bytes));
+  uint64_t gang_bits = 0;
+  Mac proof{};
+  (void)in.U64(&gang_bits);
+  (void)in.Bytes(proof.data(), proof.size());
+  t.gang = static_cast<int64_t>(gang_bits);
+  StatusOr<Mac> expected = OtherGangProof(o.key, t);
+  const std::string mine =
+      "this task is of gang " + std::to_string(o.gang) + " (TJ_RESTART_COUNT), ";
+  if (!expected.ok() || !MacEquals(*expected, proof)) {
+    return Status::Error(StatusCode::kPermissionDenied,
+                         "an answer at the chief's address named another gang without proving "
+                         "it holds TJ_RENDEZVOUS_KEY (an impostor?)");
+  }
+  if (t.gang > o.gang) {
+    *replaced = true;
+    return Status::Error(StatusCode::kPermissionDenied,
+                         mine + "the chief serves gang " + std::to_string(t.gang) +
+                             ": this task belongs to a gang that was replaced and cannot join "
+                             "the new one (the operator deletes it)");
+  }
+  return Status::Error(StatusCode::kPermissionDenied,
+                       mine + "the chief at that address serves older gang " +
+                           std::to_string(t.gang) +
+                           " (still running; waiting for the chief of "
+                           "this gang)");
+}
 
 Attempt TryConnect(const RendezvousClientOptions& o, const HostPort& chief) {
   Attempt a;
@@ -690,6 +767,7 @@ Attempt TryConnect(const RendezvousClientOptions& o, const HostPort& chief) {
   HandshakeTranscript t;
   t.client_task = o.task_name;
   t.chief_task = o.chief_name;
+  t.gang = o.gang;
   if (std::memcmp(hello_bytes, kMagic, 4) != 0 || hello_bytes[4] != kVersion) {
     a.status = Status::Error("it does not speak the tj-trainer rendezvous protocol (version " +
                              std::to_string(kVersion) +
@@ -717,6 +795,7 @@ Attempt TryConnect(const RendezvousClientOptions& o, const HostPort& chief) {
   hello.Bytes(kMagic, 4)
       .U8(kVersion)
       .Str(o.task_name)
+      .U64(static_cast<uint64_t>(o.gang))
       .Bytes(t.client_nonce.data(), t.client_nonce.size())
       .Bytes(proof->data(), proof->size());
   Status st = hello.SendTo(*s, deadline);
@@ -725,6 +804,10 @@ Attempt TryConnect(const RendezvousClientOptions& o, const HostPort& chief) {
   if (!st.ok()) {
     // A refused peer may see the close before the verdict.
     a.status = st.WithContext("authenticating");
+    return a;
+  }
+  if (verdict == 2) {
+    a.status = ReadOtherGang(*s, o, t, deadline, &a.replaced);
     return a;
   }
   if (verdict != 0) {
@@ -774,6 +857,10 @@ StatusOr<std::unique_ptr<RendezvousClient>> RendezvousClient::Connect(
     if (a.socket.valid()) {
       return std::unique_ptr<RendezvousClient>(
           new RendezvousClient(o, std::move(a.socket), a.session_key));
+    }
+    if (a.replaced) {
+      return Status::Error(StatusCode::kPermissionDenied,
+                           "rendezvous with " + chief + " refused: " + a.status.message());
     }
     // Everything is retried: a refusal or a failed proof comes from whoever answers at the
     // chief's address, which may be an impostor or a chief of an older gang; the real one may
@@ -903,6 +990,7 @@ StatusOr<std::unique_ptr<Rendezvous>> Rendezvous::Join(const RendezvousOptions& 
     so.port = hp->port;
     so.key = o.key;
     so.chief_task = o.chief_name;
+    so.gang = o.gang;
     so.io_timeout = o.io_timeout;
     so.handshake_timeout = o.io_timeout;
     // Room for every peer of the largest collective, twice (a peer's reconnect may overlap
@@ -919,6 +1007,7 @@ StatusOr<std::unique_ptr<Rendezvous>> Rendezvous::Join(const RendezvousOptions& 
   co.chief_name = o.chief_name;
   co.task_name = o.task_name;
   co.key = o.key;
+  co.gang = o.gang;
   co.rendezvous_timeout = o.rendezvous_timeout;
   co.io_timeout = o.io_timeout;
   co.clock = o.clock;

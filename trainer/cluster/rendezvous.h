@@ -50,8 +50,11 @@ class KeyValueStore {
 // ---- Authentication (pure functions, exposed for tests).
 //
 // Both sides prove they hold the job's key: the server sends a nonce, the client answers with
-// its own nonce and an HMAC over both nonces and both roles (its task name, the chief's task
-// name); the server answers with an HMAC of its own over the same transcript. Each side
+// its own nonce and an HMAC over both nonces, both roles (its task name, the chief's task
+// name) and the gang's number (TJ_RESTART_COUNT); the server answers with an HMAC of its own
+// over the same transcript. A task of another gang that holds the key is refused with the
+// chief's gang and a proof over it: a task of an older gang stops at once (it was replaced), a
+// task of a newer one waits for its own chief. Each side
 // derives a session key from it, and every message that follows carries an HMAC under that
 // key and a per-direction sequence number: a connection cannot be taken over, replayed or
 // spliced into another once the handshake is done. Every HMAC failure fails closed (an
@@ -65,10 +68,14 @@ struct HandshakeTranscript {
   Nonce client_nonce{};
   std::string client_task;  // "worker 1"
   std::string chief_task;   // "worker 0" (or "chief 0")
+  int64_t gang = -1;        // the gang's number (TJ_RESTART_COUNT); -1 for a run by hand
 };
 StatusOr<Mac> ClientProof(std::string_view key, const HandshakeTranscript& t);
 StatusOr<Mac> ServerProof(std::string_view key, const HandshakeTranscript& t);
 StatusOr<Mac> SessionKey(std::string_view key, const HandshakeTranscript& t);
+// The chief's proof when it refuses a key holder of another gang: over the transcript with
+// the chief's own gang in it.
+StatusOr<Mac> OtherGangProof(std::string_view key, const HandshakeTranscript& t);
 // Constant-time comparison.
 bool MacEquals(const Mac& a, const Mac& b);
 // A fresh nonce from the kernel's CSPRNG.
@@ -86,6 +93,9 @@ struct RendezvousServerOptions {
   std::string key;
   // The chief's own task name ("worker 0"), part of both proofs.
   std::string chief_task;
+  // The gang this chief serves (TJ_RESTART_COUNT; -1 by hand), part of both proofs: a task of
+  // another gang is refused.
+  int64_t gang = -1;
   // Deadline of each message once a request has started.
   std::chrono::milliseconds io_timeout{10000};
   // A connecting peer must finish its handshake this long after it was accepted, or it is
@@ -116,7 +126,7 @@ class RendezvousServer {
   int port() const { return port_; }
   // The served store, for use inside the chief's own process.
   KeyValueStore& local_store();
-  // Connections refused so far for a wrong key (for tests and metrics).
+  // Connections refused so far for a wrong key or another gang (for tests and metrics).
   int refused_count() const { return refused_.load(); }
   // Connections closed before authenticating: garbage, timed out, or pushed out by newer ones
   // when max_pending were waiting (for tests and metrics).
@@ -136,6 +146,10 @@ class RendezvousServer {
   // a session thread).
   bool Advance(Pending& p);
   void FinishHandshake(Pending& p);
+  // Refusals; true (the connection is finished with).
+  bool RefuseWrongKey(Pending& p, const std::string& who);
+  bool RefuseOtherGang(Pending& p, const std::string& who, const std::string& task,
+                       const Nonce& client_nonce, int64_t client_gang, const Mac& proof);
   void Serve(Session* session);
   Status HandleRequests(Session& session);
   void ReapFinished();
@@ -163,6 +177,7 @@ struct RendezvousClientOptions {
   std::string chief_name;     // "worker 0": the chief's task name, part of both proofs
   std::string task_name;      // this task ("worker 1"): part of both proofs
   std::string key;            // the job's key: required
+  int64_t gang = -1;          // this task's gang (TJ_RESTART_COUNT; -1 by hand)
   // Keep retrying to reach the chief (and to be accepted by it) until this much time passed.
   std::chrono::milliseconds rendezvous_timeout{300000};
   // Deadline of each message exchange.
@@ -178,7 +193,10 @@ class RendezvousClient final : public KeyValueStore {
   //   an empty key (kPermissionDenied, at once);
   //   "rendezvous with chief host:port (worker 0) refused: wrong TJ_RENDEZVOUS_KEY (...)"
   //   or "... failed: could not reach it within 300 s (last error: ...); check ..."
-  //   after the timeout (kDeadlineExceeded: a gang restart may help).
+  //   after the timeout (kDeadlineExceeded: a gang restart may help);
+  //   at once, when the chief proves it serves a newer gang: "... refused: this task is of
+  //   gang 2 (TJ_RESTART_COUNT), the chief serves gang 3: ..." (kPermissionDenied: this
+  //   task was replaced and must not take part).
   static StatusOr<std::unique_ptr<RendezvousClient>> Connect(const RendezvousClientOptions& o);
 
   Status Set(const std::string& key, const std::string& value) override;
@@ -212,6 +230,7 @@ struct RendezvousOptions {
   bool is_chief = false;
   int collective_size = 0;  // chief and workers; with more than one an empty key is refused
   std::string key;          // TJ_RENDEZVOUS_KEY: required
+  int64_t gang = -1;        // TJ_RESTART_COUNT (-1 by hand): every task of the gang the same
   std::string bind_host;    // the chief's listen address; empty = all interfaces
   std::chrono::milliseconds rendezvous_timeout{300000};
   std::chrono::milliseconds io_timeout{10000};

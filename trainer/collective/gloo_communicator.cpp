@@ -101,18 +101,23 @@ class GlooStore final : public gloo::rendezvous::Store {
   std::chrono::milliseconds timeout_;
 };
 
+// Gloo's full mesh, only with --allreduce-algorithm gloo (its pairs are not authenticated).
+struct GlooMesh {
+  std::shared_ptr<gloo::transport::Device> device;
+  std::shared_ptr<gloo::rendezvous::Context> context;
+};
+
 class GlooCommunicator final : public Communicator {
  public:
   GlooCommunicator(const GlooOptions& o, std::unique_ptr<cluster::Rendezvous> rendezvous,
-                   std::shared_ptr<gloo::transport::Device> device,
-                   std::shared_ptr<gloo::rendezvous::Context> context,
                    std::unique_ptr<PeerHealthResponder> responder,
                    std::map<int, std::string> peer_health_addresses,
-                   std::unique_ptr<RingAllReduce> ring)
+                   std::unique_ptr<RingAllReduce> ring, GlooMesh gloo)
       : options_(o),
+        auth_{o.rendezvous_key, o.gang},
         rendezvous_(std::move(rendezvous)),
-        device_(std::move(device)),
-        context_(std::move(context)),
+        device_(std::move(gloo.device)),
+        context_(std::move(gloo.context)),
         responder_(std::move(responder)),
         peer_health_addresses_(std::move(peer_health_addresses)),
         ring_(std::move(ring)) {}
@@ -123,17 +128,16 @@ class GlooCommunicator final : public Communicator {
     device_.reset();
   }
 
-  int rank() const override { return context_->rank; }
-  int size() const override { return context_->size; }
+  int rank() const override { return ring_->rank(); }
+  int size() const override { return ring_->size(); }
 
   Status AllReduceSum(float* data, size_t count) override {
     if (!broken_.ok()) return broken_;
-    if (ring_) {
+    if (!context_) {
       Status s =
           ring_->Sum(data, count, cluster::DeadlineIn(OpTimeout(options_.collective_timeout)));
       if (s.ok()) return s;
-      return Broken("all-reduce of " + std::to_string(count) + " floats",
-                    std::runtime_error(s.message()));
+      return Broken("all-reduce of " + std::to_string(count) + " floats", s.message(), "ring");
     }
     try {
       gloo::AllreduceOptions opts(context_);
@@ -144,61 +148,48 @@ class GlooCommunicator final : public Communicator {
       opts.setTimeout(OpTimeout(options_.collective_timeout));
       gloo::allreduce(opts);
     } catch (const std::exception& e) {
-      return Broken("all-reduce of " + std::to_string(count) + " floats", e);
+      return Broken("all-reduce of " + std::to_string(count) + " floats", e.what(), "gloo");
     }
     return Status::Ok();
   }
 
   Status Broadcast(void* data, size_t bytes, int root) override {
     if (!broken_.ok()) return broken_;
-    if (root < 0 || root >= size()) {
-      return Status::Error("broadcast from rank " + std::to_string(root) + ": no such rank (size " +
-                           std::to_string(size()) + ")");
-    }
-    try {
-      gloo::BroadcastOptions opts(context_);
-      opts.setOutput(static_cast<uint8_t*>(data), bytes);
-      opts.setRoot(root);
-      opts.setTag(NextTag());
-      opts.setTimeout(OpTimeout(options_.collective_timeout));
-      gloo::broadcast(opts);
-    } catch (const std::exception& e) {
-      return Broken(
-          "broadcast of " + std::to_string(bytes) + " bytes from rank " + std::to_string(root), e);
-    }
-    return Status::Ok();
+    Status s = ring_->Broadcast(data, bytes, root,
+                                cluster::DeadlineIn(OpTimeout(options_.collective_timeout)));
+    if (s.ok()) return s;
+    if (root < 0 || root >= size()) return s;  // a caller's error: the ring is still fine
+    return Broken(
+        "broadcast of " + std::to_string(bytes) + " bytes from rank " + std::to_string(root),
+        s.message(), "ring");
   }
 
   Status Barrier() override {
     if (!broken_.ok()) return broken_;
-    try {
-      gloo::BarrierOptions opts(context_);
-      opts.setTag(NextTag());
-      opts.setTimeout(OpTimeout(options_.collective_timeout));
-      gloo::barrier(opts);
-    } catch (const std::exception& e) {
-      return Broken("barrier", e);
-    }
-    return Status::Ok();
+    Status s = ring_->Barrier(cluster::DeadlineIn(OpTimeout(options_.collective_timeout)));
+    if (s.ok()) return s;
+    return Broken("barrier", s.message(), "ring");
   }
 
  private:
   uint32_t NextTag() { return tag_++; }
 
-  // Turns a Gloo exception into the error every later call returns, naming the peer(s):
-  // probes every peer's health responder to tell the dead and the hung from the alive.
-  Status Broken(const std::string& op, const std::exception& e) {
-    const std::string what = e.what();
+  // Turns a failure (`what`, from `source`: "ring" or "gloo") into the error every later call
+  // returns, naming the peer(s): probes every peer's health responder to tell the dead and the
+  // hung from the alive.
+  Status Broken(const std::string& op, const std::string& what, const char* source) {
     const TfConfig& c = options_.config;
     std::map<int, PeerState> states;
     {
       std::vector<std::thread> probes;
       std::mutex mu;
-      for (const auto& [rank, address] : peer_health_addresses_) {
-        probes.emplace_back([&, rank = rank, address = address] {
-          PeerState s = ProbePeer(address, ProbeTimeout(options_.collective_timeout));
+      const int self = rank();
+      for (const auto& [peer, address] : peer_health_addresses_) {
+        probes.emplace_back([&, peer = peer, address = address] {
+          PeerState s =
+              ProbePeer(address, self, peer, auth_, ProbeTimeout(options_.collective_timeout));
           std::lock_guard<std::mutex> lock(mu);
-          states[rank] = s;
+          states[peer] = s;
         });
       }
       for (auto& t : probes) t.join();
@@ -233,18 +224,19 @@ class GlooCommunicator final : public Communicator {
                                  "; every peer still answers (" + all + "): one is too slow"
                            : "a connection to a peer broke (peers: " + all + ")";
     }
-    message += " [gloo: " + what + "]";
+    message += std::string(" [") + source + ": " + what + "]";
     broken_ = Status::Error(message);
     return broken_;
   }
 
   GlooOptions options_;
+  cluster::GangKey auth_;
   std::unique_ptr<cluster::Rendezvous> rendezvous_;
-  std::shared_ptr<gloo::transport::Device> device_;
-  std::shared_ptr<gloo::rendezvous::Context> context_;
+  std::shared_ptr<gloo::transport::Device> device_;     // null unless Gloo's all-reduce
+  std::shared_ptr<gloo::rendezvous::Context> context_;  // null unless Gloo's all-reduce
   std::unique_ptr<PeerHealthResponder> responder_;
   std::map<int, std::string> peer_health_addresses_;  // rank -> "host:port" of its responder
-  std::unique_ptr<RingAllReduce> ring_;               // null: Gloo's all-reduce
+  std::unique_ptr<RingAllReduce> ring_;               // always: broadcasts, barriers
   uint32_t tag_ = 0;
   Status broken_;
 };
@@ -264,6 +256,7 @@ StatusOr<std::unique_ptr<Communicator>> ConnectGloo(const GlooOptions& o) {
   const std::string me = c.task_name() + " (" + c.own_address() + ")";
   cluster::RendezvousOptions ro = cluster::RendezvousOptionsFor(c);
   ro.key = o.rendezvous_key;
+  ro.gang = o.gang;
   ro.bind_host = o.rendezvous_bind_host;
   ro.rendezvous_timeout = o.rendezvous_timeout;
   ro.io_timeout = o.io_timeout;
@@ -279,50 +272,73 @@ StatusOr<std::unique_ptr<Communicator>> ConnectGloo(const GlooOptions& o) {
     return ip.status().WithContext("connecting the collective as " + me +
                                    ": cannot resolve this task's own TF_CONFIG host");
   }
-  try {
-    gloo::transport::tcp::attr attr;
-    attr.hostname = *ip;
-    attr.ai_family = ip->find(':') != std::string::npos ? AF_INET6 : AF_INET;
-    std::shared_ptr<gloo::transport::Device> device = gloo::transport::tcp::CreateDevice(attr);
-    auto context = std::make_shared<gloo::rendezvous::Context>(c.rank(), c.collective_size());
-    // Peers may arrive up to the rendezvous timeout apart; collectives get their own timeout.
-    context->setTimeout(o.rendezvous_timeout);
-    cluster::KeyValueStore& kv = (*rendezvous)->store();
-    StatusOr<std::unique_ptr<PeerHealthResponder>> responder = PeerHealthResponder::Start(*ip);
-    if (!responder.ok()) return responder.status();
-    const std::string health_prefix = "health/";
-    TJ_RETURN_IF_ERROR(kv.Set(health_prefix + std::to_string(c.rank()), (*responder)->address()));
-    GlooStore store(kv, c, o.rendezvous_timeout);
-    context->connectFullMesh(store, device);
-    context->setTimeout(OpTimeout(o.collective_timeout));
-    // Every rank published its responder before its Gloo addresses, so these are set by now.
-    std::map<int, std::string> peers;
-    for (int r = 0; r < c.collective_size(); ++r) {
-      if (r == c.rank()) continue;
-      const std::string key = health_prefix + std::to_string(r);
-      TJ_RETURN_IF_ERROR(kv.Wait({key}, o.io_timeout));
-      StatusOr<std::string> address = kv.Get(key);
-      if (!address.ok()) return address.status();
-      peers[r] = *address;
-    }
-    std::unique_ptr<RingAllReduce> ring;
-    if (o.ring_allreduce) {
-      StatusOr<std::unique_ptr<RingAllReduce>> r = RingAllReduce::Connect(
-          kv, c.rank(), c.collective_size(), *ip, o.allreduce_wire, o.rendezvous_timeout);
-      if (!r.ok()) return r.status().WithContext("connecting the collective as " + me);
-      ring = std::move(r).value();
-    } else if (o.allreduce_wire != WireType::kFloat32) {
-      return Status::Error("Gloo's own all-reduce sends float32 only; use the ring for " +
-                           std::string(WireTypeName(o.allreduce_wire)));
-    }
-    return std::unique_ptr<Communicator>(new GlooCommunicator(
-        o, std::move(rendezvous).value(), std::move(device), std::move(context),
-        std::move(responder).value(), std::move(peers), std::move(ring)));
-  } catch (const std::exception& e) {
-    return Status::Error("connecting the collective as " + me + " (rank " +
-                         std::to_string(c.rank()) + " of " + std::to_string(c.collective_size()) +
-                         "): " + e.what());
+  if (!o.ring_allreduce && o.allreduce_wire != WireType::kFloat32) {
+    return Status::Error("Gloo's own all-reduce sends float32 only; use the ring for " +
+                         std::string(WireTypeName(o.allreduce_wire)));
   }
+  const cluster::GangKey auth{o.rendezvous_key, o.gang};
+  cluster::KeyValueStore& kv = (*rendezvous)->store();
+  StatusOr<std::unique_ptr<PeerHealthResponder>> responder =
+      PeerHealthResponder::Start(*ip, c.rank(), auth, o.log);
+  if (!responder.ok()) return responder.status();
+  const std::string health_prefix = "health/";
+  TJ_RETURN_IF_ERROR(kv.Set(health_prefix + std::to_string(c.rank()), (*responder)->address()));
+  // A rank has arrived once it has published its responder. The ring forms as soon as each
+  // rank's neighbours are there; then every rank's responder address is read (all arrived).
+  std::vector<std::string> health_keys;
+  health_keys.reserve(static_cast<size_t>(c.collective_size()));
+  for (int r = 0; r < c.collective_size(); ++r) {
+    health_keys.push_back(health_prefix + std::to_string(r));
+  }
+  auto missing_peers = [&](const Status& why) {
+    std::string missing;
+    for (int r = 0; r < c.collective_size(); ++r) {
+      if (!kv.Get(health_keys[r]).ok()) missing += (missing.empty() ? "" : ", ") + Peer(c, r);
+    }
+    if (missing.empty()) return why.WithContext("connecting the collective as " + me);
+    return Status::Error("connecting the collective as " + me + ": peer " + missing +
+                         " did not arrive at the rendezvous within " +
+                         Seconds(o.rendezvous_timeout) + " (" + why.message() + ")");
+  };
+  RingAuth ring_auth;
+  ring_auth.gang = auth;
+  ring_auth.log = o.log;
+  StatusOr<std::unique_ptr<RingAllReduce>> ring = RingAllReduce::Connect(
+      kv, c.rank(), c.collective_size(), *ip, ring_auth, o.allreduce_wire, o.rendezvous_timeout);
+  if (!ring.ok()) return missing_peers(ring.status());
+  if (Status st = kv.Wait(health_keys, o.rendezvous_timeout); !st.ok()) return missing_peers(st);
+  std::map<int, std::string> peers;
+  for (int r = 0; r < c.collective_size(); ++r) {
+    StatusOr<std::string> address = kv.Get(health_keys[r]);
+    if (!address.ok()) return address.status();
+    if (r != c.rank()) peers[r] = *address;
+  }
+  GlooMesh gloo;
+  if (!o.ring_allreduce) {
+    o.log->Warn(
+        "--allreduce-algorithm gloo: Gloo's pair sockets do not authenticate their peers: "
+        "anything that reaches this task's ports while the mesh forms can take a peer's place "
+        "or stop the job. Use it to compare against the ring, not in shared networks");
+    try {
+      gloo::transport::tcp::attr attr;
+      attr.hostname = *ip;
+      attr.ai_family = ip->find(':') != std::string::npos ? AF_INET6 : AF_INET;
+      gloo.device = gloo::transport::tcp::CreateDevice(attr);
+      gloo.context = std::make_shared<gloo::rendezvous::Context>(c.rank(), c.collective_size());
+      // Peers may arrive up to the rendezvous timeout apart; collectives get their own timeout.
+      gloo.context->setTimeout(o.rendezvous_timeout);
+      GlooStore store(kv, c, o.rendezvous_timeout);
+      gloo.context->connectFullMesh(store, gloo.device);
+      gloo.context->setTimeout(OpTimeout(o.collective_timeout));
+    } catch (const std::exception& e) {
+      return Status::Error("connecting Gloo's mesh as " + me + " (rank " +
+                           std::to_string(c.rank()) + " of " + std::to_string(c.collective_size()) +
+                           "): " + e.what());
+    }
+  }
+  return std::unique_ptr<Communicator>(
+      new GlooCommunicator(o, std::move(rendezvous).value(), std::move(responder).value(),
+                           std::move(peers), std::move(ring).value(), std::move(gloo)));
 }
 
 }  // namespace tj::collective

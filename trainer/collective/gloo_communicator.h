@@ -1,7 +1,13 @@
-// The CPU backend: Gloo over TCP, bootstrapped through the chief's rendezvous store
-// (trainer/cluster/rendezvous.h). The chief starts the rendezvous server on its TF_CONFIG
-// port and keeps serving it, from a background thread, for as long as the communicator lives
-// (so a late peer with a wrong key is refused without disturbing training).
+// The CPU backend, bootstrapped through the chief's rendezvous store
+// (trainer/cluster/rendezvous.h): every collective (all-reduce, broadcast, barrier) runs over
+// the ring of ring_allreduce.h, whose connections are authenticated with the job's key and
+// the gang's number, as are the peer-health probes (peer_health.h). The chief starts the
+// rendezvous server on its TF_CONFIG port and keeps serving it, from a background thread, for
+// as long as the communicator lives (so a late peer with a wrong key is refused without
+// disturbing training). Gloo (its TCP full mesh) is used only for its own all-reduce, on
+// request (ring_allreduce = false): its pairs are NOT authenticated.
+//
+// (The names keep "Gloo" from when Gloo carried every collective.)
 #pragma once
 
 #include <chrono>
@@ -18,8 +24,11 @@ namespace tj::collective {
 
 struct GlooOptions {
   cluster::TfConfig config;
-  // The job's rendezvous key (TJ_RENDEZVOUS_KEY); empty = no authentication.
+  // The job's rendezvous key (TJ_RENDEZVOUS_KEY): required with more than one member.
   std::string rendezvous_key;
+  // The gang's number (TJ_RESTART_COUNT; -1 when run by hand): bound into every handshake,
+  // so that a task of another gang cannot join.
+  int64_t gang = -1;
   // How long to keep trying to reach the chief, and to wait for every peer to arrive.
   std::chrono::milliseconds rendezvous_timeout{300000};
   // The longest any collective may wait on a peer (Gloo's context timeout).
@@ -32,19 +41,21 @@ struct GlooOptions {
   // Warnings (refused peers) go here; must outlive the communicator. Required.
   EventLog* log = nullptr;
   // AllReduceSum over the ring of ring_allreduce.h (true) or Gloo's own all-reduce (false,
-  // float32 only; kept to compare against). Broadcast and Barrier always take Gloo.
+  // float32 only, kept to compare against; its full mesh is not authenticated). Broadcast and
+  // Barrier always take the ring.
   bool ring_allreduce = true;
   // The values on the wire of the ring all-reduce.
   WireType allreduce_wire = WireType::kFloat32;
 };
 
-// Rendezvous, then a full mesh of TCP connections between the chief and the workers, each
-// bound to its own TF_CONFIG host, and the all-reduce ring's two connections per rank. Blocks until
+// Rendezvous, then the ring's two authenticated connections per rank, each bound to the
+// rank's own TF_CONFIG host (and Gloo's full mesh with ring_allreduce = false). Blocks until
 // every rank has arrived (or the rendezvous timeout passes). A collective of size 1 returns a
-// single-process communicator at once. Errors: the evaluator or a config outside the collective;
-// the chief unreachable ("... could not reach it within 300 s ..."); a wrong key ("... refused:
-// wrong TJ_RENDEZVOUS_KEY"); a peer missing at the rendezvous (named). Sets SIGPIPE to SIG_IGN for
-// the process: Gloo writes with writev(2), and a dead peer must be an error, not a signal.
+// single-process communicator at once. Errors: the evaluator or a config outside the
+// collective; the chief unreachable ("... could not reach it within 300 s ..."); a wrong key
+// ("... refused: wrong TJ_RENDEZVOUS_KEY"); a task of a replaced gang ("... refused: this task
+// is of gang 2 ..."); a peer missing at the rendezvous (named). Sets SIGPIPE to SIG_IGN for the
+// process: a dead peer must be an error, not a signal.
 StatusOr<std::unique_ptr<Communicator>> ConnectGloo(const GlooOptions& options);
 
 }  // namespace tj::collective

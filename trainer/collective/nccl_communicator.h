@@ -1,7 +1,9 @@
 // The GPU backend's collectives: NCCL all-reduce on device buffers, one GPU per process.
-// Bootstrapped through a host communicator (Gloo, itself bootstrapped through the chief's
-// authenticated rendezvous): the chief creates NCCL's unique id and broadcasts it, so no
-// unauthenticated port is opened for the id. Built only with CUDA.
+// Bootstrapped through the host communicator (gloo_communicator.h: a broadcast over the ring,
+// whose connections are authenticated with the job's key and the gang's number): the chief
+// creates NCCL's unique id and broadcasts it, so no unauthenticated port is opened for the id,
+// and the id (which carries the secret magic NCCL's own bootstrap connections must present)
+// reaches the gang's ranks only. Built only with CUDA.
 //
 // The communicator is non-blocking (ncclConfig_t blocking = 0): every wait polls
 // ncclCommGetAsyncError and the stream against a deadline, and past it aborts the

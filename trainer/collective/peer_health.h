@@ -1,9 +1,12 @@
 // Telling a dead peer from a hung one after a collective fails. Every rank runs a
-// PeerHealthResponder: a listening socket whose background thread answers each connection
-// with one byte. A rank whose collective failed probes the others: a refused or reset
-// connection means the peer is gone; no answer within the probe timeout means it hangs (a
-// SIGSTOPped or wedged process still has its socket, but no thread to answer); an answer
-// means it is alive (and failing too, or just slow).
+// PeerHealthResponder: a listening socket whose background thread answers each
+// authenticated probe (trainer/cluster/peer_handshake.h: a rank of this gang, with the job's
+// key) with its own proof. A rank whose collective failed probes the others: a refused or
+// reset connection means the peer is gone; no answer within the probe timeout means it hangs
+// (a SIGSTOPped or wedged process still has its socket, but no thread to answer); an answer
+// that proves it is that rank means it is alive (and failing too, or just slow). Strangers at
+// the responder's port are closed after a short handshake timeout, served alongside the real
+// probes, never ahead of them.
 #pragma once
 
 #include <atomic>
@@ -11,15 +14,20 @@
 #include <string>
 #include <thread>
 
+#include "common/event_log.h"
 #include "common/status.h"
+#include "trainer/cluster/peer_handshake.h"
 #include "trainer/cluster/socket.h"
 
 namespace tj::collective {
 
 class PeerHealthResponder {
  public:
-  // Listens on host (a numeric address), on a free port.
-  static StatusOr<std::unique_ptr<PeerHealthResponder>> Start(const std::string& host);
+  // Listens on host (a numeric address), on a free port, as rank `rank` of the gang `auth`
+  // names. `log` (may be null) gets the refused connections, rate-limited.
+  static StatusOr<std::unique_ptr<PeerHealthResponder>> Start(const std::string& host, int rank,
+                                                              const cluster::GangKey& auth,
+                                                              EventLog* log = nullptr);
   ~PeerHealthResponder();
   PeerHealthResponder(const PeerHealthResponder&) = delete;
   PeerHealthResponder& operator=(const PeerHealthResponder&) = delete;
@@ -31,13 +39,16 @@ class PeerHealthResponder {
   void Loop();
   cluster::Socket listener_;
   std::string address_;
+  std::unique_ptr<cluster::LinkAcceptor> acceptor_;
+  int rank_ = 0;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
 
 enum class PeerState { kAlive, kGone, kNotResponding, kUnknown };
 
-// Probes a responder at "host:port" for up to `timeout`.
-PeerState ProbePeer(const std::string& address, std::chrono::milliseconds timeout);
+// Probes rank `peer_rank`'s responder at "host:port" for up to `timeout`, as rank `own_rank`.
+PeerState ProbePeer(const std::string& address, int own_rank, int peer_rank,
+                    const cluster::GangKey& auth, std::chrono::milliseconds timeout);
 
 }  // namespace tj::collective

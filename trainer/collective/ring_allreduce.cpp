@@ -2,14 +2,18 @@
 
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <openssl/crypto.h>
-#include <openssl/rand.h>
 #include <poll.h>
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <system_error>
+#include <thread>
+
+#include "common/backoff.h"
+#include "trainer/cluster/peer_handshake.h"
 
 namespace tj::collective {
 namespace {
@@ -17,9 +21,6 @@ namespace {
 using cluster::Deadline;
 using cluster::Socket;
 
-constexpr char kMagic[8] = {'T', 'J', 'R', 'I', 'N', 'G', '0', '1'};
-constexpr size_t kTokenHex = 64;
-constexpr size_t kHelloBytes = sizeof kMagic + 4 + kTokenHex;
 // Elements per segment (512 KiB of float32): large enough that a segment costs few system
 // calls, small enough that the next hop starts on it while the rest of the chunk is still
 // arriving. On loopback 131,072 took half the time of 32,768 and 8,192 (bench/allreduce).
@@ -27,42 +28,23 @@ constexpr size_t kSegmentElements = 131072;
 
 std::string StoreKey(int rank) { return "ring/" + std::to_string(rank); }
 
-StatusOr<std::string> RandomToken() {
-  uint8_t raw[kTokenHex / 2];
-  if (RAND_bytes(raw, sizeof raw) != 1) {
-    return Status::Error("ring all-reduce: the system's random generator failed");
-  }
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (uint8_t b : raw) {
-    out += kHex[b >> 4];
-    out += kHex[b & 15];
-  }
-  return out;
-}
-
 struct Endpoint {
   std::string host;
   int port = 0;
-  std::string token;
 };
 
 StatusOr<Endpoint> ParseEndpoint(const std::string& value, int rank) {
   Endpoint e;
   const size_t a = value.find(' ');
-  const size_t b = a == std::string::npos ? a : value.find(' ', a + 1);
-  if (b == std::string::npos) {
-    return Status::Error("ring all-reduce: rank " + std::to_string(rank) +
-                         " published a malformed address '" + value.substr(0, 80) + "'");
+  if (a != std::string::npos) {
+    e.host = value.substr(0, a);
+    try {
+      e.port = std::stoi(value.substr(a + 1));
+    } catch (const std::exception&) {
+      e.port = 0;
+    }
   }
-  e.host = value.substr(0, a);
-  e.token = value.substr(b + 1);
-  try {
-    e.port = std::stoi(value.substr(a + 1, b - a - 1));
-  } catch (const std::exception&) {
-    e.port = 0;
-  }
-  if (e.port <= 0 || e.port > 65535 || e.token.size() != kTokenHex) {
+  if (e.host.empty() || e.port <= 0 || e.port > 65535) {
     return Status::Error("ring all-reduce: rank " + std::to_string(rank) +
                          " published a malformed address '" + value.substr(0, 80) + "'");
   }
@@ -74,41 +56,34 @@ void NoDelay(const Socket& s) {
   setsockopt(s.fd(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-bool SameToken(const char* a, const std::string& b) {
-  return b.size() == kTokenHex && CRYPTO_memcmp(a, b.data(), kTokenHex) == 0;
-}
-
-// Accepts connections until one presents the previous rank's hello and token; answers it
-// with our own token. Anything else is closed and does not count.
-StatusOr<Socket> AcceptPrevious(Socket& listener, int prev, const Endpoint& expected,
-                                const std::string& own_token, Deadline deadline) {
-  std::string refused;
+// Connects to the next rank and completes the handshake, trying again while the handshake
+// fails (a listener busy with strangers may have closed this connection among them) until
+// the deadline. A refused connect fails at once: nothing listens there any more.
+StatusOr<Socket> ConnectNext(const Endpoint& next_end, int rank, int next,
+                             const cluster::GangKey& auth, Deadline deadline) {
+  ExponentialBackoff backoff(std::chrono::milliseconds(20), std::chrono::milliseconds(500));
+  Status last;
   while (true) {
-    StatusOr<Socket> s = cluster::AcceptTcp(listener, deadline);
-    if (!s.ok()) return s.status();
-    if (!s->valid()) {
-      return Status::Error("ring all-reduce: rank " + std::to_string(prev) +
-                           " did not connect in time" +
-                           (refused.empty() ? "" : " (refused: " + refused + ")"));
+    const Deadline attempt =
+        std::min(deadline, cluster::DeadlineIn(std::chrono::milliseconds(10000)));
+    bool reached = true;
+    StatusOr<Socket> s = cluster::ConnectTcp(next_end.host, next_end.port, attempt);
+    if (!s.ok()) {
+      reached = false;
+    } else {
+      s = cluster::LinkHandshake(std::move(s).value(), cluster::Channel::kRing, rank, next, auth,
+                                 attempt);
     }
-    char hello[kHelloBytes];
-    const Deadline hello_deadline =
-        std::min(deadline, cluster::DeadlineIn(std::chrono::milliseconds(5000)));
-    if (!s->ReadExactly(hello, sizeof hello, hello_deadline).ok()) {
-      refused = s->PeerName() + " sent no hello";
-      continue;
-    }
-    uint32_t rank = 0;
-    std::memcpy(&rank, hello + sizeof kMagic, 4);
-    if (std::memcmp(hello, kMagic, sizeof kMagic) != 0 || static_cast<int>(ntohl(rank)) != prev ||
-        !SameToken(hello + sizeof kMagic + 4, expected.token)) {
-      refused = s->PeerName() + " presented a wrong hello or token";
-      continue;
-    }
-    TJ_RETURN_IF_ERROR(s->WriteAll(own_token.data(), own_token.size(), deadline));
-    NoDelay(*s);
-    return std::move(s).value();
+    if (s.ok()) return s;
+    last = s.status();
+    if (!reached && last.code() == StatusCode::kUnavailable) break;
+    const auto left = deadline - std::chrono::steady_clock::now();
+    if (left <= std::chrono::milliseconds(0)) break;
+    std::this_thread::sleep_for(
+        std::min<std::chrono::steady_clock::duration>(backoff.Next(), left));
   }
+  return last.WithContext("ring all-reduce: connecting to rank " + std::to_string(next) + " at " +
+                          cluster::LinkAddress(next_end.host, next_end.port));
 }
 
 // One transfer of a segment: sent to the next rank or received from the previous one.
@@ -344,56 +319,75 @@ Span ChunkOf(size_t count, int ranks, int chunk) {
 StatusOr<std::unique_ptr<RingAllReduce>> RingAllReduce::Connect(cluster::KeyValueStore& store,
                                                                 int rank, int size,
                                                                 const std::string& own_ip,
-                                                                WireType wire,
+                                                                const RingAuth& auth, WireType wire,
                                                                 std::chrono::milliseconds timeout) {
   if (size < 2 || rank < 0 || rank >= size) {
     return Status::Error("ring all-reduce: rank " + std::to_string(rank) + " of " +
                          std::to_string(size) + " (needs at least 2 ranks)");
   }
+  if (auth.gang.key.empty()) {
+    return Status::Error(StatusCode::kPermissionDenied,
+                         "ring all-reduce: no key (TJ_RENDEZVOUS_KEY) to authenticate the ring's "
+                         "connections with");
+  }
   const Deadline deadline = cluster::DeadlineIn(timeout);
   StatusOr<Socket> listener = cluster::ListenTcp(own_ip, 0);
   if (!listener.ok()) return listener.status().WithContext("ring all-reduce: listening");
-  StatusOr<std::string> token = RandomToken();
-  if (!token.ok()) return token.status();
-  TJ_RETURN_IF_ERROR(store.Set(
-      StoreKey(rank), own_ip + " " + std::to_string(cluster::LocalPort(*listener)) + " " + *token));
+  TJ_RETURN_IF_ERROR(
+      store.Set(StoreKey(rank), own_ip + " " + std::to_string(cluster::LocalPort(*listener))));
   const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
-  TJ_RETURN_IF_ERROR(store.Wait({StoreKey(next), StoreKey(prev)}, timeout));
-  StatusOr<std::string> next_value = store.Get(StoreKey(next));
-  StatusOr<std::string> prev_value = store.Get(StoreKey(prev));
-  if (!next_value.ok()) return next_value.status();
-  if (!prev_value.ok()) return prev_value.status();
-  StatusOr<Endpoint> next_end = ParseEndpoint(*next_value, next);
-  StatusOr<Endpoint> prev_end = ParseEndpoint(*prev_value, prev);
-  if (!next_end.ok()) return next_end.status();
-  if (!prev_end.ok()) return prev_end.status();
 
-  // Hello to the next rank first (it fits the socket buffer), then accept the previous one,
-  // then the next rank's answer: no rank waits on another in a cycle.
-  StatusOr<Socket> to_next = cluster::ConnectTcp(next_end->host, next_end->port, deadline);
+  // The previous rank is accepted on a thread of its own from now on, while this one waits
+  // for the next rank's address and connects to it: no rank waits on another in a cycle, and
+  // strangers at the listener are served (and closed) alongside, never ahead of, the real
+  // peer.
+  cluster::LinkAcceptorOptions ao;
+  ao.channel = cluster::Channel::kRing;
+  ao.own_rank = rank;
+  ao.auth = auth.gang;
+  ao.handshake_timeout = auth.handshake_timeout;
+  ao.log = auth.log;
+  cluster::LinkAcceptor acceptor(&*listener, ao);
+  std::atomic<bool> stop{false};
+  StatusOr<cluster::LinkAcceptor::Accepted> from_prev = cluster::LinkAcceptor::Accepted{};
+  std::thread accept_thread;
+  try {
+    accept_thread = std::thread([&] {
+      from_prev = acceptor.Next(
+          deadline, [prev](int r) { return r == prev; }, &stop);
+    });
+  } catch (const std::system_error& e) {
+    return Status::Error(std::string("ring all-reduce: cannot start a thread: ") + e.what());
+  }
+  StatusOr<Socket> to_next = [&]() -> StatusOr<Socket> {
+    TJ_RETURN_IF_ERROR(store.Wait({StoreKey(next)}, timeout));
+    StatusOr<std::string> next_value = store.Get(StoreKey(next));
+    if (!next_value.ok()) return next_value.status();
+    StatusOr<Endpoint> next_end = ParseEndpoint(*next_value, next);
+    if (!next_end.ok()) return next_end.status();
+    return ConnectNext(*next_end, rank, next, auth.gang, deadline);
+  }();
+  if (!to_next.ok()) stop.store(true);
+  accept_thread.join();
   if (!to_next.ok()) {
-    return to_next.status().WithContext("ring all-reduce: connecting to rank " +
-                                        std::to_string(next));
+    const std::string& refused = acceptor.last_refusal();
+    if (refused.empty()) return to_next.status();
+    return Status::Error(
+        to_next.status().code(),
+        to_next.status().message() + " (at this rank's ring port, last refused: " + refused + ")");
   }
-  char hello[kHelloBytes];
-  std::memcpy(hello, kMagic, sizeof kMagic);
-  const uint32_t own_rank = htonl(static_cast<uint32_t>(rank));
-  std::memcpy(hello + sizeof kMagic, &own_rank, 4);
-  std::memcpy(hello + sizeof kMagic + 4, token->data(), kTokenHex);
-  TJ_RETURN_IF_ERROR(to_next->WriteAll(hello, sizeof hello, deadline));
-  StatusOr<Socket> from_prev = AcceptPrevious(*listener, prev, *prev_end, *token, deadline);
-  if (!from_prev.ok()) return from_prev.status();
-  char answer[kTokenHex];
-  if (Status s = to_next->ReadExactly(answer, sizeof answer, deadline); !s.ok()) {
-    return s.WithContext("ring all-reduce: rank " + std::to_string(next) + " did not answer");
-  }
-  if (!SameToken(answer, next_end->token)) {
-    return Status::Error("ring all-reduce: the address rank " + std::to_string(next) +
-                         " published answered with another token (not that rank)");
+  if (!from_prev.ok()) return from_prev.status().WithContext("ring all-reduce: accepting");
+  if (!from_prev->socket.valid()) {
+    const std::string& refused = acceptor.last_refusal();
+    return Status::Error("ring all-reduce: rank " + std::to_string(prev) +
+                         " did not connect in time" +
+                         (refused.empty() ? "" : " (last refused: " + refused + ")"));
   }
   NoDelay(*to_next);
+  NoDelay(from_prev->socket);
+  // The listener closes here: once the ring is formed this rank has no ring port open.
   return std::unique_ptr<RingAllReduce>(new RingAllReduce(
-      rank, size, wire, std::move(to_next).value(), std::move(from_prev).value()));
+      rank, size, wire, std::move(to_next).value(), std::move(from_prev->socket)));
 }
 
 Status RingAllReduce::Sum(float* data, size_t count, Deadline deadline) {
@@ -403,7 +397,13 @@ Status RingAllReduce::Sum(float* data, size_t count, Deadline deadline) {
                     send_stage_, recv_stage_);
   StatusOr<bool> done = transfer.Run(deadline);
   if (done.ok()) return Status::Ok();
-  std::string what = done.status().message();
+  return Failed("ring all-reduce (" + std::string(WireTypeName(wire_)) + ", " +
+                    std::to_string(count) + " floats)",
+                done.status());
+}
+
+Status RingAllReduce::Failed(const std::string& op, const Status& status) const {
+  std::string what = status.message();
   const int prev = (rank_ + size_ - 1) % size_, next = (rank_ + 1) % size_;
   if (what == "closed the connection") {
     what = "rank " + std::to_string(prev) + " " + what;
@@ -412,8 +412,66 @@ Status RingAllReduce::Sum(float* data, size_t count, Deadline deadline) {
   } else if (what.rfind("sending: ", 0) == 0) {
     what = "sending to rank " + std::to_string(next) + ": " + what.substr(9);
   }
-  return Status::Error("ring all-reduce (" + std::string(WireTypeName(wire_)) + ", " +
-                       std::to_string(count) + " floats): " + what);
+  return Status::Error(op + ": " + what);
+}
+
+Status RingAllReduce::Broadcast(void* data, size_t bytes, int root, Deadline deadline) {
+  if (root < 0 || root >= size_) {
+    return Status::Error("broadcast from rank " + std::to_string(root) + ": no such rank (size " +
+                         std::to_string(size_) + ")");
+  }
+  auto* p = static_cast<uint8_t*>(data);
+  // The bytes go round the ring from the root; each rank passes on what it has received.
+  size_t received = rank_ == root ? bytes : 0;
+  size_t sent = (rank_ + 1) % size_ == root ? bytes : 0;
+  const std::string op =
+      "broadcast of " + std::to_string(bytes) + " bytes from rank " + std::to_string(root);
+  while (received < bytes || sent < bytes) {
+    bool progressed = false;
+    if (received < bytes) {
+      const ssize_t n = ::recv(prev_.fd(), p + received, bytes - received, MSG_DONTWAIT);
+      if (n == 0) return Failed(op, Status::Error("closed the connection"));
+      if (n > 0) {
+        received += static_cast<size_t>(n);
+        progressed = true;
+      } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        return Failed(op, Status::Error(std::string("receiving: ") + std::strerror(errno)));
+      }
+    }
+    if (sent < received) {
+      const ssize_t n = ::send(next_.fd(), p + sent, received - sent, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        sent += static_cast<size_t>(n);
+        progressed = true;
+      } else if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        return Failed(op, Status::Error(std::string("sending: ") + std::strerror(errno)));
+      }
+    }
+    if (progressed) continue;
+    pollfd fds[2];
+    nfds_t nfds = 0;
+    if (received < bytes) fds[nfds++] = {prev_.fd(), POLLIN, 0};
+    if (sent < received) fds[nfds++] = {next_.fd(), POLLOUT, 0};
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      return Failed(op, Status::Error("timed out: no progress before the collective timeout (" +
+                                      std::to_string(received) + "/" + std::to_string(bytes) +
+                                      " bytes received)"));
+    }
+    if (::poll(fds, nfds, static_cast<int>(left.count()) + 1) < 0 && errno != EINTR) {
+      return Failed(op, Status::Error(std::string("poll: ") + std::strerror(errno)));
+    }
+  }
+  return Status::Ok();
+}
+
+Status RingAllReduce::Barrier(Deadline deadline) {
+  // Every rank's result depends on every rank's entry: a sum is a barrier.
+  std::vector<float> ones(static_cast<size_t>(size_), 1.0f);
+  Status s = Sum(ones.data(), ones.size(), deadline);
+  if (s.ok()) return s;
+  return Status::Error("barrier: " + s.message());
 }
 
 }  // namespace tj::collective

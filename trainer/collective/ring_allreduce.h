@@ -9,9 +9,12 @@
 // On the wire the values are float32, or bfloat16 (half the bytes; partial sums are rounded
 // at every hop and the result is the bfloat16 rounding of the sum, identical on every rank).
 //
-// The connections are authenticated by a random token each rank publishes through the
-// rendezvous store (which only holders of the job's key reach): a connection to a rank's
-// ring port that does not present the previous rank's token is closed. Errors (a closed
+// The same two connections carry the broadcasts and barriers of the CPU collective.
+//
+// The connections are authenticated when they are made (trainer/cluster/peer_handshake.h):
+// the previous rank proves it holds the job's key, for this gang, as that rank; the next rank
+// proves the same back. Strangers at a rank's ring port are handled alongside the real peer
+// and closed, never ahead of it; once the ring is formed the port is closed. Errors (a closed
 // connection, no progress before the deadline) leave the ring unusable; the caller reports
 // which peer is to blame.
 #pragma once
@@ -23,7 +26,9 @@
 #include <string>
 #include <vector>
 
+#include "common/event_log.h"
 #include "common/status.h"
+#include "trainer/cluster/peer_handshake.h"
 #include "trainer/cluster/rendezvous.h"
 #include "trainer/cluster/socket.h"
 
@@ -47,19 +52,32 @@ struct Span {
 };
 Span ChunkOf(size_t count, int ranks, int chunk);
 
+// How the ring's connections are authenticated.
+struct RingAuth {
+  cluster::GangKey gang;  // the job's key (required) and this task's gang
+  // Each connection at the ring port must complete its handshake this long after it was
+  // accepted.
+  std::chrono::milliseconds handshake_timeout{5000};
+  EventLog* log = nullptr;  // refused connections (rate-limited); may be null
+};
+
 class RingAllReduce {
  public:
-  // Publishes this rank's ring address and token in `store`, connects to the next rank and
-  // accepts the previous one, all before `timeout`. `own_ip` is the numeric address to listen
-  // on (the rank's own TF_CONFIG host). size must be at least 2.
+  // Publishes this rank's ring address in `store`, connects to the next rank and accepts the
+  // previous one, both authenticated with `auth`, all before `timeout`. `own_ip` is the
+  // numeric address to listen on (the rank's own TF_CONFIG host). size must be at least 2.
   static StatusOr<std::unique_ptr<RingAllReduce>> Connect(cluster::KeyValueStore& store, int rank,
                                                           int size, const std::string& own_ip,
-                                                          WireType wire,
+                                                          const RingAuth& auth, WireType wire,
                                                           std::chrono::milliseconds timeout);
 
   // Sums data[0..count) over all ranks in place. Fails when a connection closes or no byte
   // moves before the deadline; after a failure the ring must not be used again.
   Status Sum(float* data, size_t count, cluster::Deadline deadline);
+  // Copies `bytes` bytes at `data` from rank `root` to every other rank, round the ring.
+  Status Broadcast(void* data, size_t bytes, int root, cluster::Deadline deadline);
+  // Returns once every rank has entered the barrier (a sum of one float per rank).
+  Status Barrier(cluster::Deadline deadline);
 
   WireType wire() const { return wire_; }
   int rank() const { return rank_; }
@@ -68,6 +86,9 @@ class RingAllReduce {
  private:
   RingAllReduce(int rank, int size, WireType wire, cluster::Socket next, cluster::Socket prev)
       : rank_(rank), size_(size), wire_(wire), next_(std::move(next)), prev_(std::move(prev)) {}
+
+  // The error of operation `op`, naming the peer a connection error came from.
+  Status Failed(const std::string& op, const Status& status) const;
 
   int rank_;
   int size_;

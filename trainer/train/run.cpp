@@ -71,8 +71,8 @@ StatusOr<std::unique_ptr<collective::Communicator>> ConnectGradientCommunicator(
 #endif
 }
 
-// The CPU collective (Gloo and the all-reduce ring) from TF_CONFIG, or the single-process
-// one without it. kExitOk, or the exit code after the error is logged.
+// The CPU collective (the authenticated ring; Gloo's mesh on request) from TF_CONFIG, or the
+// single-process one without it. kExitOk, or the exit code after the error is logged.
 int ConnectCollective(const Options& o, const std::optional<cluster::TfConfig>& tf_config,
                       EventLog& log, std::unique_ptr<collective::Communicator>* comm) {
   if (!tf_config) {
@@ -82,6 +82,7 @@ int ConnectCollective(const Options& o, const std::optional<cluster::TfConfig>& 
   collective::GlooOptions go;
   go.config = *tf_config;
   go.rendezvous_key = o.rendezvous_key;
+  go.gang = o.restart_count;
   go.rendezvous_bind_host = cluster::PodListenAddress();
   go.rendezvous_timeout = o.rendezvous_timeout;
   go.collective_timeout = o.collective_timeout;

@@ -208,7 +208,7 @@ TEST(MultiWorkerTest, AFloodOfConnectionsToTheChiefsPortDoesNotStopTraining) {
       ++i;
       std::string bytes;
       if (i % 3 == 1) bytes = "GET /status HTTP/1.1\r\n\r\n" + std::to_string(i);
-      if (i % 3 == 2) bytes = std::string("TJRV\x02\x00\x00\x00\x08work", 13);
+      if (i % 3 == 2) bytes = std::string("TJRV\x03\x00\x00\x00\x08work", 13);
       if (!bytes.empty()) (void)s->WriteAll(bytes.data(), bytes.size(), cluster::DeadlineIn(50ms));
       open.push_back(std::move(s).value());
       opened = i;

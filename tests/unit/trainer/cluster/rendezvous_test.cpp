@@ -42,12 +42,13 @@ TEST(Proofs, BindTheKeyBothNoncesAndBothRoles) {
   EXPECT_TRUE(MacEquals(*ClientProof("key", t), proof));
   EXPECT_FALSE(MacEquals(*ClientProof("kez", t), proof));
   // Each field of the transcript changes the proof.
-  for (int field = 0; field < 4; ++field) {
+  for (int field = 0; field < 5; ++field) {
     HandshakeTranscript other = t;
     if (field == 0) other.server_nonce[31] ^= 1;
     if (field == 1) other.client_nonce[31] ^= 1;
     if (field == 2) other.client_task = "worker 2";
     if (field == 3) other.chief_task = "chief 0";
+    if (field == 4) other.gang = t.gang + 1;
     EXPECT_FALSE(MacEquals(*ClientProof("key", other), proof)) << "field " << field;
   }
   // The task names are length-prefixed: moving a character from one to the other changes it.
@@ -60,6 +61,8 @@ TEST(Proofs, BindTheKeyBothNoncesAndBothRoles) {
   EXPECT_FALSE(MacEquals(*ServerProof("key", t), proof));
   EXPECT_FALSE(MacEquals(*SessionKey("key", t), proof));
   EXPECT_FALSE(MacEquals(*SessionKey("key", t), *ServerProof("key", t)));
+  EXPECT_FALSE(MacEquals(*OtherGangProof("key", t), *ServerProof("key", t)));
+  EXPECT_FALSE(MacEquals(*OtherGangProof("key", t), proof));
 }
 
 TEST(Proofs, NoncesAreFresh) {
@@ -85,7 +88,8 @@ TEST(Proofs, AnHmacThatCannotBeComputedIsAnErrorNotADigest) {
 class RendezvousTest : public ::testing::Test {
  protected:
   void StartServer(const std::string& key, int max_pending = 1024,
-                   milliseconds handshake_timeout = milliseconds(1000), int max_sessions = 256) {
+                   milliseconds handshake_timeout = milliseconds(1000), int max_sessions = 256,
+                   int64_t gang = -1) {
     err_ = std::tmpfile();
     log_ = std::make_unique<EventLog>(LogFormat::kJson, stdout, err_);
     RendezvousServerOptions o;
@@ -96,6 +100,7 @@ class RendezvousTest : public ::testing::Test {
     o.handshake_timeout = handshake_timeout;
     o.max_pending = max_pending;
     o.max_sessions = max_sessions;
+    o.gang = gang;
     o.log = log_.get();
     auto s = RendezvousServer::Start(o);
     ASSERT_TRUE(s.ok()) << s.status().message();
@@ -175,8 +180,9 @@ Mac HandshakeByHand(Socket& s, const std::string& address_port, const std::strin
   t.client_nonce = *NewNonce();
   t.client_task = task;
   t.chief_task = "worker 0";
-  std::string out("TJRV\x02", 5);
+  std::string out("TJRV\x03", 5);
   out += Str(task);
+  out.append(8, '\xff');  // gang -1: as the test server's
   out.append(reinterpret_cast<const char*>(t.client_nonce.data()), 32);
   const Mac proof = *ClientProof(key, t);
   out.append(reinterpret_cast<const char*>(proof.data()), 32);
@@ -217,7 +223,7 @@ class ImpostorChief {
       StatusOr<Socket> c = AcceptTcp(listener_, DeadlineIn(milliseconds(20)));
       if (!c.ok() || !c->valid()) continue;
       connections_++;
-      std::string out("TJRV\x02", 5);
+      std::string out("TJRV\x03", 5);
       out.append(32, '\x11');  // its nonce
       out.push_back('\0');     // "accepted"
       out.append(32, '\x22');  // a proof it cannot compute without the key
@@ -467,6 +473,53 @@ TEST_F(RendezvousTest, ReplayedSplicedAndInjectedMessagesEndTheSessionUnheard) {
       << log;
 }
 
+TEST_F(RendezvousTest, ATaskOfAnOlderGangIsRefusedAtOnceAndANewerOneWaitsForItsChief) {
+  StartServer("k", 1024, milliseconds(1000), 256, /*gang=*/5);
+  // Gang 4's task: the operator replaced its gang. Told so at once, with the chief's proof.
+  RendezvousClientOptions old = ClientOptions("k", "worker 1");
+  old.gang = 4;
+  old.rendezvous_timeout = milliseconds(10000);
+  const auto start = std::chrono::steady_clock::now();
+  auto refused = RendezvousClient::Connect(old);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(2000));
+  EXPECT_EQ(refused.status().code(), StatusCode::kPermissionDenied);
+  EXPECT_NE(refused.status().message().find(
+                "refused: this task is of gang 4 (TJ_RESTART_COUNT), the chief serves gang 5: "
+                "this task belongs to a gang that was replaced"),
+            std::string::npos)
+      << refused.status().message();
+  // Gang 6's task reached a chief of gang 5 still running: it waits for its own, until the
+  // timeout.
+  RendezvousClientOptions newer = ClientOptions("k", "worker 1");
+  newer.gang = 6;
+  newer.rendezvous_timeout = milliseconds(800);
+  auto waited = RendezvousClient::Connect(newer);
+  ASSERT_FALSE(waited.ok());
+  EXPECT_EQ(waited.status().code(), StatusCode::kDeadlineExceeded);
+  EXPECT_NE(waited.status().message().find("the chief at that address serves older gang 5"),
+            std::string::npos)
+      << waited.status().message();
+  // Without the key, the gang it claims does not matter: a wrong key.
+  RendezvousClientOptions stranger = ClientOptions("other", "worker 1");
+  stranger.gang = 4;
+  stranger.rendezvous_timeout = milliseconds(300);
+  auto wrong = RendezvousClient::Connect(stranger);
+  ASSERT_FALSE(wrong.ok());
+  EXPECT_NE(wrong.status().message().find(kWrongKeyReason), std::string::npos)
+      << wrong.status().message();
+  // The chief's own gang joins.
+  RendezvousClientOptions same = ClientOptions("k", "worker 1");
+  same.gang = 5;
+  auto good = RendezvousClient::Connect(same);
+  ASSERT_TRUE(good.ok()) << good.status().message();
+  EXPECT_TRUE((*good)->Set("a", "b").ok());
+  EXPECT_NE(LogWith("this chief serves gang 5")
+                .find("refused: it is of gang 4, this chief "
+                      "serves gang 5"),
+            std::string::npos);
+}
+
 TEST(RendezvousClient, AReplyNotAuthenticatedBySessionKeyEndsTheSession) {
   // A chief that authenticates properly, then answers with a reply not sealed by the session
   // key: what the worker sees when someone takes over the connection after the handshake.
@@ -477,23 +530,24 @@ TEST(RendezvousClient, AReplyNotAuthenticatedBySessionKeyEndsTheSession) {
     const Deadline deadline = DeadlineIn(milliseconds(2000));
     HandshakeTranscript t;
     t.server_nonce = *NewNonce();
-    std::string hello("TJRV\x02", 5);
+    std::string hello("TJRV\x03", 5);
     hello.append(reinterpret_cast<const char*>(t.server_nonce.data()), 32);
     ASSERT_TRUE(c->WriteAll(hello.data(), hello.size(), deadline).ok());
     unsigned char head[9];
     ASSERT_TRUE(c->ReadExactly(head, 9, deadline).ok());
     t.client_task.resize(head[8]);
     ASSERT_TRUE(c->ReadExactly(t.client_task.data(), t.client_task.size(), deadline).ok());
-    unsigned char rest[64];
-    ASSERT_TRUE(c->ReadExactly(rest, 64, deadline).ok());
-    std::copy(rest, rest + 32, t.client_nonce.begin());
+    unsigned char rest[8 + 64];
+    ASSERT_TRUE(c->ReadExactly(rest, sizeof rest, deadline).ok());
+    std::copy(rest + 8, rest + 40, t.client_nonce.begin());
     t.chief_task = "worker 0";
     const Mac proof = *ServerProof("k", t);
     std::string verdict(1, '\0');
     verdict.append(reinterpret_cast<const char*>(proof.data()), 32);
     ASSERT_TRUE(c->WriteAll(verdict.data(), verdict.size(), deadline).ok());
     // Read the Get request, answer with "found: evil" under a wrong tag.
-    char request[4 + 1 + 4 + 1 + 32];
+    char request[4 + 1 + 4 + 1 + 32];  // a Get of "x"
+
     ASSERT_TRUE(c->ReadExactly(request, sizeof request, deadline).ok());
     std::string forged = SealByHand(Mac{}, 'S', 0, std::string(1, '\x01') + Str("evil"));
     ASSERT_TRUE(c->WriteAll(forged.data(), forged.size(), deadline).ok());
@@ -535,7 +589,7 @@ TEST_F(RendezvousTest, AFloodOfIdleAndGarbageConnectionsIsBoundedAndARealPeerGet
       const std::string junk = "GET / HTTP/1.1\r\n\r\n" + std::to_string(i);
       (void)s->WriteAll(junk.data(), junk.size(), DeadlineIn(milliseconds(100)));
     } else if (i % 3 == 2) {  // a hello that stops half-way (slowloris)
-      const std::string partial = std::string("TJRV\x02", 5) + Str("worker 9").substr(0, 6);
+      const std::string partial = std::string("TJRV\x03", 5) + Str("worker 9").substr(0, 6);
       (void)s->WriteAll(partial.data(), partial.size(), DeadlineIn(milliseconds(100)));
     }
     attackers.push_back(std::move(s).value());

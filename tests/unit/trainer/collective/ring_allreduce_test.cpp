@@ -1,11 +1,11 @@
 // The ring all-reduce between threads of this process over real loopback TCP connections
 // (the rendezvous store is an in-memory one): results bitwise equal to the documented
 // summation order on every rank, for float32 and bfloat16 on the wire, 2 to 4 ranks and
-// sizes that do not divide evenly; a connection without the previous rank's token refused;
-// a peer that stops or goes away failing the others within the deadline.
+// sizes that do not divide evenly; broadcasts from every root and barriers; strangers at the
+// ring port (silent, garbage, a wrong key, another gang) closed without delaying the real
+// peer; a peer that stops or goes away failing the others within the deadline.
 #include "trainer/collective/ring_allreduce.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -22,6 +22,13 @@ namespace tj::collective {
 namespace {
 
 using std::chrono::milliseconds;
+
+RingAuth TestAuth(int64_t gang = 7) {
+  RingAuth a;
+  a.gang = {"ring-test-key", gang};
+  a.handshake_timeout = milliseconds(1000);
+  return a;
+}
 
 class MemoryStore final : public cluster::KeyValueStore {
  public:
@@ -83,7 +90,8 @@ std::vector<std::unique_ptr<RingAllReduce>> ConnectAll(int ranks, WireType wire,
   std::vector<Status> errors(ranks);
   for (int r = 0; r < ranks; ++r) {
     threads.emplace_back([&, r] {
-      auto ring = RingAllReduce::Connect(store, r, ranks, "127.0.0.1", wire, milliseconds(10000));
+      auto ring = RingAllReduce::Connect(store, r, ranks, "127.0.0.1", TestAuth(), wire,
+                                         milliseconds(10000));
       if (ring.ok()) {
         rings[r] = std::move(ring).value();
       } else {
@@ -213,37 +221,87 @@ TEST(RingAllReduce, ParsesTheWireTypeOrNamesTheChoices) {
   EXPECT_NE(bad.status().message().find("float32"), std::string::npos);
 }
 
-TEST(RingAllReduce, AConnectionWithoutThePreviousRanksTokenIsRefused) {
+// The published port of `rank` ("ring/<rank>" = "ip port").
+int RingPort(MemoryStore& store, int rank) {
+  EXPECT_TRUE(store.Wait({"ring/" + std::to_string(rank)}, milliseconds(5000)).ok());
+  const std::string published = *store.Get("ring/" + std::to_string(rank));
+  return std::stoi(published.substr(published.find(' ') + 1));
+}
+
+// Reads the server hello at a fresh connection to `port`; its nonce.
+cluster::Nonce ServerNonce(cluster::Socket& s) {
+  char hello[cluster::kLinkServerHelloBytes];
+  EXPECT_TRUE(s.ReadExactly(hello, sizeof hello, cluster::DeadlineIn(milliseconds(2000))).ok());
+  cluster::Nonce n{};
+  std::memcpy(n.data(), hello + 10, n.size());
+  return n;
+}
+
+// Whether the server closes the connection (rather than answering) within `limit`.
+bool ClosedWithoutAnswer(cluster::Socket& s, milliseconds limit) {
+  char answer[32];
+  Status st = s.ReadExactly(answer, sizeof answer, cluster::DeadlineIn(limit));
+  return !st.ok() && st.code() != StatusCode::kDeadlineExceeded;
+}
+
+TEST(RingAllReduce, StrangersAtTheRingPortAreClosedAndDoNotDelayThePeer) {
   MemoryStore store;
   std::unique_ptr<RingAllReduce> rank0;
   Status status0;
-  // Rank 1 of 2 is late: an intruder connects to rank 0's ring port first and presents a
-  // hello with rank 1's number and a wrong token.
+  // Rank 1 of 2 is late. Strangers connect to rank 0's ring port first: silent ones (many,
+  // each would hold a sequential acceptor for its whole handshake timeout), garbage, a hello
+  // with a wrong key, one of another gang, and one for rank 1 with the right key but for the
+  // health channel.
   std::thread t0([&] {
-    auto r =
-        RingAllReduce::Connect(store, 0, 2, "127.0.0.1", WireType::kFloat32, milliseconds(10000));
+    auto r = RingAllReduce::Connect(store, 0, 2, "127.0.0.1", TestAuth(), WireType::kFloat32,
+                                    milliseconds(10000));
     status0 = r.ok() ? Status::Ok() : r.status();
     if (r.ok()) rank0 = std::move(r).value();
   });
-  ASSERT_TRUE(store.Wait({"ring/0"}, milliseconds(5000)).ok());
-  const std::string published = *store.Get("ring/0");
-  const int port = std::stoi(published.substr(published.find(' ') + 1));
-  auto intruder = cluster::ConnectTcp("127.0.0.1", port, cluster::DeadlineIn(milliseconds(5000)));
-  ASSERT_TRUE(intruder.ok());
-  std::string hello = "TJRING01";
-  const uint32_t rank = htonl(1);
-  hello.append(reinterpret_cast<const char*>(&rank), 4);
-  hello.append(64, 'a');
-  ASSERT_TRUE(
-      intruder->WriteAll(hello.data(), hello.size(), cluster::DeadlineIn(milliseconds(2000))).ok());
-  char answer[64];
-  EXPECT_FALSE(
-      intruder->ReadExactly(answer, sizeof answer, cluster::DeadlineIn(milliseconds(2000))).ok())
-      << "the intruder got rank 0's token";
-  // The real rank 1 still joins, and the ring works.
-  auto rank1 =
-      RingAllReduce::Connect(store, 1, 2, "127.0.0.1", WireType::kFloat32, milliseconds(10000));
+  const int port = RingPort(store, 0);
+  const auto deadline = cluster::DeadlineIn(milliseconds(2000));
+  std::vector<cluster::Socket> silent;
+  for (int i = 0; i < 20; ++i) {
+    auto s = cluster::ConnectTcp("127.0.0.1", port, deadline);
+    ASSERT_TRUE(s.ok());
+    silent.push_back(std::move(s).value());
+  }
+  auto garbage = cluster::ConnectTcp("127.0.0.1", port, deadline);
+  ASSERT_TRUE(garbage.ok());
+  (void)ServerNonce(*garbage);
+  ASSERT_TRUE(garbage->WriteAll("GET / HTTP/1.1\r\n\r\n", 18, deadline).ok());
+  EXPECT_TRUE(ClosedWithoutAnswer(*garbage, milliseconds(2000)));
+  // Right format, each wrong in one way.
+  struct Forged {
+    const char* what;
+    std::string key;
+    int64_t gang;
+    cluster::Channel channel;
+  };
+  for (const Forged& f :
+       {Forged{"wrong key", "not-the-key", 7, cluster::Channel::kRing},
+        Forged{"older gang", "ring-test-key", 6, cluster::Channel::kRing},
+        Forged{"health channel", "ring-test-key", 7, cluster::Channel::kHealth}}) {
+    auto s = cluster::ConnectTcp("127.0.0.1", port, deadline);
+    ASSERT_TRUE(s.ok());
+    cluster::LinkTranscript t;
+    t.channel = f.channel;
+    t.gang = f.gang;
+    t.from_rank = 1;
+    t.to_rank = 0;
+    t.server_nonce = ServerNonce(*s);
+    auto hello = cluster::LinkClientHello(f.key, t);
+    ASSERT_TRUE(hello.ok());
+    ASSERT_TRUE(s->WriteAll(hello->data(), hello->size(), deadline).ok());
+    EXPECT_TRUE(ClosedWithoutAnswer(*s, milliseconds(2000))) << f.what << " got an answer";
+  }
+  // The real rank 1 joins at once, though 20 silent strangers still hold their handshakes
+  // (1 s each): they are served alongside it, not ahead of it.
+  const auto start = std::chrono::steady_clock::now();
+  auto rank1 = RingAllReduce::Connect(store, 1, 2, "127.0.0.1", TestAuth(), WireType::kFloat32,
+                                      milliseconds(10000));
   t0.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(500));
   ASSERT_TRUE(status0.ok()) << status0.message();
   ASSERT_TRUE(rank1.ok()) << rank1.status().message();
   std::vector<std::unique_ptr<RingAllReduce>> rings;
@@ -253,6 +311,55 @@ TEST(RingAllReduce, AConnectionWithoutThePreviousRanksTokenIsRefused) {
   auto data = SumAll(rings, 1000, &statuses);
   ASSERT_TRUE(statuses[0].ok() && statuses[1].ok());
   EXPECT_EQ(data[0][7], Noise(0, 7) + Noise(1, 7));
+  // The ring port is closed once the ring is formed.
+  EXPECT_FALSE(
+      cluster::ConnectTcp("127.0.0.1", port, cluster::DeadlineIn(milliseconds(1000))).ok());
+}
+
+TEST(RingAllReduce, ARankOfAnotherGangCannotJoin) {
+  MemoryStore store;
+  Status status0, status1;
+  std::thread t0([&] {
+    auto r = RingAllReduce::Connect(store, 0, 2, "127.0.0.1", TestAuth(8), WireType::kFloat32,
+                                    milliseconds(1500));
+    status0 = r.ok() ? Status::Ok() : r.status();
+  });
+  auto r1 = RingAllReduce::Connect(store, 1, 2, "127.0.0.1", TestAuth(7), WireType::kFloat32,
+                                   milliseconds(1500));
+  t0.join();
+  ASSERT_FALSE(status0.ok());
+  ASSERT_FALSE(r1.ok());
+  EXPECT_NE(status0.message().find("claims gang 7, this task is of gang 8"), std::string::npos)
+      << status0.message();
+}
+
+TEST(RingAllReduce, BroadcastsFromEveryRootAndBarriers) {
+  MemoryStore store;
+  auto rings = ConnectAll(3, WireType::kFloat32, store);
+  for (int root = 0; root < 3; ++root) {
+    // Larger than the sockets' buffers, an odd size.
+    std::vector<std::vector<uint8_t>> data(3, std::vector<uint8_t>(3 * 1000 * 1000 + 7));
+    for (size_t i = 0; i < data[root].size(); ++i)
+      data[root][i] = static_cast<uint8_t>(i * 31 + root);
+    std::vector<Status> statuses(3);
+    std::vector<std::thread> threads;
+    threads.reserve(3);
+    for (int r = 0; r < 3; ++r) {
+      threads.emplace_back([&, r] {
+        statuses[r] = rings[r]->Broadcast(data[r].data(), data[r].size(), root,
+                                          cluster::DeadlineIn(milliseconds(10000)));
+        if (statuses[r].ok())
+          statuses[r] = rings[r]->Barrier(cluster::DeadlineIn(milliseconds(10000)));
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < 3; ++r) {
+      ASSERT_TRUE(statuses[r].ok()) << statuses[r].message();
+      EXPECT_EQ(data[r], data[root]) << "rank " << r << ", root " << root;
+    }
+  }
+  Status bad = rings[0]->Broadcast(nullptr, 0, 3, cluster::DeadlineIn(milliseconds(100)));
+  EXPECT_NE(bad.message().find("no such rank"), std::string::npos) << bad.message();
 }
 
 TEST(RingAllReduce, APeerThatNeverJoinsTheSumTimesOut) {

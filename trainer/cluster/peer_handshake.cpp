@@ -1,0 +1,355 @@
+#include "trainer/cluster/peer_handshake.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "common/sha256.h"
+
+namespace tj::cluster {
+namespace {
+
+constexpr char kMagic[4] = {'T', 'J', 'C', 'H'};
+constexpr uint8_t kVersion = 1;
+
+void PutU32(std::string& out, uint32_t v) {
+  for (int s = 24; s >= 0; s -= 8) out.push_back(static_cast<char>((v >> s) & 0xff));
+}
+void PutU64(std::string& out, uint64_t v) {
+  for (int s = 56; s >= 0; s -= 8) out.push_back(static_cast<char>((v >> s) & 0xff));
+}
+uint64_t GetBE(const char* p, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v = (v << 8) | static_cast<unsigned char>(p[i]);
+  return v;
+}
+
+StatusOr<Mac> LinkMac(std::string_view key, std::string_view label, const LinkTranscript& t) {
+  std::string m(label);
+  m.push_back(static_cast<char>(t.channel));
+  PutU64(m, static_cast<uint64_t>(t.gang));
+  PutU32(m, t.from_rank);
+  PutU32(m, t.to_rank);
+  m.append(reinterpret_cast<const char*>(t.server_nonce.data()), t.server_nonce.size());
+  m.append(reinterpret_cast<const char*>(t.client_nonce.data()), t.client_nonce.size());
+  StatusOr<Mac> mac = HmacSha256(key, m.data(), m.size());
+  if (!mac.ok()) return mac.status().WithContext("authenticating a connection between tasks");
+  return mac;
+}
+
+std::string ServerHello(Channel channel, uint32_t rank, const Nonce& nonce) {
+  std::string out(kMagic, sizeof kMagic);
+  out.push_back(static_cast<char>(kVersion));
+  out.push_back(static_cast<char>(channel));
+  PutU32(out, rank);
+  out.append(reinterpret_cast<const char*>(nonce.data()), nonce.size());
+  return out;
+}
+
+// The first bytes of a hello: magic, version, channel. An error as soon as one is wrong.
+Status CheckPrefix(std::string_view in, Channel channel) {
+  const size_t n = std::min(in.size(), sizeof kMagic);
+  if (std::memcmp(in.data(), kMagic, n) != 0)
+    return Status::Error("not a tj-trainer peer (bad magic)");
+  if (in.size() > 4 && static_cast<uint8_t>(in[4]) != kVersion) {
+    return Status::Error("speaks peer protocol version " +
+                         std::to_string(static_cast<uint8_t>(in[4])) + ", this task version " +
+                         std::to_string(kVersion));
+  }
+  if (in.size() > 5 && static_cast<uint8_t>(in[5]) != static_cast<uint8_t>(channel)) {
+    return Status::Error("asked for another channel than " + std::string(ChannelName(channel)));
+  }
+  return Status::Ok();
+}
+
+// One send without waiting: the handshake's messages fit a fresh socket's buffer.
+bool SendNow(const Socket& socket, std::string_view bytes) {
+  const ssize_t n = ::send(socket.fd(), bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  return n == static_cast<ssize_t>(bytes.size());
+}
+
+}  // namespace
+
+const char* ChannelName(Channel channel) {
+  switch (channel) {
+    case Channel::kRing:
+      return "all-reduce ring";
+    case Channel::kHealth:
+      return "peer health";
+  }
+  return "unknown";
+}
+
+StatusOr<Mac> LinkClientProof(std::string_view key, const LinkTranscript& t) {
+  return LinkMac(key, "TJCH1 client proof", t);
+}
+
+StatusOr<Mac> LinkServerProof(std::string_view key, const LinkTranscript& t) {
+  return LinkMac(key, "TJCH1 server proof", t);
+}
+
+StatusOr<std::string> LinkClientHello(std::string_view key, const LinkTranscript& t) {
+  StatusOr<Mac> proof = LinkClientProof(key, t);
+  if (!proof.ok()) return proof.status();
+  std::string out(kMagic, sizeof kMagic);
+  out.push_back(static_cast<char>(kVersion));
+  out.push_back(static_cast<char>(t.channel));
+  PutU32(out, t.from_rank);
+  PutU64(out, static_cast<uint64_t>(t.gang));
+  out.append(reinterpret_cast<const char*>(t.client_nonce.data()), t.client_nonce.size());
+  out.append(reinterpret_cast<const char*>(proof->data()), proof->size());
+  return out;
+}
+
+HelloCheck CheckLinkClientHello(std::string_view received, std::string_view key, int64_t gang,
+                                Channel channel, uint32_t own_rank, const Nonce& server_nonce) {
+  HelloCheck c;
+  c.refusal = CheckPrefix(received, channel);
+  if (!c.refusal.ok()) return c;
+  if (received.size() < kLinkClientHelloBytes) return c;
+  if (received.size() > kLinkClientHelloBytes) {
+    c.refusal = Status::Error("sent more than a hello before the answer");
+    return c;
+  }
+  c.complete = true;
+  const char* p = received.data() + 6;
+  c.from_rank = static_cast<uint32_t>(GetBE(p, 4));
+  c.gang = static_cast<int64_t>(GetBE(p + 4, 8));
+  LinkTranscript t;
+  t.channel = channel;
+  t.gang = gang;  // this task's: a proof for another gang does not verify
+  t.from_rank = c.from_rank;
+  t.to_rank = own_rank;
+  t.server_nonce = server_nonce;
+  std::memcpy(t.client_nonce.data(), p + 12, t.client_nonce.size());
+  Mac proof{};
+  std::memcpy(proof.data(), p + 12 + 32, proof.size());
+  StatusOr<Mac> expected = LinkClientProof(key, t);
+  if (!expected.ok()) {
+    c.refusal = expected.status();  // fail closed
+  } else if (!MacEquals(*expected, proof)) {
+    c.refusal = Status::Error(
+        StatusCode::kPermissionDenied,
+        c.gang != gang ? "claims gang " + std::to_string(c.gang) + ", this task is of gang " +
+                             std::to_string(gang) + " (and the proof does not verify for it)"
+                       : "does not prove it holds TJ_RENDEZVOUS_KEY (wrong proof)");
+  }
+  return c;
+}
+
+// ---- Acceptor.
+
+struct LinkAcceptor::Pending {
+  Socket socket;
+  Deadline deadline;
+  Nonce nonce{};
+  std::string in;
+  std::string peer;
+};
+
+LinkAcceptor::LinkAcceptor(Socket* listener, LinkAcceptorOptions options)
+    : listener_(listener), options_(std::move(options)) {
+  options_.max_pending = std::max(options_.max_pending, 1);
+}
+
+LinkAcceptor::~LinkAcceptor() = default;
+
+void LinkAcceptor::Refuse(const Pending& p, const std::string& why) {
+  ++refused_;
+  last_refusal_ = p.peer + " " + why;
+  if (options_.log == nullptr) return;
+  constexpr int kLinesPerMinute = 10;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - warn_window_start_ >= std::chrono::minutes(1)) {
+    warn_window_start_ = now;
+    warned_in_window_ = 0;
+  }
+  if (warned_in_window_++ >= kLinesPerMinute) return;
+  options_.log->Warn(
+      std::string(ChannelName(options_.channel)) + " port of rank " +
+      std::to_string(options_.own_rank) + ": connection from " + p.peer + " " + why + "; closed" +
+      (warned_in_window_ == kLinesPerMinute ? " (more are not logged this minute)" : ""));
+}
+
+void LinkAcceptor::AcceptBatch() {
+  // A bounded batch per wake-up, so that the handshakes already waiting are served too.
+  for (int i = 0; i < 64; ++i) {
+    StatusOr<Socket> accepted = AcceptTcp(*listener_, std::chrono::steady_clock::now());
+    if (!accepted.ok()) {
+      // Out of descriptors (EMFILE): the oldest waiting handshake gives its one up.
+      if (!pending_.empty()) {
+        Refuse(pending_.front(), "closed unauthenticated (" + accepted.status().message() + ")");
+        pending_.pop_front();
+      }
+      return;
+    }
+    if (!accepted->valid()) return;
+    if (static_cast<int>(pending_.size()) >= options_.max_pending) {
+      // The oldest that has sent nothing goes first: a real peer answers at once.
+      auto victim = std::find_if(pending_.begin(), pending_.end(),
+                                 [](const Pending& p) { return p.in.empty(); });
+      if (victim == pending_.end()) victim = pending_.begin();
+      Refuse(*victim, "closed unauthenticated: " + std::to_string(options_.max_pending) +
+                          " handshakes were waiting (a flood?)");
+      pending_.erase(victim);
+    }
+    Pending p;
+    p.socket = std::move(accepted).value();
+    p.peer = p.socket.PeerName();
+    p.deadline = std::chrono::steady_clock::now() + options_.handshake_timeout;
+    StatusOr<Nonce> nonce = NewNonce();
+    if (!nonce.ok()) {
+      Refuse(p, "not served: " + nonce.status().message());
+      continue;
+    }
+    p.nonce = *nonce;
+    if (!SendNow(p.socket, ServerHello(options_.channel, static_cast<uint32_t>(options_.own_rank),
+                                       p.nonce))) {
+      Refuse(p, "gone before the hello");
+      continue;
+    }
+    pending_.push_back(std::move(p));
+  }
+}
+
+bool LinkAcceptor::Advance(Pending& p, const std::function<bool(int)>& wanted, Accepted* done) {
+  char buf[kLinkClientHelloBytes + 1];
+  const size_t room = kLinkClientHelloBytes + 1 - p.in.size();
+  const ssize_t n = ::recv(p.socket.fd(), buf, room, 0);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
+  if (n == 0) {
+    Refuse(p, "closed before completing its handshake");
+    return true;
+  }
+  if (n < 0) {
+    Refuse(p, std::string("read: ") + std::strerror(errno));
+    return true;
+  }
+  p.in.append(buf, static_cast<size_t>(n));
+  const HelloCheck c =
+      CheckLinkClientHello(p.in, options_.auth.key, options_.auth.gang, options_.channel,
+                           static_cast<uint32_t>(options_.own_rank), p.nonce);
+  if (!c.refusal.ok()) {
+    Refuse(p, c.refusal.message());
+    return true;
+  }
+  if (!c.complete) return false;
+  const int rank = static_cast<int>(c.from_rank);
+  if (!wanted(rank)) {
+    Refuse(p, "is rank " + std::to_string(rank) + ", not one this port takes now");
+    return true;
+  }
+  LinkTranscript t;
+  t.channel = options_.channel;
+  t.gang = options_.auth.gang;
+  t.from_rank = c.from_rank;
+  t.to_rank = static_cast<uint32_t>(options_.own_rank);
+  t.server_nonce = p.nonce;
+  std::memcpy(t.client_nonce.data(), p.in.data() + 18, t.client_nonce.size());
+  StatusOr<Mac> proof = LinkServerProof(options_.auth.key, t);
+  if (!proof.ok()) {
+    Refuse(p, "not answered: " + proof.status().message());
+    return true;
+  }
+  if (!SendNow(p.socket,
+               std::string_view(reinterpret_cast<const char*>(proof->data()), proof->size()))) {
+    Refuse(p, "gone before the answer");
+    return true;
+  }
+  done->socket = std::move(p.socket);
+  done->rank = rank;
+  return true;
+}
+
+StatusOr<LinkAcceptor::Accepted> LinkAcceptor::Next(Deadline deadline,
+                                                    const std::function<bool(int)>& wanted,
+                                                    const std::atomic<bool>* stop) {
+  std::vector<pollfd> fds;
+  std::vector<std::list<Pending>::iterator> polled;
+  while (stop == nullptr || !stop->load()) {
+    const auto now = std::chrono::steady_clock::now();
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (it->deadline > now) {
+        ++it;
+        continue;
+      }
+      Refuse(*it, "sent no complete hello within the handshake timeout");
+      it = pending_.erase(it);
+    }
+    if (now >= deadline) return Accepted{};
+    fds.assign(1, pollfd{listener_->fd(), POLLIN, 0});
+    polled.clear();
+    Deadline wake = std::min(deadline, now + std::chrono::milliseconds(100));
+    for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+      fds.push_back(pollfd{it->socket.fd(), POLLIN, 0});
+      polled.push_back(it);
+      wake = std::min(wake, it->deadline);
+    }
+    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(wake - now).count() + 1;
+    const int rc = ::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(wait, 0)));
+    if (rc < 0) {
+      if (errno == EINTR) continue;
+      return Status::Error(std::string("poll: ") + std::strerror(errno));
+    }
+    Accepted done;
+    for (size_t i = 1; i < fds.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      if (Advance(*polled[i - 1], wanted, &done)) pending_.erase(polled[i - 1]);
+      if (done.socket.valid()) return done;
+    }
+    if (fds[0].revents != 0) AcceptBatch();
+  }
+  return Accepted{};
+}
+
+// ---- Client.
+
+StatusOr<Socket> LinkHandshake(Socket socket, Channel channel, int from_rank, int to_rank,
+                               const GangKey& auth, Deadline deadline) {
+  Socket* s = &socket;
+  char hello[kLinkServerHelloBytes];
+  if (Status st = s->ReadExactly(hello, sizeof hello, deadline); !st.ok()) {
+    return st.WithContext("waiting for the " + std::string(ChannelName(channel)) +
+                          " handshake of rank " + std::to_string(to_rank));
+  }
+  if (Status st = CheckPrefix(std::string_view(hello, 6), channel); !st.ok()) {
+    return st.WithContext("the " + std::string(ChannelName(channel)) + " port of rank " +
+                          std::to_string(to_rank));
+  }
+  LinkTranscript t;
+  t.channel = channel;
+  t.gang = auth.gang;
+  t.from_rank = static_cast<uint32_t>(from_rank);
+  t.to_rank = static_cast<uint32_t>(to_rank);
+  std::memcpy(t.server_nonce.data(), hello + 10, t.server_nonce.size());
+  StatusOr<Nonce> nonce = NewNonce();
+  if (!nonce.ok()) return nonce.status();
+  t.client_nonce = *nonce;
+  StatusOr<std::string> mine = LinkClientHello(auth.key, t);
+  if (!mine.ok()) return mine.status();
+  StatusOr<Mac> expected = LinkServerProof(auth.key, t);
+  if (!expected.ok()) return expected.status();
+  TJ_RETURN_IF_ERROR(s->WriteAll(mine->data(), mine->size(), deadline));
+  Mac answer{};
+  if (Status st = s->ReadExactly(answer.data(), answer.size(), deadline); !st.ok()) {
+    return st.WithContext("rank " + std::to_string(to_rank) + " did not accept this task's " +
+                          std::string(ChannelName(channel)) + " handshake");
+  }
+  if (GetBE(hello + 6, 4) != static_cast<uint64_t>(to_rank) || !MacEquals(answer, *expected)) {
+    return Status::Error(StatusCode::kPermissionDenied,
+                         "the address rank " + std::to_string(to_rank) +
+                             " published did not prove it is that rank of this gang");
+  }
+  return socket;
+}
+
+std::string LinkAddress(const std::string& host, int port) {
+  const std::string h = host.find(':') != std::string::npos ? "[" + host + "]" : host;
+  return h + ":" + std::to_string(port);
+}
+
+}  // namespace tj::cluster
