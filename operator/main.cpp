@@ -417,7 +417,6 @@ int main(int argc, char** argv) {
   ApiClients api;
   if (auto code = ConnectToApiServer(f, clock, log, &api)) return *code;
   tj::kube::RestClient* client = api.client.get();
-  if (auto code = CheckApiServerVersion(client, api.config.server, stop, log)) return *code;
 
   // Every job's rendezvous key comes from the kernel (RandomHex): say so now if it refuses (a
   // seccomp profile without getrandom), rather than when the first job needs a key.
@@ -483,6 +482,9 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
+  // After the flags' addresses are bound (a wrong one is said at once, whatever the API
+  // server), before anything watches: /healthz answers while the server is waited for.
+  if (auto code = CheckApiServerVersion(client, api.config.server, stop, log)) return *code;
 
   if (!StartAndSync(informers, stop)) return 0;
   synced = true;

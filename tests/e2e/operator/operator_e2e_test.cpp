@@ -202,8 +202,10 @@ TEST_F(OperatorE2E, InvalidSpecs) {
         << StatusOf(bad).Find("Failed")->message;
   }
 
-  // A misspelt replica type is refused by kubectl from the schema the API server publishes
-  // (which also makes `kubectl explain` work down to every field).
+  // A misspelt replica type is refused: by the API server's strict field validation (kubectl
+  // 1.25+ asks for it: `unknown field "spec.replicaSpecs.Evaluater"`), or by an older kubectl
+  // from the schema the server publishes (which also makes `kubectl explain` work down to
+  // every field).
   json typo = ScaledExample(1, 1, 1);
   typo["metadata"]["name"] = "typo";
   typo["spec"]["replicaSpecs"]["Evaluater"] = typo["spec"]["replicaSpecs"]["Evaluator"];
@@ -213,7 +215,8 @@ TEST_F(OperatorE2E, InvalidSpecs) {
   ASSERT_TRUE(Eventually(
       [&] {
         out = Kubectl(cluster_, "-n " + ns_ + " apply -f " + typo_file);
-        return out.find("unknown field \"Evaluater\"") != std::string::npos;
+        return out.find("unknown field \"Evaluater\"") != std::string::npos ||
+               out.find("unknown field \"spec.replicaSpecs.Evaluater\"") != std::string::npos;
       },
       std::chrono::seconds(30)))
       << out;
