@@ -1,0 +1,167 @@
+// The pure parts of the Kueue admission gate (operator/controller/kueue_admission.h): the
+// Workload built from a job, what a Workload's status says, and how an admission's flavors
+// reach the pod templates.
+#include "operator/controller/kueue_admission.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "tests/unit/operator/controller/test_job.h"
+
+namespace tj::controller::kueue {
+namespace {
+
+using nlohmann::json;
+
+json QueuedJob() {
+  json job = TestJob();
+  job["metadata"]["labels"] = {{kQueueNameLabel, "user-queue"}};
+  json& worker = job["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"][0];
+  worker["resources"] = {{"requests", {{"cpu", "500m"}, {"memory", "256Mi"}}}};
+  job["spec"]["replicaSpecs"]["Evaluator"] = job["spec"]["replicaSpecs"]["Worker"];
+  job["spec"]["replicaSpecs"]["Evaluator"]["replicas"] = 1;
+  return job;
+}
+
+json Condition(const std::string& type, const std::string& status, const std::string& reason = "",
+               const std::string& message = "") {
+  return {{"type", type}, {"status", status}, {"reason", reason}, {"message", message}};
+}
+
+TEST(KueueAdmission, QueueNameIsTheLabel) {
+  EXPECT_EQ(QueueName(QueuedJob()), "user-queue");
+  EXPECT_EQ(QueueName(TestJob()), "");
+}
+
+TEST(KueueAdmission, WorkloadNameIsShortStableAndPerUid) {
+  json job = QueuedJob();
+  const std::string name = WorkloadName(job);
+  EXPECT_EQ(name.rfind("trainingjob-mnist-", 0), 0U) << name;
+  EXPECT_EQ(name.size(), std::string("trainingjob-mnist-").size() + 5);
+  EXPECT_EQ(WorkloadName(job), name);
+  EXPECT_NE(WorkloadName(TestJob("uid-2")), name);
+  job["metadata"]["name"] = std::string(253, 'a');
+  EXPECT_LE(WorkloadName(job).size(), 63U);
+}
+
+TEST(KueueAdmission, TheWorkloadHasOnePodSetPerReplicaTypeWithTheirRequests) {
+  const json job = QueuedJob();
+  auto spec = api::ParseSpec(job["spec"]);
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  const json wl = BuildWorkload(job, *spec);
+  EXPECT_EQ(wl["apiVersion"], "kueue.x-k8s.io/v1beta2");
+  EXPECT_EQ(wl["kind"], "Workload");
+  EXPECT_EQ(wl["metadata"]["name"], WorkloadName(job));
+  EXPECT_EQ(wl["metadata"]["namespace"], "ns");
+  EXPECT_EQ(wl["metadata"]["labels"][kJobUidLabel], "uid-1");
+  EXPECT_EQ(wl["metadata"]["ownerReferences"][0]["uid"], "uid-1");
+  EXPECT_EQ(wl["metadata"]["ownerReferences"][0]["controller"], true);
+  EXPECT_EQ(wl["spec"]["queueName"], "user-queue");
+  std::map<std::string, int> counts;
+  for (const json& ps : wl["spec"]["podSets"]) {
+    counts[ps["name"]] = ps["count"];
+    const json& c = ps["template"]["spec"]["containers"][0];
+    EXPECT_EQ(c["resources"]["requests"]["cpu"], "500m") << ps.dump();
+    EXPECT_FALSE(c.contains("env")) << "only what decides placement: " << c.dump();
+    EXPECT_FALSE(c.contains("args")) << c.dump();
+  }
+  EXPECT_EQ(counts, (std::map<std::string, int>{{"evaluator", 1}, {"worker", 2}}));
+}
+
+TEST(KueueAdmission, StateOfAWaitingWorkloadIsKueuesReason) {
+  json wl = {{"status",
+              {{"conditions",
+                json::array({Condition("QuotaReserved", "False", "Pending",
+                                       "couldn't assign flavors to pod set worker: insufficient "
+                                       "unused quota for cpu in flavor f, 1 more needed")})}}}};
+  WorkloadState s = StateOf(wl);
+  EXPECT_FALSE(s.admitted);
+  EXPECT_EQ(s.reason, "Pending");
+  EXPECT_NE(s.message.find("insufficient unused quota"), std::string::npos);
+
+  // Quota reserved, an admission check not ready: Admitted=False says which.
+  wl["status"]["conditions"] = json::array(
+      {Condition("QuotaReserved", "True", "QuotaReserved"),
+       Condition("Admitted", "False", "NoChecks", "The workload has not all admission checks")});
+  s = StateOf(wl);
+  EXPECT_FALSE(s.admitted);
+  EXPECT_EQ(s.reason, "NoChecks");
+
+  wl["status"]["conditions"] =
+      json::array({Condition("QuotaReserved", "True"), Condition("Admitted", "True", "Admitted")});
+  wl["status"]["admission"] = {{"clusterQueue", "cq"}};
+  s = StateOf(wl);
+  EXPECT_TRUE(s.admitted);
+  EXPECT_EQ(s.cluster_queue, "cq");
+  EXPECT_FALSE(s.finished);
+
+  EXPECT_FALSE(StateOf(json::object()).admitted);
+  EXPECT_FALSE(StateOf(json("not an object")).admitted);
+}
+
+json Admitted(const json& assignments) {
+  return {{"metadata", {{"name", "wl"}, {"namespace", "ns"}}},
+          {"status",
+           {{"conditions", json::array({Condition("Admitted", "True")})},
+            {"admission", {{"clusterQueue", "cq"}, {"podSetAssignments", assignments}}}}}};
+}
+
+TEST(KueueAdmission, TheFlavorsNodeLabelsAndTolerationsReachTheTemplates) {
+  const json wl = Admitted(json::array(
+      {{{"name", "worker"}, {"flavors", {{"cpu", "gpu-a"}, {"memory", "gpu-a"}}}, {"count", 2}},
+       {{"name", "evaluator"}, {"flavors", {{"cpu", "plain"}}}, {"count", 1}}}));
+  EXPECT_EQ(AssignedFlavors(wl), (std::vector<std::string>{"gpu-a", "plain"}));
+  const json toleration = {{"key", "gpu"}, {"operator", "Exists"}, {"effect", "NoSchedule"}};
+  const std::map<std::string, json> flavors = {
+      {"gpu-a",
+       {{"spec", {{"nodeLabels", {{"gpu", "a"}}}, {"tolerations", json::array({toleration})}}}}},
+      {"plain", {{"spec", json::object()}}}};
+  json job = QueuedJob();
+  ASSERT_TRUE(ApplyAssignment(wl, flavors, job).ok());
+  const json& worker = job["spec"]["replicaSpecs"]["Worker"]["template"];
+  EXPECT_EQ(worker["spec"]["nodeSelector"], (json{{"gpu", "a"}}));
+  EXPECT_EQ(worker["spec"]["tolerations"], json::array({toleration}));  // once, not per resource
+  EXPECT_EQ(worker["metadata"]["labels"][kPodSetLabel], "worker");
+  const json& evaluator = job["spec"]["replicaSpecs"]["Evaluator"]["template"];
+  EXPECT_FALSE(evaluator["spec"].contains("nodeSelector"));
+  EXPECT_EQ(evaluator["metadata"]["labels"][kPodSetLabel], "evaluator");
+  // The job still parses: the reconciler builds its pods from it.
+  EXPECT_TRUE(api::ParseSpec(job["spec"]).ok());
+}
+
+TEST(KueueAdmission, AnAssignmentThatCannotBeAppliedSaysWhy) {
+  json job = QueuedJob();
+  job["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] = {{"gpu", "b"}};
+  const json wl = Admitted(json::array({{{"name", "worker"}, {"flavors", {{"cpu", "gpu-a"}}}}}));
+  const std::map<std::string, json> flavors = {
+      {"gpu-a", {{"spec", {{"nodeLabels", {{"gpu", "a"}}}}}}}};
+  Status s = ApplyAssignment(wl, flavors, job);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("gpu-a"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("nodeSelector"), std::string::npos) << s.message();
+
+  s = ApplyAssignment(wl, {}, job);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("ResourceFlavor gpu-a"), std::string::npos) << s.message();
+
+  const json ps = Admitted(json::array({{{"name", "ps"}, {"flavors", json::object()}}}));
+  s = ApplyAssignment(ps, {}, job);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("'ps'"), std::string::npos) << s.message();
+}
+
+TEST(KueueAdmission, SetConditionChangesOnlyWhatChanged) {
+  json status = json::object();
+  EXPECT_TRUE(SetCondition(status, "Admitted", false, "Pending", "waiting", "t1"));
+  EXPECT_FALSE(SetCondition(status, "Admitted", false, "Pending", "waiting", "t2"));
+  EXPECT_EQ(status["conditions"][0]["lastTransitionTime"], "t1");
+  EXPECT_TRUE(SetCondition(status, "Admitted", true, "Admitted", "by cq", "t3"));
+  ASSERT_EQ(status["conditions"].size(), 1U);
+  EXPECT_EQ(status["conditions"][0]["status"], "True");
+  EXPECT_EQ(status["conditions"][0]["lastTransitionTime"], "t3");
+}
+
+}  // namespace
+}  // namespace tj::controller::kueue
