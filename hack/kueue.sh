@@ -140,6 +140,10 @@ for d in docs:
     if kind == "ConfigMap" and "controller_manager_config.yaml" in d.get("data", {}):
         config = yaml.safe_load(d["data"]["controller_manager_config.yaml"])
     cluster.append(d)
+with open(f"{out}/crds.txt", "w") as f:
+    for d in cluster:
+        if d.get("kind") == "CustomResourceDefinition":
+            f.write("crd/" + d["metadata"]["name"] + "\n")
 if config is None:
     sys.exit("kueue: error: upstream's manifests have no ConfigMap with controller_manager_config.yaml")
 config["namespace"] = "kueue-system"
@@ -211,9 +215,9 @@ cmd_install() {
   echo "$health_port" >"$KUEUE_DIR/health-port"
   # CRDs first, then the manager (it needs them), then the webhooks (they need the manager).
   "$KUBECTL" apply --server-side --force-conflicts -f "$KUEUE_DIR/cluster.yaml" >/dev/null
-  "$KUBECTL" wait --for=condition=Established --timeout=60s \
-    $(awk '/^kind: CustomResourceDefinition/{c=1} c && /^  name: /{print "crd/" $2; c=0}' \
-      "$KUEUE_DIR/cluster.yaml") >/dev/null
+  local crds
+  mapfile -t crds <"$KUEUE_DIR/crds.txt"
+  "$KUBECTL" wait --for=condition=Established --timeout=60s "${crds[@]}" >/dev/null
   # The visibility API (an aggregated API server) is off: nothing here would route to it.
   KUBECONFIG=$STATE_DIR/kubeconfig setsid "$bin" --config="$KUEUE_DIR/config.yaml" \
     --feature-gates=VisibilityOnDemand=false >"$STATE_DIR/logs/kueue.log" 2>&1 </dev/null &
