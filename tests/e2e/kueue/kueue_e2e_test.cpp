@@ -62,7 +62,7 @@ class Kueue : public testing::JobTest {
   }
 
   // Installs Kueue in the test binary's cluster once; "" when it runs, else what failed.
-  static std::string Install(LocalCluster* cluster) {
+  static std::string Install(testing::LocalCluster* cluster) {
     const std::string out = Sh("TJ_LOCAL_CLUSTER_DIR='" + cluster->dir() + "' bash '" +
                                    TJ_SOURCE_DIR + "/hack/kueue.sh' install 2>&1; echo rc=$?",
                                seconds(3600));
@@ -136,7 +136,9 @@ class Kueue : public testing::JobTest {
   }
 
   json Workload(const std::string& job) {
-    auto l = client_->List(kWorkloads, ns_, ListOptions{"tjo.dev/job-name=" + job});
+    ListOptions o;
+    o.label_selector = "tjo.dev/job-name=" + job;
+    auto l = client_->List(kWorkloads, ns_, o);
     if (!l.ok() || (*l)["items"].empty()) return json();
     return (*l)["items"][0];
   }
@@ -152,7 +154,9 @@ class Kueue : public testing::JobTest {
 
   std::vector<std::string> EventReasons(const std::string& job) {
     std::vector<std::string> out;
-    auto l = client_->List(resources::kEvents, ns_, ListOptions{"", "involvedObject.name=" + job});
+    ListOptions o;
+    o.field_selector = "involvedObject.name=" + job;
+    auto l = client_->List(resources::kEvents, ns_, o);
     if (!l.ok()) return out;
     for (const json& e : (*l)["items"]) out.push_back(e.value("reason", ""));
     return out;
