@@ -1,12 +1,15 @@
-// The pure parts of the Kueue admission gate (operator/controller/kueue_admission.h): the
-// Workload built from a job, what a Workload's status says, and how an admission's flavors
-// reach the pod templates.
+// The Kueue admission gate (operator/controller/kueue_admission.h): the Workload built from a
+// job, what a Workload's status says, how an admission's flavors reach the pod templates, and
+// one pass of the gate against a fake API server (what it creates, when the job waits, what the
+// job then says, when the Workload is marked Finished).
 #include "operator/controller/kueue_admission.h"
 
 #include <gtest/gtest.h>
 
 #include <map>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "tests/unit/operator/controller/test_job.h"
 
@@ -161,6 +164,181 @@ TEST(KueueAdmission, SetConditionChangesOnlyWhatChanged) {
   ASSERT_EQ(status["conditions"].size(), 1U);
   EXPECT_EQ(status["conditions"][0]["status"], "True");
   EXPECT_EQ(status["conditions"][0]["lastTransitionTime"], "t3");
+}
+
+// The API server as the gate sees it: objects by "<plural>/<name>", a create's answer.
+class FakeClient : public kube::Client {
+ public:
+  std::map<std::string, json> existing;
+  std::optional<kube::ApiError> create_error;
+  std::vector<json> created, status_updates;
+
+  kube::Result<json> Get(const kube::Resource& r, const std::string&,
+                         const std::string& name) override {
+    auto it = existing.find(r.plural + "/" + name);
+    if (it == existing.end()) return Err(404, "NotFound", name + " not found");
+    return it->second;
+  }
+  kube::Result<json> List(const kube::Resource&, const std::string&,
+                          const kube::ListOptions&) override {
+    return json{{"items", json::array()}};
+  }
+  kube::Result<json> Create(const kube::Resource& r, const std::string&,
+                            const json& object) override {
+    if (create_error) return *create_error;
+    created.push_back(object);
+    existing[r.plural + "/" + object["metadata"].value("name", "")] = object;
+    return object;
+  }
+  kube::Result<json> Update(const kube::Resource&, const std::string&, const json& o) override {
+    return o;
+  }
+  kube::Result<json> UpdateStatus(const kube::Resource&, const std::string&,
+                                  const json& o) override {
+    status_updates.push_back(o);
+    return o;
+  }
+  kube::Result<json> Patch(const kube::Resource&, const std::string&, const std::string&,
+                           kube::PatchType, const json& patch, const kube::PatchOptions&) override {
+    return patch;
+  }
+  kube::Result<json> Delete(const kube::Resource&, const std::string&, const std::string&,
+                            const kube::DeleteOptions&) override {
+    return json::object();
+  }
+  kube::Result<kube::WatchSummary> Watch(const kube::Resource&, const std::string&,
+                                         const kube::WatchOptions&,
+                                         const std::function<bool(kube::WatchEvent&)>&,
+                                         std::stop_token) override {
+    return kube::WatchSummary{};
+  }
+  kube::Result<json> Raw(const std::string&, const std::string&,
+                         const std::optional<json>&) override {
+    return json::object();
+  }
+
+  static kube::ApiError Err(int code, std::string reason, std::string message) {
+    kube::ApiError e;
+    e.code = code;
+    e.reason = std::move(reason);
+    e.message = std::move(message);
+    return e;
+  }
+};
+
+class GatePass : public ::testing::Test {
+ protected:
+  GatePass() { in_.job = QueuedJob(); }
+
+  GateResult Pass() {
+    auto r = Gate(client_, nullptr, &in_);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return r.ok() ? *r : GateResult{};
+  }
+  std::string Said(const std::string& field) {
+    for (const json& c : in_.job["status"]["conditions"]) {
+      if (c.value("type", "") == kAdmittedCondition) return c.value(field, "");
+    }
+    return "";
+  }
+  json& Workload() { return client_.existing["workloads/" + WorkloadName(in_.job)]; }
+
+  FakeClient client_;
+  Observed in_;
+};
+
+TEST_F(GatePass, AJobWithoutTheLabelIsNotTouched) {
+  in_.job = TestJob();
+  const GateResult r = Pass();
+  EXPECT_TRUE(r.proceed);
+  EXPECT_FALSE(r.status_changed);
+  EXPECT_TRUE(client_.created.empty());
+}
+
+TEST_F(GatePass, AQueuedJobGetsAWorkloadAndWaitsSayingSo) {
+  const GateResult r = Pass();
+  EXPECT_FALSE(r.proceed);
+  EXPECT_TRUE(r.status_changed);
+  EXPECT_EQ(r.requeue_after, kWaitPoll);
+  ASSERT_EQ(client_.created.size(), 1U);
+  EXPECT_EQ(client_.created[0]["metadata"]["name"], WorkloadName(in_.job));
+  EXPECT_EQ(Said("status"), "False");
+  EXPECT_EQ(Said("reason"), "Pending");
+  EXPECT_EQ(in_.job["status"]["state"], kQueuedState);
+
+  // Kueue says what it lacks: the job says it too, and keeps waiting.
+  Workload()["status"] = {
+      {"conditions", json::array({Condition("QuotaReserved", "False", "Pending",
+                                            "insufficient unused quota for cpu")})}};
+  const GateResult again = Pass();
+  EXPECT_FALSE(again.proceed);
+  EXPECT_TRUE(again.status_changed);
+  EXPECT_EQ(Said("message"), "insufficient unused quota for cpu");
+  EXPECT_FALSE(Pass().status_changed);  // nothing new: nothing to write
+}
+
+TEST_F(GatePass, AnAdmittedJobProceedsWithItsAssignment) {
+  Pass();
+  Workload()["status"] = {
+      {"conditions", json::array({Condition("QuotaReserved", "True"),
+                                  Condition("Admitted", "True", "Admitted")})},
+      {"admission",
+       {{"clusterQueue", "cq"},
+        {"podSetAssignments",
+         json::array({{{"name", "worker"}, {"flavors", {{"cpu", "f"}}}},
+                      {{"name", "evaluator"}, {"flavors", {{"cpu", "f"}}}}})}}}};
+  client_.existing["resourceflavors/f"] = {{"spec", {{"nodeLabels", {{"pool", "train"}}}}}};
+  const GateResult r = Pass();
+  EXPECT_TRUE(r.proceed);
+  EXPECT_TRUE(r.status_changed);
+  EXPECT_EQ(Said("status"), "True");
+  EXPECT_NE(Said("message").find("ClusterQueue cq"), std::string::npos) << Said("message");
+  EXPECT_FALSE(in_.job["status"].contains("state"));  // the reconciler's from here on
+  EXPECT_EQ(in_.job["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"]["pool"],
+            "train");
+}
+
+TEST_F(GatePass, WithoutKueueOrPermissionTheJobSaysWhatToDo) {
+  client_.create_error = FakeClient::Err(404, "NotFound", "the server could not find it");
+  GateResult r = Pass();
+  EXPECT_FALSE(r.proceed);
+  EXPECT_EQ(Said("reason"), "KueueNotInstalled");
+  EXPECT_NE(Said("message").find("install Kueue"), std::string::npos) << Said("message");
+
+  client_.create_error = FakeClient::Err(403, "Forbidden", "workloads is forbidden");
+  r = Pass();
+  EXPECT_FALSE(r.proceed);
+  EXPECT_EQ(Said("reason"), "WorkloadForbidden");
+  EXPECT_NE(Said("message").find("kueue.enabled=true"), std::string::npos) << Said("message");
+}
+
+TEST_F(GatePass, AFinishedJobMarksItsWorkloadFinished) {
+  Pass();
+  in_.job["status"] = {
+      {"conditions", json::array({Condition("Succeeded", "True", "JobSucceeded", "done")})}};
+  EXPECT_TRUE(Pass().proceed);
+  ASSERT_EQ(client_.status_updates.size(), 1U);
+  const json& conds = client_.status_updates[0]["status"]["conditions"];
+  ASSERT_EQ(conds.size(), 1U);
+  EXPECT_EQ(conds[0]["type"], "Finished");
+  EXPECT_EQ(conds[0]["reason"], "Succeeded");
+  EXPECT_EQ(conds[0]["message"], "done");
+  EXPECT_FALSE(conds[0].contains("lastUpdateTime")) << "not a field of metav1.Condition";
+
+  Workload()["status"] = client_.status_updates[0]["status"];
+  Pass();
+  EXPECT_EQ(client_.status_updates.size(), 1U) << "marked once";
+}
+
+TEST_F(GatePass, AWorkloadOfAnotherOwnerIsAnError) {
+  Workload() = {
+      {"metadata",
+       {{"name", WorkloadName(in_.job)},
+        {"ownerReferences", json::array({{{"uid", "someone-else"}, {"controller", true}}})}}}};
+  auto r = Gate(client_, nullptr, &in_);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("not owned by TrainingJob ns/mnist"), std::string::npos)
+      << r.status().message();
 }
 
 }  // namespace
