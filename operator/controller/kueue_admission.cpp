@@ -408,8 +408,14 @@ StatusOr<GateResult> Gate(kube::Client& client, kube::EventRecorder* recorder, O
     }
     flavors[f] = std::move(*rf);
   }
-  TJ_RETURN_IF_ERROR(ApplyAssignment(*workload, flavors, in->job)
-                         .WithContext("admitting TrainingJob " + ref.ns + "/" + ref.name));
+  if (Status applied = ApplyAssignment(*workload, flavors, in->job); !applied.ok()) {
+    // Admitted, but no pod could run where Kueue puts it: the job says why and waits (a
+    // changed flavor or template is read again on the next pass).
+    const std::string reason = "AssignmentNotApplicable";
+    const bool changed = SetWaiting(in, reason, applied.message());
+    if (changed) Record(recorder, in->job, "Warning", reason, applied.message());
+    return Wait(changed, std::chrono::seconds(10));
+  }
   json& status = in->job["status"];
   if (!status.is_object()) status = json::object();
   const std::string message =

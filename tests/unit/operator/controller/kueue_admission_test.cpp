@@ -298,6 +298,22 @@ TEST_F(GatePass, AnAdmittedJobProceedsWithItsAssignment) {
             "train");
 }
 
+TEST_F(GatePass, AnAssignmentNoPodCouldRunUnderWaitsSayingWhy) {
+  in_.job["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] = {
+      {"pool", "mine"}};
+  Pass();
+  Workload()["status"] = {
+      {"conditions", json::array({Condition("Admitted", "True", "Admitted")})},
+      {"admission",
+       {{"clusterQueue", "cq"},
+        {"podSetAssignments", json::array({{{"name", "worker"}, {"flavors", {{"cpu", "f"}}}}})}}}};
+  client_.existing["resourceflavors/f"] = {{"spec", {{"nodeLabels", {{"pool", "train"}}}}}};
+  const GateResult r = Pass();
+  EXPECT_FALSE(r.proceed);
+  EXPECT_EQ(Said("reason"), "AssignmentNotApplicable");
+  EXPECT_NE(Said("message").find("pool"), std::string::npos) << Said("message");
+}
+
 TEST_F(GatePass, WithoutKueueOrPermissionTheJobSaysWhatToDo) {
   client_.create_error = FakeClient::Err(404, "NotFound", "the server could not find it");
   GateResult r = Pass();
