@@ -125,6 +125,53 @@ Status MarkFinished(kube::Client& client, const json& workload, const api::Train
                                           " Finished");
 }
 
+// A queued job without a Workload: makes it (the job then waits), or says why it cannot.
+StatusOr<GateResult> CreateWorkload(kube::Client& client, kube::EventRecorder* recorder,
+                                    Observed* in, const api::TrainingJobSpec& spec,
+                                    const std::string& name) {
+  const api::ObjectRef ref = api::RefOf(in->job);
+  if (HasActivePods(*in)) {
+    // Labelled after its pods were made: the gang runs outside the queue; say so.
+    Record(recorder, in->job, "Warning", "NotQueued",
+           "the kueue.x-k8s.io/queue-name label was added while the job's pods ran; the "
+           "job runs without Kueue's admission (set the label when creating the job)");
+    return GateResult{};
+  }
+  auto created = client.Create(kWorkloads, ref.ns, BuildWorkload(in->job, spec));
+  if (!created.ok() && !kube::IsAlreadyExists(created.error())) {
+    const kube::ApiError& e = created.error();
+    std::string reason = "WorkloadCreateFailed", message;
+    if (e.code == 404) {
+      reason = "KueueNotInstalled";
+      message =
+          "the API server has no workloads.kueue.x-k8s.io/v1beta2: install Kueue "
+          "(docs/kueue.md) or remove the kueue.x-k8s.io/queue-name label";
+    } else if (e.code == 403) {
+      reason = "WorkloadForbidden";
+      message =
+          "the operator may not create Kueue Workloads: install it with the Kueue "
+          "permissions (Helm value kueue.enabled=true): " +
+          e.message;
+    } else if (e.code == 422 || e.code == 400) {
+      message = "Kueue refused the job's Workload: " + e.message;
+    } else {
+      return e.ToStatus().WithContext("creating Workload " + ref.ns + "/" + name);
+    }
+    const bool changed = SetWaiting(in, reason, message);
+    if (changed) Record(recorder, in->job, "Warning", reason, message);
+    return Wait(changed, std::chrono::seconds(10));
+  }
+  const bool changed = SetWaiting(
+      in, "Pending",
+      "waiting for Kueue to admit Workload " + name + " in LocalQueue " + QueueName(in->job));
+  if (changed) {
+    Record(recorder, in->job, "Normal", "Queued",
+           "created Workload " + name + " in LocalQueue " + QueueName(in->job) +
+               "; no pod starts before Kueue admits the whole gang");
+  }
+  return Wait(changed, kWaitPoll);
+}
+
 }  // namespace
 
 std::string QueueName(const json& job) { return kube::LabelOf(job, kQueueNameLabel); }
@@ -329,48 +376,7 @@ StatusOr<GateResult> Gate(kube::Client& client, kube::EventRecorder* recorder, O
     return GateResult{};
   }
 
-  if (!workload) {
-    if (HasActivePods(*in)) {
-      // Labelled after its pods were made: the gang runs outside the queue; say so.
-      Record(recorder, in->job, "Warning", "NotQueued",
-             "the kueue.x-k8s.io/queue-name label was added while the job's pods ran; the "
-             "job runs without Kueue's admission (set the label when creating the job)");
-      return GateResult{};
-    }
-    auto created = client.Create(kWorkloads, ref.ns, BuildWorkload(in->job, *spec));
-    if (!created.ok() && !kube::IsAlreadyExists(created.error())) {
-      const kube::ApiError& e = created.error();
-      std::string reason = "WorkloadCreateFailed", message;
-      if (e.code == 404) {
-        reason = "KueueNotInstalled";
-        message =
-            "the API server has no workloads.kueue.x-k8s.io/v1beta2: install Kueue "
-            "(docs/kueue.md) or remove the kueue.x-k8s.io/queue-name label";
-      } else if (e.code == 403) {
-        reason = "WorkloadForbidden";
-        message =
-            "the operator may not create Kueue Workloads: install it with the Kueue "
-            "permissions (Helm value kueue.enabled=true): " +
-            e.message;
-      } else if (e.code == 422 || e.code == 400) {
-        message = "Kueue refused the job's Workload: " + e.message;
-      } else {
-        return e.ToStatus().WithContext("creating Workload " + ref.ns + "/" + name);
-      }
-      const bool changed = SetWaiting(in, reason, message);
-      if (changed) Record(recorder, in->job, "Warning", reason, message);
-      return Wait(changed, std::chrono::seconds(10));
-    }
-    const bool changed = SetWaiting(
-        in, "Pending",
-        "waiting for Kueue to admit Workload " + name + " in LocalQueue " + QueueName(in->job));
-    if (changed) {
-      Record(recorder, in->job, "Normal", "Queued",
-             "created Workload " + name + " in LocalQueue " + QueueName(in->job) +
-                 "; no pod starts before Kueue admits the whole gang");
-    }
-    return Wait(changed, kWaitPoll);
-  }
+  if (!workload) return CreateWorkload(client, recorder, in, *spec, name);
 
   const WorkloadState ws = StateOf(*workload);
   if (!ws.admitted) {
