@@ -282,5 +282,5 @@ case ${1:-} in
   install) cmd_install ;;
   uninstall) cmd_uninstall ;;
   status) cmd_status ;;
-  *) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
