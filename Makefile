@@ -41,8 +41,8 @@ images-tensorflow: deps
 
 # Every test: unit, integration, e2e, fault; GPU tests skip with a reason without a GPU.
 # The local cluster's programs (Kubernetes, etcd, and the real node's containerd, CoreDNS and
-# crictl, hack/local-cluster.sh build) and both Helms (4 and 3) are built once and cached, and
-# the images built, before the tests start rather than inside a test's timeout. Suites on the
+# crictl, hack/local-cluster.sh build), both Helms (4 and 3) and Kueue's manager are built once
+# and cached, and the images built, before the tests start rather than inside a test's timeout. Suites on the
 # real node need root; without it they skip (or fail in CI).
 test: build
 	[ "$$(id -u)" != 0 ] || { bash hack/images.sh build && bash hack/images.sh build-test; }
@@ -50,6 +50,7 @@ test: build
 	bash hack/local-cluster.sh build
 	bash hack/helm.sh version --short
 	TJ_HELM_MAJOR=3 bash hack/helm.sh version --short
+	bash hack/build-kubernetes.sh kueue
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) $(CTEST_ARGS)
 
 # ASan + UBSan over the unit and integration tests (build-asan/), ThreadSanitizer over the

@@ -10,6 +10,7 @@
 #   hack/build-kubernetes.sh crictl       crictl (cri-tools)
 #   hack/build-kubernetes.sh helm         helm (Helm 4)
 #   hack/build-kubernetes.sh helm3        helm (Helm 3)
+#   hack/build-kubernetes.sh kueue        kueue (Kueue's manager; hack/kueue.sh installs it)
 #   hack/build-kubernetes.sh all          all of the above that the local cluster uses
 #   hack/build-kubernetes.sh path NAME    print the bin directory of NAME (no build)
 #   hack/build-kubernetes.sh NAME...      build each NAME
@@ -46,7 +47,8 @@ dir_of() {
     crictl) echo "$CACHE/crictl-$CRICTL_VERSION-$GO_VERSION" ;;
     helm) echo "$CACHE/helm-$HELM_VERSION-$GO_VERSION" ;;
     helm3) echo "$CACHE/helm-$HELM3_VERSION-$GO_VERSION" ;;
-    *) die "unknown component '$1' (kubernetes, etcd, containerd, runc, coredns, crictl, helm, helm3)" ;;
+    kueue) echo "$CACHE/kueue-$KUEUE_VERSION-$GO_VERSION" ;;
+    *) die "unknown component '$1' (kubernetes, etcd, containerd, runc, coredns, crictl, helm, helm3, kueue)" ;;
   esac
 }
 
@@ -166,6 +168,12 @@ build_helm() {  # build_helm DEST VERSION (major 3 or 4)
 build_helm3() { build_helm "$1" "$HELM3_VERSION"; }
 build_helm4() { build_helm "$1" "$HELM_VERSION"; }
 
+build_kueue() {  # Kueue's manager (cmd/kueue); its manifests stay in the module cache
+  local p=sigs.k8s.io/kueue
+  build_one "$1" "$p@$KUEUE_VERSION" "$p/cmd/kueue" kueue \
+    -ldflags "-s -w -X $p/pkg/version.GitVersion=$KUEUE_VERSION"
+}
+
 build() {  # build NAME
   local name=$1 dest programs
   dest=$(dir_of "$name")
@@ -192,7 +200,7 @@ build() {  # build NAME
   log "built $name in $((SECONDS - start)) s"
 }
 
-usage="usage: $0 all|path NAME|NAME... (kubernetes etcd containerd runc coredns crictl helm helm3)"
+usage="usage: $0 all|path NAME|NAME... (kubernetes etcd containerd runc coredns crictl helm helm3 kueue)"
 case ${1:-} in
   all) for n in $ALL; do build "$n"; done ;;
   path) echo "$(dir_of "${2:?path NAME}")/bin" ;;

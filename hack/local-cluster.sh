@@ -516,7 +516,8 @@ cmd_down() {
   find_binaries_quietly
   real_node_down
   local name
-  for name in tj-local-node kube-scheduler kube-controller-manager kube-apiserver etcd; do
+  # Kueue's manager (hack/kueue.sh) first: it would only log the API server's going.
+  for name in kueue tj-local-node kube-scheduler kube-controller-manager kube-apiserver etcd; do
     stop_recorded "$name"
   done
   rmdir "$STATE_DIR/pids" 2>/dev/null || true

@@ -7,6 +7,7 @@
 
 #include "operator/api/training_job.h"
 #include "operator/controller/job_resources.h"
+#include "operator/controller/kueue_admission.h"
 #include "operator/controller/slow_start.h"
 #include "operator/kube/bounded_get.h"
 #include "operator/kube/object_meta.h"
@@ -315,6 +316,16 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
   if (kept) in.job["status"] = kept->status;
   in.now = deps_.wall_clock();
   TJ_RETURN_IF_ERROR(ReadOwned(key, ns, name, &in));
+  // A job labelled kueue.x-k8s.io/queue-name waits for Kueue's admission (kueue_admission.h).
+  auto gate = kueue::Gate(*c, deps_.recorder, &in);
+  if (!gate.ok()) return gate.status();
+  if (!gate->proceed) {
+    if (gate->status_changed || kept) {
+      TJ_RETURN_IF_ERROR(WriteStatus(key, in.job, in.job["status"]));
+    }
+    ForgetKept(key);
+    return gate->requeue_after;
+  }
   if (deps_.random_key) in.new_rendezvous_key = deps_.random_key();
 
   const api::TrainingJobStatus st =
@@ -322,6 +333,7 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
   if (!st.Finished()) ReadTrainerProgress(ns, name, &in);
 
   Decision d = Reconcile(in, options_);
+  if (!d.status && gate->status_changed) d.status = in.job["status"];
   TJ_RETURN_IF_ERROR(Apply(key, in.job, d));
   // The new status, or the kept one still unwritten.
   std::optional<json> status = d.status ? d.status

@@ -13,7 +13,10 @@ The operator's permissions, shared by the ClusterRole and the per-namespace Role
   operator did not record is replaced), never read: no get, list or watch, so the operator
   cannot read any Secret of the cluster; it tracks the key by its hash in the job's status;
 - pods/log: get, to read the evaluator's final evaluation after its process has exited;
-- events: the decisions users must see (create, and patch to count repeats).
+- events: the decisions users must see (create, and patch to count repeats);
+- with kueue.enabled (docs/kueue.md): Kueue's workloads, one per queued job, read and created
+  (get, create) and marked Finished through workloads/status (update); resourceflavors read
+  (get), for the node labels and tolerations of an admission.
 */}}
 {{- define "tj-operator.managerRules" -}}
 - apiGroups: ["tjo.dev"]
@@ -40,4 +43,15 @@ The operator's permissions, shared by the ClusterRole and the per-namespace Role
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch"]
+{{- if .Values.kueue.enabled }}
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads"]
+  verbs: ["get", "create"]
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads/status"]
+  verbs: ["update"]
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["resourceflavors"]
+  verbs: ["get"]
+{{- end }}
 {{- end }}

@@ -1,0 +1,436 @@
+#include "operator/controller/kueue_admission.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "common/sha256.h"
+#include "operator/controller/job_resources.h"
+#include "operator/kube/object_meta.h"
+#include "operator/kube/time_format.h"
+
+namespace tj::controller::kueue {
+namespace {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+
+constexpr char kWorkloadPrefix[] = "trainingjob-";
+constexpr size_t kMaxNameLength = 63;
+constexpr size_t kHashDigits = 5;
+
+// The condition `type` of a conditions list, or null.
+const json* FindCondition(const json& object, const std::string& type) {
+  const json* status =
+      object.is_object() && object.contains("status") ? &object["status"] : nullptr;
+  if (status == nullptr || !status->is_object() || !status->contains("conditions")) return nullptr;
+  const json& conds = (*status)["conditions"];
+  if (!conds.is_array()) return nullptr;
+  for (const json& c : conds) {
+    if (c.is_object() && kube::TextOf(c, "type") == type) return &c;
+  }
+  return nullptr;
+}
+
+bool IsTrue(const json& object, const std::string& type) {
+  const json* c = FindCondition(object, type);
+  return c != nullptr && kube::TextOf(*c, "status") == "True";
+}
+
+// Only what decides where and whether a pod fits: Kueue counts requests per podSet, and the
+// Workload's embedded PodSpec schema drops fields it does not know.
+json SchedulingPart(const json& pod_spec) {
+  json out = json::object();
+  for (const char* list : {"initContainers", "containers"}) {
+    if (!pod_spec.contains(list) || !pod_spec[list].is_array()) continue;
+    json cs = json::array();
+    for (const json& c : pod_spec[list]) {
+      if (!c.is_object()) continue;
+      json kept = json::object();
+      for (const char* k : {"name", "image", "resources"}) {
+        if (c.contains(k)) kept[k] = c[k];
+      }
+      cs.push_back(std::move(kept));
+    }
+    if (!cs.empty()) out[list] = std::move(cs);
+  }
+  for (const char* k : {"nodeSelector", "affinity", "tolerations", "priorityClassName"}) {
+    if (pod_spec.contains(k)) out[k] = pod_spec[k];
+  }
+  return out;
+}
+
+std::optional<api::ReplicaType> TypeOfPodSet(const std::string& name) {
+  for (api::ReplicaType t :
+       {api::ReplicaType::kChief, api::ReplicaType::kWorker, api::ReplicaType::kEvaluator}) {
+    if (api::TaskName(t) == name) return t;
+  }
+  return std::nullopt;
+}
+
+bool HasActivePods(const Observed& in) {
+  return std::any_of(in.pods.begin(), in.pods.end(), [](const json& p) {
+    const std::string phase = p.contains("status") ? kube::TextOf(p["status"], "phase") : "";
+    return phase != "Succeeded" && phase != "Failed";
+  });
+}
+
+// The waiting job's status: Admitted=False with why, state Queued while no lifecycle state.
+bool SetWaiting(Observed* in, const std::string& reason, const std::string& message) {
+  json& status = in->job["status"];
+  if (!status.is_object()) status = json::object();
+  bool changed =
+      SetCondition(status, kAdmittedCondition, false, reason, message, kube::FormatTime(in->now));
+  if (kube::TextOf(status, "state").empty() || kube::TextOf(status, "state") == kQueuedState) {
+    if (kube::TextOf(status, "state") != kQueuedState) changed = true;
+    status["state"] = kQueuedState;
+  }
+  return changed;
+}
+
+GateResult Wait(bool changed, milliseconds poll) {
+  GateResult r;
+  r.proceed = false;
+  r.status_changed = changed;
+  r.requeue_after = poll;
+  return r;
+}
+
+void Record(kube::EventRecorder* recorder, const json& job, const std::string& type,
+            const std::string& reason, const std::string& message) {
+  if (recorder != nullptr) recorder->RecordAsync(job, type, reason, message);
+}
+
+// Marks the Workload Finished (Kueue then frees its quota), with the job's outcome.
+Status MarkFinished(kube::Client& client, const json& workload, const api::TrainingJobStatus& st,
+                    const std::string& now) {
+  json wl = workload;
+  const bool ok = st.IsTrue(api::condition::kSucceeded);
+  const api::Condition* c = st.Find(ok ? api::condition::kSucceeded : api::condition::kFailed);
+  const std::string message = c != nullptr && !c->message.empty()
+                                  ? c->message
+                                  : std::string("TrainingJob ") + (ok ? "succeeded" : "failed");
+  json& status = wl["status"];
+  if (!status.is_object()) status = json::object();
+  SetCondition(status, "Finished", true, ok ? "Succeeded" : "Failed", message, now);
+  // A Workload's conditions are metav1.Conditions: no lastUpdateTime (a strict decoder refuses
+  // the field).
+  for (json& cond : status["conditions"]) {
+    if (cond.is_object()) cond.erase("lastUpdateTime");
+  }
+  const api::ObjectRef ref = api::RefOf(wl);
+  auto r = client.UpdateStatus(kWorkloads, ref.ns, wl);
+  if (r.ok() || kube::IsNotFound(r.error())) return Status::Ok();
+  // 409: Kueue wrote meanwhile; the next pass reads it again.
+  return r.error().ToStatus().WithContext("marking Workload " + ref.ns + "/" + ref.name +
+                                          " Finished");
+}
+
+// A queued job without a Workload: makes it (the job then waits), or says why it cannot.
+StatusOr<GateResult> CreateWorkload(kube::Client& client, kube::EventRecorder* recorder,
+                                    Observed* in, const api::TrainingJobSpec& spec,
+                                    const std::string& name) {
+  const api::ObjectRef ref = api::RefOf(in->job);
+  if (HasActivePods(*in)) {
+    // Labelled after its pods were made: the gang runs outside the queue; say so.
+    Record(recorder, in->job, "Warning", "NotQueued",
+           "the kueue.x-k8s.io/queue-name label was added while the job's pods ran; the "
+           "job runs without Kueue's admission (set the label when creating the job)");
+    return GateResult{};
+  }
+  auto created = client.Create(kWorkloads, ref.ns, BuildWorkload(in->job, spec));
+  if (!created.ok() && !kube::IsAlreadyExists(created.error())) {
+    const kube::ApiError& e = created.error();
+    std::string reason = "WorkloadCreateFailed", message;
+    if (e.code == 404) {
+      reason = "KueueNotInstalled";
+      message =
+          "the API server has no workloads.kueue.x-k8s.io/v1beta2: install Kueue "
+          "(docs/kueue.md) or remove the kueue.x-k8s.io/queue-name label";
+    } else if (e.code == 403) {
+      reason = "WorkloadForbidden";
+      message =
+          "the operator may not create Kueue Workloads: install it with the Kueue "
+          "permissions (Helm value kueue.enabled=true): " +
+          e.message;
+    } else if (e.code == 422 || e.code == 400) {
+      message = "Kueue refused the job's Workload: " + e.message;
+    } else {
+      return e.ToStatus().WithContext("creating Workload " + ref.ns + "/" + name);
+    }
+    const bool changed = SetWaiting(in, reason, message);
+    if (changed) Record(recorder, in->job, "Warning", reason, message);
+    return Wait(changed, std::chrono::seconds(10));
+  }
+  const bool changed = SetWaiting(
+      in, "Pending",
+      "waiting for Kueue to admit Workload " + name + " in LocalQueue " + QueueName(in->job));
+  if (changed) {
+    Record(recorder, in->job, "Normal", "Queued",
+           "created Workload " + name + " in LocalQueue " + QueueName(in->job) +
+               "; no pod starts before Kueue admits the whole gang");
+  }
+  return Wait(changed, kWaitPoll);
+}
+
+}  // namespace
+
+std::string QueueName(const json& job) { return kube::LabelOf(job, kQueueNameLabel); }
+
+std::string WorkloadName(const json& job) {
+  const api::ObjectRef r = api::RefOf(job);
+  static constexpr char kHex[] = "0123456789abcdef";
+  const Digest d = Sha256Of(r.uid.data(), r.uid.size());
+  std::string hash;
+  for (size_t i = 0; hash.size() < kHashDigits; ++i) {
+    hash += kHex[d[i] >> 4];
+    if (hash.size() < kHashDigits) hash += kHex[d[i] & 15];
+  }
+  std::string name = r.name;
+  const size_t room = kMaxNameLength - (sizeof(kWorkloadPrefix) - 1) - 1 - kHashDigits;
+  if (name.size() > room) name.resize(room);
+  while (!name.empty() && (name.back() == '-' || name.back() == '.')) name.pop_back();
+  return kWorkloadPrefix + name + "-" + hash;
+}
+
+json BuildWorkload(const json& job, const api::TrainingJobSpec& spec) {
+  const api::ObjectRef r = api::RefOf(job);
+  json pod_sets = json::array();
+  for (const auto& [type, rs] : spec.replica_specs) {
+    if (rs.replicas <= 0) continue;
+    const json pod = BuildPod(job, spec, type, 0, 0);
+    json tmpl_labels = json::object();
+    const json& meta = kube::MetadataOf(rs.pod_template);
+    if (meta.contains("labels") && meta["labels"].is_object()) tmpl_labels = meta["labels"];
+    pod_sets.push_back(
+        {{"name", api::TaskName(type)},
+         {"count", rs.replicas},
+         {"template",
+          {{"metadata", {{"labels", tmpl_labels}}}, {"spec", SchedulingPart(pod["spec"])}}}});
+  }
+  return {{"apiVersion", kWorkloads.api_version},
+          {"kind", "Workload"},
+          {"metadata",
+           {{"name", WorkloadName(job)},
+            {"namespace", r.ns},
+            {"labels", {{kJobUidLabel, r.uid}, {api::kLabelJobName, r.name}}},
+            {"ownerReferences", json::array({OwnerReference(job)})}}},
+          {"spec", {{"queueName", QueueName(job)}, {"active", true}, {"podSets", pod_sets}}}};
+}
+
+WorkloadState StateOf(const json& workload) {
+  WorkloadState s;
+  s.admitted = IsTrue(workload, "Admitted");
+  s.finished = IsTrue(workload, "Finished");
+  s.evicted = IsTrue(workload, "Evicted");
+  const json* why = nullptr;
+  if (s.evicted) {
+    why = FindCondition(workload, "Evicted");
+  } else if (!s.admitted) {
+    // QuotaReserved=False carries the scheduler's reason (Pending, Inadmissible) and what is
+    // missing; with quota reserved, Admitted=False says which admission check is not ready.
+    why = IsTrue(workload, "QuotaReserved") ? FindCondition(workload, "Admitted")
+                                            : FindCondition(workload, "QuotaReserved");
+  }
+  if (why != nullptr) {
+    s.reason = kube::TextOf(*why, "reason");
+    s.message = kube::TextOf(*why, "message");
+  }
+  if (workload.contains("status") && workload["status"].is_object() &&
+      workload["status"].contains("admission")) {
+    s.cluster_queue = kube::TextOf(workload["status"]["admission"], "clusterQueue");
+  }
+  return s;
+}
+
+std::vector<std::string> AssignedFlavors(const json& workload) {
+  std::vector<std::string> out;
+  const json& st = workload.value("status", json::object());
+  const json& adm = st.is_object() ? st.value("admission", json::object()) : json::object();
+  const json& psas =
+      adm.is_object() ? adm.value("podSetAssignments", json::array()) : json::array();
+  if (!psas.is_array()) return out;
+  for (const json& psa : psas) {
+    if (!psa.is_object() || !psa.contains("flavors") || !psa["flavors"].is_object()) continue;
+    for (const auto& [resource, flavor] : psa["flavors"].items()) {
+      if (flavor.is_string() &&
+          std::find(out.begin(), out.end(), flavor.get<std::string>()) == out.end()) {
+        out.push_back(flavor.get<std::string>());
+      }
+    }
+  }
+  return out;
+}
+
+Status ApplyAssignment(const json& workload, const std::map<std::string, json>& flavors,
+                       json& job) {
+  const json& st = workload.value("status", json::object());
+  const json& adm = st.is_object() ? st.value("admission", json::object()) : json::object();
+  const json& psas =
+      adm.is_object() ? adm.value("podSetAssignments", json::array()) : json::array();
+  if (!psas.is_array()) return Status::Ok();
+  for (const json& psa : psas) {
+    if (!psa.is_object()) continue;
+    const std::string name = kube::TextOf(psa, "name");
+    const auto type = TypeOfPodSet(name);
+    if (!type) {
+      return Status::Error("Workload " + kube::ObjectKey(workload) + " assigns podSet '" + name +
+                           "', which is not a replica type of this job (chief, worker, "
+                           "evaluator); delete the Workload so that the operator makes it anew");
+    }
+    json& rs = job["spec"]["replicaSpecs"][api::ToString(*type)];
+    json& tmpl = rs["template"];
+    if (!tmpl.is_object()) tmpl = json::object();
+    json& labels = tmpl["metadata"]["labels"];
+    if (!labels.is_object()) labels = json::object();
+    labels[kPodSetLabel] = name;
+    json& pod_spec = tmpl["spec"];
+    if (!pod_spec.is_object()) pod_spec = json::object();
+    if (!psa.contains("flavors") || !psa["flavors"].is_object()) continue;
+    for (const auto& [resource, flavor_name] : psa["flavors"].items()) {
+      if (!flavor_name.is_string()) continue;
+      auto it = flavors.find(flavor_name.get<std::string>());
+      if (it == flavors.end()) {
+        return Status::Error("ResourceFlavor " + flavor_name.get<std::string>() +
+                             ", assigned to podSet " + name + ", was not found");
+      }
+      const json& fspec = it->second.value("spec", json::object());
+      if (fspec.contains("nodeLabels") && fspec["nodeLabels"].is_object()) {
+        json& sel = pod_spec["nodeSelector"];
+        if (!sel.is_object()) sel = json::object();
+        for (const auto& [k, v] : fspec["nodeLabels"].items()) {
+          if (sel.contains(k) && sel[k] != v) {
+            return Status::Error("ResourceFlavor " + it->first + " puts podSet " + name +
+                                 " on nodes labelled " + k + "=" + v.dump() +
+                                 ", but its template's nodeSelector asks " + k + "=" +
+                                 sel[k].dump() + ": change one of them");
+          }
+          sel[k] = v;
+        }
+      }
+      if (fspec.contains("tolerations") && fspec["tolerations"].is_array()) {
+        json& tol = pod_spec["tolerations"];
+        if (!tol.is_array()) tol = json::array();
+        for (const json& t : fspec["tolerations"]) {
+          if (std::find(tol.begin(), tol.end(), t) == tol.end()) tol.push_back(t);
+        }
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+bool SetCondition(json& status, const std::string& type, bool value, const std::string& reason,
+                  const std::string& message, const std::string& now) {
+  const std::string st = value ? "True" : "False";
+  json& conds = status["conditions"];
+  if (!conds.is_array()) conds = json::array();
+  for (json& c : conds) {
+    if (!c.is_object() || kube::TextOf(c, "type") != type) continue;
+    if (kube::TextOf(c, "status") == st && kube::TextOf(c, "reason") == reason &&
+        kube::TextOf(c, "message") == message) {
+      return false;
+    }
+    if (kube::TextOf(c, "status") != st) c["lastTransitionTime"] = now;
+    c["status"] = st;
+    c["reason"] = reason;
+    c["message"] = message;
+    c["lastUpdateTime"] = now;
+    return true;
+  }
+  conds.push_back({{"type", type},
+                   {"status", st},
+                   {"reason", reason},
+                   {"message", message},
+                   {"lastTransitionTime", now},
+                   {"lastUpdateTime", now}});
+  return true;
+}
+
+StatusOr<GateResult> Gate(kube::Client& client, kube::EventRecorder* recorder, Observed* in) {
+  if (QueueName(in->job).empty()) return GateResult{};
+  auto spec = api::ParseSpec(in->job.value("spec", json::object()));
+  if (!spec.ok()) return GateResult{};  // the reconciler reports an invalid spec
+  const api::ObjectRef ref = api::RefOf(in->job);
+  const api::TrainingJobStatus st =
+      api::TrainingJobStatus::FromJson(in->job.value("status", json::object()));
+  const std::string name = WorkloadName(in->job);
+  const std::string now = kube::FormatTime(in->now);
+
+  auto got = client.Get(kWorkloads, ref.ns, name);
+  std::optional<json> workload;
+  if (got.ok()) {
+    workload = std::move(*got);
+  } else if (!kube::IsNotFound(got.error())) {
+    return got.error().ToStatus().WithContext("reading Workload " + ref.ns + "/" + name +
+                                              " of TrainingJob " + ref.ns + "/" + ref.name);
+  }
+  if (workload && !IsOwnedBy(*workload, in->job)) {
+    return Status::Error("Workload " + ref.ns + "/" + name + " exists and is not owned by " +
+                         "TrainingJob " + ref.ns + "/" + ref.name + "; delete it");
+  }
+
+  if (st.Finished()) {  // the job is done: its quota goes back, its end is the reconciler's
+    if (workload && !StateOf(*workload).finished) {
+      TJ_RETURN_IF_ERROR(MarkFinished(client, *workload, st, now));
+    }
+    return GateResult{};
+  }
+
+  if (!workload) return CreateWorkload(client, recorder, in, *spec, name);
+
+  const WorkloadState ws = StateOf(*workload);
+  if (!ws.admitted) {
+    if (HasActivePods(*in)) {
+      // Evicted (preempted, its ClusterQueue stopped, deactivated) while running. Stopping the
+      // gang on eviction is not implemented yet (docs/kueue.md): it keeps running; say so.
+      const std::string message = "Kueue withdrew the admission (" + ws.reason + ": " + ws.message +
+                                  "); the running gang is not stopped";
+      json& status = in->job["status"];
+      if (!status.is_object()) status = json::object();
+      const bool changed = SetCondition(status, kAdmittedCondition, false,
+                                        ws.reason.empty() ? "Evicted" : ws.reason, message, now);
+      if (changed) Record(recorder, in->job, "Warning", "AdmissionWithdrawn", message);
+      GateResult r;
+      r.status_changed = changed;
+      return r;
+    }
+    const std::string reason = ws.reason.empty() ? "Pending" : ws.reason;
+    const std::string message =
+        ws.message.empty() ? "Kueue has not decided on Workload " + name +
+                                 " yet (if this lasts: is Kueue running, does LocalQueue " +
+                                 QueueName(in->job) + " exist?)"
+                           : ws.message;
+    const bool changed = SetWaiting(in, reason, message);
+    if (changed) Record(recorder, in->job, "Normal", reason, message);
+    return Wait(changed, kWaitPoll);
+  }
+
+  std::map<std::string, json> flavors;
+  for (const std::string& f : AssignedFlavors(*workload)) {
+    auto rf = client.Get(kResourceFlavors, "", f);
+    if (!rf.ok()) {
+      if (kube::IsNotFound(rf.error())) continue;  // ApplyAssignment names it
+      return rf.error().ToStatus().WithContext("reading ResourceFlavor " + f);
+    }
+    flavors[f] = std::move(*rf);
+  }
+  if (Status applied = ApplyAssignment(*workload, flavors, in->job); !applied.ok()) {
+    // Admitted, but no pod could run where Kueue puts it: the job says why and waits (a
+    // changed flavor or template is read again on the next pass).
+    const std::string reason = "AssignmentNotApplicable";
+    const bool changed = SetWaiting(in, reason, applied.message());
+    if (changed) Record(recorder, in->job, "Warning", reason, applied.message());
+    return Wait(changed, std::chrono::seconds(10));
+  }
+  json& status = in->job["status"];
+  if (!status.is_object()) status = json::object();
+  const std::string message =
+      "admitted by ClusterQueue " + ws.cluster_queue + " (Workload " + name + ")";
+  GateResult r;
+  r.status_changed = SetCondition(status, kAdmittedCondition, true, "Admitted", message, now);
+  if (kube::TextOf(status, "state") == kQueuedState) status.erase("state");
+  if (r.status_changed) Record(recorder, in->job, "Normal", "Admitted", message);
+  return r;
+}
+
+}  // namespace tj::controller::kueue

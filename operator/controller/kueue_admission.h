@@ -1,0 +1,98 @@
+// Admission by Kueue (docs/kueue.md): a TrainingJob labelled kueue.x-k8s.io/queue-name starts no
+// pod until Kueue has admitted the whole gang. The operator owns one Kueue Workload per such job
+// (Kueue's external-framework contract): one podSet per replica type (chief, worker,
+// evaluator), with the requests of the pods it would create. Until the Workload is Admitted the
+// job waits, its condition Admitted=False says why (Kueue's own message, e.g. the quota it
+// lacks) and an Event says it when that changes; once admitted, the flavors' node labels and
+// tolerations reach the pods, and when the job ends the Workload is marked Finished, which
+// gives its quota back. Jobs without the label are not touched.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "operator/api/training_job.h"
+#include "operator/controller/reconciler.h"
+#include "operator/kube/client.h"
+#include "operator/kube/event_recorder.h"
+#include "operator/kube/resource.h"
+
+namespace tj::controller::kueue {
+
+inline constexpr char kQueueNameLabel[] = "kueue.x-k8s.io/queue-name";
+inline constexpr char kJobUidLabel[] = "kueue.x-k8s.io/job-uid";
+inline constexpr char kPodSetLabel[] = "kueue.x-k8s.io/podset";
+// The job's condition while Kueue decides (False) and once it has admitted the gang (True).
+inline constexpr char kAdmittedCondition[] = "Admitted";
+// status.state of a job that waits for admission (the State column of `kubectl get tj`).
+inline constexpr char kQueuedState[] = "Queued";
+
+inline const kube::Resource kWorkloads{"kueue.x-k8s.io/v1beta2", "workloads"};
+inline const kube::Resource kResourceFlavors{"kueue.x-k8s.io/v1beta2", "resourceflavors", false};
+
+// The LocalQueue the job asks for; "" when it is not queued.
+std::string QueueName(const nlohmann::json& job);
+
+// "trainingjob-<name>-<5 hex digits of the uid's hash>", at most 63 characters (Kueue copies
+// the name into label values).
+std::string WorkloadName(const nlohmann::json& job);
+
+// The Workload of `job`: queueName from the label, one podSet per replica type with replicas
+// (named chief, worker, evaluator; count = replicas) whose template is the scheduling part of
+// the pod the operator would create (containers' and init containers' names, images and
+// resources; nodeSelector, affinity, tolerations, priorityClassName), owned by the job.
+nlohmann::json BuildWorkload(const nlohmann::json& job, const api::TrainingJobSpec& spec);
+
+// What a Workload's status says.
+struct WorkloadState {
+  bool admitted = false;  // condition Admitted=True
+  bool finished = false;  // condition Finished=True
+  bool evicted = false;   // condition Evicted=True
+  std::string reason;     // why it is not admitted (or evicted), in Kueue's words
+  std::string message;
+  std::string cluster_queue;  // status.admission.clusterQueue
+};
+WorkloadState StateOf(const nlohmann::json& workload);
+
+// The ResourceFlavors named in status.admission.podSetAssignments, each once.
+std::vector<std::string> AssignedFlavors(const nlohmann::json& workload);
+
+// Puts an admitted Workload's assignment into `job`'s pod templates (in memory, for the
+// reconciler to build pods from): each assigned flavor's spec.nodeLabels into the template's
+// nodeSelector, its spec.tolerations appended, and the label kueue.x-k8s.io/podset. `flavors`
+// maps a flavor's name to the ResourceFlavor. An error when a flavor is missing, or when its
+// node label contradicts the template's nodeSelector (no node could run the pod).
+Status ApplyAssignment(const nlohmann::json& workload,
+                       const std::map<std::string, nlohmann::json>& flavors, nlohmann::json& job);
+
+// Sets condition `type` of a status object (the TrainingJob's status as JSON, conditions
+// keyed by type) to status/reason/message; lastTransitionTime changes when status flips.
+// True when anything changed.
+bool SetCondition(nlohmann::json& status, const std::string& type, bool value,
+                  const std::string& reason, const std::string& message, const std::string& now);
+
+// The outcome of Gate().
+struct GateResult {
+  bool proceed = true;  // false: the job waits; no reconcile, no pod
+  // The job's status changed (in->job["status"]): write it, whether or not it proceeds.
+  bool status_changed = false;
+  std::optional<std::chrono::milliseconds> requeue_after;  // when !proceed
+};
+
+// How often a waiting job looks at its Workload again.
+inline constexpr std::chrono::seconds kWaitPoll{2};
+
+// One pass of the admission gate for a job that is not another controller's: does nothing for
+// a job without the queue label. Otherwise creates the Workload when there is none, marks it
+// Finished when the job has finished, and lets the job's reconcile proceed only once the
+// Workload is admitted (with the assignment applied to in->job) or the job already runs or has
+// ended. Events go through `recorder` (may be null). Errors of the API server are returned; a
+// missing Kueue (no Workload API) or a forbidden create is a condition, not an error.
+StatusOr<GateResult> Gate(kube::Client& client, kube::EventRecorder* recorder, Observed* in);
+
+}  // namespace tj::controller::kueue

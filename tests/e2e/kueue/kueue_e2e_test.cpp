@@ -1,0 +1,268 @@
+// TrainingJobs queued by Kueue (docs/kueue.md), on the local cluster with Kueue installed by
+// hack/kueue.sh (its manager built from the Go module proxy, its own manifests):
+//   - a job labelled kueue.x-k8s.io/queue-name starts no pod while its ClusterQueue holds
+//     (stopPolicy Hold): its condition Admitted=False and state Queued say why, an Event too;
+//     once the queue admits it, the whole gang starts, with the flavor's node labels in the
+//     pods' nodeSelector, its toleration and the label kueue.x-k8s.io/podset;
+//   - two jobs that together exceed the queue's quota run one after the other: the second has
+//     no pod until the first has finished, says why (Kueue's message about the quota it lacks),
+//     and then runs to success; each job's Workload ends Finished.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/e2e/support/e2e_support.h"
+
+namespace tj::kube {
+namespace {
+
+using nlohmann::json;
+using std::chrono::seconds;
+using testing::Eventually;
+using testing::Kubectl;
+using testing::ScaledExample;
+using testing::SetArg;
+using testing::Sh;
+using testing::StatusOf;
+
+const Resource kWorkloads{"kueue.x-k8s.io/v1beta2", "workloads"};
+const Resource kClusterQueues{"kueue.x-k8s.io/v1beta2", "clusterqueues", false};
+const Resource kLocalQueues{"kueue.x-k8s.io/v1beta2", "localqueues"};
+const Resource kResourceFlavors{"kueue.x-k8s.io/v1beta2", "resourceflavors", false};
+
+constexpr char kNodeLabel[] = "tjo.dev/kueue-e2e-flavor";
+constexpr char kQueueLabel[] = "kueue.x-k8s.io/queue-name";
+
+class Kueue : public testing::JobTest {
+ protected:
+  void SetUp() override {
+    TJ_REQUIRE_LOCAL_CLUSTER(cluster_);
+    static std::string install_error = Install(cluster_);
+    ASSERT_TRUE(install_error.empty()) << install_error;
+    JobTest::SetUp();
+    if (HasFatalFailure() || IsSkipped()) return;
+    // A flavor whose node label the node carries, with a toleration: both must reach the pods.
+    Kubectl(cluster_, std::string("label node --all --overwrite ") + kNodeLabel + "=yes");
+    flavor_ = ns_ + "-flavor";
+    json rf = {
+        {"apiVersion", "kueue.x-k8s.io/v1beta2"},
+        {"kind", "ResourceFlavor"},
+        {"metadata", {{"name", flavor_}}},
+        {"spec",
+         {{"nodeLabels", {{kNodeLabel, "yes"}}},
+          {"tolerations",
+           json::array(
+               {{{"key", kNodeLabel}, {"operator", "Exists"}, {"effect", "NoSchedule"}}})}}}};
+    auto created = client_->Create(kResourceFlavors, "", rf);
+    ASSERT_TRUE(created.ok()) << created.error().message;
+  }
+
+  // Installs Kueue in the test binary's cluster once; "" when it runs, else what failed.
+  static std::string Install(testing::LocalCluster* cluster) {
+    const std::string out = Sh("TJ_LOCAL_CLUSTER_DIR='" + cluster->dir() + "' bash '" +
+                                   TJ_SOURCE_DIR + "/hack/kueue.sh' install 2>&1; echo rc=$?",
+                               seconds(3600));
+    if (out.find("rc=0") == std::string::npos) return "hack/kueue.sh install failed:\n" + out;
+    return "";
+  }
+
+  // A ClusterQueue of `cpu` for this test's namespace, held (stopPolicy Hold) when `hold`,
+  // and the LocalQueue "queue" pointing at it.
+  void MakeQueues(const std::string& cpu, bool hold) {
+    cluster_queue_ = ns_ + "-cq";
+    json cq = {
+        {"apiVersion", "kueue.x-k8s.io/v1beta2"},
+        {"kind", "ClusterQueue"},
+        {"metadata", {{"name", cluster_queue_}}},
+        {"spec",
+         {{"namespaceSelector", {{"matchLabels", {{"kubernetes.io/metadata.name", ns_}}}}},
+          {"stopPolicy", hold ? "Hold" : "None"},
+          {"resourceGroups",
+           json::array(
+               {{{"coveredResources", json::array({"cpu", "memory"})},
+                 {"flavors",
+                  json::array({{{"name", flavor_},
+                                {"resources", json::array({{{"name", "cpu"}, {"nominalQuota", cpu}},
+                                                           {{"name", "memory"},
+                                                            {"nominalQuota", "8Gi"}}})}}})}}})}}}};
+    auto c = client_->Create(kClusterQueues, "", cq);
+    ASSERT_TRUE(c.ok()) << c.error().message;
+    json lq = {{"apiVersion", "kueue.x-k8s.io/v1beta2"},
+               {"kind", "LocalQueue"},
+               {"metadata", {{"name", "queue"}, {"namespace", ns_}}},
+               {"spec", {{"clusterQueue", cluster_queue_}}}};
+    auto l = client_->Create(kLocalQueues, ns_, lq);
+    ASSERT_TRUE(l.ok()) << l.error().message;
+  }
+
+  void TearDown() override {
+    if (HasFailure() && cluster_ != nullptr && !ns_.empty()) {
+      std::cerr << Kubectl(cluster_, "-n " + ns_ + " get workloads.kueue.x-k8s.io -o yaml")
+                << Kubectl(cluster_, "get clusterqueues -o yaml") << "\n";
+    }
+    JobTest::TearDown();
+    if (cluster_ != nullptr && !ns_.empty()) {
+      Kubectl(cluster_, "delete tj --all -n " + ns_ + " --wait=false");
+      Kubectl(cluster_, "delete localqueue --all -n " + ns_ + " --wait=false");
+      if (!cluster_queue_.empty())
+        Kubectl(cluster_, "delete clusterqueue " + cluster_queue_ + " --wait=false");
+      if (!flavor_.empty()) Kubectl(cluster_, "delete resourceflavor " + flavor_ + " --wait=false");
+    }
+  }
+
+  // A small queued job (1 epoch; a chief-less gang of 2 workers and an evaluator, 100m CPU
+  // each) whose files live under /data/<name>, apart from the other job's on the same claim.
+  static json QueuedJob(const std::string& name, int steps, int save_freq) {
+    json job = ScaledExample(1, steps, save_freq);
+    job["metadata"]["name"] = name;
+    job["metadata"]["labels"][kQueueLabel] = "queue";
+    for (auto& [type, rs] : job["spec"]["replicaSpecs"].items()) {
+      for (json& c : rs["template"]["spec"]["containers"]) {
+        for (const char* flag : {"--backup-dir", "--checkpoint-dir", "--log-dir", "--export-dir"}) {
+          for (size_t i = 0; i + 1 < c["args"].size(); ++i) {
+            if (c["args"][i] == flag) {
+              const std::string dir = c["args"][i + 1];
+              SetArg(c["args"], flag, "/data/" + name + dir.substr(5));  // "/data/x" -> /data/<n>/x
+            }
+          }
+        }
+      }
+    }
+    return job;
+  }
+
+  json Workload(const std::string& job) {
+    ListOptions o;
+    o.label_selector = "tjo.dev/job-name=" + job;
+    auto l = client_->List(kWorkloads, ns_, o);
+    if (!l.ok() || (*l)["items"].empty()) return json();
+    return (*l)["items"][0];
+  }
+
+  static std::string ConditionOf(const json& object, const std::string& type,
+                                 const std::string& field) {
+    for (const json& c :
+         object.value("status", json::object()).value("conditions", json::array())) {
+      if (c.value("type", "") == type) return c.value(field, "");
+    }
+    return "";
+  }
+
+  std::vector<std::string> EventReasons(const std::string& job) {
+    std::vector<std::string> out;
+    ListOptions o;
+    o.field_selector = "involvedObject.name=" + job;
+    auto l = client_->List(resources::kEvents, ns_, o);
+    if (!l.ok()) return out;
+    for (const json& e : (*l)["items"]) out.push_back(e.value("reason", ""));
+    return out;
+  }
+
+  std::string flavor_, cluster_queue_;
+};
+
+TEST_F(Kueue, AQueuedJobStartsNoPodBeforeAdmissionThenTheWholeGangWithTheAssignment) {
+  MakeQueues("2", /*hold=*/true);
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, QueuedJob("held", 6, 6)).ok());
+
+  // Held: Kueue does not admit; the job waits, says why, and has no pod.
+  ASSERT_TRUE(Eventually([&] { return ConditionOf(Get("held"), "Admitted", "status") == "False"; },
+                         seconds(60)))
+      << Get("held").dump(2);
+  ASSERT_FALSE(Workload("held").is_null()) << "the operator made no Workload";
+  const json wl = Workload("held");
+  EXPECT_EQ(wl["spec"]["queueName"], "queue");
+  std::map<std::string, int> counts;
+  for (const json& ps : wl["spec"]["podSets"]) counts[ps.value("name", "")] = ps.value("count", 0);
+  EXPECT_EQ(counts, (std::map<std::string, int>{{"evaluator", 1}, {"worker", 2}})) << wl.dump(2);
+  const auto deadline = std::chrono::steady_clock::now() + seconds(10);
+  while (std::chrono::steady_clock::now() < deadline) {
+    ASSERT_TRUE(Pods("held").empty()) << "a pod started before Kueue admitted the job";
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  const json held = Get("held");
+  EXPECT_EQ(held["status"].value("state", ""), "Queued") << held.dump(2);
+  EXPECT_FALSE(ConditionOf(held, "Admitted", "message").empty()) << held.dump(2);
+  EXPECT_TRUE(Eventually([&] {
+    for (const std::string& r : EventReasons("held")) {
+      if (r == "Queued") return true;
+    }
+    return false;
+  }));
+
+  // Released: the whole gang starts at once, with what the flavor assigns.
+  Kubectl(cluster_, "patch clusterqueue " + cluster_queue_ +
+                        " --type=merge -p '{\"spec\":{\"stopPolicy\":\"None\"}}'");
+  ASSERT_TRUE(Eventually([&] { return Pods("held").size() == 3; }, seconds(60)))
+      << Kubectl(cluster_, "-n " + ns_ + " get tj,pods,workloads.kueue.x-k8s.io");
+  for (const json& pod : Pods("held")) {
+    const std::string name = pod["metadata"]["name"];
+    EXPECT_EQ(pod["spec"]["nodeSelector"].value(kNodeLabel, ""), "yes") << name;
+    bool tolerated = false;
+    for (const json& t : pod["spec"].value("tolerations", json::array())) {
+      tolerated = tolerated || t.value("key", "") == kNodeLabel;
+    }
+    EXPECT_TRUE(tolerated) << name << ": " << pod["spec"].dump();
+    const std::string podset = pod["metadata"]["labels"].value("kueue.x-k8s.io/podset", "");
+    EXPECT_TRUE(podset == "worker" || podset == "evaluator") << name << ": " << podset;
+  }
+  EXPECT_EQ(ConditionOf(Get("held"), "Admitted", "status"), "True");
+  const json done = WaitFinished("held", seconds(600));
+  EXPECT_TRUE(StatusOf(done).IsTrue(api::condition::kSucceeded)) << done.dump(2);
+  EXPECT_TRUE(Eventually(
+      [&] { return ConditionOf(Workload("held"), "Finished", "status") == "True"; }, seconds(30)))
+      << Workload("held").dump(2);
+}
+
+TEST_F(Kueue, TwoJobsBeyondTheQuotaRunOneAfterTheOther) {
+  // 500m: one job's gang (3 pods of 100m) fits, two do not.
+  MakeQueues("500m", /*hold=*/false);
+  // The first trains for 10 s at least (6 backups held 2 s each), long enough for the second
+  // to be queued behind it.
+  json first_job = QueuedJob("first", 30, 5);
+  testing::SetEnv(first_job, "Worker", "TJ_FAILPOINTS", testing::PaceFailpoint(2000));
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, first_job).ok());
+  ASSERT_TRUE(Eventually([&] { return Pods("first").size() == 3; }, seconds(60)))
+      << Kubectl(cluster_, "-n " + ns_ + " get tj,pods,workloads.kueue.x-k8s.io");
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, QueuedJob("second", 6, 6)).ok());
+
+  // While the first runs, the second waits without a pod and says it lacks quota.
+  ASSERT_TRUE(Eventually(
+      [&] { return ConditionOf(Get("second"), "Admitted", "status") == "False"; }, seconds(60)));
+  std::string said;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        said = ConditionOf(Get("second"), "Admitted", "message");
+        return said.find("quota") != std::string::npos;
+      },
+      seconds(60)))
+      << "the waiting job does not say it lacks quota: '" << said << "'";
+  EXPECT_EQ(Get("second")["status"].value("state", ""), "Queued");
+  json first;
+  const auto deadline = std::chrono::steady_clock::now() + seconds(600);
+  for (first = Get("first"); !StatusOf(first).Finished(); first = Get("first")) {
+    ASSERT_TRUE(Pods("second").empty())
+        << "the second job started a pod while the first ran: "
+        << Kubectl(cluster_, "-n " + ns_ + " get tj,pods,workloads.kueue.x-k8s.io");
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the first job did not finish";
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
+  EXPECT_TRUE(StatusOf(first).IsTrue(api::condition::kSucceeded)) << first.dump(2);
+  bool said_pending = false;
+  for (const std::string& r : EventReasons("second")) said_pending = said_pending || r == "Pending";
+  EXPECT_TRUE(said_pending) << "no Pending Event on the waiting job";
+
+  // The first's quota goes back: the second runs, and succeeds.
+  EXPECT_TRUE(Eventually(
+      [&] { return ConditionOf(Workload("first"), "Finished", "status") == "True"; }, seconds(30)));
+  const json second = WaitFinished("second", seconds(600));
+  EXPECT_TRUE(StatusOf(second).IsTrue(api::condition::kSucceeded)) << second.dump(2);
+  EXPECT_EQ(ConditionOf(second, "Admitted", "status"), "True");
+}
+
+}  // namespace
+}  // namespace tj::kube

@@ -1,0 +1,361 @@
+// The Kueue admission gate (operator/controller/kueue_admission.h): the Workload built from a
+// job, what a Workload's status says, how an admission's flavors reach the pod templates, and
+// one pass of the gate against a fake API server (what it creates, when the job waits, what the
+// job then says, when the Workload is marked Finished).
+#include "operator/controller/kueue_admission.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tests/unit/operator/controller/test_job.h"
+
+namespace tj::controller::kueue {
+namespace {
+
+using nlohmann::json;
+
+json QueuedJob() {
+  json job = TestJob();
+  job["metadata"]["labels"] = {{kQueueNameLabel, "user-queue"}};
+  json& worker = job["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"][0];
+  worker["resources"] = {{"requests", {{"cpu", "500m"}, {"memory", "256Mi"}}}};
+  job["spec"]["replicaSpecs"]["Evaluator"] = job["spec"]["replicaSpecs"]["Worker"];
+  job["spec"]["replicaSpecs"]["Evaluator"]["replicas"] = 1;
+  return job;
+}
+
+json Condition(const std::string& type, const std::string& status, const std::string& reason = "",
+               const std::string& message = "") {
+  return {{"type", type}, {"status", status}, {"reason", reason}, {"message", message}};
+}
+
+TEST(KueueAdmission, QueueNameIsTheLabel) {
+  EXPECT_EQ(QueueName(QueuedJob()), "user-queue");
+  EXPECT_EQ(QueueName(TestJob()), "");
+}
+
+TEST(KueueAdmission, WorkloadNameIsShortStableAndPerUid) {
+  json job = QueuedJob();
+  const std::string name = WorkloadName(job);
+  EXPECT_EQ(name.rfind("trainingjob-mnist-", 0), 0U) << name;
+  EXPECT_EQ(name.size(), std::string("trainingjob-mnist-").size() + 5);
+  EXPECT_EQ(WorkloadName(job), name);
+  EXPECT_NE(WorkloadName(TestJob("uid-2")), name);
+  job["metadata"]["name"] = std::string(253, 'a');
+  EXPECT_LE(WorkloadName(job).size(), 63U);
+}
+
+TEST(KueueAdmission, TheWorkloadHasOnePodSetPerReplicaTypeWithTheirRequests) {
+  const json job = QueuedJob();
+  auto spec = api::ParseSpec(job["spec"]);
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  const json wl = BuildWorkload(job, *spec);
+  EXPECT_EQ(wl["apiVersion"], "kueue.x-k8s.io/v1beta2");
+  EXPECT_EQ(wl["kind"], "Workload");
+  EXPECT_EQ(wl["metadata"]["name"], WorkloadName(job));
+  EXPECT_EQ(wl["metadata"]["namespace"], "ns");
+  EXPECT_EQ(wl["metadata"]["labels"][kJobUidLabel], "uid-1");
+  EXPECT_EQ(wl["metadata"]["ownerReferences"][0]["uid"], "uid-1");
+  EXPECT_EQ(wl["metadata"]["ownerReferences"][0]["controller"], true);
+  EXPECT_EQ(wl["spec"]["queueName"], "user-queue");
+  std::map<std::string, int> counts;
+  for (const json& ps : wl["spec"]["podSets"]) {
+    counts[ps["name"]] = ps["count"];
+    const json& c = ps["template"]["spec"]["containers"][0];
+    EXPECT_EQ(c["resources"]["requests"]["cpu"], "500m") << ps.dump();
+    EXPECT_FALSE(c.contains("env")) << "only what decides placement: " << c.dump();
+    EXPECT_FALSE(c.contains("args")) << c.dump();
+  }
+  EXPECT_EQ(counts, (std::map<std::string, int>{{"evaluator", 1}, {"worker", 2}}));
+}
+
+TEST(KueueAdmission, StateOfAWaitingWorkloadIsKueuesReason) {
+  json wl = {{"status",
+              {{"conditions",
+                json::array({Condition("QuotaReserved", "False", "Pending",
+                                       "couldn't assign flavors to pod set worker: insufficient "
+                                       "unused quota for cpu in flavor f, 1 more needed")})}}}};
+  WorkloadState s = StateOf(wl);
+  EXPECT_FALSE(s.admitted);
+  EXPECT_EQ(s.reason, "Pending");
+  EXPECT_NE(s.message.find("insufficient unused quota"), std::string::npos);
+
+  // Quota reserved, an admission check not ready: Admitted=False says which.
+  wl["status"]["conditions"] = json::array(
+      {Condition("QuotaReserved", "True", "QuotaReserved"),
+       Condition("Admitted", "False", "NoChecks", "The workload has not all admission checks")});
+  s = StateOf(wl);
+  EXPECT_FALSE(s.admitted);
+  EXPECT_EQ(s.reason, "NoChecks");
+
+  wl["status"]["conditions"] =
+      json::array({Condition("QuotaReserved", "True"), Condition("Admitted", "True", "Admitted")});
+  wl["status"]["admission"] = {{"clusterQueue", "cq"}};
+  s = StateOf(wl);
+  EXPECT_TRUE(s.admitted);
+  EXPECT_EQ(s.cluster_queue, "cq");
+  EXPECT_FALSE(s.finished);
+
+  EXPECT_FALSE(StateOf(json::object()).admitted);
+  EXPECT_FALSE(StateOf(json("not an object")).admitted);
+}
+
+json Admitted(const json& assignments) {
+  return {{"metadata", {{"name", "wl"}, {"namespace", "ns"}}},
+          {"status",
+           {{"conditions", json::array({Condition("Admitted", "True")})},
+            {"admission", {{"clusterQueue", "cq"}, {"podSetAssignments", assignments}}}}}};
+}
+
+TEST(KueueAdmission, TheFlavorsNodeLabelsAndTolerationsReachTheTemplates) {
+  const json wl = Admitted(json::array(
+      {{{"name", "worker"}, {"flavors", {{"cpu", "gpu-a"}, {"memory", "gpu-a"}}}, {"count", 2}},
+       {{"name", "evaluator"}, {"flavors", {{"cpu", "plain"}}}, {"count", 1}}}));
+  EXPECT_EQ(AssignedFlavors(wl), (std::vector<std::string>{"gpu-a", "plain"}));
+  const json toleration = {{"key", "gpu"}, {"operator", "Exists"}, {"effect", "NoSchedule"}};
+  const std::map<std::string, json> flavors = {
+      {"gpu-a",
+       {{"spec", {{"nodeLabels", {{"gpu", "a"}}}, {"tolerations", json::array({toleration})}}}}},
+      {"plain", {{"spec", json::object()}}}};
+  json job = QueuedJob();
+  ASSERT_TRUE(ApplyAssignment(wl, flavors, job).ok());
+  const json& worker = job["spec"]["replicaSpecs"]["Worker"]["template"];
+  EXPECT_EQ(worker["spec"]["nodeSelector"], (json{{"gpu", "a"}}));
+  EXPECT_EQ(worker["spec"]["tolerations"], json::array({toleration}));  // once, not per resource
+  EXPECT_EQ(worker["metadata"]["labels"][kPodSetLabel], "worker");
+  const json& evaluator = job["spec"]["replicaSpecs"]["Evaluator"]["template"];
+  EXPECT_FALSE(evaluator["spec"].contains("nodeSelector"));
+  EXPECT_EQ(evaluator["metadata"]["labels"][kPodSetLabel], "evaluator");
+  // The job still parses: the reconciler builds its pods from it.
+  EXPECT_TRUE(api::ParseSpec(job["spec"]).ok());
+}
+
+TEST(KueueAdmission, AnAssignmentThatCannotBeAppliedSaysWhy) {
+  json job = QueuedJob();
+  job["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] = {{"gpu", "b"}};
+  const json wl = Admitted(json::array({{{"name", "worker"}, {"flavors", {{"cpu", "gpu-a"}}}}}));
+  const std::map<std::string, json> flavors = {
+      {"gpu-a", {{"spec", {{"nodeLabels", {{"gpu", "a"}}}}}}}};
+  Status s = ApplyAssignment(wl, flavors, job);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("gpu-a"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("nodeSelector"), std::string::npos) << s.message();
+
+  s = ApplyAssignment(wl, {}, job);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("ResourceFlavor gpu-a"), std::string::npos) << s.message();
+
+  const json ps = Admitted(json::array({{{"name", "ps"}, {"flavors", json::object()}}}));
+  s = ApplyAssignment(ps, {}, job);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("'ps'"), std::string::npos) << s.message();
+}
+
+TEST(KueueAdmission, SetConditionChangesOnlyWhatChanged) {
+  json status = json::object();
+  EXPECT_TRUE(SetCondition(status, "Admitted", false, "Pending", "waiting", "t1"));
+  EXPECT_FALSE(SetCondition(status, "Admitted", false, "Pending", "waiting", "t2"));
+  EXPECT_EQ(status["conditions"][0]["lastTransitionTime"], "t1");
+  EXPECT_TRUE(SetCondition(status, "Admitted", true, "Admitted", "by cq", "t3"));
+  ASSERT_EQ(status["conditions"].size(), 1U);
+  EXPECT_EQ(status["conditions"][0]["status"], "True");
+  EXPECT_EQ(status["conditions"][0]["lastTransitionTime"], "t3");
+}
+
+// The API server as the gate sees it: objects by "<plural>/<name>", a create's answer.
+class FakeClient : public kube::Client {
+ public:
+  std::map<std::string, json> existing;
+  std::optional<kube::ApiError> create_error;
+  std::vector<json> created, status_updates;
+
+  kube::Result<json> Get(const kube::Resource& r, const std::string&,
+                         const std::string& name) override {
+    auto it = existing.find(r.plural + "/" + name);
+    if (it == existing.end()) return Err(404, "NotFound", name + " not found");
+    return it->second;
+  }
+  kube::Result<json> List(const kube::Resource&, const std::string&,
+                          const kube::ListOptions&) override {
+    return json{{"items", json::array()}};
+  }
+  kube::Result<json> Create(const kube::Resource& r, const std::string&,
+                            const json& object) override {
+    if (create_error) return *create_error;
+    created.push_back(object);
+    existing[r.plural + "/" + object["metadata"].value("name", "")] = object;
+    return object;
+  }
+  kube::Result<json> Update(const kube::Resource&, const std::string&, const json& o) override {
+    return o;
+  }
+  kube::Result<json> UpdateStatus(const kube::Resource&, const std::string&,
+                                  const json& o) override {
+    status_updates.push_back(o);
+    return o;
+  }
+  kube::Result<json> Patch(const kube::Resource&, const std::string&, const std::string&,
+                           kube::PatchType, const json& patch, const kube::PatchOptions&) override {
+    return patch;
+  }
+  kube::Result<json> Delete(const kube::Resource&, const std::string&, const std::string&,
+                            const kube::DeleteOptions&) override {
+    return json::object();
+  }
+  kube::Result<kube::WatchSummary> Watch(const kube::Resource&, const std::string&,
+                                         const kube::WatchOptions&,
+                                         const std::function<bool(kube::WatchEvent&)>&,
+                                         std::stop_token) override {
+    return kube::WatchSummary{};
+  }
+  kube::Result<json> Raw(const std::string&, const std::string&,
+                         const std::optional<json>&) override {
+    return json::object();
+  }
+
+  static kube::ApiError Err(int code, std::string reason, std::string message) {
+    kube::ApiError e;
+    e.code = code;
+    e.reason = std::move(reason);
+    e.message = std::move(message);
+    return e;
+  }
+};
+
+class GatePass : public ::testing::Test {
+ protected:
+  GatePass() { in_.job = QueuedJob(); }
+
+  GateResult Pass() {
+    auto r = Gate(client_, nullptr, &in_);
+    EXPECT_TRUE(r.ok()) << r.status().message();
+    return r.ok() ? *r : GateResult{};
+  }
+  std::string Said(const std::string& field) {
+    for (const json& c : in_.job["status"]["conditions"]) {
+      if (c.value("type", "") == kAdmittedCondition) return c.value(field, "");
+    }
+    return "";
+  }
+  json& Workload() { return client_.existing["workloads/" + WorkloadName(in_.job)]; }
+
+  FakeClient client_;
+  Observed in_;
+};
+
+TEST_F(GatePass, AJobWithoutTheLabelIsNotTouched) {
+  in_.job = TestJob();
+  const GateResult r = Pass();
+  EXPECT_TRUE(r.proceed);
+  EXPECT_FALSE(r.status_changed);
+  EXPECT_TRUE(client_.created.empty());
+}
+
+TEST_F(GatePass, AQueuedJobGetsAWorkloadAndWaitsSayingSo) {
+  const GateResult r = Pass();
+  EXPECT_FALSE(r.proceed);
+  EXPECT_TRUE(r.status_changed);
+  EXPECT_EQ(r.requeue_after, kWaitPoll);
+  ASSERT_EQ(client_.created.size(), 1U);
+  EXPECT_EQ(client_.created[0]["metadata"]["name"], WorkloadName(in_.job));
+  EXPECT_EQ(Said("status"), "False");
+  EXPECT_EQ(Said("reason"), "Pending");
+  EXPECT_EQ(in_.job["status"]["state"], kQueuedState);
+
+  // Kueue says what it lacks: the job says it too, and keeps waiting.
+  Workload()["status"] = {
+      {"conditions", json::array({Condition("QuotaReserved", "False", "Pending",
+                                            "insufficient unused quota for cpu")})}};
+  const GateResult again = Pass();
+  EXPECT_FALSE(again.proceed);
+  EXPECT_TRUE(again.status_changed);
+  EXPECT_EQ(Said("message"), "insufficient unused quota for cpu");
+  EXPECT_FALSE(Pass().status_changed);  // nothing new: nothing to write
+}
+
+TEST_F(GatePass, AnAdmittedJobProceedsWithItsAssignment) {
+  Pass();
+  Workload()["status"] = {
+      {"conditions", json::array({Condition("QuotaReserved", "True"),
+                                  Condition("Admitted", "True", "Admitted")})},
+      {"admission",
+       {{"clusterQueue", "cq"},
+        {"podSetAssignments",
+         json::array({{{"name", "worker"}, {"flavors", {{"cpu", "f"}}}},
+                      {{"name", "evaluator"}, {"flavors", {{"cpu", "f"}}}}})}}}};
+  client_.existing["resourceflavors/f"] = {{"spec", {{"nodeLabels", {{"pool", "train"}}}}}};
+  const GateResult r = Pass();
+  EXPECT_TRUE(r.proceed);
+  EXPECT_TRUE(r.status_changed);
+  EXPECT_EQ(Said("status"), "True");
+  EXPECT_NE(Said("message").find("ClusterQueue cq"), std::string::npos) << Said("message");
+  EXPECT_FALSE(in_.job["status"].contains("state"));  // the reconciler's from here on
+  EXPECT_EQ(in_.job["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"]["pool"],
+            "train");
+}
+
+TEST_F(GatePass, AnAssignmentNoPodCouldRunUnderWaitsSayingWhy) {
+  in_.job["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] = {
+      {"pool", "mine"}};
+  Pass();
+  Workload()["status"] = {
+      {"conditions", json::array({Condition("Admitted", "True", "Admitted")})},
+      {"admission",
+       {{"clusterQueue", "cq"},
+        {"podSetAssignments", json::array({{{"name", "worker"}, {"flavors", {{"cpu", "f"}}}}})}}}};
+  client_.existing["resourceflavors/f"] = {{"spec", {{"nodeLabels", {{"pool", "train"}}}}}};
+  const GateResult r = Pass();
+  EXPECT_FALSE(r.proceed);
+  EXPECT_EQ(Said("reason"), "AssignmentNotApplicable");
+  EXPECT_NE(Said("message").find("pool"), std::string::npos) << Said("message");
+}
+
+TEST_F(GatePass, WithoutKueueOrPermissionTheJobSaysWhatToDo) {
+  client_.create_error = FakeClient::Err(404, "NotFound", "the server could not find it");
+  GateResult r = Pass();
+  EXPECT_FALSE(r.proceed);
+  EXPECT_EQ(Said("reason"), "KueueNotInstalled");
+  EXPECT_NE(Said("message").find("install Kueue"), std::string::npos) << Said("message");
+
+  client_.create_error = FakeClient::Err(403, "Forbidden", "workloads is forbidden");
+  r = Pass();
+  EXPECT_FALSE(r.proceed);
+  EXPECT_EQ(Said("reason"), "WorkloadForbidden");
+  EXPECT_NE(Said("message").find("kueue.enabled=true"), std::string::npos) << Said("message");
+}
+
+TEST_F(GatePass, AFinishedJobMarksItsWorkloadFinished) {
+  Pass();
+  in_.job["status"] = {
+      {"conditions", json::array({Condition("Succeeded", "True", "JobSucceeded", "done")})}};
+  EXPECT_TRUE(Pass().proceed);
+  ASSERT_EQ(client_.status_updates.size(), 1U);
+  const json& conds = client_.status_updates[0]["status"]["conditions"];
+  ASSERT_EQ(conds.size(), 1U);
+  EXPECT_EQ(conds[0]["type"], "Finished");
+  EXPECT_EQ(conds[0]["reason"], "Succeeded");
+  EXPECT_EQ(conds[0]["message"], "done");
+  EXPECT_FALSE(conds[0].contains("lastUpdateTime")) << "not a field of metav1.Condition";
+
+  Workload()["status"] = client_.status_updates[0]["status"];
+  Pass();
+  EXPECT_EQ(client_.status_updates.size(), 1U) << "marked once";
+}
+
+TEST_F(GatePass, AWorkloadOfAnotherOwnerIsAnError) {
+  Workload() = {
+      {"metadata",
+       {{"name", WorkloadName(in_.job)},
+        {"ownerReferences", json::array({{{"uid", "someone-else"}, {"controller", true}}})}}}};
+  auto r = Gate(client_, nullptr, &in_);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("not owned by TrainingJob ns/mnist"), std::string::npos)
+      << r.status().message();
+}
+
+}  // namespace
+}  // namespace tj::controller::kueue
