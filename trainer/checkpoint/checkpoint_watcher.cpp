@@ -109,7 +109,7 @@ StatusOr<WatchDecision> CheckpointWatcher::PollOnce(const EvaluateFn& evaluate) 
 
   const std::string name = CheckpointName(decision.epoch);
   const std::string path = (std::filesystem::path(dir_) / name).string();
-  StatusOr<TrainingState> state = ReadStateFile(path);
+  StatusOr<TrainingState> state = ReadStateFile(path, options_.key);
   if (!state.ok()) {
     const bool gave_up = planner_.MarkReadFailed(decision.epoch);
     Warn("cannot read checkpoint " + state.status().message() +

@@ -75,13 +75,14 @@ class Trainer {
     }
     if (!o_.backup_dir.empty()) {
       backups_ = std::make_unique<checkpoint::BackupManager>(
-          o_.backup_dir, c.log, checkpoint::BackupScope{o_.job_uid, o_.restart_count});
+          o_.backup_dir, c.log,
+          checkpoint::BackupScope{o_.job_uid, o_.restart_count, o_.rendezvous_key});
       if (c.is_chief)
         backup_writer_ = std::make_unique<BackupWriter>(backups_.get(), c.log, c.progress);
     }
     if (!o_.checkpoint_dir.empty())
-      checkpoints_ =
-          std::make_unique<checkpoint::CheckpointManager>(o_.checkpoint_dir, o_.keep_checkpoints);
+      checkpoints_ = std::make_unique<checkpoint::CheckpointManager>(
+          o_.checkpoint_dir, o_.keep_checkpoints, o_.rendezvous_key);
   }
 
   TrainingOutcome Run();
@@ -233,7 +234,7 @@ TrainingOutcome Trainer::RestoreOrInitialise() {
       state->extra = {{"epoch_totals", TotalsJson({})}};
       restored_path.clear();
     }
-    auto bytes = checkpoint::EncodeState(*state);
+    auto bytes = checkpoint::EncodeState(*state, o_.rendezvous_key);
     if (error.ok() && !bytes.ok()) error = bytes.status();
     // A negative size tells the workers that the chief could not restore: they stop too,
     // with a message pointing at the chief, instead of waiting for a broadcast.
@@ -257,7 +258,8 @@ TrainingOutcome Trainer::RestoreOrInitialise() {
   }
   size_t newline = encoded.find('\n');
   restored_path = encoded.substr(0, newline);
-  auto state = checkpoint::DecodeState(encoded.substr(newline + 1), "the chief's broadcast");
+  auto state = checkpoint::DecodeState(encoded.substr(newline + 1), "the chief's broadcast",
+                                       o_.rendezvous_key);
   if (!state.ok()) return Failed(state.status());
   const auto* weights = state->FindTensor("weights");
   const auto* m = state->FindTensor("adam_m");
