@@ -81,8 +81,8 @@ CheckpointWatcher::CheckpointWatcher(std::string dir, Clock* clock, EventLog* lo
     : dir_(std::move(dir)),
       clock_(clock),
       log_(log),
-      options_(options),
-      planner_(options.max_read_attempts) {}
+      options_(std::move(options)),
+      planner_(options_.max_read_attempts) {}
 
 void CheckpointWatcher::Warn(const std::string& message) {
   if (log_ != nullptr) {

@@ -22,7 +22,8 @@ constexpr size_t kTrailerSize = 2 * kDigestSize;  // SHA-256, then the HMAC
 
 // HMAC-SHA256 under `key`; OpenSSL is given a non-null pointer for an empty key.
 StatusOr<Digest> MacOf(std::string_view key, const char* data, size_t size) {
-  return HmacSha256(key.empty() ? std::string_view("", 0) : key, data, size);
+  static constexpr char kNoKey[] = "";
+  return HmacSha256(key.empty() ? std::string_view(kNoKey) : key, data, size);
 }
 
 template <typename T>
