@@ -136,7 +136,13 @@ void Executor::ReadTrainerProgress(const std::string& ns, const std::string& nam
   if (!chief) chief = std::move(worker0);
   std::vector<std::pair<std::string, std::future<std::optional<json>>>> polls;
   for (const std::optional<PodView>* p : {&chief, &evaluator}) {
-    if (!*p || (*p)->phase != "Running" || !deps_.trainer_status) continue;
+    if (!*p || (*p)->phase != "Running") continue;
+    if (deps_.status_poller != nullptr) {  // never waits on the pod
+      if (auto s = deps_.status_poller->Latest(ns + "/" + name, **p))
+        in->trainer_status[(*p)->name] = std::move(*s);
+      continue;
+    }
+    if (!deps_.trainer_status) continue;
     polls.emplace_back((*p)->name,
                        std::async(std::launch::async, deps_.trainer_status, std::cref(**p)));
   }

@@ -31,6 +31,7 @@
 #include "common/thread_annotations.h"
 #include "operator/controller/metrics.h"
 #include "operator/controller/reconciler.h"
+#include "operator/controller/trainer_status_poller.h"
 #include "operator/kube/client.h"
 #include "operator/kube/event_recorder.h"
 #include "operator/kube/expectations.h"
@@ -70,6 +71,9 @@ struct ExecutorDeps {
   // GET http://<podIP>:<status port>/status of a running trainer pod; nullopt when it does
   // not answer (quickly: it runs inside a reconcile).
   std::function<std::optional<nlohmann::json>(const PodView& pod)> trainer_status;
+  // Set: /status is read through it, off the pass (its last answer; a new one requeues the
+  // job), and trainer_status is not called; null: trainer_status is asked within the pass.
+  TrainerStatusPoller* status_poller = nullptr;
   // The tail of a pod's trainer log; nullopt when it cannot be read.
   // The log of one container of a pod (its TF_CONFIG container: a pod may have sidecars).
   std::function<std::optional<std::string>(const std::string& ns, const std::string& pod,
