@@ -16,9 +16,12 @@ namespace {
 
 // Bounds on what a client can hold: the endpoints answer small documents to a few scrapers (the
 // operator, Prometheus, the kubelet's probes), so a peer that opens many connections or sends
-// nothing is cut off instead of starving them.
-constexpr unsigned kMaxConnections = 64;
-constexpr unsigned kMaxConnectionsPerAddress = 16;
+// nothing is cut off instead of starving them. A client that trickles a byte now and then is
+// never idle, so the per-address bound is what keeps slots free: slow clients from up to 63
+// addresses still leave room for the probes (each connection costs a descriptor and at most
+// libmicrohttpd's 32 KiB of buffers: 8 MiB at the bound).
+constexpr unsigned kMaxConnections = 256;
+constexpr unsigned kMaxConnectionsPerAddress = 4;
 constexpr unsigned kIdleTimeoutSeconds = 10;
 
 enum MHD_Result Reply(MHD_Connection* connection, int code, const std::string& content_type,

@@ -3,7 +3,8 @@
 //   unknown path                 -> 404 naming the paths served
 //   other method on a known path -> 405 with "Allow: GET"
 //   a handler that throws        -> 500 with the exception's text, never a crash
-//   a client that idles 10 s, or holds more than 16 of the 64 connections -> cut off
+//   a client that idles 10 s, or holds more than 4 of the 256 connections -> cut off (so slow
+//   clients from a few addresses cannot take the slots of a liveness probe)
 // Handlers run one at a time on the server's own thread (not the caller's): they must be
 // thread-safe with respect to the rest of the program, and quick, as they hold up other clients.
 // Built on libmicrohttpd (kept out of this header; library tj_http).

@@ -158,7 +158,7 @@ all_running() {
 write_kubeconfig() {  # write_kubeconfig FILE PORT TOKEN
   local ca
   ca=$(base64 -w0 <"$STATE_DIR/certs/ca.crt")
-  cat >"$1" <<EOF
+  write_private "$1" <<EOF
 apiVersion: v1
 kind: Config
 clusters:
@@ -175,7 +175,6 @@ contexts:
   context: {cluster: local, user: admin, namespace: default}
 current-context: local
 EOF
-  chmod 600 "$1"
 }
 
 # A CA and a serving certificate for 127.0.0.1/localhost signed by it, so clients verify TLS.
@@ -243,9 +242,10 @@ cmd_up() {
   token=$(openssl rand -hex 24)
   port_e=$(free_port); port_p=$(free_port); port_a=$(free_port)
   port_c=$(free_port); port_s=$(free_port); port_k=$(free_port)
-  echo "$token" >"$STATE_DIR/token"; chmod 600 "$STATE_DIR/token"
+  echo "$token" | write_private "$STATE_DIR/token"
   echo "$port_a" >"$STATE_DIR/port"
-  echo "$token,admin,admin,system:masters" >"$STATE_DIR/tokens.csv"
+  # The API server's token file: whoever reads it is cluster-admin.
+  echo "$token,admin,admin,system:masters" | write_private "$STATE_DIR/tokens.csv"
   write_kubeconfig "$STATE_DIR/kubeconfig" "$port_a" "$token"
   cat >"$STATE_DIR/cluster.env" <<EOF
 KUBE_BIN=$KUBE_BIN
@@ -582,6 +582,8 @@ find_binaries_quietly() {
 
 # shellcheck source=hack/real-node.sh
 . "$REPO_ROOT/hack/real-node.sh"
+# shellcheck source=hack/private-file.sh
+. "$REPO_ROOT/hack/private-file.sh"
 
 case "${1:-}" in
   up) cmd_up ;;

@@ -398,6 +398,14 @@ bool StartAndSync(const tj::controller::JobInformers& informers, const std::stop
   return true;
 }
 
+tj::controller::ReconcilerOptions ReconcilerOptionsOf(const Flags& f) {
+  tj::controller::ReconcilerOptions o;
+  o.evaluator_grace = std::chrono::seconds(f.evaluator_grace_s);
+  o.progress_poll = std::chrono::seconds(f.progress_poll_s);
+  o.restart_backoff_base = std::chrono::milliseconds(f.backoff_base_ms);
+  return o;
+}
+
 int main(int argc, char** argv) {
   // SIGTERM/SIGINT stop the operator. First thing: every thread started later (the HTTP
   // client's pool among them) inherits the blocked mask, so no thread dies of the signal.
@@ -438,17 +446,17 @@ int main(int argc, char** argv) {
   deps.metrics = &metrics;
   deps.log = &log;
   deps.random_key = [] { return RandomHex(32); };
-  deps.trainer_status = tj::controller::ReadTrainerStatus;
+  // The trainers' /status off the reconcile workers: at most 16 reads at once, 1.5 s each.
+  tj::controller::TrainerStatusPoller status_poller(
+      tj::controller::ReadTrainerStatus, [&queue](const std::string& key) { queue.Add(key); }, 16);
+  deps.status_poller = &status_poller;
   auto pod_logs =
       std::make_shared<tj::controller::PodLogReader>(api.config, std::move(api.log_transport));
   deps.pod_log = [pod_logs](const std::string& pod_ns, const std::string& pod,
                             const std::string& container) {
     return pod_logs->Read(pod_ns, pod, container);
   };
-  tj::controller::ReconcilerOptions ropts;
-  ropts.evaluator_grace = std::chrono::seconds(f.evaluator_grace_s);
-  ropts.progress_poll = std::chrono::seconds(f.progress_poll_s);
-  ropts.restart_backoff_base = std::chrono::milliseconds(f.backoff_base_ms);
+  const tj::controller::ReconcilerOptions ropts = ReconcilerOptionsOf(f);
 
   // Informers: the jobs, and everything labelled with a job's name (enqueue its job).
   tj::controller::JobInformers informers =

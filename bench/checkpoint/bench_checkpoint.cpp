@@ -129,7 +129,7 @@ int main(int argc, char** argv) {
   for (int r = 0; r < runs; ++r) {
     state.step = int64_t{100} * (r + 1);
     encode_ms.push_back(TimeMs([&] {
-      auto b = tj::checkpoint::EncodeState(state);
+      auto b = tj::checkpoint::EncodeState(state, "bench key");
       bytes = b.ok() ? b->size() : 0;
     }));
     tj::Status status;

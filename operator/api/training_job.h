@@ -112,6 +112,9 @@ inline constexpr char kRestarting[] = "Restarting";
 inline constexpr char kSucceeded[] = "Succeeded";
 inline constexpr char kFailed[] = "Failed";
 inline constexpr char kSuspended[] = "Suspended";
+// True while a Secret named <job>-rendezvous exists that the operator did not record making:
+// it is never deleted or replaced, and no pod is created until it is gone.
+inline constexpr char kRendezvousSecretConflict[] = "RendezvousSecretConflict";
 }  // namespace condition
 
 struct Condition {

@@ -77,29 +77,6 @@ json LastEvaluation(const std::string& log) {
   return last;
 }
 
-size_t JsonNesting(const std::string& text) {
-  size_t depth = 0, max = 0;
-  bool in_string = false, escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      max = std::max(max, ++depth);
-    } else if ((c == '}' || c == ']') && depth > 0) {
-      --depth;
-    }
-  }
-  return max;
-}
-
 json ParseTenantJson(const std::string& text) {
   if (JsonNesting(text) > kMaxTrainerStatusNesting) return json::value_t::discarded;
   return json::parse(text, nullptr, /*allow_exceptions=*/false);
@@ -160,7 +137,13 @@ void Executor::ReadTrainerProgress(const std::string& ns, const std::string& nam
   if (!chief) chief = std::move(worker0);
   std::vector<std::pair<std::string, std::future<std::optional<json>>>> polls;
   for (const std::optional<PodView>* p : {&chief, &evaluator}) {
-    if (!*p || (*p)->phase != "Running" || !deps_.trainer_status) continue;
+    if (!*p || (*p)->phase != "Running") continue;
+    if (deps_.status_poller != nullptr) {  // never waits on the pod
+      if (auto s = deps_.status_poller->Latest(ns + "/" + name, **p))
+        in->trainer_status[(*p)->name] = std::move(*s);
+      continue;
+    }
+    if (!deps_.trainer_status) continue;
     polls.emplace_back((*p)->name,
                        std::async(std::launch::async, deps_.trainer_status, std::cref(**p)));
   }
@@ -334,7 +317,19 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
 
   Decision d = Reconcile(in, options_);
   if (!d.status && gate->status_changed) d.status = in.job["status"];
-  TJ_RETURN_IF_ERROR(Apply(key, in.job, d));
+  if (Status applied = Apply(key, in.job, d); !applied.ok()) {
+    std::optional<std::string> conflict;
+    {
+      MutexLock lock(conflicts_mu_);
+      auto it = secret_conflicts_.find(key);
+      if (it != secret_conflicts_.end()) {
+        conflict = std::move(it->second);
+        secret_conflicts_.erase(it);
+      }
+    }
+    if (conflict) TJ_RETURN_IF_ERROR(WriteSecretConflict(key, in.job, *conflict));
+    return applied;
+  }
   // The new status, or the kept one still unwritten.
   std::optional<json> status = d.status ? d.status
                                : kept   ? std::optional<json>(kept->status)
@@ -379,29 +374,49 @@ StatusOr<std::optional<json>> Executor::ReadExisting(const kube::Resource& r, co
 
 // The operator may create and delete Secrets, never read them (RBAC: no get, list or watch).
 // The reconciler creates the rendezvous Secret only when it has made none (by the job's
-// status) or a pod reports it gone: one that exists is then not the key the status records (a
-// pass whose status write was lost, a deleted job's Secret of the same name, a user's), and is
-// replaced; the pods that may hold its key are restarted by their key hash.
-Status Executor::CreateSecret(const std::string& ns, const Action& a) {
+// status) or a pod reports it gone. One that exists then is not one the status records: a
+// user's, a deleted job's of the same name not yet collected, or (rarely) this job's from a
+// pass whose status write was lost. Unable to read its ownerReferences, the operator never
+// deletes or replaces it: the job waits, with the RendezvousSecretConflict condition saying
+// what to do, and the key is retried with backoff (a deleted job's Secret goes by itself).
+Status Executor::CreateSecret(const std::string& key, const std::string& ns, const Action& a) {
   const std::string object_key = ns + "/" + a.name;
   auto r = deps_.client->Create(a.resource, ns, a.object);
-  if (r.ok()) return Status::Ok();
+  if (r.ok()) {
+    MutexLock lock(conflicts_mu_);
+    secret_conflicts_.erase(key);
+    return Status::Ok();
+  }
   if (!kube::IsAlreadyExists(r.error())) {
     return r.error().ToStatus().WithContext("creating secrets " + object_key);
   }
-  auto d = deps_.client->Delete(a.resource, ns, a.name);
-  if (!d.ok() && !kube::IsNotFound(d.error())) {
-    return d.error().ToStatus().WithContext("replacing secrets " + object_key +
-                                            ", which holds another key");
+  const std::string message =
+      "Secret " + object_key +
+      " already exists and this job did not make it (the operator never reads Secrets, so it "
+      "cannot tell whose it is): it is left alone and no pod is created. If it is this job's "
+      "leftover or a deleted job's of the same name, delete it and the operator makes it again "
+      "with a new key; if it is someone else's, give this job another name";
+  {
+    MutexLock lock(conflicts_mu_);
+    secret_conflicts_[key] = message;
   }
-  r = deps_.client->Create(a.resource, ns, a.object);
-  if (r.ok()) return Status::Ok();
-  return r.error().ToStatus().WithContext("creating secrets " + object_key + " again");
+  return Status::Error(message);
+}
+
+Status Executor::WriteSecretConflict(const std::string& key, const json& job,
+                                     const std::string& message) {
+  api::TrainingJobStatus st = api::TrainingJobStatus::FromJson(job.value("status", json::object()));
+  if (!st.SetCondition(api::condition::kRendezvousSecretConflict, true, "SecretNotOwned", message,
+                       deps_.wall_clock())) {
+    return Status::Ok();  // already says so
+  }
+  if (deps_.recorder) deps_.recorder->RecordAsync(job, "Warning", "SecretNotOwned", message);
+  return WriteStatus(key, job, st.ToJson());
 }
 
 Status Executor::Create(const std::string& key, const json& job, const Action& a) {
   const api::ObjectRef ref = api::RefOf(job);
-  if (a.resource.plural == kube::resources::kSecrets.plural) return CreateSecret(ref.ns, a);
+  if (a.resource.plural == kube::resources::kSecrets.plural) return CreateSecret(key, ref.ns, a);
   const std::string object_key = ref.ns + "/" + a.name;
   if (deps_.caches) expectations_.ExpectCreate(key, a.resource, object_key);
   auto r = deps_.client->Create(a.resource, ref.ns, a.object);

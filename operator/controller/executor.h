@@ -25,11 +25,13 @@
 #include <vector>
 
 #include "common/event_log.h"
+#include "common/json_nesting.h"
 #include "common/status.h"
 #include "common/status_schema.h"
 #include "common/thread_annotations.h"
 #include "operator/controller/metrics.h"
 #include "operator/controller/reconciler.h"
+#include "operator/controller/trainer_status_poller.h"
 #include "operator/kube/client.h"
 #include "operator/kube/event_recorder.h"
 #include "operator/kube/expectations.h"
@@ -69,6 +71,9 @@ struct ExecutorDeps {
   // GET http://<podIP>:<status port>/status of a running trainer pod; nullopt when it does
   // not answer (quickly: it runs inside a reconcile).
   std::function<std::optional<nlohmann::json>(const PodView& pod)> trainer_status;
+  // Set: /status is read through it, off the pass (its last answer; a new one requeues the
+  // job), and trainer_status is not called; null: trainer_status is asked within the pass.
+  TrainerStatusPoller* status_poller = nullptr;
   // The tail of a pod's trainer log; nullopt when it cannot be read.
   // The log of one container of a pod (its TF_CONFIG container: a pod may have sidecars).
   std::function<std::optional<std::string>(const std::string& ns, const std::string& pod,
@@ -110,8 +115,14 @@ class Executor {
                                                        const std::string& name);
   Status Apply(const std::string& key, const nlohmann::json& job, const Decision& d);
   Status Create(const std::string& key, const nlohmann::json& job, const Action& a);
-  // Creates the rendezvous Secret; one that exists already is deleted and created again.
-  Status CreateSecret(const std::string& ns, const Action& a);
+  // Creates the rendezvous Secret. One that exists already is left alone (the operator cannot
+  // read it to tell whose it is): an error naming the conflict, recorded for Sync, which writes
+  // the RendezvousSecretConflict condition.
+  Status CreateSecret(const std::string& key, const std::string& ns, const Action& a);
+  // Sets the RendezvousSecretConflict condition on the job's status as it was before this pass
+  // (nothing this pass decided holds: its pods were not created).
+  Status WriteSecretConflict(const std::string& key, const nlohmann::json& job,
+                             const std::string& message);
   Status CreateAll(const std::string& key, const nlohmann::json& job,
                    const std::vector<const Action*>& creates);
   Status WriteStatus(const std::string& key, const nlohmann::json& job,
@@ -135,6 +146,9 @@ class Executor {
   kube::Expectations expectations_;
   Mutex kept_mu_;
   std::map<std::string, KeptStatus> kept_ TJ_GUARDED_BY(kept_mu_);
+  // Jobs whose pass found a rendezvous Secret it did not make: key -> the message.
+  Mutex conflicts_mu_;
+  std::map<std::string, std::string> secret_conflicts_ TJ_GUARDED_BY(conflicts_mu_);
 };
 
 // Whether a create that was answered AlreadyExists may count as done: Ok when `existing` (the
@@ -159,9 +173,6 @@ nlohmann::json FinalProgress(const std::string& log);
 // levels deep).
 inline constexpr size_t kMaxTrainerStatusBytes = status_schema::kMaxBytes;
 inline constexpr size_t kMaxTrainerStatusNesting = status_schema::kMaxNesting;
-
-// The deepest nesting of objects and arrays in a JSON text (strings skipped), without parsing.
-size_t JsonNesting(const std::string& text);
 
 // A JSON text a tenant wrote (its /status, a line of its log), parsed only when nested at most
 // kMaxTrainerStatusNesting deep; `discarded` when deeper or not JSON, so that neither the

@@ -375,6 +375,10 @@ void Pass::EnsureSecret() {
   if (status_.rendezvous_key_hash.empty()) status_.rendezvous_key_hash = HashThePodsAgreeOn();
   const bool made = !status_.rendezvous_key_hash.empty();
   const std::string missing_in = made ? SecretMissingPod() : "";
+  // Written only when this pass's actions were applied: the Secret is this job's (a create
+  // that found another's keeps the status as it was, and the executor sets the condition).
+  status_.SetCondition(cond::kRendezvousSecretConflict, false, "SecretCreated",
+                       "Secret " + SecretName(ref_.name) + " is this job's", in_.now);
   if (made && missing_in.empty()) {
     key_hash_ = status_.rendezvous_key_hash;
     return;
@@ -391,12 +395,18 @@ void Pass::EnsureSecret() {
 }
 
 std::string Pass::SecretMissingPod() const {
-  const std::string quoted = "\"" + SecretName(ref_.name) + "\"";
+  // The kubelet's words for a Secret that is not there (`secret "x" not found`; the API
+  // server's `secrets "x" not found`), naming exactly ours: a ConfigMap of that name, or a
+  // message that merely quotes it, is not our Secret missing. Even when one is taken for it,
+  // the Secret is only created, never replaced: if it exists, the create fails and no key
+  // changes, so no gang restarts for it (Executor::CreateSecret).
+  const std::string quoted = "\"" + SecretName(ref_.name) + "\" not found";
   for (const auto& p : pods_) {
     if (!p.Active()) continue;
     for (const WaitingContainer& w : p.waiting) {
-      if (w.reason == "CreateContainerConfigError" && w.message.find(quoted) != std::string::npos &&
-          w.message.find("not found") != std::string::npos) {
+      if (w.reason != "CreateContainerConfigError") continue;
+      if (w.message.find("secret " + quoted) != std::string::npos ||
+          w.message.find("secrets " + quoted) != std::string::npos) {
         return p.name;
       }
     }

@@ -19,12 +19,16 @@ def put(target, name, data):
         f.write(data)
 
 
-# ---- checkpoint (state_file): magic, u32 version, u64 header length, header, floats, SHA-256.
-def state_file(header, floats, version=1, digest=True):
+# ---- checkpoint (state_file): magic, u32 version, u64 header length, header, floats, SHA-256,
+# HMAC-SHA256 under the harness's key.
+def state_file(header, floats, version=2, digest=True):
     h = json.dumps(header, separators=(",", ":")).encode()
     body = b"TJCKPT\r\n" + struct.pack("<IQ", version, len(h)) + h
     body += struct.pack("<%df" % len(floats), *floats)
-    return body + (hashlib.sha256(body).digest() if digest else b"")
+    if not digest:
+        return body
+    body += hashlib.sha256(body).digest()
+    return body + hmac.new(b"fuzz-key", body, hashlib.sha256).digest()
 
 
 good_header = {"fingerprint": {"model": "cnn", "batch_size": 64, "workers": 2},
@@ -34,10 +38,10 @@ good_header = {"fingerprint": {"model": "cnn", "batch_size": 64, "workers": 2},
                "data_bytes": 20}
 good = state_file(good_header, [1.0, -2.0, 0.5, 0.0, 3.25])
 put("state_file", "valid", b"\x00" + good)
-put("state_file", "valid_no_digest", b"\x01" + good[:-32])
+put("state_file", "valid_no_digest", b"\x01" + good[:-64])
 put("state_file", "truncated", b"\x00" + good[:40])
 put("state_file", "corrupt_byte", b"\x00" + good[:30] + b"X" + good[31:])
-put("state_file", "bad_version", b"\x01" + state_file(good_header, [1.0] * 5, 2, False))
+put("state_file", "bad_version", b"\x01" + state_file(good_header, [1.0] * 5, 3, False))
 put("state_file", "sizes_mismatch",
     b"\x01" + state_file(dict(good_header, data_bytes=8), [1.0, 2.0], digest=False))
 put("state_file", "tensors_not_list",

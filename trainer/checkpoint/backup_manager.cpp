@@ -9,6 +9,7 @@
 #include <fstream>
 #include <system_error>
 
+#include "common/json_nesting.h"
 #include "common/secure_random.h"
 #include "common/sha256.h"
 #include "trainer/checkpoint/atomic_file.h"
@@ -21,6 +22,7 @@ constexpr std::string_view kPrefix = "backup-";
 constexpr char kFenceName[] = "fence";
 constexpr char kGangField[] = "backup_gang";  // in a backup's "extra": the gang that wrote it
 constexpr size_t kKeep = 2;                   // the newest and the one before it
+constexpr size_t kMaxFenceBytes = 4096;       // {"gang": G, "base_seq": N} is under 64
 
 // This writer's part of its temporary files' names: its gang, pid and a random part
 // ("g3-1234-89ab..."), so that it removes only its own debris and a reader can tell whose
@@ -62,7 +64,13 @@ StatusOr<BackupManager::Fence> BackupManager::ReadFence() const {
     if (!fs::exists(path, ec) && !ec) return Fence{};
     return Status::Error("reading backup fence " + path + ": cannot open it");
   }
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  // The fence is on the shared volume too: read bounded, parsed only when flat.
+  std::string text(kMaxFenceBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  const nlohmann::json j = text.size() > kMaxFenceBytes || JsonNesting(text) > 1
+                               ? nlohmann::json(nlohmann::json::value_t::discarded)
+                               : nlohmann::json::parse(text, nullptr, false);
   if (!j.is_object() || !j.contains("gang") || !j["gang"].is_number_integer() ||
       !j.contains("base_seq") || !j["base_seq"].is_number_integer()) {
     return Status::Error("reading backup fence " + path +
@@ -108,7 +116,7 @@ Status BackupManager::Claim() {
   int64_t base = 0;
   for (const auto& [seq, path] : *backups) {
     if (seq > fence->base_seq && fence->gang >= 0) {
-      StatusOr<TrainingState> state = ReadStateFile(path);
+      StatusOr<TrainingState> state = ReadStateFile(path, scope_.key);
       // An unreadable one stays: Restore skips it with its reason.
       if (state.ok() && !Restorable(*fence, seq, GangOfState(*state))) {
         Warn("removing backup " + path + ": written by gang " +
@@ -182,7 +190,7 @@ Status BackupManager::Save(TrainingState state) {
     if (!state.extra.is_object()) state.extra = nlohmann::json::object();
     state.extra[kGangField] = scope_.gang;
   }
-  StatusOr<std::string> bytes = EncodeState(state);
+  StatusOr<std::string> bytes = EncodeState(state, scope_.key);
   if (!bytes.ok()) return bytes.status().WithContext("saving backup " + path);
   TJ_RETURN_IF_ERROR(WriteFileAtomically(path, *bytes, "backup.before_rename", writer_)
                          .WithContext("saving backup"));
@@ -208,10 +216,11 @@ StatusOr<std::optional<TrainingState>> BackupManager::Restore(
   if (backups->empty()) return std::optional<TrainingState>();
 
   std::string reasons;
-  size_t fenced_out = 0;
+  size_t fenced_out = 0, foreign = 0;
   for (const auto& [seq, path] : *backups) {
-    StatusOr<TrainingState> state = ReadStateFile(path);
+    StatusOr<TrainingState> state = ReadStateFile(path, scope_.key);
     if (!state.ok()) {
+      if (state.status().code() == StatusCode::kPermissionDenied) ++foreign;
       Warn("skipping backup " + state.status().message() +
            (&path != &backups->back().second ? "; trying the previous backup" : ""));
       reasons += "\n  " + state.status().message();
@@ -234,6 +243,15 @@ StatusOr<std::optional<TrainingState>> BackupManager::Restore(
     return std::optional<TrainingState>(std::move(state).value());
   }
   if (fenced_out == backups->size()) return std::optional<TrainingState>();
+  if (foreign > 0 && foreign + fenced_out == backups->size()) {
+    // Nothing here is this job's to resume, and nothing is torn or corrupt: a fresh start, said
+    // loudly. The files stay until this run's own backups outnumber them.
+    Warn("no backup in " + dir_ + " is signed with this job's key (" + std::to_string(foreign) +
+         " under another key):" + reasons +
+         "\nStarting afresh; if the job's rendezvous Secret was made again, the progress in "
+         "those backups is lost");
+    return std::optional<TrainingState>();
+  }
   return Status::Error("no valid backup in " + dir_ + " (" + std::to_string(backups->size()) +
                        " found, all unreadable):" + reasons +
                        "\nRefusing to start from scratch; remove the directory to start over");

@@ -38,6 +38,9 @@ namespace tj::checkpoint {
 struct BackupScope {
   std::string job_uid;  // empty: the backups live in the directory itself (a run by hand)
   int64_t gang = -1;    // the gang's restart count; negative: not fenced (a run by hand)
+  // The job's key (TJ_RENDEZVOUS_KEY) that every backup is authenticated with; a backup under
+  // another key is skipped like a corrupt one. Empty: integrity only (a run by hand).
+  std::string key;
 };
 
 class BackupManager {
@@ -66,9 +69,12 @@ class BackupManager {
 
   // The newest valid backup:
   //  - no directory, or no backup-* files in it: nullopt (a fresh start);
-  //  - the newest is missing/torn/truncated/corrupt: a warning naming the file and the reason,
-  //    then the previous one is tried, and so on;
-  //  - backups present but none valid: an error listing each file and its reason;
+  //  - the newest is missing/torn/truncated/corrupt, not signed with scope.key, too large or
+  //    nested too deep: a warning naming the file and the reason, then the previous one is
+  //    tried, and so on;
+  //  - backups present but none valid: an error listing each file and its reason; except when
+  //    every one is intact but under another key (the job's Secret was made again with a new
+  //    key, or the files were planted): then a warning naming them, and a fresh start;
   //  - the newest valid backup has a fingerprint other than `expected_fingerprint`: an error
   //    naming every field that differs;
   //  - a backup written by a fenced-out chief after the last claim is skipped with a warning.

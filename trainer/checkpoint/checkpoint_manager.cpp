@@ -63,8 +63,8 @@ StatusOr<std::optional<int64_t>> ReadFinalMarker(const std::string& dir) {
   }
 }
 
-CheckpointManager::CheckpointManager(std::string dir, int keep)
-    : dir_(std::move(dir)), keep_(keep) {}
+CheckpointManager::CheckpointManager(std::string dir, int keep, std::string key)
+    : dir_(std::move(dir)), keep_(keep), key_(std::move(key)) {}
 
 StatusOr<std::string> CheckpointManager::Save(const TrainingState& state) {
   std::error_code ec;
@@ -75,7 +75,7 @@ StatusOr<std::string> CheckpointManager::Save(const TrainingState& state) {
   }
   TJ_RETURN_IF_ERROR(RemoveTempFiles(dir_).WithContext("saving a checkpoint"));
   const std::string path = (fs::path(dir_) / CheckpointName(state.epoch)).string();
-  TJ_RETURN_IF_ERROR(WriteStateFile(path, state).WithContext("saving checkpoint"));
+  TJ_RETURN_IF_ERROR(WriteStateFile(path, state, key_).WithContext("saving checkpoint"));
   if (keep_ > 0) {
     auto all = ListCheckpoints(dir_);
     if (!all.ok()) return all.status();

@@ -39,8 +39,9 @@ StatusOr<std::optional<int64_t>> ReadFinalMarker(const std::string& dir);
 
 class CheckpointManager {
  public:
-  // `keep` <= 0 keeps every checkpoint.
-  explicit CheckpointManager(std::string dir, int keep = 5);
+  // `keep` <= 0 keeps every checkpoint. `key`: the job's key the checkpoints are
+  // authenticated with (state_file.h); empty for a run by hand.
+  explicit CheckpointManager(std::string dir, int keep = 5, std::string key = {});
 
   const std::string& dir() const { return dir_; }
 
@@ -58,6 +59,7 @@ class CheckpointManager {
  private:
   std::string dir_;
   int keep_;
+  std::string key_;
 };
 
 }  // namespace tj::checkpoint

@@ -81,8 +81,8 @@ CheckpointWatcher::CheckpointWatcher(std::string dir, Clock* clock, EventLog* lo
     : dir_(std::move(dir)),
       clock_(clock),
       log_(log),
-      options_(options),
-      planner_(options.max_read_attempts) {}
+      options_(std::move(options)),
+      planner_(options_.max_read_attempts) {}
 
 void CheckpointWatcher::Warn(const std::string& message) {
   if (log_ != nullptr) {
@@ -109,7 +109,7 @@ StatusOr<WatchDecision> CheckpointWatcher::PollOnce(const EvaluateFn& evaluate) 
 
   const std::string name = CheckpointName(decision.epoch);
   const std::string path = (std::filesystem::path(dir_) / name).string();
-  StatusOr<TrainingState> state = ReadStateFile(path);
+  StatusOr<TrainingState> state = ReadStateFile(path, options_.key);
   if (!state.ok()) {
     const bool gave_up = planner_.MarkReadFailed(decision.epoch);
     Warn("cannot read checkpoint " + state.status().message() +

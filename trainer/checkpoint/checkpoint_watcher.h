@@ -73,6 +73,7 @@ struct CheckpointWatcherOptions {
   Clock::Duration poll_interval = std::chrono::seconds(2);
   int max_read_attempts = 5;
   int64_t max_evaluations = 0;  // > 0: stop (OK) after this many evaluations, as Keras does
+  std::string key;              // the job's key the checkpoints were written with (state_file.h)
 };
 
 struct WatchResult {

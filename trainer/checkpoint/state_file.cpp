@@ -1,11 +1,14 @@
 #include "trainer/checkpoint/state_file.h"
 
+#include <openssl/crypto.h>
+
 #include <bit>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <set>
 
+#include "common/json_nesting.h"
 #include "common/sha256.h"
 #include "trainer/checkpoint/atomic_file.h"
 
@@ -15,6 +18,13 @@ namespace {
 constexpr size_t kMagicSize = sizeof(kStateFileMagic);
 constexpr size_t kFixedSize = kMagicSize + 4 + 8;  // magic, version, header length
 constexpr size_t kDigestSize = 32;
+constexpr size_t kTrailerSize = 2 * kDigestSize;  // SHA-256, then the HMAC
+
+// HMAC-SHA256 under `key`; OpenSSL is given a non-null pointer for an empty key.
+StatusOr<Digest> MacOf(std::string_view key, const char* data, size_t size) {
+  static constexpr char kNoKey[] = "";
+  return HmacSha256(key.empty() ? std::string_view(kNoKey) : key, data, size);
+}
 
 template <typename T>
 void PutLe(std::string& out, T v) {
@@ -88,6 +98,16 @@ struct Header {
 
 StatusOr<Header> ParseHeader(const std::string& text) {
   Header h;
+  if (text.size() > kMaxStateHeaderBytes) {
+    return Status::Error("malformed header: " + std::to_string(text.size()) +
+                         " bytes, more than the " + std::to_string(kMaxStateHeaderBytes) +
+                         " a state file's header may have");
+  }
+  if (const size_t depth = JsonNesting(text); depth > kMaxStateHeaderNesting) {
+    return Status::Error("malformed header: nested " + std::to_string(depth) +
+                         " deep, deeper than the " + std::to_string(kMaxStateHeaderNesting) +
+                         " a state file's header may be");
+  }
   try {
     h.json = nlohmann::json::parse(text);
     if (!h.json.is_object()) return Status::Error("malformed header: not a JSON object");
@@ -123,7 +143,7 @@ const std::vector<float>* TrainingState::FindTensor(const std::string& name) con
   return nullptr;
 }
 
-StatusOr<std::string> EncodeState(const TrainingState& state) {
+StatusOr<std::string> EncodeState(const TrainingState& state, std::string_view key) {
   nlohmann::json header;
   uint64_t data_bytes = 0;
   std::set<std::string> names;
@@ -154,7 +174,7 @@ StatusOr<std::string> EncodeState(const TrainingState& state) {
   }
 
   std::string out;
-  out.reserve(kFixedSize + header_text.size() + data_bytes + kDigestSize);
+  out.reserve(kFixedSize + header_text.size() + data_bytes + kTrailerSize);
   out.append(kStateFileMagic, kMagicSize);
   PutLe<uint32_t>(out, kStateFileVersion);
   PutLe<uint64_t>(out, header_text.size());
@@ -162,10 +182,14 @@ StatusOr<std::string> EncodeState(const TrainingState& state) {
   for (const auto& [name, values] : state.tensors) AppendFloats(out, values);
   const Digest digest = Sha256Of(out.data(), out.size());
   out.append(reinterpret_cast<const char*>(digest.data()), digest.size());
+  StatusOr<Digest> mac = MacOf(key, out.data(), out.size());
+  if (!mac.ok()) return mac.status().WithContext("authenticating checkpoint");
+  out.append(reinterpret_cast<const char*>(mac->data()), mac->size());
   return out;
 }
 
-StatusOr<TrainingState> DecodeState(const std::string& bytes, const std::string& source) {
+StatusOr<TrainingState> DecodeState(const std::string& bytes, const std::string& source,
+                                    std::string_view key) {
   auto error = [&](const std::string& what) { return Status::Error(source + ": " + what); };
   const size_t size = bytes.size();
   if (size == 0) return error("empty file (0 bytes): truncated, the write never completed");
@@ -178,19 +202,30 @@ StatusOr<TrainingState> DecodeState(const std::string& bytes, const std::string&
                  std::to_string(kFixedSize) + "-byte preamble");
   }
   const uint32_t version = GetLe<uint32_t>(bytes, kMagicSize);
+  if (version == 1) {
+    return error(
+        "format 1, written by a tj-trainer before state files were authenticated with the "
+        "job's key: it cannot be shown to be this job's, so it is not read. Finish the run with "
+        "the tj-trainer release that wrote it, or remove the file to start over");
+  }
   if (version != kStateFileVersion) {
     return error("unsupported version " + std::to_string(version) +
                  " (this tj-trainer reads version " + std::to_string(kStateFileVersion) +
                  "; written by another release, or corrupt)");
   }
+  if (size > kMaxStateFileBytes) {
+    return error("too large: " + std::to_string(size) + " bytes, more than the " +
+                 std::to_string(kMaxStateFileBytes) + " of any state this trainer writes");
+  }
   const uint64_t header_len = GetLe<uint64_t>(bytes, kMagicSize + 4);
-  const bool header_fits = header_len <= size && kFixedSize + header_len + kDigestSize <= size;
+  const bool header_fits = header_len <= size && kFixedSize + header_len + kTrailerSize <= size;
 
   // The digest decides whether the bytes are as written; the rest only explains a mismatch.
   bool digest_ok = false;
-  if (size >= kFixedSize + kDigestSize) {
-    const Digest digest = Sha256Of(bytes.data(), size - kDigestSize);
-    digest_ok = std::memcmp(digest.data(), bytes.data() + size - kDigestSize, kDigestSize) == 0;
+  if (size >= kFixedSize + kTrailerSize) {
+    const size_t at = size - kTrailerSize;
+    const Digest digest = Sha256Of(bytes.data(), at);
+    digest_ok = std::memcmp(digest.data(), bytes.data() + at, kDigestSize) == 0;
   }
   if (!digest_ok) {
     if (!header_fits) {
@@ -199,13 +234,24 @@ StatusOr<TrainingState> DecodeState(const std::string& bytes, const std::string&
     }
     StatusOr<Header> header = ParseHeader(bytes.substr(kFixedSize, header_len));
     if (header.ok()) {
-      const uint64_t expected = kFixedSize + header_len + header->data_bytes + kDigestSize;
+      const uint64_t expected = kFixedSize + header_len + header->data_bytes + kTrailerSize;
       if (expected > size) {
         return error("truncated: the header describes " + std::to_string(expected) +
                      " bytes, the file has " + std::to_string(size));
       }
     }
     return error("digest mismatch: the file is corrupt or was torn (SHA-256 does not match)");
+  }
+  // Intact; now whether this job's key wrote it. Nothing is parsed before this check.
+  StatusOr<Digest> mac = MacOf(key, bytes.data(), size - kDigestSize);
+  if (!mac.ok()) return mac.status().WithContext(source);
+  if (CRYPTO_memcmp(mac->data(), bytes.data() + size - kDigestSize, kDigestSize) != 0) {
+    return Status::Error(
+        StatusCode::kPermissionDenied,
+        source +
+            ": not signed with this job's key (TJ_RENDEZVOUS_KEY): another job's file, one "
+            "written by someone without the key (planted on the shared volume), or one written "
+            "before the job's rendezvous Secret was made again with a new key; it is not read");
   }
 
   // Intact as written; anything wrong now was wrong when it was written.
@@ -220,7 +266,7 @@ StatusOr<TrainingState> DecodeState(const std::string& bytes, const std::string&
     }
     sum += count * sizeof(float);
   }
-  const uint64_t data_bytes = size - kFixedSize - header_len - kDigestSize;
+  const uint64_t data_bytes = size - kFixedSize - header_len - kTrailerSize;
   if (sum != header->data_bytes || sum != data_bytes) {
     return error("tensor sizes do not match the file: tensors hold " + std::to_string(sum) +
                  " bytes, header says " + std::to_string(header->data_bytes) + ", file has " +
@@ -249,14 +295,14 @@ StatusOr<TrainingState> DecodeState(const std::string& bytes, const std::string&
   return state;
 }
 
-Status WriteStateFile(const std::string& path, const TrainingState& state,
+Status WriteStateFile(const std::string& path, const TrainingState& state, std::string_view key,
                       std::string_view before_rename_failpoint) {
-  StatusOr<std::string> bytes = EncodeState(state);
+  StatusOr<std::string> bytes = EncodeState(state, key);
   if (!bytes.ok()) return bytes.status().WithContext("writing " + path);
   return WriteFileAtomically(path, *bytes, before_rename_failpoint);
 }
 
-StatusOr<TrainingState> ReadStateFile(const std::string& path) {
+StatusOr<TrainingState> ReadStateFile(const std::string& path, std::string_view key) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     const int err = errno;
@@ -268,11 +314,16 @@ StatusOr<TrainingState> ReadStateFile(const std::string& path) {
   const std::streamoff size = in.tellg();
   in.seekg(0, std::ios::beg);
   if (size < 0) return Status::Error(path + ": cannot determine its size");
+  if (static_cast<uint64_t>(size) > kMaxStateFileBytes) {
+    return Status::Error(path + ": too large: " + std::to_string(size) + " bytes, more than the " +
+                         std::to_string(kMaxStateFileBytes) +
+                         " of any state this trainer writes; it is not read");
+  }
   std::string bytes(static_cast<size_t>(size), '\0');
   if (size > 0 && !in.read(bytes.data(), size)) {
     return Status::Error(path + ": read error (the file shrank while being read?)");
   }
-  return DecodeState(bytes, path);
+  return DecodeState(bytes, path, key);
 }
 
 std::optional<std::string> DescribeMismatch(const nlohmann::json& expected,

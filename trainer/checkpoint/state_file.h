@@ -10,7 +10,14 @@
 //                        "optimizer_iterations", "seed", "extra",
 //                        "tensors": [{"name", "count"}...], "data_bytes"}
 //     20 + H   D bytes   the tensors' float32 values, in header order, no padding
-//  20 + H + D  32 bytes  SHA-256 of every byte before it
+//  20 + H + D  32 bytes  SHA-256 of every byte before it (integrity: torn, truncated, flipped)
+//  52 + H + D  32 bytes  HMAC-SHA256 under the job's key of every byte before it (authenticity)
+//
+// A state file lies on a volume that others may write. Nothing of it is parsed before both
+// trailers check out, and then only within bounds (kMaxStateFileBytes, kMaxStateHeaderBytes,
+// kMaxStateHeaderNesting). The key is the job's rendezvous key (TJ_RENDEZVOUS_KEY: made once
+// per job, the same for every gang); an empty key (a run by hand, an exported model) gives
+// integrity only. Format 1 (a SHA-256 alone, before files were authenticated) is refused.
 #pragma once
 
 #include <cstdint>
@@ -26,7 +33,12 @@
 namespace tj::checkpoint {
 
 inline constexpr char kStateFileMagic[8] = {'T', 'J', 'C', 'K', 'P', 'T', '\r', '\n'};
-inline constexpr uint32_t kStateFileVersion = 1;
+inline constexpr uint32_t kStateFileVersion = 2;
+// Bounds on what is read: the largest state this trainer writes is 4.2 MB (weights and Adam's
+// two moments) with a header under 1 KiB nested 3 deep.
+inline constexpr size_t kMaxStateFileBytes = size_t{64} << 20;
+inline constexpr size_t kMaxStateHeaderBytes = size_t{1} << 20;
+inline constexpr size_t kMaxStateHeaderNesting = 16;
 
 struct TrainingState {
   nlohmann::json fingerprint;  // configuration: model, batch size, number of workers, dataset...
@@ -42,24 +54,29 @@ struct TrainingState {
   bool operator==(const TrainingState&) const = default;
 };
 
-// The file's bytes for `state`. Fails only on a header nlohmann/json cannot serialise
-// (invalid UTF-8 in a string) or on duplicate tensor names.
-StatusOr<std::string> EncodeState(const TrainingState& state);
+// The file's bytes for `state`, authenticated under `key`. Fails on a header nlohmann/json
+// cannot serialise (invalid UTF-8 in a string), on duplicate tensor names, or when the HMAC
+// cannot be computed.
+StatusOr<std::string> EncodeState(const TrainingState& state, std::string_view key);
 
-// Parses bytes produced by EncodeState. `source` names them in error messages (a path).
-// Every error names the problem: "truncated", "not a tj-trainer checkpoint",
-// "unsupported version", "digest mismatch", "malformed header", "tensor sizes".
-StatusOr<TrainingState> DecodeState(const std::string& bytes, const std::string& source);
+// Parses bytes produced by EncodeState under the same `key`. `source` names them in error
+// messages (a path). Every error names the problem: "truncated", "not a tj-trainer
+// checkpoint", "unsupported version", "format 1", "digest mismatch", "not signed with this
+// job's key" (StatusCode::kPermissionDenied: intact, but under another key), "too large",
+// "malformed header", "tensor sizes".
+StatusOr<TrainingState> DecodeState(const std::string& bytes, const std::string& source,
+                                    std::string_view key);
 
-// Encodes and writes atomically and durably (temporary file, fsync, rename, fsync of the
-// directory). The directory must exist.
+// Encodes under `key` and writes atomically and durably (temporary file, fsync, rename, fsync
+// of the directory). The directory must exist.
 // `before_rename_failpoint`: see WriteFileAtomically.
-Status WriteStateFile(const std::string& path, const TrainingState& state,
+Status WriteStateFile(const std::string& path, const TrainingState& state, std::string_view key,
                       std::string_view before_rename_failpoint = {});
 
-// Reads and verifies a file written by WriteStateFile. A missing file is an error that says
+// Reads and verifies a file written by WriteStateFile under `key`; a file larger than
+// kMaxStateFileBytes is refused before it is read. A missing file is an error that says
 // "missing" (callers that expect absence check first).
-StatusOr<TrainingState> ReadStateFile(const std::string& path);
+StatusOr<TrainingState> ReadStateFile(const std::string& path, std::string_view key);
 
 // Compares two configuration fingerprints field by field (nested objects as "a.b").
 // Returns nullopt when equal, else one clause per differing field, joined by "; ":

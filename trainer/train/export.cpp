@@ -12,6 +12,11 @@
 namespace tj::train {
 namespace fs = std::filesystem;
 
+namespace {
+// An exported model is the job's product, read wherever its user takes it: integrity only.
+constexpr std::string_view kExportKey;
+}  // namespace
+
 Status ExportModel(const std::string& dir, const std::vector<float>& weights, int epochs) {
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -20,7 +25,7 @@ Status ExportModel(const std::string& dir, const std::vector<float>& weights, in
   state.fingerprint = nn::ArchitectureJson();
   state.epoch = epochs;
   state.tensors = {{"weights", weights}};
-  TJ_RETURN_IF_ERROR(checkpoint::WriteStateFile(dir + "/weights.tjckpt", state));
+  TJ_RETURN_IF_ERROR(checkpoint::WriteStateFile(dir + "/weights.tjckpt", state, kExportKey));
   nlohmann::json arch = nn::ArchitectureJson();
   arch["epochs"] = epochs;
   arch["weights_file"] = "weights.tjckpt";
@@ -47,7 +52,8 @@ StatusOr<std::vector<float>> LoadExportedModel(const std::string& dir) {
                          " with " + std::to_string(arch.value("parameters", 0)) +
                          " parameters is not this trainer's model (seeds-cnn, 347146)");
   }
-  auto state = checkpoint::ReadStateFile(dir + "/" + arch.value("weights_file", "weights.tjckpt"));
+  auto state = checkpoint::ReadStateFile(dir + "/" + arch.value("weights_file", "weights.tjckpt"),
+                                         kExportKey);
   if (!state.ok()) return state.status().WithContext("reading model " + dir);
   const std::vector<float>* w = state->FindTensor("weights");
   if (w == nullptr || w->size() != nn::Layout::kCount) {

@@ -13,10 +13,13 @@
 namespace tj::train {
 
 // Exit codes. 75 (EX_TEMPFAIL) means "a peer was lost or unreachable: restart the gang";
-// the operator treats it as retryable. 2 is a usage error; 1 any other failure.
+// the operator treats it as retryable. 65 (EX_DATAERR) means "training diverged: the loss or
+// a gradient is not finite"; a rerun from the same backup would diverge the same way, so it
+// is not retryable. 2 is a usage error; 1 any other failure.
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitFailure = 1;
 inline constexpr int kExitUsage = 2;
+inline constexpr int kExitNonFinite = 65;
 inline constexpr int kExitPeerLost = 75;
 
 enum class Device { kAuto, kCpu, kGpu };

@@ -104,9 +104,9 @@ TEST(HttpServer, OneAddressCannotTakeEveryConnection) {
   HttpServer server("127.0.0.1", port, Ok());
   ASSERT_TRUE(server.Start().ok());
   {
-    IdleClients hog(port, 16);  // every connection from 127.0.0.1 that one address may hold
-    ASSERT_EQ(hog.fds.size(), 16u);
-    EXPECT_EQ(Fetch(port, "GET", "/ok").code, 0) << "a 17th connection from the same address";
+    IdleClients hog(port, 4);  // every connection from 127.0.0.1 that one address may hold
+    ASSERT_EQ(hog.fds.size(), 4u);
+    EXPECT_EQ(Fetch(port, "GET", "/ok").code, 0) << "a 5th connection from the same address";
   }
   // Once the hog lets go, the server answers again (it may take a poll round to see them go).
   int code = 0;
@@ -115,6 +115,74 @@ TEST(HttpServer, OneAddressCannotTakeEveryConnection) {
     if (code == 0) std::this_thread::sleep_for(20ms);
   }
   EXPECT_EQ(code, 200);
+}
+
+// Slow clients (slowloris): connections from other loopback addresses (127.0.0.2, ...) that
+// send a request's first line and then one header byte every 200 ms, so that they are never
+// idle; each address opens as many as it is let. The probe, from 127.0.0.1, is still answered.
+// Before, 16 connections per address of 64 in all: four addresses took every slot.
+class SlowClients {
+ public:
+  SlowClients(int port, int addresses, int per_address) {
+    for (int a = 0; a < addresses; ++a) {
+      for (int i = 0; i < per_address; ++i) {
+        const int fd = ConnectFrom(port, 2 + a);
+        if (fd < 0) continue;
+        static constexpr char kFirstLine[] = "GET /ok HTTP/1.1\r\nX-Slow: ";
+        ::send(fd, kFirstLine, sizeof kFirstLine - 1, MSG_NOSIGNAL);
+        fds_.push_back(fd);
+      }
+    }
+    trickle_ = std::thread([this] {
+      while (!stop_) {
+        for (int fd : fds_) ::send(fd, "a", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+        std::this_thread::sleep_for(200ms);
+      }
+    });
+  }
+  ~SlowClients() {
+    stop_ = true;
+    trickle_.join();
+    for (int fd : fds_) ::close(fd);
+  }
+  SlowClients(const SlowClients&) = delete;
+  SlowClients& operator=(const SlowClients&) = delete;
+
+ private:
+  // A connection to 127.0.0.1:port from 127.0.0.<host>.
+  static int ConnectFrom(int port, int host) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    sockaddr_in from{};
+    from.sin_family = AF_INET;
+    from.sin_addr.s_addr = htonl(0x7f000000u | static_cast<uint32_t>(host));
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    to.sin_port = htons(static_cast<uint16_t>(port));
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from) != 0 ||
+        ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
+      ::close(fd);
+      return -1;
+    }
+    return fd;
+  }
+
+  std::vector<int> fds_;
+  std::atomic<bool> stop_{false};
+  std::thread trickle_;
+};
+
+TEST(HttpServer, SlowClientsFromManyAddressesLeaveTheProbeASlot) {
+  const int port = FreePort();
+  HttpServer server("127.0.0.1", port, Ok());
+  ASSERT_TRUE(server.Start().ok());
+  SlowClients slow(port, 16, 20);      // 16 addresses, each trying 20 connections
+  std::this_thread::sleep_for(500ms);  // the server has taken (or refused) them all
+  const auto start = std::chrono::steady_clock::now();
+  auto a = Fetch(port, "GET", "/ok");
+  EXPECT_EQ(a.code, 200) << "the probe found no free slot";
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
 }
 
 TEST(HttpServer, StopWaitsForTheHandlerInFlight) {

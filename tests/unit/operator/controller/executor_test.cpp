@@ -333,11 +333,12 @@ TEST_F(ExecutorPass, SendsNothingForAJobManagedByAnotherController) {
   EXPECT_TRUE(write_later_.empty());
 }
 
-TEST_F(ExecutorPass, TakesItsOwnServiceAndSecretWhenTheCacheLagsBehind) {
-  // Created by an earlier pass; the caches do not show them yet.
+TEST_F(ExecutorPass, TakesItsOwnServiceWhenTheCacheLagsBehind) {
+  // Created by an earlier pass; the cache does not show it yet. (A Secret the status does not
+  // record is never taken, nor replaced: NeverDeletesASecretItDidNotMake... below.)
   for (const json& o : CachedObjectsOf(TestJob("uid-new"))) {
     const std::string kind = o.value("kind", "");
-    if (kind != "Pod") client_.existing[PluralOf(kind) + "/" + o["metadata"].value("name", "")] = o;
+    if (kind == "Service") client_.existing["services/" + o["metadata"].value("name", "")] = o;
   }
   auto r = Sync();
   ASSERT_TRUE(r.ok()) << r.status().message();
@@ -358,23 +359,55 @@ TEST_F(ExecutorPass, DoesNotTakeADeletedJobsCachedServiceAsItsOwn) {
 // The operator cannot read Secrets: a Secret of the job's name that its status does not
 // record (a deleted job's, with its old key) is replaced, never taken as the new job's, and
 // the status records the new key's hash, which the pods carry.
-TEST_F(ExecutorPass, ReplacesASecretItDidNotRecordAndNeverReadsOne) {
+// A Secret of the rendezvous Secret's name that the job's status does not record (a deleted
+// job's not yet collected, a user's): never deleted or replaced (the operator cannot read its
+// ownerReferences), no pod created; a condition says what to do. Before, it was deleted and
+// made again with the job's key.
+TEST_F(ExecutorPass, NeverDeletesASecretItDidNotMakeAndNamesTheConflictInACondition) {
   kube::ObjectCache unused;
   OldObject("Secret", &unused, /*in_cache=*/false);
   auto r = Sync();
-  ASSERT_TRUE(r.ok()) << r.status().message();
-  EXPECT_EQ(client_.deleted, (std::vector<std::string>{"secrets/mnist-rendezvous"}));
-  ASSERT_FALSE(client_.status_writes.empty());
-  const std::string hash = client_.status_writes.back().value("rendezvousKeyHash", "");
-  EXPECT_EQ(hash, KeyHash("key"));
-  bool secret_created = false;
-  for (const json& o : client_.created_objects) {
-    if (o.value("kind", "") == "Secret") secret_created = KeyHashOf(o) == hash;
-    if (o.value("kind", "") != "Pod") continue;
-    EXPECT_EQ(KeyHashOf(o), hash);
-  }
-  EXPECT_TRUE(secret_created);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find(
+                "Secret ns/mnist-rendezvous already exists and this job did not make it"),
+            std::string::npos)
+      << r.status().message();
+  EXPECT_TRUE(client_.deleted.empty()) << client_.deleted.front();
+  EXPECT_TRUE(client_.CreatedPods().empty());
   EXPECT_EQ(client_.gets, 0) << "a Get: the operator may not read Secrets";
+  ASSERT_EQ(client_.status_writes.size(), 1u);
+  api::TrainingJobStatus st = api::TrainingJobStatus::FromJson(client_.status_writes[0]);
+  const api::Condition* c = st.Find(api::condition::kRendezvousSecretConflict);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->status, "True");
+  EXPECT_EQ(c->reason, "SecretNotOwned");
+  EXPECT_NE(c->message.find("delete it and the operator makes it again with a new key"),
+            std::string::npos)
+      << c->message;
+  EXPECT_EQ(st.rendezvous_key_hash, "") << "the key of a Secret never made is not recorded";
+
+  // A pass while it is still there: the same refusal, no second write of the same condition.
+  CacheTheCreatedObjects();
+  json job = TestJob("uid-new");
+  job["status"] = client_.status_writes.back();
+  jobs_.Upsert(job);
+  r = Sync();
+  EXPECT_FALSE(r.ok());
+  EXPECT_TRUE(client_.deleted.empty());
+  EXPECT_EQ(client_.status_writes.size(), 1u);
+
+  // Once it is gone (its owner's garbage collection, or the user), the job's own is made, the
+  // pods created with its key, and the condition turns False.
+  client_.existing.erase("secrets/mnist-rendezvous");
+  r = Sync();
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(client_.CreatedPods().size(), 2u);
+  st = api::TrainingJobStatus::FromJson(client_.status_writes.back());
+  EXPECT_EQ(st.rendezvous_key_hash, KeyHash("key"));
+  c = st.Find(api::condition::kRendezvousSecretConflict);
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->status, "False");
+  EXPECT_EQ(c->reason, "SecretCreated");
 }
 
 // Status writes give way to other work (StatusDeferral).

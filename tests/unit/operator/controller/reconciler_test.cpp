@@ -836,6 +836,36 @@ TEST(Reconcile, OneKeyOrAPodWithoutAHashRestartsNothing) {
   EXPECT_TRUE(Created(Reconcile(w.in)).empty());
 }
 
+// Only the kubelet's words for our Secret missing make it again: a ConfigMap of the Secret's
+// name (a tenant's template may ask for one), or a message that quotes the name, is not the
+// Secret gone. Before, any "not found" message quoting "<job>-rendezvous" made a new key and
+// restarted the gang, pass after pass while the message stayed.
+TEST(Reconcile, OnlyTheSecretsOwnNotFoundMessageMakesItAgain) {
+  World w;
+  w.Running();
+  RecordKey(w.in.job, "old");
+  for (auto& p : w.in.pods) p = WithKeyHash(p, "old");
+  w.in.new_rendezvous_key = "new";
+  for (const char* message :
+       {"configmap \"mnist-rendezvous\" not found", "configmaps \"mnist-rendezvous\" not found",
+        "secret \"settings\" not found (see \"mnist-rendezvous\")",
+        "secret \"mnist-rendezvous-extra\" not found"}) {
+    w.in.pods[1]["status"] = ConfigErrorStatus(message);
+    Decision d = Reconcile(w.in);
+    EXPECT_TRUE(Created(d).empty()) << message;
+    EXPECT_FALSE(d.job_restarted) << message;
+    EXPECT_EQ(FindEvent(d, "RendezvousSecretMissing"), nullptr) << message;
+  }
+  // The kubelet's and the API server's words for it are.
+  for (const char* message : {"secret \"mnist-rendezvous\" not found",
+                              "container tj, env TJ_RENDEZVOUS_KEY: secrets \"mnist-rendezvous\" "
+                              "not found"}) {
+    w.in.pods[1]["status"] = ConfigErrorStatus(message);
+    EXPECT_EQ(Created(Reconcile(w.in)), (std::vector<std::string>{"secrets/mnist-rendezvous"}))
+        << message;
+  }
+}
+
 TEST(Reconcile, GangRestartWaitsForOldPodsThenBackoffThenRecreates) {
   World w;
   w.Running();

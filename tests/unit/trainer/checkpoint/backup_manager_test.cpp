@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "common/sha256.h"
 #include "tests/unit/trainer/checkpoint/temp_dir.h"
 
 namespace tj::checkpoint {
@@ -273,7 +274,7 @@ TEST(BackupFencing, ABackupThatRacedTheClaimIsNeverRestored) {
   // just after (what its Save writes, by hand: the check cannot be raced deterministically).
   TrainingState late = StateAt(5, 0);
   late.extra = {{"backup_gang", 1}};
-  ASSERT_TRUE(WriteStateFile(scoped + "/backup-2", late).ok());
+  ASSERT_TRUE(WriteStateFile(scoped + "/backup-2", late, "").ok());
   auto r = gang2.Restore(kFingerprint);
   ASSERT_TRUE(r.ok() && r->has_value()) << r.status().message();
   EXPECT_EQ((*r)->epoch, 1) << "restored the stale chief's backup";
@@ -363,6 +364,103 @@ TEST(BackupFencing, OutOfSpaceIsResourceExhaustedAndLeavesThePreviousBackup) {
   auto r = m.Restore(kFingerprint);
   ASSERT_TRUE(r.ok() && r->has_value()) << r.status().message();
   EXPECT_EQ((*r)->epoch, 1);
+}
+
+}  // namespace
+}  // namespace tj::checkpoint
+
+namespace tj::checkpoint {
+namespace {
+
+// Backups lie on a volume that others may write: only what the job's key wrote is restored.
+const BackupScope kKeyed{"uid-1", 0, "the job's key"};
+
+TEST(BackupAuthentication, APlantedBackupIsSkippedAndThePreviousRestored) {
+  TempDir dir;
+  CapturedLog log;
+  BackupManager backups(dir.path(), log.log(), kKeyed);
+  ASSERT_TRUE(backups.Claim().ok());
+  ASSERT_TRUE(backups.Save(StateAt(1, 0)).ok());
+  // Someone without the key writes a newer backup with the fingerprint the job expects.
+  TrainingState planted = StateAt(99, 0);
+  planted.extra = {{"backup_gang", 0}};
+  ASSERT_TRUE(WriteStateFile(backups.dir() + "/backup-2", planted, "guessed key").ok());
+  auto r = backups.Restore(kFingerprint);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_TRUE(r->has_value());
+  EXPECT_EQ((*r)->epoch, 1);
+  EXPECT_NE(log.Stderr().find("backup-2: not signed with this job's key"), std::string::npos)
+      << log.Stderr();
+}
+
+TEST(BackupAuthentication, DeepOversizedAndForeignFilesAreSkippedNeverACrash) {
+  TempDir dir;
+  CapturedLog log;
+  BackupManager backups(dir.path(), log.log(), kKeyed);
+  ASSERT_TRUE(backups.Claim().ok());
+  ASSERT_TRUE(backups.Save(StateAt(1, 0)).ok());
+  // A header nested a million deep (with a SHA-256 that matches), and a file of 1 GiB.
+  const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+  std::string nested = std::string(kStateFileMagic, 8) + std::string("\x02\0\0\0", 4);
+  const uint64_t h = deep.size();
+  for (int i = 0; i < 8; ++i) nested.push_back(static_cast<char>(h >> (8 * i)));
+  nested += deep;
+  const Digest d = Sha256Of(nested.data(), nested.size());
+  nested.append(reinterpret_cast<const char*>(d.data()), d.size());
+  nested.append(32, '\0');
+  WriteBytes(backups.dir() + "/backup-2", nested);
+  WriteBytes(backups.dir() + "/backup-3", "");
+  fs::resize_file(backups.dir() + "/backup-3", size_t{1} << 30);
+  auto r = backups.Restore(kFingerprint);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  ASSERT_TRUE(r->has_value());
+  EXPECT_EQ((*r)->epoch, 1);
+  const std::string warnings = log.Stderr();
+  EXPECT_NE(warnings.find("backup-3: too large: 1073741824 bytes"), std::string::npos) << warnings;
+  EXPECT_NE(warnings.find("backup-2: not signed with this job's key"), std::string::npos)
+      << warnings;
+}
+
+TEST(BackupAuthentication, OnlyBackupsUnderAnotherKeyIsAFreshStartSaidLoudly) {
+  TempDir dir;
+  BackupManager writer(dir.path(), nullptr, {"uid-1", 0, "the key before the Secret was remade"});
+  ASSERT_TRUE(writer.Save(StateAt(1, 0)).ok());
+  CapturedLog log;
+  BackupManager backups(dir.path(), log.log(), kKeyed);
+  auto r = backups.Restore(kFingerprint);
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_FALSE(r->has_value());
+  EXPECT_NE(log.Stderr().find("no backup in " + backups.dir() +
+                              " is signed with this job's key (1 under another key)"),
+            std::string::npos)
+      << log.Stderr();
+  EXPECT_NE(log.Stderr().find("Starting afresh"), std::string::npos);
+}
+
+TEST(BackupAuthentication, AForeignAndACorruptBackupIsStillAnError) {
+  TempDir dir;
+  BackupManager writer(dir.path(), nullptr, {"uid-1", 0, "another key"});
+  ASSERT_TRUE(writer.Save(StateAt(1, 0)).ok());
+  BackupManager backups(dir.path(), nullptr, kKeyed);
+  WriteBytes(backups.dir() + "/backup-2", "torn");
+  auto r = backups.Restore(kFingerprint);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("remove the directory to start over"), std::string::npos)
+      << r.status().message();
+}
+
+TEST(BackupAuthentication, AFenceNestedDeepOrHugeIsAnErrorNotACrash) {
+  TempDir dir;
+  BackupManager backups(dir.path(), nullptr, kKeyed);
+  fs::create_directories(backups.dir());
+  for (const std::string& fence :
+       {std::string(1000000, '[') + std::string(1000000, ']'), std::string(1 << 20, ' ')}) {
+    WriteBytes(backups.dir() + "/fence", fence);
+    Status s = backups.Claim();
+    ASSERT_FALSE(s.ok());
+    EXPECT_NE(s.message().find("not {\"gang\": N, \"base_seq\": N}"), std::string::npos)
+        << s.message();
+  }
 }
 
 }  // namespace

@@ -36,7 +36,7 @@ TEST(CheckpointManagerTest, SavesCkptPerEpochAndKeepsTheLastK) {
     EXPECT_EQ(*path, dir.Join("ckpt/ckpt-" + std::to_string(e)));
   }
   EXPECT_EQ(Epochs(m.dir()), (std::vector<int64_t>{10, 11, 12}));
-  auto s = ReadStateFile(dir.Join("ckpt/ckpt-11"));
+  auto s = ReadStateFile(dir.Join("ckpt/ckpt-11"), "");
   ASSERT_TRUE(s.ok());
   EXPECT_EQ(*s, Epoch(11));
 }

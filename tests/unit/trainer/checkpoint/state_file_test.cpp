@@ -15,6 +15,8 @@ namespace {
 using testing::TempDir;
 using testing::WriteBytes;
 
+constexpr std::string_view kKey = "the job's key";
+
 TrainingState SampleState() {
   TrainingState s;
   s.fingerprint = {
@@ -38,7 +40,7 @@ TrainingState SampleState() {
 }
 
 std::string Encoded() {
-  auto bytes = EncodeState(SampleState());
+  auto bytes = EncodeState(SampleState(), kKey);
   EXPECT_TRUE(bytes.ok()) << bytes.status().message();
   return *bytes;
 }
@@ -51,10 +53,14 @@ size_t HeaderLength(const std::string& b) {
   return h;
 }
 
-// Builds a file with a correct digest around arbitrary contents, as a buggy writer might.
-std::string WithDigest(std::string body) {
+// Builds a file with a correct digest and HMAC under `key` around arbitrary contents, as a
+// buggy writer (or one who holds the key) might.
+std::string WithDigest(std::string body, std::string_view key = kKey) {
   Digest d = Sha256Of(body.data(), body.size());
   body.append(reinterpret_cast<const char*>(d.data()), d.size());
+  auto mac = HmacSha256(key, body.data(), body.size());
+  EXPECT_TRUE(mac.ok());
+  body.append(reinterpret_cast<const char*>(mac->data()), mac->size());
   return body;
 }
 
@@ -69,8 +75,8 @@ TEST(StateFileTest, RoundTripsEveryFieldBitwise) {
   TempDir dir;
   const std::string path = dir.Join("state");
   TrainingState s = SampleState();
-  ASSERT_TRUE(WriteStateFile(path, s).ok());
-  auto back = ReadStateFile(path);
+  ASSERT_TRUE(WriteStateFile(path, s, kKey).ok());
+  auto back = ReadStateFile(path, kKey);
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(*back, s);
   // Bitwise, not just ==: -0.0f and +0.0f compare equal.
@@ -90,20 +96,24 @@ TEST(StateFileTest, LayoutIsAsDocumented) {
   auto header = nlohmann::json::parse(b.substr(20, h));
   EXPECT_EQ(header["epoch"], 3);
   EXPECT_EQ(header["data_bytes"], 3000 * 4);
-  EXPECT_EQ(b.size(), 20 + h + 3000 * 4 + 32);
+  EXPECT_EQ(b.size(), 20 + h + 3000 * 4 + 64);
   // The weights start right after the header, little-endian float32.
   float first;
   std::memcpy(&first, b.data() + 20 + h, 4);
   EXPECT_EQ(first, -0.37f);
-  Digest d = Sha256Of(b.data(), b.size() - 32);
-  EXPECT_EQ(std::memcmp(d.data(), b.data() + b.size() - 32, 32), 0);
+  // The SHA-256 of everything before it, then the HMAC under the key of everything before it.
+  Digest d = Sha256Of(b.data(), b.size() - 64);
+  EXPECT_EQ(std::memcmp(d.data(), b.data() + b.size() - 64, 32), 0);
+  auto mac = HmacSha256(kKey, b.data(), b.size() - 32);
+  ASSERT_TRUE(mac.ok());
+  EXPECT_EQ(std::memcmp(mac->data(), b.data() + b.size() - 32, 32), 0);
 }
 
 TEST(StateFileTest, EmptyStateRoundTrips) {
   TempDir dir;
   TrainingState s;
-  ASSERT_TRUE(WriteStateFile(dir.Join("s"), s).ok());
-  auto back = ReadStateFile(dir.Join("s"));
+  ASSERT_TRUE(WriteStateFile(dir.Join("s"), s, kKey).ok());
+  auto back = ReadStateFile(dir.Join("s"), kKey);
   ASSERT_TRUE(back.ok()) << back.status().message();
   EXPECT_EQ(*back, s);
 }
@@ -111,14 +121,14 @@ TEST(StateFileTest, EmptyStateRoundTrips) {
 TEST(StateFileTest, DuplicateTensorNamesAreRefused) {
   TrainingState s;
   s.tensors = {{"w", {1.0f}}, {"w", {2.0f}}};
-  auto bytes = EncodeState(s);
+  auto bytes = EncodeState(s, kKey);
   ASSERT_FALSE(bytes.ok());
   EXPECT_NE(bytes.status().message().find("\"w\" appears twice"), std::string::npos);
 }
 
 TEST(StateFileTest, MissingFileIsNamed) {
   TempDir dir;
-  auto r = ReadStateFile(dir.Join("nope"));
+  auto r = ReadStateFile(dir.Join("nope"), kKey);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find(dir.Join("nope")), std::string::npos);
   EXPECT_NE(r.status().message().find("missing"), std::string::npos);
@@ -127,7 +137,7 @@ TEST(StateFileTest, MissingFileIsNamed) {
 TEST(StateFileTest, EmptyFileIsTruncated) {
   TempDir dir;
   WriteBytes(dir.Join("e"), "");
-  auto r = ReadStateFile(dir.Join("e"));
+  auto r = ReadStateFile(dir.Join("e"), kKey);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("empty file"), std::string::npos) << r.status().message();
   EXPECT_NE(r.status().message().find("truncated"), std::string::npos);
@@ -156,7 +166,7 @@ TEST(StateFileTest, TruncationAtEveryRegionIsDetectedAsTruncated) {
                               b.size() - 1};
   for (size_t step = 1; step < b.size(); step += 997) cuts.push_back(step);
   for (size_t cut : cuts) {
-    auto r = DecodeState(b.substr(0, cut), "f");
+    auto r = DecodeState(b.substr(0, cut), "f", kKey);
     ASSERT_FALSE(r.ok()) << "cut at " << cut;
     EXPECT_NE(r.status().message().find("truncated"), std::string::npos)
         << "cut at " << cut << ": " << r.status().message();
@@ -166,10 +176,10 @@ TEST(StateFileTest, TruncationAtEveryRegionIsDetectedAsTruncated) {
 TEST(StateFileTest, FlippedByteInDataOrDigestIsADigestMismatch) {
   const std::string b = Encoded();
   const size_t h = HeaderLength(b);
-  for (size_t pos : {20 + h, 20 + h + 1234, b.size() - 33, b.size() - 32, b.size() - 1}) {
+  for (size_t pos : {20 + h, 20 + h + 1234, b.size() - 65, b.size() - 64, b.size() - 33}) {
     std::string c = b;
     c[pos] ^= 0x01;
-    auto r = DecodeState(c, "f");
+    auto r = DecodeState(c, "f", kKey);
     ASSERT_FALSE(r.ok()) << "flip at " << pos;
     EXPECT_NE(r.status().message().find("digest mismatch"), std::string::npos)
         << "flip at " << pos << ": " << r.status().message();
@@ -181,7 +191,7 @@ TEST(StateFileTest, FlippedByteAnywhereIsAnError) {
   for (size_t pos = 0; pos < b.size(); pos += (pos < 400 ? 1 : 211)) {
     std::string c = b;
     c[pos] ^= 0x20;
-    auto r = DecodeState(c, "f");
+    auto r = DecodeState(c, "f", kKey);
     EXPECT_FALSE(r.ok()) << "flip at " << pos << " went undetected";
   }
 }
@@ -191,7 +201,7 @@ TEST(StateFileTest, FlippedByteInHeaderIsDetected) {
   const size_t h = HeaderLength(b);
   std::string c = b;
   c[20 + h / 2] ^= 0x01;
-  auto r = DecodeState(c, "f");
+  auto r = DecodeState(c, "f", kKey);
   ASSERT_FALSE(r.ok());
   const std::string m = r.status().message();
   EXPECT_TRUE(m.find("digest mismatch") != std::string::npos ||
@@ -204,7 +214,7 @@ TEST(StateFileTest, WrongMagicAndForeignFilesAreNotCheckpoints) {
   c[0] = 'X';
   for (const std::string& bytes :
        {c, std::string("{\"hello\": 1}\n"), std::string("PK\x03\x04"), std::string(100, '\0')}) {
-    auto r = DecodeState(bytes, "f");
+    auto r = DecodeState(bytes, "f", kKey);
     ASSERT_FALSE(r.ok());
     EXPECT_NE(r.status().message().find("not a tj-trainer checkpoint"), std::string::npos)
         << r.status().message();
@@ -213,30 +223,32 @@ TEST(StateFileTest, WrongMagicAndForeignFilesAreNotCheckpoints) {
 
 TEST(StateFileTest, UnsupportedVersionIsNamed) {
   std::string c = Encoded();
-  c[8] = 2;
-  auto r = DecodeState(c, "f");
+  c[8] = 3;
+  auto r = DecodeState(c, "f", kKey);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("unsupported version 2"), std::string::npos)
+  EXPECT_NE(r.status().message().find("unsupported version 3"), std::string::npos)
       << r.status().message();
 }
 
 TEST(StateFileTest, MalformedHeaderWithValidDigestIsNamed) {
   const std::string header = "{not json";
-  auto r = DecodeState(WithDigest(Preamble(1, header.size()) + header), "f");
+  auto r = DecodeState(WithDigest(Preamble(kStateFileVersion, header.size()) + header), "f", kKey);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("malformed header"), std::string::npos)
       << r.status().message();
 
   const std::string no_tensors =
       R"({"epoch":1,"step":0,"optimizer_iterations":0,"seed":0,"data_bytes":0})";
-  r = DecodeState(WithDigest(Preamble(1, no_tensors.size()) + no_tensors), "f");
+  r = DecodeState(WithDigest(Preamble(kStateFileVersion, no_tensors.size()) + no_tensors), "f",
+                  kKey);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("malformed header: no \"tensors\""), std::string::npos)
       << r.status().message();
 
   const std::string wrong_type =
       R"({"epoch":"one","step":0,"optimizer_iterations":0,"seed":0,"tensors":[],"data_bytes":0})";
-  r = DecodeState(WithDigest(Preamble(1, wrong_type.size()) + wrong_type), "f");
+  r = DecodeState(WithDigest(Preamble(kStateFileVersion, wrong_type.size()) + wrong_type), "f",
+                  kKey);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("malformed header"), std::string::npos)
       << r.status().message();
@@ -246,14 +258,18 @@ TEST(StateFileTest, TensorSizesNotMatchingTheFileAreNamed) {
   const std::string header =
       R"({"epoch":1,"step":0,"optimizer_iterations":0,"seed":0,"tensors":[{"name":"w","count":3}],"data_bytes":12})";
   // Only two floats of data follow, yet the digest is valid.
-  auto r = DecodeState(WithDigest(Preamble(1, header.size()) + header + std::string(8, '\0')), "f");
+  auto r = DecodeState(
+      WithDigest(Preamble(kStateFileVersion, header.size()) + header + std::string(8, '\0')), "f",
+      kKey);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("tensor sizes do not match the file"), std::string::npos)
       << r.status().message();
   // Counts that overflow when multiplied by four.
   const std::string huge =
       R"({"epoch":1,"step":0,"optimizer_iterations":0,"seed":0,"tensors":[{"name":"w","count":4611686018427387905}],"data_bytes":4})";
-  r = DecodeState(WithDigest(Preamble(1, huge.size()) + huge + std::string(4, '\0')), "f");
+  r = DecodeState(
+      WithDigest(Preamble(kStateFileVersion, huge.size()) + huge + std::string(4, '\0')), "f",
+      kKey);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("tensor sizes do not match the file"), std::string::npos)
       << r.status().message();
@@ -262,7 +278,7 @@ TEST(StateFileTest, TensorSizesNotMatchingTheFileAreNamed) {
 TEST(StateFileTest, ErrorsNameTheFile) {
   TempDir dir;
   WriteBytes(dir.Join("junk"), "junk");
-  auto r = ReadStateFile(dir.Join("junk"));
+  auto r = ReadStateFile(dir.Join("junk"), kKey);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().message().rfind(dir.Join("junk"), 0), 0u) << r.status().message();
 }
@@ -271,23 +287,23 @@ TEST(StateFileTest, AtomicWriteLeavesNoTempFileAndReplacesTheOldFile) {
   TempDir dir;
   const std::string path = dir.Join("state");
   TrainingState s = SampleState();
-  ASSERT_TRUE(WriteStateFile(path, s).ok());
+  ASSERT_TRUE(WriteStateFile(path, s, kKey).ok());
   s.epoch = 4;
-  ASSERT_TRUE(WriteStateFile(path, s).ok());
+  ASSERT_TRUE(WriteStateFile(path, s, kKey).ok());
   int files = 0;
   for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
     ++files;
     EXPECT_FALSE(IsTempFileName(e.path().filename().string())) << e.path();
   }
   EXPECT_EQ(files, 1);
-  EXPECT_EQ(ReadStateFile(path)->epoch, 4);
+  EXPECT_EQ(ReadStateFile(path, kKey)->epoch, 4);
   EXPECT_EQ(std::filesystem::status(path).permissions() & std::filesystem::perms::others_read,
             std::filesystem::perms::others_read);
 }
 
 TEST(StateFileTest, WriteIntoMissingDirectoryFailsWithTheReason) {
   TempDir dir;
-  Status s = WriteStateFile(dir.Join("no/such/dir/state"), SampleState());
+  Status s = WriteStateFile(dir.Join("no/such/dir/state"), SampleState(), kKey);
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("no/such/dir/state"), std::string::npos) << s.message();
   EXPECT_NE(s.message().find("temporary file"), std::string::npos) << s.message();
@@ -331,6 +347,74 @@ TEST(DescribeMismatchTest, NonObjectsCompareAsAWhole) {
   auto d = DescribeMismatch(nlohmann::json("a"), nlohmann::json("b"));
   ASSERT_TRUE(d.has_value());
   EXPECT_EQ(*d, "fingerprint: backup has \"b\", this run has \"a\"");
+}
+
+}  // namespace
+}  // namespace tj::checkpoint
+
+namespace tj::checkpoint {
+namespace {
+
+// A state file on a shared volume is read only when this job's key wrote it.
+TEST(StateFileAuthentication, AFileUnderAnotherKeyIsRefusedUnread) {
+  auto foreign = EncodeState(SampleState(), "another job's key");
+  ASSERT_TRUE(foreign.ok());
+  auto r = DecodeState(*foreign, "backup-7", kKey);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("backup-7: not signed with this job's key"),
+            std::string::npos)
+      << r.status().message();
+  // A flipped byte of the HMAC is the same refusal; of the SHA-256 a digest mismatch.
+  std::string c = Encoded();
+  c[c.size() - 1] ^= 0x01;
+  r = DecodeState(c, "f", kKey);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("not signed with this job's key"), std::string::npos);
+  // A run without a key reads only files written without one.
+  EXPECT_FALSE(DecodeState(Encoded(), "f", "").ok());
+  auto keyless = EncodeState(SampleState(), "");
+  ASSERT_TRUE(keyless.ok());
+  EXPECT_TRUE(DecodeState(*keyless, "f", "").ok());
+}
+
+TEST(StateFileAuthentication, AFormatOneFileIsRefusedSayingWhatToDo) {
+  const std::string header =
+      R"({"epoch":1,"step":0,"optimizer_iterations":0,"seed":0,"tensors":[],"data_bytes":0})";
+  std::string v1 = Preamble(1, header.size()) + header;
+  const Digest d = Sha256Of(v1.data(), v1.size());
+  v1.append(reinterpret_cast<const char*>(d.data()), d.size());
+  auto r = DecodeState(v1, "backup-3", kKey);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("backup-3: format 1, written by a tj-trainer before state "
+                                      "files were authenticated"),
+            std::string::npos)
+      << r.status().message();
+  EXPECT_NE(r.status().message().find("remove the file to start over"), std::string::npos);
+}
+
+TEST(StateFileAuthentication, AHeaderNestedDeeperThanTheBoundIsRefusedUnparsed) {
+  // Even under the job's key: 100,000 levels in the fingerprint, which a comparison or a dump
+  // would recurse through.
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::string header = R"({"fingerprint":)" + deep +
+                             R"(,"epoch":1,"step":0,"optimizer_iterations":0,"seed":0,)"
+                             R"("tensors":[],"data_bytes":0})";
+  auto r = DecodeState(WithDigest(Preamble(kStateFileVersion, header.size()) + header), "f", kKey);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("malformed header: nested 100001 deep, deeper than the 16"),
+            std::string::npos)
+      << r.status().message();
+}
+
+TEST(StateFileAuthentication, AFileLargerThanTheBoundIsNotRead) {
+  TempDir dir;
+  const std::string path = dir.Join("huge");
+  WriteBytes(path, "");
+  std::filesystem::resize_file(path, kMaxStateFileBytes + 1);  // sparse: nothing is written
+  auto r = ReadStateFile(path, kKey);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find(path + ": too large: 67108865 bytes"), std::string::npos)
+      << r.status().message();
 }
 
 }  // namespace
