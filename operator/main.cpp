@@ -406,6 +406,16 @@ tj::controller::ReconcilerOptions ReconcilerOptionsOf(const Flags& f) {
   return o;
 }
 
+// The executor's pod log reads, through the clients' log transport (taken from `api`).
+auto PodLogFunction(ApiClients* api) {
+  auto pod_logs =
+      std::make_shared<tj::controller::PodLogReader>(api->config, std::move(api->log_transport));
+  return
+      [pod_logs](const std::string& pod_ns, const std::string& pod, const std::string& container) {
+        return pod_logs->Read(pod_ns, pod, container);
+      };
+}
+
 int main(int argc, char** argv) {
   // SIGTERM/SIGINT stop the operator. First thing: every thread started later (the HTTP
   // client's pool among them) inherits the blocked mask, so no thread dies of the signal.
@@ -450,12 +460,7 @@ int main(int argc, char** argv) {
   tj::controller::TrainerStatusPoller status_poller(
       tj::controller::ReadTrainerStatus, [&queue](const std::string& key) { queue.Add(key); }, 16);
   deps.status_poller = &status_poller;
-  auto pod_logs =
-      std::make_shared<tj::controller::PodLogReader>(api.config, std::move(api.log_transport));
-  deps.pod_log = [pod_logs](const std::string& pod_ns, const std::string& pod,
-                            const std::string& container) {
-    return pod_logs->Read(pod_ns, pod, container);
-  };
+  deps.pod_log = PodLogFunction(&api);
   const tj::controller::ReconcilerOptions ropts = ReconcilerOptionsOf(f);
 
   // Informers: the jobs, and everything labelled with a job's name (enqueue its job).
