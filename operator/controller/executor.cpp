@@ -189,6 +189,11 @@ void Executor::Keep(const std::string& key, KeptStatus kept) {
   kept_[key] = std::move(kept);
 }
 
+void Executor::ForgetMadeSecret(const std::string& key) {
+  MutexLock lock(conflicts_mu_);
+  made_secrets_.erase(key);
+}
+
 void Executor::ForgetKept(const std::string& key) {
   MutexLock lock(kept_mu_);
   kept_.erase(key);
@@ -273,6 +278,7 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
     if (!cached) {
       expectations_.Clear(key);
       ForgetKept(key);
+      ForgetMadeSecret(key);
       return std::optional<milliseconds>();  // deleted
     }
     in.job = std::move(*cached);
@@ -281,6 +287,7 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
     if (!job.ok()) {
       if (kube::IsNotFound(job.error())) {
         ForgetKept(key);
+        ForgetMadeSecret(key);
         return std::optional<milliseconds>();
       }
       return job.error().ToStatus().WithContext("reading TrainingJob " + key);
@@ -377,14 +384,37 @@ StatusOr<std::optional<json>> Executor::ReadExisting(const kube::Resource& r, co
 // status) or a pod reports it gone. One that exists then is not one the status records: a
 // user's, a deleted job's of the same name not yet collected, or (rarely) this job's from a
 // pass whose status write was lost. Unable to read its ownerReferences, the operator never
-// deletes or replaces it: the job waits, with the RendezvousSecretConflict condition saying
-// what to do, and the key is retried with backoff (a deleted job's Secret goes by itself).
+// deletes or replaces one it did not make: the job waits, with the RendezvousSecretConflict
+// condition saying what to do, and the key is retried with backoff (a deleted job's Secret
+// goes by itself). One this process made for this job (by its UID) is replaced with the new
+// key: a pass that created it and then failed (a pod refused) wrote no status.
 Status Executor::CreateSecret(const std::string& key, const std::string& ns, const Action& a) {
   const std::string object_key = ns + "/" + a.name;
+  std::string job_uid;
+  const json owners =
+      a.object.value("metadata", json::object()).value("ownerReferences", json::array());
+  if (!owners.empty() && owners[0].is_object()) job_uid = owners[0].value("uid", "");
   auto r = deps_.client->Create(a.resource, ns, a.object);
+  if (!r.ok() && kube::IsAlreadyExists(r.error()) && !job_uid.empty()) {
+    bool ours = false;
+    {
+      MutexLock lock(conflicts_mu_);
+      auto it = made_secrets_.find(key);
+      ours = it != made_secrets_.end() && it->second == job_uid;
+    }
+    if (ours) {
+      auto d = deps_.client->Delete(a.resource, ns, a.name);
+      if (!d.ok() && !kube::IsNotFound(d.error())) {
+        return d.error().ToStatus().WithContext("replacing secrets " + object_key +
+                                                ", which this operator made with another key");
+      }
+      r = deps_.client->Create(a.resource, ns, a.object);
+    }
+  }
   if (r.ok()) {
     MutexLock lock(conflicts_mu_);
     secret_conflicts_.erase(key);
+    if (!job_uid.empty()) made_secrets_[key] = job_uid;
     return Status::Ok();
   }
   if (!kube::IsAlreadyExists(r.error())) {

@@ -139,6 +139,7 @@ class Executor {
   std::optional<KeptStatus> Kept(const std::string& key, const std::string& uid);
   void Keep(const std::string& key, KeptStatus kept);
   void ForgetKept(const std::string& key);
+  void ForgetMadeSecret(const std::string& key);
 
   ExecutorDeps deps_;
   ReconcilerOptions options_;
@@ -149,6 +150,9 @@ class Executor {
   // Jobs whose pass found a rendezvous Secret it did not make: key -> the message.
   Mutex conflicts_mu_;
   std::map<std::string, std::string> secret_conflicts_ TJ_GUARDED_BY(conflicts_mu_);
+  // The rendezvous Secrets this process made: job key -> the job's UID. One of them found again
+  // (its pass's status write was lost: a pod create failed after it) is replaced, not refused.
+  std::map<std::string, std::string> made_secrets_ TJ_GUARDED_BY(conflicts_mu_);
 };
 
 // Whether a create that was answered AlreadyExists may count as done: Ok when `existing` (the
