@@ -9,13 +9,16 @@ The .weights.h5 file loads into fmnist_setup.build_model() in Keras 3 and in tf-
 .keras file loads with keras.models.load_model in Keras 3 (TensorFlow Serving takes the
 SavedModel of `model.export(dir)`, docs/tensorflow.md).
 
-weights.tjckpt (trainer/checkpoint/state_file.h): "TJCKPT\\r\\n", uint32 version 1, uint64 header
-length, a JSON header naming the tensors, their float32 values, a SHA-256 of all that. The
+weights.tjckpt (trainer/checkpoint/state_file.h): "TJCKPT\\r\\n", uint32 version 2, uint64 header
+length, a JSON header naming the tensors, their float32 values, a SHA-256 of all that, then an
+HMAC-SHA256 of all that under the job's key (TJ_RENDEZVOUS_KEY; empty for an exported model,
+which carries no key). The
 weights are one flat vector in trainer/nn/model.h's layout, whose dense kernels are stored
 (out, in): the transpose of Keras' (in, out).
 """
 import argparse
 import hashlib
+import hmac
 import json
 import os
 import struct
@@ -34,20 +37,27 @@ def read_state_file(path):
     """(header dict, {tensor name: float32 array}) of a tj-trainer state file, verified."""
     with open(path, "rb") as f:
         data = f.read()
-    if len(data) < 20 + 32 or data[:8] != MAGIC:
+    if len(data) < 20 + 64 or data[:8] != MAGIC:
         raise ValueError(f"{path}: not a tj-trainer checkpoint (no TJCKPT header)")
     version, header_len = struct.unpack("<IQ", data[8:20])
-    if version != 1:
-        raise ValueError(f"{path}: format version {version}; this converter reads version 1")
-    if hashlib.sha256(data[:-32]).digest() != data[-32:]:
+    if version != 2:
+        raise ValueError(f"{path}: format version {version}; this converter reads version 2 "
+                         "(tj-trainer 0.1.0's version 1 files are no longer written)")
+    if hashlib.sha256(data[:-64]).digest() != data[-64:-32]:
         raise ValueError(f"{path}: digest mismatch (a torn or corrupt file)")
+    key = os.environ.get("TJ_RENDEZVOUS_KEY", "").encode()
+    if not hmac.compare_digest(hmac.new(key, data[:-32], hashlib.sha256).digest(), data[-32:]):
+        raise ValueError(f"{path}: not signed with this key (an exported model has none: unset "
+                         "TJ_RENDEZVOUS_KEY; a backup or checkpoint needs its job's key)")
+    if 20 + header_len > len(data) - 64:
+        raise ValueError(f"{path}: header length {header_len} runs past the file")
     header = json.loads(data[20:20 + header_len])
     tensors, offset = {}, 20 + header_len
     for t in header["tensors"]:
         n = int(t["count"])
         tensors[t["name"]] = np.frombuffer(data, dtype="<f4", count=n, offset=offset)
         offset += 4 * n
-    if offset != len(data) - 32:
+    if offset != len(data) - 64:
         raise ValueError(f"{path}: tensor sizes do not add up to the file's data")
     return header, tensors
 
