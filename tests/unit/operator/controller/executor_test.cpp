@@ -188,6 +188,10 @@ class FakeClient : public kube::Client {
   std::vector<json> status_writes;       // each UpdateStatus's .status
   std::vector<std::string> deleted;      // "secrets/mnist-rendezvous", in order
   std::atomic<int> gets{0};              // Gets of Secrets
+  // A server that keeps what is created (a second create of it is AlreadyExists) and refuses
+  // pods (as while a namespace's ServiceAccount is not made yet).
+  bool keep_created = false;
+  bool refuse_pods = false;
 
   kube::Result<json> Get(const kube::Resource& r, const std::string&,
                          const std::string& name) override {
@@ -203,8 +207,10 @@ class FakeClient : public kube::Client {
   kube::Result<json> Create(const kube::Resource& r, const std::string&,
                             const json& object) override {
     const std::string key = r.plural + "/" + object["metadata"].value("name", "");
-    if (existing.contains(key)) return Error(409, "AlreadyExists", key + " exists");
     std::lock_guard<std::mutex> lock(mu_);
+    if (existing.contains(key)) return Error(409, "AlreadyExists", key + " exists");
+    if (refuse_pods && r.plural == "pods") return Error(403, "Forbidden", key + " refused");
+    if (keep_created) existing[key] = object;
     created.push_back(key);
     created_objects.push_back(object);
     return object;
@@ -408,6 +414,27 @@ TEST_F(ExecutorPass, NeverDeletesASecretItDidNotMakeAndNamesTheConflictInACondit
   ASSERT_NE(c, nullptr);
   EXPECT_EQ(c->status, "False");
   EXPECT_EQ(c->reason, "SecretCreated");
+}
+
+// A pass that made the Secret and then failed (its pods refused) wrote no status: the next
+// pass finds the Secret it made itself for this job, replaces it with the new key and goes on.
+TEST_F(ExecutorPass, ReplacesTheSecretItMadeWhenItsPassFailedBeforeTheStatus) {
+  client_.keep_created = true;
+  client_.refuse_pods = true;
+  auto r = Sync();
+  ASSERT_FALSE(r.ok()) << "the pods were refused";
+  EXPECT_TRUE(client_.CreatedPods().empty());
+  CacheTheCreatedObjects();  // the informers catch up (the Service)
+  client_.refuse_pods = false;
+  r = Sync();
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(client_.deleted, std::vector<std::string>{"secrets/mnist-rendezvous"});
+  EXPECT_EQ(client_.CreatedPods().size(), 2u);
+  ASSERT_FALSE(client_.status_writes.empty());
+  api::TrainingJobStatus st = api::TrainingJobStatus::FromJson(client_.status_writes.back());
+  EXPECT_EQ(st.rendezvous_key_hash, KeyHash("key"));
+  const api::Condition* c = st.Find(api::condition::kRendezvousSecretConflict);
+  EXPECT_TRUE(c == nullptr || c->status != "True") << c->message;
 }
 
 // Status writes give way to other work (StatusDeferral).
