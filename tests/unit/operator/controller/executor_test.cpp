@@ -29,6 +29,7 @@
 #include "operator/controller/job_resources.h"
 #include "operator/controller/metrics.h"
 #include "operator/controller/reconcile_workers.h"
+#include "tests/support/accepting_client.h"
 #include "tests/unit/operator/controller/test_job.h"
 
 namespace tj::controller {
@@ -170,17 +171,13 @@ TEST(CheckExistingIsOwned, RefusesAnotherJobsOrAnUnownedPodServiceOrSecret) {
 }
 
 kube::ApiError Error(int code, std::string reason, std::string message) {
-  kube::ApiError e;
-  e.code = code;
-  e.reason = std::move(reason);
-  e.message = std::move(message);
-  return e;
+  return testing::ApiErrorOf(code, std::move(reason), std::move(message));
 }
 
 // Answers Create with AlreadyExists for the objects in `existing` (by "plural/name"), Get from
 // them, and every other call as a server that accepts it. Records the creates (which the
 // executor sends concurrently).
-class FakeClient : public kube::Client {
+class FakeClient : public testing::AcceptingClient {
  public:
   std::map<std::string, json> existing;  // "services/mnist" -> the object on the server
   std::vector<std::string> created;      // "services/mnist", in the order they came
@@ -233,16 +230,6 @@ class FakeClient : public kube::Client {
     std::lock_guard<std::mutex> lock(mu_);
     deleted.push_back(r.plural + "/" + name);
     existing.erase(r.plural + "/" + name);
-    return json::object();
-  }
-  kube::Result<kube::WatchSummary> Watch(const kube::Resource&, const std::string&,
-                                         const kube::WatchOptions&,
-                                         const std::function<bool(kube::WatchEvent&)>&,
-                                         std::stop_token) override {
-    return kube::WatchSummary{};
-  }
-  kube::Result<json> Raw(const std::string&, const std::string&,
-                         const std::optional<json>&) override {
     return json::object();
   }
   // The pods created, "pods/<name>" (after a pass: no other thread is creating).

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/accepting_client.h"
 #include "tests/unit/operator/controller/test_job.h"
 
 namespace tj::controller::kueue {
@@ -167,7 +168,7 @@ TEST(KueueAdmission, SetConditionChangesOnlyWhatChanged) {
 }
 
 // The API server as the gate sees it: objects by "<plural>/<name>", a create's answer.
-class FakeClient : public kube::Client {
+class FakeClient : public testing::AcceptingClient {
  public:
   std::map<std::string, json> existing;
   std::optional<kube::ApiError> create_error;
@@ -198,31 +199,9 @@ class FakeClient : public kube::Client {
     status_updates.push_back(o);
     return o;
   }
-  kube::Result<json> Patch(const kube::Resource&, const std::string&, const std::string&,
-                           kube::PatchType, const json& patch, const kube::PatchOptions&) override {
-    return patch;
-  }
-  kube::Result<json> Delete(const kube::Resource&, const std::string&, const std::string&,
-                            const kube::DeleteOptions&) override {
-    return json::object();
-  }
-  kube::Result<kube::WatchSummary> Watch(const kube::Resource&, const std::string&,
-                                         const kube::WatchOptions&,
-                                         const std::function<bool(kube::WatchEvent&)>&,
-                                         std::stop_token) override {
-    return kube::WatchSummary{};
-  }
-  kube::Result<json> Raw(const std::string&, const std::string&,
-                         const std::optional<json>&) override {
-    return json::object();
-  }
 
   static kube::ApiError Err(int code, std::string reason, std::string message) {
-    kube::ApiError e;
-    e.code = code;
-    e.reason = std::move(reason);
-    e.message = std::move(message);
-    return e;
+    return testing::ApiErrorOf(code, std::move(reason), std::move(message));
   }
 };
 
