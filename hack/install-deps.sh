@@ -8,7 +8,7 @@ PACKAGES=(
   # build
   build-essential cmake pkg-config ninja-build ccache
   # libraries
-  libcpprest-dev libcurl4-openssl-dev nlohmann-json3-dev libssl-dev libgtest-dev libgmock-dev
+  libcurl4-openssl-dev nlohmann-json3-dev libssl-dev libgtest-dev libgmock-dev
   libmicrohttpd-dev libgloo-dev libyaml-cpp-dev zlib1g-dev libcli11-dev libjemalloc-dev
   libhwy-dev
   # data

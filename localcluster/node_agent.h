@@ -24,6 +24,7 @@
 
 #include "common/clock.h"
 #include "common/event_log.h"
+#include "common/http_server.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
 #include "localcluster/pod_spec.h"
@@ -85,9 +86,10 @@ class NodeAgent {
   // After the first pod list: kills the processes of states no pod claimed, removes them.
   void StopOrphans();
   nlohmann::json NodeObject() const;
-  // The kubelet log endpoint (log_server.cpp).
+  // The kubelet log endpoint (log_server.cpp): GET /containerLogs/<ns>/<pod>/<container>.
   void StartLogServer();
   void StopLogServer();
+  HttpAnswer ContainerLog(const HttpRequest& request) const;
 
   kube::Client* client_;
   Clock* clock_;
@@ -99,7 +101,7 @@ class NodeAgent {
   std::map<std::string, std::shared_ptr<PodWorker>> workers_ TJ_GUARDED_BY(mu_);  // by pod uid
   int next_ip_ TJ_GUARDED_BY(mu_) = 0;
   std::map<std::string, nlohmann::json> adoptable_ TJ_GUARDED_BY(mu_);  // by pod uid
-  std::shared_ptr<void> log_server_;  // web::http::experimental::listener::http_listener
+  std::unique_ptr<HttpServer> log_server_;
 };
 
 }  // namespace tj::localnode
