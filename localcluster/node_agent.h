@@ -54,6 +54,7 @@ struct NodeAgentOptions {
 };
 
 class PodWorker;
+struct PodWorkerContext;
 
 class NodeAgent {
  public:
@@ -72,11 +73,12 @@ class NodeAgent {
                       const std::string& container) const;
 
  private:
-  friend class PodWorker;
   Status Heartbeat();
   void OnPod(const nlohmann::json& pod);
   void OnPodDeleted(const nlohmann::json& pod);
   void RewriteHostsFiles(const std::string& ns);
+  // What the pod workers use of the agent (pod_worker.h).
+  PodWorkerContext WorkerContext();
   // Binds an unbound PersistentVolumeClaim to a new hostPath PersistentVolume (a directory
   // under <state-dir>/pvc/<ns>/<claim>), so the scheduler can place pods that use it.
   void ProvisionClaim(const nlohmann::json& pvc);
