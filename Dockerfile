@@ -21,7 +21,8 @@
 #     -t <registry>/tj-trainer-cpu:0.1.0 .
 #
 # Each runtime image is built in a stage on the same distribution it runs on, so the shared
-# libraries it links (cpprestsdk, yaml-cpp, Gloo, OpenSSL, glibc) are the ones it finds:
+# libraries it links (libcurl, libmicrohttpd, yaml-cpp, Gloo, OpenSSL, glibc) are the ones it
+# finds:
 #   build-cpu:     Debian 12 (bookworm) with -DTJ_WITH_CUDA=OFF: tj-operator and the CPU
 #                  tj-trainer;
 #   build-trainer: NVIDIA's CUDA 13.0 devel image with cuDNN (Ubuntu 24.04), the GPU backend

@@ -9,6 +9,8 @@
 #include <charconv>
 #include <cstring>
 #include <exception>
+#include <fstream>
+#include <sstream>
 
 namespace tj {
 
@@ -23,6 +25,12 @@ namespace {
 constexpr unsigned kMaxConnections = 256;
 constexpr unsigned kMaxConnectionsPerAddress = 4;
 constexpr unsigned kIdleTimeoutSeconds = 10;
+
+// What the access handler routes by: exact paths first, then prefixes.
+struct Routes {
+  const std::map<std::string, HttpServer::Handler>* exact = nullptr;
+  const std::map<std::string, HttpServer::RequestHandler>* prefixes = nullptr;
+};
 
 enum MHD_Result Reply(MHD_Connection* connection, int code, const std::string& content_type,
                       const std::string& body, const char* allow = nullptr) {
@@ -41,22 +49,43 @@ enum MHD_Result Reply(MHD_Connection* connection, int code, const std::string& c
 enum MHD_Result Serve(void* cls, MHD_Connection* connection, const char* url, const char* method,
                       const char* /*version*/, const char* /*upload_data*/,
                       size_t* /*upload_data_size*/, void** /*request_state*/) {
-  const auto& handlers = *static_cast<const std::map<std::string, HttpServer::Handler>*>(cls);
+  const Routes& routes = *static_cast<const Routes*>(cls);
   const std::string text = "text/plain; charset=utf-8";
   try {
-    const std::string path = url;
-    auto it = handlers.find(path);
-    if (it == handlers.end()) {
-      std::string known;
-      for (const auto& [p, h] : handlers) known += (known.empty() ? "" : ", ") + p;
-      return Reply(connection, MHD_HTTP_NOT_FOUND, text,
-                   "not found: " + path + " (try " + known + ")\n");
+    const std::string path = url;  // percent-decoded by libmicrohttpd
+    const HttpServer::RequestHandler* under_prefix = nullptr;
+    auto it = routes.exact->find(path);
+    if (it == routes.exact->end()) {
+      for (const auto& [prefix, h] : *routes.prefixes) {
+        if (path.compare(0, prefix.size(), prefix) == 0) under_prefix = &h;
+      }
+      if (under_prefix == nullptr) {
+        std::string known;
+        for (const auto& [p, h] : *routes.exact) known += (known.empty() ? "" : ", ") + p;
+        for (const auto& [p, h] : *routes.prefixes)
+          known += (known.empty() ? "" : ", ") + p + "...";
+        return Reply(connection, MHD_HTTP_NOT_FOUND, text,
+                     "not found: " + path + " (try " + known + ")\n");
+      }
     }
     if (std::strcmp(method, MHD_HTTP_METHOD_GET) != 0) {
       return Reply(connection, MHD_HTTP_METHOD_NOT_ALLOWED, text,
                    std::string(method) + " is not served here: use GET\n", "GET");
     }
-    HttpAnswer a = it->second();
+    if (under_prefix == nullptr) {
+      HttpAnswer a = it->second();
+      return Reply(connection, a.code, a.content_type, a.body);
+    }
+    HttpRequest request{path, {}};
+    MHD_get_connection_values(
+        connection, MHD_GET_ARGUMENT_KIND,
+        [](void* query, enum MHD_ValueKind, const char* key, const char* value) {
+          static_cast<std::map<std::string, std::string>*>(query)->emplace(
+              key, value == nullptr ? "" : value);
+          return MHD_YES;
+        },
+        &request.query);
+    HttpAnswer a = (*under_prefix)(request);
     return Reply(connection, a.code, a.content_type, a.body);
   } catch (const std::exception& e) {
     return Reply(connection, MHD_HTTP_INTERNAL_SERVER_ERROR, text,
@@ -104,17 +133,43 @@ StatusOr<int> Listen(const std::string& host, int port) {
   return fd;
 }
 
+// The whole of a PEM file, or an error naming it and what it is for.
+StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
+  std::ifstream in(path);
+  std::ostringstream text;
+  if (in) text << in.rdbuf();
+  if (!in || text.str().empty()) {
+    return Status::Error("cannot read the TLS " + std::string(what) + " file " + path +
+                         (in ? " (it is empty)" : ": " + std::string(std::strerror(errno))));
+  }
+  return text.str();
+}
+
 }  // namespace
 
 struct HttpServer::Impl {
   MHD_Daemon* daemon = nullptr;
+  Routes routes;
+  std::string cert_pem, key_pem;  // HTTPS when set; libmicrohttpd reads them at the start
 };
 
 HttpServer::HttpServer(std::string host, int port, std::map<std::string, Handler> handlers)
     : host_(std::move(host)),
       port_(port),
       handlers_(std::move(handlers)),
+      connections_per_address_(kMaxConnectionsPerAddress),
       impl_(std::make_unique<Impl>()) {}
+
+void HttpServer::HandlePrefix(std::string prefix, RequestHandler handler) {
+  prefixes_[std::move(prefix)] = std::move(handler);
+}
+
+void HttpServer::UseTls(std::string cert_file, std::string key_file) {
+  tls_cert_file_ = std::move(cert_file);
+  tls_key_file_ = std::move(key_file);
+}
+
+void HttpServer::SetConnectionsPerAddress(unsigned n) { connections_per_address_ = n; }
 
 HttpServer::~HttpServer() { Stop(); }
 
@@ -125,17 +180,38 @@ Status HttpServer::Start() {
   const std::string where =
       "cannot listen on port " + std::to_string(port_) + " (address " + host_ + ")";
   if (port_ < 0 || port_ > 65535) return Status::Error(where + ": not a TCP port (1-65535)");
+  const bool tls = !tls_cert_file_.empty() || !tls_key_file_.empty();
+  if (tls) {
+    StatusOr<std::string> cert = ReadPem(tls_cert_file_, "certificate");
+    if (!cert.ok()) return cert.status().WithContext(where);
+    StatusOr<std::string> key = ReadPem(tls_key_file_, "key");
+    if (!key.ok()) return key.status().WithContext(where);
+    impl_->cert_pem = std::move(*cert);
+    impl_->key_pem = std::move(*key);
+  }
+  impl_->routes = Routes{&handlers_, &prefixes_};
   StatusOr<int> fd = Listen(host_, port_);
   if (!fd.ok()) return fd.status().WithContext(where);
   // One internal thread polls every connection; handlers run on it, one at a time. The daemon
   // owns the socket from here on and closes it when stopped.
+  unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD;
+  MHD_OptionItem tls_options[] = {
+      {MHD_OPTION_HTTPS_MEM_CERT, 0, impl_->cert_pem.data()},
+      {MHD_OPTION_HTTPS_MEM_KEY, 0, impl_->key_pem.data()},
+      {MHD_OPTION_END, 0, nullptr},
+  };
+  if (tls) flags |= MHD_USE_TLS;
   impl_->daemon = MHD_start_daemon(
-      MHD_USE_AUTO_INTERNAL_THREAD, 0, nullptr, nullptr, &Serve, &handlers_,
-      MHD_OPTION_LISTEN_SOCKET, static_cast<MHD_socket>(*fd), MHD_OPTION_CONNECTION_LIMIT,
-      kMaxConnections, MHD_OPTION_PER_IP_CONNECTION_LIMIT, kMaxConnectionsPerAddress,
-      MHD_OPTION_CONNECTION_TIMEOUT, kIdleTimeoutSeconds, MHD_OPTION_END);
+      flags, 0, nullptr, nullptr, &Serve, &impl_->routes, MHD_OPTION_LISTEN_SOCKET,
+      static_cast<MHD_socket>(*fd), MHD_OPTION_CONNECTION_LIMIT, kMaxConnections,
+      MHD_OPTION_PER_IP_CONNECTION_LIMIT, connections_per_address_, MHD_OPTION_CONNECTION_TIMEOUT,
+      kIdleTimeoutSeconds, MHD_OPTION_ARRAY, tls ? tls_options : &tls_options[2], MHD_OPTION_END);
   if (impl_->daemon == nullptr) {
     ::close(*fd);
+    if (tls) {
+      return Status::Error(where + ": the HTTPS server did not start: is " + tls_key_file_ +
+                           " the key of the certificate " + tls_cert_file_ + ", both PEM?");
+    }
     return Status::Error(where + ": the HTTP server did not start (out of memory or threads?)");
   }
   return Status::Ok();

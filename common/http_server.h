@@ -1,5 +1,8 @@
-// The project's one small HTTP server, for the trainer's /status and /metrics and the
-// operator's /metrics, /healthz and /readyz: GET <path> -> a handler's answer.
+// The project's one small HTTP server, for the trainer's /status and /metrics, the operator's
+// /metrics, /healthz and /readyz, and the local node's kubelet log endpoint (over TLS):
+// GET <path> -> a handler's answer.
+//   a path under a prefix served -> that prefix's handler, given the path and query (when no
+//                                   exact path matches)
 //   unknown path                 -> 404 naming the paths served
 //   other method on a known path -> 405 with "Allow: GET"
 //   a handler that throws        -> 500 with the exception's text, never a crash
@@ -28,9 +31,16 @@ struct HttpAnswer {
   std::string body;
 };
 
+// What a prefix's handler is given: the path and the query parameters, both percent-decoded.
+struct HttpRequest {
+  std::string path;
+  std::map<std::string, std::string> query;
+};
+
 class HttpServer {
  public:
   using Handler = std::function<HttpAnswer()>;
+  using RequestHandler = std::function<HttpAnswer(const HttpRequest&)>;
 
   // `host` is an address to bind ("0.0.0.0" for all); `port` 0 disables the server (Start()
   // then does nothing).
@@ -38,6 +48,17 @@ class HttpServer {
   ~HttpServer();  // Stop()s
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
+
+  // Before Start(): GET requests whose path starts with `prefix` (as "/containerLogs/") and
+  // that no exact path matches go to `handler`.
+  void HandlePrefix(std::string prefix, RequestHandler handler);
+  // Before Start(): serve HTTPS with the PEM certificate (chain) and key in these files, read
+  // at Start(); a file that cannot be read is an error naming it.
+  void UseTls(std::string cert_file, std::string key_file);
+  // Before Start(): how many connections one client address may hold (default 4, of 256). A
+  // server whose clients are few known peers behind one address (the API server asking the
+  // local node for logs) raises it.
+  void SetConnectionsPerAddress(unsigned n);
 
   // Starts listening; the error names the port, the address and the cause (a port another
   // process holds says so). Idempotent.
@@ -53,6 +74,9 @@ class HttpServer {
   std::string host_;
   int port_;
   std::map<std::string, Handler> handlers_;
+  std::map<std::string, RequestHandler> prefixes_;
+  std::string tls_cert_file_, tls_key_file_;
+  unsigned connections_per_address_;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -80,6 +80,7 @@ build_kubernetes() {
   cd "$work"
   local mods
   # The staging modules are those k8s.io/kubernetes requires at v0.0.0.
+  # shellcheck disable=SC2016  # awk's $1 and $2, not the shell's
   mods=$(go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" |
     python3 -c 'import json,sys; print(json.load(sys.stdin)["GoMod"])' |
     xargs awk '$2 == "v0.0.0" && $1 ~ /^k8s.io\// {print $1}')
@@ -177,8 +178,8 @@ build_kueue() {  # Kueue's manager (cmd/kueue); its manifests stay in the module
 build() {  # build NAME
   local name=$1 dest programs
   dest=$(dir_of "$name")
-  programs=$(programs_of "$name")
-  have_all "$dest/bin" $programs && return 0
+  read -ra programs <<<"$(programs_of "$name")"
+  have_all "$dest/bin" "${programs[@]}" && return 0
   # Kubernetes 1.37 and containerd 2.4 need Go 1.26 (go.mod's go line; GOTOOLCHAIN=local).
   local minor=${GO_VERSION#go1.}; minor=${minor%%.*}
   case "$minor" in ''|*[!0-9]*) minor=0 ;; esac
@@ -187,16 +188,16 @@ build() {  # build NAME
   mkdir -p "$dest"
   exec 9>"$dest/.lock"
   flock 9
-  have_all "$dest/bin" $programs && return 0
+  have_all "$dest/bin" "${programs[@]}" && return 0
   local start=$SECONDS
-  log "building $name ($programs) into $dest (log: $dest/build.log)"
+  log "building $name (${programs[*]}) into $dest (log: $dest/build.log)"
   local fn=build_$name
   [ "$name" = helm ] && fn=build_helm4
   if ! ( "$fn" "$dest" ) >"$dest/build.log" 2>&1; then
     tail -n 30 "$dest/build.log" >&2
     die "building $name failed; the whole log: $dest/build.log"
   fi
-  rm -rf "$dest/bin" && mv "$dest/bin.tmp" "$dest/bin"
+  rm -rf "${dest:?}/bin" && mv "$dest/bin.tmp" "$dest/bin"
   log "built $name in $((SECONDS - start)) s"
 }
 

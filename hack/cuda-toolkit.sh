@@ -126,7 +126,7 @@ assemble() {
   "cuda": {"name": "CUDA SDK", "version": "$v"},
   "source": "PyPI wheels assembled by hack/cuda-toolkit.sh",
   "cuda-toolkit": "$CUDA_TOOLKIT_VERSION", "cudnn": "$CUDNN_VERSION", "nccl": "$NCCL_VERSION",
-  "wheels": [$(cd "$DIR/wheels" && ls ./*.whl | sed 's|^\./\(.*\)|"\1"|' | paste -sd, -)]
+  "wheels": [$(find "$DIR/wheels" -maxdepth 1 -name '*.whl' -printf '"%f"\n' | sort | paste -sd, -)]
 }
 EOF
   echo "$LAYOUT" >"$out/.tj-layout"

@@ -51,6 +51,7 @@ kubectl get nodes -o wide
 
 say "helm install tj-operator (the operator runs in-cluster under the chart's RBAC)"
 HELM=$(hack/helm.sh --path)
+# shellcheck disable=SC2016  # $(POD_IP) is for Kubernetes to expand in the pod
 if ! "$HELM" upgrade --install tj-operator helm/tj-operator --namespace tj-system \
     --create-namespace --set bindAddress='$(POD_IP)' --wait --timeout 180s >/dev/null; then
   echo "demo: the operator did not become ready within 180s; its pod and last log lines:" >&2
@@ -66,7 +67,9 @@ kubectl get namespace "$NS" >/dev/null 2>&1 || kubectl create namespace "$NS" >/
 claim_dir() {
   local pv
   pv=$(kubectl -n "$NS" get pvc fmnist-data -o jsonpath='{.spec.volumeName}' 2>/dev/null || true)
-  [ -n "$pv" ] && kubectl get pv "$pv" -o jsonpath='{.spec.hostPath.path}' 2>/dev/null || true
+  if [ -n "$pv" ]; then
+    kubectl get pv "$pv" -o jsonpath='{.spec.hostPath.path}' 2>/dev/null || true
+  fi
 }
 # A run starts from nothing: a previous run's pods would answer to the new pods' names, and
 # its checkpoints and backup (on the same claim) would be evaluated or resumed.

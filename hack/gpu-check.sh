@@ -7,7 +7,7 @@
 # The four reports lie in $OUT, every raw log in $OUT/logs.tar.gz. Without a GPU it says so
 # and the tests skip (each names why); the bench is not run.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 WHAT=${1:-all}
 BUNDLE=$PWD/.gpu-bundle
 # The reports are written straight into $OUT (so a run killed at the time limit still returns
@@ -71,10 +71,10 @@ if [ "$WHAT" = all ] || [ "$WHAT" = tests ]; then
   # The trainer itself: a short run on the GPU against the same run on the CPU, and with two
   # GPUs two processes (one per GPU, NCCL) against one.
   if [ "$gpus" -ge 1 ]; then
-    short="--data-dir $BUNDLE/data --epochs 1 --steps-per-epoch 200 --batch-size 64"
-    tj timeout 120 "$BUNDLE/bin/tj-trainer" --device gpu $short >"$OUT/short_gpu.jsonl" 2>>"$OUT/tests.log" || status=1
-    TJ_GPU_CONV=cudnn tj timeout 120 "$BUNDLE/bin/tj-trainer" --device gpu $short >"$OUT/short_gpu_cudnn.jsonl" 2>>"$OUT/tests.log" || status=1
-    tj timeout 120 "$BUNDLE/bin/tj-trainer" --device cpu $short >"$OUT/short_cpu.jsonl" 2>>"$OUT/tests.log" || status=1
+    short=(--data-dir "$BUNDLE/data" --epochs 1 --steps-per-epoch 200 --batch-size 64)
+    tj timeout 120 "$BUNDLE/bin/tj-trainer" --device gpu "${short[@]}" >"$OUT/short_gpu.jsonl" 2>>"$OUT/tests.log" || status=1
+    TJ_GPU_CONV=cudnn tj timeout 120 "$BUNDLE/bin/tj-trainer" --device gpu "${short[@]}" >"$OUT/short_gpu_cudnn.jsonl" 2>>"$OUT/tests.log" || status=1
+    tj timeout 120 "$BUNDLE/bin/tj-trainer" --device cpu "${short[@]}" >"$OUT/short_cpu.jsonl" 2>>"$OUT/tests.log" || status=1
     echo "== short run: GPU, GPU with cuDNN's convolution, CPU:" | tee -a "$OUT/tests.log"
     grep -h train_end "$OUT/short_gpu.jsonl" "$OUT/short_gpu_cudnn.jsonl" "$OUT/short_cpu.jsonl" | tee -a "$OUT/tests.log"
   fi
@@ -84,7 +84,7 @@ if [ "$WHAT" = all ] || [ "$WHAT" = tests ]; then
     for r in 0 1; do
       TF_CONFIG="{\"cluster\":$cluster,\"task\":{\"type\":\"worker\",\"index\":$r}}" LOCAL_RANK=$r \
         TJ_RENDEZVOUS_KEY=gpu-check-key \
-        tj timeout 120 "$BUNDLE/bin/tj-trainer" --device gpu $short >"$OUT/two_gpus_$r.jsonl" 2>>"$OUT/tests.log" &
+        tj timeout 120 "$BUNDLE/bin/tj-trainer" --device gpu "${short[@]}" >"$OUT/two_gpus_$r.jsonl" 2>>"$OUT/tests.log" &
     done
     wait || status=1
     echo "== two processes on two GPUs (NCCL):" | tee -a "$OUT/tests.log"

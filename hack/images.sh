@@ -40,7 +40,7 @@ TARGETS=${TJ_IMAGE_TARGETS:-operator trainer-cpu}
 BASE_IMAGE=localhost/tj-debian-base:12
 SLIM_IMAGE=localhost/tj-debian-slim:12
 PAUSE_IMAGE=localhost/tj-pause:$VERSION
-TEST_IMAGES=(localhost/tj-test-python:$VERSION)
+TEST_IMAGES=("localhost/tj-test-python:$VERSION")
 
 log() { echo "images: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -97,6 +97,7 @@ base_images() {
   fi
   if [ ! -s "$slim" ]; then
     log "making the Debian 12 slim base with mmdebstrap (once; cached in $slim)"
+    # shellcheck disable=SC2016  # "$1" is for mmdebstrap's hook to expand: the new root
     mmdebstrap --quiet --variant=minbase --include=ca-certificates \
       --dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/doc/*' \
       --dpkgopt='path-include=/usr/share/doc/*/copyright' \

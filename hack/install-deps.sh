@@ -8,7 +8,7 @@ PACKAGES=(
   # build
   build-essential cmake pkg-config ninja-build ccache
   # libraries
-  libcpprest-dev libcurl4-openssl-dev nlohmann-json3-dev libssl-dev libgtest-dev libgmock-dev
+  libcurl4-openssl-dev nlohmann-json3-dev libssl-dev libgtest-dev libgmock-dev
   libmicrohttpd-dev libgloo-dev libyaml-cpp-dev zlib1g-dev libcli11-dev libjemalloc-dev
   libhwy-dev
   # data
@@ -29,8 +29,9 @@ PACKAGES=(
   catatonit conntrack ipset iptables skopeo
   # fuzzing and sanitizers: clang with libFuzzer and the sanitizer runtimes (tests/fuzz/run.sh)
   clang libclang-rt-14-dev
-  # style (tests/style: clang-format on every source; make tidy: clang-tidy over the build)
-  clang-format clang-tidy
+  # style (tests/style: clang-format on every source, shellcheck on every shell script;
+  # make tidy: clang-tidy over the build)
+  clang-format clang-tidy shellcheck
   # the GPU backend's CUDA 13 from PyPI where the machine has none (hack/cuda-toolkit.sh, run
   # by `make configure`: pip downloads the wheels; unzip, above, unpacks them)
   python3-pip

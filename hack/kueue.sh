@@ -40,7 +40,7 @@ die() { log "error: $*"; exit 1; }
 pid_alive() { [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null; }
 
 cluster_env() {
-  [ -f "$STATE_DIR/kubeconfig" ] && [ -d "$STATE_DIR/pids" ] ||
+  { [ -f "$STATE_DIR/kubeconfig" ] && [ -d "$STATE_DIR/pids" ]; } ||
     die "no local cluster runs in $STATE_DIR: start one with hack/local-cluster.sh up" \
       "(the same TJ_LOCAL_CLUSTER_DIR)"
   export KUBECONFIG=$STATE_DIR/kubeconfig
@@ -66,7 +66,7 @@ module_dir() {
     go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" |
     python3 -c 'import json,sys; print(json.load(sys.stdin).get("Dir", ""))')
   rm -rf "$tmp"
-  [ -n "$dir" ] && [ -d "$dir/config/default" ] ||
+  { [ -n "$dir" ] && [ -d "$dir/config/default" ]; } ||
     die "sigs.k8s.io/kueue@$KUEUE_VERSION has no config/default in Go's module cache ($dir)"
   echo "$dir"
 }
@@ -95,7 +95,7 @@ make_certs() {  # a CA of this install, and the webhook server's certificate for
 METRICS_CERT_DIR=/etc/kueue/metrics/certs
 ensure_metrics_cert() {
   [ -r "$METRICS_CERT_DIR/tls.crt" ] && [ -r "$METRICS_CERT_DIR/tls.key" ] && return 0
-  mkdir -p "$METRICS_CERT_DIR" 2>/dev/null && [ -w "$METRICS_CERT_DIR" ] ||
+  { mkdir -p "$METRICS_CERT_DIR" 2>/dev/null && [ -w "$METRICS_CERT_DIR" ]; } ||
     die "Kueue's manager needs a certificate in $METRICS_CERT_DIR (its metrics server's, a" \
       "fixed path when Kueue does not manage its certificates); run this once as root"
   openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=kueue-metrics-unused" \

@@ -92,7 +92,7 @@ have_all() {  # have_all DIR NAME... : every NAME is an executable in DIR
 # Sets KUBE_BIN (the Kubernetes programs' directory), ETCD_BIN and, for the real node on 1.37,
 # NODE_BINS (containerd with its shim and ctr, coredns, crictl: a directory each, for PATH).
 find_binaries() {
-  KUBE_BIN= ETCD_BIN= NODE_BINS=
+  KUBE_BIN='' ETCD_BIN='' NODE_BINS=''
   if [ -n "${KUBEBUILDER_ASSETS:-}" ]; then
     [ -x "$KUBEBUILDER_ASSETS/kube-apiserver" ] ||
       die "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS holds no kube-apiserver"
@@ -210,8 +210,8 @@ make_certs() {
   openssl rsa -in "$c/sa.key" -pubout -out "$c/sa.pub" 2>/dev/null
 }
 
-wait_for() {  # wait_for SECONDS WHAT CMD...
-  local limit=$1 what=$2; shift 2
+wait_for() {  # wait_for SECONDS WHAT CMD... (WHAT names the wait for the reader of the call)
+  local limit=$1; shift 2
   local deadline=$((SECONDS + limit))
   until "$@"; do
     [ $SECONDS -lt $deadline ] || return 1
@@ -346,6 +346,7 @@ EOF
 # (a test binary killed by ctest's timeout, say) rather than running on. The watcher ends by
 # itself once the cluster is down.
 start_owner_watch() {  # start_owner_watch PID
+  # shellcheck disable=SC2016  # the watcher's shell expands its own $1, $2 and environment
   TJ_LOCAL_CLUSTER_DIR=$STATE_DIR setsid bash -c '
     while kill -0 "$1" 2>/dev/null && [ -d "$TJ_LOCAL_CLUSTER_DIR/pids" ]; do sleep 2; done
     [ -d "$TJ_LOCAL_CLUSTER_DIR/pids" ] && exec "$2" down' \
@@ -358,6 +359,7 @@ start_owner_watch() {  # start_owner_watch PID
 start_node() {
   # shellcheck disable=SC1091
   . "$STATE_DIR/node.env"
+  # shellcheck disable=SC2153  # NODE_BIN comes from node.env, written by `up`
   start tj-local-node "$NODE_BIN" --kubeconfig="$STATE_DIR/kubeconfig" --node-name=local-node \
     --state-dir="$STATE_DIR/node" --log-dir="$STATE_DIR/logs" --bin-dir="$(dirname "$NODE_BIN")" \
     --kubelet-port="$KUBELET_PORT" --tls-cert-file="$STATE_DIR/certs/node.crt" \
@@ -392,7 +394,7 @@ cmd_restart_node() {
     "") ;;
     *) die "restart-node: unknown option '$1' (only --graceful)" ;;
   esac
-  [ -f "$f" ] && [ -f "$STATE_DIR/node.env" ] ||
+  { [ -f "$f" ] && [ -f "$STATE_DIR/node.env" ]; } ||
     die "no tj-local-node recorded in $STATE_DIR: run up first (with tj-local-node built)"
   local pid
   pid=$(cat "$f")
@@ -487,11 +489,11 @@ place_etcd_data() {
   if [ "${TJ_LOCAL_CLUSTER_ETCD_ON_DISK:-0}" != 1 ] && [ -d /dev/shm ] && [ -w /dev/shm ]; then
     local dir
     # (older than a minute: not one that another cluster's `up` is setting up right now)
-    for dir in $(find /dev/shm -maxdepth 1 -name 'tj-etcd.*' -type d -mmin +1 2>/dev/null); do
+    while IFS= read -r dir; do
       local owner
       owner=$(cat "$dir/owner" 2>/dev/null) || owner=
-      [ -n "$owner" ] && [ "$(readlink "$owner/etcd" 2>/dev/null)" = "$dir" ] || rm -rf "$dir"
-    done
+      { [ -n "$owner" ] && [ "$(readlink "$owner/etcd" 2>/dev/null)" = "$dir" ]; } || rm -rf "$dir"
+    done < <(find /dev/shm -maxdepth 1 -name 'tj-etcd.*' -type d -mmin +1 2>/dev/null)
     if dir=$(mktemp -d /dev/shm/tj-etcd.XXXXXX); then
       echo "$STATE_DIR" >"$dir/owner"
       mkdir -m 700 "$dir/data"
@@ -549,7 +551,7 @@ cmd_compact() {
   . "$STATE_DIR/cluster.env"
   local url=http://127.0.0.1:$ETCD_PORT/v3/kv rev
   rev=$(curl -fsS -X POST "$url/range" -d '{"key":"AA=="}' | jq -r .header.revision)
-  [ -n "$rev" ] && [ "$rev" != null ] || die "could not read etcd's revision at $url"
+  { [ -n "$rev" ] && [ "$rev" != null ]; } || die "could not read etcd's revision at $url"
   curl -fsS -X POST "$url/compaction" -d "{\"revision\":\"$rev\",\"physical\":true}" >/dev/null
   log "etcd compacted at revision $rev"
   echo "$rev"

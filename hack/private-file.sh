@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # write_private FILE: writes standard input to FILE, readable and writable by its owner alone
 # (mode 0600 from its creation: no moment at which another user can open it). For the local
 # cluster's credentials: its bearer token, the API server's token file, the kubeconfig.

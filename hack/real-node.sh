@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # The real node of the local cluster (TJ_NODE=containerd), sourced by hack/local-cluster.sh:
 # containerd 2 (built from the Go module proxy, hack/build-kubernetes.sh) as the CRI runtime
 # with Debian's runc and CNI bridge plugin, the kubelet and kube-proxy of the same build as the
@@ -193,9 +194,9 @@ EOF
 # and pods with a hostname behind a headless Service), the rest from this machine's servers.
 coredns_config() {
   local ip=$1 upstream=() ns
-  for ns in $(awk '/^nameserver/ {print $2}' /etc/resolv.conf); do
+  while read -r ns; do
     [ "$ns" = "$ip" ] || upstream+=("$ns")
-  done
+  done < <(awk '/^nameserver/ {print $2}' /etc/resolv.conf)
   [ ${#upstream[@]} -gt 0 ] || upstream=(/etc/resolv.conf)
   cat >"$RN/dns/Corefile" <<EOF
 .:53 {
@@ -336,8 +337,9 @@ real_node_down() {
   stop_recorded containerd
   pkill -KILL -f "containerd-shim.* -address $RN_SOCK" 2>/dev/null || true
   # kube-proxy's chains (KUBE-*), then what the CNI plugins left (CNI-*).
-  [ -x "${KUBE_BIN:-}/kube-proxy" ] &&
+  if [ -x "${KUBE_BIN:-}/kube-proxy" ]; then
     "$KUBE_BIN/kube-proxy" --cleanup >/dev/null 2>&1 || true
+  fi
   remove_chains
   # Mounts under the node's directory (pod volumes, network namespaces, root file systems),
   # deepest first.

@@ -49,6 +49,7 @@ phase() {  # phase NAME COMMAND...: runs, records the time taken, remembers a fa
 }
 
 # The control-plane binaries, built once and cached, so that no test spends its timeout on them.
+# shellcheck disable=SC2317  # called through phase, below
 cluster_binaries() {
   TJ_BUILD_DIR=$1 bash "$REPO_ROOT/hack/local-cluster.sh" build >/dev/null
 }

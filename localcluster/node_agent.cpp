@@ -242,7 +242,7 @@ void NodeAgent::OnPod(const json& pod) {
         return;
       }
       const std::string ip = adopted.is_null() ? AllocateIp() : adopted.value("ip", "");
-      w = std::make_shared<PodWorker>(this, pod, ip, adopted);
+      w = std::make_shared<PodWorker>(WorkerContext(), pod, ip, adopted);
       workers_[uid] = w;
       w->Start();
     } else {
@@ -272,6 +272,11 @@ void NodeAgent::OnPodDeleted(const json& pod) {
   // The last reference joins the worker's thread: do that off the informer's thread.
   std::thread([w = std::move(w)] {}).detach();
   RewriteHostsFiles(ns);
+}
+
+PodWorkerContext NodeAgent::WorkerContext() {
+  return {client_, clock_, log_, &options_,
+          [this](const std::string& ns) { RewriteHostsFiles(ns); }};
 }
 
 void NodeAgent::RewriteHostsFiles(const std::string& ns) {

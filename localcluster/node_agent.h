@@ -24,6 +24,7 @@
 
 #include "common/clock.h"
 #include "common/event_log.h"
+#include "common/http_server.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
 #include "localcluster/pod_spec.h"
@@ -53,6 +54,7 @@ struct NodeAgentOptions {
 };
 
 class PodWorker;
+struct PodWorkerContext;
 
 class NodeAgent {
  public:
@@ -71,11 +73,12 @@ class NodeAgent {
                       const std::string& container) const;
 
  private:
-  friend class PodWorker;
   Status Heartbeat();
   void OnPod(const nlohmann::json& pod);
   void OnPodDeleted(const nlohmann::json& pod);
   void RewriteHostsFiles(const std::string& ns);
+  // What the pod workers use of the agent (pod_worker.h).
+  PodWorkerContext WorkerContext();
   // Binds an unbound PersistentVolumeClaim to a new hostPath PersistentVolume (a directory
   // under <state-dir>/pvc/<ns>/<claim>), so the scheduler can place pods that use it.
   void ProvisionClaim(const nlohmann::json& pvc);
@@ -85,9 +88,10 @@ class NodeAgent {
   // After the first pod list: kills the processes of states no pod claimed, removes them.
   void StopOrphans();
   nlohmann::json NodeObject() const;
-  // The kubelet log endpoint (log_server.cpp).
+  // The kubelet log endpoint (log_server.cpp): GET /containerLogs/<ns>/<pod>/<container>.
   void StartLogServer();
   void StopLogServer();
+  HttpAnswer ContainerLog(const HttpRequest& request) const;
 
   kube::Client* client_;
   Clock* clock_;
@@ -99,7 +103,7 @@ class NodeAgent {
   std::map<std::string, std::shared_ptr<PodWorker>> workers_ TJ_GUARDED_BY(mu_);  // by pod uid
   int next_ip_ TJ_GUARDED_BY(mu_) = 0;
   std::map<std::string, nlohmann::json> adoptable_ TJ_GUARDED_BY(mu_);  // by pod uid
-  std::shared_ptr<void> log_server_;  // web::http::experimental::listener::http_listener
+  std::unique_ptr<HttpServer> log_server_;
 };
 
 }  // namespace tj::localnode

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <optional>
 #include <string>
 #include <thread>
@@ -14,15 +15,27 @@
 
 #include "common/backoff.h"
 #include "common/clock.h"
+#include "common/event_log.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
+#include "localcluster/node_agent.h"
 #include "localcluster/pod_spec.h"
 #include "localcluster/probe.h"
 #include "localcluster/process.h"
+#include "operator/kube/client.h"
 
 namespace tj::localnode {
 
-class NodeAgent;
+// What a pod worker uses of its node agent, and nothing more. Everything it points to
+// outlives the worker.
+struct PodWorkerContext {
+  kube::Client* client = nullptr;
+  Clock* clock = nullptr;
+  EventLog* log = nullptr;
+  const NodeAgentOptions* options = nullptr;
+  // Rewrites the /etc/hosts of every pod of a namespace (a pod came or went).
+  std::function<void(const std::string& ns)> rewrite_hosts_files;
+};
 
 // Writes a volume file as the kubelet's atomic writer does: a temporary file renamed over the
 // old one, so a reader never sees half a token. Volumes are bind-mounted as directories, so
@@ -36,7 +49,7 @@ Status WriteVolumeFile(const std::string& path, const std::string& content);
 class PodWorker {
  public:
   // `adopted`: the pod's state.json from before a restart of the agent, or null.
-  PodWorker(NodeAgent* agent, const json& pod, std::string ip, json adopted = nullptr);
+  PodWorker(PodWorkerContext context, const json& pod, std::string ip, json adopted = nullptr);
   ~PodWorker();
 
   void Start();
@@ -131,7 +144,7 @@ class PodWorker {
   // Graceful stop: SIGTERM, up to the grace period, SIGKILL; then the final delete.
   void Finish();
 
-  NodeAgent* agent_;
+  const PodWorkerContext ctx_;
   json pod_;
   std::string ip_, ns_, name_, uid_, hostname_, subdomain_, dir_, hosts_file_, start_time_;
   json adopted_;                       // state.json of the previous agent, or null

@@ -15,7 +15,7 @@ bench="$build/bin/tj-bench-allreduce"
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-for round in $(seq 1 "$ROUNDS"); do
+for _ in $(seq 1 "$ROUNDS"); do
   "$bench" --algorithm memcpy "${args[@]}" >>"$tmp/memcpy"
   "$bench" --algorithm tcp "${args[@]}" >>"$tmp/tcp"
   "$bench" --algorithm ring "${args[@]}" >>"$tmp/ring"

@@ -9,7 +9,7 @@ TRAINER=${TRAINER:-build/bin/tj-trainer}
 OUT=bench/backup_overhead/RESULTS.md
 [ -x "$TRAINER" ] || { echo "build first: make build" >&2; exit 1; }
 tmp=$(mktemp -d)
-base="$TRAINER --epochs 1 --threads 2"
+base=("$TRAINER" --epochs 1 --threads 2)
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 ips() { grep '"epoch_end"' | sed -E 's/.*"images_per_sec":([0-9.]+).*/\1/'; }
 # CPU seconds (user + system) of a whole run: on a shared machine, a steadier measure of the
@@ -25,13 +25,14 @@ import json, sys
 e = json.loads(sys.stdin.read())
 print(100 * (e['backup_stall_seconds'] + e['backup_cpu_seconds']) / e['train_seconds'])"; }
 for i in $(seq "$REPEATS"); do
-  cpu $base > "$tmp/out"
+  cpu "${base[@]}" > "$tmp/out"
   none+=("$(ips < "$tmp/out")"); cpu_none+=("$(cat "$tmp/cpu")")
-  cpu $base --save-freq 100 --backup-dir "$tmp/b$i" > "$tmp/out"
+  cpu "${base[@]}" --save-freq 100 --backup-dir "$tmp/b$i" > "$tmp/out"
   out=$(cat "$tmp/out"); cpu_freq+=("$(cat "$tmp/cpu")")
   freq+=("$(echo "$out" | ips)")
   bound+=("$(echo "$out" | bound_of)")
-  backup_s+=($(echo "$out" | grep backup_saved | sed -E 's/.*"seconds":([0-9.e-]+).*/\1/'))
+  mapfile -t -O "${#backup_s[@]}" backup_s < <(echo "$out" | grep backup_saved |
+    sed -E 's/.*"seconds":([0-9.e-]+).*/\1/')
 done
 med() { printf '%s\n' "$@" | sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 m_none=$(med "${none[@]}"); m_freq=$(med "${freq[@]}"); m_b=$(med "${backup_s[@]}")
@@ -48,7 +49,7 @@ print(f'{(c[n//2] if n%2 else (c[n//2-1]+c[n//2])/2):.1f}')")
   echo
   echo "- Date: $(date -u +%Y-%m-%dT%H:%MZ)"
   echo "- Machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; load average before: $load_before; backup dir on $(df --output=fstype "$tmp" | tail -1)"
-  echo "- Command: \`bash bench/backup_overhead/run.sh $REPEATS\`: \`$base\` with and without \`--save-freq 100 --backup-dir DIR\`"
+  echo "- Command: \`bash bench/backup_overhead/run.sh $REPEATS\`: \`${base[*]}\` with and without \`--save-freq 100 --backup-dir DIR\`"
   echo
   echo "| run | images/s (median of $REPEATS) |"
   echo "|---|---:|"

@@ -11,10 +11,10 @@ RUNS=${1:-3}
 BUILD=${2:-build}
 TEST=$BUILD/tests/operator_load_test
 OUT=bench/operator_load/RESULTS.md
-[ -x "$TEST" ] && [ -x "$BUILD/bin/tj-operator" ] || {
+if [ ! -x "$TEST" ] || [ ! -x "$BUILD/bin/tj-operator" ]; then
   echo "build first: cmake --build $BUILD --target operator_load_test tj-operator" >&2
   exit 1
-}
+fi
 results=$(mktemp)
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 for i in $(seq "$RUNS"); do

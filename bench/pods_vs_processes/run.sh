@@ -62,7 +62,7 @@ pods_run() {
 }
 
 processes_run() {
-  local port p0 p1 pe key cluster d=$work/run
+  local p0 p1 pe key cluster d=$work/run
   port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
   p0=$(port); p1=$(port); pe=$(port)
   key=$(openssl rand -hex 16)
@@ -99,7 +99,9 @@ cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
   echo "# The demo job as pods vs as host processes"
   echo
   echo "\`bash bench/pods_vs_processes/run.sh $ROUNDS\` on $cpu, $(nproc) cores, Kubernetes"
-  echo "$(kubectl version -o json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["serverVersion"]["gitVersion"])')"
+  kubectl version -o json |
+    /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["serverVersion"]["gitVersion"])' ||
+    echo "(version unknown)"
   echo "with the real node (containerd, runc, CNI bridge). Load average before: $load_before;"
   echo "after: $load_after. The job: \`$manifest\` (2 workers x 1 thread, an evaluator,"
   echo "backups and checkpoints). Processes: the same three programs on loopback, the trainer"

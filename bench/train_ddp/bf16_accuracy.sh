@@ -17,9 +17,9 @@ run() { # SEED DTYPE
   local p0 p1
   p0=$(port) p1=$(port)
   tfc() { echo "{\"cluster\":{\"worker\":[\"localhost:$p0\",\"localhost:$p1\"]},\"task\":{\"type\":\"worker\",\"index\":$1}}"; }
-  local f="--epochs $EPOCHS --seed $1 --batch-size 64 --threads 1 --allreduce-dtype $2"
-  TJ_RENDEZVOUS_KEY=bench TF_CONFIG=$(tfc 1) $TRAINER $f >"$tmp/$1.$2.w1" &
-  TJ_RENDEZVOUS_KEY=bench TF_CONFIG=$(tfc 0) $TRAINER $f >"$tmp/$1.$2.w0"
+  local f=(--epochs "$EPOCHS" --seed "$1" --batch-size 64 --threads 1 --allreduce-dtype "$2")
+  TJ_RENDEZVOUS_KEY=bench TF_CONFIG=$(tfc 1) "$TRAINER" "${f[@]}" >"$tmp/$1.$2.w1" &
+  TJ_RENDEZVOUS_KEY=bench TF_CONFIG=$(tfc 0) "$TRAINER" "${f[@]}" >"$tmp/$1.$2.w0"
   wait
 }
 get() { grep '"train_end"' "$1" | sed -E "s/.*\"$2\": ?\"?([0-9a-f.e-]+).*/\1/"; }

@@ -14,13 +14,13 @@ TRAINER=${TRAINER:-build/bin/tj-trainer}
 OUT=bench/train_ddp/RESULTS.md
 [ -x "$TRAINER" ] || { echo "build first: make build" >&2; exit 1; }
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-flags="--epochs $EPOCHS --steps-per-epoch $STEPS"
+flags=(--epochs "$EPOCHS" --steps-per-epoch "$STEPS")
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
 one_process() { # NAME
-  $TRAINER $flags --batch-size 128 --threads 2 >"$tmp/$1.w0"
+  "$TRAINER" "${flags[@]}" --batch-size 128 --threads 2 >"$tmp/$1.w0"
 }
 two_workers() { # NAME EXTRA-FLAGS...
   local name=$1
@@ -28,8 +28,8 @@ two_workers() { # NAME EXTRA-FLAGS...
   local p0 p1
   p0=$(port) p1=$(port)
   tfc() { echo "{\"cluster\":{\"worker\":[\"localhost:$p0\",\"localhost:$p1\"]},\"task\":{\"type\":\"worker\",\"index\":$1}}"; }
-  TJ_RENDEZVOUS_KEY=bench TF_CONFIG=$(tfc 1) $TRAINER $flags --batch-size 64 --threads 1 "$@" >"$tmp/$name.w1" &
-  TJ_RENDEZVOUS_KEY=bench TF_CONFIG=$(tfc 0) $TRAINER $flags --batch-size 64 --threads 1 "$@" >"$tmp/$name.w0"
+  TJ_RENDEZVOUS_KEY=bench TF_CONFIG=$(tfc 1) "$TRAINER" "${flags[@]}" --batch-size 64 --threads 1 "$@" >"$tmp/$name.w1" &
+  TJ_RENDEZVOUS_KEY=bench TF_CONFIG=$(tfc 0) "$TRAINER" "${flags[@]}" --batch-size 64 --threads 1 "$@" >"$tmp/$name.w0"
   wait
 }
 pytorch_ddp() { # NAME

@@ -10,7 +10,7 @@
 # tj-trainer only, e.g. the carried bundle's; PyTorch keeps its own), PYTHON, EPOCHS.
 # On a machine with an NVIDIA GPU, hack/gpu-check.sh sets all of these.
 set -uo pipefail
-cd "$(dirname "$0")/../.."
+cd "$(dirname "$0")/../.." || exit 1
 TRAINER=${TRAINER:-build/bin/tj-trainer}
 DATA_DIR=${DATA_DIR:-/usr/share/datasets/fashion-mnist}
 PYTHON=${PYTHON:-python3}
@@ -21,20 +21,21 @@ LOGS=${LOGS:-$(mktemp -d)}
 command -v nvidia-smi >/dev/null || { echo "train_gpu: no nvidia-smi: this needs a GPU machine" >&2; exit 1; }
 
 tj() { env LD_LIBRARY_PATH="${TJ_LIBRARY_PATH:-}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; }
-common="--data-dir $DATA_DIR --epochs $EPOCHS --batch-size 64"
-gpu_cmd="$TRAINER --device gpu $common"
-cpu_cmd="$TRAINER --device cpu $common"
-eager_cmd="$PYTHON bench/train_gpu/pytorch_seeds_gpu.py --data-dir $DATA_DIR --epochs $EPOCHS --batch-size 64 --mode eager"
-compile_cmd="${eager_cmd/--mode eager/--mode compile}"
+common=(--data-dir "$DATA_DIR" --epochs "$EPOCHS" --batch-size 64)
+gpu_cmd=("$TRAINER" --device gpu "${common[@]}")
+cpu_cmd=("$TRAINER" --device cpu "${common[@]}")
+pytorch=("$PYTHON" bench/train_gpu/pytorch_seeds_gpu.py "${common[@]}")
+eager_cmd=("${pytorch[@]}" --mode eager)
+compile_cmd=("${pytorch[@]}" --mode compile)
 
 echo "train_gpu: tj-trainer on the GPU (graphs; without graphs; cuDNN conv), on the CPU, PyTorch eager, PyTorch compile" >&2
 # Each run is bounded, so that the whole fits one 10-minute device call.
-tj timeout 120 $gpu_cmd >"$LOGS/tj_gpu.jsonl" 2>"$LOGS/tj_gpu.err"; tj_gpu_rc=$?
-TJ_GPU_GRAPHS=0 tj timeout 120 $gpu_cmd >"$LOGS/tj_gpu_nographs.jsonl" 2>"$LOGS/tj_gpu_nographs.err"; tj_nog_rc=$?
-TJ_GPU_CONV=cudnn tj timeout 120 $gpu_cmd >"$LOGS/tj_gpu_cudnn.jsonl" 2>"$LOGS/tj_gpu_cudnn.err"; tj_cudnn_rc=$?
-tj timeout 150 $cpu_cmd >"$LOGS/tj_cpu.jsonl" 2>"$LOGS/tj_cpu.err"; tj_cpu_rc=$?
-timeout 120 $eager_cmd >"$LOGS/pt_eager.jsonl" 2>"$LOGS/pt_eager.err"; pt_eager_rc=$?
-timeout 200 $compile_cmd >"$LOGS/pt_compile.jsonl" 2>"$LOGS/pt_compile.err"; pt_compile_rc=$?
+tj timeout 120 "${gpu_cmd[@]}" >"$LOGS/tj_gpu.jsonl" 2>"$LOGS/tj_gpu.err"; tj_gpu_rc=$?
+TJ_GPU_GRAPHS=0 tj timeout 120 "${gpu_cmd[@]}" >"$LOGS/tj_gpu_nographs.jsonl" 2>"$LOGS/tj_gpu_nographs.err"; tj_nog_rc=$?
+TJ_GPU_CONV=cudnn tj timeout 120 "${gpu_cmd[@]}" >"$LOGS/tj_gpu_cudnn.jsonl" 2>"$LOGS/tj_gpu_cudnn.err"; tj_cudnn_rc=$?
+tj timeout 150 "${cpu_cmd[@]}" >"$LOGS/tj_cpu.jsonl" 2>"$LOGS/tj_cpu.err"; tj_cpu_rc=$?
+timeout 120 "${eager_cmd[@]}" >"$LOGS/pt_eager.jsonl" 2>"$LOGS/pt_eager.err"; pt_eager_rc=$?
+timeout 200 "${compile_cmd[@]}" >"$LOGS/pt_compile.jsonl" 2>"$LOGS/pt_compile.err"; pt_compile_rc=$?
 
 # One table row per run, and the criteria, from the JSON lines (Python: the device has it).
 "$PYTHON" - "$LOGS" "$RESULTS" "$EPOCHS" <<PY
@@ -51,12 +52,12 @@ def events(name):
 def err_tail(name):
     try: return open(os.path.join(logs, name + ".err")).read()[-600:].strip()
     except OSError: return ""
-runs = [("tj-trainer --device gpu", "tj_gpu", "$gpu_cmd", $tj_gpu_rc),
-        ("tj-trainer --device gpu, TJ_GPU_GRAPHS=0", "tj_gpu_nographs", "TJ_GPU_GRAPHS=0 $gpu_cmd", $tj_nog_rc),
-        ("tj-trainer --device gpu, TJ_GPU_CONV=cudnn", "tj_gpu_cudnn", "TJ_GPU_CONV=cudnn $gpu_cmd", $tj_cudnn_rc),
-        ("tj-trainer --device cpu", "tj_cpu", "$cpu_cmd", $tj_cpu_rc),
-        ("PyTorch eager", "pt_eager", "$eager_cmd", $pt_eager_rc),
-        ("PyTorch torch.compile", "pt_compile", "$compile_cmd", $pt_compile_rc)]
+runs = [("tj-trainer --device gpu", "tj_gpu", "${gpu_cmd[*]}", $tj_gpu_rc),
+        ("tj-trainer --device gpu, TJ_GPU_GRAPHS=0", "tj_gpu_nographs", "TJ_GPU_GRAPHS=0 ${gpu_cmd[*]}", $tj_nog_rc),
+        ("tj-trainer --device gpu, TJ_GPU_CONV=cudnn", "tj_gpu_cudnn", "TJ_GPU_CONV=cudnn ${gpu_cmd[*]}", $tj_cudnn_rc),
+        ("tj-trainer --device cpu", "tj_cpu", "${cpu_cmd[*]}", $tj_cpu_rc),
+        ("PyTorch eager", "pt_eager", "${eager_cmd[*]}", $pt_eager_rc),
+        ("PyTorch torch.compile", "pt_compile", "${compile_cmd[*]}", $pt_compile_rc)]
 gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"],
                      capture_output=True, text=True).stdout.strip()
 rows, got = [], {}

@@ -8,7 +8,7 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update
 apt-get install -y --no-install-recommends \
   build-essential cmake ninja-build pkg-config ccache \
-  libcpprest-dev libcurl4-openssl-dev nlohmann-json3-dev libssl-dev libgtest-dev \
-  libgmock-dev libgloo-dev libyaml-cpp-dev zlib1g-dev libcli11-dev libjemalloc-dev \
-  libmicrohttpd-dev libhwy-dev
+  libcurl4-openssl-dev nlohmann-json3-dev libssl-dev libgtest-dev libgmock-dev \
+  libgloo-dev libyaml-cpp-dev zlib1g-dev libcli11-dev libjemalloc-dev libmicrohttpd-dev \
+  libhwy-dev
 rm -rf /var/lib/apt/lists/*

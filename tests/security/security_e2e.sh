@@ -54,8 +54,9 @@ step "cluster up, audit log $AUDIT"
 # Pods of every local cluster on a machine share the 127.0.x.y addresses: ports of our own,
 # so that another cluster's operator on the same address does not stop this one.
 port=$((20000 + RANDOM % 20000))
+# shellcheck disable=SC2016  # $(POD_IP) is for Kubernetes to expand in the pod, not the shell
 HELM_ARGS=(tj-operator "$ROOT/helm/tj-operator" --namespace tj-system --set bindAddress='$(POD_IP)'
-           --set metrics.port=$port --set health.port=$((port + 1)))
+           --set "metrics.port=$port" --set "health.port=$((port + 1))")
 "$HELM" install "${HELM_ARGS[@]}" --create-namespace --wait --timeout 120s >/dev/null
 step "helm install: operator Ready"
 
@@ -137,19 +138,23 @@ bad_failed() {
   kubectl -n "$NS" get tj bad -o jsonpath='{.status.conditions[?(@.type=="Failed")].reason}' |
     grep -qx InvalidSpec
 }
-wait_until 60 "job bad to fail" bad_failed && ok "the invalid job failed (InvalidSpec)" ||
-  fail "the invalid job did not fail with InvalidSpec"
+if wait_until 60 "job bad to fail" bad_failed; then ok "the invalid job failed (InvalidSpec)"
+else fail "the invalid job did not fail with InvalidSpec"; fi
 noclaim_message() {
   kubectl -n "$NS" get tj noclaim -o jsonpath='{.status.conditions[?(@.type=="Failed")].message}'
 }
 noclaim_failed() { noclaim_message | grep -q 'persistentvolumeclaim "no-such-claim" not found'; }
-wait_until 60 "job noclaim to fail naming the claim" noclaim_failed &&
-  ok "a missing claim fails the job at its startup deadline: $(noclaim_message)" ||
+if wait_until 60 "job noclaim to fail naming the claim" noclaim_failed; then
+  ok "a missing claim fails the job at its startup deadline: $(noclaim_message)"
+else
   fail "job noclaim: Failed message '$(noclaim_message)' does not name the missing claim"
+fi
 ttl_gone() { ! kubectl -n "$NS" get tj ttl >/dev/null 2>&1; }
-wait_until 240 "job ttl deleted after its TTL" ttl_gone &&
-  ok "a finished job was deleted by the operator after ttlSecondsAfterFinished" ||
+if wait_until 240 "job ttl deleted after its TTL" ttl_gone; then
+  ok "a finished job was deleted by the operator after ttlSecondsAfterFinished"
+else
   fail "job ttl was not deleted after ttlSecondsAfterFinished"
+fi
 
 finished() {
   kubectl -n "$NS" get tj sec -o jsonpath='{.status.state}' | grep -Eqx 'Succeeded|Failed'
@@ -158,9 +163,11 @@ wait_until 400 "job sec to finish" finished || true
 state=$(kubectl -n "$NS" get tj sec -o jsonpath='{.status.state}')
 restarts=$(kubectl -n "$NS" get tj sec -o jsonpath='{.status.restartCount}')
 step "job sec: $state, restartCount $restarts"
-[ "$state" = Succeeded ] && [ "${restarts:-0}" -ge 2 ] &&
-  ok "job sec succeeded after two gang restarts (a lost worker, a new key)" ||
+if [ "$state" = Succeeded ] && [ "${restarts:-0}" -ge 2 ]; then
+  ok "job sec succeeded after two gang restarts (a lost worker, a new key)"
+else
   fail "job sec: state '$state', restartCount '$restarts' (want Succeeded after >= 2 restarts)"
+fi
 
 # --- non-root: every pod the operator created (cleanPodPolicy Running keeps finished ones).
 pods=$(kubectl -n "$NS" get pods -l tjo.dev/job-name=sec -o json)
@@ -195,22 +202,27 @@ secret_hash=$(jq -r '.metadata.annotations["tjo.dev/rendezvous-key-hash"] // emp
 pod_hashes=$(jq -r '[.items[] | select(.metadata.labels["tjo.dev/replica-type"] != "evaluator")
   | .metadata.annotations["tjo.dev/rendezvous-key-hash"] // "none"] | unique | join(" ")' \
   <<<"$pods")
-[ -n "$old_hash" ] && [ "$new_hash" != "$old_hash" ] && [ "$secret_hash" = "$new_hash" ] &&
-  [ "$pod_hashes" = "$new_hash" ] &&
-  ok "Secret deleted mid-job: made again with a new key ($old_hash -> $new_hash), the last gang's pods all hold it" ||
+if [ -n "$old_hash" ] && [ "$new_hash" != "$old_hash" ] && [ "$secret_hash" = "$new_hash" ] &&
+    [ "$pod_hashes" = "$new_hash" ]; then
+  ok "Secret deleted mid-job: made again with a new key ($old_hash -> $new_hash), the last gang's pods all hold it"
+else
   fail "Secret deleted mid-job: status key $old_hash -> $new_hash, Secret's $secret_hash, pods' $pod_hashes"
+fi
 
 # --- the Secret: owned by the job, referenced (not copied) by the pods.
 owner=$(jq -r --arg uid "$job_uid" \
   '[.metadata.ownerReferences[]? | select(.uid == $uid and .kind == "TrainingJob" and .controller == true)] | length' \
   <<<"$secret")
-[ "$owner" = 1 ] && ok "Secret sec-rendezvous: controller owner is TrainingJob sec ($job_uid)" ||
+if [ "$owner" = 1 ]; then
+  ok "Secret sec-rendezvous: controller owner is TrainingJob sec ($job_uid)"
+else
   fail "Secret sec-rendezvous has no controller ownerReference to the job: $(jq -c .metadata.ownerReferences <<<"$secret")"
+fi
 key_b64=$(jq -r '.data.key // empty' <<<"$secret")
 key=$(base64 -d <<<"$key_b64")
 [ "${#key}" -ge 16 ] || fail "the rendezvous key is ${#key} bytes (want >= 16)"
-grep -qF -- "$key" <<<"$pods" && fail "a pod spec holds the key as a literal value" ||
-  ok "pods get the key through secretKeyRef, never as a literal"
+if grep -qF -- "$key" <<<"$pods"; then fail "a pod spec holds the key as a literal value"
+else ok "pods get the key through secretKeyRef, never as a literal"; fi
 
 # --- no leak: logs, events, status.
 leaks=()
@@ -230,10 +242,12 @@ done < <(find "$TJ_LOCAL_CLUSTER_DIR/logs" -type f
 search "the audit log" <"$AUDIT"
 search "Events" < <(kubectl get events -A -o json)
 search "job sec's status" < <(kubectl -n "$NS" get tj sec -o json | jq .status)
-[ ${#leaks[@]} -eq 0 ] &&
+if [ ${#leaks[@]} -eq 0 ]; then
   ok "the key (raw and base64) is in none of $nlogs cluster log files (operator, pods, node," \
-     "control plane), the audit log, Events, the job's status" ||
+     "control plane), the audit log, Events, the job's status"
+else
   fail "the rendezvous key leaks into: ${leaks[*]}"
+fi
 
 # --- garbage collection: the job deleted, its Secret, Service and pods go with it.
 kubectl -n "$NS" delete tj sec --wait=false >/dev/null
@@ -242,9 +256,11 @@ owned_gone() {
     [ -z "$(kubectl -n "$NS" get service sec --ignore-not-found -o name)" ] &&
     [ -z "$(kubectl -n "$NS" get pods -l tjo.dev/job-name=sec -o name)" ]
 }
-wait_until 60 "the job's objects to be garbage-collected" owned_gone &&
-  ok "job deleted: its Secret, Service and pods were garbage-collected" ||
+if wait_until 60 "the job's objects to be garbage-collected" owned_gone; then
+  ok "job deleted: its Secret, Service and pods were garbage-collected"
+else
   fail "after the job was deleted its Secret/Service/pods are still there"
+fi
 step "lifecycle done"
 
 # --- RBAC: what the operator sent (audit log) against what the chart grants. A watch is

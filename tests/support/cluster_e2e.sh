@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the shell tests that run the operator on the local cluster through the Helm chart
 # (tests/integration/helm/*_e2e.sh, tests/security/security_e2e.sh, the real node's e2e).
 # Source it with the repository, the build directory and the name of the test's cluster:
@@ -30,6 +31,7 @@ e2e_prerequisites() {
   for b in tj-local-node tj-operator tj-trainer; do
     [ -x "$BUILD/bin/$b" ] || skip "$BUILD/bin/$b is not built"
   done
+  # shellcheck disable=SC2034  # HELM is for the scripts that source this file
   HELM=$("$ROOT/hack/helm.sh" --path) || skip "no Helm (hack/helm.sh could not fetch it)"
   "$ROOT/hack/local-cluster.sh" build >/dev/null || skip "no Kubernetes binaries"
   if [ "$TJ_NODE" = containerd ]; then

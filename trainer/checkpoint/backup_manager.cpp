@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +12,7 @@
 #include "common/secure_random.h"
 #include "common/sha256.h"
 #include "trainer/checkpoint/atomic_file.h"
+#include "trainer/checkpoint/numbered_name.h"
 
 namespace tj::checkpoint {
 namespace fs = std::filesystem;
@@ -133,21 +133,10 @@ Status BackupManager::Claim() {
       .WithContext("claiming the backup directory for gang " + std::to_string(scope_.gang));
 }
 
-std::string BackupManager::FileName(int64_t seq) {
-  return std::string(kPrefix) + std::to_string(seq);
-}
+std::string BackupManager::FileName(int64_t seq) { return NumberedName(kPrefix, seq); }
 
 std::optional<int64_t> BackupManager::ParseFileName(const std::string& name) {
-  if (name.size() <= kPrefix.size() || name.compare(0, kPrefix.size(), kPrefix) != 0) {
-    return std::nullopt;
-  }
-  const char* first = name.data() + kPrefix.size();
-  const char* last = name.data() + name.size();
-  if (*first < '0' || *first > '9') return std::nullopt;
-  int64_t seq = 0;
-  auto [ptr, ec] = std::from_chars(first, last, seq);
-  if (ec != std::errc() || ptr != last || seq < 0) return std::nullopt;
-  return seq;
+  return ParseNumberedName(name, kPrefix);
 }
 
 void BackupManager::Warn(const std::string& message) {

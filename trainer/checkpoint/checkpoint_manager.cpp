@@ -1,7 +1,6 @@
 #include "trainer/checkpoint/checkpoint_manager.h"
 
 #include <algorithm>
-#include <charconv>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -9,6 +8,7 @@
 #include <system_error>
 
 #include "trainer/checkpoint/atomic_file.h"
+#include "trainer/checkpoint/numbered_name.h"
 
 namespace tj::checkpoint {
 namespace fs = std::filesystem;
@@ -17,19 +17,10 @@ namespace {
 constexpr std::string_view kPrefix = "ckpt-";
 }  // namespace
 
-std::string CheckpointName(int64_t epoch) { return std::string(kPrefix) + std::to_string(epoch); }
+std::string CheckpointName(int64_t epoch) { return NumberedName(kPrefix, epoch); }
 
 std::optional<int64_t> ParseCheckpointName(const std::string& name) {
-  if (name.size() <= kPrefix.size() || name.compare(0, kPrefix.size(), kPrefix) != 0) {
-    return std::nullopt;
-  }
-  const char* first = name.data() + kPrefix.size();
-  const char* last = name.data() + name.size();
-  if (*first < '0' || *first > '9') return std::nullopt;
-  int64_t epoch = 0;
-  auto [ptr, ec] = std::from_chars(first, last, epoch);
-  if (ec != std::errc() || ptr != last) return std::nullopt;
-  return epoch;
+  return ParseNumberedName(name, kPrefix);
 }
 
 StatusOr<std::vector<CheckpointEntry>> ListCheckpoints(const std::string& dir) {

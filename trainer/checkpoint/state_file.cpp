@@ -9,6 +9,7 @@
 #include <set>
 
 #include "common/json_nesting.h"
+#include "common/little_endian.h"
 #include "common/sha256.h"
 #include "trainer/checkpoint/atomic_file.h"
 
@@ -24,20 +25,6 @@ constexpr size_t kTrailerSize = 2 * kDigestSize;  // SHA-256, then the HMAC
 StatusOr<Digest> MacOf(std::string_view key, const char* data, size_t size) {
   static constexpr char kNoKey[] = "";
   return HmacSha256(key.empty() ? std::string_view(kNoKey) : key, data, size);
-}
-
-template <typename T>
-void PutLe(std::string& out, T v) {
-  for (size_t i = 0; i < sizeof(T); ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-
-template <typename T>
-T GetLe(const std::string& in, size_t offset) {
-  T v = 0;
-  for (size_t i = 0; i < sizeof(T); ++i) {
-    v |= static_cast<T>(static_cast<uint8_t>(in[offset + i])) << (8 * i);
-  }
-  return v;
 }
 
 void AppendFloats(std::string& out, const std::vector<float>& values) {
@@ -59,7 +46,7 @@ void ReadFloats(const std::string& in, size_t offset, size_t count, std::vector<
     if (count > 0) std::memcpy(out.data(), in.data() + offset, count * 4);
   } else {
     for (size_t i = 0; i < count; ++i)
-      out[i] = std::bit_cast<float>(GetLe<uint32_t>(in, offset + 4 * i));
+      out[i] = std::bit_cast<float>(LoadLittleEndian<uint32_t>(in, offset + 4 * i));
   }
 }
 
@@ -176,8 +163,8 @@ StatusOr<std::string> EncodeState(const TrainingState& state, std::string_view k
   std::string out;
   out.reserve(kFixedSize + header_text.size() + data_bytes + kTrailerSize);
   out.append(kStateFileMagic, kMagicSize);
-  PutLe<uint32_t>(out, kStateFileVersion);
-  PutLe<uint64_t>(out, header_text.size());
+  AppendLittleEndian<uint32_t>(out, kStateFileVersion);
+  AppendLittleEndian<uint64_t>(out, header_text.size());
   out += header_text;
   for (const auto& [name, values] : state.tensors) AppendFloats(out, values);
   const Digest digest = Sha256Of(out.data(), out.size());
@@ -201,7 +188,7 @@ StatusOr<TrainingState> DecodeState(const std::string& bytes, const std::string&
     return error("truncated: " + std::to_string(size) + " bytes, shorter than the " +
                  std::to_string(kFixedSize) + "-byte preamble");
   }
-  const uint32_t version = GetLe<uint32_t>(bytes, kMagicSize);
+  const uint32_t version = LoadLittleEndian<uint32_t>(bytes, kMagicSize);
   if (version == 1) {
     return error(
         "format 1, written by a tj-trainer before state files were authenticated with the "
@@ -217,7 +204,7 @@ StatusOr<TrainingState> DecodeState(const std::string& bytes, const std::string&
     return error("too large: " + std::to_string(size) + " bytes, more than the " +
                  std::to_string(kMaxStateFileBytes) + " of any state this trainer writes");
   }
-  const uint64_t header_len = GetLe<uint64_t>(bytes, kMagicSize + 4);
+  const uint64_t header_len = LoadLittleEndian<uint64_t>(bytes, kMagicSize + 4);
   const bool header_fits = header_len <= size && kFixedSize + header_len + kTrailerSize <= size;
 
   // The digest decides whether the bytes are as written; the rest only explains a mismatch.

@@ -66,12 +66,6 @@ Status CheckPrefix(std::string_view in, Channel channel) {
   return Status::Ok();
 }
 
-// One send without waiting: the handshake's messages fit a fresh socket's buffer.
-bool SendNow(const Socket& socket, std::string_view bytes) {
-  const ssize_t n = ::send(socket.fd(), bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-  return n == static_cast<ssize_t>(bytes.size());
-}
-
 }  // namespace
 
 const char* ChannelName(Channel channel) {
@@ -143,22 +137,23 @@ HelloCheck CheckLinkClientHello(std::string_view received, std::string_view key,
 
 // ---- Acceptor.
 
-struct LinkAcceptor::Pending {
-  Socket socket;
-  Deadline deadline;
-  Nonce nonce{};
-  std::string in;
-  std::string peer;
-};
-
 LinkAcceptor::LinkAcceptor(Socket* listener, LinkAcceptorOptions options)
-    : listener_(listener), options_(std::move(options)) {
+    : options_(std::move(options)),
+      acceptor_(
+          listener, HandshakeAcceptorOptions{options_.handshake_timeout, options_.max_pending, 64},
+          HandshakeProtocol{[this](const Nonce& nonce) {
+                              return ServerHello(options_.channel,
+                                                 static_cast<uint32_t>(options_.own_rank), nonce);
+                            },
+                            [this](PendingHandshake& p) { return Advance(p); },
+                            [this](const PendingHandshake* p, HandshakeDrop why,
+                                   const std::string& detail) { Dropped(p, why, detail); }}) {
   options_.max_pending = std::max(options_.max_pending, 1);
 }
 
 LinkAcceptor::~LinkAcceptor() = default;
 
-void LinkAcceptor::Refuse(const Pending& p, const std::string& why) {
+void LinkAcceptor::Refuse(const PendingHandshake& p, const std::string& why) {
   ++refused_;
   last_refusal_ = p.peer + " " + why;
   if (options_.log == nullptr) return;
@@ -175,59 +170,42 @@ void LinkAcceptor::Refuse(const Pending& p, const std::string& why) {
       (warned_in_window_ == kLinesPerMinute ? " (more are not logged this minute)" : ""));
 }
 
-void LinkAcceptor::AcceptBatch() {
-  // A bounded batch per wake-up, so that the handshakes already waiting are served too.
-  for (int i = 0; i < 64; ++i) {
-    StatusOr<Socket> accepted = AcceptTcp(*listener_, std::chrono::steady_clock::now());
-    if (!accepted.ok()) {
-      // Out of descriptors (EMFILE): the oldest waiting handshake gives its one up.
-      if (!pending_.empty()) {
-        Refuse(pending_.front(), "closed unauthenticated (" + accepted.status().message() + ")");
-        pending_.pop_front();
-      }
+void LinkAcceptor::Dropped(const PendingHandshake* p, HandshakeDrop why,
+                           const std::string& detail) {
+  if (p == nullptr) return;  // out of descriptors, nothing pending: nobody to tell
+  switch (why) {
+    case HandshakeDrop::kTimedOut:
+      Refuse(*p, "sent no complete hello within the handshake timeout");
       return;
-    }
-    if (!accepted->valid()) return;
-    if (static_cast<int>(pending_.size()) >= options_.max_pending) {
-      // The oldest that has sent nothing goes first: a real peer answers at once.
-      auto victim = std::find_if(pending_.begin(), pending_.end(),
-                                 [](const Pending& p) { return p.in.empty(); });
-      if (victim == pending_.end()) victim = pending_.begin();
-      Refuse(*victim, "closed unauthenticated: " + std::to_string(options_.max_pending) +
-                          " handshakes were waiting (a flood?)");
-      pending_.erase(victim);
-    }
-    Pending p;
-    p.socket = std::move(accepted).value();
-    p.peer = p.socket.PeerName();
-    p.deadline = std::chrono::steady_clock::now() + options_.handshake_timeout;
-    StatusOr<Nonce> nonce = NewNonce();
-    if (!nonce.ok()) {
-      Refuse(p, "not served: " + nonce.status().message());
-      continue;
-    }
-    p.nonce = *nonce;
-    if (!SendNow(p.socket, ServerHello(options_.channel, static_cast<uint32_t>(options_.own_rank),
-                                       p.nonce))) {
-      Refuse(p, "gone before the hello");
-      continue;
-    }
-    pending_.push_back(std::move(p));
+    case HandshakeDrop::kPushedOut:
+      Refuse(*p, "closed unauthenticated: " + std::to_string(options_.max_pending) +
+                     " handshakes were waiting (a flood?)");
+      return;
+    case HandshakeDrop::kOutOfDescriptors:
+      Refuse(*p, "closed unauthenticated (" + detail + ")");
+      return;
+    case HandshakeDrop::kNoNonce:
+      Refuse(*p, "not served: " + detail);
+      return;
+    case HandshakeDrop::kGoneBeforeHello:
+      Refuse(*p, "gone before the hello");
+      return;
   }
 }
 
-bool LinkAcceptor::Advance(Pending& p, const std::function<bool(int)>& wanted, Accepted* done) {
+HandshakeProtocol::Step LinkAcceptor::Advance(PendingHandshake& p) {
+  using Step = HandshakeProtocol::Step;
   char buf[kLinkClientHelloBytes + 1];
   const size_t room = kLinkClientHelloBytes + 1 - p.in.size();
   const ssize_t n = ::recv(p.socket.fd(), buf, room, 0);
-  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return Step::kWaiting;
   if (n == 0) {
     Refuse(p, "closed before completing its handshake");
-    return true;
+    return Step::kFinished;
   }
   if (n < 0) {
     Refuse(p, std::string("read: ") + std::strerror(errno));
-    return true;
+    return Step::kFinished;
   }
   p.in.append(buf, static_cast<size_t>(n));
   const HelloCheck c =
@@ -235,13 +213,13 @@ bool LinkAcceptor::Advance(Pending& p, const std::function<bool(int)>& wanted, A
                            static_cast<uint32_t>(options_.own_rank), p.nonce);
   if (!c.refusal.ok()) {
     Refuse(p, c.refusal.message());
-    return true;
+    return Step::kFinished;
   }
-  if (!c.complete) return false;
+  if (!c.complete) return Step::kWaiting;
   const int rank = static_cast<int>(c.from_rank);
-  if (!wanted(rank)) {
+  if (!(*wanted_)(rank)) {
     Refuse(p, "is rank " + std::to_string(rank) + ", not one this port takes now");
-    return true;
+    return Step::kFinished;
   }
   LinkTranscript t;
   t.channel = options_.channel;
@@ -253,57 +231,34 @@ bool LinkAcceptor::Advance(Pending& p, const std::function<bool(int)>& wanted, A
   StatusOr<Mac> proof = LinkServerProof(options_.auth.key, t);
   if (!proof.ok()) {
     Refuse(p, "not answered: " + proof.status().message());
-    return true;
+    return Step::kFinished;
   }
   if (!SendNow(p.socket,
                std::string_view(reinterpret_cast<const char*>(proof->data()), proof->size()))) {
     Refuse(p, "gone before the answer");
-    return true;
+    return Step::kFinished;
   }
-  done->socket = std::move(p.socket);
-  done->rank = rank;
-  return true;
+  done_->socket = std::move(p.socket);
+  done_->rank = rank;
+  return Step::kFinishedReturn;
 }
 
 StatusOr<LinkAcceptor::Accepted> LinkAcceptor::Next(Deadline deadline,
                                                     const std::function<bool(int)>& wanted,
                                                     const std::atomic<bool>* stop) {
-  std::vector<pollfd> fds;
-  std::vector<std::list<Pending>::iterator> polled;
-  while (stop == nullptr || !stop->load()) {
-    const auto now = std::chrono::steady_clock::now();
-    for (auto it = pending_.begin(); it != pending_.end();) {
-      if (it->deadline > now) {
-        ++it;
-        continue;
-      }
-      Refuse(*it, "sent no complete hello within the handshake timeout");
-      it = pending_.erase(it);
-    }
-    if (now >= deadline) return Accepted{};
-    fds.assign(1, pollfd{listener_->fd(), POLLIN, 0});
-    polled.clear();
-    Deadline wake = std::min(deadline, now + std::chrono::milliseconds(100));
-    for (auto it = pending_.begin(); it != pending_.end(); ++it) {
-      fds.push_back(pollfd{it->socket.fd(), POLLIN, 0});
-      polled.push_back(it);
-      wake = std::min(wake, it->deadline);
-    }
-    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(wake - now).count() + 1;
-    const int rc = ::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(wait, 0)));
-    if (rc < 0) {
-      if (errno == EINTR) continue;
-      return Status::Error(std::string("poll: ") + std::strerror(errno));
-    }
-    Accepted done;
-    for (size_t i = 1; i < fds.size(); ++i) {
-      if (fds[i].revents == 0) continue;
-      if (Advance(*polled[i - 1], wanted, &done)) pending_.erase(polled[i - 1]);
-      if (done.socket.valid()) return done;
-    }
-    if (fds[0].revents != 0) AcceptBatch();
+  Accepted done;
+  wanted_ = &wanted;
+  done_ = &done;
+  Status served = Status::Ok();
+  while ((stop == nullptr || !stop->load()) && served.ok() && !done.socket.valid()) {
+    acceptor_.ExpireDue();
+    if (std::chrono::steady_clock::now() >= deadline) break;
+    served = acceptor_.ServeOnce(deadline);
   }
-  return Accepted{};
+  wanted_ = nullptr;
+  done_ = nullptr;
+  if (!served.ok()) return served;
+  return done;
 }
 
 // ---- Client.

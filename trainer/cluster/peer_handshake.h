@@ -4,9 +4,10 @@
 // (TJ_RENDEZVOUS_KEY), for this gang (TJ_RESTART_COUNT), from the rank it claims, to this rank
 // and channel, is closed without costing the real peers their deadline:
 //
-// - the acceptor runs every pending handshake at once in one poll(2) loop (no connection is
-//   served before another), each with its own short deadline, at most max_pending at once (a
-//   new one beyond that closes the oldest silent one, then the oldest);
+// - the acceptor (handshake_acceptor.h, the rendezvous chief's too) runs every pending
+//   handshake at once in one poll(2) loop (no connection is served before another), each with
+//   its own short deadline, at most max_pending at once (a new one beyond that closes the
+//   oldest silent one, then the oldest);
 // - the server speaks first (its nonce, at accept), the client answers in one message of a
 //   fixed size; a wrong magic, version or channel is closed as soon as its first bytes arrive;
 // - the server answers an accepted client with its own proof, so the client knows it reached
@@ -26,12 +27,12 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <list>
 #include <string>
 #include <string_view>
 
 #include "common/event_log.h"
 #include "common/status.h"
+#include "trainer/cluster/handshake_acceptor.h"
 #include "trainer/cluster/rendezvous.h"
 #include "trainer/cluster/socket.h"
 
@@ -91,8 +92,9 @@ struct LinkAcceptorOptions {
   EventLog* log = nullptr;
 };
 
-// A listening socket's accept loop with the handshake above. Not thread-safe: one thread
-// calls Next at a time (the pending handshakes carry over between calls).
+// A listening socket's accept loop with the handshake above, on HandshakeAcceptor. Not
+// thread-safe: one thread calls Next at a time (the pending handshakes carry over between
+// calls).
 class LinkAcceptor {
  public:
   LinkAcceptor(Socket* listener, LinkAcceptorOptions options);
@@ -117,16 +119,15 @@ class LinkAcceptor {
   const std::string& last_refusal() const { return last_refusal_; }
 
  private:
-  struct Pending;
-  void AcceptBatch();
-  // Reads what the peer sent; true when the connection is finished with. *done is set to an
-  // accepted connection.
-  bool Advance(Pending& p, const std::function<bool(int)>& wanted, Accepted* done);
-  void Refuse(const Pending& p, const std::string& why);
+  // Reads what the peer sent; an accepted connection goes to *done_ (kFinishedReturn).
+  HandshakeProtocol::Step Advance(PendingHandshake& p);
+  void Dropped(const PendingHandshake* p, HandshakeDrop why, const std::string& detail);
+  void Refuse(const PendingHandshake& p, const std::string& why);
 
-  Socket* listener_;
   LinkAcceptorOptions options_;
-  std::list<Pending> pending_;
+  HandshakeAcceptor acceptor_;
+  const std::function<bool(int)>* wanted_ = nullptr;  // during Next
+  Accepted* done_ = nullptr;                          // during Next
   int refused_ = 0;
   std::string last_refusal_;
   std::chrono::steady_clock::time_point warn_window_start_{};

@@ -13,6 +13,7 @@
 #include "common/backoff.h"
 #include "common/secure_random.h"
 #include "common/sha256.h"
+#include "trainer/cluster/handshake_acceptor.h"
 #include "trainer/cluster/tf_config.h"
 
 namespace tj::cluster {
@@ -300,15 +301,6 @@ class RendezvousServer::Store final : public KeyValueStore {
 
 // ---- Server.
 
-// A connection in its handshake, served by the loop thread.
-struct RendezvousServer::Pending {
-  Socket socket;
-  Deadline deadline;
-  Nonce nonce{};
-  std::string in;  // what the client sent so far (at most kMaxClientHello bytes)
-  std::string peer;
-};
-
 // An authenticated session, served by a thread of its own.
 struct RendezvousServer::Session {
   Socket socket;
@@ -326,13 +318,6 @@ std::string Printable(std::string_view s) {
   std::string out;
   for (char c : s) out.push_back(c >= 0x20 && c < 0x7f ? c : '?');
   return out;
-}
-
-// One send without waiting: for the small messages of a handshake (a fresh socket's buffer
-// holds them), and best effort for a refusal.
-bool SendNow(Socket& socket, const std::string& bytes) {
-  const ssize_t n = ::send(socket.fd(), bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
-  return n == static_cast<ssize_t>(bytes.size());
 }
 
 void SendRefusal(Socket& socket, std::string_view reason) {
@@ -430,94 +415,59 @@ void RendezvousServer::WarnUnauthenticated(const std::string& message) {
 }
 
 void RendezvousServer::Loop() {
-  std::list<Pending> pending;
-  std::vector<pollfd> fds;
-  std::vector<std::list<Pending>::iterator> polled;
+  HandshakeAcceptor acceptor(
+      &listener_, HandshakeAcceptorOptions{options_.handshake_timeout, options_.max_pending, 256},
+      HandshakeProtocol{[](const Nonce& nonce) {
+                          Encoder hello;
+                          hello.Bytes(kMagic, 4).U8(kVersion).Bytes(nonce.data(), nonce.size());
+                          return hello.bytes();
+                        },
+                        [this](PendingHandshake& p) {
+                          return Advance(p) ? HandshakeProtocol::Step::kFinished
+                                            : HandshakeProtocol::Step::kWaiting;
+                        },
+                        [this](const PendingHandshake* p, HandshakeDrop why,
+                               const std::string& detail) { Dropped(p, why, detail); }});
   while (!stop_.load()) {
     ReapFinished();
-    const auto now = std::chrono::steady_clock::now();
-    for (auto it = pending.begin(); it != pending.end();) {
-      if (it->deadline > now) {
-        ++it;
-        continue;
-      }
-      dropped_.fetch_add(1);
-      WarnUnauthenticated("connection from " + it->peer + ": no handshake within " +
-                          Seconds(options_.handshake_timeout) + "; closed");
-      it = pending.erase(it);
-    }
-    fds.assign(1, pollfd{listener_.fd(), POLLIN, 0});
-    polled.clear();
-    Deadline wake = now + std::chrono::milliseconds(100);
-    for (auto it = pending.begin(); it != pending.end(); ++it) {
-      fds.push_back(pollfd{it->socket.fd(), POLLIN, 0});
-      polled.push_back(it);
-      wake = std::min(wake, it->deadline);
-    }
-    pending_now_.store(static_cast<int>(pending.size()));
-    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(wake - now).count() + 1;
-    const int rc = ::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(wait, 0)));
-    if (rc < 0) {
-      if (errno == EINTR) continue;
-      if (options_.log)
-        options_.log->Warn(std::string("rendezvous server: poll: ") + strerror(errno));
+    acceptor.ExpireDue();
+    pending_now_.store(acceptor.pending());
+    if (Status served = acceptor.ServeOnce(Deadline::max(), &stop_); !served.ok()) {
+      if (options_.log) options_.log->Warn("rendezvous server: " + served.message());
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      continue;
     }
-    for (size_t i = 1; i < fds.size(); ++i) {
-      if (fds[i].revents != 0 && Advance(*polled[i - 1])) pending.erase(polled[i - 1]);
-    }
-    if (fds[0].revents != 0) AcceptNew(pending);
   }
   pending_now_.store(0);
 }
 
-void RendezvousServer::AcceptNew(std::list<Pending>& pending) {
-  // A bounded batch per wake-up, so that the handshakes already waiting are served too.
-  for (int i = 0; i < 256 && !stop_.load(); ++i) {
-    StatusOr<Socket> accepted = AcceptTcp(listener_, std::chrono::steady_clock::now());
-    if (!accepted.ok()) {
-      // Out of descriptors (EMFILE): the oldest waiting handshake gives its one up.
-      WarnUnauthenticated(accepted.status().message());
-      if (!pending.empty()) {
-        pending.pop_front();
-        dropped_.fetch_add(1);
-      } else {
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
+void RendezvousServer::Dropped(const PendingHandshake* p, HandshakeDrop why,
+                               const std::string& detail) {
+  switch (why) {
+    case HandshakeDrop::kTimedOut:
+      dropped_.fetch_add(1);
+      WarnUnauthenticated("connection from " + p->peer + ": no handshake within " +
+                          Seconds(options_.handshake_timeout) + "; closed");
       return;
-    }
-    if (!accepted->valid()) return;
-    if (static_cast<int>(pending.size()) >= options_.max_pending) {
-      // At the cap, the oldest waiting connection goes: a flood of idle connections cannot
-      // keep a real peer, whose handshake takes one round trip, from its turn.
-      WarnUnauthenticated("connection from " + pending.front().peer + ": closed unauthenticated, " +
+    case HandshakeDrop::kPushedOut:
+      WarnUnauthenticated("connection from " + p->peer + ": closed unauthenticated, " +
                           std::to_string(options_.max_pending) +
                           " handshakes were waiting (a flood?)");
-      pending.pop_front();
       dropped_.fetch_add(1);
-    }
-    Pending p;
-    p.socket = std::move(accepted).value();
-    p.peer = p.socket.PeerName();
-    p.deadline = std::chrono::steady_clock::now() + options_.handshake_timeout;
-    StatusOr<Nonce> nonce = NewNonce();
-    if (!nonce.ok()) {
-      if (options_.log) options_.log->Warn("rendezvous server: " + nonce.status().message());
-      continue;  // closes the connection: no handshake without a fresh nonce
-    }
-    p.nonce = *nonce;
-    Encoder hello;
-    hello.Bytes(kMagic, 4).U8(kVersion).Bytes(p.nonce.data(), p.nonce.size());
-    if (!SendNow(p.socket, hello.bytes())) {
+      return;
+    case HandshakeDrop::kOutOfDescriptors:
+      WarnUnauthenticated(detail);
+      if (p != nullptr) dropped_.fetch_add(1);
+      return;
+    case HandshakeDrop::kNoNonce:
+      if (options_.log) options_.log->Warn("rendezvous server: " + detail);
+      return;
+    case HandshakeDrop::kGoneBeforeHello:
       dropped_.fetch_add(1);
-      continue;
-    }
-    pending.push_back(std::move(p));
+      return;
   }
 }
 
-bool RendezvousServer::Advance(Pending& p) {
+bool RendezvousServer::Advance(PendingHandshake& p) {
   char buf[kMaxClientHello];
   const size_t room = kMaxClientHello - p.in.size();
   const ssize_t n = ::recv(p.socket.fd(), buf, std::max<size_t>(room, 1), 0);
@@ -605,16 +555,16 @@ bool RendezvousServer::Advance(Pending& p) {
   return true;
 }
 
-bool RendezvousServer::RefuseWrongKey(Pending& p, const std::string& who) {
+bool RendezvousServer::RefuseWrongKey(PendingHandshake& p, const std::string& who) {
   refused_.fetch_add(1);
   SendRefusal(p.socket, kWrongKeyReason);
   WarnUnauthenticated(who + ": refused: " + std::string(kWrongKeyReason) + "; connection closed");
   return true;
 }
 
-bool RendezvousServer::RefuseOtherGang(Pending& p, const std::string& who, const std::string& task,
-                                       const Nonce& client_nonce, int64_t client_gang,
-                                       const Mac& proof) {
+bool RendezvousServer::RefuseOtherGang(PendingHandshake& p, const std::string& who,
+                                       const std::string& task, const Nonce& client_nonce,
+                                       int64_t client_gang, const Mac& proof) {
   HandshakeTranscript t{p.nonce, client_nonce, task, options_.chief_task, client_gang};
   StatusOr<Mac> expected = ClientProof(options_.key, t);
   if (!expected.ok() || !MacEquals(*expected, proof)) return RefuseWrongKey(p, who);

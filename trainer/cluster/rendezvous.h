@@ -101,9 +101,9 @@ struct RendezvousServerOptions {
   // A connecting peer must finish its handshake this long after it was accepted, or it is
   // closed; dripping bytes does not extend it.
   std::chrono::milliseconds handshake_timeout{10000};
-  // At most this many connections in their handshake at once (all served by one thread);
-  // a new connection beyond it closes the oldest one. Capped further by the process's file
-  // descriptor limit.
+  // At most this many connections in their handshake at once (all served by one thread,
+  // handshake_acceptor.h); a new connection beyond it closes the oldest one that sent nothing
+  // yet, else the oldest. Capped further by the process's file descriptor limit.
   int max_pending = 1024;
   // At most this many authenticated sessions (one thread each); more are refused (the peer
   // retries). Rendezvous::Join raises it to twice the collective's size when that is more.
@@ -112,6 +112,9 @@ struct RendezvousServerOptions {
   // the server.
   EventLog* log = nullptr;
 };
+
+struct PendingHandshake;   // handshake_acceptor.h
+enum class HandshakeDrop;  // handshake_acceptor.h
 
 // Serves the store from Start() until destruction: one thread accepts connections and runs
 // every handshake (non-blocking, each with its deadline), one thread per authenticated
@@ -137,18 +140,16 @@ class RendezvousServer {
 
  private:
   class Store;
-  struct Pending;
   struct Session;
   explicit RendezvousServer(const RendezvousServerOptions& options);
   void Loop();
-  void AcceptNew(std::list<Pending>& pending);
   // Reads what the peer sent; true when the connection is finished with (closed or handed to
   // a session thread).
-  bool Advance(Pending& p);
-  void FinishHandshake(Pending& p);
+  bool Advance(PendingHandshake& p);
+  void Dropped(const PendingHandshake* p, HandshakeDrop why, const std::string& detail);
   // Refusals; true (the connection is finished with).
-  bool RefuseWrongKey(Pending& p, const std::string& who);
-  bool RefuseOtherGang(Pending& p, const std::string& who, const std::string& task,
+  bool RefuseWrongKey(PendingHandshake& p, const std::string& who);
+  bool RefuseOtherGang(PendingHandshake& p, const std::string& who, const std::string& task,
                        const Nonce& client_nonce, int64_t client_gang, const Mac& proof);
   void Serve(Session* session);
   Status HandleRequests(Session& session);

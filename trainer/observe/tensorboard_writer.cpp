@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/little_endian.h"
 #include "trainer/observe/crc32c.h"
 
 namespace tj::observe {
@@ -37,24 +38,10 @@ void PutTag(std::string& out, uint32_t field, WireType type) {
   PutVarint(out, (field << 3) | type);
 }
 
-template <typename T>
-void PutFixedLe(std::string& out, T v) {
-  for (size_t i = 0; i < sizeof(T); ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-
 void PutBytes(std::string& out, uint32_t field, const std::string& bytes) {
   PutTag(out, field, kLengthDelimited);
   PutVarint(out, bytes.size());
   out += bytes;
-}
-
-template <typename T>
-T GetFixedLe(const std::string& in, size_t offset) {
-  T v = 0;
-  for (size_t i = 0; i < sizeof(T); ++i) {
-    v |= static_cast<T>(static_cast<uint8_t>(in[offset + i])) << (8 * i);
-  }
-  return v;
 }
 
 // A cursor over one protobuf message.
@@ -109,13 +96,6 @@ class ProtoReader {
   size_t pos_ = 0;
 };
 
-uint64_t LoadLe(std::string_view s) {
-  uint64_t v = 0;
-  for (size_t i = 0; i < s.size(); ++i)
-    v |= static_cast<uint64_t>(static_cast<uint8_t>(s[i])) << (8 * i);
-  return v;
-}
-
 StatusOr<ScalarValue> DecodeValue(std::string_view bytes) {
   ScalarValue value;
   ProtoReader r(bytes);
@@ -129,7 +109,7 @@ StatusOr<ScalarValue> DecodeValue(std::string_view bytes) {
       value.tag = std::string(s);
     } else if (field == 2 && type == kFixed32) {
       if (!r.ReadFixed(4, s)) return Status::Error("Summary.Value.simple_value: truncated");
-      value.value = std::bit_cast<float>(static_cast<uint32_t>(LoadLe(s)));
+      value.value = std::bit_cast<float>(LoadLittleEndian<uint32_t>(s));
     } else if (!r.Skip(type)) {
       return Status::Error("Summary.Value: field " + std::to_string(field) + " is malformed");
     }
@@ -148,7 +128,7 @@ StatusOr<TensorBoardEvent> DecodeEvent(std::string_view bytes) {
     uint64_t v;
     if (field == 1 && type == kFixed64) {
       if (!r.ReadFixed(8, s)) return Status::Error("Event.wall_time: truncated");
-      event.wall_time = std::bit_cast<double>(LoadLe(s));
+      event.wall_time = std::bit_cast<double>(LoadLittleEndian<uint64_t>(s));
     } else if (field == 2 && type == kVarint) {
       if (!r.ReadVarint(v)) return Status::Error("Event.step: truncated");
       event.step = static_cast<int64_t>(v);
@@ -194,12 +174,12 @@ std::string EncodeScalarEvent(double wall_time, int64_t step, const std::string&
   std::string v;
   PutBytes(v, 1, tag);
   PutTag(v, 2, kFixed32);
-  PutFixedLe<uint32_t>(v, std::bit_cast<uint32_t>(value));
+  AppendLittleEndian<uint32_t>(v, std::bit_cast<uint32_t>(value));
   std::string summary;
   PutBytes(summary, 1, v);
   std::string event;
   PutTag(event, 1, kFixed64);
-  PutFixedLe<uint64_t>(event, std::bit_cast<uint64_t>(wall_time));
+  AppendLittleEndian<uint64_t>(event, std::bit_cast<uint64_t>(wall_time));
   PutTag(event, 2, kVarint);
   PutVarint(event, static_cast<uint64_t>(step));
   PutBytes(event, 5, summary);
@@ -209,7 +189,7 @@ std::string EncodeScalarEvent(double wall_time, int64_t step, const std::string&
 std::string EncodeFileVersionEvent(double wall_time) {
   std::string event;
   PutTag(event, 1, kFixed64);
-  PutFixedLe<uint64_t>(event, std::bit_cast<uint64_t>(wall_time));
+  AppendLittleEndian<uint64_t>(event, std::bit_cast<uint64_t>(wall_time));
   PutBytes(event, 3, kFileVersion);
   return event;
 }
@@ -217,10 +197,10 @@ std::string EncodeFileVersionEvent(double wall_time) {
 std::string FrameRecord(const std::string& data) {
   std::string out;
   out.reserve(data.size() + 16);
-  PutFixedLe<uint64_t>(out, data.size());
-  PutFixedLe<uint32_t>(out, MaskCrc(Crc32c(out.data(), 8)));
+  AppendLittleEndian<uint64_t>(out, data.size());
+  AppendLittleEndian<uint32_t>(out, MaskCrc(Crc32c(out.data(), 8)));
   out += data;
-  PutFixedLe<uint32_t>(out, MaskCrc(Crc32c(data.data(), data.size())));
+  AppendLittleEndian<uint32_t>(out, MaskCrc(Crc32c(data.data(), data.size())));
   return out;
 }
 
@@ -302,15 +282,16 @@ StatusOr<std::vector<TensorBoardEvent>> ParseEventRecords(const std::string& byt
     const std::string where =
         source + ": record " + std::to_string(index) + " at byte " + std::to_string(pos);
     if (bytes.size() - pos < 12) return Status::Error(where + ": truncated length header");
-    const uint64_t len = GetFixedLe<uint64_t>(bytes, pos);
-    if (MaskCrc(Crc32c(bytes.data() + pos, 8)) != GetFixedLe<uint32_t>(bytes, pos + 8)) {
+    const uint64_t len = LoadLittleEndian<uint64_t>(bytes, pos);
+    if (MaskCrc(Crc32c(bytes.data() + pos, 8)) != LoadLittleEndian<uint32_t>(bytes, pos + 8)) {
       return Status::Error(where + ": length CRC mismatch (corrupt file)");
     }
     if (len > bytes.size() - pos - 12 || bytes.size() - pos - 12 - len < 4) {
       return Status::Error(where + ": truncated (record of " + std::to_string(len) + " bytes)");
     }
     const std::string data = bytes.substr(pos + 12, len);
-    if (MaskCrc(Crc32c(data.data(), data.size())) != GetFixedLe<uint32_t>(bytes, pos + 12 + len)) {
+    if (MaskCrc(Crc32c(data.data(), data.size())) !=
+        LoadLittleEndian<uint32_t>(bytes, pos + 12 + len)) {
       return Status::Error(where + ": data CRC mismatch (corrupt file)");
     }
     StatusOr<TensorBoardEvent> event = DecodeEvent(data);

@@ -25,8 +25,9 @@ class StopRequest {
   StopRequest& operator=(const StopRequest&) = delete;
 
   // Blocks SIGTERM and SIGINT in the calling thread (call it before other threads start, so
-  // they inherit the mask) and starts a detached thread that handles them. The object must
-  // live until the process ends. Call at most once per process.
+  // they inherit the mask) and handles them on a thread of their own
+  // (common/termination_signals.h). The object must live until the process ends. Call at most
+  // once per process.
   void HandleTerminationSignals();
 
   // Thread-safe.

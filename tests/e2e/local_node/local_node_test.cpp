@@ -121,6 +121,9 @@ TEST(LocalNode, OnFailureRestartsInPlaceAndCountsRestarts) {
   EXPECT_EQ(cs["lastState"]["terminated"]["exitCode"], 1);
   EXPECT_EQ(cs["state"]["terminated"]["exitCode"], 0);
   EXPECT_EQ(Kubectl(cluster, "logs -n " + ns + " flaky"), "first\nsecond\n");
+  // The kubelet's tailLines and limitBytes, through the API server.
+  EXPECT_EQ(Kubectl(cluster, "logs -n " + ns + " flaky --tail=1"), "second\n");
+  EXPECT_EQ(Kubectl(cluster, "logs -n " + ns + " flaky --limit-bytes=3"), "fir");
 }
 
 TEST(LocalNode, GracefulDeletionSendsSigtermThenRemovesThePod) {

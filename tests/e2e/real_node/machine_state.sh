@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # What a real node may change on the machine, as text to compare before `up` and after `down`
 # (sourced by real_node_e2e.sh): processes of the node's programs, mounts, network links and
 # namespaces, iptables rules (without counters), kernel settings and the kubelet's cgroups.
@@ -9,6 +10,7 @@ machine_state() (
   # A section with nothing in it is an empty section, not an error.
   set +e +o pipefail
   echo "## processes"
+  # shellcheck disable=SC2009  # the processes' names, not their ids (pgrep's answer)
   ps -eo comm= | grep -xE 'kubelet|kube-proxy|containerd|containerd-shim.*|coredns|runc|catatonit' | sort
   echo "## mounts"
   findmnt -rn -o TARGET,FSTYPE | sort

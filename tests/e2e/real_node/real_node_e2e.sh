@@ -49,6 +49,7 @@ case "$runtime" in containerd://*) echo "ok   node runtime $runtime" ;;
   *) echo "FAIL node runtime '$runtime', expected containerd://"; exit 1 ;; esac
 kubectl get node -o wide
 
+# shellcheck disable=SC2016  # $(POD_IP) is for Kubernetes to expand in the pod
 "$HELM" install tj-operator "$ROOT/helm/tj-operator" --namespace tj-system --create-namespace \
   --set bindAddress='$(POD_IP)' --wait --timeout 180s >/dev/null
 image=$(kubectl -n tj-system get pods -l app.kubernetes.io/name=tj-operator \

@@ -32,38 +32,47 @@ else fail "helm lint --strict (all parts on)"; fi
 render() { "$HELM" template tj-operator "$CHART" --namespace tj-system "$@"; }
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
-render >"$TMP/default.yaml" && pass "helm template (defaults)" || fail "helm template (defaults)"
-render "${ALL[@]}" >"$TMP/all.yaml" && pass "helm template (all parts on)" ||
-  fail "helm template (all parts on)"
+if render >"$TMP/default.yaml"; then pass "helm template (defaults)"
+else fail "helm template (defaults)"; fi
+if render "${ALL[@]}" >"$TMP/all.yaml"; then pass "helm template (all parts on)"
+else fail "helm template (all parts on)"; fi
 # values.schema.json: a misspelt key or a wrong type fails the install, naming it.
-out=$(render --set replica=2 2>&1) && fail "a misspelt value (replica) must not render" ||
-  { grep -q "additional properties 'replica' not allowed" <<<"$out" &&
-      pass "values.schema.json refuses a misspelt value, naming it" ||
-      fail "misspelt value refused without naming it: $out"; }
-out=$(render --set workers=many 2>&1) && fail "workers=many must not render" ||
-  { grep -q "/workers" <<<"$out" && pass "values.schema.json refuses a wrong type, naming it" ||
-      fail "wrong type refused without naming it: $out"; }
-render --set logLevel=verbose >/dev/null 2>&1 && fail "logLevel=verbose must not render" ||
-  pass "values.schema.json refuses an unknown logLevel"
-render --set logFormat=xml >/dev/null 2>&1 && fail "logFormat=xml must not render" ||
-  pass "values.schema.json refuses an unknown logFormat"
-render --set tests.enabled=true --set metrics.service.enabled=false >/dev/null 2>&1 &&
-  fail "the helm test pod without the metrics Service must not render" ||
+if out=$(render --set replica=2 2>&1); then fail "a misspelt value (replica) must not render"
+elif grep -q "additional properties 'replica' not allowed" <<<"$out"; then
+  pass "values.schema.json refuses a misspelt value, naming it"
+else fail "misspelt value refused without naming it: $out"; fi
+if out=$(render --set workers=many 2>&1); then fail "workers=many must not render"
+elif grep -q "/workers" <<<"$out"; then pass "values.schema.json refuses a wrong type, naming it"
+else fail "wrong type refused without naming it: $out"; fi
+if render --set logLevel=verbose >/dev/null 2>&1; then fail "logLevel=verbose must not render"
+else pass "values.schema.json refuses an unknown logLevel"; fi
+if render --set logFormat=xml >/dev/null 2>&1; then fail "logFormat=xml must not render"
+else pass "values.schema.json refuses an unknown logFormat"; fi
+if render --set tests.enabled=true --set metrics.service.enabled=false >/dev/null 2>&1; then
+  fail "the helm test pod without the metrics Service must not render"
+else
   pass "the helm test pod needs the metrics Service"
+fi
 # The leader Lease is the release's own.
-"$HELM" template other "$CHART" --namespace tj-system 2>/dev/null |
-  grep -q -- "--leader-election-id=other-tj-operator-leader" &&
-  pass "the Lease is named after the release (other-tj-operator-leader)" ||
+if "$HELM" template other "$CHART" --namespace tj-system 2>/dev/null |
+    grep -q -- "--leader-election-id=other-tj-operator-leader"; then
+  pass "the Lease is named after the release (other-tj-operator-leader)"
+else
   fail "the Lease is not named after the release"
+fi
 if render --set replicas=2 --set leaderElection.enabled=false >/dev/null 2>&1; then
   fail "replicas=2 without leader election must not render"
 else
   pass "replicas=2 without leader election is refused"
 fi
-out=$(render --set networkPolicy.enabled=true --set networkPolicy.statusEndPort=65535 2>&1) &&
-  fail "a status port range of 57066 ports must not render" ||
-  { grep -q "at most 1024" <<<"$out" && pass "an absurd status port range is refused, naming the limit" ||
-      fail "absurd status port range refused without the limit: $out"; }
+if out=$(render --set networkPolicy.enabled=true --set networkPolicy.statusEndPort=65535 2>&1)
+then
+  fail "a status port range of 57066 ports must not render"
+elif grep -q "at most 1024" <<<"$out"; then
+  pass "an absurd status port range is refused, naming the limit"
+else
+  fail "absurd status port range refused without the limit: $out"
+fi
 if render --set watchNamespaces='{a,b}' >/dev/null 2>&1; then
   fail "two watchNamespaces must not render (tj-operator takes one --namespace)"
 else
@@ -258,13 +267,15 @@ PY
 # real scrapes there) fails, naming the metric, when a queried metric is not exported.
 render --set metrics.prometheusRule.enabled=true >"$TMP/rules.yaml"
 printf '# TYPE controller_runtime_reconcile_total counter\n' >"$TMP/scrape.txt"
-out=$(/usr/bin/python3 "$ROOT/tests/integration/helm/promql_metrics.py" "$CHART/dashboards/tj-operator.json" \
-  "$TMP/rules.yaml" "$TMP/scrape.txt" 2>&1) &&
-  fail "promql_metrics.py passed with metrics missing from the scrape" ||
-  { grep -q "workqueue_depth is exported by neither" <<<"$out" &&
-      ! grep -q "controller_runtime_reconcile_total is exported by neither" <<<"$out" &&
-      pass "promql_metrics.py names a queried metric missing from the scrapes, and only those" ||
-      fail "promql_metrics.py did not name the missing metric: $out"; }
+if out=$(/usr/bin/python3 "$ROOT/tests/integration/helm/promql_metrics.py" \
+    "$CHART/dashboards/tj-operator.json" "$TMP/rules.yaml" "$TMP/scrape.txt" 2>&1); then
+  fail "promql_metrics.py passed with metrics missing from the scrape"
+elif grep -q "workqueue_depth is exported by neither" <<<"$out" &&
+    ! grep -q "controller_runtime_reconcile_total is exported by neither" <<<"$out"; then
+  pass "promql_metrics.py names a queried metric missing from the scrapes, and only those"
+else
+  fail "promql_metrics.py did not name the missing metric: $out"
+fi
 
 # 3. manifests/ equal what the chart renders.
 if "$ROOT/hack/generate-manifests.sh" --check; then

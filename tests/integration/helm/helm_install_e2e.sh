@@ -11,10 +11,12 @@ set -euo pipefail
 # shellcheck source=../../support/cluster_e2e.sh
 . "$1/tests/support/cluster_e2e.sh" "$1" "$2" helm-e2e-cluster
 e2e_prerequisites
+# shellcheck disable=SC2119  # no files to remove on success: its arguments are optional
 e2e_cleanup_on_exit
 e2e_cluster_up
 step "cluster up"
 
+# shellcheck disable=SC2016  # $(POD_IP) is for Kubernetes to expand in the pod
 "$HELM" install tj-operator "$ROOT/helm/tj-operator" --namespace tj-system --create-namespace \
   --set bindAddress='$(POD_IP)' --wait --timeout 120s >/dev/null
 step "helm install: operator Ready (its readiness probe /readyz passed)"
@@ -61,10 +63,13 @@ for _ in $(seq 1 60); do
   fi
   sleep 1
 done
-$forbidden && echo "ok   without its RBAC the operator is refused (403 Forbidden in its log)" ||
-  { echo "FAIL no Forbidden in the operator's log after its ClusterRoleBinding was deleted"; exit 1; }
-[ -z "$(kubectl -n helm-e2e get pods -l tjo.dev/job-name=fmnist-denied -o name)" ] &&
-  echo "ok   and it created no pod for the new job" ||
-  { echo "FAIL pods were created without RBAC"; exit 1; }
+if ! $forbidden; then
+  echo "FAIL no Forbidden in the operator's log after its ClusterRoleBinding was deleted"; exit 1
+fi
+echo "ok   without its RBAC the operator is refused (403 Forbidden in its log)"
+if [ -n "$(kubectl -n helm-e2e get pods -l tjo.dev/job-name=fmnist-denied -o name)" ]; then
+  echo "FAIL pods were created without RBAC"; exit 1
+fi
+echo "ok   and it created no pod for the new job"
 step "done"
 echo "helm_install_e2e: 1 passed, 0 failed"

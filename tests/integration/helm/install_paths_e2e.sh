@@ -60,6 +60,7 @@ if [ "$TJ_NODE" = containerd ]; then
 else
   # The process node's pods share the machine's network: bind the pod's own address, as the
   # chart's bindAddress does there, instead of every address of the machine.
+  # shellcheck disable=SC2016  # $(POD_IP) is for Kubernetes to expand in the pod
   kubectl kustomize "$ROOT/manifests/operator/" |
     sed 's/bind-address=:/bind-address=$(POD_IP):/' | kubectl apply -f - >/dev/null ||
     fail "kubectl apply -k manifests/operator/"
@@ -82,6 +83,7 @@ step "plain install removed (the CRD stays)"
 # still there (and newer than the previous chart's): Helm 4 applies crds/ server-side and
 # would conflict with the fields kubectl owns, so the install skips them, as docs/deploy.md
 # says for a cluster that already has the CRD.
+# shellcheck disable=SC2016  # $(POD_IP) is for Kubernetes to expand in the pod
 HELM_SET=(--set bindAddress='$(POD_IP)')
 "$HELM" install tjo "$PREV_CHART" -n tj-helm --create-namespace --skip-crds "${HELM_SET[@]}" \
   --wait --timeout 120s >/dev/null || fail "helm install --skip-crds of chart $prev"
@@ -123,6 +125,7 @@ curl -fsS --max-time 10 "http://$op_pod:8080/metrics" >"$WORK/operator.metrics" 
   fail "no /metrics from the operator at $op_pod:8080"
 for _ in $(seq 1 60); do
   w=$(kubectl -n train get pod fmnist-worker-0 -o jsonpath='{.status.podIP} {.metadata.annotations.tjo\.dev/status-port}' 2>/dev/null || true)
+  # shellcheck disable=SC2086  # split on purpose: the pod's IP and its status port
   set -- $w
   if [ $# -eq 2 ] && curl -fsS --max-time 5 "http://$1:$2/metrics" >"$WORK/trainer.metrics" 2>/dev/null; then
     break
@@ -206,8 +209,10 @@ ok "helm uninstall removed the Deployment, Service, ServiceAccount and RBAC"
 kubectl get crd trainingjobs.tjo.dev >/dev/null || fail "the CRD went with helm uninstall"
 kubectl -n train get tj fmnist >/dev/null || fail "the TrainingJob went with helm uninstall"
 ok "the CRD and the TrainingJob stay (Helm never deletes crds/; the jobs are the users')"
-kubectl -n tj-helm get lease tjo-tj-operator-leader >/dev/null 2>&1 &&
-  ok "the leader Lease stays (the operator made it, not Helm; it expires unused)" ||
+if kubectl -n tj-helm get lease tjo-tj-operator-leader >/dev/null 2>&1; then
+  ok "the leader Lease stays (the operator made it, not Helm; it expires unused)"
+else
   fail "the leader Lease tj-helm/tjo-tj-operator-leader was not there"
+fi
 step "done"
 echo "install_paths_e2e: all passed"

@@ -38,12 +38,13 @@ kubectl -n team-a create rolebinding bob-view --clusterrole=view --user=bob >/de
 aggregated() {
   kubectl get clusterrole "$1" -o jsonpath='{.rules[*].apiGroups}' 2>/dev/null | grep -q tjo.dev
 }
-for i in $(seq 1 60); do
+for _ in $(seq 1 60); do
   aggregated view && aggregated edit && aggregated admin && break
   sleep 0.5
 done
 for r in view edit admin; do
-  aggregated "$r" && pass "ClusterRole $r includes TrainingJobs" || fail "ClusterRole $r lacks TrainingJobs"
+  if aggregated "$r"; then pass "ClusterRole $r includes TrainingJobs"
+  else fail "ClusterRole $r lacks TrainingJobs"; fi
 done
 
 can() {  # can USER NS VERB RESOURCE [SUBRESOURCE]: prints yes or no
@@ -55,8 +56,8 @@ expect() {  # expect ANSWER USER NS VERB RESOURCE [SUBRESOURCE]
   local want=$1; shift
   local got
   got=$(can "$@")
-  [ "$got" = "$want" ] && pass "$1 in $2: $3 $4${5:+/$5}: $got" ||
-    fail "$1 in $2: $3 $4${5:+/$5}: $got, expected $want"
+  if [ "$got" = "$want" ]; then pass "$1 in $2: $3 $4${5:+/$5}: $got"
+  else fail "$1 in $2: $3 $4${5:+/$5}: $got, expected $want"; fi
 }
 for v in get list watch create update patch delete deletecollection; do
   expect yes alice team-a "$v" trainingjobs.tjo.dev
@@ -75,18 +76,22 @@ job() {
   sed -n '/^kind: TrainingJob/,$p' "$ROOT/manifests/examples/fmnist.yaml" |
     sed '1i apiVersion: tjo.dev/v1alpha1' | sed "s/^  name: .*/  name: $1/" | sed '/^  namespace:/d'
 }
-job alice-job | kubectl -n team-a create --as=alice -f - >/dev/null 2>&1 &&
-  pass "alice creates a TrainingJob in team-a" || fail "alice could not create a TrainingJob"
-kubectl -n team-a get trainingjob alice-job --as=bob >/dev/null 2>&1 &&
-  pass "bob reads it" || fail "bob could not read it"
-out=$(job bob-job | kubectl -n team-a create --as=bob -f - 2>&1) &&
-  fail "bob created a TrainingJob" ||
-  { grep -q Forbidden <<<"$out" && pass "bob's create is Forbidden" || fail "bob's create: $out"; }
-out=$(kubectl -n team-a delete trainingjob alice-job --as=bob 2>&1) &&
-  fail "bob deleted alice's job" ||
-  { grep -q Forbidden <<<"$out" && pass "bob's delete is Forbidden" || fail "bob's delete: $out"; }
-kubectl -n team-a delete trainingjob alice-job --as=alice >/dev/null 2>&1 &&
-  pass "alice deletes her job" || fail "alice could not delete her job"
+if job alice-job | kubectl -n team-a create --as=alice -f - >/dev/null 2>&1; then
+  pass "alice creates a TrainingJob in team-a"
+else fail "alice could not create a TrainingJob"; fi
+if kubectl -n team-a get trainingjob alice-job --as=bob >/dev/null 2>&1; then pass "bob reads it"
+else fail "bob could not read it"; fi
+if out=$(job bob-job | kubectl -n team-a create --as=bob -f - 2>&1); then
+  fail "bob created a TrainingJob"
+elif grep -q Forbidden <<<"$out"; then pass "bob's create is Forbidden"
+else fail "bob's create: $out"; fi
+if out=$(kubectl -n team-a delete trainingjob alice-job --as=bob 2>&1); then
+  fail "bob deleted alice's job"
+elif grep -q Forbidden <<<"$out"; then pass "bob's delete is Forbidden"
+else fail "bob's delete: $out"; fi
+if kubectl -n team-a delete trainingjob alice-job --as=alice >/dev/null 2>&1; then
+  pass "alice deletes her job"
+else fail "alice could not delete her job"; fi
 
 [ $fails -eq 0 ] || { echo "user_roles_e2e: $fails failed"; exit 1; }
 echo "user_roles_e2e: all passed"

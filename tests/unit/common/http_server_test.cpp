@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 #include <vector>
 
@@ -202,6 +204,80 @@ TEST(HttpServer, StopWaitsForTheHandlerInFlight) {
   EXPECT_TRUE(finished) << "Stop() returned while a handler still ran";
   EXPECT_FALSE(server.running());
   client.join();
+}
+
+TEST(HttpServer, APrefixHandlerGetsThePathAndTheDecodedQuery) {
+  const int port = FreePort();
+  HttpServer server("127.0.0.1", port, Ok());
+  server.HandlePrefix("/logs/", [](const HttpRequest& r) {
+    std::string body = r.path;
+    for (const auto& [k, v] : r.query) body += " " + k + "=" + v;
+    return HttpAnswer{200, "text/plain", body};
+  });
+  ASSERT_TRUE(server.Start().ok());
+  auto a = Fetch(port, "GET", "/logs/ns/pod%2Dx/main?tailLines=2&limitBytes=10&note=a%20b&flag");
+  EXPECT_EQ(a.code, 200);
+  EXPECT_EQ(a.body, "/logs/ns/pod-x/main flag= limitBytes=10 note=a b tailLines=2");
+  EXPECT_EQ(Fetch(port, "GET", "/ok").body, "fine\n");  // an exact path still answers
+  auto post = Fetch(port, "POST", "/logs/ns/pod/main");
+  EXPECT_EQ(post.code, 405);
+  auto none = Fetch(port, "GET", "/other");
+  EXPECT_EQ(none.code, 404);
+  EXPECT_NE(none.body.find("/logs/..."), std::string::npos) << none.body;
+}
+
+// A self-signed certificate for 127.0.0.1 and its key, made by the openssl program.
+struct Certificate {
+  Certificate() {
+    dir = ::testing::TempDir() + "/http_server_tls_" + std::to_string(::getpid());
+    std::filesystem::create_directories(dir);
+    cert = dir + "/cert.pem";
+    key = dir + "/key.pem";
+    tj::testing::Subprocess openssl(
+        {"/usr/bin/openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+         "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+         "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", key, "-out", cert},
+        {}, dir + "/openssl");
+    ok = openssl.Wait(30s) == 0;
+  }
+  ~Certificate() { std::filesystem::remove_all(dir); }
+  std::string dir, cert, key;
+  bool ok = false;
+};
+
+TEST(HttpServer, ServesHttpsWithTheCertificateAndKeyFiles) {
+  Certificate c;
+  ASSERT_TRUE(c.ok) << "openssl could not make a certificate in " << c.dir;
+  const int port = FreePort();
+  HttpServer server("127.0.0.1", port, Ok());
+  server.UseTls(c.cert, c.key);
+  ASSERT_TRUE(server.Start().ok());
+  tj::testing::Subprocess curl({"/usr/bin/curl", "-sS", "--max-time", "10", "--cacert", c.cert,
+                                "https://127.0.0.1:" + std::to_string(port) + "/ok"},
+                               {}, c.dir + "/curl");
+  ASSERT_EQ(curl.Wait(20s), 0) << curl.Stderr();
+  EXPECT_EQ(curl.Stdout(), "fine\n");
+  EXPECT_NE(Fetch(port, "GET", "/ok").code, 200);  // plain HTTP is not served
+}
+
+TEST(HttpServer, ATlsFileThatCannotBeReadOrUsedIsAnErrorNamingIt) {
+  HttpServer missing("127.0.0.1", FreePort(), Ok());
+  missing.UseTls("/no/such/cert.pem", "/no/such/key.pem");
+  Status s = missing.Start();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("/no/such/cert.pem"), std::string::npos) << s.message();
+  EXPECT_FALSE(missing.running());
+
+  Certificate c;
+  ASSERT_TRUE(c.ok) << "openssl could not make a certificate in " << c.dir;
+  const std::string not_a_key = c.dir + "/not-a-key.pem";
+  std::ofstream(not_a_key) << "not a key\n";
+  HttpServer wrong("127.0.0.1", FreePort(), Ok());
+  wrong.UseTls(c.cert, not_a_key);
+  s = wrong.Start();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find(not_a_key), std::string::npos) << s.message();
+  EXPECT_FALSE(wrong.running());
 }
 
 TEST(HttpServer, AnAddressThatDoesNotResolveIsAnErrorNamingIt) {

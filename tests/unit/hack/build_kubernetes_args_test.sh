@@ -23,6 +23,7 @@ BK=$ROOT/hack/build-kubernetes.sh
 
 # A go that says it is 1.19 (as Debian 12's /usr/bin/go), first on PATH.
 mkdir -p "$WORK/oldgo"
+# shellcheck disable=SC2016  # a script's text: its $1 and $2 are its own
 printf '#!/bin/sh\n[ "$1 $2" = "env GOVERSION" ] && echo go1.19.8 && exit 0\nexit 3\n' >"$WORK/oldgo/go"
 chmod +x "$WORK/oldgo/go"
 

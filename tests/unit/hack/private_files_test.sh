@@ -33,6 +33,7 @@ for file in tokens.csv token; do
     fail "hack/local-cluster.sh writes \$STATE_DIR/$file with a plain redirection (mode from the umask)"
   fi
 done
+# shellcheck disable=SC2016  # a literal "$1" in the script's text
 grep -A3 '^write_kubeconfig()' "$LC" | grep -q 'write_private "\$1"' ||
   fail "write_kubeconfig does not write the kubeconfig with write_private"
 [ $failed -eq 0 ] && echo "ok   the local cluster's credentials are mode 0600 from creation"

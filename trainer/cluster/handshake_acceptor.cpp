@@ -1,0 +1,112 @@
+#include "trainer/cluster/handshake_acceptor.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace tj::cluster {
+
+bool SendNow(const Socket& socket, std::string_view bytes) {
+  const ssize_t n = ::send(socket.fd(), bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  return n == static_cast<ssize_t>(bytes.size());
+}
+
+HandshakeAcceptor::HandshakeAcceptor(Socket* listener, HandshakeAcceptorOptions options,
+                                     HandshakeProtocol protocol)
+    : listener_(listener), options_(options), protocol_(std::move(protocol)) {
+  options_.max_pending = std::max(options_.max_pending, 1);
+  options_.accept_batch = std::max(options_.accept_batch, 1);
+}
+
+void HandshakeAcceptor::ExpireDue() {
+  const auto now = std::chrono::steady_clock::now();
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (it->deadline > now) {
+      ++it;
+      continue;
+    }
+    protocol_.dropped(&*it, HandshakeDrop::kTimedOut, "");
+    it = pending_.erase(it);
+  }
+}
+
+Status HandshakeAcceptor::ServeOnce(Deadline until, const std::atomic<bool>* stop) {
+  ExpireDue();
+  const auto now = std::chrono::steady_clock::now();
+  std::vector<pollfd> fds;
+  std::vector<std::list<PendingHandshake>::iterator> polled;
+  fds.push_back(pollfd{listener_->fd(), POLLIN, 0});
+  Deadline wake = std::min(until, now + std::chrono::milliseconds(100));
+  for (auto it = pending_.begin(); it != pending_.end(); ++it) {
+    fds.push_back(pollfd{it->socket.fd(), POLLIN, 0});
+    polled.push_back(it);
+    wake = std::min(wake, it->deadline);
+  }
+  const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(wake - now).count() + 1;
+  const int rc = ::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(wait, 0)));
+  if (rc < 0) {
+    if (errno == EINTR) return Status::Ok();
+    return Status::Error(std::string("poll: ") + std::strerror(errno));
+  }
+  for (size_t i = 1; i < fds.size(); ++i) {
+    if (fds[i].revents == 0) continue;
+    const HandshakeProtocol::Step step = protocol_.advance(*polled[i - 1]);
+    if (step == HandshakeProtocol::Step::kWaiting) continue;
+    pending_.erase(polled[i - 1]);
+    if (step == HandshakeProtocol::Step::kFinishedReturn) return Status::Ok();
+  }
+  if (fds[0].revents != 0) AcceptBatch(stop);
+  return Status::Ok();
+}
+
+void HandshakeAcceptor::AcceptBatch(const std::atomic<bool>* stop) {
+  for (int i = 0; i < options_.accept_batch && (stop == nullptr || !stop->load()); ++i) {
+    StatusOr<Socket> accepted = AcceptTcp(*listener_, std::chrono::steady_clock::now());
+    if (!accepted.ok()) {
+      // Out of descriptors (EMFILE): the oldest waiting handshake gives its one up; with none
+      // waiting, a short pause instead of a busy loop on the still readable listener.
+      if (pending_.empty()) {
+        protocol_.dropped(nullptr, HandshakeDrop::kOutOfDescriptors, accepted.status().message());
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      } else {
+        protocol_.dropped(&pending_.front(), HandshakeDrop::kOutOfDescriptors,
+                          accepted.status().message());
+        pending_.pop_front();
+      }
+      return;
+    }
+    if (!accepted->valid()) return;
+    if (static_cast<int>(pending_.size()) >= options_.max_pending) {
+      // The oldest that has sent nothing goes first: a real peer answers at once, so a flood
+      // of idle connections cannot keep it from its turn.
+      auto victim = std::find_if(pending_.begin(), pending_.end(),
+                                 [](const PendingHandshake& p) { return p.in.empty(); });
+      if (victim == pending_.end()) victim = pending_.begin();
+      protocol_.dropped(&*victim, HandshakeDrop::kPushedOut, "");
+      pending_.erase(victim);
+    }
+    PendingHandshake p;
+    p.socket = std::move(accepted).value();
+    p.peer = p.socket.PeerName();
+    p.deadline = std::chrono::steady_clock::now() + options_.handshake_timeout;
+    StatusOr<Nonce> nonce = NewNonce();
+    if (!nonce.ok()) {
+      protocol_.dropped(&p, HandshakeDrop::kNoNonce, nonce.status().message());
+      continue;  // closes the connection
+    }
+    p.nonce = *nonce;
+    if (!SendNow(p.socket, protocol_.hello(p.nonce))) {
+      protocol_.dropped(&p, HandshakeDrop::kGoneBeforeHello, "");
+      continue;
+    }
+    pending_.push_back(std::move(p));
+  }
+}
+
+}  // namespace tj::cluster
