@@ -7,7 +7,9 @@
 //   - with the gang (the default, Auto) the operator makes PodGroup <job>-gang-0 (minCount 2,
 //     owned by the job) and its pods name it; kube-scheduler binds neither worker and says why
 //     in the PodGroup's condition PodGroupInitiallyScheduled=False, reason Unschedulable;
-//   - once the other tenant's pod is deleted, both workers bind together and the job succeeds.
+//   - once the other tenant's pod is deleted, both workers bind together and the job succeeds;
+//   - a gang restart (a worker deleted) gets a new PodGroup <job>-gang-1, which the new pods
+//     name, and the first group is deleted.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -15,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "operator/kube/object_meta.h"
 #include "tests/e2e/support/e2e_support.h"
 
 namespace tj::kube {
@@ -147,6 +150,34 @@ TEST_F(NativeGang, AGangThatCannotFitWholeBindsNoPodUntilCapacityAppears) {
   EXPECT_EQ(ConditionOf(PodGroup("gang-gang-0"), "PodGroupInitiallyScheduled").value("status", ""),
             "True")
       << PodGroup("gang-gang-0").dump(2);
+}
+
+TEST_F(NativeGang, AGangRestartGetsANewPodGroupAndTheOldOneGoes) {
+  json job = TwoWorkers("restarted", 100, "");
+  // Long enough to be running when a worker is deleted; the job is deleted, not waited for.
+  json& args = job["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["args"];
+  testing::SetArg(args, "--steps-per-epoch", "2000");
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, job).ok());
+  ASSERT_TRUE(Eventually([&] { return Bound("restarted") == 2; }, seconds(60))) << Describe();
+  ASSERT_TRUE(PodGroup("restarted-gang-0").is_object()) << Describe();
+
+  Kubectl(cluster_, "-n " + ns_ + " delete pod restarted-worker-1 --wait=false");
+  auto new_gang = [&] {
+    const std::vector<json> pods = Pods("restarted");
+    if (pods.size() != 2) return false;
+    for (const json& p : pods) {
+      if (kube::LabelOf(p, api::kLabelRestartCount) != "1" ||
+          p["spec"]["schedulingGroup"].value("podGroupName", "") != "restarted-gang-1" ||
+          p["spec"].value("nodeName", "").empty()) {
+        return false;
+      }
+    }
+    return true;
+  };
+  ASSERT_TRUE(Eventually(new_gang, seconds(90))) << Describe();
+  EXPECT_EQ(PodGroup("restarted-gang-1")["spec"]["schedulingPolicy"]["gang"]["minCount"], 2);
+  EXPECT_TRUE(Eventually([&] { return !PodGroup("restarted-gang-0").is_object(); }, seconds(60)))
+      << "the first gang's PodGroup was not deleted: " << Describe();
 }
 
 }  // namespace
