@@ -67,12 +67,21 @@ class NativeGang : public testing::JobTest {
     return g.ok() ? *g : json();
   }
 
+  // Condition `type` of `object`; an empty object when there is none (or no object).
   static json ConditionOf(const json& object, const std::string& type) {
-    for (const json& c :
-         object.value("status", json::object()).value("conditions", json::array())) {
-      if (c.value("type", "") == type) return c;
+    if (object.is_object()) {
+      for (const json& c :
+           object.value("status", json::object()).value("conditions", json::array())) {
+        if (c.value("type", "") == type) return c;
+      }
     }
-    return json();
+    return json::object();
+  }
+
+  // The PodGroup a pod names in spec.schedulingGroup; "" when none.
+  static std::string GroupOf(const json& pod) {
+    const json& spec = pod.value("spec", json::object());
+    return spec.value("schedulingGroup", json::object()).value("podGroupName", "");
   }
 
   std::string Describe() {
@@ -133,7 +142,7 @@ TEST_F(NativeGang, AGangThatCannotFitWholeBindsNoPodUntilCapacityAppears) {
   EXPECT_FALSE(why.value("message", "").empty()) << why.dump();
   ASSERT_EQ(Pods("gang").size(), 2U) << Describe();
   for (const json& p : Pods("gang")) {
-    EXPECT_EQ(p["spec"]["schedulingGroup"].value("podGroupName", ""), "gang-gang-0") << p.dump();
+    EXPECT_EQ(GroupOf(p), "gang-gang-0") << p.dump();
   }
   const auto deadline = std::chrono::steady_clock::now() + seconds(10);
   while (std::chrono::steady_clock::now() < deadline) {
@@ -166,8 +175,7 @@ TEST_F(NativeGang, AGangRestartGetsANewPodGroupAndTheOldOneGoes) {
     const std::vector<json> pods = Pods("restarted");
     if (pods.size() != 2) return false;
     for (const json& p : pods) {
-      if (kube::LabelOf(p, api::kLabelRestartCount) != "1" ||
-          p["spec"]["schedulingGroup"].value("podGroupName", "") != "restarted-gang-1" ||
+      if (kube::LabelOf(p, api::kLabelRestartCount) != "1" || GroupOf(p) != "restarted-gang-1" ||
           p["spec"].value("nodeName", "").empty()) {
         return false;
       }
