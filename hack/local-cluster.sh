@@ -39,6 +39,14 @@
 # TJ_LOCAL_NODE_MOUNT_NAMESPACE=false runs the node agent as it runs when not root (no mount
 # namespaces: no private /etc/hosts, volumes as $TJ_VOLUME_<NAME>), to test that mode as root.
 #
+# TJ_FEATURE_GATES=Gate=true,... at `up`: kube-apiserver, kube-controller-manager and
+# kube-scheduler run with --feature-gates=$TJ_FEATURE_GATES (default: none, the release's own
+# defaults). TJ_RUNTIME_CONFIG=group/version=true,... enables API versions that are off by
+# default (--runtime-config). With GenericWorkload=true among the gates and TJ_RUNTIME_CONFIG
+# unset, scheduling.k8s.io/v1beta1 (Workload, PodGroup: what kube-scheduler's gang plugin reads)
+# is enabled, and the controller manager also runs podgroup-protection-controller (it removes
+# the finalizer the API server puts on every PodGroup). docs/gangs.md.
+#
 # TJ_LOCAL_CLUSTER_ETCD_ON_DISK=1 at `up` keeps etcd's data under the state directory, on disk;
 # by default it is in /dev/shm (see place_etcd_data).
 #
@@ -259,6 +267,7 @@ EOF
     printf 'BIND_ADDRESS=0.0.0.0\nADVERTISE_ADDRESS=%s\n' "$(node_ip)" >>"$STATE_DIR/cluster.env"
   fi
   write_audit_policy
+  write_feature_gates
 
   start etcd "$ETCD_BIN" --data-dir "$(etcd_data_dir)" --name local \
     --listen-client-urls "http://127.0.0.1:$port_e" \
@@ -274,6 +283,8 @@ EOF
     exit 1
   fi
   local kc=$STATE_DIR/kubeconfig
+  local gate_flags=()
+  [ -z "${TJ_FEATURE_GATES:-}" ] || gate_flags=(--feature-gates="$TJ_FEATURE_GATES")
   if [ -x "$KUBE_BIN/kube-controller-manager" ]; then
     local controllers=garbagecollector,namespace,serviceaccount,serviceaccount-token
     controllers+=,ttl-after-finished,root-ca-cert-publisher,nodelifecycle,deployment,replicaset
@@ -289,11 +300,14 @@ EOF
     # Since 1.29 the node lifecycle controller only taints; evicting the pods of a lost node
     # is a controller of its own.
     controllers+=,taint-eviction-controller
+    # Native gangs: the API server puts a finalizer on every PodGroup that this controller
+    # removes once no pod uses the group.
+    ! generic_workload || controllers+=,podgroup-protection-controller
     start kube-controller-manager "$KUBE_BIN/kube-controller-manager" --kubeconfig="$kc" \
       --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
       --service-account-private-key-file="$STATE_DIR/certs/sa.key" \
       --root-ca-file="$STATE_DIR/certs/ca.crt" \
-      --controllers="$controllers" \
+      --controllers="$controllers" "${gate_flags[@]}" \
       --leader-elect=false --bind-address=127.0.0.1 --secure-port="$port_c"
     # The ServiceAccount admission plugin rejects pods whose ServiceAccount does not exist
     # yet: return only once the serviceaccount controller runs (it has created `default`).
@@ -309,7 +323,7 @@ EOF
   fi
   if [ -x "$KUBE_BIN/kube-scheduler" ]; then
     start kube-scheduler "$KUBE_BIN/kube-scheduler" --kubeconfig="$kc" \
-      --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
+      --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" "${gate_flags[@]}" \
       --leader-elect=false --bind-address=127.0.0.1 --secure-port="$port_s"
   else
     log "no kube-scheduler in $KUBE_BIN: pods will not be bound to nodes"
@@ -442,6 +456,29 @@ EOF
   log "audit log: $TJ_LOCAL_CLUSTER_AUDIT_LOG"
 }
 
+# Whether TJ_FEATURE_GATES turns GenericWorkload on (native gang scheduling).
+generic_workload() {
+  [[ ",${TJ_FEATURE_GATES:-}," == *,GenericWorkload=true,* ]]
+}
+
+# With TJ_FEATURE_GATES or TJ_RUNTIME_CONFIG: FEATURE_GATES and RUNTIME_CONFIG in cluster.env
+# for run-apiserver (also when a test restarts it). A value that is not a comma-separated list
+# of Name=true|false (gates) or group/version=true|false (API versions) is refused here, with
+# its name, rather than by the API server's log.
+write_feature_gates() {
+  local gates=${TJ_FEATURE_GATES:-} runtime=${TJ_RUNTIME_CONFIG:-}
+  [ -z "$gates" ] || [[ "$gates" =~ ^[A-Za-z0-9]+=(true|false)(,[A-Za-z0-9]+=(true|false))*$ ]] ||
+    die "TJ_FEATURE_GATES=$gates: give Gate=true|false,... (e.g. GenericWorkload=true)"
+  [ -z "$runtime" ] ||
+    [[ "$runtime" =~ ^[a-z0-9./]+=(true|false)(,[a-z0-9./]+=(true|false))*$ ]] ||
+    die "TJ_RUNTIME_CONFIG=$runtime: give group/version=true|false,..." \
+      "(e.g. scheduling.k8s.io/v1beta1=true)"
+  if [ -z "$runtime" ] && generic_workload; then runtime=scheduling.k8s.io/v1beta1=true; fi
+  [ -z "$gates$runtime" ] ||
+    log "feature gates: ${gates:-(defaults)}; API versions: ${runtime:-(defaults)}"
+  printf 'FEATURE_GATES=%q\nRUNTIME_CONFIG=%q\n' "$gates" "$runtime" >>"$STATE_DIR/cluster.env"
+}
+
 # Runs kube-apiserver in the foreground (called by `up` and by tests that restart it).
 cmd_run_apiserver() {
   local dir=$1
@@ -462,6 +499,9 @@ cmd_run_apiserver() {
     audit_flags=(--audit-policy-file="$dir/audit-policy.yaml" --audit-log-path="$AUDIT_LOG"
                  --audit-log-format=json --audit-log-mode=blocking)
   fi
+  local gate_flags=()
+  [ -z "${FEATURE_GATES:-}" ] || gate_flags+=(--feature-gates="$FEATURE_GATES")
+  [ -z "${RUNTIME_CONFIG:-}" ] || gate_flags+=(--runtime-config="$RUNTIME_CONFIG")
   exec "$KUBE_BIN/kube-apiserver" --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
     --cert-dir="$dir/certs" --tls-cert-file="$dir/certs/apiserver.crt" \
     --tls-private-key-file="$dir/certs/apiserver.key" \
@@ -472,7 +512,7 @@ cmd_run_apiserver() {
     --service-account-issuer="https://127.0.0.1:$APISERVER_PORT" \
     --service-account-key-file="$dir/certs/sa.pub" \
     --service-account-signing-key-file="$dir/certs/sa.key" \
-    "${sa_flags[@]}" "${audit_flags[@]}" \
+    "${sa_flags[@]}" "${audit_flags[@]}" "${gate_flags[@]}" \
     --etcd-compaction-interval=0 --kubelet-preferred-address-types=InternalIP \
     --kubelet-client-certificate="$dir/certs/apiserver-kubelet-client.crt" \
     --kubelet-client-key="$dir/certs/apiserver-kubelet-client.key"

@@ -33,6 +33,7 @@
 #include "operator/api/yaml_json.h"
 #include "operator/controller/cache_transforms.h"
 #include "operator/controller/executor.h"
+#include "operator/controller/gang_scheduling.h"
 #include "operator/controller/job_informers.h"
 #include "operator/controller/job_resources.h"
 #include "operator/controller/metrics.h"
@@ -498,6 +499,14 @@ int main(int argc, char** argv) {
   // After the flags' addresses are bound (a wrong one is said at once, whatever the API
   // server), before anything watches: /healthz answers while the server is waited for.
   if (auto code = CheckApiServerVersion(client, api.config.server, stop, log)) return *code;
+  // Kubernetes' own gang scheduling (docs/gangs.md), looked for once: a cluster that enables
+  // it later needs the operator restarted. Not knowing is not knowing it is there.
+  if (auto served = tj::controller::gang::NativePodGroupsServed(*client); served.ok()) {
+    executor.set_native_pod_groups(*served);
+    log.Emit({{"event", "native_pod_groups"}, {"served", *served}});
+  } else {
+    log.Warn(served.status().message() + ": jobs get no native PodGroup");
+  }
 
   if (!StartAndSync(informers, stop)) return 0;
   synced = true;

@@ -74,6 +74,39 @@ Status ConvertReplicas(const json& specs, json& out, std::vector<std::string>& n
   return Status::Ok();
 }
 
+// A TFJob's runPolicy.schedulingPolicy: TrainingJob's has the same fields but minResources
+// (docs/gangs.md); TFJob's gang scheduler is the operator's flag, TrainingJob's gang is Auto
+// unless the job says. TFJob's minAvailable counts every replica, TrainingJob's gang is the
+// chief and the workers (`replicas`: the converted replicaSpecs).
+json ConvertSchedulingPolicy(const json& v, const json& replicas, std::vector<std::string>& notes) {
+  json policy = json::object();
+  for (const auto& [pk, pv] : v.items()) {
+    if (pk == "minAvailable" || pk == "queue" || pk == "priorityClass" ||
+        pk == "scheduleTimeoutSeconds") {
+      policy[pk] = pv;
+    } else {
+      notes.push_back("spec.runPolicy.schedulingPolicy." + pk +
+                      " dropped: TrainingJob has no such field");
+    }
+  }
+  int64_t gang = 0;
+  for (const char* t : {"Chief", "Worker"}) {
+    const json rs = replicas.value(t, json());
+    if (!rs.is_object()) continue;
+    const json n = rs.value("replicas", json(1));
+    gang += n.is_number_integer() ? n.get<int64_t>() : 1;
+  }
+  const json min = policy.value("minAvailable", json());
+  if (min.is_number_integer() && min.get<int64_t>() > gang && gang > 0) {
+    policy["minAvailable"] = gang;
+    notes.push_back("spec.runPolicy.schedulingPolicy.minAvailable " + min.dump() + " became " +
+                    std::to_string(gang) +
+                    ": the gang is the chief and the workers (the evaluator is scheduled on its "
+                    "own)");
+  }
+  return policy;
+}
+
 }  // namespace
 
 StatusOr<TfJobConversion> ConvertTfJob(const json& tfjob) {
@@ -128,10 +161,9 @@ StatusOr<TfJobConversion> ConvertTfJob(const json& tfjob) {
       for (const char* f : kRunPolicyFields) shared = shared || k == f;
       if (shared) {
         run_policy[k] = v;
-      } else if (k == "schedulingPolicy") {
-        c.notes.push_back(
-            "spec.runPolicy.schedulingPolicy dropped: no gang scheduler integration (pods are "
-            "scheduled one by one; the operator restarts the gang together)");
+      } else if (k == "schedulingPolicy" && v.is_object()) {
+        json policy = ConvertSchedulingPolicy(v, out_spec["replicaSpecs"], c.notes);
+        if (!policy.empty()) run_policy["schedulingPolicy"] = std::move(policy);
       } else {
         c.notes.push_back("spec.runPolicy." + k + " dropped: TrainingJob has no such field");
       }

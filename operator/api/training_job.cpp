@@ -172,6 +172,53 @@ std::string ToString(SuccessPolicy p) {
   return p == SuccessPolicy::kChief ? "Chief" : "AllWorkers";
 }
 
+std::string ToString(GangScheduler g) {
+  switch (g) {
+    case GangScheduler::kAuto:
+      return "Auto";
+    case GangScheduler::kNone:
+      return "None";
+    case GangScheduler::kVolcano:
+      return "Volcano";
+    case GangScheduler::kCoscheduling:
+      return "Coscheduling";
+  }
+  return "Auto";
+}
+
+namespace {
+
+// spec.runPolicy.schedulingPolicy of `run` into out.run_policy (the replica specs parsed).
+Status ParseSchedulingPolicy(const json& run, TrainingJobSpec& out) {
+  const std::string path = "spec.runPolicy.schedulingPolicy";
+  if (!run.contains("schedulingPolicy") || run["schedulingPolicy"].is_null()) return Status::Ok();
+  const json& sp = run["schedulingPolicy"];
+  if (!sp.is_object()) return FieldError(path, "must be an object");
+  SchedulingPolicy& p = out.run_policy.scheduling_policy;
+  std::optional<std::string> gang;
+  TJ_RETURN_IF_ERROR(
+      ReadEnum(sp, "gang", path, {"Auto", "None", "Volcano", "Coscheduling"}, &gang));
+  if (gang == "None") p.gang = GangScheduler::kNone;
+  if (gang == "Volcano") p.gang = GangScheduler::kVolcano;
+  if (gang == "Coscheduling") p.gang = GangScheduler::kCoscheduling;
+  const int64_t gang_size = out.Replicas(ReplicaType::kChief) + out.Replicas(ReplicaType::kWorker);
+  std::optional<int64_t> v;
+  TJ_RETURN_IF_ERROR(ReadInt(sp, "minAvailable", path, 1, gang_size, &v));
+  if (v) p.min_available = static_cast<int32_t>(*v);
+  TJ_RETURN_IF_ERROR(ReadInt(sp, "scheduleTimeoutSeconds", path, 1, INT32_MAX, &v));
+  if (v) p.schedule_timeout_seconds = static_cast<int32_t>(*v);
+  for (auto [key, into] :
+       {std::pair<const char*, std::string*>{"queue", &p.queue},
+        std::pair<const char*, std::string*>{"priorityClass", &p.priority_class}}) {
+    if (!sp.contains(key) || sp[key].is_null()) continue;
+    if (!sp[key].is_string()) return FieldError(path + "." + key, "must be a string");
+    *into = sp[key].get<std::string>();
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 int32_t TrainingJobSpec::Replicas(ReplicaType t) const {
   auto it = replica_specs.find(t);
   return it == replica_specs.end() ? 0 : it->second.replicas;
@@ -250,6 +297,8 @@ StatusOr<TrainingJobSpec> ParseSpec(const json& spec) {
       return FieldError("spec.runPolicy.suspend", "must be a boolean");
     out.run_policy.suspend = run["suspend"].get<bool>();
   }
+
+  TJ_RETURN_IF_ERROR(ParseSchedulingPolicy(run, out));
 
   std::optional<std::string> success;
   TJ_RETURN_IF_ERROR(

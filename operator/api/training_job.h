@@ -72,6 +72,25 @@ inline constexpr int64_t kMaxDurationSeconds = int64_t{100} * 365 * 24 * 3600;
 // tests/unit/operator/controller/replica_limit_test.cpp builds the largest job and checks both.
 inline constexpr int32_t kMaxWorkers = 512;
 
+// spec.runPolicy.schedulingPolicy (docs/gangs.md): whether and how the gang (the chief and the
+// workers; the evaluator is not part of it) is scheduled all or nothing.
+enum class GangScheduler {
+  kAuto,          // Kubernetes' own PodGroup when the cluster serves it, else none
+  kNone,          // pods scheduled one by one
+  kVolcano,       // a Volcano PodGroup; pods annotated scheduling.k8s.io/group-name
+  kCoscheduling,  // a scheduler-plugins PodGroup; pods labelled scheduling.x-k8s.io/pod-group
+};
+std::string ToString(GangScheduler g);  // "Auto", "None", "Volcano", "Coscheduling"
+
+struct SchedulingPolicy {
+  GangScheduler gang = GangScheduler::kAuto;
+  // The pods the scheduler must place together; unset: the whole gang (chief + workers).
+  std::optional<int32_t> min_available;
+  std::string queue;           // Volcano's queue
+  std::string priority_class;  // the PodGroup's priorityClassName (native, Volcano)
+  std::optional<int32_t> schedule_timeout_seconds;  // the coscheduling plugin's
+};
+
 struct RunPolicy {
   int32_t backoff_limit = 3;
   std::optional<int64_t> active_deadline_seconds;
@@ -79,6 +98,7 @@ struct RunPolicy {
   CleanPodPolicy clean_pod_policy = CleanPodPolicy::kRunning;
   bool suspend = false;
   std::optional<int64_t> startup_deadline_seconds;
+  SchedulingPolicy scheduling_policy;
 };
 
 struct TrainingJobSpec {

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "operator/api/training_job.h"
+#include "operator/controller/gang_scheduling.h"
 #include "operator/controller/job_resources.h"
 #include "operator/controller/kueue_admission.h"
 #include "operator/controller/slow_start.h"
@@ -324,6 +325,8 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
 
   Decision d = Reconcile(in, options_);
   if (!d.status && gate->status_changed) d.status = in.job["status"];
+  // The gang's PodGroup before its pods, which name it (gang_scheduling.h).
+  TJ_RETURN_IF_ERROR(gang::Prepare(*c, deps_.recorder, in.job, deps_.native_pod_groups, &d));
   if (Status applied = Apply(key, in.job, d); !applied.ok()) {
     std::optional<std::string> conflict;
     {

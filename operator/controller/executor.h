@@ -85,6 +85,9 @@ struct ExecutorDeps {
   std::optional<OwnedObjectCaches> caches;
   Clock* clock = nullptr;  // for the expectations' TTL and kept statuses; null: the real clock
   std::optional<StatusDeferral> defer_status;  // unset: every status is written at once
+  // The cluster serves Kubernetes' own PodGroups (gang_scheduling.h): jobs whose
+  // schedulingPolicy.gang is Auto get one per gang.
+  bool native_pod_groups = false;
 };
 
 class Executor {
@@ -98,6 +101,9 @@ class Executor {
   // Writes every status kept back by a busy operator (at shutdown, while still the leader).
   // Returns how many were written; failures are logged and the rest still written.
   int WriteKeptStatuses();
+
+  // ExecutorDeps::native_pod_groups, once the API server has been asked; before the first Sync.
+  void set_native_pod_groups(bool served) { deps_.native_pod_groups = served; }
 
  private:
   // Fills in->trainer_status and in->final_evaluation from the pods in in->pods: the /status of

@@ -14,6 +14,10 @@ The operator's permissions, shared by the ClusterRole and the per-namespace Role
   cannot read any Secret of the cluster; it tracks the key by its hash in the job's status;
 - pods/log: get, to read the evaluator's final evaluation after its process has exited;
 - events: the decisions users must see (create, and patch to count repeats);
+- podgroups (docs/gangs.md): one per gang of a job scheduled all or nothing, of Kubernetes
+  (scheduling.k8s.io, where the cluster serves it), Volcano (scheduling.volcano.sh) or the
+  coscheduling plugin (scheduling.x-k8s.io): created, read when one of its name exists (get),
+  listed and deleted (the groups of a job's earlier gangs, at a gang restart);
 - with kueue.enabled (docs/kueue.md): Kueue's workloads, one per queued job, read and created
   (get, create) and marked Finished through workloads/status (update); resourceflavors read
   (get), for the node labels and tolerations of an admission.
@@ -43,6 +47,9 @@ The operator's permissions, shared by the ClusterRole and the per-namespace Role
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create", "patch"]
+- apiGroups: ["scheduling.k8s.io", "scheduling.volcano.sh", "scheduling.x-k8s.io"]
+  resources: ["podgroups"]
+  verbs: ["get", "list", "create", "delete"]
 {{- if .Values.kueue.enabled }}
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads"]

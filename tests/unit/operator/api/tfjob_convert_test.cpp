@@ -50,11 +50,13 @@ TEST(ConvertTfJob, KubeflowStyleMwmsJobBecomesAValidTrainingJob) {
   }
   EXPECT_EQ(rs["Chief"]["restartPolicy"], "OnFailure");
   EXPECT_EQ(rs["Evaluator"]["restartPolicy"], "Never");  // TFJob's default, kept
-  EXPECT_EQ(
-      tj["spec"]["runPolicy"],
-      json({{"cleanPodPolicy", "None"}, {"backoffLimit", 2}, {"ttlSecondsAfterFinished", 600}}));
+  EXPECT_EQ(tj["spec"]["runPolicy"], json({{"cleanPodPolicy", "None"},
+                                           {"backoffLimit", 2},
+                                           {"ttlSecondsAfterFinished", 600},
+                                           {"schedulingPolicy", {{"minAvailable", 3}}}}));
   EXPECT_EQ(tj["spec"]["successPolicy"], "AllWorkers");
-  EXPECT_TRUE(HasNote(*c, "spec.runPolicy.schedulingPolicy dropped"));
+  // TFJob's 4 counts the evaluator, which is not in TrainingJob's gang.
+  EXPECT_TRUE(HasNote(*c, "spec.runPolicy.schedulingPolicy.minAvailable 4 became 3"));
   EXPECT_TRUE(HasNote(*c, "replicaSpecs.Evaluator.restartPolicy set to Never"));
   EXPECT_EQ(c->notes.size(), 2u);
   auto spec = ParseSpec(tj["spec"]);

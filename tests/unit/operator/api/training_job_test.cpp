@@ -30,6 +30,33 @@ TEST(ParseSpec, Defaults) {
   EXPECT_FALSE(s->run_policy.startup_deadline_seconds);
   EXPECT_EQ(s->success_policy, SuccessPolicy::kChief);
   EXPECT_EQ(s->port, 2222);
+  EXPECT_EQ(s->run_policy.scheduling_policy.gang, GangScheduler::kAuto);
+  EXPECT_FALSE(s->run_policy.scheduling_policy.min_available);
+}
+
+TEST(ParseSpec, SchedulingPolicy) {
+  json spec = MinimalSpec();
+  spec["replicaSpecs"]["Worker"]["replicas"] = 3;
+  spec["replicaSpecs"]["Chief"] = {{"replicas", 1}, {"template", Template()}};
+  spec["runPolicy"]["schedulingPolicy"] = {{"gang", "Volcano"},
+                                           {"minAvailable", 4},
+                                           {"queue", "research"},
+                                           {"priorityClass", "high"},
+                                           {"scheduleTimeoutSeconds", 60}};
+  auto s = ParseSpec(spec);
+  ASSERT_TRUE(s.ok()) << s.status().message();
+  const SchedulingPolicy& p = s->run_policy.scheduling_policy;
+  EXPECT_EQ(p.gang, GangScheduler::kVolcano);
+  EXPECT_EQ(p.min_available, 4);
+  EXPECT_EQ(p.queue, "research");
+  EXPECT_EQ(p.priority_class, "high");
+  EXPECT_EQ(p.schedule_timeout_seconds, 60);
+  for (const char* g : {"Auto", "None", "Coscheduling"}) {
+    spec["runPolicy"]["schedulingPolicy"] = {{"gang", g}};
+    auto parsed = ParseSpec(spec);
+    ASSERT_TRUE(parsed.ok()) << g;
+    EXPECT_EQ(ToString(parsed->run_policy.scheduling_policy.gang), g);
+  }
 }
 
 TEST(ParseSpec, FullSpec) {
@@ -166,6 +193,18 @@ INSTANTIATE_TEST_SUITE_P(
                     "spec.runPolicy.cleanPodPolicy: unsupported value"},
         InvalidCase{"SuspendNotBool", [](json& s) { s["runPolicy"]["suspend"] = "yes"; },
                     "spec.runPolicy.suspend: must be a boolean"},
+        InvalidCase{"BadGang",
+                    [](json& s) { s["runPolicy"]["schedulingPolicy"]["gang"] = "Kueue"; },
+                    "spec.runPolicy.schedulingPolicy.gang: unsupported value"},
+        InvalidCase{"MinAvailableOverTheGang",
+                    [](json& s) { s["runPolicy"]["schedulingPolicy"]["minAvailable"] = 2; },
+                    "spec.runPolicy.schedulingPolicy.minAvailable: must be <= 1"},
+        InvalidCase{"QueueNotString",
+                    [](json& s) { s["runPolicy"]["schedulingPolicy"]["queue"] = 3; },
+                    "spec.runPolicy.schedulingPolicy.queue: must be a string"},
+        InvalidCase{"SchedulingPolicyNotObject",
+                    [](json& s) { s["runPolicy"]["schedulingPolicy"] = "Volcano"; },
+                    "spec.runPolicy.schedulingPolicy: must be an object"},
         InvalidCase{"BadSuccessPolicy", [](json& s) { s["successPolicy"] = "Evaluator"; },
                     "spec.successPolicy: unsupported value"},
         InvalidCase{"PortZero", [](json& s) { s["port"] = 0; }, "spec.port: must be >= 1"},
