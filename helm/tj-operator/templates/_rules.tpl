@@ -15,8 +15,9 @@ The operator's permissions, shared by the ClusterRole and the per-namespace Role
 - pods/log: get, to read the evaluator's final evaluation after its process has exited;
 - events: the decisions users must see (create, and patch to count repeats);
 - with kueue.enabled (docs/kueue.md): Kueue's workloads, one per queued job, read and created
-  (get, create) and marked Finished through workloads/status (update); resourceflavors read
-  (get), for the node labels and tolerations of an admission.
+  (get, create), marked Finished and their admission released after an eviction through
+  workloads/status (update); resourceflavors read (get), for the node labels and tolerations
+  of an admission; workloadpriorityclasses read (get), for a job's priority.
 */}}
 {{- define "tj-operator.managerRules" -}}
 - apiGroups: ["tjo.dev"]
@@ -51,7 +52,7 @@ The operator's permissions, shared by the ClusterRole and the per-namespace Role
   resources: ["workloads/status"]
   verbs: ["update"]
 - apiGroups: ["kueue.x-k8s.io"]
-  resources: ["resourceflavors"]
+  resources: ["resourceflavors", "workloadpriorityclasses"]
   verbs: ["get"]
 {{- end }}
 {{- end }}
