@@ -378,6 +378,29 @@ std::vector<Action> StopEvictedGang(Observed* in, const WorkloadState& ws, bool*
   return actions;
 }
 
+std::optional<json> LastBackupPatch(const json& job, const json& workload) {
+  const json& st = job.value("status", json::object());
+  const json& progress = st.is_object() ? st.value("progress", json::object()) : json::object();
+  const json b = progress.is_object() ? progress.value("lastBackup", json()) : json();
+  if (!b.is_object() || !b.contains("time") || !b["time"].is_string()) return std::nullopt;
+  json want = json::object();
+  want[kLastBackupTimeAnnotation] = b["time"];
+  for (const auto& [key, field] : {std::pair{kLastBackupEpochAnnotation, "epoch"},
+                                   std::pair{kLastBackupStepAnnotation, "step"}}) {
+    if (b.contains(field) && b[field].is_number_integer()) {
+      want[key] = std::to_string(b[field].get<int64_t>());
+    }
+  }
+  const json& meta = kube::MetadataOf(workload);
+  const json have = meta.is_object() ? meta.value("annotations", json::object()) : json::object();
+  bool same = have.is_object();
+  for (const auto& [key, value] : want.items()) {
+    same = same && have.contains(key) && have[key] == value;
+  }
+  if (same) return std::nullopt;
+  return json{{"metadata", {{"annotations", want}}}};
+}
+
 std::vector<std::string> AssignedFlavors(const json& workload) {
   std::vector<std::string> out;
   const json& st = workload.value("status", json::object());
@@ -567,6 +590,15 @@ StatusOr<GateResult> Gate(kube::Client& client, kube::EventRecorder* recorder, O
     const bool changed = SetWaiting(in, reason, applied.message());
     if (changed) Record(recorder, in->job, "Warning", reason, applied.message());
     return Wait(changed, std::chrono::seconds(10));
+  }
+  if (auto patch = LastBackupPatch(in->job, *workload)) {
+    // Published for whoever chooses a victim; a failure does not hold the job up.
+    auto r = client.Patch(kWorkloads, ref.ns, name, kube::PatchType::kMerge, *patch);
+    if (!r.ok() && !kube::IsNotFound(r.error())) {
+      Record(recorder, in->job, "Warning", "LastBackupNotPublished",
+             "annotating Workload " + name + " with the last backup: " + r.error().message +
+                 " (the operator needs patch on workloads: Helm value kueue.enabled=true)");
+    }
   }
   json& status = in->job["status"];
   if (!status.is_object()) status = json::object();

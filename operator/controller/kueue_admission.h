@@ -32,6 +32,11 @@ namespace tj::controller::kueue {
 inline constexpr char kQueueNameLabel[] = "kueue.x-k8s.io/queue-name";
 inline constexpr char kJobUidLabel[] = "kueue.x-k8s.io/job-uid";
 inline constexpr char kPodSetLabel[] = "kueue.x-k8s.io/podset";
+// The last backup of a running job (status.progress.lastBackup), published on its Workload
+// for a scheduler or a person choosing whom to preempt (docs/kueue.md).
+inline constexpr char kLastBackupTimeAnnotation[] = "tjo.dev/last-backup-time";
+inline constexpr char kLastBackupEpochAnnotation[] = "tjo.dev/last-backup-epoch";
+inline constexpr char kLastBackupStepAnnotation[] = "tjo.dev/last-backup-step";
 // The job's WorkloadPriorityClass (Kueue's label, as on its own job kinds).
 inline constexpr char kPriorityClassLabel[] = "kueue.x-k8s.io/priority-class";
 // The job's condition while Kueue decides (False) and once it has admitted the gang (True).
@@ -87,6 +92,12 @@ api::RestartCause CauseOfEviction(const std::string& kueue_reason);
 // for evictions Kueue requeues at once, Preempted and NodeFailures; False otherwise). Kueue
 // then frees the quota and queues the Workload again.
 nlohmann::json ClearAdmission(const nlohmann::json& workload, const std::string& now);
+
+// A merge patch that puts the job's status.progress.lastBackup {epoch, step, time} into the
+// Workload's kLastBackup*Annotation; nullopt when the job has none or the Workload already
+// says it.
+std::optional<nlohmann::json> LastBackupPatch(const nlohmann::json& job,
+                                              const nlohmann::json& workload);
 
 // The ResourceFlavors named in status.admission.podSetAssignments, each once.
 std::vector<std::string> AssignedFlavors(const nlohmann::json& workload);

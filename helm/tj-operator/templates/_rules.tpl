@@ -15,7 +15,7 @@ The operator's permissions, shared by the ClusterRole and the per-namespace Role
 - pods/log: get, to read the evaluator's final evaluation after its process has exited;
 - events: the decisions users must see (create, and patch to count repeats);
 - with kueue.enabled (docs/kueue.md): Kueue's workloads, one per queued job, read and created
-  (get, create), marked Finished and their admission released after an eviction through
+  (get, create), annotated with the job's last backup (patch), marked Finished and their admission released after an eviction through
   workloads/status (update); resourceflavors read (get), for the node labels and tolerations
   of an admission; workloadpriorityclasses read (get), for a job's priority.
 */}}
@@ -47,7 +47,7 @@ The operator's permissions, shared by the ClusterRole and the per-namespace Role
 {{- if .Values.kueue.enabled }}
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads"]
-  verbs: ["get", "create"]
+  verbs: ["get", "create", "patch"]
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads/status"]
   verbs: ["update"]

@@ -295,14 +295,27 @@ TEST_F(Kueue, APreemptedJobStopsLosslesslyWaitsUncountedAndResumesFromTheExactSt
   MakeQueues("500m", /*hold=*/false, /*preempt=*/true);
   const std::string low_class = MakePriorityClass("low", 100);
   const std::string high_class = MakePriorityClass("high", 1000);
-  // The low job trains for 12 s at least (8 backups held 1.5 s each): the preemption lands
+  // The low job trains for 18 s at least (12 backups held 1.5 s each): the preemption lands
   // mid-run. Any restart counted against its backoffLimit of 0 would fail it.
-  json low = QueuedJob("low", 40, 5);
+  json low = QueuedJob("low", 60, 5);
   low["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = low_class;
   low["spec"]["runPolicy"]["backoffLimit"] = 0;
   testing::SetEnv(low, "Worker", "TJ_FAILPOINTS", testing::PaceFailpoint(1500));
   ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, low).ok());
   ASSERT_TRUE(FirstBackup("low-worker-0", seconds(180)).is_object());
+  // Its last backup is published, on the job and on its Workload, for whoever picks a victim.
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const json wl = Workload("low");
+        if (!wl.is_object()) return false;
+        const json a = wl["metadata"].value("annotations", json::object());
+        return a.is_object() && a.contains("tjo.dev/last-backup-time") &&
+               a.contains("tjo.dev/last-backup-step");
+      },
+      seconds(60)))
+      << Workload("low").dump(2);
+  EXPECT_TRUE(Get("low")["status"]["progress"]["lastBackup"].contains("time"))
+      << Get("low")["status"].dump(2);
 
   json high = QueuedJob("high", 6, 6);
   high["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = high_class;

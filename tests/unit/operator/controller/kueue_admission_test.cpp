@@ -226,6 +226,25 @@ TEST(KueueAdmission, APriorityClassGivesTheWorkloadItsValue) {
   EXPECT_NE(bad.message().find("odd"), std::string::npos) << bad.message();
 }
 
+TEST(KueueAdmission, TheLastBackupIsPublishedOnTheWorkloadWhenItChanges) {
+  json job = QueuedJob();
+  json wl = {{"metadata", {{"name", "wl"}}}};
+  EXPECT_FALSE(LastBackupPatch(job, wl).has_value()) << "no backup yet";
+  job["status"]["progress"]["lastBackup"] = {
+      {"epoch", 2}, {"step", 40}, {"time", "2026-01-01T00:00:05Z"}};
+  auto patch = LastBackupPatch(job, wl);
+  ASSERT_TRUE(patch.has_value());
+  EXPECT_EQ((*patch)["metadata"]["annotations"],
+            (json{{kLastBackupTimeAnnotation, "2026-01-01T00:00:05Z"},
+                  {kLastBackupEpochAnnotation, "2"},
+                  {kLastBackupStepAnnotation, "40"}}));
+  wl["metadata"]["annotations"] = (*patch)["metadata"]["annotations"];
+  wl["metadata"]["annotations"]["someone-else"] = "x";
+  EXPECT_FALSE(LastBackupPatch(job, wl).has_value()) << "already says it";
+  job["status"]["progress"]["lastBackup"]["step"] = 45;
+  EXPECT_TRUE(LastBackupPatch(job, wl).has_value());
+}
+
 // The API server as the gate sees it: objects by "<plural>/<name>", a create's answer.
 class FakeClient : public testing::AcceptingClient {
  public:
