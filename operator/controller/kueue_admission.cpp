@@ -328,11 +328,13 @@ std::vector<Action> StopEvictedGang(Observed* in, const WorkloadState& ws, bool*
   for (const json& p : in->pods) {
     if (!IsOwnedBy(p, in->job)) continue;
     const PodView v = ViewOfPod(p);
+    const bool ended = v.phase == "Succeeded" || v.phase == "Failed";
+    // A gang that has ended (trained, or failed: the reconciler's to judge) is not restarted.
     if (v.replica_type && *v.replica_type != api::ReplicaType::kEvaluator &&
-        v.gang == st.restart_count) {
+        v.gang == st.restart_count && !ended) {
       current_gang = true;
     }
-    if (v.being_deleted || v.phase == "Succeeded" || v.phase == "Failed") continue;
+    if (v.being_deleted || ended) continue;
     Action a;
     a.kind = Action::Kind::kDelete;
     a.resource = kube::resources::kPods;
