@@ -320,7 +320,6 @@ std::vector<Action> StopEvictedGang(Observed* in, const WorkloadState& ws, bool*
   std::vector<Action> actions;
   api::TrainingJobStatus st =
       api::TrainingJobStatus::FromJson(in->job.value("status", json::object()));
-  const api::ObjectRef ref = api::RefOf(in->job);
   const std::string kueue_reason = ws.reason.empty() ? "NotAdmitted" : ws.reason;
   const std::string kueue_said =
       kueue_reason + (ws.message.empty() ? std::string() : ": " + ws.message);
@@ -370,8 +369,9 @@ std::vector<Action> StopEvictedGang(Observed* in, const WorkloadState& ws, bool*
     *changed = true;
   }
   const std::string waiting =
-      "Kueue withdrew the admission (" + kueue_said + "); waiting for the gang's pods to stop (" +
-      ref.name + "'s trainers back up and exit), then for Kueue to admit the job again";
+      "Kueue withdrew the admission (" + kueue_said +
+      "); waiting for the gang's pods to stop (its trainers back up and exit), then for Kueue "
+      "to admit the job again";
   if (SetCondition(status, kAdmittedCondition, false, kueue_reason, waiting,
                    kube::FormatTime(in->now))) {
     *changed = true;
