@@ -176,7 +176,7 @@ class Kueue : public testing::JobTest {
 
   // A WorkloadPriorityClass "<ns>-<name>" of `value`; its name.
   std::string MakePriorityClass(const std::string& name, int value) {
-    const std::string full = ns_ + "-" + name;
+    std::string full = ns_ + "-" + name;
     json pc = {{"apiVersion", "kueue.x-k8s.io/v1beta2"},
                {"kind", "WorkloadPriorityClass"},
                {"metadata", {{"name", full}}},
