@@ -311,6 +311,11 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
   auto gate = kueue::Gate(*c, deps_.recorder, &in);
   if (!gate.ok()) return gate.status();
   if (!gate->proceed) {
+    if (!gate->actions.empty()) {  // an evicted gang's pods deleted, its Events
+      Decision stop;
+      stop.actions = gate->actions;
+      TJ_RETURN_IF_ERROR(Apply(key, in.job, stop));
+    }
     if (gate->status_changed || kept) {
       TJ_RETURN_IF_ERROR(WriteStatus(key, in.job, in.job["status"]));
     }

@@ -1,10 +1,12 @@
 #include "operator/controller/kueue_admission.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <utility>
 
 #include "common/sha256.h"
 #include "operator/controller/job_resources.h"
+#include "operator/controller/pod_view.h"
 #include "operator/kube/object_meta.h"
 #include "operator/kube/time_format.h"
 
@@ -30,6 +32,20 @@ const json* FindCondition(const json& object, const std::string& type) {
   }
   return nullptr;
 }
+
+// A metav1.Condition of a Workload (no lastUpdateTime: a strict decoder refuses the field).
+void SetWorkloadCondition(json& status, const std::string& type, bool value,
+                          const std::string& reason, const std::string& message,
+                          const std::string& now) {
+  SetCondition(status, type, value, reason, message, now);
+  for (json& cond : status["conditions"]) {
+    if (cond.is_object()) cond.erase("lastUpdateTime");
+  }
+}
+
+// Kueue holds the quota of an evicted Workload until its job has stopped; the gang's pods take
+// up to their grace period to back up and exit.
+constexpr std::chrono::seconds kStopPoll{1};
 
 bool IsTrue(const json& object, const std::string& type) {
   const json* c = FindCondition(object, type);
@@ -111,12 +127,7 @@ Status MarkFinished(kube::Client& client, const json& workload, const api::Train
                                   : std::string("TrainingJob ") + (ok ? "succeeded" : "failed");
   json& status = wl["status"];
   if (!status.is_object()) status = json::object();
-  SetCondition(status, "Finished", true, ok ? "Succeeded" : "Failed", message, now);
-  // A Workload's conditions are metav1.Conditions: no lastUpdateTime (a strict decoder refuses
-  // the field).
-  for (json& cond : status["conditions"]) {
-    if (cond.is_object()) cond.erase("lastUpdateTime");
-  }
+  SetWorkloadCondition(status, "Finished", true, ok ? "Succeeded" : "Failed", message, now);
   const api::ObjectRef ref = api::RefOf(wl);
   auto r = client.UpdateStatus(kWorkloads, ref.ns, wl);
   if (r.ok() || kube::IsNotFound(r.error())) return Status::Ok();
@@ -137,7 +148,29 @@ StatusOr<GateResult> CreateWorkload(kube::Client& client, kube::EventRecorder* r
            "job runs without Kueue's admission (set the label when creating the job)");
     return GateResult{};
   }
-  auto created = client.Create(kWorkloads, ref.ns, BuildWorkload(in->job, spec));
+  json workload = BuildWorkload(in->job, spec);
+  if (const std::string pc = kube::LabelOf(in->job, kPriorityClassLabel); !pc.empty()) {
+    auto wpc = client.Get(kWorkloadPriorityClasses, "", pc);
+    Status priority = wpc.ok() ? SetPriority(*wpc, workload) : Status::Ok();
+    if (!wpc.ok() && !kube::IsNotFound(wpc.error()) && wpc.error().code != 403) {
+      return wpc.error().ToStatus().WithContext("reading WorkloadPriorityClass " + pc);
+    }
+    if (!wpc.ok() || !priority.ok()) {
+      const std::string message =
+          !priority.ok() ? priority.message()
+          : wpc.error().code == 403
+              ? "the operator may not read WorkloadPriorityClass " + pc +
+                    " (Helm value kueue.enabled=true grants it): " + wpc.error().message
+              : "WorkloadPriorityClass " + pc + " (label " + kPriorityClassLabel +
+                    ") does not exist: create it, or change the label";
+      const std::string reason =
+          !wpc.ok() && wpc.error().code == 403 ? "WorkloadForbidden" : "PriorityClassNotFound";
+      const bool changed = SetWaiting(in, reason, message);
+      if (changed) Record(recorder, in->job, "Warning", reason, message);
+      return Wait(changed, std::chrono::seconds(10));
+    }
+  }
+  auto created = client.Create(kWorkloads, ref.ns, workload);
   if (!created.ok() && !kube::IsAlreadyExists(created.error())) {
     const kube::ApiError& e = created.error();
     std::string reason = "WorkloadCreateFailed", message;
@@ -222,14 +255,16 @@ WorkloadState StateOf(const json& workload) {
   s.admitted = IsTrue(workload, "Admitted");
   s.finished = IsTrue(workload, "Finished");
   s.evicted = IsTrue(workload, "Evicted");
+  s.quota_reserved = IsTrue(workload, "QuotaReserved");
   const json* why = nullptr;
-  if (s.evicted) {
+  if (s.evicted && s.quota_reserved) {
     why = FindCondition(workload, "Evicted");
   } else if (!s.admitted) {
     // QuotaReserved=False carries the scheduler's reason (Pending, Inadmissible) and what is
     // missing; with quota reserved, Admitted=False says which admission check is not ready.
-    why = IsTrue(workload, "QuotaReserved") ? FindCondition(workload, "Admitted")
-                                            : FindCondition(workload, "QuotaReserved");
+    // An eviction whose admission is cleared: the Workload waits in its queue again.
+    why = s.quota_reserved ? FindCondition(workload, "Admitted")
+                           : FindCondition(workload, "QuotaReserved");
   }
   if (why != nullptr) {
     s.reason = kube::TextOf(*why, "reason");
@@ -240,6 +275,132 @@ WorkloadState StateOf(const json& workload) {
     s.cluster_queue = kube::TextOf(workload["status"]["admission"], "clusterQueue");
   }
   return s;
+}
+
+Status SetPriority(const json& wpc, json& workload) {
+  const std::string name = api::RefOf(wpc).name;
+  const auto value = wpc.is_object() ? wpc.find("value") : wpc.end();
+  if (!wpc.is_object() || value == wpc.end() || !value->is_number_integer() ||
+      value->get<int64_t>() < INT32_MIN || value->get<int64_t>() > INT32_MAX) {
+    return Status::Error("WorkloadPriorityClass " + name + " has no integer value");
+  }
+  json& spec = workload["spec"];
+  spec["priorityClassRef"] = {
+      {"group", "kueue.x-k8s.io"}, {"kind", "WorkloadPriorityClass"}, {"name", name}};
+  spec["priority"] = value->get<int64_t>();
+  return Status::Ok();
+}
+
+api::RestartCause CauseOfEviction(const std::string& kueue_reason) {
+  if (kueue_reason == "Preempted") return api::RestartCause::kPreempted;
+  if (kueue_reason == "NodeFailures") return api::RestartCause::kNodeLost;
+  return api::RestartCause::kEvicted;
+}
+
+json ClearAdmission(const json& workload, const std::string& now) {
+  json wl = workload;
+  json& status = wl["status"];
+  if (!status.is_object()) status = json::object();
+  const json* evicted = FindCondition(workload, "Evicted");
+  const std::string reason = evicted != nullptr ? kube::TextOf(*evicted, "reason") : "";
+  const std::string message = evicted != nullptr ? kube::TextOf(*evicted, "message")
+                                                 : "the job stopped without an admission";
+  if (evicted != nullptr) {
+    SetWorkloadCondition(status, "Requeued", reason == "Preempted" || reason == "NodeFailures",
+                         reason, message, now);
+  }
+  SetWorkloadCondition(status, "QuotaReserved", false, "Pending", message, now);
+  status.erase("admission");
+  SetWorkloadCondition(status, "Admitted", false, "NoReservation",
+                       "The workload has no reservation", now);
+  return wl;
+}
+
+std::vector<Action> StopEvictedGang(Observed* in, const WorkloadState& ws, bool* changed) {
+  std::vector<Action> actions;
+  api::TrainingJobStatus st =
+      api::TrainingJobStatus::FromJson(in->job.value("status", json::object()));
+  const std::string kueue_reason = ws.reason.empty() ? "NotAdmitted" : ws.reason;
+  const std::string kueue_said =
+      kueue_reason + (ws.message.empty() ? std::string() : ": " + ws.message);
+  bool current_gang = false;
+  for (const json& p : in->pods) {
+    if (!IsOwnedBy(p, in->job)) continue;
+    const PodView v = ViewOfPod(p);
+    const bool ended = v.phase == "Succeeded" || v.phase == "Failed";
+    // A gang that has ended (trained, or failed: the reconciler's to judge) is not restarted.
+    if (v.replica_type && *v.replica_type != api::ReplicaType::kEvaluator &&
+        v.gang == st.restart_count && !ended) {
+      current_gang = true;
+    }
+    if (v.being_deleted || ended) continue;
+    Action a;
+    a.kind = Action::Kind::kDelete;
+    a.resource = kube::resources::kPods;
+    a.name = v.name;
+    actions.push_back(std::move(a));
+  }
+  const std::string before = st.ToJson().dump();
+  if (current_gang) {
+    // Counted once: the next gang is restartCount + 1, so these pods are an earlier gang's.
+    const std::string cause = api::ToString(CauseOfEviction(ws.reason));
+    st.restart_count += 1;
+    st.created_generation = -1;
+    st.restarts.by_cause[cause] += 1;
+    const std::string message =
+        "Kueue evicted the job's Workload (" + kueue_said + "); stopping the gang: each trainer " +
+        "backs up the step the gang reaches and exits. Restart " +
+        std::to_string(st.restart_count) + " (" + cause +
+        ", not counted against backoffLimit) starts from that backup when Kueue admits the " +
+        "job again";
+    st.SetCondition(api::condition::kRunning, false, cause, message, in->now);
+    st.SetCondition(api::condition::kRestarting, false, cause, message, in->now);
+    Action e;
+    e.kind = Action::Kind::kEvent;
+    e.event_type = "Warning";
+    e.reason = cause;
+    e.message = message;
+    actions.push_back(std::move(e));
+  }
+  json status = st.ToJson();
+  *changed = status.dump() != before;
+  status["state"] = kQueuedState;
+  if (kube::TextOf(in->job.value("status", json::object()), "state") != kQueuedState) {
+    *changed = true;
+  }
+  const std::string waiting =
+      "Kueue withdrew the admission (" + kueue_said +
+      "); waiting for the gang's pods to stop (its trainers back up and exit), then for Kueue "
+      "to admit the job again";
+  if (SetCondition(status, kAdmittedCondition, false, kueue_reason, waiting,
+                   kube::FormatTime(in->now))) {
+    *changed = true;
+  }
+  in->job["status"] = std::move(status);
+  return actions;
+}
+
+std::optional<json> LastBackupPatch(const json& job, const json& workload) {
+  const json& st = job.value("status", json::object());
+  const json& progress = st.is_object() ? st.value("progress", json::object()) : json::object();
+  const json b = progress.is_object() ? progress.value("lastBackup", json()) : json();
+  if (!b.is_object() || !b.contains("time") || !b["time"].is_string()) return std::nullopt;
+  json want = json::object();
+  want[kLastBackupTimeAnnotation] = b["time"];
+  for (const auto& [key, field] : {std::pair{kLastBackupEpochAnnotation, "epoch"},
+                                   std::pair{kLastBackupStepAnnotation, "step"}}) {
+    if (b.contains(field) && b[field].is_number_integer()) {
+      want[key] = std::to_string(b[field].get<int64_t>());
+    }
+  }
+  const json& meta = kube::MetadataOf(workload);
+  const json have = meta.is_object() ? meta.value("annotations", json::object()) : json::object();
+  bool same = have.is_object();
+  for (const auto& [key, value] : want.items()) {
+    same = same && have.contains(key) && have[key] == value;
+  }
+  if (same) return std::nullopt;
+  return json{{"metadata", {{"annotations", want}}}};
 }
 
 std::vector<std::string> AssignedFlavors(const json& workload) {
@@ -379,20 +540,30 @@ StatusOr<GateResult> Gate(kube::Client& client, kube::EventRecorder* recorder, O
   if (!workload) return CreateWorkload(client, recorder, in, *spec, name);
 
   const WorkloadState ws = StateOf(*workload);
-  if (!ws.admitted) {
+  if (ws.evicted || !ws.admitted) {
     if (HasActivePods(*in)) {
-      // Evicted (preempted, its ClusterQueue stopped, deactivated) while running. Stopping the
-      // gang on eviction is not implemented yet (docs/kueue.md): it keeps running; say so.
-      const std::string message = "Kueue withdrew the admission (" + ws.reason + ": " + ws.message +
-                                  "); the running gang is not stopped";
-      json& status = in->job["status"];
-      if (!status.is_object()) status = json::object();
-      const bool changed = SetCondition(status, kAdmittedCondition, false,
-                                        ws.reason.empty() ? "Evicted" : ws.reason, message, now);
-      if (changed) Record(recorder, in->job, "Warning", "AdmissionWithdrawn", message);
-      GateResult r;
-      r.status_changed = changed;
+      // Evicted (preempted, its queue stopped, deactivated) or not admitted while pods run:
+      // stop the gang losslessly and wait for its pods to go. Kueue holds the quota meanwhile.
+      bool changed = false;
+      std::vector<Action> stop = StopEvictedGang(in, ws, &changed);
+      GateResult r = Wait(changed, kStopPoll);
+      r.actions = std::move(stop);
       return r;
+    }
+    if (ws.evicted && ws.quota_reserved) {
+      // The gang has stopped: clear the admission, so that Kueue frees the quota and queues
+      // the Workload again (the job framework's contract).
+      auto r = client.UpdateStatus(kWorkloads, ref.ns, ClearAdmission(*workload, now));
+      if (!r.ok() && !kube::IsConflict(r.error()) && !kube::IsNotFound(r.error())) {
+        return r.error().ToStatus().WithContext("clearing the admission of Workload " + ref.ns +
+                                                "/" + name);
+      }
+      if (r.ok()) {
+        Record(recorder, in->job, "Normal", "AdmissionReleased",
+               "the gang has stopped; released Workload " + name +
+                   "'s quota: Kueue queues the job again");
+      }
+      return Wait(false, kStopPoll);  // a 409: Kueue wrote meanwhile; read it again
     }
     const std::string reason = ws.reason.empty() ? "Pending" : ws.reason;
     const std::string message =
@@ -421,6 +592,15 @@ StatusOr<GateResult> Gate(kube::Client& client, kube::EventRecorder* recorder, O
     const bool changed = SetWaiting(in, reason, applied.message());
     if (changed) Record(recorder, in->job, "Warning", reason, applied.message());
     return Wait(changed, std::chrono::seconds(10));
+  }
+  if (auto patch = LastBackupPatch(in->job, *workload)) {
+    // Published for whoever chooses a victim; a failure does not hold the job up.
+    auto r = client.Patch(kWorkloads, ref.ns, name, kube::PatchType::kMerge, *patch);
+    if (!r.ok() && !kube::IsNotFound(r.error())) {
+      Record(recorder, in->job, "Warning", "LastBackupNotPublished",
+             "annotating Workload " + name + " with the last backup: " + r.error().message +
+                 " (the operator needs patch on workloads: Helm value kueue.enabled=true)");
+    }
   }
   json& status = in->job["status"];
   if (!status.is_object()) status = json::object();

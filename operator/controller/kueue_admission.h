@@ -5,7 +5,12 @@
 // job waits, its condition Admitted=False says why (Kueue's own message, e.g. the quota it
 // lacks) and an Event says it when that changes; once admitted, the flavors' node labels and
 // tolerations reach the pods, and when the job ends the Workload is marked Finished, which
-// gives its quota back. Jobs without the label are not touched.
+// gives its quota back. When Kueue evicts the Workload (preemption by a higher-priority one, a
+// stopped queue), the gang stops losslessly: its pods are deleted, so each trainer gets SIGTERM,
+// backs up the step the gang agrees on and exits; the restart is counted by cause, never
+// against backoffLimit; once no pod is left the admission is cleared (Kueue then frees the
+// quota and requeues the Workload), and the readmitted gang resumes from that backup. Jobs
+// without the label are not touched.
 #pragma once
 
 #include <chrono>
@@ -27,6 +32,13 @@ namespace tj::controller::kueue {
 inline constexpr char kQueueNameLabel[] = "kueue.x-k8s.io/queue-name";
 inline constexpr char kJobUidLabel[] = "kueue.x-k8s.io/job-uid";
 inline constexpr char kPodSetLabel[] = "kueue.x-k8s.io/podset";
+// The last backup of a running job (status.progress.lastBackup), published on its Workload
+// for a scheduler or a person choosing whom to preempt (docs/kueue.md).
+inline constexpr char kLastBackupTimeAnnotation[] = "tjo.dev/last-backup-time";
+inline constexpr char kLastBackupEpochAnnotation[] = "tjo.dev/last-backup-epoch";
+inline constexpr char kLastBackupStepAnnotation[] = "tjo.dev/last-backup-step";
+// The job's WorkloadPriorityClass (Kueue's label, as on its own job kinds).
+inline constexpr char kPriorityClassLabel[] = "kueue.x-k8s.io/priority-class";
 // The job's condition while Kueue decides (False) and once it has admitted the gang (True).
 inline constexpr char kAdmittedCondition[] = "Admitted";
 // status.state of a job that waits for admission (the State column of `kubectl get tj`).
@@ -34,6 +46,8 @@ inline constexpr char kQueuedState[] = "Queued";
 
 inline const kube::Resource kWorkloads{"kueue.x-k8s.io/v1beta2", "workloads"};
 inline const kube::Resource kResourceFlavors{"kueue.x-k8s.io/v1beta2", "resourceflavors", false};
+inline const kube::Resource kWorkloadPriorityClasses{"kueue.x-k8s.io/v1beta2",
+                                                     "workloadpriorityclasses", false};
 
 // The LocalQueue the job asks for; "" when it is not queued.
 std::string QueueName(const nlohmann::json& job);
@@ -48,16 +62,42 @@ std::string WorkloadName(const nlohmann::json& job);
 // resources; nodeSelector, affinity, tolerations, priorityClassName), owned by the job.
 nlohmann::json BuildWorkload(const nlohmann::json& job, const api::TrainingJobSpec& spec);
 
+// Gives `workload` the priority of WorkloadPriorityClass `wpc` (the object as read):
+// spec.priorityClassRef naming it and spec.priority its value (Kueue's webhook derives
+// neither for a Workload it did not build). An error when the class has no integer value.
+Status SetPriority(const nlohmann::json& wpc, nlohmann::json& workload);
+
 // What a Workload's status says.
 struct WorkloadState {
-  bool admitted = false;  // condition Admitted=True
-  bool finished = false;  // condition Finished=True
-  bool evicted = false;   // condition Evicted=True
-  std::string reason;     // why it is not admitted (or evicted), in Kueue's words
+  bool admitted = false;        // condition Admitted=True
+  bool finished = false;        // condition Finished=True
+  bool evicted = false;         // condition Evicted=True
+  bool quota_reserved = false;  // condition QuotaReserved=True
+  std::string reason;           // why it is not admitted (or evicted), in Kueue's words
   std::string message;
   std::string cluster_queue;  // status.admission.clusterQueue
 };
 WorkloadState StateOf(const nlohmann::json& workload);
+
+// The restart cause a Kueue eviction is counted under in status.restarts.byCause: Preempted for
+// Kueue's reason Preempted (a higher-priority Workload took the quota), NodeLost for
+// NodeFailures, Evicted for every other (a stopped queue, deactivation, a failed admission
+// check ...). None counts against backoffLimit, whatever spec.failurePolicy says: Kueue, not
+// the job, decided, and Kueue decides when it runs again.
+api::RestartCause CauseOfEviction(const std::string& kueue_reason);
+
+// The Workload with its admission cleared after its job stopped, as Kueue's job framework does
+// it (workload.UnsetQuotaReservationWithCondition): QuotaReserved=False (reason Pending, the
+// eviction's message), no status.admission, Admitted=False (NoReservation), and Requeued (True
+// for evictions Kueue requeues at once, Preempted and NodeFailures; False otherwise). Kueue
+// then frees the quota and queues the Workload again.
+nlohmann::json ClearAdmission(const nlohmann::json& workload, const std::string& now);
+
+// A merge patch that puts the job's status.progress.lastBackup {epoch, step, time} into the
+// Workload's kLastBackup*Annotation; nullopt when the job has none or the Workload already
+// says it.
+std::optional<nlohmann::json> LastBackupPatch(const nlohmann::json& job,
+                                              const nlohmann::json& workload);
 
 // The ResourceFlavors named in status.admission.podSetAssignments, each once.
 std::vector<std::string> AssignedFlavors(const nlohmann::json& workload);
@@ -82,7 +122,17 @@ struct GateResult {
   // The job's status changed (in->job["status"]): write it, whether or not it proceeds.
   bool status_changed = false;
   std::optional<std::chrono::milliseconds> requeue_after;  // when !proceed
+  // When !proceed: what to do before waiting (the evicted gang's pod deletions, Events).
+  std::vector<Action> actions;
 };
+
+// The step of an evicted job whose pods remain: deletes every pod of the job not yet being
+// deleted (each trainer gets SIGTERM and stops losslessly), and the first time (pods of the
+// current gang, status.restartCount, remain) counts a gang restart of CauseOfEviction(reason)
+// in status.restarts.byCause, not against backoffLimit, with an Event. The job's status says
+// why it waits: Admitted=False with Kueue's reason, Running=False, state Queued. Pure: changes
+// in->job["status"], returns the actions; true in `changed` when the status changed.
+std::vector<Action> StopEvictedGang(Observed* in, const WorkloadState& ws, bool* changed);
 
 // How often a waiting job looks at its Workload again.
 inline constexpr std::chrono::seconds kWaitPoll{2};

@@ -297,7 +297,19 @@ void Pass::Progress() {
       json b = json::object();
       CopyStatusField(s[k::kLastBackup.key], k::kEpoch, b, "epoch");
       CopyStatusField(s[k::kLastBackup.key], k::kStep, b, "step");
-      if (!b.empty()) p["lastBackup"] = b;
+      if (!b.empty()) {
+        // When the operator first saw it (within one progress poll of its write): what a
+        // scheduler weighs to preempt the job that loses least (docs/kueue.md).
+        const json was = status_.progress.is_object()
+                             ? status_.progress.value("lastBackup", json::object())
+                             : json::object();
+        const bool same = was.is_object() &&
+                          was.value("epoch", json()) == b.value("epoch", json()) &&
+                          was.value("step", json()) == b.value("step", json()) &&
+                          was.contains("time") && was["time"].is_string();
+        b["time"] = same ? was["time"] : json(kube::FormatTime(in_.now));
+        p["lastBackup"] = b;
+      }
     }
     if (!p.empty()) status_.progress = p;
   }

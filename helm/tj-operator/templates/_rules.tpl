@@ -19,8 +19,9 @@ The operator's permissions, shared by the ClusterRole and the per-namespace Role
   coscheduling plugin (scheduling.x-k8s.io): created, read when one of its name exists (get),
   listed and deleted (the groups of a job's earlier gangs, at a gang restart);
 - with kueue.enabled (docs/kueue.md): Kueue's workloads, one per queued job, read and created
-  (get, create) and marked Finished through workloads/status (update); resourceflavors read
-  (get), for the node labels and tolerations of an admission.
+  (get, create), annotated with the job's last backup (patch), marked Finished and their admission released after an eviction through
+  workloads/status (update); resourceflavors read (get), for the node labels and tolerations
+  of an admission; workloadpriorityclasses read (get), for a job's priority.
 */}}
 {{- define "tj-operator.managerRules" -}}
 - apiGroups: ["tjo.dev"]
@@ -53,12 +54,12 @@ The operator's permissions, shared by the ClusterRole and the per-namespace Role
 {{- if .Values.kueue.enabled }}
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads"]
-  verbs: ["get", "create"]
+  verbs: ["get", "create", "patch"]
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads/status"]
   verbs: ["update"]
 - apiGroups: ["kueue.x-k8s.io"]
-  resources: ["resourceflavors"]
+  resources: ["resourceflavors", "workloadpriorityclasses"]
   verbs: ["get"]
 {{- end }}
 {{- end }}

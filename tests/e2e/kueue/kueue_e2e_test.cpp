@@ -6,10 +6,16 @@
 //     pods' nodeSelector, its toleration and the label kueue.x-k8s.io/podset;
 //   - two jobs that together exceed the queue's quota run one after the other: the second has
 //     no pod until the first has finished, says why (Kueue's message about the quota it lacks),
-//     and then runs to success; each job's Workload ends Finished.
+//     and then runs to success; each job's Workload ends Finished;
+//   - preemption at no cost: in a ClusterQueue that fits one job and preempts lower priorities,
+//     a high-priority job evicts a running low-priority one. The low job's trainers back up the
+//     step they stop at and exit; it waits Queued, its restart counted as Preempted and not
+//     against backoffLimit (0 here: a counted restart would fail it); once the high job has
+//     finished Kueue admits it again and it resumes from exactly that step, and succeeds.
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <iostream>
 #include <map>
 #include <string>
 #include <thread>
@@ -33,6 +39,7 @@ const Resource kWorkloads{"kueue.x-k8s.io/v1beta2", "workloads"};
 const Resource kClusterQueues{"kueue.x-k8s.io/v1beta2", "clusterqueues", false};
 const Resource kLocalQueues{"kueue.x-k8s.io/v1beta2", "localqueues"};
 const Resource kResourceFlavors{"kueue.x-k8s.io/v1beta2", "resourceflavors", false};
+const Resource kPriorityClasses{"kueue.x-k8s.io/v1beta2", "workloadpriorityclasses", false};
 
 constexpr char kNodeLabel[] = "tjo.dev/kueue-e2e-flavor";
 constexpr char kQueueLabel[] = "kueue.x-k8s.io/queue-name";
@@ -71,8 +78,9 @@ class Kueue : public testing::JobTest {
   }
 
   // A ClusterQueue of `cpu` for this test's namespace, held (stopPolicy Hold) when `hold`,
-  // and the LocalQueue "queue" pointing at it.
-  void MakeQueues(const std::string& cpu, bool hold) {
+  // preempting lower priorities within itself when `preempt`, and the LocalQueue "queue"
+  // pointing at it.
+  void MakeQueues(const std::string& cpu, bool hold, bool preempt = false) {
     cluster_queue_ = ns_ + "-cq";
     json cq = {
         {"apiVersion", "kueue.x-k8s.io/v1beta2"},
@@ -89,6 +97,7 @@ class Kueue : public testing::JobTest {
                                 {"resources", json::array({{{"name", "cpu"}, {"nominalQuota", cpu}},
                                                            {{"name", "memory"},
                                                             {"nominalQuota", "8Gi"}}})}}})}}})}}}};
+    if (preempt) cq["spec"]["preemption"] = {{"withinClusterQueue", "LowerPriority"}};
     auto c = client_->Create(kClusterQueues, "", cq);
     ASSERT_TRUE(c.ok()) << c.error().message;
     json lq = {{"apiVersion", "kueue.x-k8s.io/v1beta2"},
@@ -111,6 +120,9 @@ class Kueue : public testing::JobTest {
       if (!cluster_queue_.empty())
         Kubectl(cluster_, "delete clusterqueue " + cluster_queue_ + " --wait=false");
       if (!flavor_.empty()) Kubectl(cluster_, "delete resourceflavor " + flavor_ + " --wait=false");
+      for (const std::string& pc : priority_classes_) {
+        Kubectl(cluster_, "delete workloadpriorityclass " + pc + " --wait=false");
+      }
     }
   }
 
@@ -162,7 +174,21 @@ class Kueue : public testing::JobTest {
     return out;
   }
 
+  // A WorkloadPriorityClass "<ns>-<name>" of `value`; its name.
+  std::string MakePriorityClass(const std::string& name, int value) {
+    std::string full = ns_ + "-" + name;
+    json pc = {{"apiVersion", "kueue.x-k8s.io/v1beta2"},
+               {"kind", "WorkloadPriorityClass"},
+               {"metadata", {{"name", full}}},
+               {"value", value}};
+    auto c = client_->Create(kPriorityClasses, "", pc);
+    EXPECT_TRUE(c.ok()) << c.error().message;
+    priority_classes_.push_back(full);
+    return full;
+  }
+
   std::string flavor_, cluster_queue_;
+  std::vector<std::string> priority_classes_;
 };
 
 TEST_F(Kueue, AQueuedJobStartsNoPodBeforeAdmissionThenTheWholeGangWithTheAssignment) {
@@ -262,6 +288,93 @@ TEST_F(Kueue, TwoJobsBeyondTheQuotaRunOneAfterTheOther) {
   const json second = WaitFinished("second", seconds(600));
   EXPECT_TRUE(StatusOf(second).IsTrue(api::condition::kSucceeded)) << second.dump(2);
   EXPECT_EQ(ConditionOf(second, "Admitted", "status"), "True");
+}
+
+TEST_F(Kueue, APreemptedJobStopsLosslesslyWaitsUncountedAndResumesFromTheExactStep) {
+  // 500m: one job's gang (3 pods of 100m) fits, two do not; a higher priority preempts.
+  MakeQueues("500m", /*hold=*/false, /*preempt=*/true);
+  const std::string low_class = MakePriorityClass("low", 100);
+  const std::string high_class = MakePriorityClass("high", 1000);
+  // The low job trains for 18 s at least (12 backups held 1.5 s each): the preemption lands
+  // mid-run. Any restart counted against its backoffLimit of 0 would fail it.
+  json low = QueuedJob("low", 60, 5);
+  low["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = low_class;
+  low["spec"]["runPolicy"]["backoffLimit"] = 0;
+  testing::SetEnv(low, "Worker", "TJ_FAILPOINTS", testing::PaceFailpoint(1500));
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, low).ok());
+  ASSERT_TRUE(FirstBackup("low-worker-0", seconds(180)).is_object());
+  // Its last backup is published, on the job and on its Workload, for whoever picks a victim.
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const json wl = Workload("low");
+        if (!wl.is_object()) return false;
+        const json a = wl["metadata"].value("annotations", json::object());
+        return a.is_object() && a.contains("tjo.dev/last-backup-time") &&
+               a.contains("tjo.dev/last-backup-step");
+      },
+      seconds(60)))
+      << Workload("low").dump(2);
+  EXPECT_TRUE(Get("low")["status"]["progress"]["lastBackup"].contains("time"))
+      << Get("low")["status"].dump(2);
+
+  json high = QueuedJob("high", 6, 6);
+  high["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = high_class;
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, high).ok());
+
+  // The low job's trainers stop after one agreed step, which the chief backs up (read while
+  // its pod terminates: a real node's log goes with the pod).
+  json stopped;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        auto s = PodEvents("low-worker-0", "stopped");
+        if (s.empty()) return false;
+        stopped = s.front();
+        return true;
+      },
+      seconds(120)))
+      << Kubectl(cluster_, "-n " + ns_ + " get tj,pods,workloads.kueue.x-k8s.io -o wide") << "\n"
+      << PodLog("low-worker-0");
+  // It waits without a pod while the high job runs, and says why.
+  json waiting;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        waiting = Get("low");
+        return Pods("low").empty();
+      },
+      seconds(120)))
+      << Kubectl(cluster_, "-n " + ns_ + " get pods");
+  EXPECT_EQ(waiting["status"].value("state", ""), "Queued") << waiting.dump(2);
+  EXPECT_EQ(ConditionOf(waiting, "Admitted", "status"), "False") << waiting.dump(2);
+  const auto w = StatusOf(waiting);
+  EXPECT_EQ(w.restart_count, 1) << waiting.dump(2);
+  EXPECT_EQ(w.restarts.by_cause, (std::map<std::string, int32_t>{{"Preempted", 1}}))
+      << waiting.dump(2);
+  EXPECT_EQ(w.restarts.backoff_limit_used, 0);
+  bool said_preempted = false;
+  for (const std::string& r : EventReasons("low"))
+    said_preempted = said_preempted || r == "Preempted";
+  EXPECT_TRUE(said_preempted) << "no Preempted Event on the low job";
+
+  const json high_done = WaitFinished("high", seconds(600));
+  EXPECT_TRUE(StatusOf(high_done).IsTrue(api::condition::kSucceeded)) << high_done.dump(2);
+
+  // Readmitted: gang 1 resumes from the very step gang 0 stopped at, and the job succeeds.
+  const json resumed = WaitResumed("low-worker-0", 1, seconds(300));
+  ASSERT_TRUE(resumed.is_object());
+  EXPECT_EQ(resumed.value("epoch", -1), stopped.value("epoch", -2)) << resumed << stopped;
+  EXPECT_EQ(resumed.value("step", -1), stopped.value("step", -2)) << resumed << stopped;
+  const json done = WaitFinished("low", seconds(600));
+  EXPECT_TRUE(StatusOf(done).IsTrue(api::condition::kSucceeded)) << done.dump(2);
+  const auto s = StatusOf(done);
+  EXPECT_EQ(s.restart_count, 1) << done.dump(2);
+  EXPECT_EQ(s.restarts.by_cause, (std::map<std::string, int32_t>{{"Preempted", 1}}));
+  EXPECT_EQ(s.restarts.backoff_limit_used, 0);
+  EXPECT_TRUE(Eventually(
+      [&] { return ConditionOf(Workload("low"), "Finished", "status") == "True"; }, seconds(30)));
+  std::cout << "preempted at epoch " << stopped.value("epoch", 0) << " step "
+            << stopped.value("step", 0) << ", resumed at epoch " << resumed.value("epoch", 0)
+            << " step " << resumed.value("step", 0) << "; status.restarts "
+            << done["status"]["restarts"].dump() << "\n";
 }
 
 }  // namespace

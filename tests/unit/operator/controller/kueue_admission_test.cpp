@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "operator/controller/job_resources.h"
 #include "tests/support/accepting_client.h"
 #include "tests/unit/operator/controller/test_job.h"
 
@@ -165,6 +166,83 @@ TEST(KueueAdmission, SetConditionChangesOnlyWhatChanged) {
   ASSERT_EQ(status["conditions"].size(), 1U);
   EXPECT_EQ(status["conditions"][0]["status"], "True");
   EXPECT_EQ(status["conditions"][0]["lastTransitionTime"], "t3");
+}
+
+TEST(KueueAdmission, AnEvictionIsCountedUnderItsCause) {
+  EXPECT_EQ(CauseOfEviction("Preempted"), api::RestartCause::kPreempted);
+  EXPECT_EQ(CauseOfEviction("NodeFailures"), api::RestartCause::kNodeLost);
+  EXPECT_EQ(CauseOfEviction("ClusterQueueStopped"), api::RestartCause::kEvicted);
+  EXPECT_EQ(CauseOfEviction("Deactivated"), api::RestartCause::kEvicted);
+  EXPECT_EQ(CauseOfEviction(""), api::RestartCause::kEvicted);
+}
+
+json EvictedWorkload(const std::string& reason) {
+  return {{"metadata", {{"name", "wl"}}},
+          {"status",
+           {{"conditions", json::array({Condition("QuotaReserved", "True", "QuotaReserved"),
+                                        Condition("Admitted", "True", "Admitted"),
+                                        Condition("Evicted", "True", reason, "taken back")})},
+            {"admission", {{"clusterQueue", "cq"}}}}}};
+}
+
+TEST(KueueAdmission, ClearingTheAdmissionFollowsKueuesJobFramework) {
+  const json cleared = ClearAdmission(EvictedWorkload("Preempted"), "t1");
+  EXPECT_FALSE(cleared["status"].contains("admission"));
+  std::map<std::string, json> by_type;
+  for (const json& c : cleared["status"]["conditions"]) by_type[c["type"]] = c;
+  EXPECT_EQ(by_type["QuotaReserved"]["status"], "False");
+  EXPECT_EQ(by_type["QuotaReserved"]["reason"], "Pending");
+  EXPECT_EQ(by_type["QuotaReserved"]["message"], "taken back");
+  EXPECT_EQ(by_type["Admitted"]["status"], "False");
+  EXPECT_EQ(by_type["Admitted"]["reason"], "NoReservation");
+  EXPECT_EQ(by_type["Requeued"]["status"], "True");
+  EXPECT_EQ(by_type["Requeued"]["reason"], "Preempted");
+  EXPECT_EQ(by_type["Evicted"]["status"], "True") << "Kueue resets it on the next admission";
+  for (const auto& [type, c] : by_type) {
+    EXPECT_FALSE(c.contains("lastUpdateTime")) << type << ": not a field of metav1.Condition";
+  }
+  EXPECT_FALSE(StateOf(cleared).quota_reserved);
+  EXPECT_FALSE(StateOf(cleared).admitted);
+
+  // Kueue requeues at once only after a preemption or node failures.
+  const json stopped = ClearAdmission(EvictedWorkload("ClusterQueueStopped"), "t1");
+  for (const json& c : stopped["status"]["conditions"]) {
+    if (c["type"] == "Requeued") {
+      EXPECT_EQ(c["status"], "False");
+    }
+  }
+}
+
+TEST(KueueAdmission, APriorityClassGivesTheWorkloadItsValue) {
+  json wl = {{"spec", json::object()}};
+  const json wpc = {{"metadata", {{"name", "high"}}}, {"value", 1000}};
+  ASSERT_TRUE(SetPriority(wpc, wl).ok());
+  EXPECT_EQ(wl["spec"]["priority"], 1000);
+  EXPECT_EQ(
+      wl["spec"]["priorityClassRef"],
+      (json{{"group", "kueue.x-k8s.io"}, {"kind", "WorkloadPriorityClass"}, {"name", "high"}}));
+  const Status bad = SetPriority({{"metadata", {{"name", "odd"}}}, {"value", "x"}}, wl);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("odd"), std::string::npos) << bad.message();
+}
+
+TEST(KueueAdmission, TheLastBackupIsPublishedOnTheWorkloadWhenItChanges) {
+  json job = QueuedJob();
+  json wl = {{"metadata", {{"name", "wl"}}}};
+  EXPECT_FALSE(LastBackupPatch(job, wl).has_value()) << "no backup yet";
+  job["status"]["progress"]["lastBackup"] = {
+      {"epoch", 2}, {"step", 40}, {"time", "2026-01-01T00:00:05Z"}};
+  auto patch = LastBackupPatch(job, wl);
+  ASSERT_TRUE(patch.has_value());
+  EXPECT_EQ((*patch)["metadata"]["annotations"],
+            (json{{kLastBackupTimeAnnotation, "2026-01-01T00:00:05Z"},
+                  {kLastBackupEpochAnnotation, "2"},
+                  {kLastBackupStepAnnotation, "40"}}));
+  wl["metadata"]["annotations"] = (*patch)["metadata"]["annotations"];
+  wl["metadata"]["annotations"]["someone-else"] = "x";
+  EXPECT_FALSE(LastBackupPatch(job, wl).has_value()) << "already says it";
+  job["status"]["progress"]["lastBackup"]["step"] = 45;
+  EXPECT_TRUE(LastBackupPatch(job, wl).has_value());
 }
 
 // The API server as the gate sees it: objects by "<plural>/<name>", a create's answer.
@@ -334,6 +412,113 @@ TEST_F(GatePass, AWorkloadOfAnotherOwnerIsAnError) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("not owned by TrainingJob ns/mnist"), std::string::npos)
       << r.status().message();
+}
+
+// The job's pods of gang `gen` as the API server shows them: running, owned by the job.
+std::vector<json> RunningPods(const json& job, int gen) {
+  auto spec = api::ParseSpec(job["spec"]);
+  std::vector<json> pods;
+  for (auto [type, n] :
+       {std::pair{api::ReplicaType::kWorker, 2}, std::pair{api::ReplicaType::kEvaluator, 1}}) {
+    for (int i = 0; i < n; ++i) {
+      json pod = BuildPod(job, *spec, type, i, gen);
+      pod["status"] = {{"phase", "Running"}};
+      pods.push_back(std::move(pod));
+    }
+  }
+  return pods;
+}
+
+TEST_F(GatePass, AnEvictedGangStopsLosslesslyWaitsUncountedAndResumesOnReadmission) {
+  in_.job["spec"]["runPolicy"] = {{"backoffLimit", 0}};  // any counted restart would fail it
+  Pass();
+  Workload() = EvictedWorkload("Preempted");
+  Workload()["metadata"] = {{"name", WorkloadName(in_.job)},
+                            {"ownerReferences", json::array({OwnerReference(in_.job)})}};
+  in_.pods = RunningPods(in_.job, 0);
+
+  // Evicted while the gang runs: every pod deleted (SIGTERM), one restart counted by cause.
+  GateResult r = Pass();
+  EXPECT_FALSE(r.proceed);
+  EXPECT_TRUE(r.status_changed);
+  std::vector<std::string> deleted, events;
+  for (const Action& a : r.actions) {
+    if (a.kind == Action::Kind::kDelete) deleted.push_back(a.name);
+    if (a.kind == Action::Kind::kEvent) events.push_back(a.reason + ": " + a.message);
+  }
+  EXPECT_EQ(deleted,
+            (std::vector<std::string>{"mnist-worker-0", "mnist-worker-1", "mnist-evaluator-0"}));
+  ASSERT_EQ(events.size(), 1U);
+  EXPECT_EQ(events[0].rfind("Preempted: Kueue evicted", 0), 0U) << events[0];
+  EXPECT_NE(events[0].find("not counted against backoffLimit"), std::string::npos) << events[0];
+  const json& st = in_.job["status"];
+  EXPECT_EQ(st["restartCount"], 1);
+  EXPECT_EQ(st["restarts"]["byCause"], (json{{"Preempted", 1}}));
+  EXPECT_EQ(st["restarts"]["backoffLimitUsed"], 0);
+  EXPECT_EQ(st["state"], kQueuedState);
+  EXPECT_EQ(Said("status"), "False");
+  EXPECT_EQ(Said("reason"), "Preempted");
+  EXPECT_TRUE(client_.status_updates.empty()) << "the quota is held until the pods are gone";
+
+  // Terminating: nothing deleted twice, nothing counted twice.
+  for (json& p : in_.pods) p["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z";
+  r = Pass();
+  EXPECT_FALSE(r.proceed);
+  EXPECT_FALSE(r.status_changed);
+  EXPECT_TRUE(r.actions.empty());
+  EXPECT_EQ(in_.job["status"]["restartCount"], 1);
+
+  // Gone: the admission is cleared, once; the job waits in the queue again.
+  in_.pods.clear();
+  r = Pass();
+  EXPECT_FALSE(r.proceed);
+  ASSERT_EQ(client_.status_updates.size(), 1U);
+  Workload() = client_.status_updates[0];
+  EXPECT_FALSE(Workload()["status"].contains("admission"));
+  r = Pass();
+  EXPECT_FALSE(r.proceed);
+  EXPECT_EQ(client_.status_updates.size(), 1U);
+  EXPECT_EQ(in_.job["status"]["state"], kQueuedState);
+
+  // Readmitted: the reconciler makes gang 1 at once (no restart backoff), which resumes from
+  // the backup its trainers wrote when they stopped.
+  Workload()["status"] = {
+      {"conditions",
+       json::array({Condition("QuotaReserved", "True"), Condition("Admitted", "True", "Admitted"),
+                    Condition("Evicted", "False", "QuotaReserved")})},
+      {"admission", {{"clusterQueue", "cq"}}}};
+  r = Pass();
+  EXPECT_TRUE(r.proceed);
+  in_.new_rendezvous_key = "key";
+  const Decision d = Reconcile(in_);
+  int created = 0;
+  for (const Action& a : d.actions) {
+    if (a.kind != Action::Kind::kCreate || a.resource.plural != "pods") continue;
+    ++created;
+    EXPECT_EQ(a.object["metadata"]["labels"][api::kLabelRestartCount], "1") << a.name;
+  }
+  EXPECT_EQ(created, 3);
+  ASSERT_TRUE(d.status.has_value());
+  EXPECT_FALSE((*d.status).contains("conditions") &&
+               api::TrainingJobStatus::FromJson(*d.status).IsTrue(api::condition::kFailed))
+      << d.status->dump(2);
+  EXPECT_EQ((*d.status)["restarts"]["backoffLimitUsed"], 0);
+}
+
+TEST_F(GatePass, AJobWithAPriorityClassLabelGetsItsPriorityOrSaysWhatIsMissing) {
+  in_.job["metadata"]["labels"][kPriorityClassLabel] = "high";
+  GateResult r = Pass();
+  EXPECT_FALSE(r.proceed);
+  EXPECT_TRUE(client_.created.empty());
+  EXPECT_EQ(Said("reason"), "PriorityClassNotFound");
+  EXPECT_NE(Said("message").find("WorkloadPriorityClass high"), std::string::npos);
+
+  client_.existing["workloadpriorityclasses/high"] = {{"metadata", {{"name", "high"}}},
+                                                      {"value", 1000}};
+  r = Pass();
+  ASSERT_EQ(client_.created.size(), 1U);
+  EXPECT_EQ(client_.created[0]["spec"]["priority"], 1000);
+  EXPECT_EQ(client_.created[0]["spec"]["priorityClassRef"]["name"], "high");
 }
 
 }  // namespace

@@ -1340,6 +1340,26 @@ TEST(Reconcile, ProgressAndEvaluationFromTrainerStatus) {
   EXPECT_EQ(s.evaluation["accuracy"], 0.8);
 }
 
+// status.progress.lastBackup.time: when the operator first saw that backup; kept while the
+// chief reports the same one, renewed with the next.
+TEST(Reconcile, TheLastBackupsTimeIsWhenItWasFirstSeen) {
+  World w;
+  w.Running();
+  w.in.trainer_status["mnist-worker-0"] = {{"last_backup", {{"epoch", 1}, {"step", 5}}}};
+  const std::string first = kube::FormatTime(w.in.now);
+  auto s = StatusOf(Reconcile(w.in));
+  EXPECT_EQ(s.progress["lastBackup"], (json{{"epoch", 1}, {"step", 5}, {"time", first}}));
+  w.in.job["status"] = s.ToJson();
+  w.in.now += std::chrono::seconds(30);
+  s = StatusOf(Reconcile(w.in));
+  EXPECT_EQ(s.progress["lastBackup"]["time"], first) << "the same backup keeps its time";
+  w.in.job["status"] = s.ToJson();
+  w.in.trainer_status["mnist-worker-0"] = {{"last_backup", {{"epoch", 1}, {"step", 10}}}};
+  s = StatusOf(Reconcile(w.in));
+  EXPECT_EQ(s.progress["lastBackup"]["time"], kube::FormatTime(w.in.now));
+  EXPECT_EQ(s.progress["lastBackup"]["step"], 10);
+}
+
 // A program that serves no /status: the Running condition says so once the gang has run a
 // minute without an answer, once (later polls write nothing), and not after the first answer.
 TEST(Reconcile, NoStatusAnswerIsSaidOnceInTheRunningCondition) {
@@ -1411,13 +1431,15 @@ TEST(Reconcile, StatusRoundTripsFromTheTrainersStatusServer) {
     w.in.trainer_status[pod] = *got;
   }
   auto s = StatusOf(Reconcile(w.in));
-  EXPECT_EQ(s.progress, json({{"epoch", 2},
-                              {"totalEpochs", 3},
-                              {"step", 17},
-                              {"loss", 0.25},
-                              {"accuracy", 0.875},
-                              {"imagesPerSecond", 1024.5},
-                              {"lastBackup", {{"epoch", 2}, {"step", 10}}}}));
+  EXPECT_EQ(
+      s.progress,
+      json({{"epoch", 2},
+            {"totalEpochs", 3},
+            {"step", 17},
+            {"loss", 0.25},
+            {"accuracy", 0.875},
+            {"imagesPerSecond", 1024.5},
+            {"lastBackup", {{"epoch", 2}, {"step", 10}, {"time", kube::FormatTime(w.in.now)}}}}));
   EXPECT_EQ(s.evaluation,
             json({{"checkpoint", "ckpt-1"}, {"epoch", 1}, {"loss", 0.5}, {"accuracy", 0.75}}));
 }
@@ -1469,7 +1491,9 @@ TEST(Reconcile, ProgressCopiesOnlyValuesOfTheSchemasTypes) {
   w.in.trainer_status["mnist-evaluator-0"] = {
       {"evaluation", {{"checkpoint", std::string(300, 'c')}, {"accuracy", 0.9}}}};
   auto s = StatusOf(Reconcile(w.in));
-  EXPECT_EQ(s.progress, (json{{"accuracy", 0.5}, {"lastBackup", {{"step", 3}}}})) << s.progress;
+  EXPECT_EQ(s.progress, (json{{"accuracy", 0.5},
+                              {"lastBackup", {{"step", 3}, {"time", kube::FormatTime(w.in.now)}}}}))
+      << s.progress;
   EXPECT_TRUE(s.evaluation.is_null() || s.evaluation.empty()) << s.evaluation;
 }
 
