@@ -13,7 +13,8 @@ ifneq ($(KUBE_BIN),)
 export PATH := $(KUBE_BIN):$(PATH)
 endif
 
-.PHONY: deps configure build images images-tensorflow test test-sanitized fuzz ci demo demo-local bench clean \
+.PHONY: deps configure build images images-tensorflow test test-tensorflow test-sanitized fuzz ci demo \
+        demo-local bench clean \
         manifests helm-lint tidy
 
 deps:
@@ -21,9 +22,11 @@ deps:
 
 # The GPU backend's CUDA: the machine's, or else CUDA 13 from PyPI's wheels, fetched once into
 # ~/.cache/tj-operator (hack/cuda-toolkit.sh; TJ_CUDA_FETCH=0: none, CPU-only where none is).
+# TJ_TENSORFLOW_E2E=OFF: the TensorFlow e2e is a suite of its own (test-tensorflow), never part
+# of `make test`, even in a build directory that test-tensorflow configured.
 configure: deps
 	bash hack/cuda-toolkit.sh ensure $(CMAKE_FLAGS)
-	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release -DTJ_TENSORFLOW_E2E=OFF $(CMAKE_FLAGS)
 
 build: configure
 	cmake --build $(BUILD) -j$(JOBS)
@@ -52,6 +55,18 @@ test: build
 	TJ_HELM_MAJOR=3 bash hack/helm.sh version --short
 	bash hack/build-kubernetes.sh kueue
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) $(CTEST_ARGS)
+
+# The TensorFlow suite, apart from `make test` (docs/tensorflow.md, "Tests": too long for CI's
+# budget): builds localhost/tj-tensorflow, registers tensorflow_e2e_test
+# (-DTJ_TENSORFLOW_E2E=ON) and runs it with the interop test on the real node (root).
+test-tensorflow: build
+	bash hack/images.sh build
+	bash hack/images.sh build-tensorflow
+	bash hack/tensorflow.sh venv
+	bash hack/local-cluster.sh build
+	cmake -S . -B $(BUILD) -DTJ_TENSORFLOW_E2E=ON $(CMAKE_FLAGS)
+	cmake --build $(BUILD) -j$(JOBS) --target tensorflow_e2e_test
+	cd $(BUILD) && ctest --output-on-failure -L tensorflow $(CTEST_ARGS)
 
 # ASan + UBSan over the unit and integration tests (build-asan/), ThreadSanitizer over the
 # work queue, informer and leader election (build-tsan/); see hack/test-sanitized.sh.
