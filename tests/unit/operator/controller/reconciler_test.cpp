@@ -1347,15 +1347,15 @@ TEST(Reconcile, TheLastBackupsTimeIsWhenItWasFirstSeen) {
   w.Running();
   w.in.trainer_status["mnist-worker-0"] = {{"last_backup", {{"epoch", 1}, {"step", 5}}}};
   const std::string first = kube::FormatTime(w.in.now);
-  auto s = StatusOf(Reconcile(w.in));
-  EXPECT_EQ(s.progress["lastBackup"], (json{{"epoch", 1}, {"step", 5}, {"time", first}}));
-  w.in.job["status"] = s.ToJson();
+  Decision d = Reconcile(w.in);
+  EXPECT_EQ(StatusOf(d).progress["lastBackup"], (json{{"epoch", 1}, {"step", 5}, {"time", first}}));
+  w.Keep(d);
   w.in.now += std::chrono::seconds(30);
-  s = StatusOf(Reconcile(w.in));
-  EXPECT_EQ(s.progress["lastBackup"]["time"], first) << "the same backup keeps its time";
-  w.in.job["status"] = s.ToJson();
+  d = Reconcile(w.in);
+  EXPECT_FALSE(d.status.has_value())
+      << "the same backup keeps its time: " << d.status.value_or(json()).dump();
   w.in.trainer_status["mnist-worker-0"] = {{"last_backup", {{"epoch", 1}, {"step", 10}}}};
-  s = StatusOf(Reconcile(w.in));
+  const auto s = StatusOf(Reconcile(w.in));
   EXPECT_EQ(s.progress["lastBackup"]["time"], kube::FormatTime(w.in.now));
   EXPECT_EQ(s.progress["lastBackup"]["step"], 10);
 }
