@@ -68,31 +68,7 @@ void TrimPodForCache(json& pod) {
     KeepOnly(*spec, {"containers"});
     if (auto cs = spec->find("containers"); cs != spec->end() && cs->is_array()) {
       for (auto& c : *cs) {
-        // Of the args only --status-port (StatusPortOf reads it): a template's args may be
-        // long, and every pod would keep them.
-        if (c.is_object()) {
-          const std::string port = StatusPortArg(c);
-          if (port.empty()) {
-            c.erase("args");
-          } else {
-            c["args"] = json::array({"--status-port=" + port});
-          }
-        }
-        KeepOnly(c, {"name", "args", "env"});
-        // Of the env only the status port stays: TF_CONFIG and the rest are not read again.
-        if (auto env = c.find("env"); env != c.end()) {
-          json kept = json::array();
-          if (env->is_array()) {
-            for (auto& e : *env) {
-              if (kube::TextOf(e, "name") == kStatusPortEnv) kept.push_back(e);
-            }
-          }
-          if (kept.empty()) {
-            c.erase(env);
-          } else {
-            *env = std::move(kept);
-          }
-        }
+        if (c.is_object()) c = ContainerAsCached(c);
       }
     }
   }
@@ -117,6 +93,50 @@ bool OwnedByATrainingJob(const json& object) {
     if (kube::TextOf(ref, "apiVersion").rfind(std::string(api::kGroup) + "/", 0) == 0) return true;
   }
   return false;
+}
+
+json ContainerAsCached(const json& container) {
+  if (!container.is_object()) return container;
+  json out = json::object();
+  if (auto name = container.find("name"); name != container.end()) out["name"] = *name;
+  // Of the args only --status-port (StatusPortOf reads it): a template's args may be long, and
+  // every pod would keep them.
+  if (const std::string port = StatusPortArg(container); !port.empty()) {
+    out["args"] = json::array({"--status-port=" + port});
+  }
+  // Of the env only the status port: TF_CONFIG and the rest are not read again.
+  if (auto env = container.find("env"); env != container.end() && env->is_array()) {
+    for (const auto& e : *env) {
+      if (kube::TextOf(e, "name") == kStatusPortEnv) out["env"].push_back(e);
+    }
+  }
+  return out;
+}
+
+json TemplateForView(const json& pod_template) {
+  const json& md = kube::MetadataOf(pod_template);
+  json meta = json::object();
+  for (const char* k : {"creationTimestamp", "deletionTimestamp"}) {
+    if (auto it = md.find(k); it != md.end()) meta[k] = *it;
+  }
+  if (auto labels = md.find("labels"); labels != md.end() && labels->is_object()) {
+    for (auto it = labels->begin(); it != labels->end(); ++it) {
+      if (it.key().rfind(kOurLabelPrefix, 0) == 0) meta["labels"][it.key()] = it.value();
+    }
+  }
+  const std::string hash = KeyHashOf(pod_template);
+  if (!hash.empty()) meta["annotations"] = {{kKeyHashAnnotation, hash}};
+  json containers = json::array();
+  if (pod_template.is_object()) {
+    auto spec = pod_template.find("spec");
+    if (spec != pod_template.end() && spec->is_object()) {
+      auto cs = spec->find("containers");
+      if (cs != spec->end() && cs->is_array()) {
+        for (const auto& c : *cs) containers.push_back(ContainerAsCached(c));
+      }
+    }
+  }
+  return {{"metadata", std::move(meta)}, {"spec", {{"containers", std::move(containers)}}}};
 }
 
 void KeepIdentity(json& object) {

@@ -18,6 +18,16 @@ namespace tj::controller {
 // grow with its template.
 void TrimPodForCache(nlohmann::json& pod);
 
+// What the cache keeps of a container: its name, a --status-port argument (as
+// "--status-port=N") and a TJ_STATUS_PORT env entry.
+nlohmann::json ContainerAsCached(const nlohmann::json& container);
+
+// A pod template reduced to what the view (pod_view.h) of a pod built from it reads: its
+// containers as cached, of its metadata the timestamps, tjo.dev/... labels and the key hash.
+// BuildPod from it gives a pod whose view equals that of the pod built from the whole
+// template, without copying the template (the reconciler's view of the pods it creates).
+nlohmann::json TemplateForView(const nlohmann::json& pod_template);
+
 // Whether `object` has a controller ownerReference to a TrainingJob (kind TrainingJob,
 // apiVersion tjo.dev/...). The pod and Service informers keep nothing else
 // (kube::InformerOptions::keep): an object that only wears a job's label, in any namespace,

@@ -7,6 +7,7 @@
 #include "common/backoff.h"
 #include "common/status_schema.h"
 #include "common/utf8.h"
+#include "operator/controller/cache_transforms.h"
 #include "operator/controller/job_resources.h"
 #include "operator/controller/restart_cause.h"
 #include "operator/kube/object_meta.h"
@@ -88,14 +89,17 @@ class Pass {
     a.object = std::move(object);
     d_.actions.push_back(std::move(a));
   }
-  // A pod is built here once, for its view, and dropped; the action builds it again when it is
-  // sent (Action::build). A pass of a job of many replicas thus holds one pod at a time.
+  // The action builds the pod when it is sent (Action::build): a pass of a job of many
+  // replicas holds none of them.
   void CreatePod(ReplicaType type, int index, int generation) {
     auto build = [spec = std::shared_ptr<const api::TrainingJobSpec>(spec_holder_),
                   job = job_identity_, type, index, generation, hash = KeyHashForNewPods()] {
       return BuildPod(*job, *spec, type, index, generation, hash);
     };
-    const json pod = build();
+    // The view from the pod built from the templates as the view reads them (no copy of a
+    // large template per replica).
+    const json pod =
+        BuildPod(*job_identity_, ViewSpec(), type, index, generation, KeyHashForNewPods());
     created_pods_.push_back(ViewOfPod(pod));
     Action a;
     a.kind = Action::Kind::kCreate;
@@ -202,6 +206,23 @@ class Pass {
   api::TrainingJobSpec& spec_ = *spec_holder_;
   // What BuildPod reads of the job (OwnerReference, RefOf): not its templates.
   std::shared_ptr<const json> job_identity_;
+  // spec_ with each template reduced to what a pod's view reads (TemplateForView); made by
+  // ViewSpec() when the pass first creates a pod.
+  std::unique_ptr<api::TrainingJobSpec> view_spec_;
+  const api::TrainingJobSpec& ViewSpec() {
+    if (!view_spec_) {
+      std::map<ReplicaType, json> full;  // moved out while the rest of the spec is copied
+      for (auto& [t, rs] : spec_.replica_specs) {
+        full[t] = std::exchange(rs.pod_template, json::object());
+      }
+      view_spec_ = std::make_unique<api::TrainingJobSpec>(spec_);
+      for (auto& [t, rs] : spec_.replica_specs) {
+        rs.pod_template = std::move(full[t]);
+        view_spec_->replica_specs[t].pod_template = TemplateForView(rs.pod_template);
+      }
+    }
+    return *view_spec_;
+  }
   TrainingJobStatus status_;
   json original_;
   std::vector<PodView> pods_;          // the job's own pods

@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "operator/controller/job_resources.h"
+#include "operator/controller/pod_view.h"
 #include "tests/unit/operator/controller/test_job.h"
 
 namespace tj::controller {
@@ -76,6 +80,41 @@ TEST(TrimPodForCache, KeepsNothingThatGrowsWithTheTemplate) {
   no_port["spec"]["containers"][0]["args"] = json::array({"--epochs", "1"});
   TrimPodForCache(no_port);
   EXPECT_FALSE(no_port["spec"]["containers"][0].contains("args"));
+}
+
+// The reconciler takes the view of the pods it creates from TemplateForView's templates: the
+// same view as the pod built from the whole template, for every way a template names the
+// status port and its TF_CONFIG container.
+TEST(TemplateForView, GivesThePodsViewWithoutTheTemplate) {
+  std::vector<json> containers_cases = {
+      json::array({{{"name", "trainer"}, {"image", "t"}, {"args", {"--epochs", "2"}}}}),
+      json::array({{{"name", "trainer"}, {"args", {"--status-port", "9001", "--x"}}}}),
+      json::array({{{"name", "trainer"}, {"args", {"--status-port=9002"}}}}),
+      json::array({{{"name", "trainer"},
+                    {"env",
+                     {{{"name", "TJ_STATUS_PORT"}, {"value", "9003"}},
+                      {{"name", "OTHER"}, {"value", "x"}}}}}}),
+      json::array({{{"name", "sidecar"}, {"args", {"--status-port", "1"}}},
+                   {{"name", "tensorflow"}, {"args", {"--status-port", "9004"}}}}),
+      json::array({{{"name", "a"}}, {{"name", "b"}}}),  // no TF_CONFIG container
+  };
+  for (const json& containers : containers_cases) {
+    json job = TestJob();
+    json& tmpl = job["spec"]["replicaSpecs"]["Worker"]["template"];
+    tmpl["spec"]["containers"] = containers;
+    tmpl["metadata"] = {{"labels", {{"team", "a"}, {"tjo.dev/job-name", "other"}}},
+                        {"annotations", {{"big", std::string(1000, 'x')}}}};
+    auto spec = api::ParseSpec(job["spec"]);
+    ASSERT_TRUE(spec.ok()) << spec.status().message();
+    api::TrainingJobSpec light = *spec;
+    for (auto& [t, rs] : light.replica_specs) rs.pod_template = TemplateForView(rs.pod_template);
+    for (const std::string hash : {"", "sha256:0123456789abcdef"}) {
+      const json whole = BuildPod(job, *spec, api::ReplicaType::kWorker, 1, 2, hash);
+      const json from_light = BuildPod(job, light, api::ReplicaType::kWorker, 1, 2, hash);
+      EXPECT_EQ(ViewOfPod(from_light), ViewOfPod(whole)) << containers.dump();
+      EXPECT_EQ(ViewOfPod(whole).status_port, StatusPortOf(whole)) << containers.dump();
+    }
+  }
 }
 
 TEST(OwnedByATrainingJob, OnlyAControllerReferenceToATrainingJob) {
