@@ -291,6 +291,9 @@ EOF
     # view/edit/admin take in the rules of ClusterRoles labelled aggregate-to-* (the chart's
     # users' roles for TrainingJobs), as on every real cluster.
     controllers+=,clusterrole-aggregation
+    # A ResourceQuota is enforced once this controller has filled in its status (tests that
+    # cap a namespace's pods use one).
+    controllers+=,resourcequota
     # A real node: Endpoints for the cluster DNS, EndpointSlices for kube-proxy (it routes
     # Services from those alone, and rejects connections to a Service without any), claims
     # bound by the volume binder (tj-local-node binds them itself), and the protection

@@ -2,6 +2,7 @@
 
 #include <initializer_list>
 
+#include "operator/api/training_job.h"
 #include "operator/controller/job_resources.h"
 #include "operator/kube/object_meta.h"
 
@@ -9,6 +10,8 @@ namespace tj::controller {
 namespace {
 
 using nlohmann::json;
+
+constexpr char kOurLabelPrefix[] = "tjo.dev/";
 
 // Keeps only `keys` of the object `o` (no-op when `o` is not an object).
 void KeepOnly(json& o, std::initializer_list<const char*> keys) {
@@ -26,6 +29,24 @@ void KeepKeyHashAnnotation(json& metadata, json annotations) {
   if (!hash.empty()) metadata["annotations"] = {{kKeyHashAnnotation, hash}};
 }
 
+// Of the labels only the operator's own (tjo.dev/...): the job's name, replica type and
+// index, restart count. A template's own labels are copied into every pod it makes.
+void KeepOurLabels(json& metadata) {
+  auto labels = metadata.find("labels");
+  if (labels == metadata.end()) return;
+  if (!labels->is_object()) {
+    metadata.erase(labels);
+    return;
+  }
+  for (auto it = labels->begin(); it != labels->end();) {
+    if (it.key().rfind(kOurLabelPrefix, 0) == 0) {
+      ++it;
+    } else {
+      it = labels->erase(it);
+    }
+  }
+}
+
 json TakeAnnotations(json& metadata) {
   auto it = metadata.find("annotations");
   return it != metadata.end() ? std::move(*it) : json();
@@ -41,26 +62,13 @@ void TrimPodForCache(json& pod) {
     KeepOnly(*md, {"name", "namespace", "uid", "resourceVersion", "generation", "labels",
                    "ownerReferences", "creationTimestamp", "deletionTimestamp"});
     KeepKeyHashAnnotation(*md, std::move(annotations));
+    KeepOurLabels(*md);
   }
   if (auto spec = pod.find("spec"); spec != pod.end()) {
     KeepOnly(*spec, {"containers"});
     if (auto cs = spec->find("containers"); cs != spec->end() && cs->is_array()) {
       for (auto& c : *cs) {
-        KeepOnly(c, {"name", "args", "env"});
-        // Of the env only the status port stays: TF_CONFIG and the rest are not read again.
-        if (auto env = c.find("env"); env != c.end()) {
-          json kept = json::array();
-          if (env->is_array()) {
-            for (auto& e : *env) {
-              if (kube::TextOf(e, "name") == kStatusPortEnv) kept.push_back(e);
-            }
-          }
-          if (kept.empty()) {
-            c.erase(env);
-          } else {
-            *env = std::move(kept);
-          }
-        }
+        if (c.is_object()) c = ContainerAsCached(c);
       }
     }
   }
@@ -71,6 +79,64 @@ void TrimPodForCache(json& pod) {
       for (auto& c : *cs) KeepOnly(c, {"name", "state"});
     }
   }
+}
+
+bool OwnedByATrainingJob(const json& object) {
+  const json& md = kube::MetadataOf(object);
+  auto refs = md.find("ownerReferences");
+  if (refs == md.end() || !refs->is_array()) return false;
+  for (const auto& ref : *refs) {
+    if (!ref.is_object()) continue;
+    auto controller = ref.find("controller");
+    if (controller == ref.end() || *controller != true) continue;
+    if (kube::TextOf(ref, "kind") != api::kKind) continue;
+    if (kube::TextOf(ref, "apiVersion").rfind(std::string(api::kGroup) + "/", 0) == 0) return true;
+  }
+  return false;
+}
+
+json ContainerAsCached(const json& container) {
+  if (!container.is_object()) return container;
+  json out = json::object();
+  if (auto name = container.find("name"); name != container.end()) out["name"] = *name;
+  // Of the args only --status-port (StatusPortOf reads it): a template's args may be long, and
+  // every pod would keep them.
+  if (const std::string port = StatusPortArg(container); !port.empty()) {
+    out["args"] = json::array({"--status-port=" + port});
+  }
+  // Of the env only the status port: TF_CONFIG and the rest are not read again.
+  if (auto env = container.find("env"); env != container.end() && env->is_array()) {
+    for (const auto& e : *env) {
+      if (kube::TextOf(e, "name") == kStatusPortEnv) out["env"].push_back(e);
+    }
+  }
+  return out;
+}
+
+json TemplateForView(const json& pod_template) {
+  const json& md = kube::MetadataOf(pod_template);
+  json meta = json::object();
+  for (const char* k : {"creationTimestamp", "deletionTimestamp"}) {
+    if (auto it = md.find(k); it != md.end()) meta[k] = *it;
+  }
+  if (auto labels = md.find("labels"); labels != md.end() && labels->is_object()) {
+    for (auto it = labels->begin(); it != labels->end(); ++it) {
+      if (it.key().rfind(kOurLabelPrefix, 0) == 0) meta["labels"][it.key()] = it.value();
+    }
+  }
+  const std::string hash = KeyHashOf(pod_template);
+  if (!hash.empty()) meta["annotations"] = {{kKeyHashAnnotation, hash}};
+  json containers = json::array();
+  if (pod_template.is_object()) {
+    auto spec = pod_template.find("spec");
+    if (spec != pod_template.end() && spec->is_object()) {
+      auto cs = spec->find("containers");
+      if (cs != spec->end() && cs->is_array()) {
+        for (const auto& c : *cs) containers.push_back(ContainerAsCached(c));
+      }
+    }
+  }
+  return {{"metadata", std::move(meta)}, {"spec", {{"containers", std::move(containers)}}}};
 }
 
 void KeepIdentity(json& object) {

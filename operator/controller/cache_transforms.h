@@ -9,12 +9,30 @@
 
 namespace tj::controller {
 
-// A pod as the operator reads it (pod_view.h): metadata without managedFields and annotations
-// (but the rendezvous key's hash, kKeyHashAnnotation); of the spec only each container's name,
-// args and TJ_STATUS_PORT env (the status port); of the status the phase, reason, podIP,
-// conditions (the scheduler's reason for a pending pod, DisruptionTarget) and each container
-// status's name and state. Drops the rest of the env (TF_CONFIG), volumes and everything else.
+// A pod as the operator reads it (pod_view.h): metadata without managedFields, annotations
+// (but the rendezvous key's hash, kKeyHashAnnotation) and labels other than tjo.dev/...; of the
+// spec only each container's name, --status-port argument and TJ_STATUS_PORT env (the status
+// port); of the status the phase, reason, podIP, conditions (the scheduler's reason for a
+// pending pod, DisruptionTarget) and each container status's name and state. Drops the rest
+// of the args and env (TF_CONFIG), volumes and everything else: what stays of a pod does not
+// grow with its template.
 void TrimPodForCache(nlohmann::json& pod);
+
+// What the cache keeps of a container: its name, a --status-port argument (as
+// "--status-port=N") and a TJ_STATUS_PORT env entry.
+nlohmann::json ContainerAsCached(const nlohmann::json& container);
+
+// A pod template reduced to what the view (pod_view.h) of a pod built from it reads: its
+// containers as cached, of its metadata the timestamps, tjo.dev/... labels and the key hash.
+// BuildPod from it gives a pod whose view equals that of the pod built from the whole
+// template, without copying the template (the reconciler's view of the pods it creates).
+nlohmann::json TemplateForView(const nlohmann::json& pod_template);
+
+// Whether `object` has a controller ownerReference to a TrainingJob (kind TrainingJob,
+// apiVersion tjo.dev/...). The pod and Service informers keep nothing else
+// (kube::InformerOptions::keep): an object that only wears a job's label, in any namespace,
+// never enters their caches.
+bool OwnedByATrainingJob(const nlohmann::json& object);
 
 // Only what names an object and ties it to its job: name, namespace, uid, resourceVersion,
 // generation, labels, ownerReferences, deletionTimestamp, and the kKeyHashAnnotation. For the

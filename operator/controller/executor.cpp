@@ -48,6 +48,24 @@ void DropUnowned(Observed* in) {
 
 }  // namespace
 
+size_t ParallelPodCreates(const json& job, size_t pods) {
+  if (pods <= 1) return 1;
+  const size_t bytes =
+      std::max<size_t>(1, job.dump(-1, ' ', false, json::error_handler_t::replace).size());
+  return std::clamp<size_t>(kMaxPodBytesInFlight / bytes, 1, kMaxParallelCreates);
+}
+
+json StatusWriteOf(const json& job) {
+  const json& md = kube::MetadataOf(job);
+  json out = {{"apiVersion", job.value("apiVersion", api::kApiVersion)},
+              {"kind", job.value("kind", api::kKind)},
+              {"metadata", json::object()}};
+  for (const char* k : {"name", "namespace", "uid", "resourceVersion"}) {
+    if (auto it = md.find(k); it != md.end()) out["metadata"][k] = *it;
+  }
+  return out;
+}
+
 Status CheckExistingIsOwned(const std::string& kind, const std::string& object_key,
                             const std::optional<json>& existing, const json& job) {
   if (existing && IsOwnedBy(*existing, job)) return Status::Ok();
@@ -265,7 +283,7 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
     auto wait = expectations_.Pending(
         key, [&caches](const kube::Resource& r, const std::string& object_key) {
           const kube::ObjectCache* cache = CacheOf(caches, r);
-          return cache != nullptr ? cache->Get(object_key) : std::nullopt;
+          return cache != nullptr ? cache->GetShared(object_key) : nullptr;
         });
     if (wait) {
       return std::optional<milliseconds>(std::chrono::duration_cast<milliseconds>(*wait) +
@@ -457,7 +475,14 @@ Status Executor::Create(const std::string& key, const json& job, const Action& a
   if (a.resource.plural == kube::resources::kSecrets.plural) return CreateSecret(key, ref.ns, a);
   const std::string object_key = ref.ns + "/" + a.name;
   if (deps_.caches) expectations_.ExpectCreate(key, a.resource, object_key);
-  auto r = deps_.client->Create(a.resource, ref.ns, a.object);
+  std::string kind;
+  auto r = [&] {
+    // A pod is built now and dropped once sent (Action::build).
+    const json object = ObjectOf(a);
+    kind = kube::TextOf(object, "kind");
+    return deps_.client->Create(a.resource, ref.ns, object);
+  }();
+  if (kind.empty()) kind = a.resource.plural;
   if (r.ok()) return Status::Ok();
   if (kube::IsAlreadyExists(r.error())) {
     // Usually ours, created by an earlier pass that the cache does not show yet. But it may be
@@ -466,9 +491,8 @@ Status Executor::Create(const std::string& key, const json& job, const Action& a
     // goes and restart the new job's gang; a Secret would hand out the old rendezvous key), or
     // a user's object of the same name. Such an object is waited for, the key retried.
     StatusOr<std::optional<json>> existing = ReadExisting(a.resource, ref.ns, a.name);
-    Status owned = existing.ok() ? CheckExistingIsOwned(a.object.value("kind", a.resource.plural),
-                                                        object_key, *existing, job)
-                                 : existing.status();
+    Status owned =
+        existing.ok() ? CheckExistingIsOwned(kind, object_key, *existing, job) : existing.status();
     if (owned.ok()) return owned;
     if (deps_.caches) expectations_.Forget(key, a.resource, object_key);
     return owned;
@@ -492,7 +516,7 @@ Status Executor::CreateAll(const std::string& key, const json& job,
     into.push_back([this, &key, &job, a] { return Create(key, job, *a); });
   }
   TJ_RETURN_IF_ERROR(RunSlowStart(first, 0));
-  return RunSlowStart(pods, kFirstPodBatch);
+  return RunSlowStart(pods, kFirstPodBatch, ParallelPodCreates(job, pods.size()));
 }
 
 Status Executor::Apply(const std::string& key, const json& job, const Decision& d) {
@@ -515,7 +539,7 @@ Status Executor::Apply(const std::string& key, const json& job, const Decision& 
         if (deps_.caches) {
           std::string uid;
           const kube::ObjectCache* cache = CacheOf(*deps_.caches, a.resource);
-          if (auto cached = cache != nullptr ? cache->Get(object_key) : std::nullopt) {
+          if (auto cached = cache != nullptr ? cache->GetShared(object_key) : nullptr) {
             uid = api::RefOf(*cached).uid;
           }
           expectations_.ExpectDelete(key, a.resource, object_key, uid);
@@ -560,7 +584,7 @@ Status Executor::Apply(const std::string& key, const json& job, const Decision& 
 
 Status Executor::WriteStatus(const std::string& key, const json& job, const json& status) {
   const api::ObjectRef ref = api::RefOf(job);
-  json obj = job;
+  json obj = StatusWriteOf(job);
   for (int attempt = 0; attempt < 5; ++attempt) {
     obj["status"] = status;
     auto r = deps_.client->UpdateStatus(api::kTrainingJobs, ref.ns, obj);
@@ -590,7 +614,7 @@ Status Executor::WriteStatus(const std::string& key, const json& job, const json
                                                   ref.name + " after a conflict");
     }
     if (api::RefOf(*fresh).uid != ref.uid) return Status::Ok();  // a new job of the same name
-    obj = *fresh;
+    obj = StatusWriteOf(*fresh);
   }
   return Status::Error("writing the status of TrainingJob " + ref.ns + "/" + ref.name +
                        ": still conflicting after 5 attempts; will retry");

@@ -31,6 +31,7 @@
 #include "common/thread_annotations.h"
 #include "operator/controller/metrics.h"
 #include "operator/controller/reconciler.h"
+#include "operator/controller/slow_start.h"
 #include "operator/controller/trainer_status_poller.h"
 #include "operator/kube/client.h"
 #include "operator/kube/event_recorder.h"
@@ -169,6 +170,19 @@ class Executor {
 Status CheckExistingIsOwned(const std::string& kind, const std::string& object_key,
                             const std::optional<nlohmann::json>& existing,
                             const nlohmann::json& job);
+
+// The bytes of pods that a job's creates send at once, at most: a job of small pods sends
+// kMaxParallelCreates of them together, one of pods near the API server's size limit one at a
+// time (each in flight costs the operator the pod, its request and the answer, parsed).
+inline constexpr size_t kMaxPodBytesInFlight = size_t{2} << 20;
+// How many of `pods` pod creates of `job` run at once: kMaxPodBytesInFlight over the job's
+// size (a pod is about its template), 1 to kMaxParallelCreates.
+size_t ParallelPodCreates(const nlohmann::json& job, size_t pods);
+
+// What a status write sends besides the status: the job's identity and resourceVersion (the
+// write's precondition). The status subresource takes only the status from the body (the rest
+// of the stored object stays as it is), so the job's spec, however large, is not sent again.
+nlohmann::json StatusWriteOf(const nlohmann::json& job);
 
 // The last {"event":"evaluation",...} line of a trainer log, or null.
 nlohmann::json LastEvaluation(const std::string& log);

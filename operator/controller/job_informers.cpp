@@ -36,7 +36,9 @@ JobInformers MakeJobInformers(kube::Client* client, Clock* clock, const std::str
     o.ns = ns;
     o.label_selector = api::kLabelJobName;
     const bool pods = r.plural == kube::resources::kPods.plural;
-    // Of a pod the reconciler reads a few fields, of the Service its existence.
+    // Of a pod the reconciler reads a few fields, of the Service its existence; of what wears
+    // a job's label without being a TrainingJob's (a user's pod, another controller's), nothing.
+    o.keep = OwnedByATrainingJob;
     o.transform = pods ? TrimPodForCache : KeepIdentity;
     auto inf = std::make_unique<kube::Informer>(client, clock, o, log);
     inf->AddHandlers({enqueue_owner,

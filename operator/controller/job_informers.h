@@ -1,7 +1,8 @@
 // The operator's informers: TrainingJobs, and the pods and Services labelled with a job's
-// name. Every event that matters enqueues the job's key; events that change nothing the
-// reconciler reads (a resourceVersion, a pod's scheduling condition) do not. No informer on
-// Secrets: the operator creates the rendezvous Secret and never reads one.
+// name and owned by a TrainingJob (others never enter the caches). Every event that matters
+// enqueues the job's key; events that change nothing the reconciler reads (a resourceVersion, a
+// pod's scheduling condition) do not. No informer on Secrets: the operator creates the rendezvous
+// Secret and never reads one.
 #pragma once
 
 #include <memory>

@@ -12,16 +12,19 @@ using nlohmann::json;
 
 json Labels(const std::string& job) { return {{api::kLabelJobName, job}}; }
 
-void SetEnv(json& container, const json& var) {
-  json env =
-      container.contains("env") && container["env"].is_array() ? container["env"] : json::array();
-  json out = json::array();
-  for (const auto& e : env) {
-    if (e.is_object() && e.value("name", "") == var["name"]) continue;
-    out.push_back(e);
+// Sets `var` in the container's env, in place (a template's env may be long: no copy of it).
+void SetEnv(json& container, json var) {
+  json& env = container["env"];
+  if (!env.is_array()) env = json::array();
+  const json& name = var["name"];
+  for (auto it = env.begin(); it != env.end();) {
+    if (it->is_object() && it->contains("name") && (*it)["name"] == name) {
+      it = env.erase(it);
+    } else {
+      ++it;
+    }
   }
-  out.push_back(var);
-  container["env"] = out;
+  env.push_back(std::move(var));
 }
 
 // The headless Service's ports: spec.port, and each replica type's own `tfjob-port`.
@@ -57,7 +60,19 @@ bool HasEnv(const json& container, const std::string& name) {
   return false;
 }
 
-// --status-port N or --status-port=N in the container's args ("" when absent).
+std::optional<int> ParsePort(const std::string& value) {
+  if (value.empty() || value.size() > 5) return std::nullopt;
+  int port = 0;
+  for (char ch : value) {
+    if (ch < '0' || ch > '9') return std::nullopt;
+    port = port * 10 + (ch - '0');
+  }
+  if (port <= 0 || port > 65535) return std::nullopt;
+  return port;
+}
+
+}  // namespace
+
 std::string StatusPortArg(const json& container) {
   if (!container.contains("args") || !container["args"].is_array()) return "";
   const json& args = container["args"];
@@ -73,19 +88,6 @@ std::string StatusPortArg(const json& container) {
   }
   return value;
 }
-
-std::optional<int> ParsePort(const std::string& value) {
-  if (value.empty() || value.size() > 5) return std::nullopt;
-  int port = 0;
-  for (char ch : value) {
-    if (ch < '0' || ch > '9') return std::nullopt;
-    port = port * 10 + (ch - '0');
-  }
-  if (port <= 0 || port > 65535) return std::nullopt;
-  return port;
-}
-
-}  // namespace
 
 std::string PodName(const std::string& job, api::ReplicaType type, int index) {
   return job + "-" + api::TaskName(type) + "-" + std::to_string(index);
@@ -264,27 +266,30 @@ json BuildPod(const json& job, const api::TrainingJobSpec& spec, api::ReplicaTyp
   const json& tmpl = rs.pod_template;
   const std::string name = PodName(r.name, type, index);
 
-  json meta = tmpl.value("metadata", json::object());
+  // One copy of the template's metadata and spec, changed in place (a template may be large).
+  json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}};
+  json& meta = pod["metadata"];
+  if (auto it = tmpl.find("metadata"); it != tmpl.end() && it->is_object()) meta = *it;
   if (!meta.is_object()) meta = json::object();
-  json labels = meta.value("labels", json::object());
+  json& labels = meta["labels"];
   if (!labels.is_object()) labels = json::object();
   labels[api::kLabelJobName] = r.name;
   labels[api::kLabelReplicaType] = api::TaskName(type);
   labels[api::kLabelReplicaIndex] = std::to_string(index);
   labels[api::kLabelRestartCount] = std::to_string(restart_count);
-  meta["labels"] = labels;
   if (!key_hash.empty()) {
-    json annotations = meta.value("annotations", json::object());
+    json& annotations = meta["annotations"];
     if (!annotations.is_object()) annotations = json::object();
     annotations[kKeyHashAnnotation] = key_hash;
-    meta["annotations"] = annotations;
   }
   meta["name"] = name;
   meta["namespace"] = r.ns;
   meta.erase("generateName");
   meta["ownerReferences"] = json::array({OwnerReference(job)});
 
-  json pod_spec = tmpl["spec"];
+  json& pod_spec = pod["spec"];
+  if (auto it = tmpl.find("spec"); it != tmpl.end()) pod_spec = *it;
+  if (!pod_spec.is_object()) pod_spec = json::object();
   ApplySecurityDefaults(pod_spec);
   // The operator restarts replicas itself (the whole gang, with backoff); the node must not.
   pod_spec["restartPolicy"] = "Never";
@@ -312,7 +317,6 @@ json BuildPod(const json& job, const api::TrainingJobSpec& spec, api::ReplicaTyp
              {{"name", kStatusPortEnv}, {"value", std::to_string(kDefaultStatusPort + ordinal)}});
     }
   }
-  json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", pod_spec}};
   if (const auto port = StatusPortOf(pod)) {
     json& annotations = pod["metadata"]["annotations"];
     if (!annotations.is_object()) annotations = json::object();

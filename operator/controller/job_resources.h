@@ -76,6 +76,9 @@ nlohmann::json BuildPod(const nlohmann::json& job, const api::TrainingJobSpec& s
 int TrainerContainerIndex(const nlohmann::json& pod_spec);
 // The same rule over a list of named entries (spec.containers, status.containerStatuses).
 int TrainerIndexAmong(const nlohmann::json& containers);
+// The value of --status-port N or --status-port=N in a container's args (the last one; ""
+// when absent).
+std::string StatusPortArg(const nlohmann::json& container);
 // The /status port of `pod`'s TF_CONFIG container: its --status-port argument (which overrides
 // the env in tj-trainer), else its literal TJ_STATUS_PORT; nullopt when absent, 0 or invalid.
 std::optional<int> StatusPortOf(const nlohmann::json& pod);

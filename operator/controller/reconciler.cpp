@@ -1,11 +1,13 @@
 #include "operator/controller/reconciler.h"
 
 #include <algorithm>
+#include <memory>
 #include <utility>
 
 #include "common/backoff.h"
 #include "common/status_schema.h"
 #include "common/utf8.h"
+#include "operator/controller/cache_transforms.h"
 #include "operator/controller/job_resources.h"
 #include "operator/controller/restart_cause.h"
 #include "operator/kube/object_meta.h"
@@ -48,7 +50,12 @@ milliseconds Until(kube::WallTime now, kube::WallTime t) {
 // Everything one pass decides, built up by the rules below.
 class Pass {
  public:
-  Pass(const Observed& in, const ReconcilerOptions& o) : in_(in), o_(o), ref_(api::RefOf(in.job)) {
+  Pass(const Observed& in, const ReconcilerOptions& o)
+      : in_(in),
+        o_(o),
+        ref_(api::RefOf(in.job)),
+        job_identity_(std::make_shared<const json>(
+            json{{"metadata", {{"name", ref_.name}, {"namespace", ref_.ns}, {"uid", ref_.uid}}}})) {
     status_ = TrainingJobStatus::FromJson(in.job.value("status", json::object()));
     original_ = status_.ToJson();
     // The spec this pass reads (API conventions: status.observedGeneration).
@@ -79,8 +86,26 @@ class Pass {
     a.kind = Action::Kind::kCreate;
     a.resource = r;
     a.name = NameOf(object);
-    if (r.plural == kube::resources::kPods.plural) created_pods_.push_back(ViewOfPod(object));
     a.object = std::move(object);
+    d_.actions.push_back(std::move(a));
+  }
+  // The action builds the pod when it is sent (Action::build): a pass of a job of many
+  // replicas holds none of them.
+  void CreatePod(ReplicaType type, int index, int generation) {
+    auto build = [spec = std::shared_ptr<const api::TrainingJobSpec>(spec_holder_),
+                  job = job_identity_, type, index, generation, hash = KeyHashForNewPods()] {
+      return BuildPod(*job, *spec, type, index, generation, hash);
+    };
+    // The view from the pod built from the templates as the view reads them (no copy of a
+    // large template per replica).
+    const json pod =
+        BuildPod(*job_identity_, ViewSpec(), type, index, generation, KeyHashForNewPods());
+    created_pods_.push_back(ViewOfPod(pod));
+    Action a;
+    a.kind = Action::Kind::kCreate;
+    a.resource = kube::resources::kPods;
+    a.name = NameOf(pod);
+    a.build = std::move(build);
     d_.actions.push_back(std::move(a));
   }
   void DeletePod(const PodView& pod) {
@@ -176,7 +201,28 @@ class Pass {
   const Observed& in_;
   const ReconcilerOptions& o_;
   api::ObjectRef ref_;
-  api::TrainingJobSpec spec_;
+  // The spec, parsed once per pass and shared (not copied) with the pod actions' builders.
+  std::shared_ptr<api::TrainingJobSpec> spec_holder_ = std::make_shared<api::TrainingJobSpec>();
+  api::TrainingJobSpec& spec_ = *spec_holder_;
+  // What BuildPod reads of the job (OwnerReference, RefOf): not its templates.
+  std::shared_ptr<const json> job_identity_;
+  // spec_ with each template reduced to what a pod's view reads (TemplateForView); made by
+  // ViewSpec() when the pass first creates a pod.
+  std::unique_ptr<api::TrainingJobSpec> view_spec_;
+  const api::TrainingJobSpec& ViewSpec() {
+    if (!view_spec_) {
+      std::map<ReplicaType, json> full;  // moved out while the rest of the spec is copied
+      for (auto& [t, rs] : spec_.replica_specs) {
+        full[t] = std::exchange(rs.pod_template, json::object());
+      }
+      view_spec_ = std::make_unique<api::TrainingJobSpec>(spec_);
+      for (auto& [t, rs] : spec_.replica_specs) {
+        rs.pod_template = std::move(full[t]);
+        view_spec_->replica_specs[t].pod_template = TemplateForView(rs.pod_template);
+      }
+    }
+    return *view_spec_;
+  }
   TrainingJobStatus status_;
   json original_;
   std::vector<PodView> pods_;          // the job's own pods
@@ -497,12 +543,14 @@ Decision Pass::Run() {
 }
 
 bool Pass::ReadSpec() {
-  auto spec = api::ParseSpec(in_.job.value("spec", json()));
+  static const json kNoSpec;
+  auto it = in_.job.is_object() ? in_.job.find("spec") : in_.job.end();
+  auto spec = api::ParseSpec(it != in_.job.end() ? *it : kNoSpec);
   if (spec.ok()) {
     if (Status named = api::ValidateJobName(ref_.name, *spec); !named.ok()) spec = named;
   }
   if (spec.ok()) {
-    spec_ = *spec;
+    spec_ = std::move(*spec);
     return true;
   }
   if (!status_.IsTrue(cond::kFailed)) {
@@ -733,7 +781,7 @@ void Pass::CreateMissing(const Gang& gang, const GangCensus& c) {
   } else {
     std::string names;
     for (const auto& [t, i] : c.missing) {
-      Create(kube::resources::kPods, BuildPod(in_.job, spec_, t, i, gen, KeyHashForNewPods()));
+      CreatePod(t, i, gen);
       names += (names.empty() ? "" : ", ") + PodName(ref_.name, t, i);
     }
     status_.created_generation = gen;
@@ -753,8 +801,7 @@ void Pass::SuperviseEvaluator(const Gang& gang) {
   const std::string name = PodName(ref_.name, ReplicaType::kEvaluator, 0);
   const api::ReplicaSpec& rs = spec_.replica_specs.at(ReplicaType::kEvaluator);
   if (gang.evaluator == nullptr) {
-    Create(kube::resources::kPods, BuildPod(in_.job, spec_, ReplicaType::kEvaluator, 0,
-                                            gang.generation, KeyHashForNewPods()));
+    CreatePod(ReplicaType::kEvaluator, 0, gang.generation);
     return;
   }
   const PodView& evaluator = *gang.evaluator;
@@ -908,6 +955,8 @@ std::string Describe(const std::string& pod, const PodOutcome& o) {
   if (o.deleted) s += " and was " + gone;
   return s;
 }
+
+json ObjectOf(const Action& a) { return a.build ? a.build() : a.object; }
 
 Decision Reconcile(const Observed& in, const ReconcilerOptions& options) {
   // Another controller's job (spec.managedBy): nothing of it is this operator's to create,

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -59,11 +60,17 @@ struct Action {
   Kind kind = Kind::kEvent;
   kube::Resource resource;  // kCreate, kDelete
   std::string name;         // kDelete
-  nlohmann::json object;    // kCreate
-  std::string event_type;   // kEvent: Normal | Warning
-  std::string reason;       // kEvent
-  std::string message;      // kEvent
+  nlohmann::json object;    // kCreate, but of a pod
+  // kCreate of a pod: builds it (BuildPod from the pass's parsed spec, shared, not copied).
+  // Pods are built when sent, so that a job of many replicas never has all of its pods in
+  // memory at once; `object` stays null. ObjectOf() gives either.
+  std::function<nlohmann::json()> build;
+  std::string event_type;  // kEvent: Normal | Warning
+  std::string reason;      // kEvent
+  std::string message;     // kEvent
 };
+// The object a kCreate action creates (built now, for a pod).
+nlohmann::json ObjectOf(const Action& a);
 
 struct Decision {
   std::vector<Action> actions;           // in order

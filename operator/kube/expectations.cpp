@@ -10,8 +10,8 @@ std::string Id(const Resource& r, const std::string& object_key) {
 }
 
 bool Met(bool create, bool new_version, const std::string& value,
-         const std::optional<nlohmann::json>& cached) {
-  if (create) return cached.has_value();
+         const std::shared_ptr<const nlohmann::json>& cached) {
+  if (create) return cached != nullptr;
   if (!cached || !cached->is_object() || !cached->contains("metadata")) return true;
   const nlohmann::json& md = (*cached)["metadata"];
   if (!md.is_object()) return true;

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <functional>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -23,9 +24,10 @@ namespace tj::kube {
 
 class Expectations {
  public:
-  // The cached object of `resource` with key "namespace/name", or nullopt when not cached.
-  using Lookup = std::function<std::optional<nlohmann::json>(const Resource& resource,
-                                                             const std::string& object_key)>;
+  // The cached object of `resource` with key "namespace/name", or null when not cached
+  // (ObjectCache::GetShared: looked at, not copied).
+  using Lookup = std::function<std::shared_ptr<const nlohmann::json>(
+      const Resource& resource, const std::string& object_key)>;
 
   // `clock` must outlive this object.
   Expectations(Clock* clock, Clock::Duration ttl);

@@ -81,11 +81,12 @@ bool Informer::ListAll() {
   std::vector<nlohmann::json> items;
   items.reserve((*list)["items"].size());
   for (auto& item : (*list)["items"]) {
+    if (options_.keep && !options_.keep(item)) continue;
     if (options_.transform) options_.transform(item);
     items.push_back(std::move(item));
   }
   list->erase("items");  // the cache holds the only copy from here on
-  auto delta = cache_.Replace(items);
+  auto delta = cache_.Replace(std::move(items));
   {
     MutexLock lock(mu_);
     resource_version_ = (*list)["metadata"].value("resourceVersion", "");
@@ -93,13 +94,13 @@ bool Informer::ListAll() {
   ++lists_;
   for (const auto& h : handlers_) {
     for (const auto& o : delta.added) {
-      if (h.on_add) h.on_add(o);
+      if (h.on_add) h.on_add(*o);
     }
     for (const auto& [old_obj, new_obj] : delta.updated) {
-      if (h.on_update) h.on_update(old_obj, new_obj);
+      if (h.on_update) h.on_update(*old_obj, *new_obj);
     }
     for (const auto& o : delta.deleted) {
-      if (h.on_delete) h.on_delete(o);
+      if (h.on_delete) h.on_delete(*o);
     }
   }
   if (!synced_.exchange(true)) {
@@ -126,19 +127,27 @@ bool Informer::HandleEvent(WatchEvent& ev) {
     // Bookmarks only move the version on.
   } else {
     nlohmann::json object = std::move(ev.object);  // the event is ours to take
-    if (options_.transform) options_.transform(object);
-    if (ev.type == T::kDeleted) {
+    if (options_.keep && !options_.keep(object)) {
+      // Not one of ours (any longer): out of the cache; handled as deleted if it was in.
+      const ObjectCache::Ptr old = cache_.Remove(ObjectKey(object));
+      for (const auto& h : handlers_) {
+        if (old && h.on_delete) h.on_delete(*old);
+      }
+    } else if (ev.type == T::kDeleted) {
+      if (options_.transform) options_.transform(object);
       cache_.Remove(ObjectKey(object));
       for (const auto& h : handlers_) {
         if (h.on_delete) h.on_delete(object);
       }
     } else {
-      auto old = cache_.Upsert(object);
+      if (options_.transform) options_.transform(object);
+      ObjectCache::Ptr stored;
+      const ObjectCache::Ptr old = cache_.Upsert(std::move(object), &stored);
       for (const auto& h : handlers_) {
         if (old && h.on_update) {
-          h.on_update(*old, object);
+          h.on_update(*old, *stored);
         } else if (!old && h.on_add) {
-          h.on_add(object);
+          h.on_add(*stored);
         }
       }
     }
@@ -204,9 +213,9 @@ void Informer::ResyncLoop(const std::stop_token& stop) {
   while (!stop.stop_requested()) {
     Sleep(stop, options_.resync_period);
     if (stop.stop_requested() || !synced_.load()) continue;
-    for (const auto& o : cache_.List()) {
+    for (const auto& o : cache_.ListShared()) {
       for (const auto& h : handlers_) {
-        if (h.on_update) h.on_update(o, o);
+        if (h.on_update) h.on_update(*o, *o);
       }
     }
   }

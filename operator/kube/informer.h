@@ -41,6 +41,10 @@ struct InformerOptions {
   // (client-go's SetTransform): drop what the controller never reads (managedFields, a
   // Secret's data) so the cache holds less. Null: objects are kept as the server sent them.
   std::function<void(nlohmann::json& object)> transform;
+  // Asked of every listed or watched object before the transform: false keeps it out of the
+  // cache and from the handlers (an object that stops passing is handled as deleted). For
+  // objects the label selector lets through that the controller does not own. Null: all pass.
+  std::function<bool(const nlohmann::json& object)> keep;
 };
 
 // A transform that removes metadata.managedFields (server-side apply bookkeeping, often the

@@ -47,7 +47,7 @@ void ObjectCache::AddIndex(const std::string& name, IndexFunc func) {
   MutexLock lock(mu_);
   index_funcs_[name] = std::move(func);
   for (const auto& [key, o] : objects_) {
-    for (const auto& v : index_funcs_[name](o)) indexes_[name][v].insert(key);
+    for (const auto& v : index_funcs_[name](*o)) indexes_[name][v].insert(key);
   }
 }
 
@@ -69,39 +69,45 @@ void ObjectCache::UnindexLocked(const std::string& key, const json& object) {
   }
 }
 
-std::optional<json> ObjectCache::Upsert(const json& object) {
+ObjectCache::Ptr ObjectCache::Upsert(json object, Ptr* stored) {
   std::string key = ObjectKey(object);
+  auto fresh = std::make_shared<const json>(std::move(object));
+  if (stored != nullptr) *stored = fresh;
   MutexLock lock(mu_);
-  std::optional<json> old;
+  Ptr old;
   if (auto it = objects_.find(key); it != objects_.end()) {
     old = std::move(it->second);
     UnindexLocked(key, *old);
   }
-  objects_[key] = object;
-  IndexLocked(key, object);
+  IndexLocked(key, *fresh);
+  objects_[key] = std::move(fresh);
   return old;
 }
 
-std::optional<json> ObjectCache::Remove(const std::string& key) {
+ObjectCache::Ptr ObjectCache::Remove(const std::string& key) {
   MutexLock lock(mu_);
   auto it = objects_.find(key);
-  if (it == objects_.end()) return std::nullopt;
-  json old = std::move(it->second);
+  if (it == objects_.end()) return nullptr;
+  Ptr old = std::move(it->second);
   objects_.erase(it);
-  UnindexLocked(key, old);
+  UnindexLocked(key, *old);
   return old;
 }
 
-ObjectCache::Delta ObjectCache::Replace(const std::vector<json>& objects) {
+ObjectCache::Delta ObjectCache::Replace(std::vector<json> objects) {
   Delta d;
+  std::map<std::string, Ptr> fresh;
+  for (auto& o : objects) {
+    std::string key = ObjectKey(o);
+    fresh[std::move(key)] = std::make_shared<const json>(std::move(o));
+  }
+  objects.clear();
   MutexLock lock(mu_);
-  std::map<std::string, json> fresh;
-  for (const auto& o : objects) fresh[ObjectKey(o)] = o;
   for (const auto& [key, old] : objects_) {
     auto it = fresh.find(key);
     if (it == fresh.end()) {
       d.deleted.push_back(old);
-    } else if (ResourceVersionOf(old) != ResourceVersionOf(it->second)) {
+    } else if (ResourceVersionOf(*old) != ResourceVersionOf(*it->second)) {
       d.updated.emplace_back(old, it->second);
     }
   }
@@ -110,20 +116,31 @@ ObjectCache::Delta ObjectCache::Replace(const std::vector<json>& objects) {
   }
   objects_ = std::move(fresh);
   indexes_.clear();
-  for (const auto& [key, o] : objects_) IndexLocked(key, o);
+  for (const auto& [key, o] : objects_) IndexLocked(key, *o);
   return d;
 }
 
 std::optional<json> ObjectCache::Get(const std::string& key) const {
+  Ptr o = GetShared(key);
+  if (!o) return std::nullopt;
+  return *o;
+}
+
+ObjectCache::Ptr ObjectCache::GetShared(const std::string& key) const {
   MutexLock lock(mu_);
   auto it = objects_.find(key);
-  if (it == objects_.end()) return std::nullopt;
-  return it->second;
+  return it == objects_.end() ? nullptr : it->second;
 }
 
 std::vector<json> ObjectCache::List() const {
-  MutexLock lock(mu_);
   std::vector<json> v;
+  for (const auto& o : ListShared()) v.push_back(*o);
+  return v;
+}
+
+std::vector<ObjectCache::Ptr> ObjectCache::ListShared() const {
+  MutexLock lock(mu_);
+  std::vector<Ptr> v;
   v.reserve(objects_.size());
   for (const auto& [key, o] : objects_) v.push_back(o);
   return v;
@@ -143,7 +160,7 @@ std::vector<json> ObjectCache::ByIndex(const std::string& index, const std::stri
   if (idx == indexes_.end()) return v;
   auto keys = idx->second.find(value);
   if (keys == idx->second.end()) return v;
-  for (const auto& k : keys->second) v.push_back(objects_.at(k));
+  for (const auto& k : keys->second) v.push_back(*objects_.at(k));
   return v;
 }
 

@@ -5,7 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <mutex>
+#include <string>
+#include <vector>
 
+#include "operator/kube/object_meta.h"
 #include "operator/kube/work_queue.h"
 #include "tests/integration/kube/local_cluster.h"
 
@@ -101,6 +105,53 @@ TEST(KubeInformer, ConvergesAndFeedsAWorkQueue) {
     queue.Done(*k);
   }
   EXPECT_EQ(keys.size(), 6u);  // pre0..pre4 and live
+}
+
+// InformerOptions::keep: what it refuses never reaches the cache or the handlers, listed or
+// watched; an object that stops passing leaves the cache as a deletion.
+TEST(KubeInformer, KeepsOutWhatItsPredicateRefuses) {
+  LocalCluster* cluster;
+  TJ_REQUIRE_LOCAL_CLUSTER(cluster);
+  auto client = cluster->NewClient();
+  std::string ns = testing::NewNamespace(client.get(), "informer-keep");
+  const auto& cm = resources::kConfigMaps;
+  ASSERT_TRUE(client->Create(cm, ns, ConfigMap("listed-in", {{"ours", "yes"}})).ok());
+  ASSERT_TRUE(client->Create(cm, ns, ConfigMap("listed-out", {{"ours", "no"}})).ok());
+  InformerOptions o;
+  o.resource = cm;
+  o.ns = ns;
+  o.label_selector = "set=t";
+  o.keep = [](const json& obj) { return LabelOf(obj, "ours") == "yes"; };
+  Informer informer(client.get(), RealClock::Get(), o);
+  std::mutex mu;
+  std::vector<std::string> seen;  // "add name", "delete name"
+  informer.AddHandlers({[&](const json& obj) {
+                          std::lock_guard<std::mutex> lock(mu);
+                          seen.push_back("add " + obj["metadata"]["name"].get<std::string>());
+                        },
+                        nullptr,
+                        [&](const json& last) {
+                          std::lock_guard<std::mutex> lock(mu);
+                          seen.push_back("delete " + last["metadata"]["name"].get<std::string>());
+                        }});
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(std::chrono::seconds(20)));
+  EXPECT_EQ(informer.cache().Keys(), std::vector<std::string>{ns + "/listed-in"});
+
+  ASSERT_TRUE(client->Create(cm, ns, ConfigMap("watched-out", {{"ours", "no"}})).ok());
+  ASSERT_TRUE(client->Create(cm, ns, ConfigMap("watched-in", {{"ours", "yes"}})).ok());
+  ASSERT_TRUE(client
+                  ->Patch(cm, ns, "listed-in", PatchType::kMerge,
+                          {{"metadata", {{"labels", {{"ours", "no"}}}}}})
+                  .ok());
+  ASSERT_TRUE(client->Delete(cm, ns, "watched-out").ok());
+  EXPECT_TRUE(Eventually([&] {
+    return informer.cache().Keys() == std::vector<std::string>{ns + "/watched-in"};
+  })) << informer.cache().size();
+  informer.Stop();
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(seen,
+            (std::vector<std::string>{"add listed-in", "add watched-in", "delete listed-in"}));
 }
 
 }  // namespace

@@ -2,7 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "operator/controller/job_resources.h"
+#include "operator/controller/pod_view.h"
 #include "tests/unit/operator/controller/test_job.h"
 
 namespace tj::controller {
@@ -27,8 +31,11 @@ TEST(TrimPodForCache, KeepsWhatTheReconcilerReads) {
 
   EXPECT_FALSE(pod["metadata"].contains("managedFields"));
   for (const char* k :
-       {"name", "namespace", "labels", "ownerReferences", "creationTimestamp", "resourceVersion"}) {
+       {"name", "namespace", "ownerReferences", "creationTimestamp", "resourceVersion"}) {
     EXPECT_EQ(pod["metadata"][k], full["metadata"][k]) << k;
+  }
+  for (const auto& [k, v] : full["metadata"]["labels"].items()) {
+    if (k.rfind("tjo.dev/", 0) == 0) EXPECT_EQ(pod["metadata"]["labels"][k], v) << k;
   }
   EXPECT_TRUE(IsOwnedBy(pod, job));
   EXPECT_EQ(StatusPortOf(pod), StatusPortOf(full));  // the status port stays
@@ -41,6 +48,95 @@ TEST(TrimPodForCache, KeepsWhatTheReconcilerReads) {
   EXPECT_EQ(pod["status"]["containerStatuses"], full["status"]["containerStatuses"]);
   EXPECT_EQ(pod["status"]["conditions"], full["status"]["conditions"]);  // why it is pending
   EXPECT_FALSE(pod["spec"].contains("hostname"));
+}
+
+// A template's args, env and labels are copied into every pod it makes: what the cache keeps
+// of a pod must not grow with them.
+TEST(TrimPodForCache, KeepsNothingThatGrowsWithTheTemplate) {
+  json job = TestJob();
+  json& tmpl = job["spec"]["replicaSpecs"]["Worker"]["template"];
+  json& c = tmpl["spec"]["containers"][0];
+  c["args"] = json::array();
+  for (int i = 0; i < 2000; ++i) c["args"].push_back("--flag-" + std::to_string(i));
+  c["args"][700] = "--status-port";
+  c["args"][701] = "9100";
+  for (int i = 0; i < 2000; ++i) {
+    c["env"].push_back({{"name", "E" + std::to_string(i)}, {"value", "v"}});
+    tmpl["metadata"]["labels"]["team-" + std::to_string(i)] = "x";
+  }
+  auto spec = api::ParseSpec(job["spec"]);
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  json pod = BuildPod(job, *spec, api::ReplicaType::kWorker, 0, 0);
+  const json full = pod;
+  TrimPodForCache(pod);
+  EXPECT_EQ(StatusPortOf(full), 9100);
+  EXPECT_EQ(StatusPortOf(pod), 9100);
+  EXPECT_EQ(pod["spec"]["containers"][0]["args"], json::array({"--status-port=9100"}));
+  EXPECT_FALSE(pod["spec"]["containers"][0].contains("env"));  // the port is an argument
+  EXPECT_EQ(pod["metadata"]["labels"].size(), 4u) << pod["metadata"]["labels"].dump();
+  EXPECT_LT(pod.dump().size(), 2000u) << pod.dump();
+  // Without --status-port no args stay.
+  json no_port = full;
+  no_port["spec"]["containers"][0]["args"] = json::array({"--epochs", "1"});
+  TrimPodForCache(no_port);
+  EXPECT_FALSE(no_port["spec"]["containers"][0].contains("args"));
+}
+
+// The reconciler takes the view of the pods it creates from TemplateForView's templates: the
+// same view as the pod built from the whole template, for every way a template names the
+// status port and its TF_CONFIG container.
+TEST(TemplateForView, GivesThePodsViewWithoutTheTemplate) {
+  std::vector<json> containers_cases = {
+      json::array({{{"name", "trainer"}, {"image", "t"}, {"args", {"--epochs", "2"}}}}),
+      json::array({{{"name", "trainer"}, {"args", {"--status-port", "9001", "--x"}}}}),
+      json::array({{{"name", "trainer"}, {"args", {"--status-port=9002"}}}}),
+      json::array({{{"name", "trainer"},
+                    {"env",
+                     {{{"name", "TJ_STATUS_PORT"}, {"value", "9003"}},
+                      {{"name", "OTHER"}, {"value", "x"}}}}}}),
+      json::array({{{"name", "sidecar"}, {"args", {"--status-port", "1"}}},
+                   {{"name", "tensorflow"}, {"args", {"--status-port", "9004"}}}}),
+      json::array({{{"name", "a"}}, {{"name", "b"}}}),  // no TF_CONFIG container
+  };
+  for (const json& containers : containers_cases) {
+    json job = TestJob();
+    json& tmpl = job["spec"]["replicaSpecs"]["Worker"]["template"];
+    tmpl["spec"]["containers"] = containers;
+    tmpl["metadata"] = {{"labels", {{"team", "a"}, {"tjo.dev/job-name", "other"}}},
+                        {"annotations", {{"big", std::string(1000, 'x')}}}};
+    auto spec = api::ParseSpec(job["spec"]);
+    ASSERT_TRUE(spec.ok()) << spec.status().message();
+    api::TrainingJobSpec light = *spec;
+    for (auto& [t, rs] : light.replica_specs) rs.pod_template = TemplateForView(rs.pod_template);
+    for (const std::string hash : {"", "sha256:0123456789abcdef"}) {
+      const json whole = BuildPod(job, *spec, api::ReplicaType::kWorker, 1, 2, hash);
+      const json from_light = BuildPod(job, light, api::ReplicaType::kWorker, 1, 2, hash);
+      EXPECT_EQ(ViewOfPod(from_light), ViewOfPod(whole)) << containers.dump();
+      EXPECT_EQ(ViewOfPod(whole).status_port, StatusPortOf(whole)) << containers.dump();
+    }
+  }
+}
+
+TEST(OwnedByATrainingJob, OnlyAControllerReferenceToATrainingJob) {
+  auto with_refs = [](json refs) { return json{{"metadata", {{"ownerReferences", refs}}}}; };
+  const json ours = {{"apiVersion", "tjo.dev/v1alpha1"},
+                     {"kind", "TrainingJob"},
+                     {"name", "j"},
+                     {"uid", "u"},
+                     {"controller", true}};
+  EXPECT_TRUE(OwnedByATrainingJob(with_refs(json::array({ours}))));
+  EXPECT_FALSE(OwnedByATrainingJob(json{{"metadata", {{"labels", {{"tjo.dev/job-name", "j"}}}}}}));
+  json not_controller = ours;
+  not_controller["controller"] = false;
+  EXPECT_FALSE(OwnedByATrainingJob(with_refs(json::array({not_controller}))));
+  json other_kind = ours;
+  other_kind["kind"] = "Job";
+  EXPECT_FALSE(OwnedByATrainingJob(with_refs(json::array({other_kind}))));
+  json other_group = ours;
+  other_group["apiVersion"] = "kubeflow.org/v1";
+  EXPECT_FALSE(OwnedByATrainingJob(with_refs(json::array({other_group}))));
+  EXPECT_FALSE(OwnedByATrainingJob(with_refs("not a list")));
+  EXPECT_FALSE(OwnedByATrainingJob(json("not an object")));
 }
 
 TEST(KeepIdentity, NamesLabelsAndOwnersOnly) {

@@ -137,6 +137,33 @@ std::vector<json> CachedObjectsOf(const json& owner) {
   return {service, secret, pod};
 }
 
+TEST(ParallelPodCreates, SmallPodsTogetherPodsNearTheSizeLimitOneAtATime) {
+  const json small = TestJob();
+  EXPECT_EQ(ParallelPodCreates(small, 1), 1u);
+  EXPECT_EQ(ParallelPodCreates(small, 100), kMaxParallelCreates);
+  json big = TestJob();
+  big["spec"]["replicaSpecs"]["Worker"]["template"]["metadata"]["annotations"]["pad"] =
+      std::string(size_t{3} << 19, 'x');  // 1.5 MiB: about etcd's request limit
+  EXPECT_EQ(ParallelPodCreates(big, 100), 1u);
+  big["spec"]["replicaSpecs"]["Worker"]["template"]["metadata"]["annotations"]["pad"] =
+      std::string(size_t{1} << 18, 'x');  // 256 KiB: 7 at once
+  EXPECT_EQ(ParallelPodCreates(big, 100), kMaxPodBytesInFlight / big.dump().size());
+}
+
+TEST(StatusWriteOf, SendsTheIdentityAndVersionNotTheSpec) {
+  json job = TestJob();
+  job["metadata"]["resourceVersion"] = "42";
+  job["metadata"]["labels"] = {{"team", "a"}};
+  const json w = StatusWriteOf(job);
+  EXPECT_EQ(w, (json{{"apiVersion", "tjo.dev/v1alpha1"},
+                     {"kind", "TrainingJob"},
+                     {"metadata",
+                      {{"name", job["metadata"]["name"]},
+                       {"namespace", job["metadata"]["namespace"]},
+                       {"uid", job["metadata"]["uid"]},
+                       {"resourceVersion", "42"}}}}));
+}
+
 TEST(CheckExistingIsOwned, TakesTheJobsOwnPodServiceAndSecretAsDone) {
   const json job = TestJob();
   for (const json& o : CachedObjectsOf(job)) {

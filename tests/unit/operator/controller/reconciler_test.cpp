@@ -201,7 +201,7 @@ TEST(Reconcile, IdempotentOncePodsExist) {
   w.in.service = json::object();
   for (const auto& a : d1.actions) {
     if (a.kind == Action::Kind::kCreate && a.resource.plural == "pods") {
-      json p = a.object;
+      json p = ObjectOf(a);
       p["status"] = {{"phase", "Pending"}};
       w.in.pods.push_back(p);
     }
@@ -723,7 +723,7 @@ TEST(Reconcile, PodsCarryTheHashOfTheKeyTheyRead) {
   Decision d = Reconcile(w.in);
   for (const auto& a : d.actions) {
     if (a.kind != Action::Kind::kCreate || a.resource.plural == "services") continue;
-    EXPECT_EQ(KeyHashOf(a.object), KeyHash("k")) << a.name;
+    EXPECT_EQ(KeyHashOf(ObjectOf(a)), KeyHash("k")) << a.name;
   }
   EXPECT_EQ(StatusOf(d).rendezvous_key_hash, KeyHash("k"));  // what the operator knows of it
   EXPECT_EQ(KeyHash("k").rfind("sha256:", 0), 0u);
@@ -738,7 +738,7 @@ TEST(Reconcile, PodsCarryTheHashOfTheKeyTheyRead) {
   for (const auto& a : d2.actions) {
     if (a.kind != Action::Kind::kCreate) continue;
     EXPECT_EQ(a.resource.plural, "pods");
-    EXPECT_EQ(KeyHashOf(a.object), KeyHash("old")) << a.name;
+    EXPECT_EQ(KeyHashOf(ObjectOf(a)), KeyHash("old")) << a.name;
   }
 }
 
@@ -777,7 +777,7 @@ TEST(Reconcile, ASecretDeletedMidJobIsMadeAgainAndTheWholeGangRestarts) {
   EXPECT_EQ(Created(d2), (std::vector<std::string>{"pods/mnist-worker-0", "pods/mnist-worker-1"}));
   for (const auto& a : d2.actions) {
     if (a.kind != Action::Kind::kCreate) continue;
-    EXPECT_EQ(KeyHashOf(a.object), KeyHash("new"));
+    EXPECT_EQ(KeyHashOf(ObjectOf(a)), KeyHash("new"));
   }
   w.Keep(d2);
   w.in.pods = {WithKeyHash(Pod(w.in.job, ReplicaType::kWorker, 0, 1, "Running"), "new"),
@@ -898,7 +898,7 @@ TEST(Reconcile, GangRestartWaitsForOldPodsThenBackoffThenRecreates) {
   EXPECT_EQ(Created(d4), (std::vector<std::string>{"pods/mnist-worker-0", "pods/mnist-worker-1"}));
   for (const auto& a : d4.actions) {
     if (a.kind != Action::Kind::kCreate) continue;
-    EXPECT_EQ(a.object["metadata"]["labels"]["tjo.dev/restart-count"], "1");
+    EXPECT_EQ(ObjectOf(a)["metadata"]["labels"]["tjo.dev/restart-count"], "1");
   }
   EXPECT_EQ(StatusOf(d4).created_generation, 1);
   EXPECT_NE(FindEvent(d4, "CreatedPods")->message.find("(restart 1)"), std::string::npos);

@@ -118,7 +118,7 @@ TEST(ReplicaLimit, TheReconcilerCreatesTheLargestGangOnceAndThenLeavesItAlone) {
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   std::vector<json> pods;
   for (const Action& a : first.actions) {
-    if (a.kind == Action::Kind::kCreate && a.resource.plural == "pods") pods.push_back(a.object);
+    if (a.kind == Action::Kind::kCreate && a.resource.plural == "pods") pods.push_back(ObjectOf(a));
   }
   ASSERT_EQ(pods.size(), static_cast<size_t>(api::kMaxWorkers + 2));
   ASSERT_TRUE(first.status);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <memory>
 
 namespace tj::kube {
 namespace {
@@ -13,10 +14,10 @@ using nlohmann::json;
 struct FakeCaches {
   std::map<std::string, json> objects;
   Expectations::Lookup lookup() {
-    return [this](const Resource& r, const std::string& key) -> std::optional<json> {
+    return [this](const Resource& r, const std::string& key) -> std::shared_ptr<const json> {
       auto it = objects.find(r.plural + ":" + key);
-      if (it == objects.end()) return std::nullopt;
-      return it->second;
+      if (it == objects.end()) return nullptr;
+      return std::make_shared<const json>(it->second);
     };
   }
 };

@@ -27,6 +27,12 @@ std::vector<std::string> Names(const std::vector<json>& v) {
   std::sort(n.begin(), n.end());
   return n;
 }
+std::vector<std::string> Names(const std::vector<ObjectCache::Ptr>& v) {
+  std::vector<json> objects;
+  objects.reserve(v.size());
+  for (const auto& o : v) objects.push_back(*o);
+  return Names(objects);
+}
 
 TEST(ObjectCache, IndexesFollowUpsertsAndRemovals) {
   ObjectCache c;
@@ -41,12 +47,12 @@ TEST(ObjectCache, IndexesFollowUpsertsAndRemovals) {
             (std::vector<std::string>{"p1", "p2"}));
   // Relabel: the old index entry goes away.
   auto old = c.Upsert(Pod("a", "p1", "4", {{"app", "z"}}, "u1"));
-  ASSERT_TRUE(old.has_value());
+  ASSERT_NE(old, nullptr);
   EXPECT_EQ((*old)["metadata"]["resourceVersion"], "1");
   EXPECT_EQ(c.ByIndex(ObjectCache::kLabelIndex, "app=x").size(), 1u);
   EXPECT_EQ(c.ByIndex(ObjectCache::kLabelIndex, "app=z").size(), 1u);
-  EXPECT_TRUE(c.Remove("a/p2").has_value());
-  EXPECT_FALSE(c.Remove("a/p2").has_value());
+  EXPECT_NE(c.Remove("a/p2"), nullptr);
+  EXPECT_EQ(c.Remove("a/p2"), nullptr);
   EXPECT_EQ(Names(c.ByIndex(ObjectCache::kOwnerIndex, "u1")), (std::vector<std::string>{"p1"}));
   EXPECT_TRUE(c.ByIndex("no-such-index", "x").empty());
   EXPECT_EQ(c.Get("b/p1").value()["metadata"]["resourceVersion"], "3");
@@ -60,8 +66,8 @@ TEST(ObjectCache, ReplaceReportsTheDifference) {
   auto d = c.Replace({Pod("a", "keep", "1"), Pod("a", "change", "2"), Pod("a", "new", "5")});
   EXPECT_EQ(Names(d.added), (std::vector<std::string>{"new"}));
   ASSERT_EQ(d.updated.size(), 1u);
-  EXPECT_EQ(d.updated[0].first["metadata"]["resourceVersion"], "1");
-  EXPECT_EQ(d.updated[0].second["metadata"]["resourceVersion"], "2");
+  EXPECT_EQ((*d.updated[0].first)["metadata"]["resourceVersion"], "1");
+  EXPECT_EQ((*d.updated[0].second)["metadata"]["resourceVersion"], "2");
   EXPECT_EQ(Names(d.deleted), (std::vector<std::string>{"gone"}));
   EXPECT_EQ(c.ByIndex(ObjectCache::kNamespaceIndex, "a").size(), 3u);
 }
