@@ -268,6 +268,19 @@ std::optional<int> ConnectToApiServer(const Flags& f, tj::Clock* clock, tj::Even
   return std::nullopt;
 }
 
+// Whether the API server serves Kubernetes' own PodGroups (docs/gangs.md), said in the log.
+// Looked for once: a cluster that enables them later needs the operator restarted. A server
+// that does not answer the question is taken not to serve them.
+bool NativePodGroupsServed(tj::kube::Client* client, tj::EventLog& log) {
+  auto served = tj::controller::gang::NativePodGroupsServed(*client);
+  if (!served.ok()) {
+    log.Warn(served.status().message() + ": jobs get no native PodGroup");
+    return false;
+  }
+  log.Emit({{"event", "native_pod_groups"}, {"served", *served}});
+  return *served;
+}
+
 // The API server's version, read once (GET /version): an exit code, said in the log, when it
 // is older than the operator needs (kube::MinimumServerVersion), is not a version, or cannot
 // be read. The client retries transport errors and 5xx answers for about half a minute; an
@@ -499,14 +512,7 @@ int main(int argc, char** argv) {
   // After the flags' addresses are bound (a wrong one is said at once, whatever the API
   // server), before anything watches: /healthz answers while the server is waited for.
   if (auto code = CheckApiServerVersion(client, api.config.server, stop, log)) return *code;
-  // Kubernetes' own gang scheduling (docs/gangs.md), looked for once: a cluster that enables
-  // it later needs the operator restarted. Not knowing is not knowing it is there.
-  if (auto served = tj::controller::gang::NativePodGroupsServed(*client); served.ok()) {
-    executor.set_native_pod_groups(*served);
-    log.Emit({{"event", "native_pod_groups"}, {"served", *served}});
-  } else {
-    log.Warn(served.status().message() + ": jobs get no native PodGroup");
-  }
+  executor.set_native_pod_groups(NativePodGroupsServed(client, log));
 
   if (!StartAndSync(informers, stop)) return 0;
   synced = true;

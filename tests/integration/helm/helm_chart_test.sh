@@ -196,6 +196,9 @@ allowed = {
     ("", "events"): {"create", "patch"},
     ("coordination.k8s.io", "leases"): {"get", "create", "update"},
 }
+# One PodGroup per gang, of whichever gang scheduler the cluster or the job has (docs/gangs.md).
+for g in ("scheduling.k8s.io", "scheduling.volcano.sh", "scheduling.x-k8s.io"):
+    allowed[(g, "podgroups")] = {"get", "list", "create", "delete"}
 for kind in ("ClusterRole", "Role"):
     for r in rules(default, kind) + rules(full, kind):
         for g in r["apiGroups"]:
