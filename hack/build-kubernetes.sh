@@ -11,6 +11,8 @@
 #   hack/build-kubernetes.sh helm         helm (Helm 4)
 #   hack/build-kubernetes.sh helm3        helm (Helm 3)
 #   hack/build-kubernetes.sh kueue        kueue (Kueue's manager; hack/kueue.sh installs it)
+#   hack/build-kubernetes.sh kube-router  kube-router (its NetworkPolicy controller;
+#                                         hack/network-policy.sh runs it on the real node)
 #   hack/build-kubernetes.sh all          all of the above that the local cluster uses
 #   hack/build-kubernetes.sh path NAME    print the bin directory of NAME (no build)
 #   hack/build-kubernetes.sh NAME...      build each NAME
@@ -48,7 +50,8 @@ dir_of() {
     helm) echo "$CACHE/helm-$HELM_VERSION-$GO_VERSION" ;;
     helm3) echo "$CACHE/helm-$HELM3_VERSION-$GO_VERSION" ;;
     kueue) echo "$CACHE/kueue-$KUEUE_VERSION-$GO_VERSION" ;;
-    *) die "unknown component '$1' (kubernetes, etcd, containerd, runc, coredns, crictl, helm, helm3, kueue)" ;;
+    kube-router) echo "$CACHE/kube-router-$KUBE_ROUTER_VERSION-$GO_VERSION" ;;
+    *) die "unknown component '$1' (kubernetes, etcd, containerd, runc, coredns, crictl, helm, helm3, kueue, kube-router)" ;;
   esac
 }
 
@@ -175,6 +178,12 @@ build_kueue() {  # Kueue's manager (cmd/kueue); its manifests stay in the module
     -ldflags "-s -w -X $p/pkg/version.GitVersion=$KUEUE_VERSION"
 }
 
+build_kube_router() {  # only its network policy controller is used (hack/network-policy.sh)
+  local p=github.com/cloudnativelabs/kube-router/v2
+  build_one "$1" "$p@$KUBE_ROUTER_VERSION" "$p/cmd/kube-router" kube-router \
+    -ldflags "-s -w -X $p/pkg/version.Version=$KUBE_ROUTER_VERSION"
+}
+
 build() {  # build NAME
   local name=$1 dest programs
   dest=$(dir_of "$name")
@@ -191,7 +200,7 @@ build() {  # build NAME
   have_all "$dest/bin" "${programs[@]}" && return 0
   local start=$SECONDS
   log "building $name (${programs[*]}) into $dest (log: $dest/build.log)"
-  local fn=build_$name
+  local fn=build_${name//-/_}
   [ "$name" = helm ] && fn=build_helm4
   if ! ( "$fn" "$dest" ) >"$dest/build.log" 2>&1; then
     tail -n 30 "$dest/build.log" >&2
@@ -201,7 +210,7 @@ build() {  # build NAME
   log "built $name in $((SECONDS - start)) s"
 }
 
-usage="usage: $0 all|path NAME|NAME... (kubernetes etcd containerd runc coredns crictl helm helm3 kueue)"
+usage="usage: $0 all|path NAME|NAME... (kubernetes etcd containerd runc coredns crictl helm helm3 kueue kube-router)"
 case ${1:-} in
   all) for n in $ALL; do build "$n"; done ;;
   path) echo "$(dir_of "${2:?path NAME}")/bin" ;;

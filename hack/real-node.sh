@@ -12,7 +12,11 @@
 # on port 53 of the node address) are machine-wide, so one real node runs on a machine at a
 # time (an flock on /run/tj-real-node.lock; /run/tj-real-node.owner names the cluster).
 #
-# Needs root and the packages of hack/install-deps.sh.
+# Needs root and the packages of hack/install-deps.sh. TJ_NETWORK_POLICY=kube-router also
+# enforces NetworkPolicies (hack/network-policy.sh); the bridge plugin alone does not.
+
+# shellcheck source=hack/network-policy.sh
+. "$REPO_ROOT/hack/network-policy.sh"
 
 REAL_NODE_LOCK=/run/tj-real-node.lock
 REAL_NODE_OWNER=/run/tj-real-node.owner
@@ -53,6 +57,7 @@ real_node_check() {
   have_all "$KUBE_BIN" kubelet kube-proxy ||
     die "no kubelet and kube-proxy in $KUBE_BIN: run hack/local-cluster.sh build"
   [ -n "$(node_ip)" ] || die "this machine has no global IPv4 address for the node"
+  network_policy_check
   local img
   for img in $("$REPO_ROOT/hack/images.sh" names); do
     CONTAINERS_CONF=${CONTAINERS_CONF:-$CACHE_ROOT/images/containers.conf} \
@@ -247,6 +252,7 @@ real_node_up() {
     --conntrack-max-per-core=0 --conntrack-tcp-timeout-established=0 \
     --conntrack-tcp-timeout-close-wait=0 --bind-address="$ip" \
     --metrics-bind-address="127.0.0.1:$port_pm" --healthz-bind-address="127.0.0.1:$port_ph"
+  network_policy_up
 }
 
 # Runs in the foreground until the cluster goes down (started by real_node_up): every second,
@@ -321,6 +327,7 @@ real_node_down() {
     while [ $SECONDS -lt $deadline ] && running_tasks | grep -q .; do sleep 0.5; done
   fi
   local name
+  network_policy_stop
   for name in kube-proxy kubelet node-feeder coredns; do stop_recorded "$name"; done
   # Containers that outlived the kubelet, then containerd and its shims.
   if [ -S "$RN_SOCK" ]; then
@@ -341,6 +348,7 @@ real_node_down() {
     "$KUBE_BIN/kube-proxy" --cleanup >/dev/null 2>&1 || true
   fi
   remove_chains
+  network_policy_remove_sets
   # Mounts under the node's directory (pod volumes, network namespaces, root file systems),
   # deepest first.
   local m

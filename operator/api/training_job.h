@@ -135,6 +135,11 @@ inline constexpr char kSuspended[] = "Suspended";
 // True while a Secret named <job>-rendezvous exists that the operator did not record making:
 // it is never deleted or replaced, and no pod is created until it is gone.
 inline constexpr char kRendezvousSecretConflict[] = "RendezvousSecretConflict";
+// True while the API server refuses to create the job's pods, with its message: reason
+// Forbidden (403: the namespace's Pod Security Admission level, a ResourceQuota, an admission
+// webhook) or Invalid (422: e.g. a privileged container where the cluster disallows them); the
+// create is retried with the queue's backoff. False (PodsCreated) once the pods are made.
+inline constexpr char kPodCreateRefused[] = "PodCreateRefused";
 }  // namespace condition
 
 struct Condition {

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <utility>
 
+#include "common/utf8.h"
 #include "operator/api/training_job.h"
 #include "operator/controller/gang_scheduling.h"
 #include "operator/controller/job_resources.h"
@@ -352,15 +353,20 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
   TJ_RETURN_IF_ERROR(gang::Prepare(*c, deps_.recorder, in.job, deps_.native_pod_groups, &d));
   if (Status applied = Apply(key, in.job, d); !applied.ok()) {
     std::optional<std::string> conflict;
+    std::optional<CreateRefusal> refusal;
     {
       MutexLock lock(conflicts_mu_);
-      auto it = secret_conflicts_.find(key);
-      if (it != secret_conflicts_.end()) {
+      if (auto it = secret_conflicts_.find(key); it != secret_conflicts_.end()) {
         conflict = std::move(it->second);
         secret_conflicts_.erase(it);
       }
+      if (auto it = create_refusals_.find(key); it != create_refusals_.end()) {
+        refusal = std::move(it->second);
+        create_refusals_.erase(it);
+      }
     }
     if (conflict) TJ_RETURN_IF_ERROR(WriteSecretConflict(key, in.job, *conflict));
+    if (refusal) TJ_RETURN_IF_ERROR(WriteCreateRefused(key, in.job, *refusal));
     return applied;
   }
   // The new status, or the kept one still unwritten.
@@ -470,6 +476,16 @@ Status Executor::WriteSecretConflict(const std::string& key, const json& job,
   return WriteStatus(key, job, st.ToJson());
 }
 
+Status Executor::WriteCreateRefused(const std::string& key, const json& job,
+                                    const CreateRefusal& refusal) {
+  api::TrainingJobStatus st = api::TrainingJobStatus::FromJson(job.value("status", json::object()));
+  if (!st.SetCondition(api::condition::kPodCreateRefused, true, refusal.reason, refusal.message,
+                       deps_.wall_clock())) {
+    return Status::Ok();  // already says so: the queue's backoff paces the retries
+  }
+  return WriteStatus(key, job, st.ToJson());
+}
+
 Status Executor::Create(const std::string& key, const json& job, const Action& a) {
   const api::ObjectRef ref = api::RefOf(job);
   if (a.resource.plural == kube::resources::kSecrets.plural) return CreateSecret(key, ref.ns, a);
@@ -502,6 +518,25 @@ Status Executor::Create(const std::string& key, const json& job, const Action& a
     deps_.recorder->RecordAsync(
         job, "Warning", "CreateFailed",
         "creating " + a.resource.plural + " " + a.name + ": " + r.error().message);
+  }
+  if ((r.error().code == 403 || kube::IsInvalid(r.error())) &&
+      a.resource.plural == kube::resources::kPods.plural) {
+    // The cluster refuses this pod as the template makes it (or refuses the operator): said
+    // in a condition, retried with the queue's backoff.
+    const bool forbidden = r.error().code == 403;
+    MutexLock lock(conflicts_mu_);
+    auto [it, first] = create_refusals_.try_emplace(key);
+    if (first || object_key < it->second.pod) {
+      it->second = {object_key, forbidden ? "Forbidden" : "Invalid",
+                    "the API server refused pod " + object_key + ": " +
+                        tj::Utf8Prefix(r.error().message, 512) +
+                        (forbidden ? " (the namespace's Pod Security Admission level, a "
+                                     "ResourceQuota, an admission webhook, or the operator's "
+                                     "RBAC there)"
+                                   : " (the pod template, as this cluster validates it)") +
+                        "; change the pod template or the namespace's policy; retried with "
+                        "backoff"};
+    }
   }
   return r.error().ToStatus().WithContext("creating " + a.resource.plural + " " + object_key);
 }

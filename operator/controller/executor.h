@@ -130,6 +130,15 @@ class Executor {
   // (nothing this pass decided holds: its pods were not created).
   Status WriteSecretConflict(const std::string& key, const nlohmann::json& job,
                              const std::string& message);
+  // A pod create the API server refused (403 or 422): the first refused pod by name (a
+  // batch's creates run concurrently; the same pod each pass keeps the condition's message
+  // steady), the condition's reason (Forbidden, Invalid) and message.
+  struct CreateRefusal {
+    std::string pod, reason, message;
+  };
+  // Sets the PodCreateRefused condition on the job's status as it was before this pass.
+  Status WriteCreateRefused(const std::string& key, const nlohmann::json& job,
+                            const CreateRefusal& refusal);
   Status CreateAll(const std::string& key, const nlohmann::json& job,
                    const std::vector<const Action*>& creates);
   Status WriteStatus(const std::string& key, const nlohmann::json& job,
@@ -157,6 +166,8 @@ class Executor {
   // Jobs whose pass found a rendezvous Secret it did not make: key -> the message.
   Mutex conflicts_mu_;
   std::map<std::string, std::string> secret_conflicts_ TJ_GUARDED_BY(conflicts_mu_);
+  // Jobs whose pass had a pod create refused: key -> the refusal.
+  std::map<std::string, CreateRefusal> create_refusals_ TJ_GUARDED_BY(conflicts_mu_);
   // The rendezvous Secrets this process made: job key -> the job's UID. One of them found again
   // (its pass's status write was lost: a pod create failed after it) is replaced, not refused.
   std::map<std::string, std::string> made_secrets_ TJ_GUARDED_BY(conflicts_mu_);

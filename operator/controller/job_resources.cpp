@@ -1,5 +1,6 @@
 #include "operator/controller/job_resources.h"
 
+#include <algorithm>
 #include <string>
 
 #include "common/sha256.h"
@@ -231,6 +232,24 @@ std::optional<int> StatusPortOf(const json& pod) {
   return ParsePort(arg.empty() ? LiteralEnv(c, kStatusPortEnv) : arg);
 }
 
+namespace {
+
+bool AsksForEscalation(const json& container_security_context) {
+  const json& csc = container_security_context;
+  if (auto p = csc.find("privileged"); p != csc.end() && p->is_boolean() && p->get<bool>()) {
+    return true;
+  }
+  auto caps = csc.find("capabilities");
+  if (caps == csc.end() || !caps->is_object()) return false;
+  auto add = caps->find("add");
+  if (add == caps->end() || !add->is_array()) return false;
+  return std::any_of(add->begin(), add->end(), [](const json& c) {
+    return c.is_string() && (c == "SYS_ADMIN" || c == "CAP_SYS_ADMIN");
+  });
+}
+
+}  // namespace
+
 void ApplySecurityDefaults(json& pod_spec) {
   // A field set to null is unset for the API server (which then applies its own default, e.g.
   // the service account's token), so it is unset here too.
@@ -253,7 +272,9 @@ void ApplySecurityDefaults(json& pod_spec) {
         c["securityContext"] = json::object();
       }
       json& csc = c["securityContext"];
-      set_default(csc, "allowPrivilegeEscalation", false);
+      // The API server refuses allowPrivilegeEscalation false beside privileged or an added
+      // CAP_SYS_ADMIN: such a container asked for escalation, so it gets no default here.
+      if (!AsksForEscalation(csc)) set_default(csc, "allowPrivilegeEscalation", false);
       set_default(csc, "capabilities", {{"drop", json::array({"ALL"})}});
     }
   }

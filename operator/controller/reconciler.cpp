@@ -526,7 +526,11 @@ Decision Pass::Run() {
   // The whole gang of this generation exists: it was created, whatever the status says (the
   // status of the pass that created it may never have been written: an operator that stopped
   // with it kept back, executor.h). A pod missing from now on is a failure, not a create.
-  if (census.missing.empty()) status_.created_generation = gang.generation;
+  if (census.missing.empty()) {
+    status_.created_generation = gang.generation;
+    status_.SetCondition(cond::kPodCreateRefused, false, "PodsCreated",
+                         "the API server accepted the job's pods", in_.now);
+  }
   if (SucceededOrWaitingForEvaluator(gang, census)) return Done();
   if (FailedOrRestarted(gang, census)) return Done();
   CreateMissing(gang, census);
@@ -785,6 +789,9 @@ void Pass::CreateMissing(const Gang& gang, const GangCensus& c) {
       names += (names.empty() ? "" : ", ") + PodName(ref_.name, t, i);
     }
     status_.created_generation = gen;
+    // Written only when every create of this pass was accepted.
+    status_.SetCondition(cond::kPodCreateRefused, false, "PodsCreated",
+                         "the API server accepted the job's pods", in_.now);
     Event("Normal", "CreatedPods",
           "created " + names + (gen > 0 ? " (restart " + std::to_string(gen) + ")" : ""));
   }

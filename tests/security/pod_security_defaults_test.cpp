@@ -40,6 +40,27 @@ TEST(PodSecurityDefaults, NonRootNoEscalationNoCapabilitiesForEveryContainer) {
   }
 }
 
+// The API server refuses allowPrivilegeEscalation false beside privileged true or an added
+// CAP_SYS_ADMIN ("cannot set allowPrivilegeEscalation to false and privileged to true"): such
+// a container gets no escalation default, so the pod is judged by the namespace's Pod Security
+// level instead of being invalid. Before, every privileged template made an invalid pod.
+TEST(PodSecurityDefaults, APrivilegedContainerGetsNoEscalationDefault) {
+  const json privileged = {
+      {"name", "trainer"}, {"image", "t"}, {"securityContext", {{"privileged", true}}}};
+  const json admin = {
+      {"name", "admin"},
+      {"image", "t"},
+      {"securityContext", {{"capabilities", {{"add", json::array({"CAP_SYS_ADMIN"})}}}}}};
+  const json plain = {
+      {"name", "plain"}, {"image", "t"}, {"securityContext", {{"privileged", false}}}};
+  json pod = TrainerPod({{"containers", json::array({privileged, admin, plain})}});
+  const json& cs = pod["spec"]["containers"];
+  EXPECT_FALSE(cs[0]["securityContext"].contains("allowPrivilegeEscalation")) << cs[0].dump();
+  EXPECT_EQ(cs[0]["securityContext"]["privileged"], true);
+  EXPECT_FALSE(cs[1]["securityContext"].contains("allowPrivilegeEscalation")) << cs[1].dump();
+  EXPECT_EQ(cs[2]["securityContext"]["allowPrivilegeEscalation"], false) << cs[2].dump();
+}
+
 TEST(PodSecurityDefaults, InitContainersGetTheContainerDefaults) {
   json pod = TrainerPod({{"initContainers", json::array({{{"name", "fetch"}, {"image", "f"}}})},
                          {"containers", json::array({{{"name", "trainer"}, {"image", "t"}}})}});

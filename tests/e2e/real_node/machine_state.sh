@@ -1,7 +1,8 @@
 # shellcheck shell=bash
 # What a real node may change on the machine, as text to compare before `up` and after `down`
 # (sourced by real_node_e2e.sh): processes of the node's programs, mounts, network links and
-# namespaces, iptables rules (without counters), kernel settings and the kubelet's cgroups.
+# namespaces, iptables rules (without counters), ipsets, kernel settings and the kubelet's
+# cgroups.
 #   machine_state            prints the state
 #   compare_machine_state    compares two of them (below)
 #   volatile_sysctls         prints the sysctl keys that change by themselves (two reads a
@@ -11,7 +12,7 @@ machine_state() (
   set +e +o pipefail
   echo "## processes"
   # shellcheck disable=SC2009  # the processes' names, not their ids (pgrep's answer)
-  ps -eo comm= | grep -xE 'kubelet|kube-proxy|containerd|containerd-shim.*|coredns|runc|catatonit' | sort
+  ps -eo comm= | grep -xE 'kubelet|kube-proxy|kube-router|containerd|containerd-shim.*|coredns|runc|catatonit' | sort
   echo "## mounts"
   findmnt -rn -o TARGET,FSTYPE | sort
   echo "## links"
@@ -23,6 +24,8 @@ machine_state() (
     echo "## $cmd"
     "$cmd-save" 2>/dev/null | grep -v '^#' | sed 's/\[[0-9]*:[0-9]*\]//' | sort
   done
+  echo "## ipsets"
+  ipset list -n 2>/dev/null | sort
   echo "## sysctl"
   sysctl -a 2>/dev/null | grep -vF -f <(volatile_sysctls_cached) | sort
   echo "## cgroups"

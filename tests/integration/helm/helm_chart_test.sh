@@ -210,8 +210,9 @@ lease_roles = [d for d in by_kind(default, "Role") if d["metadata"]["name"].ends
 check(len(lease_roles) == 1 and lease_roles[0]["metadata"]["namespace"] == "tj-system",
       "leader-election Role in the release namespace")
 check(len(by_kind(default, "Service")) == 1, "metrics Service")
-check(not by_kind(default, "ServiceMonitor") and not by_kind(default, "NetworkPolicy"),
-      "ServiceMonitor and NetworkPolicy off by default")
+check(not by_kind(default, "ServiceMonitor"), "ServiceMonitor off by default")
+check([d["metadata"]["namespace"] for d in by_kind(default, "NetworkPolicy")] == ["tj-system"],
+      "NetworkPolicy on by default, in the release namespace when every namespace is watched")
 
 # Per-namespace mode: nothing cluster-wide, a Role and RoleBinding per watched namespace.
 check(not operator_roles(full, "ClusterRole") and not by_kind(full, "ClusterRoleBinding"),
@@ -247,7 +248,20 @@ for ns in ("team-a",):
     check(any(d["metadata"].get("namespace") == ns for d in by_kind(full, "Role")), "Role in " + ns)
     check(any(d["metadata"].get("namespace") == ns for d in by_kind(full, "RoleBinding")),
           "RoleBinding in " + ns)
-    np = [d for d in by_kind(full, "NetworkPolicy") if d["metadata"]["namespace"] == ns]
+operator_pod = by_kind(default, "Deployment")[0]["spec"]["template"]["metadata"]["labels"]
+for docs, ns in ((default, "tj-system"), (full, "team-a")):
+    np = [d for d in by_kind(docs, "NetworkPolicy") if d["metadata"]["namespace"] == ns]
+    # Exactly the jobs' pods: every pod the operator makes carries tjo.dev/job-name.
+    check(len(np) == 1 and np[0]["spec"]["podSelector"] ==
+          {"matchExpressions": [{"key": "tjo.dev/job-name", "operator": "Exists"}]},
+          "NetworkPolicy in %s selects the pods labelled tjo.dev/job-name, and only those" % ns)
+    # The operator's own pods: its namespace by name, its pods by every selector label.
+    peers = np[0]["spec"]["ingress"][1]["from"] if np and len(np[0]["spec"]["ingress"]) == 2 else []
+    check(len(peers) == 1 and peers[0]["namespaceSelector"] ==
+          {"matchLabels": {"kubernetes.io/metadata.name": "tj-system"}} and
+          peers[0]["podSelector"]["matchLabels"].items() <= operator_pod.items() and
+          peers[0]["podSelector"]["matchLabels"],
+          "NetworkPolicy in %s admits the operator's pods of tj-system by their labels" % ns)
     check(len(np) == 1 and np[0]["spec"]["policyTypes"] == ["Ingress"], "NetworkPolicy in " + ns)
     ingress = np[0]["spec"]["ingress"] if np else []
     # Gloo, NCCL and the peer-health check listen on ports the kernel picks: every TCP port

@@ -9,6 +9,7 @@
 #   - the operator (its pod labels, in the release namespace): only the status ports;
 #   - a pod of the namespace without the job label, and a job's pod of another namespace:
 #     nothing.
+# The policy is the chart's default (networkPolicy.enabled is not set).
 # Usage: networkpolicy_ports_test.sh REPO_ROOT TJ_TRAINER. Exit 77 (ctest: skipped) without
 # Helm or the dataset, unless CI or TJ_REQUIRE_HELM is set.
 set -euo pipefail
@@ -108,7 +109,7 @@ pids=()
 [ $status -eq 0 ] || exit 1
 
 "$HELM" template tj-operator "$ROOT/helm/tj-operator" --namespace tj-system \
-  --set networkPolicy.enabled=true --set watchNamespaces='{team-a}' \
+  --set watchNamespaces='{team-a}' \
   --set networkPolicy.statusPort="$STATUS" --set networkPolicy.statusEndPort=$((STATUS + 2)) \
   >"$TMP/chart.yaml"
 

@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -216,6 +217,7 @@ class FakeClient : public testing::AcceptingClient {
   // pods (as while a namespace's ServiceAccount is not made yet).
   bool keep_created = false;
   bool refuse_pods = false;
+  int refuse_code = 403;  // Forbidden; 422: Invalid
 
   kube::Result<json> Get(const kube::Resource& r, const std::string&,
                          const std::string& name) override {
@@ -233,7 +235,9 @@ class FakeClient : public testing::AcceptingClient {
     const std::string key = r.plural + "/" + object["metadata"].value("name", "");
     std::lock_guard<std::mutex> lock(mu_);
     if (existing.contains(key)) return Error(409, "AlreadyExists", key + " exists");
-    if (refuse_pods && r.plural == "pods") return Error(403, "Forbidden", key + " refused");
+    if (refuse_pods && r.plural == "pods") {
+      return Error(refuse_code, refuse_code == 403 ? "Forbidden" : "Invalid", key + " refused");
+    }
     if (keep_created) existing[key] = object;
     created.push_back(key);
     created_objects.push_back(object);
@@ -273,6 +277,21 @@ class FakeClient : public testing::AcceptingClient {
 };
 
 // One pass of job ns/mnist (uid-new) with informer caches, as the operator runs it.
+// The message of the condition `type` of a written status, which must hold with `status` and
+// `reason` (a failure otherwise, and "").
+std::string ConditionMessage(const json& written, const char* type, const std::string& status,
+                             const std::string& reason) {
+  const api::TrainingJobStatus st = api::TrainingJobStatus::FromJson(written);
+  const api::Condition* c = st.Find(type);
+  if (c == nullptr) {
+    ADD_FAILURE() << "no condition " << type << " in " << written.dump();
+    return "";
+  }
+  EXPECT_EQ(c->status, status) << type;
+  EXPECT_EQ(c->reason, reason) << type;
+  return c->message;
+}
+
 class ExecutorPass : public ::testing::Test {
  protected:
   ExecutorPass() { jobs_.Upsert(TestJob("uid-new")); }
@@ -287,6 +306,7 @@ class ExecutorPass : public ::testing::Test {
       deps.random_key = [this] { return random_key_(); };
       deps.caches = OwnedObjectCaches{&jobs_, &pods_, &services_};
       deps.clock = &clock_;
+      deps.status_poller = poller_;
       deps.defer_status = StatusDeferral{[this](const std::string&) { return busy_; },
                                          [this](const std::string& key, milliseconds latest) {
                                            write_later_.emplace_back(key, latest);
@@ -325,6 +345,7 @@ class ExecutorPass : public ::testing::Test {
   std::function<std::string()> random_key_ = [] { return std::string("key"); };
   bool busy_ = false;  // whether other keys are queued or in flight
   std::vector<std::pair<std::string, milliseconds>> write_later_;
+  TrainerStatusPoller* poller_ = nullptr;  // the executor's, when a test sets it
   std::unique_ptr<Executor> executor_;
 };
 
@@ -396,14 +417,13 @@ TEST_F(ExecutorPass, NeverDeletesASecretItDidNotMakeAndNamesTheConflictInACondit
   EXPECT_TRUE(client_.CreatedPods().empty());
   EXPECT_EQ(client_.gets, 0) << "a Get: the operator may not read Secrets";
   ASSERT_EQ(client_.status_writes.size(), 1u);
-  api::TrainingJobStatus st = api::TrainingJobStatus::FromJson(client_.status_writes[0]);
-  const api::Condition* c = st.Find(api::condition::kRendezvousSecretConflict);
-  ASSERT_NE(c, nullptr);
-  EXPECT_EQ(c->status, "True");
-  EXPECT_EQ(c->reason, "SecretNotOwned");
-  EXPECT_NE(c->message.find("delete it and the operator makes it again with a new key"),
+  const std::string message =
+      ConditionMessage(client_.status_writes[0], api::condition::kRendezvousSecretConflict, "True",
+                       "SecretNotOwned");
+  EXPECT_NE(message.find("delete it and the operator makes it again with a new key"),
             std::string::npos)
-      << c->message;
+      << message;
+  api::TrainingJobStatus st = api::TrainingJobStatus::FromJson(client_.status_writes[0]);
   EXPECT_EQ(st.rendezvous_key_hash, "") << "the key of a Secret never made is not recorded";
 
   // A pass while it is still there: the same refusal, no second write of the same condition.
@@ -424,10 +444,8 @@ TEST_F(ExecutorPass, NeverDeletesASecretItDidNotMakeAndNamesTheConflictInACondit
   EXPECT_EQ(client_.CreatedPods().size(), 2u);
   st = api::TrainingJobStatus::FromJson(client_.status_writes.back());
   EXPECT_EQ(st.rendezvous_key_hash, KeyHash("key"));
-  c = st.Find(api::condition::kRendezvousSecretConflict);
-  ASSERT_NE(c, nullptr);
-  EXPECT_EQ(c->status, "False");
-  EXPECT_EQ(c->reason, "SecretCreated");
+  ConditionMessage(client_.status_writes.back(), api::condition::kRendezvousSecretConflict, "False",
+                   "SecretCreated");
 }
 
 // A pass that made the Secret and then failed (its pods refused) wrote no status: the next
@@ -449,6 +467,112 @@ TEST_F(ExecutorPass, ReplacesTheSecretItMadeWhenItsPassFailedBeforeTheStatus) {
   EXPECT_EQ(st.rendezvous_key_hash, KeyHash("key"));
   const api::Condition* c = st.Find(api::condition::kRendezvousSecretConflict);
   EXPECT_TRUE(c == nullptr || c->status != "True") << c->message;
+}
+
+// A namespace whose Pod Security Admission level (or a quota, a webhook) refuses the job's pods:
+// the refusal is the PodCreateRefused condition, with the API server's message, written once;
+// the pass fails (the queue's backoff paces the retries). Before, only an Event said so.
+TEST_F(ExecutorPass, APodCreateRefusedIsAConditionWrittenOnce) {
+  client_.refuse_pods = true;
+  auto r = Sync();
+  ASSERT_FALSE(r.ok()) << "the pods were refused";
+  EXPECT_TRUE(client_.CreatedPods().empty());
+  ASSERT_EQ(client_.status_writes.size(), 1u);
+  const std::string message = ConditionMessage(
+      client_.status_writes[0], api::condition::kPodCreateRefused, "True", "Forbidden");
+  EXPECT_NE(message.find("the API server refused pod ns/mnist-worker-0: pods/mnist-worker-0 "
+                         "refused (the namespace's Pod Security Admission level"),
+            std::string::npos)
+      << message;
+
+  // Refused again: the same condition, nothing written (no write, no watch event, no pass).
+  CacheTheCreatedObjects();  // the informers catch up (the Service)
+  json job = TestJob("uid-new");
+  job["status"] = client_.status_writes.back();
+  jobs_.Upsert(job);
+  r = Sync();
+  EXPECT_FALSE(r.ok());
+  EXPECT_EQ(client_.status_writes.size(), 1u);
+
+  // Accepted (the namespace's label changed): the pods are made and the condition turns False.
+  client_.refuse_pods = false;
+  r = Sync();
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(client_.CreatedPods().size(), 2u);
+  ConditionMessage(client_.status_writes.back(), api::condition::kPodCreateRefused, "False",
+                   "PodsCreated");
+}
+
+// A chief that accepts and never answers /status (behind a default-deny NetworkPolicy that
+// drops, a silent program) costs a pass nothing: the pass only reads the poller's last answer.
+// The answer, once it comes, requeues the job, and the next pass writes it as progress.
+TEST_F(ExecutorPass, APassNeverWaitsForAChiefThatDoesNotAnswer) {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool release = false;
+  int asked = 0;
+  std::vector<std::string> requeued;
+  auto poller = std::make_unique<TrainerStatusPoller>(
+      [&](const PodView&) -> std::optional<json> {
+        std::unique_lock<std::mutex> lock(mu);
+        ++asked;
+        cv.notify_all();
+        cv.wait(lock, [&] { return release; });
+        return json{{"epoch", 2}, {"step", 7}};
+      },
+      [&](const std::string& key) {
+        std::lock_guard<std::mutex> lock(mu);
+        requeued.push_back(key);
+        cv.notify_all();
+      },
+      4);
+  poller_ = poller.get();
+  ASSERT_TRUE(Sync().ok());
+  CacheTheCreatedObjects();
+  for (const json& created : client_.created_objects) {  // the kubelet starts them
+    if (created.value("kind", "") != "Pod") continue;
+    json pod = created;
+    pod["status"] = {{"phase", "Running"}, {"podIP", "10.0.0.5"}};
+    pods_.Upsert(pod);
+  }
+  auto pass = std::async(std::launch::async, [this] { return Sync(); });
+  const bool ended = pass.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    EXPECT_TRUE(cv.wait_for(lock, std::chrono::seconds(5), [&] { return asked > 0; }))
+        << "the chief was never asked";
+    release = true;
+  }
+  cv.notify_all();
+  ASSERT_TRUE(ended) << "the pass waited for the chief's /status";
+  ASSERT_TRUE(pass.get().ok());
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(5), [&] { return !requeued.empty(); }))
+        << "the answer did not requeue the job";
+    EXPECT_EQ(requeued.front(), "ns/mnist");
+  }
+  ASSERT_TRUE(Sync().ok());
+  ASSERT_FALSE(client_.status_writes.empty());
+  const json progress = client_.status_writes.back().value("progress", json::object());
+  EXPECT_EQ(progress.value("epoch", -1), 2) << client_.status_writes.back().dump();
+  executor_.reset();  // before the poller it points to
+  poller_ = nullptr;
+}
+
+// A pod the cluster's validation refuses (a privileged container where the API server does not
+// allow them: "disallowed by cluster policy") is said the same way, reason Invalid.
+TEST_F(ExecutorPass, AnInvalidPodIsAConditionToo) {
+  client_.refuse_pods = true;
+  client_.refuse_code = 422;
+  ASSERT_FALSE(Sync().ok());
+  ASSERT_EQ(client_.status_writes.size(), 1u);
+  const std::string message = ConditionMessage(
+      client_.status_writes[0], api::condition::kPodCreateRefused, "True", "Invalid");
+  EXPECT_NE(message.find("pods/mnist-worker-0 refused (the pod template, as this cluster "
+                         "validates it)"),
+            std::string::npos)
+      << message;
 }
 
 // Status writes give way to other work (StatusDeferral).
