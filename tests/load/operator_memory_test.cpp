@@ -222,6 +222,7 @@ TEST_F(OperatorMemory, LargestJobAndForeignPodsStayUnderTheChartLimit) {
   {
     std::atomic<int> next{0};
     std::vector<std::jthread> threads;
+    threads.reserve(8);
     for (int t = 0; t < 8; ++t) {
       threads.emplace_back([&] {
         for (int i = next++; i < kForeignPods + kForeignPodsBeside; i = next++) {

@@ -35,7 +35,9 @@ TEST(TrimPodForCache, KeepsWhatTheReconcilerReads) {
     EXPECT_EQ(pod["metadata"][k], full["metadata"][k]) << k;
   }
   for (const auto& [k, v] : full["metadata"]["labels"].items()) {
-    if (k.rfind("tjo.dev/", 0) == 0) EXPECT_EQ(pod["metadata"]["labels"][k], v) << k;
+    if (k.rfind("tjo.dev/", 0) == 0) {
+      EXPECT_EQ(pod["metadata"]["labels"][k], v) << k;
+    }
   }
   EXPECT_TRUE(IsOwnedBy(pod, job));
   EXPECT_EQ(StatusPortOf(pod), StatusPortOf(full));  // the status port stays
@@ -96,12 +98,13 @@ TEST(TemplateForView, GivesThePodsViewWithoutTheTemplate) {
                       {{"name", "OTHER"}, {"value", "x"}}}}}}),
       json::array({{{"name", "sidecar"}, {"args", {"--status-port", "1"}}},
                    {{"name", "tensorflow"}, {"args", {"--status-port", "9004"}}}}),
-      json::array({{{"name", "a"}}, {{"name", "b"}}}),  // no TF_CONFIG container
+      json::array({{{"name", "only"}, {"args", {"--status-port", "9005"}}}}),  // by being alone
   };
   for (const json& containers : containers_cases) {
     json job = TestJob();
     json& tmpl = job["spec"]["replicaSpecs"]["Worker"]["template"];
     tmpl["spec"]["containers"] = containers;
+    for (json& c : tmpl["spec"]["containers"]) c["image"] = "tj-trainer";
     tmpl["metadata"] = {{"labels", {{"team", "a"}, {"tjo.dev/job-name", "other"}}},
                         {"annotations", {{"big", std::string(1000, 'x')}}}};
     auto spec = api::ParseSpec(job["spec"]);
