@@ -4,7 +4,7 @@
 # works) with the same model, recipe and batch (64) on the same GPU, 12 epochs each; plus
 # tj-trainer --device cpu for the accuracy criterion. Writes RESULTS.md (RESULTS=path to
 # change where) with the GPU's name, the commands, times, images/s and test accuracies, and
-# the three criteria checked.
+# the three criteria (training time, speed against PyTorch eager, accuracy against the CPU run) checked.
 #   bash bench/train_gpu/run.sh
 # Environment: TRAINER (tj-trainer), DATA_DIR, TJ_LIBRARY_PATH (LD_LIBRARY_PATH for
 # tj-trainer only, e.g. the carried bundle's; PyTorch keeps its own), PYTHON, EPOCHS.

@@ -183,7 +183,7 @@ TEST(ResumeTest, TwoWorkersAndAnEvaluatorSurviveAKilledWorker) {
   SurviveAKilledWorker(40, 10, R"("backup_saved","epoch":2,"step":10)");
 }
 
-// The same at full size, as the issue states it: whole epochs (468 steps of 2 x 64 images),
+// The same at full size, as a user runs it: whole epochs (468 steps of 2 x 64 images),
 // backups every 100 optimizer steps (counted across epochs, as Keras counts them: in epoch 2
 // at steps 32, 132, 232, ...), the kill after the backup at step 132 of epoch 2.
 TEST(ResumeTest, FullEpochsTwoWorkersAndAnEvaluatorSurviveAKilledWorker) {
