@@ -208,8 +208,15 @@ Status Prepare(kube::Client& client, kube::EventRecorder* recorder, const json& 
     }
     const std::string n = kube::LabelOf(a.object, api::kLabelRestartCount);
     const int restart_count = n.empty() ? 0 : std::stoi(n);
-    if (MarkMember(*kind, PodGroupName(api::RefOf(job).name, restart_count), a.object)) {
-      gangs.insert(restart_count);
+    const std::string group = PodGroupName(api::RefOf(job).name, restart_count);
+    if (!MarkMember(*kind, group, a.object)) continue;
+    gangs.insert(restart_count);
+    if (a.build) {  // a pod built when sent (reconciler.h): marked as it is built
+      a.build = [build = std::move(a.build), k = *kind, group] {
+        json pod = build();
+        MarkMember(k, group, pod);
+        return pod;
+      };
     }
   }
   Status s = Status::Ok();

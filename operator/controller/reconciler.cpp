@@ -105,6 +105,14 @@ class Pass {
     a.kind = Action::Kind::kCreate;
     a.resource = kube::resources::kPods;
     a.name = NameOf(pod);
+    // The pod's identity for those who sort the actions before they are sent (the gang's
+    // PodGroup): its name and the two labels that place it. ObjectOf() builds the pod.
+    const json& labels = pod["metadata"]["labels"];
+    a.object = {{"metadata",
+                 {{"name", a.name},
+                  {"labels",
+                   {{api::kLabelReplicaType, labels.value(api::kLabelReplicaType, "")},
+                    {api::kLabelRestartCount, labels.value(api::kLabelRestartCount, "")}}}}}};
     a.build = std::move(build);
     d_.actions.push_back(std::move(a));
   }

@@ -63,7 +63,8 @@ struct Action {
   nlohmann::json object;    // kCreate, but of a pod
   // kCreate of a pod: builds it (BuildPod from the pass's parsed spec, shared, not copied).
   // Pods are built when sent, so that a job of many replicas never has all of its pods in
-  // memory at once; `object` stays null. ObjectOf() gives either.
+  // memory at once; `object` then holds only the pod's name and its replica-type and
+  // restart-count labels. ObjectOf() gives the object to send either way.
   std::function<nlohmann::json()> build;
   std::string event_type;  // kEvent: Normal | Warning
   std::string reason;      // kEvent

@@ -124,7 +124,10 @@ TEST_F(ForeignProgramE2E, TfJobManifestConvertedRunsToSucceeded) {
   const std::string notes =
       testing::Sh(std::string(TJ_BIN_DIR) + "/tj-operator convert -f " + file + " > " + converted +
                   " 2> " + file + ".notes; cat " + file + ".notes");
-  EXPECT_NE(notes.find("spec.runPolicy.schedulingPolicy dropped"), std::string::npos) << notes;
+  // TFJob's minAvailable counts the evaluator; a TrainingJob's gang is the chief and workers.
+  EXPECT_NE(notes.find("spec.runPolicy.schedulingPolicy.minAvailable 4 became 3"),
+            std::string::npos)
+      << notes;
   const std::string applied = testing::Kubectl(cluster_, "-n " + ns_ + " apply -f " + converted);
   ASSERT_NE(applied.find("trainingjob.tjo.dev/mnist-mwms created"), std::string::npos)
       << applied << notes;

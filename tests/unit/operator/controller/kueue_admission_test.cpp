@@ -495,7 +495,7 @@ TEST_F(GatePass, AnEvictedGangStopsLosslesslyWaitsUncountedAndResumesOnReadmissi
   for (const Action& a : d.actions) {
     if (a.kind != Action::Kind::kCreate || a.resource.plural != "pods") continue;
     ++created;
-    EXPECT_EQ(a.object["metadata"]["labels"][api::kLabelRestartCount], "1") << a.name;
+    EXPECT_EQ(ObjectOf(a)["metadata"]["labels"][api::kLabelRestartCount], "1") << a.name;
   }
   EXPECT_EQ(created, 3);
   ASSERT_TRUE(d.status.has_value());
