@@ -187,6 +187,35 @@ TEST(GangScheduling, RenderedPodsCarryWhatEachSchedulerReads) {
   }
 }
 
+// The reconciler's pod creates are built when sent (Action::build): Prepare reads their
+// placement labels without building them and marks each pod as it is built.
+TEST(GangScheduling, PrepareMarksThePodsTheReconcilerBuildsWhenSent) {
+  RecordingClient client;
+  Observed in;
+  in.job = JobWith();
+  in.new_rendezvous_key = "k";
+  Decision d = Reconcile(in);
+  ASSERT_TRUE(Prepare(client, nullptr, in.job, /*native_served=*/true, &d).ok());
+  ASSERT_EQ(client.created.size(), 1U);
+  EXPECT_EQ(client.created[0]["object"]["metadata"]["name"], "mnist-gang-0");
+  int members = 0, pods = 0;
+  for (const Action& a : d.actions) {
+    if (a.kind != Action::Kind::kCreate || a.resource.plural != "pods") continue;
+    ++pods;
+    ASSERT_TRUE(static_cast<bool>(a.build)) << a.name;
+    const json pod = ObjectOf(a);
+    EXPECT_EQ(pod["metadata"]["name"], a.name);
+    if (a.name == "mnist-evaluator-0") {
+      EXPECT_FALSE(pod["spec"].contains("schedulingGroup"));
+    } else {
+      EXPECT_EQ(pod["spec"]["schedulingGroup"]["podGroupName"], "mnist-gang-0") << a.name;
+      ++members;
+    }
+  }
+  EXPECT_EQ(pods, 4);
+  EXPECT_EQ(members, 3);
+}
+
 TEST(GangScheduling, PrepareCreatesTheGangsPodGroupAndMarksItsPods) {
   RecordingClient client;
   const json job = JobWith();
