@@ -290,6 +290,13 @@ NOT_EXERCISED = {
         "a Secret of the job's name whose key the job's status does not record is replaced "
         "(Executor::CreateSecret)",
 }
+# The gang's PodGroups (operator/controller/gang_scheduling.cpp): sent only where the cluster
+# serves Kubernetes' own (the GenericWorkload gate; gang_e2e_test) or a job names Volcano or
+# the coscheduling plugin, none of which this run's cluster has.
+for g in ("scheduling.k8s.io", "scheduling.volcano.sh", "scheduling.x-k8s.io"):
+    for v in ("create", "delete", "get", "list"):
+        NOT_EXERCISED[(g, "podgroups", v)] = (
+            "a gang's PodGroup, where the cluster schedules gangs (docs/gangs.md)")
 # The only requests the operator sends without a namespace: its informers' lists and watches.
 # Everything else names the job's namespace (or the Lease's).
 CLUSTER_WIDE = {(g, r, v) for g, r in (("tjo.dev", "trainingjobs"), ("", "pods"), ("", "services"))
