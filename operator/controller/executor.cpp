@@ -352,21 +352,7 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
   // The gang's PodGroup before its pods, which name it (gang_scheduling.h).
   TJ_RETURN_IF_ERROR(gang::Prepare(*c, deps_.recorder, in.job, deps_.native_pod_groups, &d));
   if (Status applied = Apply(key, in.job, d); !applied.ok()) {
-    std::optional<std::string> conflict;
-    std::optional<CreateRefusal> refusal;
-    {
-      MutexLock lock(conflicts_mu_);
-      if (auto it = secret_conflicts_.find(key); it != secret_conflicts_.end()) {
-        conflict = std::move(it->second);
-        secret_conflicts_.erase(it);
-      }
-      if (auto it = create_refusals_.find(key); it != create_refusals_.end()) {
-        refusal = std::move(it->second);
-        create_refusals_.erase(it);
-      }
-    }
-    if (conflict) TJ_RETURN_IF_ERROR(WriteSecretConflict(key, in.job, *conflict));
-    if (refusal) TJ_RETURN_IF_ERROR(WriteCreateRefused(key, in.job, *refusal));
+    TJ_RETURN_IF_ERROR(WritePassRefusals(key, in.job));
     return applied;
   }
   // The new status, or the kept one still unwritten.
@@ -465,24 +451,37 @@ Status Executor::CreateSecret(const std::string& key, const std::string& ns, con
   return Status::Error(message);
 }
 
-Status Executor::WriteSecretConflict(const std::string& key, const json& job,
-                                     const std::string& message) {
-  api::TrainingJobStatus st = api::TrainingJobStatus::FromJson(job.value("status", json::object()));
-  if (!st.SetCondition(api::condition::kRendezvousSecretConflict, true, "SecretNotOwned", message,
-                       deps_.wall_clock())) {
-    return Status::Ok();  // already says so
+Status Executor::WritePassRefusals(const std::string& key, const json& job) {
+  std::optional<std::string> conflict;
+  std::optional<CreateRefusal> refusal;
+  {
+    MutexLock lock(conflicts_mu_);
+    if (auto it = secret_conflicts_.find(key); it != secret_conflicts_.end()) {
+      conflict = std::move(it->second);
+      secret_conflicts_.erase(it);
+    }
+    if (auto it = create_refusals_.find(key); it != create_refusals_.end()) {
+      refusal = std::move(it->second);
+      create_refusals_.erase(it);
+    }
   }
-  if (deps_.recorder) deps_.recorder->RecordAsync(job, "Warning", "SecretNotOwned", message);
-  return WriteStatus(key, job, st.ToJson());
+  if (conflict) {
+    TJ_RETURN_IF_ERROR(WritePassRefused(key, job, api::condition::kRendezvousSecretConflict,
+                                        "SecretNotOwned", *conflict, /*event=*/true));
+  }
+  if (refusal) {
+    TJ_RETURN_IF_ERROR(WritePassRefused(key, job, api::condition::kPodCreateRefused,
+                                        refusal->reason, refusal->message, /*event=*/false));
+  }
+  return Status::Ok();
 }
 
-Status Executor::WriteCreateRefused(const std::string& key, const json& job,
-                                    const CreateRefusal& refusal) {
+Status Executor::WritePassRefused(const std::string& key, const json& job, const char* type,
+                                  const std::string& reason, const std::string& message,
+                                  bool event) {
   api::TrainingJobStatus st = api::TrainingJobStatus::FromJson(job.value("status", json::object()));
-  if (!st.SetCondition(api::condition::kPodCreateRefused, true, refusal.reason, refusal.message,
-                       deps_.wall_clock())) {
-    return Status::Ok();  // already says so: the queue's backoff paces the retries
-  }
+  if (!st.SetCondition(type, true, reason, message, deps_.wall_clock())) return Status::Ok();
+  if (event && deps_.recorder) deps_.recorder->RecordAsync(job, "Warning", reason, message);
   return WriteStatus(key, job, st.ToJson());
 }
 

@@ -126,19 +126,21 @@ class Executor {
   // read it to tell whose it is): an error naming the conflict, recorded for Sync, which writes
   // the RendezvousSecretConflict condition.
   Status CreateSecret(const std::string& key, const std::string& ns, const Action& a);
-  // Sets the RendezvousSecretConflict condition on the job's status as it was before this pass
-  // (nothing this pass decided holds: its pods were not created).
-  Status WriteSecretConflict(const std::string& key, const nlohmann::json& job,
-                             const std::string& message);
   // A pod create the API server refused (403 or 422): the first refused pod by name (a
   // batch's creates run concurrently; the same pod each pass keeps the condition's message
   // steady), the condition's reason (Forbidden, Invalid) and message.
   struct CreateRefusal {
     std::string pod, reason, message;
   };
-  // Sets the PodCreateRefused condition on the job's status as it was before this pass.
-  Status WriteCreateRefused(const std::string& key, const nlohmann::json& job,
-                            const CreateRefusal& refusal);
+  // After a pass that Apply failed: the conditions its refusals recorded (a Secret this job did
+  // not make, a pod create the API server refused), each through WritePassRefused.
+  Status WritePassRefusals(const std::string& key, const nlohmann::json& job);
+  // Sets condition `type` True (`reason`, `message`) on the job's status as it was before this
+  // pass (nothing this pass decided holds: its pods were not created) and writes it, with a
+  // Warning Event of `reason` when `event`; nothing when the condition already says so (the
+  // queue's backoff paces the retries).
+  Status WritePassRefused(const std::string& key, const nlohmann::json& job, const char* type,
+                          const std::string& reason, const std::string& message, bool event);
   Status CreateAll(const std::string& key, const nlohmann::json& job,
                    const std::vector<const Action*>& creates);
   Status WriteStatus(const std::string& key, const nlohmann::json& job,
