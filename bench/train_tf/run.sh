@@ -12,21 +12,31 @@
 # round by images/s, with TensorFlow / tj-trainer ratios of the medians.
 # Writes bench/train_tf/RESULTS.md.        bash bench/train_tf/run.sh [STEPS]
 # STEPS caps the steps per epoch (default 0: whole epochs, 937 steps of 64).
+# TRAINER: the tj-trainer to time; by default the one users run, copied out of the CPU image
+# (`make images`, bench/image_speed/copy-trainer.sh), else the host build build/bin/tj-trainer.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 STEPS=${1:-0}
 EPOCHS=${EPOCHS:-3}
 ROUNDS=${ROUNDS:-3}
-TRAINER=${TRAINER:-build/bin/tj-trainer}
 OUT=${OUT:-bench/train_tf/RESULTS.md}
-[ -x "$TRAINER" ] || { echo "build first: make build" >&2; exit 1; }
+VERSION=$(sed -n 's/^project([^ ]* VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
+IMAGE=localhost/tj-trainer-cpu:$VERSION
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+if [ -z "${TRAINER:-}" ] && bash bench/image_speed/copy-trainer.sh "$IMAGE" "$tmp/tj-trainer" 2>/dev/null; then
+  TRAINER=$tmp/tj-trainer
+  trainer_origin="the image's binary ($IMAGE, copied out with bench/image_speed/copy-trainer.sh)"
+else
+  TRAINER=${TRAINER:-build/bin/tj-trainer}
+  trainer_origin="$TRAINER"
+fi
+[ -x "$TRAINER" ] || { echo "build first: make build (or make images)" >&2; exit 1; }
 PY=$(bash hack/tensorflow.sh venv)
 KERAS_FIT=examples/tensorflow/keras_fit.py
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 tfc() { echo "{\"cluster\":{\"worker\":[\"localhost:$1\",\"localhost:$2\"]},\"task\":{\"type\":\"worker\",\"index\":$3}}"; }
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
 
 tj_one() { # ROUND
   $TRAINER --epochs "$EPOCHS" --steps-per-epoch "$STEPS" --batch-size 64 --threads 2 \
@@ -94,13 +104,14 @@ tf_version=$("$PY" -c 'import tensorflow, tf_keras; print(tensorflow.__version__
   echo "# TensorFlow as the yardstick: tj-trainer vs TensorFlow, same model and recipe"
   echo
   echo "- Machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; load average before: $load_before, after: $load_after"
+  echo "- tj-trainer: $trainer_origin"
   echo "- TensorFlow: $tf_version (tensorflow-cpu from PyPI, CPython $("$PY" -c 'import platform; print(platform.python_version())'))"
   echo "- Command: \`bash bench/train_tf/run.sh $STEPS\` (EPOCHS=$EPOCHS; steps per epoch: ${STEPS/#0/all}), $ROUNDS rounds, each in the order tj 1x2, TF 1x2, tj 2x1, TF 2x1; the median round of each"
   echo "  - tj-trainer 1x2: \`tj-trainer --epochs $EPOCHS --steps-per-epoch $STEPS --batch-size 64 --threads 2\`"
   echo "  - tj-trainer 2x1: two \`tj-trainer --epochs $EPOCHS --steps-per-epoch $STEPS --batch-size 32 --threads 1\` with TF_CONFIG on loopback"
   echo "  - TensorFlow 1x2: \`TF_USE_LEGACY_KERAS=1 python examples/tensorflow/keras_fit.py --epochs $EPOCHS --steps-per-epoch $STEPS --batch-size 64 --threads 2\`"
   echo "  - TensorFlow 2x1: two \`... keras_fit.py --epochs $EPOCHS --steps-per-epoch $STEPS --batch-size 32 --threads 1\` with TF_CONFIG (MultiWorkerMirroredStrategy)"
-  echo "- The machine was shared with other builds and tests while this ran (the load averages above, on 2 cores): absolute images/s are far below an idle machine's; compare the ratios of the medians of interleaved rounds."
+  echo "- Nothing else is meant to run beside the benchmark; the load averages above (on $(nproc) cores) say how quiet the machine was. The ratios of the medians of interleaved rounds are the result that holds on a busier machine too."
   echo "- Recipe: Fashion-MNIST (60,000 training images), the seeds' CNN, Adam 1e-3, global batch 64, $EPOCHS epochs; images/s of the last epoch; test accuracy on the 10,000 test images after the last epoch."
   echo
   echo "| trainer, shape | images/s, median (last epoch) | images/s, each round | test accuracy (median round) |"
