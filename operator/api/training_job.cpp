@@ -224,6 +224,10 @@ int32_t TrainingJobSpec::Replicas(ReplicaType t) const {
   return it == replica_specs.end() ? 0 : it->second.replicas;
 }
 
+ReplicaType TrainingJobSpec::ChiefType() const {
+  return Replicas(ReplicaType::kChief) > 0 ? ReplicaType::kChief : ReplicaType::kWorker;
+}
+
 StatusOr<TrainingJobSpec> ParseSpec(const json& spec) {
   TrainingJobSpec out;
   if (!spec.is_object()) return FieldError("spec", "required: an object with replicaSpecs");

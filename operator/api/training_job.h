@@ -110,6 +110,10 @@ struct TrainingJobSpec {
 
   // Number of replicas of `t` (0 when the type is absent).
   int32_t Replicas(ReplicaType t) const;
+  // The replica whose index 0 speaks for the job: its /status is the job's progress, its exit
+  // decides success under SuccessPolicy Chief. The Chief when the job has one, else Worker
+  // (TFJob's rule; pod 0 of that type is the chief in TF_CONFIG's sense too).
+  ReplicaType ChiefType() const;
 };
 
 // Parses `spec` (the object's .spec), applies defaults and validates. The error names the

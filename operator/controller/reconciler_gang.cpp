@@ -1,0 +1,280 @@
+// The gang: the chief and worker pods of one gang number (status.restartCount), sorted from the
+// stale ones and counted; the missing ones created once the previous gang is gone and the
+// restart backoff has passed; a failure failing the job or restarting the whole gang, charged as
+// spec.failurePolicy says. Part of the reconcile pass (reconciler_pass.h).
+#include <algorithm>
+#include <string>
+
+#include "common/backoff.h"
+#include "common/utf8.h"
+#include "operator/controller/job_resources.h"
+#include "operator/controller/reconciler_pass.h"
+#include "operator/controller/restart_cause.h"
+
+namespace tj::controller {
+namespace cond = api::condition;
+
+namespace reconcile {
+namespace {
+
+// The kubelet's message when a pod's securityContext says runAsNonRoot and the image's user is
+// root (or not numeric): the container never starts, and waiting does not help. "" otherwise.
+std::string RootImageMessage(const PodView& pod) {
+  for (const WaitingContainer& w : pod.waiting) {
+    if (w.reason == "CreateContainerConfigError" &&
+        w.message.find("runAsNonRoot") != std::string::npos) {
+      return Utf8Prefix(w.message, 512);
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+Pass::Gang Pass::SortPodsAndDeleteStale() {
+  Gang g;
+  g.number = status_.restart_count;
+  for (const PodView& p : pods_) {
+    const std::optional<ReplicaType> t = p.replica_type;
+    const int index = p.replica_index;
+    const bool in_spec = t && index >= 0 && index < spec_.Replicas(*t);
+    if (in_spec && *t == ReplicaType::kEvaluator && g.evaluator == nullptr) {
+      g.evaluator = &p;
+    } else if (!in_spec || *t == ReplicaType::kEvaluator || p.gang != g.number) {
+      g.stale.push_back(&p);  // outside the spec, a second evaluator, or of an earlier gang
+    } else {
+      g.current[{*t, index}] = &p;
+    }
+  }
+  for (const PodView* p : g.stale) DeletePod(*p);
+  return g;
+}
+
+Pass::GangCensus Pass::TakeCensus(const Gang& gang) const {
+  GangCensus c;
+  const ReplicaType chief_type = spec_.ChiefType();
+  for (ReplicaType t : {ReplicaType::kChief, ReplicaType::kWorker}) {
+    if (!spec_.replica_specs.contains(t)) continue;
+    const api::ReplicaSpec& rs = spec_.replica_specs.at(t);
+    for (int i = 0; i < rs.replicas; ++i) {
+      ++c.expected;
+      const std::string name = PodName(ref_.name, t, i);
+      auto it = gang.current.find({t, i});
+      if (it == gang.current.end()) {
+        if (status_.created_generation == gang.number) {
+          PodOutcome o;
+          o.failed = o.deleted = true;
+          o.cause = api::RestartCause::kDeleted;
+          c.failures.push_back({name, o, true, rs.restart_policy});
+        } else {
+          c.missing.emplace_back(t, i);
+        }
+        continue;
+      }
+      const PodView& pod = *it->second;
+      const std::string& phase = pod.phase;
+      if (pod.being_deleted || phase == "Failed") {
+        PodOutcome o = OutcomeOf(pod);
+        c.failures.push_back({name, o, IsRetryable(rs.restart_policy, o), rs.restart_policy});
+      } else if (phase == "Succeeded") {
+        ++c.running;
+        if (t == ReplicaType::kWorker) ++c.succeeded_workers;
+        if (t == chief_type && i == 0) {
+          c.chief_succeeded = true;
+          if (pod.trainer_terminated) c.chief_finished = pod.trainer_terminated->finished_at;
+        }
+      } else if (phase == "Running") {
+        ++c.running;
+      } else {
+        if (c.root_image.empty()) {
+          if (std::string m = RootImageMessage(pod); !m.empty()) c.root_image = name + ": " + m;
+        }
+        const std::optional<kube::WallTime>& created = pod.created;
+        if (created && (!c.earliest_pending || *created < *c.earliest_pending)) {
+          c.earliest_pending = created;
+          c.pending_pod = name;
+          c.pending_reason = pod.PendingReason();
+        }
+      }
+    }
+  }
+  return c;
+}
+
+void Pass::NoteWholeGangCreated(const Gang& gang, const GangCensus& census) {
+  // An operator that stopped with the creating pass's status kept back (executor.h) left the
+  // status behind the pods: they are the truth.
+  if (!census.missing.empty()) return;
+  status_.created_generation = gang.number;
+  NotePodsCreated();
+}
+
+void Pass::NotePodsCreated() {
+  // Written only when every create of the pass is accepted: the executor writes
+  // PodCreateRefused itself when one is not.
+  status_.SetCondition(cond::kPodCreateRefused, false, "PodsCreated",
+                       "the API server accepted the job's pods", observed_.now);
+}
+
+bool Pass::FailOrRestartGang(const Gang& gang, const GangCensus& census) {
+  // A failure that the pod's restart policy does not retry fails the job at once; peers that
+  // only lost a disrupted pod (exit 75 after it was evicted or deleted) share its cause.
+  const std::vector<Failure>& failures = census.failures;
+  const bool disrupted = std::any_of(failures.begin(), failures.end(), [](const Failure& f) {
+    return f.outcome.cause != api::RestartCause::kFailed;
+  });
+  for (const auto& f : failures) {
+    if (f.retryable || (disrupted && f.outcome.exit_code == 75)) continue;
+    Fail(f.policy == api::RestartPolicy::kNever ? "PodFailed" : "NonRetryableExitCode",
+         Describe(f.pod, f.outcome) + ", which restartPolicy " + api::ToString(f.policy) +
+             " does not retry");
+    return true;
+  }
+  if (failures.empty()) return false;
+  // The gang restarts: prefer the root cause over peers that only lost it (exit 75).
+  const Failure* cause = &failures.front();
+  for (const auto& f : failures) {
+    if (RootCauseRank(f.outcome.cause, f.outcome.exit_code == 75) <
+        RootCauseRank(cause->outcome.cause, cause->outcome.exit_code == 75)) {
+      cause = &f;
+    }
+  }
+  const std::string why = Describe(cause->pod, cause->outcome);
+  auto budget = ChargeGangRestart(cause->outcome.cause, why);
+  if (!budget) return true;  // the job has failed
+  RestartGang("restart " + std::to_string(status_.restart_count + 1) + " (" + *budget +
+                  "): " + why + "; restarting all chief and worker pods",
+              gang.current);
+  return true;
+}
+
+std::optional<std::string> Pass::ChargeGangRestart(api::RestartCause cause,
+                                                   const std::string& why) {
+  std::string rule;
+  const api::FailureAction action = spec_.failure_policy.ActionFor(cause, &rule);
+  const std::string name = api::ToString(cause);
+  const int limit = spec_.run_policy.backoff_limit;
+  int32_t& used = status_.restarts.backoff_limit_used;
+  if (action == api::FailureAction::kFailJob) {
+    Fail("FailurePolicy", why + "; cause " + name + ": " + rule + " fails the job");
+    return std::nullopt;
+  }
+  const bool counts = action == api::FailureAction::kRestartJob;
+  if (counts && used >= limit) {
+    Fail("BackoffLimitExceeded", why + "; the gang was restarted " +
+                                     std::to_string(status_.restart_count) + " times, " +
+                                     std::to_string(used) + " of them counted (backoffLimit " +
+                                     std::to_string(limit) + ")");
+    return std::nullopt;
+  }
+  status_.restarts.by_cause[name] += 1;
+  if (!counts) return name + ", not counted against backoffLimit " + std::to_string(limit);
+  used += 1;
+  return name + ", " + std::to_string(used) + " of backoffLimit " + std::to_string(limit);
+}
+
+void Pass::RestartGang(const std::string& message, const GangPods& current) {
+  status_.restart_count += 1;
+  status_.created_generation = -1;
+  status_.SetCondition(cond::kRestarting, true, "GangRestart", message, observed_.now);
+  status_.SetCondition(cond::kRunning, false, "GangRestart", message, observed_.now);
+  Event("Warning", "GangRestart", message);
+  decision_.job_restarted = true;
+  for (const auto& [replica, pod] : current) DeletePod(*pod);
+  RequeueAfter(std::chrono::seconds(1));
+  CopyProgress();
+}
+
+void Pass::CreateMissingPods(const Gang& gang, const GangCensus& census) {
+  if (census.missing.empty()) return;
+  const int number = gang.number;
+  const bool old_gang_left =
+      std::any_of(gang.stale.begin(), gang.stale.end(),
+                  [](const PodView* p) { return p->replica_type != ReplicaType::kEvaluator; });
+  std::optional<kube::WallTime> ready_at;
+  const api::Condition* restarting = status_.Find(cond::kRestarting);
+  if (number > 0 && restarting != nullptr && restarting->status == "True") {
+    // lastUpdateTime: restarts in a row keep the condition True but change its message.
+    auto since =
+        kube::ParseTime(restarting->last_update_time.empty() ? restarting->last_transition_time
+                                                             : restarting->last_update_time);
+    if (since) ready_at = *since + RestartBackoff(number - 1);
+  }
+  if (old_gang_left) {
+    RequeueAfter(std::chrono::seconds(1));  // deletions also trigger a pass
+  } else if (ready_at && observed_.now < *ready_at) {
+    RequeueAt(*ready_at);
+  } else {
+    std::string names;
+    for (const auto& [t, i] : census.missing) {
+      CreatePod(t, i, number);
+      names += (names.empty() ? "" : ", ") + PodName(ref_.name, t, i);
+    }
+    status_.created_generation = number;
+    NotePodsCreated();
+    Event("Normal", "CreatedPods",
+          "created " + names + (number > 0 ? " (restart " + std::to_string(number) + ")" : ""));
+  }
+}
+
+std::chrono::milliseconds Pass::RestartBackoff(int doublings) const {
+  return std::chrono::duration_cast<milliseconds>(ExponentialDelay(
+      options_.restart_backoff_base, options_.restart_backoff_max, 2.0, std::max(doublings, 0)));
+}
+
+}  // namespace reconcile
+
+PodOutcome OutcomeOf(const PodView& pod) {
+  PodOutcome o;
+  o.cause = ClassifyRestartCause(pod);
+  o.failed = pod.phase == "Failed" || pod.being_deleted;
+  // A disruption (DisruptionTarget, else the status reason of one): not the trainer's doing.
+  o.deleted = pod.being_deleted || !pod.disruption.empty() || pod.reason == "Evicted" ||
+              pod.reason == "Preempting" || pod.reason == "Shutdown";
+  o.reason = pod.reason;
+  if (pod.trainer_terminated) {
+    o.exit_code = pod.trainer_terminated->exit_code;
+    if (o.reason.empty()) o.reason = pod.trainer_terminated->reason;
+  }
+  return o;
+}
+
+bool IsRetryable(api::RestartPolicy policy, const PodOutcome& o) {
+  if (o.deleted) return true;  // not the trainer's fault: restart under every policy
+  switch (policy) {
+    case api::RestartPolicy::kNever:
+      return false;
+    case api::RestartPolicy::kOnFailure:
+    case api::RestartPolicy::kAlways:
+      return true;
+    case api::RestartPolicy::kExitCode:
+      // Signals (128+n), the trainer's "peer lost" (75); no exit code: the node lost it.
+      return !o.exit_code || *o.exit_code >= 128 || *o.exit_code == 75;
+  }
+  return false;
+}
+
+std::string Describe(const std::string& pod, const PodOutcome& o) {
+  // How a pod that did not end on its own went: its cause's word (DisruptionTarget's reason).
+  const std::string gone = o.cause == api::RestartCause::kEvicted     ? "evicted"
+                           : o.cause == api::RestartCause::kPreempted ? "preempted"
+                                                                      : "deleted";
+  if (o.reason == "Evicted") return "pod " + pod + " was evicted";
+  if (o.deleted && !o.exit_code) return "pod " + pod + " was " + gone;
+  std::string s = "pod " + pod;
+  if (o.exit_code) {
+    s += " exited with code " + std::to_string(*o.exit_code);
+    if (*o.exit_code > 128) s += " (signal " + std::to_string(*o.exit_code - 128) + ")";
+    // The trainer exits 75 when it lost a peer, and after stopping on its pod's SIGTERM.
+    if (*o.exit_code == 75) s += o.deleted ? " (stopped on SIGTERM)" : " (peer lost)";
+  } else {
+    s += " failed";
+  }
+  if (!o.reason.empty() && o.reason != "Error" && o.reason != "Completed") {
+    s += " (" + o.reason + ")";
+  }
+  if (o.deleted) s += " and was " + gone;
+  return s;
+}
+
+}  // namespace tj::controller

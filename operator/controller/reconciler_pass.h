@@ -1,0 +1,199 @@
+// One reconcile pass of one TrainingJob: the rules of reconciler.h, as one class whose members
+// live in one file per family of rules. Internal to the reconciler (reconciler*.cpp); everyone
+// else calls Reconcile().
+//
+//   reconciler.cpp                  Reconcile(), Pass::Run (the rules in the order they apply:
+//                                   the table of contents), the actions a pass emits
+//   reconciler_job.cpp              the job's life: spec, Created, suspend, deadlines, Running,
+//                                   Succeeded, Failed, cleanPodPolicy and TTL once finished
+//   reconciler_gang.cpp             the gang: its pods sorted and counted, missing ones created,
+//                                   a failure charged to the failure policy, a gang restart
+//   reconciler_rendezvous_key.cpp   the rendezvous Secret and the key the pods hold
+//   reconciler_evaluator.cpp        the evaluator: supervised alone, its final evaluation awaited
+//   reconciler_progress.cpp         status.progress, status.evaluation, replicaStatuses
+//
+// Steps that act are named as verbs (SuspendOrResume, FailOrRestartGang); a step that returns
+// true has decided the pass, and Run ends it.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "operator/api/training_job.h"
+#include "operator/controller/pod_view.h"
+#include "operator/controller/reconciler.h"
+#include "operator/kube/resource.h"
+#include "operator/kube/time_format.h"
+
+namespace tj::controller::reconcile {
+
+class Pass {
+ public:
+  Pass(const Observed& observed, const ReconcilerOptions& options);
+
+  Decision Run();
+
+ private:
+  using ReplicaType = api::ReplicaType;
+  using milliseconds = std::chrono::milliseconds;
+  using json = nlohmann::json;
+
+  // The chief and worker pods of one gang, by replica (pointing into pods_).
+  using GangPods = std::map<std::pair<ReplicaType, int>, const PodView*>;
+  // The job's pods, sorted by SortPodsAndDeleteStale.
+  struct Gang {
+    int number = 0;                     // the gang number: status.restartCount
+    GangPods current;                   // chief and workers of this gang
+    std::vector<const PodView*> stale;  // earlier gangs, removed replicas
+    const PodView* evaluator = nullptr;
+  };
+  struct Failure {
+    std::string pod;
+    PodOutcome outcome;
+    bool retryable;
+    api::RestartPolicy policy;
+  };
+  // How the chief and worker pods of the gang stand.
+  struct GangCensus {
+    std::vector<Failure> failures;
+    std::vector<std::pair<ReplicaType, int>> missing;  // never created in this gang
+    int running = 0, expected = 0, succeeded_workers = 0;
+    bool chief_succeeded = false;
+    std::optional<kube::WallTime> chief_finished;
+    std::optional<kube::WallTime> earliest_pending;
+    std::string root_image;  // "<pod>: <the kubelet's message>" of a pod whose image runs as root
+    std::string pending_pod, pending_reason;
+  };
+
+  // --- The actions of the pass, and its end (reconciler.cpp) ---
+  void Event(const std::string& type, const std::string& reason, const std::string& message);
+  void Create(const kube::Resource& resource, json object);
+  // The action builds the pod when it is sent (Action::build): a pass of a job of many
+  // replicas holds none of them.
+  void CreatePod(ReplicaType type, int index, int gang);
+  void DeletePod(const PodView& pod);
+  void RequeueAfter(milliseconds delay);
+  void RequeueAt(kube::WallTime time);
+  // spec_ with each template reduced to what a pod's view reads (TemplateForView); made when
+  // the pass first creates a pod.
+  const api::TrainingJobSpec& ViewSpec();
+  // The decision as it stands: every condition stamped with the generation this pass read,
+  // the status when it changed, the actions.
+  Decision End();
+  // replicaStatuses counted (CountReplicas), then End().
+  Decision EndCountingReplicas();
+
+  // --- The job's life (reconciler_job.cpp) ---
+  // The spec parsed and validated; false when it is invalid: the job has failed (InvalidSpec)
+  // and its pods go.
+  bool ParseSpecOrFail();
+  void MarkCreated();
+  // Suspend: no pods; resume starts afresh (new start time, a fresh gang). True: suspended.
+  bool SuspendOrResume();
+  bool FailPastActiveDeadline();
+  // Success: the chief (else worker 0) exited 0, or every worker under AllWorkers; once the
+  // evaluator's final evaluation is in (AwaitFinalEvaluation).
+  bool SucceedOnceTrained(const Gang& gang, const GangCensus& census);
+  // Running once every chief and worker pod runs; until then the startup deadline, and an
+  // image that can never start (ImageRunsAsRoot), fail the job.
+  bool MarkRunningOrFailStartup(const GangCensus& census);
+  // The job's Failed condition and Warning Event; no cleanup (ParseSpecOrFail deletes every
+  // pod itself: without a spec there is no cleanPodPolicy to read).
+  void MarkFailed(const std::string& reason, const std::string& message);
+  // MarkFailed, then CleanUp.
+  void Fail(const std::string& reason, const std::string& message);
+  // The Succeeded condition and Event, then CleanUp.
+  void Succeed(const std::string& message);
+  // What a finished job's spec asks: cleanPodPolicy's deletes, the TTL's job delete (or a
+  // requeue for it).
+  void CleanUp();
+
+  // --- The gang (reconciler_gang.cpp) ---
+  // The current gang, the stale pods (earlier gangs, removed replicas, a second evaluator),
+  // the evaluator; deletes the stale ones.
+  Gang SortPodsAndDeleteStale();
+  GangCensus TakeCensus(const Gang& gang) const;
+  // The whole gang exists: it was created, whatever the status says (the status of the pass
+  // that created it may never have been written). A pod missing from now on is a failure.
+  void NoteWholeGangCreated(const Gang& gang, const GangCensus& census);
+  // PodCreateRefused=False: the API server accepted every pod create of the gang.
+  void NotePodsCreated();
+  // A failure the restart policy does not retry fails the job; a retryable one restarts the
+  // gang, charged as the failure policy says. True: the pass has decided.
+  bool FailOrRestartGang(const Gang& gang, const GangCensus& census);
+  // Charges a gang restart of `cause` (described by `why`) as spec.failurePolicy says: counts
+  // it by cause and, when it counts, against backoffLimit. Returns how it was charged, for
+  // the GangRestart message; nullopt after failing the job (the rule says FailJob, or the
+  // budget is spent).
+  std::optional<std::string> ChargeGangRestart(api::RestartCause cause, const std::string& why);
+  // Starts gang status.restartCount + 1: deletes the `current` gang, says why (`message`).
+  void RestartGang(const std::string& message, const GangPods& current);
+  // After the previous gang is gone and the restart backoff has passed.
+  void CreateMissingPods(const Gang& gang, const GangCensus& census);
+  // restart_backoff_base doubled `doublings` times, at most restart_backoff_max.
+  milliseconds RestartBackoff(int doublings) const;
+
+  // --- The rendezvous key (reconciler_rendezvous_key.cpp) ---
+  // The rendezvous Secret: created (with the observed new key, its hash recorded in
+  // status.rendezvousKeyHash) when the operator has made none yet (by the status, else by the
+  // pods' hashes: HashThePodsAgreeOn), or when a pod reports it missing (SecretMissingPod).
+  // Sets key_hash_.
+  void EnsureSecret();
+  // A pod of the job the kubelet cannot start because the rendezvous Secret is not found: its
+  // name, else "".
+  std::string SecretMissingPod() const;
+  // The key hash that every pod of the job with one carries; "" when none has one or they
+  // differ.
+  std::string HashThePodsAgreeOn() const;
+  // A chief or worker pod still running (or about to) with another key than the Secret's:
+  // its name, else "". Pods without a hash (made by an older operator) are not judged, nor is
+  // a gang of which a member has succeeded (it has trained).
+  std::string PodWithAnotherKey(const GangPods& current) const;
+  // A new key (the Secret was deleted and made again): the whole gang starts again.
+  bool RestartForANewKey(const Gang& gang);
+
+  // --- The evaluator (reconciler_evaluator.cpp) ---
+  // Created when missing, restarted alone when its restart policy says, with its own backoff
+  // and its own share of backoffLimit.
+  void SuperviseEvaluator(const Gang& gang);
+  enum class FinalEvaluation { kNotAwaited, kAwaiting, kGraceExpired };
+  // Training has succeeded: whether the job still waits (bounded by evaluator_grace) for the
+  // running evaluator's final evaluation, so that cleanup never kills it.
+  FinalEvaluation AwaitFinalEvaluation(const Gang& gang, const GangCensus& census);
+
+  // --- Progress (reconciler_progress.cpp) ---
+  // status.progress from the chief's /status, status.evaluation from the evaluator's.
+  void CopyProgress();
+  // An empty status.progress says why in the Running condition, once the chief has been
+  // silent for long enough.
+  void NoteMissingStatus(bool chief_answered);
+  // status.replicaStatuses of the current gang and the evaluator.
+  void CountReplicas();
+
+  const Observed& observed_;
+  const ReconcilerOptions& options_;
+  api::ObjectRef ref_;
+  // The spec, parsed once per pass and shared (not copied) with the pod actions' builders.
+  std::shared_ptr<api::TrainingJobSpec> spec_holder_ = std::make_shared<api::TrainingJobSpec>();
+  api::TrainingJobSpec& spec_ = *spec_holder_;
+  // What BuildPod reads of the job (OwnerReference, RefOf): not its templates.
+  std::shared_ptr<const json> job_identity_;
+  std::unique_ptr<api::TrainingJobSpec> view_spec_;  // ViewSpec()
+  api::TrainingJobStatus status_;
+  json original_status_;
+  std::vector<PodView> pods_;          // the job's own pods
+  std::vector<PodView> created_pods_;  // by this pass: Pending, so active in replicaStatuses
+  std::string key_hash_;               // of the rendezvous Secret's key, set by EnsureSecret
+  Decision decision_;
+};
+
+// How long from now until `t` (at least 1 ms: a requeue of 0 is no requeue).
+std::chrono::milliseconds Until(kube::WallTime now, kube::WallTime t);
+
+}  // namespace tj::controller::reconcile
