@@ -330,7 +330,7 @@ json BuildPod(const json& job, const api::TrainingJobSpec& spec, api::ReplicaTyp
     // it as written (a strict argument parser must not meet a flag it does not know).
     if (!HasEnv(c, kStatusPortEnv) && StatusPortArg(c).empty()) {
       // One port per replica (its place in TF_CONFIG's cluster): a real cluster gives every
-      // pod its own network namespace, the local cluster's pods share the host's.
+      // pod its own network namespace, the process node's pods share the host's.
       int ordinal = index;
       if (type != api::ReplicaType::kChief) ordinal += spec.Replicas(api::ReplicaType::kChief);
       if (type == api::ReplicaType::kEvaluator) ordinal += spec.Replicas(api::ReplicaType::kWorker);

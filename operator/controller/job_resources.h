@@ -13,7 +13,7 @@ namespace tj::controller {
 // The /status port the operator asks for: env TJ_STATUS_PORT=<8470 + n> on the container that
 // gets TF_CONFIG, unless its template already sets TJ_STATUS_PORT or passes tj-trainer's
 // --status-port; n is the replica's place in TF_CONFIG's cluster (chief, workers, evaluator),
-// so pods that share a network namespace (the local cluster) do not collide. The operator
+// so pods that share a network namespace (on the process node) do not collide. The operator
 // never adds arguments: a program's command and args reach it as written.
 inline constexpr int kDefaultStatusPort = 8470;
 inline constexpr char kStatusPortEnv[] = "TJ_STATUS_PORT";

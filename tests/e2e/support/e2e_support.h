@@ -1,6 +1,6 @@
 // Shared fixture of the end-to-end tests (tests/e2e/operator, tests/e2e/fault, ...): the local
 // cluster (hack/local-cluster.sh; its real node under ctest, so pods are containers of our
-// images, or with TJ_NODE=process tj-local-node, so pods are tj-trainer processes),
+// images, or with TJ_NODE=process tj-process-node, so pods are tj-trainer processes),
 // the example TrainingJob scaled down, a tj-operator process per test, and what a test reads
 // back: the job, its pods, pod logs, the final weights digest, the trainer processes of a pod.
 // Each test gets its own namespace and its own operator (--namespace).

@@ -1,4 +1,4 @@
-#include "localcluster/node_agent.h"
+#include "processnode/node_agent.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -9,13 +9,13 @@
 #include <fstream>
 #include <set>
 
-#include "localcluster/pod_worker.h"
-#include "localcluster/process.h"
 #include "operator/kube/config.h"
 #include "operator/kube/object_meta.h"
 #include "operator/kube/time_format.h"
+#include "processnode/pod_worker.h"
+#include "processnode/process.h"
 
-namespace tj::localnode {
+namespace tj::processnode {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -82,7 +82,7 @@ json NodeAgent::NodeObject() const {
             {"allocatable", capacity},
             {"conditions",
              json::array(
-                 {cond("Ready", "True", "KubeletReady", "tj-local-node is posting ready status"),
+                 {cond("Ready", "True", "KubeletReady", "tj-process-node is posting ready status"),
                   cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "ok"),
                   cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "ok"),
                   cond("PIDPressure", "False", "KubeletHasSufficientPID", "ok")})},
@@ -93,7 +93,7 @@ json NodeAgent::NodeObject() const {
               {"systemUUID", ""},
               {"bootID", ""},
               {"kernelVersion", ""},
-              {"osImage", "tj-local-node"},
+              {"osImage", "tj-process-node"},
               {"containerRuntimeVersion", "tj-local://0.1"},
               {"kubeletVersion", options_.kubelet_version},
               {"kubeProxyVersion", options_.kubelet_version},
@@ -184,7 +184,7 @@ void NodeAgent::LoadPodStates() {
     json state = json::parse(in, nullptr, /*allow_exceptions=*/false);
     if (!state.is_object() || state.value("uid", "") != entry.path().filename().string()) {
       log_->Warn("ignoring " + file.string() +
-                 ": not a pod state written by tj-local-node (remove it if it is stale)");
+                 ": not a pod state written by tj-process-node (remove it if it is stale)");
       continue;
     }
     found[state.value("uid", "")] = state;
@@ -316,7 +316,7 @@ void NodeAgent::ProvisionClaim(const json& pvc) {
              {"metadata",
               {{"name", pv_name},
                {"labels", {{"tjo.dev/local-node", options_.node_name}}},
-               {"annotations", {{"pv.kubernetes.io/provisioned-by", "tj-local-node"}}}}},
+               {"annotations", {{"pv.kubernetes.io/provisioned-by", "tj-process-node"}}}}},
              {"spec",
               {{"capacity", {{"storage", storage}}},
                {"accessModes", modes},
@@ -415,4 +415,4 @@ Status NodeAgent::Run(const std::stop_token& stop) {
   return Status::Ok();
 }
 
-}  // namespace tj::localnode
+}  // namespace tj::processnode

@@ -4,12 +4,12 @@
 #include <fstream>
 #include <thread>
 
-#include "localcluster/node_agent.h"
-#include "localcluster/pod_worker.h"
-#include "localcluster/service_account.h"
 #include "operator/kube/config.h"
+#include "processnode/node_agent.h"
+#include "processnode/pod_worker.h"
+#include "processnode/service_account.h"
 
-namespace tj::localnode {
+namespace tj::processnode {
 
 namespace fs = std::filesystem;
 namespace res = kube::resources;
@@ -137,7 +137,7 @@ Status PodWorker::WriteProjection(const std::string& dir, const json& source) {
     for (const auto& item : source["downwardAPI"].value("items", json::array())) {
       if (!item.contains("fieldRef")) {
         return Status::Error("downwardAPI item " + item.value("path", "") +
-                             ": only fieldRef is supported by the local node");
+                             ": only fieldRef is supported by the process node");
       }
       auto value = PodFieldValue(pod_, item["fieldRef"].value("fieldPath", ""), ip_,
                                  ctx_.options->node_name);
@@ -185,4 +185,4 @@ void PodWorker::RefreshTokens() {
   }
 }
 
-}  // namespace tj::localnode
+}  // namespace tj::processnode

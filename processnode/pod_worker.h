@@ -1,4 +1,4 @@
-// The pod worker of the local node (node_agent.h): one thread per pod that prepares its
+// The pod worker of the process node (node_agent.h): one thread per pod that prepares its
 // volumes (pod_volumes.cpp), runs its containers as supervised processes (process.h), probes
 // them (probe.h) and reports their states to the API server.
 #pragma once
@@ -18,13 +18,13 @@
 #include "common/event_log.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
-#include "localcluster/node_agent.h"
-#include "localcluster/pod_spec.h"
-#include "localcluster/probe.h"
-#include "localcluster/process.h"
 #include "operator/kube/client.h"
+#include "processnode/node_agent.h"
+#include "processnode/pod_spec.h"
+#include "processnode/probe.h"
+#include "processnode/process.h"
 
-namespace tj::localnode {
+namespace tj::processnode {
 
 // What a pod worker uses of its node agent, and nothing more. Everything it points to
 // outlives the worker.
@@ -162,4 +162,4 @@ class PodWorker {
   std::jthread thread_;
 };
 
-}  // namespace tj::localnode
+}  // namespace tj::processnode

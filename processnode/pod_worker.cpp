@@ -1,4 +1,4 @@
-#include "localcluster/pod_worker.h"
+#include "processnode/pod_worker.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -7,12 +7,12 @@
 #include <filesystem>
 #include <fstream>
 
-#include "localcluster/node_agent.h"
-#include "localcluster/service_account.h"
 #include "operator/kube/config.h"
 #include "operator/kube/time_format.h"
+#include "processnode/node_agent.h"
+#include "processnode/service_account.h"
 
-namespace tj::localnode {
+namespace tj::processnode {
 
 namespace fs = std::filesystem;
 namespace res = kube::resources;
@@ -167,7 +167,7 @@ Status PodWorker::Prepare() {
     const bool only_service_account = c.process.binds.size() == 1 && MountsServiceAccount(c.spec);
     if (!c.process.binds.empty() && !c.process.mount_namespace) {
       if (!only_service_account)
-        Warn("volume mounts need a mount namespace (run tj-local-node as root); container " +
+        Warn("volume mounts need a mount namespace (run tj-process-node as root); container " +
              cname + " sees the volumes only through $TJ_VOLUME_<NAME>");
       for (const auto& m : c.spec.value("volumeMounts", json::array())) {
         std::string var = m.value("name", "");
@@ -504,4 +504,4 @@ void PodWorker::Finish() {
   for (const auto& p : created_mount_points_) fs::remove(p, ec);  // only when empty
 }
 
-}  // namespace tj::localnode
+}  // namespace tj::processnode
