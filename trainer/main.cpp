@@ -195,5 +195,5 @@ int main(int argc, char** argv) {
   // on, backed up; the process exits with the retryable code, so the gang resumes there.
   static tj::train::StopRequest stop(tj::train::kExitPeerLost);
   stop.HandleTerminationSignals();
-  return tj::train::RunTrainer(o, &stop);
+  return tj::train::RunTrainerProgram(o, &stop);
 }

@@ -523,7 +523,7 @@ nlohmann::json TrainingFingerprint(const Options& options, int replicas,
           {"dataset_sha256", dataset.digest}};
 }
 
-TrainingOutcome RunTraining(const TrainingContext& context) {
+TrainingOutcome RunTrainingLoop(const TrainingContext& context) {
   Trainer trainer(context);
   return trainer.Run();
 }
