@@ -82,7 +82,7 @@ int ConnectCollective(const Options& o, const std::optional<cluster::TfConfig>& 
   collective::GlooOptions go;
   go.config = *tf_config;
   go.rendezvous_key = o.rendezvous_key;
-  go.gang = o.restart_count;
+  go.gang = o.gang;
   go.rendezvous_bind_host = cluster::PodListenAddress();
   go.rendezvous_timeout = o.rendezvous_timeout;
   go.collective_timeout = o.collective_timeout;

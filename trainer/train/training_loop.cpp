@@ -75,8 +75,7 @@ class Trainer {
     }
     if (!o_.backup_dir.empty()) {
       backups_ = std::make_unique<checkpoint::BackupManager>(
-          o_.backup_dir, c.log,
-          checkpoint::BackupScope{o_.job_uid, o_.restart_count, o_.rendezvous_key});
+          o_.backup_dir, c.log, checkpoint::BackupScope{o_.job_uid, o_.gang, o_.rendezvous_key});
       if (c.is_chief)
         backup_writer_ = std::make_unique<BackupWriter>(backups_.get(), c.log, c.progress);
     }

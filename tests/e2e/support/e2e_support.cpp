@@ -214,8 +214,8 @@ std::string OperatorProcess::Log() const {
   return previous_log_ + process_->Stdout() + process_->Stderr();
 }
 
-std::vector<pid_t> TrainerPids(const std::string& ns, const std::string& hostname,
-                               int restart_count, const std::string& program) {
+std::vector<pid_t> TrainerPids(const std::string& ns, const std::string& hostname, int gang,
+                               const std::string& program) {
   std::vector<pid_t> out;
   std::error_code ec;
   for (fs::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec)) {
@@ -225,13 +225,13 @@ std::vector<pid_t> TrainerPids(const std::string& ns, const std::string& hostnam
     const fs::path exe = fs::read_symlink(it->path() / "exe", link_ec);
     if (link_ec || exe.filename().string().rfind(program, 0) != 0) continue;
     const pid_t pid = static_cast<pid_t>(std::stol(name));
-    bool in_ns = false, on_host = hostname.empty(), of_gang = restart_count < 0;
+    bool in_ns = false, on_host = hostname.empty(), of_gang = gang < 0;
     for (const std::string& e : EnvironOf(pid)) {
       if (e.rfind("TF_CONFIG=", 0) == 0 && e.find("." + ns + ".svc") != std::string::npos) {
         in_ns = true;
       }
       if (!hostname.empty() && e == "HOSTNAME=" + hostname) on_host = true;
-      if (restart_count >= 0 && e == "TJ_RESTART_COUNT=" + std::to_string(restart_count)) {
+      if (gang >= 0 && e == "TJ_RESTART_COUNT=" + std::to_string(gang)) {
         of_gang = true;
       }
     }
@@ -371,7 +371,7 @@ std::string JobTest::ReferenceSha(const json& job, std::chrono::seconds timeout)
   reference = WaitFinished("reference", timeout);
   const auto s = StatusOf(reference);
   std::string sha = FinalWeightsSha(reference);
-  if (!s.IsTrue("Succeeded") || s.restart_count != 0 || sha.size() != 64) {
+  if (!s.IsTrue("Succeeded") || s.gang != 0 || sha.size() != 64) {
     ADD_FAILURE() << "the reference run did not succeed at once with a weights digest: "
                   << reference.dump(2) << "\n"
                   << PodLog("reference-worker-0");
@@ -388,7 +388,7 @@ void JobTest::ExpectSucceededWithReferenceWeights(const std::string& name, const
   const json job = WaitFinished(name, timeout);
   const auto s = StatusOf(job);
   ASSERT_TRUE(s.IsTrue("Succeeded")) << job.dump(2);
-  EXPECT_EQ(s.restart_count, restarts) << job.dump(2);
+  EXPECT_EQ(s.gang, restarts) << job.dump(2);
   const std::string got = FinalWeightsSha(job);
   EXPECT_EQ(got.size(), 64u) << PodLog(chief);
   EXPECT_EQ(got, reference) << "the final weights differ from those of the uninterrupted run";
@@ -405,7 +405,7 @@ void JobTest::ExpectFailedWithExitCode(const json& job, int code) {
   EXPECT_NE(s.Find("Failed")->message.find("exited with code " + std::to_string(code)),
             std::string::npos)
       << s.Find("Failed")->message;
-  EXPECT_EQ(s.restart_count, 0);
+  EXPECT_EQ(s.gang, 0);
 }
 
 json JobTest::FirstBackup(const std::string& chief, std::chrono::seconds timeout) {

@@ -100,10 +100,10 @@ class OperatorProcess {
 
 // The trainer processes of a namespace as the node agent runs them: processes whose executable's
 // name starts with `program` (tj-trainer by default) and whose TF_CONFIG names hosts in
-// `<ns>.svc`; with `hostname`, only those of that pod (HOSTNAME); with `restart_count` >= 0,
+// `<ns>.svc`; with `hostname`, only those of that pod (HOSTNAME); with `gang` >= 0 (a gang number),
 // only those of that gang (TJ_RESTART_COUNT).
 std::vector<pid_t> TrainerPids(const std::string& ns, const std::string& hostname = "",
-                               int restart_count = -1, const std::string& program = "tj-trainer");
+                               int gang = -1, const std::string& program = "tj-trainer");
 
 // The base of the end-to-end tests: SetUp applies the CRD, creates a namespace named after the
 // test with the example's claim, and starts an operator for it; TearDown prints the operator
