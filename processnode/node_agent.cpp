@@ -164,7 +164,7 @@ std::string NodeAgent::AllocateIp() {
   // Skips the addresses of running and adoptable pods (after a restart
   // the counter starts again from the first address).
   std::set<std::string> used;
-  for (const auto& [uid, w] : workers_) used.insert(w->ip());
+  for (const auto& [uid, w] : workers_) used.insert(w->pod_ip());
   for (const auto& [uid, state] : adoptable_) used.insert(state.value("ip", ""));
   for (;;) {
     std::string ip = LoopbackAddress(next_ip_++, options_.pod_network);
@@ -268,7 +268,7 @@ void NodeAgent::OnPodDeleted(const json& pod) {
   }
   w->MarkGone();
   w->RequestDelete(0);
-  std::string ns = w->ns();
+  std::string ns = w->pod_namespace();
   // The last reference joins the worker's thread: do that off the informer's thread.
   std::thread([w = std::move(w)] {}).detach();
   RewriteHostsFiles(ns);
@@ -285,7 +285,7 @@ void NodeAgent::RewriteHostsFiles(const std::string& ns) {
   {
     MutexLock lock(mu_);
     for (const auto& [uid, w] : workers_) {
-      if (w->ns() != ns) continue;
+      if (w->pod_namespace() != ns) continue;
       same_ns.push_back(w);
       entries.push_back(w->Entry());
     }
@@ -293,7 +293,7 @@ void NodeAgent::RewriteHostsFiles(const std::string& ns) {
   std::error_code ec;
   for (const auto& w : same_ns) {
     fs::create_directories(fs::path(w->hosts_file()).parent_path(), ec);
-    WriteFileInPlace(w->hosts_file(), HostsFile(w->ip(), w->hostname(), entries));
+    WriteFileInPlace(w->hosts_file(), HostsFile(w->pod_ip(), w->hostname(), entries));
   }
 }
 

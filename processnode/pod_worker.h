@@ -62,11 +62,11 @@ class PodWorker {
   // ended and applies the restart policy.
   void StopForAgentShutdown(int max_grace_s);
 
-  const std::string& ns() const { return ns_; }
-  HostEntry Entry() const { return {ip_, hostname_, subdomain_, ns_}; }
+  const std::string& pod_namespace() const { return namespace_; }
+  HostEntry Entry() const { return {pod_ip_, hostname_, subdomain_, namespace_}; }
   const std::string& hosts_file() const { return hosts_file_; }
   std::string hostname() const { return hostname_; }
-  const std::string& ip() const { return ip_; }
+  const std::string& pod_ip() const { return pod_ip_; }
   std::string LogFile(const std::string& container) const;
 
  private:
@@ -144,9 +144,10 @@ class PodWorker {
   // Graceful stop: SIGTERM, up to the grace period, SIGKILL; then the final delete.
   void Finish();
 
-  const PodWorkerContext ctx_;
+  const PodWorkerContext context_;
   json pod_;
-  std::string ip_, ns_, name_, uid_, hostname_, subdomain_, dir_, hosts_file_, start_time_;
+  std::string pod_ip_, namespace_, name_, uid_, hostname_, subdomain_, dir_, hosts_file_,
+      start_time_;
   json adopted_;                       // state.json of the previous agent, or null
   std::vector<Container> containers_;  // only the worker thread touches these
   std::vector<std::string> created_mount_points_;
