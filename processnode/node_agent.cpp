@@ -76,7 +76,7 @@ json NodeAgent::NodeObject() const {
              {{"kubernetes.io/hostname", options_.node_name},
               {"kubernetes.io/os", "linux"},
               {"kubernetes.io/arch", "amd64"},
-              {"tjo.dev/local-node", "true"}}}}},
+              {"tjo.dev/local-node", "true"}}}}},  // the label's name from before tj-process-node
           {"status",
            {{"capacity", capacity},
             {"allocatable", capacity},
@@ -315,8 +315,10 @@ void NodeAgent::ProvisionClaim(const json& pvc) {
              {"kind", "PersistentVolume"},
              {"metadata",
               {{"name", pv_name},
+               // The label and the provisioner keep the names they had before tj-process-node
+               // was renamed from tj-local-node: users may select volumes by them.
                {"labels", {{"tjo.dev/local-node", options_.node_name}}},
-               {"annotations", {{"pv.kubernetes.io/provisioned-by", "tj-process-node"}}}}},
+               {"annotations", {{"pv.kubernetes.io/provisioned-by", "tj-local-node"}}}}},
              {"spec",
               {{"capacity", {{"storage", storage}}},
                {"accessModes", modes},
