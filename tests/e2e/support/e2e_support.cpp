@@ -371,7 +371,7 @@ std::string JobTest::ReferenceSha(const json& job, std::chrono::seconds timeout)
   reference = WaitFinished("reference", timeout);
   const auto s = StatusOf(reference);
   std::string sha = FinalWeightsSha(reference);
-  if (!s.IsTrue("Succeeded") || s.gang != 0 || sha.size() != 64) {
+  if (!s.IsTrue("Succeeded") || s.restart_count != 0 || sha.size() != 64) {
     ADD_FAILURE() << "the reference run did not succeed at once with a weights digest: "
                   << reference.dump(2) << "\n"
                   << PodLog("reference-worker-0");
@@ -388,7 +388,7 @@ void JobTest::ExpectSucceededWithReferenceWeights(const std::string& name, const
   const json job = WaitFinished(name, timeout);
   const auto s = StatusOf(job);
   ASSERT_TRUE(s.IsTrue("Succeeded")) << job.dump(2);
-  EXPECT_EQ(s.gang, restarts) << job.dump(2);
+  EXPECT_EQ(s.restart_count, restarts) << job.dump(2);
   const std::string got = FinalWeightsSha(job);
   EXPECT_EQ(got.size(), 64u) << PodLog(chief);
   EXPECT_EQ(got, reference) << "the final weights differ from those of the uninterrupted run";
@@ -405,7 +405,7 @@ void JobTest::ExpectFailedWithExitCode(const json& job, int code) {
   EXPECT_NE(s.Find("Failed")->message.find("exited with code " + std::to_string(code)),
             std::string::npos)
       << s.Find("Failed")->message;
-  EXPECT_EQ(s.gang, 0);
+  EXPECT_EQ(s.restart_count, 0);
 }
 
 json JobTest::FirstBackup(const std::string& chief, std::chrono::seconds timeout) {
