@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 # The demo's node: containerd (real containers from `make images`; needs root) or process
-# (tj-local-node runs pods as local processes). Default: containerd when root. Not exported:
+# (tj-process-node runs pods as local processes). Default: containerd when root. Not exported:
 # under `make test` each test chooses its node (tests/CMakeLists.txt, tj_on_real_node).
 TJ_NODE ?= $(shell [ "$$(id -u)" = 0 ] && echo containerd || echo process)
 
@@ -32,7 +32,7 @@ build: configure
 	cmake --build $(BUILD) -j$(JOBS)
 
 # The images, with buildah from the Dockerfile (no daemon, no registry): operator and
-# trainer-cpu as localhost/tj-*:<version>, and the local node's pause image. hack/images.sh.
+# trainer-cpu as localhost/tj-*:<version>, and the real node's pause image. hack/images.sh.
 images: deps
 	bash hack/images.sh build
 
@@ -86,7 +86,7 @@ ci:
 # The example TrainingJob on the local cluster, through the Helm chart. On the real node
 # (TJ_NODE=containerd) it needs only the images; on the process node only the three
 # programs the demo runs, not every test.
-PROGRAMS = tj-operator tj-trainer tj-local-node
+PROGRAMS = tj-operator tj-trainer tj-process-node
 
 demo: deps
 ifeq ($(TJ_NODE),containerd)

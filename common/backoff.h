@@ -1,6 +1,6 @@
 // The one retry delay of the project: exponential delays with a cap and optional jitter, used
 // by the Kubernetes client (reconnects, API retries, leader election), the operator's gang
-// restarts, the local node's container restarts and the trainer's connection retries.
+// restarts, the process node's container restarts and the trainer's connection retries.
 // Pure: no clock, no sleeping. Not thread-safe.
 #pragma once
 

@@ -1,5 +1,5 @@
 // The project's one small HTTP server, for the trainer's /status and /metrics, the operator's
-// /metrics, /healthz and /readyz, and the local node's kubelet log endpoint (over TLS):
+// /metrics, /healthz and /readyz, and the process node's kubelet log endpoint (over TLS):
 // GET <path> -> a handler's answer.
 //   a path under a prefix served -> that prefix's handler, given the path and query (when no
 //                                   exact path matches)
@@ -57,7 +57,7 @@ class HttpServer {
   void UseTls(std::string cert_file, std::string key_file);
   // Before Start(): how many connections one client address may hold (default 4, of 256). A
   // server whose clients are few known peers behind one address (the API server asking the
-  // local node for logs) raises it.
+  // process node for logs) raises it.
   void SetConnectionsPerAddress(unsigned n);
 
   // Starts listening; the error names the port, the address and the cause (a port another

@@ -9,23 +9,23 @@
 
 namespace tj {
 
-Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
-  if (ctx_ == nullptr ||
-      EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(), nullptr) != 1) {
+Sha256::Sha256() : digest_context_(EVP_MD_CTX_new()) {
+  if (digest_context_ == nullptr ||
+      EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(digest_context_), EVP_sha256(), nullptr) != 1) {
     throw std::runtime_error("OpenSSL: cannot initialise SHA-256");  // out of memory only
   }
 }
 
-Sha256::~Sha256() { EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(ctx_)); }
+Sha256::~Sha256() { EVP_MD_CTX_free(static_cast<EVP_MD_CTX*>(digest_context_)); }
 
 void Sha256::Update(const void* data, size_t size) {
-  EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(ctx_), data, size);
+  EVP_DigestUpdate(static_cast<EVP_MD_CTX*>(digest_context_), data, size);
 }
 
 Digest Sha256::Final() {
   Digest d{};
   unsigned int len = 0;
-  EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(ctx_), d.data(), &len);
+  EVP_DigestFinal_ex(static_cast<EVP_MD_CTX*>(digest_context_), d.data(), &len);
   return d;
 }
 

@@ -25,7 +25,7 @@ class Sha256 {
   Digest Final();
 
  private:
-  void* ctx_;  // EVP_MD_CTX*
+  void* digest_context_;  // EVP_MD_CTX*
 };
 
 Digest Sha256Of(const void* data, size_t size);

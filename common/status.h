@@ -60,23 +60,23 @@ class [[nodiscard]] Status {
 template <typename T, typename E>
 class [[nodiscard]] ValueOr {
  public:
-  ValueOr(T value) : v_(std::move(value)) {}  // NOLINT: implicit by design
-  ValueOr(E error) : v_(std::move(error)) {}  // NOLINT: implicit by design
+  ValueOr(T value) : value_or_error_(std::move(value)) {}  // NOLINT: implicit by design
+  ValueOr(E error) : value_or_error_(std::move(error)) {}  // NOLINT: implicit by design
 
-  bool ok() const { return std::holds_alternative<T>(v_); }
-  const T& value() const& { return std::get<T>(v_); }
-  T& value() & { return std::get<T>(v_); }
-  T&& value() && { return std::get<T>(std::move(v_)); }
+  bool ok() const { return std::holds_alternative<T>(value_or_error_); }
+  const T& value() const& { return std::get<T>(value_or_error_); }
+  T& value() & { return std::get<T>(value_or_error_); }
+  T&& value() && { return std::get<T>(std::move(value_or_error_)); }
   const T& operator*() const& { return value(); }
   T& operator*() & { return value(); }
   const T* operator->() const { return &value(); }
   T* operator->() { return &value(); }
 
  protected:
-  const E& error() const { return std::get<E>(v_); }
+  const E& error() const { return std::get<E>(value_or_error_); }
 
  private:
-  std::variant<T, E> v_;
+  std::variant<T, E> value_or_error_;
 };
 
 template <typename T>

@@ -1,6 +1,6 @@
 // Graceful shutdown for the project's programs: SIGTERM and SIGINT handled on one thread of
 // their own (sigwait), never in an asynchronous signal handler. The daemons (tj-operator,
-// tj-local-node) turn them into a stop request; the trainer (trainer/train/stop_request.h)
+// tj-process-node) turn them into a stop request; the trainer (trainer/train/stop_request.h)
 // into a vote at the next step.
 #pragma once
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make demo: the whole path a user takes, on a real local cluster (hack/local-cluster.sh:
 # etcd, kube-apiserver, controller manager, scheduler, and a real node whose pods are
-# containers of the images from `make images`; TJ_NODE=process: the node agent tj-local-node
+# containers of the images from `make images`; TJ_NODE=process: the node agent tj-process-node
 # runs them as processes instead):
 # helm install the operator from the chart, kubectl apply --server-side the example TrainingJob
 # (2 workers + an evaluator on Fashion-MNIST), follow its progress, print `kubectl get tj`
@@ -19,7 +19,7 @@ if [ -z "${TJ_NODE:-}" ]; then
 fi
 export TJ_NODE
 if [ "$TJ_NODE" = process ]; then
-  for b in tj-local-node tj-operator tj-trainer; do
+  for b in tj-process-node tj-operator tj-trainer; do
     [ -x "$TJ_BUILD_DIR/bin/$b" ] || { echo "demo: $TJ_BUILD_DIR/bin/$b is missing: run make build" >&2; exit 1; }
   done
 fi

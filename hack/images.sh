@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The project's images, built from the Dockerfile with buildah: no Docker daemon, no registry.
 #
-#   hack/images.sh build          operator + trainer-cpu (+ the pause image of the local node)
+#   hack/images.sh build          operator + trainer-cpu (+ the pause image of the real node)
 #   hack/images.sh build-tensorflow   the TensorFlow example image (localhost/tj-tensorflow:
 #                                 the Dockerfile's target tensorflow; examples/tensorflow),
 #                                 from the wheels hack/tensorflow.sh downloads once
@@ -18,7 +18,7 @@
 # localhost/tj-trainer-cpu:<version> (target trainer, TRAINER_VARIANT=cpu),
 # localhost/tj-trainer:<version> (target trainer, the CUDA variant; not built by default),
 # localhost/tj-tensorflow:<version> (target tensorflow; `build-tensorflow`) and
-# localhost/tj-pause:<version> (catatonit, the pod sandbox of the local node). <version> is
+# localhost/tj-pause:<version> (catatonit, the pod sandbox of the real node). <version> is
 # the project's (CMakeLists.txt).
 #
 # The Debian base images are made here with mmdebstrap from the machine's Debian mirror and
@@ -111,7 +111,7 @@ base_images() {
   podman image exists "$SLIM_IMAGE" || podman import --quiet "$slim" "$SLIM_IMAGE" >/dev/null
 }
 
-# The pod sandbox image of the local node: catatonit (static) in pause mode, nothing else.
+# The pod sandbox image of the real node: catatonit (static) in pause mode, nothing else.
 pause_image() {
   podman image exists "$PAUSE_IMAGE" && return 0
   local c
@@ -168,7 +168,7 @@ cmd_names() {
   echo "$PAUSE_IMAGE"
 }
 
-# Copies the images into containerd (a local node's containerd starts empty).
+# Copies the images into containerd (a real node's containerd starts empty).
 cmd_import() {
   local sock=${1:?usage: images.sh import SOCKET}
   containers_conf

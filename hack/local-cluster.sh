@@ -5,7 +5,7 @@
 #   TJ_NODE=containerd  a real node (hack/real-node.sh): kubelet + kube-proxy, containerd with
 #                       runc and the CNI bridge, cluster DNS; pods are containers from the
 #                       images of `make images`. Needs root. The default when root.
-#   TJ_NODE=process     the project's node agent (tj-local-node, when built): pods are local
+#   TJ_NODE=process     the project's node agent (tj-process-node, when built): pods are local
 #                       processes. For machines that cannot run containers; the default
 #                       when not root.
 #
@@ -38,6 +38,9 @@
 #
 # TJ_LOCAL_NODE_MOUNT_NAMESPACE=false runs the node agent as it runs when not root (no mount
 # namespaces: no private /etc/hosts, volumes as $TJ_VOLUME_<NAME>), to test that mode as root.
+# TJ_LOCAL_NODE_BIN=PATH: the process node's agent to run instead of build/bin/tj-process-node
+# (a path that does not exist: a cluster without a node). Both variables keep the names they
+# had when tj-process-node was called tj-local-node.
 #
 # TJ_FEATURE_GATES=Gate=true,... at `up`: kube-apiserver, kube-controller-manager and
 # kube-scheduler run with --feature-gates=$TJ_FEATURE_GATES (default: none, the release's own
@@ -203,7 +206,7 @@ make_certs() {
   cat "$c/apiserver.leaf.crt" "$c/ca.crt" >"$c/apiserver.crt"
   # The node agent's log endpoint (what `kubectl logs` reaches through the API server).
   openssl req -newkey rsa:2048 -nodes -keyout "$c/node.key" -out "$c/node.csr" \
-    -subj "/CN=tj-local-node" 2>/dev/null
+    -subj "/CN=tj-process-node" 2>/dev/null
   echo 'subjectAltName=IP:127.0.0.1,DNS:localhost' >"$c/node.ext"
   # A real node's kubelet serves at the node address.
   [ "$TJ_NODE" != containerd ] || sed -i "s/^subjectAltName=/&IP:$(node_ip),/" "$c/node.ext"
@@ -296,7 +299,7 @@ EOF
     controllers+=,resourcequota
     # A real node: Endpoints for the cluster DNS, EndpointSlices for kube-proxy (it routes
     # Services from those alone, and rejects connections to a Service without any), claims
-    # bound by the volume binder (tj-local-node binds them itself), and the protection
+    # bound by the volume binder (tj-process-node binds them itself), and the protection
     # finalizers' controllers.
     [ "$TJ_NODE" != containerd ] ||
       controllers+=,endpoint,endpointslice,persistentvolume-binder,pvc-protection,pv-protection
@@ -331,7 +334,7 @@ EOF
   else
     log "no kube-scheduler in $KUBE_BIN: pods will not be bound to nodes"
   fi
-  local node=${TJ_LOCAL_NODE_BIN:-$BIN_DIR_BUILD/tj-local-node}
+  local node=${TJ_LOCAL_NODE_BIN:-$BIN_DIR_BUILD/tj-process-node}
   if [ "$TJ_NODE" = containerd ]; then
     log "node: containerd (pods are containers; TJ_NODE=process for the process node)"
     real_node_up
@@ -342,7 +345,7 @@ EOF
       exit 1
     fi
   elif [ -x "$node" ]; then
-    log "node: tj-local-node (pods are local processes)"
+    log "node: tj-process-node (pods are local processes)"
     printf 'NODE_BIN=%q\nKUBELET_PORT=%q\nNODE_MOUNT_NAMESPACE=%q\nPOD_NETWORK=%q\n' "$node" \
       "$port_k" "${TJ_LOCAL_NODE_MOUNT_NAMESPACE:-auto}" "$(free_pod_network)" >"$STATE_DIR/node.env"
     start_node
@@ -352,7 +355,7 @@ EOF
       exit 1
     fi
   else
-    log "no node agent at $node (build target tj-local-node): the cluster has no node"
+    log "no node agent at $node (build target tj-process-node): the cluster has no node"
   fi
   log "up in $((SECONDS - t0)) s: export KUBECONFIG=$kc"
   [ -z "${TJ_LOCAL_CLUSTER_OWNER_PID:-}" ] || start_owner_watch "$TJ_LOCAL_CLUSTER_OWNER_PID"
@@ -372,12 +375,12 @@ start_owner_watch() {  # start_owner_watch PID
   log "the cluster goes down when process $1 ends"
 }
 
-# Starts tj-local-node as recorded in node.env by `up` (also for restart-node).
+# Starts tj-process-node as recorded in node.env by `up` (also for restart-node).
 start_node() {
   # shellcheck disable=SC1091
   . "$STATE_DIR/node.env"
   # shellcheck disable=SC2153  # NODE_BIN comes from node.env, written by `up`
-  start tj-local-node "$NODE_BIN" --kubeconfig="$STATE_DIR/kubeconfig" --node-name=local-node \
+  start tj-process-node "$NODE_BIN" --kubeconfig="$STATE_DIR/kubeconfig" --node-name=local-node \
     --state-dir="$STATE_DIR/node" --log-dir="$STATE_DIR/logs" --bin-dir="$(dirname "$NODE_BIN")" \
     --kubelet-port="$KUBELET_PORT" --tls-cert-file="$STATE_DIR/certs/node.crt" \
     --tls-key-file="$STATE_DIR/certs/node.key" --heartbeat-seconds=5 \
@@ -403,32 +406,32 @@ free_pod_network() {
 # Stops the node agent, SIGKILL (a crash; the pods' processes live on and the next agent
 # adopts them) or, with --graceful, SIGTERM (a node shutdown: the agent stops the pods), and
 # starts it again; returns when it has registered again. The previous log is kept as
-# tj-local-node.log.<n>.
+# tj-process-node.log.<n>.
 cmd_restart_node() {
-  local f=$STATE_DIR/pids/tj-local-node sig=KILL
+  local f=$STATE_DIR/pids/tj-process-node sig=KILL
   case "${1:-}" in
     --graceful) sig=TERM ;;
     "") ;;
     *) die "restart-node: unknown option '$1' (only --graceful)" ;;
   esac
   { [ -f "$f" ] && [ -f "$STATE_DIR/node.env" ]; } ||
-    die "no tj-local-node recorded in $STATE_DIR: run up first (with tj-local-node built)"
+    die "no tj-process-node recorded in $STATE_DIR: run up first (with tj-process-node built)"
   local pid
   pid=$(cat "$f")
   if pid_alive "$pid"; then
     kill "-$sig" "$pid"
     local deadline=$((SECONDS + 30))
     while pid_alive "$pid" && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
-    pid_alive "$pid" && die "tj-local-node (pid $pid) still runs 30 s after SIG$sig"
+    pid_alive "$pid" && die "tj-process-node (pid $pid) still runs 30 s after SIG$sig"
   fi
   local n=1
-  while [ -e "$STATE_DIR/logs/tj-local-node.log.$n" ]; do n=$((n + 1)); done
-  mv "$STATE_DIR/logs/tj-local-node.log" "$STATE_DIR/logs/tj-local-node.log.$n" 2>/dev/null || true
+  while [ -e "$STATE_DIR/logs/tj-process-node.log.$n" ]; do n=$((n + 1)); done
+  mv "$STATE_DIR/logs/tj-process-node.log" "$STATE_DIR/logs/tj-process-node.log.$n" 2>/dev/null || true
   start_node
   # Ready alone could be the old heartbeat: wait for the new agent's own announcement.
-  wait_for "$HEALTH_TIMEOUT_S" "node agent" grep -q node_ready "$STATE_DIR/logs/tj-local-node.log" ||
-    die "tj-local-node did not come back; see $STATE_DIR/logs/tj-local-node.log"
-  log "tj-local-node restarted after SIG$sig (pid $(cat "$f"))"
+  wait_for "$HEALTH_TIMEOUT_S" "node agent" grep -q node_ready "$STATE_DIR/logs/tj-process-node.log" ||
+    die "tj-process-node did not come back; see $STATE_DIR/logs/tj-process-node.log"
+  log "tj-process-node restarted after SIG$sig (pid $(cat "$f"))"
 }
 
 api_get() {  # api_get PATH: the API server answers 2xx
@@ -490,7 +493,7 @@ cmd_run_apiserver() {
   # Pods that use in-cluster configuration get what a kubelet gives them: the ServiceAccount
   # admission plugin adds to every pod a projected volume (a TokenRequest token, the
   # kube-root-ca.crt ConfigMap, the namespace) at /var/run/secrets/kubernetes.io/serviceaccount,
-  # which tj-local-node fills. The plugin needs
+  # which tj-process-node fills. The plugin needs
   # the controller manager's serviceaccount controller (a `default` ServiceAccount per
   # namespace); without a controller manager it stays off, as in envtest.
   local sa_flags=(--disable-admission-plugins=ServiceAccount)
@@ -562,7 +565,8 @@ cmd_down() {
   real_node_down
   local name
   # Kueue's manager (hack/kueue.sh) first: it would only log the API server's going.
-  for name in kueue tj-local-node kube-scheduler kube-controller-manager kube-apiserver etcd; do
+  # tj-local-node: the process node's former name, recorded by clusters started before it.
+  for name in kueue tj-process-node tj-local-node kube-scheduler kube-controller-manager kube-apiserver etcd; do
     stop_recorded "$name"
   done
   rmdir "$STATE_DIR/pids" 2>/dev/null || true

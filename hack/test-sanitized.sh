@@ -63,7 +63,7 @@ run_asan() {
   [ -z "$ASAN_EXCLUDE" ] || exclude=(-LE "$ASAN_EXCLUDE")
   # Only what the selected tests run: their binaries (ctest names them after their targets),
   # the fuzz replay runners and the three programs; not the benchmarks or the e2e tests.
-  local defined targets=(tj-operator tj-trainer tj-local-node) t
+  local defined targets=(tj-operator tj-trainer tj-process-node) t
   defined=$(cmake --build "$ASAN_BUILD" --target help)
   for t in $( (ctest --test-dir "$ASAN_BUILD" -N -L "$ASAN_LABELS" "${exclude[@]}"
                ctest --test-dir "$ASAN_BUILD" -N -L fuzz) | sed -n 's/^ *Test *#[0-9]*: //p'); do

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # clang-tidy with the repository's .clang-tidy over every C++ source of the project that the
-# build compiles (common/, operator/, trainer/, localcluster/, tests/, bench/; CUDA sources are left to nvcc's
+# build compiles (common/, operator/, trainer/, processnode/, tests/, bench/; CUDA sources are left to nvcc's
 # warnings). Any finding fails (WarningsAsErrors: '*'); the output names the file, the line and
 # the check. Usage:
 #   bash hack/tidy.sh [BUILD_DIR] [FILE...]     (default: build, every source)

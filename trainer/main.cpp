@@ -166,8 +166,7 @@ bool ReadEnvironment(const CLI::App& app, tj::train::Options& o) {
                  o.job_uid.c_str());
     return false;
   }
-  if (!EnvInt("TJ_RESTART_COUNT", 0, 1 << 30, "the gang's restart count (0, 1, ...)",
-              o.restart_count)) {
+  if (!EnvInt("TJ_RESTART_COUNT", 0, 1 << 30, "the gang number (0, 1, ...)", o.gang)) {
     return false;
   }
   return true;
@@ -195,5 +194,5 @@ int main(int argc, char** argv) {
   // on, backed up; the process exits with the retryable code, so the gang resumes there.
   static tj::train::StopRequest stop(tj::train::kExitPeerLost);
   stop.HandleTerminationSignals();
-  return tj::train::RunTrainer(o, &stop);
+  return tj::train::RunTrainerProgram(o, &stop);
 }

@@ -63,7 +63,8 @@ inline constexpr size_t kMaxFailurePolicyRules = 32;
 StatusOr<FailurePolicy> ParseFailurePolicy(const nlohmann::json& spec);
 
 // status.restarts: every gang restart, how many counted against backoffLimit, and by cause.
-// status.restartCount stays the total (it is also the gang's generation label).
+// status.restartCount stays the total (it is also the gang number, the pods'
+// tjo.dev/restart-count).
 struct RestartCounts {
   int32_t backoff_limit_used = 0;
   std::map<std::string, int32_t> by_cause;  // ToString(cause) -> gang restarts of that cause

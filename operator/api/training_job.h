@@ -38,6 +38,7 @@ std::string OtherManager(const nlohmann::json& job);
 inline constexpr char kLabelJobName[] = "tjo.dev/job-name";
 inline constexpr char kLabelReplicaType[] = "tjo.dev/replica-type";
 inline constexpr char kLabelReplicaIndex[] = "tjo.dev/replica-index";
+// The gang number (status.restartCount when the pod was made): which gang a pod belongs to.
 inline constexpr char kLabelRestartCount[] = "tjo.dev/restart-count";
 
 // Ordered as TensorFlow lists them in TF_CONFIG.
@@ -164,9 +165,13 @@ struct ReplicaStatus {
 struct TrainingJobStatus {
   std::vector<Condition> conditions;
   std::map<std::string, ReplicaStatus> replica_statuses;  // keyed "Worker", "Evaluator", ...
+  // status.restartCount: the gang number. The first gang of chief and workers is 0, each gang
+  // restart makes the next; its pods carry it as kLabelRestartCount and TJ_RESTART_COUNT.
+  // (Members of these structs are named after the JSON keys, which users read.)
   int32_t restart_count = 0;
-  // restartCount for which every chief/worker pod was created; -1: not (yet) for the current
-  // one. A chief/worker pod missing while this equals restart_count was deleted by someone.
+  // status.createdGeneration: the gang number for which every chief/worker pod was created; -1:
+  // not (yet) for the current gang. A chief/worker pod missing while this equals restart_count
+  // was deleted by someone. ("Generation" here is the key's name, not metadata.generation.)
   int32_t created_generation = -1;
   int32_t evaluator_restarts = 0;  // the evaluator's own restarts (also bounded by backoffLimit)
   RestartCounts restarts;          // status.restarts: by cause, and how much backoffLimit is used

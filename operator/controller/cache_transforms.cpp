@@ -30,7 +30,7 @@ void KeepKeyHashAnnotation(json& metadata, json annotations) {
 }
 
 // Of the labels only the operator's own (tjo.dev/...): the job's name, replica type and
-// index, restart count. A template's own labels are copied into every pod it makes.
+// index, gang. A template's own labels are copied into every pod it makes.
 void KeepOurLabels(json& metadata) {
   auto labels = metadata.find("labels");
   if (labels == metadata.end()) return;

@@ -47,9 +47,9 @@ const kube::Resource& ResourceOf(Kind kind) {
   return kNativePodGroups;
 }
 
-std::string PodGroupName(const std::string& job, int restart_count) {
+std::string PodGroupName(const std::string& job, int gang) {
   constexpr size_t kMaxLabel = 63;
-  const std::string suffix = "-gang-" + std::to_string(restart_count);
+  const std::string suffix = "-gang-" + std::to_string(gang);
   if (job.size() + suffix.size() <= kMaxLabel) return job + suffix;
   // "sha256:" and hex digits: 5 of them tell apart jobs whose names share the kept part.
   const std::string hash = KeyHash(job).substr(7, 5);
@@ -58,8 +58,7 @@ std::string PodGroupName(const std::string& job, int restart_count) {
   return head + "-" + hash + suffix;
 }
 
-json BuildPodGroup(Kind kind, const json& job, const api::TrainingJobSpec& spec,
-                   int restart_count) {
+json BuildPodGroup(Kind kind, const json& job, const api::TrainingJobSpec& spec, int gang) {
   const api::ObjectRef ref = api::RefOf(job);
   const api::SchedulingPolicy& p = spec.run_policy.scheduling_policy;
   const int32_t min = p.min_available.value_or(spec.Replicas(api::ReplicaType::kChief) +
@@ -85,11 +84,10 @@ json BuildPodGroup(Kind kind, const json& job, const api::TrainingJobSpec& spec,
   return {{"apiVersion", ResourceOf(kind).api_version},
           {"kind", "PodGroup"},
           {"metadata",
-           {{"name", PodGroupName(ref.name, restart_count)},
+           {{"name", PodGroupName(ref.name, gang)},
             {"namespace", ref.ns},
             {"labels",
-             {{api::kLabelJobName, ref.name},
-              {api::kLabelRestartCount, std::to_string(restart_count)}}},
+             {{api::kLabelJobName, ref.name}, {api::kLabelRestartCount, std::to_string(gang)}}},
             {"ownerReferences", json::array({OwnerReference(job)})}}},
           {"spec", spec_out}};
 }
@@ -152,9 +150,8 @@ Status Ensure(kube::Client& client, const kube::Resource& r, const json& job, co
   return created.error().ToStatus().WithContext("creating " + what);
 }
 
-// Deletes the job's PodGroups of `r` of gangs before `restart_count`.
-Status DeleteEarlier(kube::Client& client, const kube::Resource& r, const json& job,
-                     int restart_count) {
+// Deletes the job's PodGroups of `r` of gangs before gang number `gang`.
+Status DeleteEarlier(kube::Client& client, const kube::Resource& r, const json& job, int gang) {
   const api::ObjectRef ref = api::RefOf(job);
   kube::ListOptions o;
   o.label_selector = std::string(api::kLabelJobName) + "=" + ref.name;
@@ -167,7 +164,7 @@ Status DeleteEarlier(kube::Client& client, const kube::Resource& r, const json& 
     if (!IsOwnedBy(g, job) || kube::IsBeingDeleted(g)) continue;
     const std::string n = kube::LabelOf(g, api::kLabelRestartCount);
     if (n.empty() || n.size() > 9 || n.find_first_not_of("0123456789") != std::string::npos ||
-        std::stoi(n) >= restart_count) {
+        std::stoi(n) >= gang) {
       continue;
     }
     const std::string name = kube::TextOf(kube::MetadataOf(g), "name");
@@ -207,10 +204,10 @@ Status Prepare(kube::Client& client, kube::EventRecorder* recorder, const json& 
       continue;
     }
     const std::string n = kube::LabelOf(a.object, api::kLabelRestartCount);
-    const int restart_count = n.empty() ? 0 : std::stoi(n);
-    const std::string group = PodGroupName(api::RefOf(job).name, restart_count);
+    const int gang = n.empty() ? 0 : std::stoi(n);
+    const std::string group = PodGroupName(api::RefOf(job).name, gang);
     if (!MarkMember(*kind, group, a.object)) continue;
-    gangs.insert(restart_count);
+    gangs.insert(gang);
     if (a.build) {  // a pod built when sent (reconciler.h): marked as it is built
       a.build = [build = std::move(a.build), k = *kind, group] {
         json pod = build();
@@ -220,8 +217,8 @@ Status Prepare(kube::Client& client, kube::EventRecorder* recorder, const json& 
     }
   }
   Status s = Status::Ok();
-  for (int restart_count : gangs) {
-    s = Ensure(client, ResourceOf(*kind), job, BuildPodGroup(*kind, job, *spec, restart_count));
+  for (int gang : gangs) {
+    s = Ensure(client, ResourceOf(*kind), job, BuildPodGroup(*kind, job, *spec, gang));
     if (!s.ok()) break;
   }
   if (s.ok() && !gangs.empty() && *gangs.rbegin() > 0) {

@@ -3,8 +3,8 @@
 // evaluator is not part of it (it is not in the collective, restarts alone, and a gang that fits
 // without it should train).
 //
-// For each gang (each restart count) the operator makes one PodGroup, owned by the job, and
-// marks the gang's pods as its members, before it creates them:
+// For each gang (each gang number, status.restartCount) the operator makes one PodGroup, owned by
+// the job, and marks the gang's pods as its members, before it creates them:
 //   - Auto, when the cluster serves scheduling.k8s.io/v1beta1 podgroups (Kubernetes 1.37 with
 //     the GenericWorkload feature gate): a PodGroup with schedulingPolicy.gang.minCount; the
 //     pods' spec.schedulingGroup.podGroupName names it. kube-scheduler's GangScheduling plugin
@@ -18,7 +18,7 @@
 //     scheduling.x-k8s.io/pod-group.
 // A pod's group is fixed once it exists (schedulingGroup is immutable), and a PodGroup's
 // PodGroupInitiallyScheduled never turns back: a gang restart makes a new group,
-// <job>-gang-<restart count>, and deletes the job's groups of earlier gangs.
+// <job>-gang-<gang number>, and deletes the job's groups of earlier gangs.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -52,15 +52,15 @@ enum class Kind { kNative, kVolcano, kCoscheduling };
 std::optional<Kind> KindFor(const api::TrainingJobSpec& spec, bool native_served);
 const kube::Resource& ResourceOf(Kind kind);
 
-// "<job>-gang-<restart count>"; a job name that would make it longer than 63 characters (a
+// "<job>-gang-<gang number>"; a job name that would make it longer than 63 characters (a
 // label value, for Coscheduling) is cut and given 5 hex digits of its hash.
-std::string PodGroupName(const std::string& job, int restart_count);
+std::string PodGroupName(const std::string& job, int gang);
 
-// The PodGroup of gang `restart_count` of `job`: labelled tjo.dev/job-name and
+// The PodGroup of gang `gang` of `job`: labelled tjo.dev/job-name and
 // tjo.dev/restart-count, owned by the job; its minimum is spec's minAvailable, else chief +
 // workers.
 nlohmann::json BuildPodGroup(Kind kind, const nlohmann::json& job, const api::TrainingJobSpec& spec,
-                             int restart_count);
+                             int gang);
 
 // Makes `pod` (as BuildPod made it) a member of PodGroup `group`. Only chief and worker pods
 // are members: others are left as they are. True when it marked the pod.

@@ -281,7 +281,7 @@ void ApplySecurityDefaults(json& pod_spec) {
 }
 
 json BuildPod(const json& job, const api::TrainingJobSpec& spec, api::ReplicaType type, int index,
-              int restart_count, const std::string& key_hash) {
+              int gang, const std::string& key_hash) {
   const api::ObjectRef r = api::RefOf(job);
   const api::ReplicaSpec& rs = spec.replica_specs.at(type);
   const json& tmpl = rs.pod_template;
@@ -297,7 +297,7 @@ json BuildPod(const json& job, const api::TrainingJobSpec& spec, api::ReplicaTyp
   labels[api::kLabelJobName] = r.name;
   labels[api::kLabelReplicaType] = api::TaskName(type);
   labels[api::kLabelReplicaIndex] = std::to_string(index);
-  labels[api::kLabelRestartCount] = std::to_string(restart_count);
+  labels[api::kLabelRestartCount] = std::to_string(gang);
   if (!key_hash.empty()) {
     json& annotations = meta["annotations"];
     if (!annotations.is_object()) annotations = json::object();
@@ -321,7 +321,7 @@ json BuildPod(const json& job, const api::TrainingJobSpec& spec, api::ReplicaTyp
     json& c = pod_spec["containers"][ci];
     SetEnv(c, {{"name", "TF_CONFIG"}, {"value", TfConfig(r, spec, type, index).dump()}});
     SetEnv(c, {{"name", "TJ_JOB_NAME"}, {"value", r.name}});
-    SetEnv(c, {{"name", "TJ_RESTART_COUNT"}, {"value", std::to_string(restart_count)}});
+    SetEnv(c, {{"name", "TJ_RESTART_COUNT"}, {"value", std::to_string(gang)}});
     SetEnv(c, {{"name", "TJ_JOB_UID"}, {"value", r.uid}});  // scopes the job's backups
     SetEnv(c, {{"name", "TJ_RENDEZVOUS_KEY"},
                {"valueFrom",
@@ -330,7 +330,7 @@ json BuildPod(const json& job, const api::TrainingJobSpec& spec, api::ReplicaTyp
     // it as written (a strict argument parser must not meet a flag it does not know).
     if (!HasEnv(c, kStatusPortEnv) && StatusPortArg(c).empty()) {
       // One port per replica (its place in TF_CONFIG's cluster): a real cluster gives every
-      // pod its own network namespace, the local cluster's pods share the host's.
+      // pod its own network namespace, the process node's pods share the host's.
       int ordinal = index;
       if (type != api::ReplicaType::kChief) ordinal += spec.Replicas(api::ReplicaType::kChief);
       if (type == api::ReplicaType::kEvaluator) ordinal += spec.Replicas(api::ReplicaType::kWorker);

@@ -13,7 +13,7 @@ namespace tj::controller {
 // The /status port the operator asks for: env TJ_STATUS_PORT=<8470 + n> on the container that
 // gets TF_CONFIG, unless its template already sets TJ_STATUS_PORT or passes tj-trainer's
 // --status-port; n is the replica's place in TF_CONFIG's cluster (chief, workers, evaluator),
-// so pods that share a network namespace (the local cluster) do not collide. The operator
+// so pods that share a network namespace (on the process node) do not collide. The operator
 // never adds arguments: a program's command and args reach it as written.
 inline constexpr int kDefaultStatusPort = 8470;
 inline constexpr char kStatusPortEnv[] = "TJ_STATUS_PORT";
@@ -66,9 +66,10 @@ nlohmann::json BuildService(const nlohmann::json& job, const api::TrainingJobSpe
 // The Secret carries the key and its kKeyHashAnnotation.
 nlohmann::json BuildSecret(const nlohmann::json& job, const std::string& key);
 // `key_hash`: the KeyHash of the Secret's key the pod will read (its kKeyHashAnnotation); ""
-// leaves the annotation out.
+// leaves the annotation out. `gang`: the gang number the pod belongs to (status.restartCount;
+// its label tjo.dev/restart-count and env TJ_RESTART_COUNT).
 nlohmann::json BuildPod(const nlohmann::json& job, const api::TrainingJobSpec& spec,
-                        api::ReplicaType type, int index, int restart_count,
+                        api::ReplicaType type, int index, int gang,
                         const std::string& key_hash = "");
 
 // The container that gets TF_CONFIG, found as TFJob finds it: the one named "tensorflow", else

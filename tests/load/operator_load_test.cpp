@@ -1,5 +1,5 @@
 // Load: kJobs TrainingJobs of kReplicas workers each, all at once, on a local cluster
-// of its own. The cluster has no node (no tj-local-node), so the pods stay Pending: the test
+// of its own. The cluster has no node (no tj-process-node), so the pods stay Pending: the test
 // measures the control plane and the operator, not 800 trainers on a small machine.
 //  1. The API server's own capacity: a direct client creates the very objects the operator
 //     would (Service, Secret and pods from operator/controller/job_resources) for kJobs jobs
@@ -289,7 +289,7 @@ class OperatorLoad : public ::testing::Test {
   void SetUp() override {
     // No node agent in this cluster: pods stay Pending (the test is about the control plane
     // and the operator). The variable only matters to hack/local-cluster.sh up.
-    ::setenv("TJ_LOCAL_NODE_BIN", "/nonexistent/tj-local-node (the load test runs no node)", 1);
+    ::setenv("TJ_LOCAL_NODE_BIN", "/nonexistent/tj-process-node (the load test runs no node)", 1);
     TJ_REQUIRE_LOCAL_CLUSTER(cluster_);
     if (!std::filesystem::exists(std::string(TJ_BIN_DIR) + "/tj-operator")) {
       GTEST_SKIP() << "build tj-operator first (" << TJ_BIN_DIR << ")";

@@ -150,7 +150,7 @@ class OperatorMemory : public ::testing::Test {
  protected:
   void SetUp() override {
     // No node: the pods stay Pending (the variable only matters to hack/local-cluster.sh up).
-    ::setenv("TJ_LOCAL_NODE_BIN", "/nonexistent/tj-local-node (the memory test runs no node)", 1);
+    ::setenv("TJ_LOCAL_NODE_BIN", "/nonexistent/tj-process-node (the memory test runs no node)", 1);
     TJ_REQUIRE_LOCAL_CLUSTER(cluster_);
     const char* other = std::getenv("TJ_MEM_OPERATOR");
     operator_ = other != nullptr ? other : std::string(TJ_BIN_DIR) + "/tj-operator";

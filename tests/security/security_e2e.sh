@@ -51,7 +51,7 @@ e2e_cluster_up
 [ -f "$AUDIT" ] || { echo "FAIL the API server writes no audit log to $AUDIT"; exit 1; }
 step "cluster up, audit log $AUDIT"
 
-# Pods of every local cluster on a machine share the 127.0.x.y addresses: ports of our own,
+# Pods of every process node on a machine share the 127.0.x.y addresses: ports of our own,
 # so that another cluster's operator on the same address does not stop this one.
 port=$((20000 + RANDOM % 20000))
 # shellcheck disable=SC2016  # $(POD_IP) is for Kubernetes to expand in the pod, not the shell

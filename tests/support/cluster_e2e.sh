@@ -7,7 +7,7 @@
 #   skip REASON          exit 77 (ctest: skipped), or fail when CI / TJ_REQUIRE_CLUSTER /
 #                        TJ_REQUIRE_HELM is set
 #   step TEXT            prints TEXT after the seconds since the test began
-#   e2e_prerequisites    skips unless tj-local-node, tj-operator, tj-trainer are built, Helm
+#   e2e_prerequisites    skips unless tj-process-node, tj-operator, tj-trainer are built, Helm
 #                        can be had (sets HELM) and the Kubernetes binaries are there; on the
 #                        real node (TJ_NODE=containerd) also unless root and the images exist
 #   e2e_cleanup_on_exit [PATH...]   on exit: the cluster goes down; on failure the operator's
@@ -28,7 +28,7 @@ step() { echo "[$((SECONDS - t0))s] $*"; }
 
 e2e_prerequisites() {
   local b
-  for b in tj-local-node tj-operator tj-trainer; do
+  for b in tj-process-node tj-operator tj-trainer; do
     [ -x "$BUILD/bin/$b" ] || skip "$BUILD/bin/$b is not built"
   done
   # shellcheck disable=SC2034  # HELM is for the scripts that source this file

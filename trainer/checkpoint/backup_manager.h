@@ -37,7 +37,7 @@ namespace tj::checkpoint {
 // Which job and gang a process belongs to (TJ_JOB_UID, TJ_RESTART_COUNT).
 struct BackupScope {
   std::string job_uid;  // empty: the backups live in the directory itself (a run by hand)
-  int64_t gang = -1;    // the gang's restart count; negative: not fenced (a run by hand)
+  int64_t gang = -1;    // the gang number; negative: not fenced (a run by hand)
   // The job's key (TJ_RENDEZVOUS_KEY) that every backup is authenticated with; a backup under
   // another key is skipped like a corrupt one. Empty: integrity only (a run by hand).
   std::string key;

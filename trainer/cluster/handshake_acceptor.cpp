@@ -86,7 +86,7 @@ void HandshakeAcceptor::AcceptBatch(const std::atomic<bool>* stop) {
       // The oldest that has sent nothing goes first: a real peer answers at once, so a flood
       // of idle connections cannot keep it from its turn.
       auto victim = std::find_if(pending_.begin(), pending_.end(),
-                                 [](const PendingHandshake& p) { return p.in.empty(); });
+                                 [](const PendingHandshake& p) { return p.received.empty(); });
       if (victim == pending_.end()) victim = pending_.begin();
       protocol_.dropped(&*victim, HandshakeDrop::kPushedOut, "");
       pending_.erase(victim);

@@ -24,10 +24,10 @@ namespace tj::cluster {
 // A connection in its handshake.
 struct PendingHandshake {
   Socket socket;
-  std::string peer;   // its address, at accept
-  Deadline deadline;  // accept + the handshake timeout
-  Nonce nonce{};      // in the server's hello
-  std::string in;     // what the client sent so far
+  std::string peer;      // its address, at accept
+  Deadline deadline;     // accept + the handshake timeout
+  Nonce nonce{};         // in the server's hello
+  std::string received;  // what the client sent so far
 };
 
 // Why a connection was closed before its handshake was through.

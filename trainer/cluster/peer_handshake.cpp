@@ -196,7 +196,7 @@ void LinkAcceptor::Dropped(const PendingHandshake* p, HandshakeDrop why,
 HandshakeProtocol::Step LinkAcceptor::Advance(PendingHandshake& p) {
   using Step = HandshakeProtocol::Step;
   char buf[kLinkClientHelloBytes + 1];
-  const size_t room = kLinkClientHelloBytes + 1 - p.in.size();
+  const size_t room = kLinkClientHelloBytes + 1 - p.received.size();
   const ssize_t n = ::recv(p.socket.fd(), buf, room, 0);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return Step::kWaiting;
   if (n == 0) {
@@ -207,9 +207,9 @@ HandshakeProtocol::Step LinkAcceptor::Advance(PendingHandshake& p) {
     Refuse(p, std::string("read: ") + std::strerror(errno));
     return Step::kFinished;
   }
-  p.in.append(buf, static_cast<size_t>(n));
+  p.received.append(buf, static_cast<size_t>(n));
   const HelloCheck c =
-      CheckLinkClientHello(p.in, options_.auth.key, options_.auth.gang, options_.channel,
+      CheckLinkClientHello(p.received, options_.auth.key, options_.auth.gang, options_.channel,
                            static_cast<uint32_t>(options_.own_rank), p.nonce);
   if (!c.refusal.ok()) {
     Refuse(p, c.refusal.message());
@@ -227,7 +227,7 @@ HandshakeProtocol::Step LinkAcceptor::Advance(PendingHandshake& p) {
   t.from_rank = c.from_rank;
   t.to_rank = static_cast<uint32_t>(options_.own_rank);
   t.server_nonce = p.nonce;
-  std::memcpy(t.client_nonce.data(), p.in.data() + 18, t.client_nonce.size());
+  std::memcpy(t.client_nonce.data(), p.received.data() + 18, t.client_nonce.size());
   StatusOr<Mac> proof = LinkServerProof(options_.auth.key, t);
   if (!proof.ok()) {
     Refuse(p, "not answered: " + proof.status().message());

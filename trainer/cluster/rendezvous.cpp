@@ -80,18 +80,18 @@ class Encoder {
 // bounds-checked; `complete` is false when the bytes ran out (more may come).
 class Reader {
  public:
-  explicit Reader(std::string_view in) : in_(in) {}
+  explicit Reader(std::string_view in) : input_(in) {}
   bool U8(uint8_t* v) {
-    if (in_.empty()) return Short();
-    *v = static_cast<uint8_t>(in_[0]);
-    in_.remove_prefix(1);
+    if (input_.empty()) return Short();
+    *v = static_cast<uint8_t>(input_[0]);
+    input_.remove_prefix(1);
     return true;
   }
   bool U32(uint32_t* v) {
-    if (in_.size() < 4) return Short();
-    const auto* b = reinterpret_cast<const unsigned char*>(in_.data());
+    if (input_.size() < 4) return Short();
+    const auto* b = reinterpret_cast<const unsigned char*>(input_.data());
     *v = (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) | b[3];
-    in_.remove_prefix(4);
+    input_.remove_prefix(4);
     return true;
   }
   bool U64(uint64_t* v) {
@@ -108,18 +108,18 @@ class Reader {
       too_long_ = n;
       return false;
     }
-    if (in_.size() < n) return Short();
-    out->assign(in_.data(), n);
-    in_.remove_prefix(n);
+    if (input_.size() < n) return Short();
+    out->assign(input_.data(), n);
+    input_.remove_prefix(n);
     return true;
   }
   bool Bytes(void* p, size_t n) {
-    if (in_.size() < n) return Short();
-    std::memcpy(p, in_.data(), n);
-    in_.remove_prefix(n);
+    if (input_.size() < n) return Short();
+    std::memcpy(p, input_.data(), n);
+    input_.remove_prefix(n);
     return true;
   }
-  bool at_end() const { return in_.empty(); }
+  bool at_end() const { return input_.empty(); }
   bool short_input() const { return short_; }
   // Why the last read failed, for a message.
   std::string Error() const {
@@ -132,7 +132,7 @@ class Reader {
     short_ = true;
     return false;
   }
-  std::string_view in_;
+  std::string_view input_;
   bool short_ = false;
   uint32_t too_long_ = 0;
 };
@@ -469,7 +469,7 @@ void RendezvousServer::Dropped(const PendingHandshake* p, HandshakeDrop why,
 
 bool RendezvousServer::Advance(PendingHandshake& p) {
   char buf[kMaxClientHello];
-  const size_t room = kMaxClientHello - p.in.size();
+  const size_t room = kMaxClientHello - p.received.size();
   const ssize_t n = ::recv(p.socket.fd(), buf, std::max<size_t>(room, 1), 0);
   if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return false;
   auto drop = [&](const std::string& why) {
@@ -480,9 +480,9 @@ bool RendezvousServer::Advance(PendingHandshake& p) {
   if (n == 0) return drop("closed before completing its handshake");
   if (n < 0) return drop(std::string("read: ") + std::strerror(errno));
   if (room == 0) return drop("sent more than a hello before the verdict");
-  p.in.append(buf, static_cast<size_t>(n));
+  p.received.append(buf, static_cast<size_t>(n));
 
-  Reader in(p.in);
+  Reader in(p.received);
   char magic[4];
   uint8_t version = 0;
   std::string task;

@@ -84,8 +84,8 @@ StatusOr<TfConfig> ParseTfConfig(std::string_view json_text);
 bool DescribesLocalRun(std::string_view json_text);
 
 // The address this pod's servers (the chief's rendezvous, the status server) listen on: the
-// value of TJ_POD_IP, or "" (every interface) when it is unset or empty. On the local cluster
-// pods are processes on one host, each with its own 127.N.x.y address that tj-local-node puts
+// value of TJ_POD_IP, or "" (every interface) when it is unset or empty. On the process node
+// pods are processes on one host, each with its own 127.N.x.y address that tj-process-node puts
 // in TJ_POD_IP: listening on every interface there, pods of two jobs or two clusters on that
 // host would take each other's ports. Kubernetes gives each pod a network of its own and no
 // TJ_POD_IP.

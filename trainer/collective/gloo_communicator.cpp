@@ -53,17 +53,17 @@ std::string Peer(const TfConfig& c, int rank) {
 class GlooStore final : public gloo::rendezvous::Store {
  public:
   GlooStore(cluster::KeyValueStore& kv, const TfConfig& config, std::chrono::milliseconds timeout)
-      : kv_(kv), config_(config), timeout_(timeout) {}
+      : store_(kv), config_(config), timeout_(timeout) {}
 
   void set(const std::string& key, const std::vector<char>& data) override {
-    Status st = kv_.Set(kPrefix + key, std::string(data.begin(), data.end()));
+    Status st = store_.Set(kPrefix + key, std::string(data.begin(), data.end()));
     if (!st.ok()) throw std::runtime_error(st.message());
   }
 
   // Gloo expects get() to block until the key is set (as its FileStore and HashStore do).
   std::vector<char> get(const std::string& key) override {
     wait({key}, timeout_);
-    StatusOr<std::string> v = kv_.Get(kPrefix + key);
+    StatusOr<std::string> v = store_.Get(kPrefix + key);
     if (!v.ok()) throw std::runtime_error(v.status().message());
     return std::vector<char>(v->begin(), v->end());
   }
@@ -74,12 +74,12 @@ class GlooStore final : public gloo::rendezvous::Store {
     std::vector<std::string> full;
     full.reserve(keys.size());
     for (const auto& k : keys) full.push_back(kPrefix + k);
-    Status st = kv_.Wait(full, t);
+    Status st = store_.Wait(full, t);
     if (st.ok()) return;
     // Name the tasks that did not arrive (Gloo's keys are their ranks).
     std::string missing;
     for (const auto& k : keys) {
-      if (kv_.Get(kPrefix + k).ok()) continue;
+      if (store_.Get(kPrefix + k).ok()) continue;
       int rank = -1;
       try {
         rank = std::stoi(k.rfind("rank_", 0) == 0 ? k.substr(5) : k);
@@ -96,7 +96,7 @@ class GlooStore final : public gloo::rendezvous::Store {
 
  private:
   static constexpr const char* kPrefix = "gloo/";
-  cluster::KeyValueStore& kv_;
+  cluster::KeyValueStore& store_;
   const TfConfig& config_;
   std::chrono::milliseconds timeout_;
 };

@@ -135,7 +135,7 @@ class Transfer {
   Transfer(float* data, Schedule schedule, bool bf16, int next_fd, int prev_fd,
            std::vector<uint8_t>& send_stage, std::vector<uint8_t>& recv_stage)
       : data_(data),
-        s_(std::move(schedule)),
+        schedule_(std::move(schedule)),
         bf16_(bf16),
         elem_bytes_(bf16 ? 2 : 4),
         next_fd_(next_fd),
@@ -149,7 +149,7 @@ class Transfer {
   // Ok, or what failed ("rank N closed the connection", "timed out: ..."); the caller adds
   // the ranks' names.
   StatusOr<bool> Run(Deadline deadline) {
-    while (si_ < s_.sends.size() || ri_ < s_.recvs.size()) {
+    while (next_send_ < schedule_.sends.size() || next_recv_ < schedule_.recvs.size()) {
       bool progressed = false;
       TJ_RETURN_IF_ERROR(PumpSends(&progressed));
       TJ_RETURN_IF_ERROR(PumpRecvs(&progressed));
@@ -160,11 +160,11 @@ class Transfer {
 
  private:
   bool NextSendReady() const {
-    return send_started_ || s_.sends[si_].depends_on < static_cast<long>(ri_);
+    return send_started_ || schedule_.sends[next_send_].depends_on < static_cast<long>(next_recv_);
   }
 
   void StartSend() {
-    const Op& op = s_.sends[si_];
+    const Op& op = schedule_.sends[next_send_];
     const size_t n = op.end - op.begin;
     if (!bf16_) {
       send_ptr_ = reinterpret_cast<const uint8_t*>(data_ + op.begin);
@@ -183,7 +183,7 @@ class Transfer {
 
   // Sends while the socket takes bytes and the next segment is ready.
   Status PumpSends(bool* progressed) {
-    while (si_ < s_.sends.size() && NextSendReady()) {
+    while (next_send_ < schedule_.sends.size() && NextSendReady()) {
       if (!send_started_) StartSend();
       const ssize_t n =
           ::send(next_fd_, send_ptr_ + sent_, send_len_ - sent_, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -195,7 +195,7 @@ class Transfer {
       *progressed = true;
       sent_ += static_cast<size_t>(n);
       if (sent_ == send_len_) {
-        ++si_;
+        ++next_send_;
         send_started_ = false;
       }
     }
@@ -204,13 +204,13 @@ class Transfer {
 
   // A float32 copy lands in the buffer itself; anything else goes through the stage.
   uint8_t* RecvTarget() const {
-    const Op& op = s_.recvs[ri_];
+    const Op& op = schedule_.recvs[next_recv_];
     if (!bf16_ && !op.add) return reinterpret_cast<uint8_t*>(data_ + op.begin);
     return recv_stage_.data();
   }
 
   void FinishRecv() {
-    const Op& op = s_.recvs[ri_];
+    const Op& op = schedule_.recvs[next_recv_];
     float* dst = data_ + op.begin;
     const size_t n = op.end - op.begin;
     if (bf16_) {
@@ -224,14 +224,15 @@ class Transfer {
       const auto* in = reinterpret_cast<const float*>(recv_stage_.data());
       for (size_t i = 0; i < n; ++i) dst[i] = in[i] + dst[i];
     }
-    ++ri_;
+    ++next_recv_;
     received_ = 0;
   }
 
   // Receives what has arrived.
   Status PumpRecvs(bool* progressed) {
-    while (ri_ < s_.recvs.size()) {
-      const size_t want = (s_.recvs[ri_].end - s_.recvs[ri_].begin) * elem_bytes_;
+    while (next_recv_ < schedule_.recvs.size()) {
+      const size_t want =
+          (schedule_.recvs[next_recv_].end - schedule_.recvs[next_recv_].begin) * elem_bytes_;
       const ssize_t n = ::recv(prev_fd_, RecvTarget() + received_, want - received_, MSG_DONTWAIT);
       if (n == 0) return Status::Error("closed the connection");
       if (n < 0) {
@@ -249,15 +250,16 @@ class Transfer {
   Status WaitForSockets(Deadline deadline) {
     pollfd fds[2];
     int nfds = 0;
-    if (ri_ < s_.recvs.size()) fds[nfds++] = {prev_fd_, POLLIN, 0};
-    if (si_ < s_.sends.size() && NextSendReady()) fds[nfds++] = {next_fd_, POLLOUT, 0};
+    if (next_recv_ < schedule_.recvs.size()) fds[nfds++] = {prev_fd_, POLLIN, 0};
+    if (next_send_ < schedule_.sends.size() && NextSendReady())
+      fds[nfds++] = {next_fd_, POLLOUT, 0};
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) {
-      return Status::Error("timed out: no progress before the collective timeout (" +
-                           std::to_string(si_) + "/" + std::to_string(s_.sends.size()) +
-                           " segments sent, " + std::to_string(ri_) + "/" +
-                           std::to_string(s_.recvs.size()) + " received)");
+      return Status::Error(
+          "timed out: no progress before the collective timeout (" + std::to_string(next_send_) +
+          "/" + std::to_string(schedule_.sends.size()) + " segments sent, " +
+          std::to_string(next_recv_) + "/" + std::to_string(schedule_.recvs.size()) + " received)");
     }
     const int r = ::poll(fds, static_cast<nfds_t>(nfds), static_cast<int>(left.count()) + 1);
     if (r < 0 && errno != EINTR) return Status::Error(std::string("poll: ") + std::strerror(errno));
@@ -265,13 +267,14 @@ class Transfer {
   }
 
   float* data_;
-  Schedule s_;
+  Schedule schedule_;
   bool bf16_;
   size_t elem_bytes_;
   int next_fd_, prev_fd_;
   std::vector<uint8_t>& send_stage_;
   std::vector<uint8_t>& recv_stage_;
-  size_t si_ = 0, sent_ = 0, ri_ = 0, received_ = 0;
+  // The next op of schedule_.sends / .recvs, and the bytes of it already sent / received.
+  size_t next_send_ = 0, sent_ = 0, next_recv_ = 0, received_ = 0;
   bool send_started_ = false;
   const uint8_t* send_ptr_ = nullptr;
   size_t send_len_ = 0;

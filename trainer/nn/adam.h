@@ -31,15 +31,16 @@ class Adam {
   void Apply(float* params, const float* grad, double learning_rate, ThreadPool* pool);
 
   int64_t iterations() const { return iterations_; }
-  const std::vector<float>& m() const { return m_; }
-  const std::vector<float>& v() const { return v_; }
+  // m and v of the formula above: the first and second moment estimates, per parameter.
+  const std::vector<float>& m() const { return first_moment_; }
+  const std::vector<float>& v() const { return second_moment_; }
   // Restores the state of a backup.
   void Restore(std::vector<float> m, std::vector<float> v, int64_t iterations);
 
  private:
   AdamConfig config_;
   const cpu::Kernels* kernels_;
-  std::vector<float> m_, v_;
+  std::vector<float> first_moment_, second_moment_;  // m and v
   int64_t iterations_ = 0;
 };
 

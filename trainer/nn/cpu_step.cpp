@@ -13,7 +13,7 @@ constexpr int kConvParams = 9 * kConvChannels + kConvChannels;  // 320
 CpuStep::CpuStep(int max_rows, ThreadPool* pool, const cpu::Kernels& kernels)
     : max_rows_(std::max(1, max_rows)),
       pool_(pool),
-      k_(kernels),
+      kernels_(kernels),
       pooled_(static_cast<size_t>(max_rows_) * kFlat),
       argmax_(static_cast<size_t>(max_rows_) * kFlat),
       hidden_(static_cast<size_t>(max_rows_) * kHidden),
@@ -33,16 +33,16 @@ void CpuStep::RowsForwardBackward(const float* params, const Batch& batch, int r
   const float* conv_b = params + Layout::kConvBias;
   for (int r = r0; r < r1; ++r) {
     const float* image = batch.images + static_cast<size_t>(batch.index[r]) * kInputPixels;
-    k_.conv_relu_pool_forward(image, conv_w, conv_b, &pooled_[static_cast<size_t>(r) * kFlat],
-                              &argmax_[static_cast<size_t>(r) * kFlat]);
+    kernels_.conv_relu_pool_forward(image, conv_w, conv_b, &pooled_[static_cast<size_t>(r) * kFlat],
+                                    &argmax_[static_cast<size_t>(r) * kFlat]);
   }
   float* pooled = &pooled_[static_cast<size_t>(r0) * kFlat];
   float* hidden = &hidden_[static_cast<size_t>(r0) * kHidden];
   float* logits = &logits_[static_cast<size_t>(r0) * kClasses];
-  k_.dense_forward(pooled, rows, kFlat, params + Layout::kDense1Kernel,
-                   params + Layout::kDense1Bias, kHidden, /*relu=*/true, hidden);
-  k_.dense_forward(hidden, rows, kHidden, params + Layout::kDense2Kernel,
-                   params + Layout::kDense2Bias, kClasses, /*relu=*/false, logits);
+  kernels_.dense_forward(pooled, rows, kFlat, params + Layout::kDense1Kernel,
+                         params + Layout::kDense1Bias, kHidden, /*relu=*/true, hidden);
+  kernels_.dense_forward(hidden, rows, kHidden, params + Layout::kDense2Kernel,
+                         params + Layout::kDense2Bias, kClasses, /*relu=*/false, logits);
   for (int r = r0; r < r1; ++r) {
     bool correct = false;
     const int label = batch.labels[batch.index[r]];
@@ -54,15 +54,16 @@ void CpuStep::RowsForwardBackward(const float* params, const Batch& batch, int r
   if (!backward) return;
   float* dhidden = &dhidden_[static_cast<size_t>(r0) * kHidden];
   float* dpooled = &dpooled_[static_cast<size_t>(r0) * kFlat];
-  k_.dense_backward_input(&dlogits_[static_cast<size_t>(r0) * kClasses], rows, kClasses,
-                          params + Layout::kDense2Kernel, kHidden, hidden, dhidden);
-  k_.dense_backward_input(dhidden, rows, kHidden, params + Layout::kDense1Kernel, kFlat, pooled,
-                          dpooled);
+  kernels_.dense_backward_input(&dlogits_[static_cast<size_t>(r0) * kClasses], rows, kClasses,
+                                params + Layout::kDense2Kernel, kHidden, hidden, dhidden);
+  kernels_.dense_backward_input(dhidden, rows, kHidden, params + Layout::kDense1Kernel, kFlat,
+                                pooled, dpooled);
   for (int r = r0; r < r1; ++r) {
     const float* image = batch.images + static_cast<size_t>(batch.index[r]) * kInputPixels;
     float* g = &conv_grads_[static_cast<size_t>(r) * kConvParams];
-    k_.conv_backward_params(image, &argmax_[static_cast<size_t>(r) * kFlat],
-                            &dpooled_[static_cast<size_t>(r) * kFlat], g, g + 9 * kConvChannels);
+    kernels_.conv_backward_params(image, &argmax_[static_cast<size_t>(r) * kFlat],
+                                  &dpooled_[static_cast<size_t>(r) * kFlat], g,
+                                  g + 9 * kConvChannels);
   }
 }
 
@@ -80,11 +81,11 @@ BatchStats CpuStep::ComputeGradients(const float* params, const Batch& batch, fl
   pool_->Run([&](int member, int members) {
     constexpr int kBlocks = kHidden / 8;
     auto [b0, b1] = SplitRange(kBlocks, members, member);
-    k_.dense_backward_weights(dhidden_.data(), rows, kHidden, pooled_.data(), kFlat, b0 * 8, b1 * 8,
-                              grad + Layout::kDense1Kernel);
+    kernels_.dense_backward_weights(dhidden_.data(), rows, kHidden, pooled_.data(), kFlat, b0 * 8,
+                                    b1 * 8, grad + Layout::kDense1Kernel);
     if (member != 0) return;
-    k_.dense_backward_weights(dlogits_.data(), rows, kClasses, hidden_.data(), kHidden, 0, kClasses,
-                              grad + Layout::kDense2Kernel);
+    kernels_.dense_backward_weights(dlogits_.data(), rows, kClasses, hidden_.data(), kHidden, 0,
+                                    kClasses, grad + Layout::kDense2Kernel);
     float* db1 = grad + Layout::kDense1Bias;
     float* db2 = grad + Layout::kDense2Bias;
     float* dconv = grad + Layout::kConvKernel;  // kernel then bias: 320 contiguous floats

@@ -46,7 +46,7 @@ class CpuStep {
 
   int max_rows_;
   ThreadPool* pool_;
-  const cpu::Kernels& k_;
+  const cpu::Kernels& kernels_;
   std::vector<float> pooled_;         // rows x 5408
   std::vector<uint8_t> argmax_;       // rows x 5408
   std::vector<float> hidden_;         // rows x 64

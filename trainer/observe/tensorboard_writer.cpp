@@ -47,29 +47,29 @@ void PutBytes(std::string& out, uint32_t field, const std::string& bytes) {
 // A cursor over one protobuf message.
 class ProtoReader {
  public:
-  explicit ProtoReader(std::string_view bytes) : b_(bytes) {}
-  bool done() const { return pos_ >= b_.size(); }
+  explicit ProtoReader(std::string_view bytes) : bytes_(bytes) {}
+  bool done() const { return pos_ >= bytes_.size(); }
 
   bool ReadVarint(uint64_t& v) {
     v = 0;
     for (int shift = 0; shift < 64; shift += 7) {
-      if (pos_ >= b_.size()) return false;
-      const uint8_t byte = static_cast<uint8_t>(b_[pos_++]);
+      if (pos_ >= bytes_.size()) return false;
+      const uint8_t byte = static_cast<uint8_t>(bytes_[pos_++]);
       v |= static_cast<uint64_t>(byte & 0x7f) << shift;
       if (!(byte & 0x80)) return true;
     }
     return false;
   }
   bool ReadFixed(size_t n, std::string_view& out) {
-    if (b_.size() - pos_ < n) return false;
-    out = b_.substr(pos_, n);
+    if (bytes_.size() - pos_ < n) return false;
+    out = bytes_.substr(pos_, n);
     pos_ += n;
     return true;
   }
   bool ReadLengthDelimited(std::string_view& out) {
     uint64_t len;
-    if (!ReadVarint(len) || len > b_.size() - pos_) return false;
-    out = b_.substr(pos_, len);
+    if (!ReadVarint(len) || len > bytes_.size() - pos_) return false;
+    out = bytes_.substr(pos_, len);
     pos_ += len;
     return true;
   }
@@ -92,7 +92,7 @@ class ProtoReader {
   }
 
  private:
-  std::string_view b_;
+  std::string_view bytes_;
   size_t pos_ = 0;
 };
 

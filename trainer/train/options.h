@@ -56,11 +56,12 @@ struct Options {
 
   // BackupAndRestore, checkpoints, export.
   std::string backup_dir;
-  // The job's UID (TJ_JOB_UID) and the gang's restart count (TJ_RESTART_COUNT), both set by
-  // the operator: backups live in a directory of the job's own and are fenced by gang.
-  // Empty / -1 when unset (a run by hand): the backup directory as given, no fencing.
+  // The job's UID (TJ_JOB_UID) and the gang number (TJ_RESTART_COUNT, the job's
+  // status.restartCount), both set by the operator: backups live in a directory of the job's
+  // own and are fenced by gang. Empty / -1 when unset (a run by hand): the backup directory as
+  // given, no fencing.
   std::string job_uid;
-  int restart_count = -1;
+  int gang = -1;
   int save_freq_steps = 0;  // 0 = "epoch"; N = every N steps
   bool keep_backup = false;
   std::string checkpoint_dir;

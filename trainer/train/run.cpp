@@ -82,7 +82,7 @@ int ConnectCollective(const Options& o, const std::optional<cluster::TfConfig>& 
   collective::GlooOptions go;
   go.config = *tf_config;
   go.rendezvous_key = o.rendezvous_key;
-  go.gang = o.restart_count;
+  go.gang = o.gang;
   go.rendezvous_bind_host = cluster::PodListenAddress();
   go.rendezvous_timeout = o.rendezvous_timeout;
   go.collective_timeout = o.collective_timeout;
@@ -104,7 +104,7 @@ int ConnectCollective(const Options& o, const std::optional<cluster::TfConfig>& 
 
 }  // namespace
 
-int RunTrainer(const Options& o, StopRequest* stop) {
+int RunTrainerProgram(const Options& o, StopRequest* stop) {
   EventLog log(o.log_format);
   const int gpus = o.device == Device::kCpu ? 0 : VisibleGpus();
   if (o.device == Device::kGpu && gpus == 0) {
@@ -209,7 +209,7 @@ int RunTrainer(const Options& o, StopRequest* stop) {
   TrainingContext context{&o,      &*dataset,     comm.get(),          &pool,
                           cpu,     &log,          &progress,           is_chief,
                           scalars, backend.get(), gradient_comm.get(), stop};
-  TrainingOutcome outcome = RunTraining(context);
+  TrainingOutcome outcome = RunTrainingLoop(context);
   if (!outcome.status.ok()) {
     progress.Update([](ProgressSnapshot& p) { p.state = "failed"; });
     log.Error(outcome.status.message());

@@ -8,8 +8,10 @@
 
 namespace tj::train {
 
-// `stop` (may be null): a stop asked from outside, which the training loop honours after a
-// step every replica agrees on (stop_request.h).
-int RunTrainer(const Options& options, StopRequest* stop = nullptr);
+// The whole tj-trainer program after its flags are parsed (main.cpp calls it): everything
+// above, the training loop (training_loop.h, RunTrainingLoop) being one part of it. `stop`
+// (may be null): a stop asked from outside, which the training loop honours after a step
+// every replica agrees on (stop_request.h). Returns the process's exit code.
+int RunTrainerProgram(const Options& options, StopRequest* stop = nullptr);
 
 }  // namespace tj::train

@@ -58,31 +58,31 @@ std::string FirstNonFinite(const float* data, size_t count, const std::string& w
 class Trainer {
  public:
   explicit Trainer(const TrainingContext& c)
-      : c_(c),
-        o_(*c.options),
+      : context_(c),
+        options_(*c.options),
         data_(*c.dataset),
-        plan_{.batch_per_replica = o_.batch_size,
+        plan_{.batch_per_replica = options_.batch_size,
               .replicas = c.comm->size(),
               .rank = c.comm->rank(),
-              .steps_cap = o_.steps_per_epoch},
-        eval_step_(o_.batch_size, c.pool, *c.kernels),
+              .steps_cap = options_.steps_per_epoch},
+        eval_step_(options_.batch_size, c.pool, *c.kernels),
         gradient_comm_(c.gradient_comm ? c.gradient_comm : c.comm) {
     if (c.backend) {
       backend_ = c.backend;
     } else {
-      own_backend_ = MakeCpuBackend(data_, o_.batch_size, c.pool, *c.kernels);
+      own_backend_ = MakeCpuBackend(data_, options_.batch_size, c.pool, *c.kernels);
       backend_ = own_backend_.get();
     }
-    if (!o_.backup_dir.empty()) {
+    if (!options_.backup_dir.empty()) {
       backups_ = std::make_unique<checkpoint::BackupManager>(
-          o_.backup_dir, c.log,
-          checkpoint::BackupScope{o_.job_uid, o_.restart_count, o_.rendezvous_key});
+          options_.backup_dir, c.log,
+          checkpoint::BackupScope{options_.job_uid, options_.gang, options_.rendezvous_key});
       if (c.is_chief)
         backup_writer_ = std::make_unique<BackupWriter>(backups_.get(), c.log, c.progress);
     }
-    if (!o_.checkpoint_dir.empty())
+    if (!options_.checkpoint_dir.empty())
       checkpoints_ = std::make_unique<checkpoint::CheckpointManager>(
-          o_.checkpoint_dir, o_.keep_checkpoints, o_.rendezvous_key);
+          options_.checkpoint_dir, options_.keep_checkpoints, options_.rendezvous_key);
   }
 
   TrainingOutcome Run();
@@ -125,8 +125,8 @@ class Trainer {
   // reports it and returns the stop request's exit code.
   TrainingOutcome StopOnRequest(int epoch, int64_t step, bool backed_up);
 
-  const TrainingContext& c_;
-  const Options& o_;
+  const TrainingContext& context_;
+  const Options& options_;
   const data::Dataset& data_;
   data::ShardPlan plan_;
   nn::CpuStep eval_step_;  // the final test-set evaluation, on the CPU for every backend
@@ -154,11 +154,11 @@ nlohmann::json TotalsJson(const EpochTotals& t) {
 
 TrainingState Trainer::StateOf(ModelState model, int completed_epochs, int64_t step) const {
   TrainingState s;
-  s.fingerprint = TrainingFingerprint(o_, plan_.replicas, data_);
+  s.fingerprint = TrainingFingerprint(options_, plan_.replicas, data_);
   s.epoch = completed_epochs;
   s.step = step;
   s.optimizer_iterations = model.iterations;
-  s.seed = o_.seed;
+  s.seed = options_.seed;
   s.tensors = {{"weights", std::move(model.params)},
                {"adam_m", std::move(model.adam_m)},
                {"adam_v", std::move(model.adam_v)}};
@@ -203,7 +203,7 @@ StatusOr<TrainingState> Trainer::CurrentState(int completed_epochs, int64_t step
 }
 
 TrainingOutcome Trainer::RestoreOrInitialise() {
-  collective::Communicator* comm = c_.comm;
+  collective::Communicator* comm = context_.comm;
   std::string encoded;
   std::string restored_path;
   int64_t size = 0;
@@ -214,9 +214,10 @@ TrainingOutcome Trainer::RestoreOrInitialise() {
       // The chief claims the backups for its gang first: an older gang's chief, if one still
       // runs, can no longer write one that this gang or a later one restores.
       Status claimed = backups_->Claim();
-      auto r = claimed.ok() ? backups_->Restore(TrainingFingerprint(o_, plan_.replicas, data_),
-                                                &restored_path)
-                            : StatusOr<std::optional<TrainingState>>(claimed);
+      auto r = claimed.ok()
+                   ? backups_->Restore(TrainingFingerprint(options_, plan_.replicas, data_),
+                                       &restored_path)
+                   : StatusOr<std::optional<TrainingState>>(claimed);
       if (!r.ok()) {
         error = r.status();
       } else {
@@ -226,7 +227,7 @@ TrainingOutcome Trainer::RestoreOrInitialise() {
     if (!state) {
       // A fresh start: an old run's final marker must not stop the evaluator early.
       if (error.ok() && checkpoints_) error = checkpoints_->ClearFinalMarker();
-      ModelState fresh{.params = nn::InitialParameters(o_.seed),
+      ModelState fresh{.params = nn::InitialParameters(options_.seed),
                        .adam_m = std::vector<float>(nn::Layout::kCount, 0.0f),
                        .adam_v = std::vector<float>(nn::Layout::kCount, 0.0f),
                        .iterations = 0};
@@ -234,7 +235,7 @@ TrainingOutcome Trainer::RestoreOrInitialise() {
       state->extra = {{"epoch_totals", TotalsJson({})}};
       restored_path.clear();
     }
-    auto bytes = checkpoint::EncodeState(*state, o_.rendezvous_key);
+    auto bytes = checkpoint::EncodeState(*state, options_.rendezvous_key);
     if (error.ok() && !bytes.ok()) error = bytes.status();
     // A negative size tells the workers that the chief could not restore: they stop too,
     // with a message pointing at the chief, instead of waiting for a broadcast.
@@ -249,8 +250,8 @@ TrainingOutcome Trainer::RestoreOrInitialise() {
     Status s = comm->Broadcast(&size, sizeof size, 0);
     if (!s.ok()) return PeerLost(s);
     if (size < 0) {
-      return Failed(Status::Error("the chief could not restore the backup in " + o_.backup_dir +
-                                  "; see the chief's log"));
+      return Failed(Status::Error("the chief could not restore the backup in " +
+                                  options_.backup_dir + "; see the chief's log"));
     }
     encoded.resize(static_cast<size_t>(size));
     s = comm->Broadcast(encoded.data(), encoded.size(), 0);
@@ -259,7 +260,7 @@ TrainingOutcome Trainer::RestoreOrInitialise() {
   size_t newline = encoded.find('\n');
   restored_path = encoded.substr(0, newline);
   auto state = checkpoint::DecodeState(encoded.substr(newline + 1), "the chief's broadcast",
-                                       o_.rendezvous_key);
+                                       options_.rendezvous_key);
   if (!state.ok()) return Failed(state.status());
   const auto* weights = state->FindTensor("weights");
   const auto* m = state->FindTensor("adam_m");
@@ -291,7 +292,7 @@ TrainingOutcome Trainer::RestoreOrInitialise() {
     int epoch =
         state->step == 0 ? static_cast<int>(state->epoch) : static_cast<int>(state->epoch) + 1;
     int64_t step = state->step == 0 ? steps : state->step;
-    c_.log->Emit(
+    context_.log->Emit(
         {{"event", "restored"}, {"epoch", epoch}, {"step", step}, {"path", restored_path}});
   }
   return {};
@@ -302,7 +303,7 @@ Status Trainer::SaveBackup(int epoch, int64_t step, bool epoch_end) {
     // A worker on a device checks the state the chief saves (bitwise the same), so that every
     // replica stops at the same save point when it is not finite. On the CPU every step's
     // reduced floats were checked already.
-    if (!backend_->device_buffers() || o_.backup_dir.empty()) return Status::Ok();
+    if (!backend_->device_buffers() || options_.backup_dir.empty()) return Status::Ok();
     auto state = epoch_end ? CurrentState(epoch, 0) : CurrentState(epoch - 1, step);
     return state.status();
   }
@@ -326,28 +327,28 @@ Status Trainer::EndOfEpoch(int epoch, int steps, double seconds, double images_t
   const double loss = totals.images > 0 ? totals.loss_sum / totals.images : 0.0;
   const double accuracy = totals.images > 0 ? totals.correct / totals.images : 0.0;
   const double images_per_sec = seconds > 0 ? images_this_run / seconds : 0.0;
-  c_.log->Emit({{"event", "epoch_end"},
-                {"epoch", epoch},
-                {"steps", steps},
-                {"loss", loss},
-                {"accuracy", accuracy},
-                {"lr", nn::LearningRateForEpoch(epoch)},
-                {"seconds", seconds},
-                {"images_per_sec", images_per_sec}});
-  c_.progress->Update([&](ProgressSnapshot& p) {
+  context_.log->Emit({{"event", "epoch_end"},
+                      {"epoch", epoch},
+                      {"steps", steps},
+                      {"loss", loss},
+                      {"accuracy", accuracy},
+                      {"lr", nn::LearningRateForEpoch(epoch)},
+                      {"seconds", seconds},
+                      {"images_per_sec", images_per_sec}});
+  context_.progress->Update([&](ProgressSnapshot& p) {
     p.loss = loss;
     p.accuracy = accuracy;
     p.images_per_sec = images_per_sec;
   });
-  if (c_.is_chief && c_.scalars) {
-    c_.scalars("epoch_loss", epoch, static_cast<float>(loss));
-    c_.scalars("epoch_accuracy", epoch, static_cast<float>(accuracy));
-    c_.scalars("learning_rate", epoch, static_cast<float>(nn::LearningRateForEpoch(epoch)));
-    c_.scalars("images_per_sec", epoch, static_cast<float>(images_per_sec));
+  if (context_.is_chief && context_.scalars) {
+    context_.scalars("epoch_loss", epoch, static_cast<float>(loss));
+    context_.scalars("epoch_accuracy", epoch, static_cast<float>(accuracy));
+    context_.scalars("learning_rate", epoch, static_cast<float>(nn::LearningRateForEpoch(epoch)));
+    context_.scalars("images_per_sec", epoch, static_cast<float>(images_per_sec));
   }
   epoch_images_ = 0.0;
   TJ_RETURN_IF_ERROR(backend_->SetEpochSums(0.0, 0.0));
-  if (c_.is_chief && checkpoints_) {
+  if (context_.is_chief && checkpoints_) {
     auto state = CurrentState(epoch, 0);
     if (!state.ok()) return state.status();
     state->tensors.resize(1);  // weights only: checkpoints are for evaluation
@@ -355,7 +356,8 @@ Status Trainer::EndOfEpoch(int epoch, int steps, double seconds, double images_t
     if (!path.ok())
       return path.status().WithContext("writing checkpoint for epoch " + std::to_string(epoch));
   }
-  if (o_.save_freq_steps == 0) TJ_RETURN_IF_ERROR(SaveBackup(epoch, steps, /*epoch_end=*/true));
+  if (options_.save_freq_steps == 0)
+    TJ_RETURN_IF_ERROR(SaveBackup(epoch, steps, /*epoch_end=*/true));
   return Status::Ok();
 }
 
@@ -373,15 +375,16 @@ Status Trainer::Finish() {
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint32_t>(i);
   test.index = all.data();
   nn::BatchStats s = eval_step_.Evaluate(params.data(), test);
-  if (c_.is_chief) {
-    if (checkpoints_) TJ_RETURN_IF_ERROR(checkpoints_->WriteFinalMarker(o_.epochs));
-    if (!o_.export_dir.empty()) TJ_RETURN_IF_ERROR(ExportModel(o_.export_dir, params, o_.epochs));
+  if (context_.is_chief) {
+    if (checkpoints_) TJ_RETURN_IF_ERROR(checkpoints_->WriteFinalMarker(options_.epochs));
+    if (!options_.export_dir.empty())
+      TJ_RETURN_IF_ERROR(ExportModel(options_.export_dir, params, options_.epochs));
     if (backup_writer_) TJ_RETURN_IF_ERROR(backup_writer_->Wait());
-    if (backups_ && !o_.keep_backup) TJ_RETURN_IF_ERROR(backups_->Delete());
+    if (backups_ && !options_.keep_backup) TJ_RETURN_IF_ERROR(backups_->Delete());
   }
-  c_.log->Emit(
+  context_.log->Emit(
       {{"event", "train_end"},
-       {"epochs", o_.epochs},
+       {"epochs", options_.epochs},
        {"device", backend_->description()},
        {"test_loss", s.loss_sum / s.rows},
        {"test_accuracy", static_cast<double>(s.correct) / s.rows},
@@ -396,7 +399,7 @@ Status Trainer::Finish() {
 }
 
 StatusOr<bool> Trainer::AllReduceStepAndStopVotes() {
-  const float vote = c_.stop && c_.stop->requested() ? 1.0f : 0.0f;
+  const float vote = context_.stop && context_.stop->requested() ? 1.0f : 0.0f;
   float* buffer = backend_->reduce_buffer();
   if (!backend_->device_buffers()) {
     buffer[kReduceFloatsOnHost - 1] = vote;
@@ -406,7 +409,7 @@ StatusOr<bool> Trainer::AllReduceStepAndStopVotes() {
   TJ_RETURN_IF_ERROR(gradient_comm_->AllReduceSum(buffer, nn::Layout::kCount + 2));
   // Device buffers hold no host float: the votes take the host communicator.
   float votes = vote;
-  TJ_RETURN_IF_ERROR(c_.comm->AllReduceSum(&votes, 1));
+  TJ_RETURN_IF_ERROR(context_.comm->AllReduceSum(&votes, 1));
   return votes > 0.0f;
 }
 
@@ -418,15 +421,15 @@ TrainingOutcome Trainer::StopOnRequest(int epoch, int64_t step, bool backed_up) 
   if (backup_writer_) {
     if (Status s = backup_writer_->Wait(); !s.ok()) return Failed(s);
   }
-  const int signal = c_.stop ? c_.stop->signal() : 0;
-  c_.log->Emit({{"event", "stopped"},
-                {"epoch", epoch},
-                {"step", step},
-                {"backup", !o_.backup_dir.empty()},
-                {"requested_here", c_.stop && c_.stop->requested()},
-                {"signal", signal}});
-  c_.progress->Update([](ProgressSnapshot& p) { p.state = "stopped"; });
-  return {Status::Ok(), c_.stop ? c_.stop->exit_code() : kExitPeerLost};
+  const int signal = context_.stop ? context_.stop->signal() : 0;
+  context_.log->Emit({{"event", "stopped"},
+                      {"epoch", epoch},
+                      {"step", step},
+                      {"backup", !options_.backup_dir.empty()},
+                      {"requested_here", context_.stop && context_.stop->requested()},
+                      {"signal", signal}});
+  context_.progress->Update([](ProgressSnapshot& p) { p.state = "stopped"; });
+  return {Status::Ok(), context_.stop ? context_.stop->exit_code() : kExitPeerLost};
 }
 
 TrainingOutcome Trainer::Run() {
@@ -438,15 +441,15 @@ TrainingOutcome Trainer::Run() {
   if (TrainingOutcome r = RestoreOrInitialise(); !r.status.ok()) return r;
   const int steps = plan_.StepsPerEpoch(data_.train.count);
   const float scale = 1.0f / static_cast<float>(plan_.GlobalBatch());
-  c_.progress->Update([&](ProgressSnapshot& p) {
+  context_.progress->Update([&](ProgressSnapshot& p) {
     p.state = "training";
-    p.total_epochs = o_.epochs;
+    p.total_epochs = options_.epochs;
   });
   double train_seconds = 0.0, train_images = 0.0;
   bool stop_after_epoch = false;
-  if (c_.stop) c_.stop->SetMode(StopRequest::Mode::kStopAtStepEnd);
-  for (int epoch = start_epoch_; epoch <= o_.epochs; ++epoch) {
-    const std::vector<uint32_t> order = data::EpochOrder(o_.seed, epoch, data_.train.count);
+  if (context_.stop) context_.stop->SetMode(StopRequest::Mode::kStopAtStepEnd);
+  for (int epoch = start_epoch_; epoch <= options_.epochs; ++epoch) {
+    const std::vector<uint32_t> order = data::EpochOrder(options_.seed, epoch, data_.train.count);
     const int64_t first_step = epoch == start_epoch_ ? start_step_ : 0;
     auto epoch_start = RealClock::Get()->Now();
     if (Status st = backend_->BeginEpoch(order, plan_.SliceStart(static_cast<int>(first_step)),
@@ -479,12 +482,13 @@ TrainingOutcome Trainer::Run() {
       ++iterations_;
       epoch_images_ += plan_.GlobalBatch();
       images_this_run += plan_.GlobalBatch();
-      c_.progress->Update([&](ProgressSnapshot& p) {
+      context_.progress->Update([&](ProgressSnapshot& p) {
         p.epoch = epoch;
         p.step = step + 1;
         p.global_step = iterations_;
       });
-      const bool backed_up = o_.save_freq_steps > 0 && iterations_ % o_.save_freq_steps == 0;
+      const bool backed_up =
+          options_.save_freq_steps > 0 && iterations_ % options_.save_freq_steps == 0;
       if (backed_up) {
         if (Status st = SaveBackup(epoch, step + 1, /*epoch_end=*/false); !st.ok())
           return Failed(st);
@@ -499,14 +503,14 @@ TrainingOutcome Trainer::Run() {
     train_seconds += seconds;
     train_images += images_this_run;
     if (Status st = EndOfEpoch(epoch, steps, seconds, images_this_run); !st.ok()) return Failed(st);
-    if (stop_after_epoch && epoch < o_.epochs) {
-      return StopOnRequest(epoch, steps, /*backed_up=*/o_.save_freq_steps == 0);
+    if (stop_after_epoch && epoch < options_.epochs) {
+      return StopOnRequest(epoch, steps, /*backed_up=*/options_.save_freq_steps == 0);
     }
   }
   images_per_sec_ = train_seconds > 0 ? train_images / train_seconds : 0.0;
   train_seconds_ = train_seconds;
   if (Status st = Finish(); !st.ok()) return Failed(st);
-  c_.progress->Update([](ProgressSnapshot& p) { p.state = "succeeded"; });
+  context_.progress->Update([](ProgressSnapshot& p) { p.state = "succeeded"; });
   return {};
 }
 
@@ -523,7 +527,7 @@ nlohmann::json TrainingFingerprint(const Options& options, int replicas,
           {"dataset_sha256", dataset.digest}};
 }
 
-TrainingOutcome RunTraining(const TrainingContext& context) {
+TrainingOutcome RunTrainingLoop(const TrainingContext& context) {
   Trainer trainer(context);
   return trainer.Run();
 }

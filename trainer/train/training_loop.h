@@ -57,6 +57,9 @@ struct TrainingOutcome {
 nlohmann::json TrainingFingerprint(const Options& options, int replicas,
                                    const data::Dataset& dataset);
 
-TrainingOutcome RunTraining(const TrainingContext& context);
+// The training loop alone, on a context the caller has set up (the data loaded, the collective
+// connected): restore, train every epoch, report, checkpoint, back up. The whole tj-trainer
+// program around it is RunTrainerProgram (run.h).
+TrainingOutcome RunTrainingLoop(const TrainingContext& context);
 
 }  // namespace tj::train

@@ -97,7 +97,7 @@ TEST_F(FaultWorkload, ChiefKilledWhileWritingABackupResumesFromThePreviousOne) {
     names.push_back(it->path().filename().string());
   }
   ASSERT_FALSE(ec) << "listing " << dir << ": " << ec.message()
-                   << " (the example mounts its claim at /data: is tj-local-node running pods "
+                   << " (the example mounts its claim at /data: is tj-process-node running pods "
                       "in mount namespaces, as it does as root?)";
   EXPECT_TRUE(std::ranges::count(names, "backup-1") == 1 &&
               !std::ranges::count(names, "backup-2") && std::ranges::count(names, "fence") == 1)

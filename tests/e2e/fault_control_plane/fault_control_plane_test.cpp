@@ -211,7 +211,7 @@ TEST_F(FaultControlPlane, NodeAgentKilledMidJobAdoptsThePods) {
   }
   ExpectSucceededWithReferenceWeights(kJob, kChief, reference, 0, kFinishTimeout,
                                       /*expect_no_trainer_left=*/true);
-  EXPECT_NE(ReadFile(cluster_->dir() + "/logs/tj-local-node.log").find("container_adopted"),
+  EXPECT_NE(ReadFile(cluster_->dir() + "/logs/tj-process-node.log").find("container_adopted"),
             std::string::npos);
 }
 

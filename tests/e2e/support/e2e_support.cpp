@@ -214,8 +214,8 @@ std::string OperatorProcess::Log() const {
   return previous_log_ + process_->Stdout() + process_->Stderr();
 }
 
-std::vector<pid_t> TrainerPids(const std::string& ns, const std::string& hostname,
-                               int restart_count, const std::string& program) {
+std::vector<pid_t> TrainerPids(const std::string& ns, const std::string& hostname, int gang,
+                               const std::string& program) {
   std::vector<pid_t> out;
   std::error_code ec;
   for (fs::directory_iterator it("/proc", ec), end; !ec && it != end; it.increment(ec)) {
@@ -225,13 +225,13 @@ std::vector<pid_t> TrainerPids(const std::string& ns, const std::string& hostnam
     const fs::path exe = fs::read_symlink(it->path() / "exe", link_ec);
     if (link_ec || exe.filename().string().rfind(program, 0) != 0) continue;
     const pid_t pid = static_cast<pid_t>(std::stol(name));
-    bool in_ns = false, on_host = hostname.empty(), of_gang = restart_count < 0;
+    bool in_ns = false, on_host = hostname.empty(), of_gang = gang < 0;
     for (const std::string& e : EnvironOf(pid)) {
       if (e.rfind("TF_CONFIG=", 0) == 0 && e.find("." + ns + ".svc") != std::string::npos) {
         in_ns = true;
       }
       if (!hostname.empty() && e == "HOSTNAME=" + hostname) on_host = true;
-      if (restart_count >= 0 && e == "TJ_RESTART_COUNT=" + std::to_string(restart_count)) {
+      if (gang >= 0 && e == "TJ_RESTART_COUNT=" + std::to_string(gang)) {
         of_gang = true;
       }
     }

@@ -1,6 +1,6 @@
 // Shared fixture of the end-to-end tests (tests/e2e/operator, tests/e2e/fault, ...): the local
 // cluster (hack/local-cluster.sh; its real node under ctest, so pods are containers of our
-// images, or with TJ_NODE=process tj-local-node, so pods are tj-trainer processes),
+// images, or with TJ_NODE=process tj-process-node, so pods are tj-trainer processes),
 // the example TrainingJob scaled down, a tj-operator process per test, and what a test reads
 // back: the job, its pods, pod logs, the final weights digest, the trainer processes of a pod.
 // Each test gets its own namespace and its own operator (--namespace).
@@ -100,10 +100,10 @@ class OperatorProcess {
 
 // The trainer processes of a namespace as the node agent runs them: processes whose executable's
 // name starts with `program` (tj-trainer by default) and whose TF_CONFIG names hosts in
-// `<ns>.svc`; with `hostname`, only those of that pod (HOSTNAME); with `restart_count` >= 0,
+// `<ns>.svc`; with `hostname`, only those of that pod (HOSTNAME); with `gang` >= 0 (a gang number),
 // only those of that gang (TJ_RESTART_COUNT).
 std::vector<pid_t> TrainerPids(const std::string& ns, const std::string& hostname = "",
-                               int restart_count = -1, const std::string& program = "tj-trainer");
+                               int gang = -1, const std::string& program = "tj-trainer");
 
 // The base of the end-to-end tests: SetUp applies the CRD, creates a namespace named after the
 // test with the example's claim, and starts an operator for it; TearDown prints the operator

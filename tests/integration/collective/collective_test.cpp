@@ -191,7 +191,7 @@ TEST(GlooCollective, GlooOwnAllReduceStaysAvailable) {
 }
 
 TEST(GlooCollective, ChiefAndTwoWorkersOnOwnLoopbackAddressesWithKey) {
-  // Every pod of the local cluster has its own loopback address; the chief task is rank 0.
+  // Every pod of the process node has its own loopback address; the chief task is rank 0.
   const std::vector<std::string> chief{"127.0.0.1:" + std::to_string(FreePort())};
   const std::vector<std::string> w{"127.0.0.2:" + std::to_string(FreePort()),
                                    "127.0.0.3:" + std::to_string(FreePort())};

@@ -20,7 +20,7 @@ using namespace std::chrono_literals;
 TEST(MultiWorkerTest, TwoWorkersAsInTheTutorialEndBitwiseEqual) {
   TJ_REQUIRE_DATASET();
   TempDir dir;
-  LocalCluster c = LocalCluster::Make(2);
+  LoopbackTfCluster c = LoopbackTfCluster::Make(2);
   const std::vector<std::string> flags = {"--epochs", "2",         "--steps-per-epoch",
                                           "30",       "--threads", "1"};
   auto w0 = StartTrainer(flags, c.TfConfig("worker", 0), dir / "w0");
@@ -44,7 +44,7 @@ TEST(MultiWorkerTest, TwoWorkersAsInTheTutorialEndBitwiseEqual) {
 TEST(MultiWorkerTest, ChiefAndTwoWorkersWithAKeyEndBitwiseEqual) {
   TJ_REQUIRE_DATASET();
   TempDir dir;
-  LocalCluster c = LocalCluster::Make(2, /*with_chief=*/true);
+  LoopbackTfCluster c = LoopbackTfCluster::Make(2, /*with_chief=*/true);
   const std::vector<std::string> flags = {"--epochs", "1",         "--steps-per-epoch",
                                           "30",       "--threads", "1"};
   const std::string key = "s3cret-key";
@@ -73,7 +73,7 @@ TEST(MultiWorkerTest, TwoWorkersOf32FollowOneWorkerOf64) {
     return f;
   };
   auto single = StartTrainer(with_batch("64"), "", dir / "single");
-  LocalCluster c = LocalCluster::Make(2);
+  LoopbackTfCluster c = LoopbackTfCluster::Make(2);
   auto w0 = StartTrainer(with_batch("32"), c.TfConfig("worker", 0), dir / "w0");
   auto w1 = StartTrainer(with_batch("32"), c.TfConfig("worker", 1), dir / "w1");
   for (auto* p : {single.get(), w0.get(), w1.get()}) ASSERT_EQ(p->Wait(300s), 0) << p->Stderr();
@@ -93,7 +93,7 @@ TEST(MultiWorkerTest, TwoWorkersOf32FollowOneWorkerOf64) {
 TEST(MultiWorkerTest, KilledPeerMakesTheOtherExit75WithinTheTimeout) {
   TJ_REQUIRE_DATASET();
   TempDir dir;
-  LocalCluster c = LocalCluster::Make(2);
+  LoopbackTfCluster c = LoopbackTfCluster::Make(2);
   // Short epochs, many of them: the first epoch_end comes within seconds even under ASan on
   // a busy machine (a whole Fashion-MNIST epoch at one thread took over 120 s there), and
   // training is far from done when the peer is killed.
@@ -118,7 +118,7 @@ TEST(MultiWorkerTest, KilledPeerMakesTheOtherExit75WithinTheTimeout) {
 TEST(MultiWorkerTest, UnreachablePeerExits75NamingIt) {
   TJ_REQUIRE_DATASET();
   TempDir dir;
-  LocalCluster c = LocalCluster::Make(2);
+  LoopbackTfCluster c = LoopbackTfCluster::Make(2);
   // Worker 1 alone: the chief (worker 0) never comes.
   auto w1 = StartTrainer({"--epochs", "1", "--rendezvous-timeout", "2"}, c.TfConfig("worker", 1),
                          dir / "w1");
@@ -132,7 +132,7 @@ TEST(MultiWorkerTest, UnreachablePeerExits75NamingIt) {
 TEST(MultiWorkerTest, WrongKeyIsRefusedAndTrainingGoesOn) {
   TJ_REQUIRE_DATASET();
   TempDir dir;
-  LocalCluster c = LocalCluster::Make(2);
+  LoopbackTfCluster c = LoopbackTfCluster::Make(2);
   const std::vector<std::string> flags = {"--epochs",  "1", "--steps-per-epoch",    "40",
                                           "--threads", "1", "--rendezvous-timeout", "20"};
   auto w0 = StartTrainer(flags, c.TfConfig("worker", 0), dir / "w0", "right-key");
@@ -188,7 +188,7 @@ TEST(MultiWorkerTest, AFloodOfConnectionsToTheChiefsPortDoesNotStopTraining) {
   const size_t kept = std::min<size_t>(2500, (nofile.rlim_cur - 300) / 2);
   ASSERT_GE(kept, 400u) << "RLIMIT_NOFILE too low for the test: " << nofile.rlim_max;
   TempDir dir;
-  LocalCluster c = LocalCluster::Make(2);
+  LoopbackTfCluster c = LoopbackTfCluster::Make(2);
   const std::vector<std::string> flags = {"--epochs",  "2", "--steps-per-epoch",    "30",
                                           "--threads", "1", "--rendezvous-timeout", "120"};
   auto w0 = StartTrainer(flags, c.TfConfig("worker", 0), dir / "w0");

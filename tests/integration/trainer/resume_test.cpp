@@ -142,7 +142,7 @@ void SurviveAKilledWorker(int steps_per_epoch, int save_freq, const std::string&
   };
   std::string expected;
   {
-    LocalCluster c = LocalCluster::Make(2);
+    LoopbackTfCluster c = LoopbackTfCluster::Make(2);
     auto r0 = StartTrainer(flags("ref-"), c.TfConfig("worker", 0), dir / "r0");
     auto r1 = StartTrainer(flags("ref-"), c.TfConfig("worker", 1), dir / "r1");
     ASSERT_EQ(r0->Wait(300s), 0) << r0->Stderr();
@@ -150,7 +150,7 @@ void SurviveAKilledWorker(int steps_per_epoch, int save_freq, const std::string&
     expected = Digest(*r0);
     ASSERT_EQ(Digest(*r1), expected);
   }
-  LocalCluster c = LocalCluster::Make(2, false, /*with_evaluator=*/true);
+  LoopbackTfCluster c = LoopbackTfCluster::Make(2, false, /*with_evaluator=*/true);
   auto eval_flags = flags("");
   eval_flags.insert(eval_flags.end(), {"--eval-poll-interval", "0.2"});
   auto evaluator = StartTrainer(eval_flags, c.TfConfig("evaluator", 0), dir / "eval");

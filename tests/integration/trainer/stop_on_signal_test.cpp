@@ -24,7 +24,7 @@ std::vector<std::string> Flags(const TempDir& dir, const std::string& tag) {
 
 using Gang = std::vector<std::unique_ptr<Subprocess>>;
 
-Gang StartGang(const TempDir& dir, const LocalCluster& c, const std::string& tag,
+Gang StartGang(const TempDir& dir, const LoopbackTfCluster& c, const std::string& tag,
                const std::string& log) {
   Gang g;
   for (int i = 0; i < kWorkers; ++i) {
@@ -39,12 +39,12 @@ TEST(StopOnSignalTest, SigtermOfOneWorkerStopsTheGangAtOneBackedUpStep) {
   TempDir dir;
   std::string expected;
   {
-    Gang ref = StartGang(dir, LocalCluster::Make(kWorkers), "ref-", "ref");
+    Gang ref = StartGang(dir, LoopbackTfCluster::Make(kWorkers), "ref-", "ref");
     for (auto& p : ref) ASSERT_EQ(p->Wait(300s), 0) << p->Stderr();
     expected = Digest(*ref[0]);
     ASSERT_FALSE(expected.empty());
   }
-  LocalCluster c = LocalCluster::Make(kWorkers);
+  LoopbackTfCluster c = LoopbackTfCluster::Make(kWorkers);
   Gang first = StartGang(dir, c, "", "first");
   // Mid-epoch 1: after the backup of step 14, the last worker alone is asked to stop.
   ASSERT_TRUE(first[0]->WaitForLine(R"("event":"backup_saved","epoch":1,"step":14)", 300s))
@@ -91,7 +91,7 @@ TEST(StopOnSignalTest, SigtermOfOneWorkerStopsTheGangAtOneBackedUpStep) {
 TEST(StopOnSignalTest, SigtermBeforeTrainingExitsRetryableAtOnce) {
   TJ_REQUIRE_DATASET();
   TempDir dir;
-  LocalCluster c = LocalCluster::Make(2);
+  LoopbackTfCluster c = LoopbackTfCluster::Make(2);
   auto lonely = StartTrainer(Flags(dir, ""), c.TfConfig("worker", 1), dir / "lonely");
   std::this_thread::sleep_for(2s);  // loading the data set, then waiting for the chief
   ASSERT_TRUE(lonely->running()) << lonely->Stderr();
@@ -166,7 +166,7 @@ TEST(StopOnSignalTest, SigtermReachesTheTrainerAsPid1OfAPidNamespace) {
 TEST(StopOnSignalTest, EvaluatorExitsAtOnceOnSigterm) {
   TJ_REQUIRE_DATASET();
   TempDir dir;
-  LocalCluster c = LocalCluster::Make(1, false, /*with_evaluator=*/true);
+  LoopbackTfCluster c = LoopbackTfCluster::Make(1, false, /*with_evaluator=*/true);
   auto flags = Flags(dir, "");
   flags.insert(flags.end(), {"--eval-poll-interval", "0.2"});
   auto evaluator = StartTrainer(flags, c.TfConfig("evaluator", 0), dir / "eval");

@@ -172,7 +172,7 @@ TEST(StrangerTest, AStrangerAtEveryPortOfAFormingGangCannotStopIt) {
   // The weights of an undisturbed run.
   std::string reference;
   {
-    LocalCluster c = LocalCluster::Make(3);
+    LoopbackTfCluster c = LoopbackTfCluster::Make(3);
     std::vector<std::unique_ptr<Subprocess>> w;
     w.reserve(3);
     for (int i = 0; i < 3; ++i) {
@@ -185,7 +185,7 @@ TEST(StrangerTest, AStrangerAtEveryPortOfAFormingGangCannotStopIt) {
   }
   for (int round = 0; round < 3; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
-    LocalCluster c = LocalCluster::Make(3);
+    LoopbackTfCluster c = LoopbackTfCluster::Make(3);
     const std::string tag = "r" + std::to_string(round) + "w";
     std::vector<std::unique_ptr<Subprocess>> w;
     w.reserve(3);

@@ -53,12 +53,13 @@ inline std::string Digest(const Subprocess& p) {
   return ends.empty() ? "" : ends.back().value("weights_sha256", "");
 }
 
-// TF_CONFIG for `workers` workers (and a chief / evaluator when asked) on loopback ports.
-struct LocalCluster {
+// The TF_CONFIG cluster of `workers` workers (and a chief / evaluator when asked) on loopback
+// ports: trainer processes of one host, no Kubernetes.
+struct LoopbackTfCluster {
   std::vector<int> chief, worker, evaluator;
 
-  static LocalCluster Make(int workers, bool with_chief = false, bool with_evaluator = false) {
-    LocalCluster c;
+  static LoopbackTfCluster Make(int workers, bool with_chief = false, bool with_evaluator = false) {
+    LoopbackTfCluster c;
     if (with_chief) c.chief.push_back(FreePort());
     for (int i = 0; i < workers; ++i) c.worker.push_back(FreePort());
     if (with_evaluator) c.evaluator.push_back(FreePort());

@@ -596,7 +596,7 @@ TEST_F(ExecutorPass, KeepsTheStatusWhileBusyAndWritesItOnceIdle) {
   EXPECT_GT(write_later_[0].second, milliseconds(0));
 
   // A pass while still busy starts from the kept status: the pods it finds were created by
-  // generation 0 (not missing ones), and nothing is created twice.
+  // gang 0 (not missing ones), and nothing is created twice.
   CacheTheCreatedObjects();
   clock_.Advance(std::chrono::seconds(1));
   r = Sync();

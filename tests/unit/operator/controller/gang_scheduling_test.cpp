@@ -35,15 +35,15 @@ api::TrainingJobSpec SpecOf(const json& job) {
   return *spec;
 }
 
-// The pods a pass creates for gang `restart_count`: chief, 2 workers, evaluator.
-Decision CreatesGang(const json& job, int restart_count) {
+// The pods a pass creates for gang `gang`: chief, 2 workers, evaluator.
+Decision CreatesGang(const json& job, int gang) {
   const api::TrainingJobSpec spec = SpecOf(job);
   Decision d;
   auto create = [&](api::ReplicaType t, int i) {
     Action a;
     a.kind = Action::Kind::kCreate;
     a.resource = kube::resources::kPods;
-    a.object = BuildPod(job, spec, t, i, restart_count);
+    a.object = BuildPod(job, spec, t, i, gang);
     a.name = a.object["metadata"]["name"];
     d.actions.push_back(a);
   };

@@ -63,7 +63,7 @@ TEST(ReplicaLimit, TheLargestJobsPodsStartAndAreStored) {
   for (api::ReplicaType t :
        {api::ReplicaType::kChief, api::ReplicaType::kWorker, api::ReplicaType::kEvaluator}) {
     for (int i = 0; i < spec->Replicas(t); ++i) {
-      const json pod = BuildPod(job, *spec, t, i, /*restart_count=*/1000000);
+      const json pod = BuildPod(job, *spec, t, i, /*gang=*/1000000);
       const std::string tf_config = EnvValue(pod, "TF_CONFIG");
       largest_env = std::max(largest_env, std::string("TF_CONFIG=").size() + tf_config.size() + 1);
       const size_t bytes = pod.dump().size();

@@ -228,7 +228,7 @@ TEST(BackupManagerTest, SaveIntoAnUnwritablePlaceNamesTheDirectory) {
   EXPECT_NE(s.message().find(dir.Join("file/backup")), std::string::npos) << s.message();
 }
 
-// ---- Fencing: the job's UID and the gang's restart count.
+// ---- Fencing: the job's UID and the gang number.
 
 constexpr char kUid[] = "6f1c2d9e-0b7a-4c51-9a3e-2f8d7c6b5a41";
 

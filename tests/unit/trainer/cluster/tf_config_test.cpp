@@ -279,7 +279,7 @@ class PodListenAddressTest : public ::testing::Test {
   std::optional<std::string> saved_;
 };
 
-TEST_F(PodListenAddressTest, IsThePodsOwnAddressOnTheLocalCluster) {
+TEST_F(PodListenAddressTest, IsThePodsOwnAddressOnTheProcessNode) {
   ASSERT_EQ(setenv("TJ_POD_IP", "127.3.0.2", 1), 0);
   EXPECT_EQ(PodListenAddress(), "127.3.0.2");
 }

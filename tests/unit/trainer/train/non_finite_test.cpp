@@ -220,7 +220,7 @@ std::vector<ReplicaResult> Train(const TempDir& dir, int replicas, int poisoned,
         c.is_chief = r == 0;
         c.backend = &backend;
         c.gradient_comm = &comm;
-        results[r].outcome = RunTraining(c);
+        results[r].outcome = RunTrainingLoop(c);
       }
       results[r].log = ReadAll(out) + ReadAll(err);
       std::fclose(out);

@@ -1,8 +1,8 @@
-#include "localcluster/service_account.h"
+#include "processnode/service_account.h"
 
 #include <gtest/gtest.h>
 
-namespace tj::localnode {
+namespace tj::processnode {
 namespace {
 
 json Pod(const std::string& sa) {
@@ -79,4 +79,4 @@ TEST(ServiceAccount, MountsServiceAccount) {
 }
 
 }  // namespace
-}  // namespace tj::localnode
+}  // namespace tj::processnode

@@ -15,7 +15,7 @@
 #include "common/clock.h"
 #include "common/status.h"
 
-namespace tj::localnode {
+namespace tj::processnode {
 
 using nlohmann::json;
 
@@ -67,4 +67,4 @@ bool RunProbe(const Probe& probe, const std::string& pod_ip, const std::vector<s
               const std::string& working_dir, bool mount_namespace, pid_t container_pid,
               std::string* detail);
 
-}  // namespace tj::localnode
+}  // namespace tj::processnode

@@ -1,4 +1,4 @@
-#include "localcluster/node_agent.h"
+#include "processnode/node_agent.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -9,13 +9,13 @@
 #include <fstream>
 #include <set>
 
-#include "localcluster/pod_worker.h"
-#include "localcluster/process.h"
 #include "operator/kube/config.h"
 #include "operator/kube/object_meta.h"
 #include "operator/kube/time_format.h"
+#include "processnode/pod_worker.h"
+#include "processnode/process.h"
 
-namespace tj::localnode {
+namespace tj::processnode {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -76,13 +76,13 @@ json NodeAgent::NodeObject() const {
              {{"kubernetes.io/hostname", options_.node_name},
               {"kubernetes.io/os", "linux"},
               {"kubernetes.io/arch", "amd64"},
-              {"tjo.dev/local-node", "true"}}}}},
+              {"tjo.dev/local-node", "true"}}}}},  // the label's name from before tj-process-node
           {"status",
            {{"capacity", capacity},
             {"allocatable", capacity},
             {"conditions",
              json::array(
-                 {cond("Ready", "True", "KubeletReady", "tj-local-node is posting ready status"),
+                 {cond("Ready", "True", "KubeletReady", "tj-process-node is posting ready status"),
                   cond("MemoryPressure", "False", "KubeletHasSufficientMemory", "ok"),
                   cond("DiskPressure", "False", "KubeletHasNoDiskPressure", "ok"),
                   cond("PIDPressure", "False", "KubeletHasSufficientPID", "ok")})},
@@ -93,7 +93,7 @@ json NodeAgent::NodeObject() const {
               {"systemUUID", ""},
               {"bootID", ""},
               {"kernelVersion", ""},
-              {"osImage", "tj-local-node"},
+              {"osImage", "tj-process-node"},
               {"containerRuntimeVersion", "tj-local://0.1"},
               {"kubeletVersion", options_.kubelet_version},
               {"kubeProxyVersion", options_.kubelet_version},
@@ -164,7 +164,7 @@ std::string NodeAgent::AllocateIp() {
   // Skips the addresses of running and adoptable pods (after a restart
   // the counter starts again from the first address).
   std::set<std::string> used;
-  for (const auto& [uid, w] : workers_) used.insert(w->ip());
+  for (const auto& [uid, w] : workers_) used.insert(w->pod_ip());
   for (const auto& [uid, state] : adoptable_) used.insert(state.value("ip", ""));
   for (;;) {
     std::string ip = LoopbackAddress(next_ip_++, options_.pod_network);
@@ -184,7 +184,7 @@ void NodeAgent::LoadPodStates() {
     json state = json::parse(in, nullptr, /*allow_exceptions=*/false);
     if (!state.is_object() || state.value("uid", "") != entry.path().filename().string()) {
       log_->Warn("ignoring " + file.string() +
-                 ": not a pod state written by tj-local-node (remove it if it is stale)");
+                 ": not a pod state written by tj-process-node (remove it if it is stale)");
       continue;
     }
     found[state.value("uid", "")] = state;
@@ -268,7 +268,7 @@ void NodeAgent::OnPodDeleted(const json& pod) {
   }
   w->MarkGone();
   w->RequestDelete(0);
-  std::string ns = w->ns();
+  std::string ns = w->pod_namespace();
   // The last reference joins the worker's thread: do that off the informer's thread.
   std::thread([w = std::move(w)] {}).detach();
   RewriteHostsFiles(ns);
@@ -285,7 +285,7 @@ void NodeAgent::RewriteHostsFiles(const std::string& ns) {
   {
     MutexLock lock(mu_);
     for (const auto& [uid, w] : workers_) {
-      if (w->ns() != ns) continue;
+      if (w->pod_namespace() != ns) continue;
       same_ns.push_back(w);
       entries.push_back(w->Entry());
     }
@@ -293,7 +293,7 @@ void NodeAgent::RewriteHostsFiles(const std::string& ns) {
   std::error_code ec;
   for (const auto& w : same_ns) {
     fs::create_directories(fs::path(w->hosts_file()).parent_path(), ec);
-    WriteFileInPlace(w->hosts_file(), HostsFile(w->ip(), w->hostname(), entries));
+    WriteFileInPlace(w->hosts_file(), HostsFile(w->pod_ip(), w->hostname(), entries));
   }
 }
 
@@ -315,6 +315,8 @@ void NodeAgent::ProvisionClaim(const json& pvc) {
              {"kind", "PersistentVolume"},
              {"metadata",
               {{"name", pv_name},
+               // The label and the provisioner keep the names they had before tj-process-node
+               // was renamed from tj-local-node: users may select volumes by them.
                {"labels", {{"tjo.dev/local-node", options_.node_name}}},
                {"annotations", {{"pv.kubernetes.io/provisioned-by", "tj-local-node"}}}}},
              {"spec",
@@ -415,4 +417,4 @@ Status NodeAgent::Run(const std::stop_token& stop) {
   return Status::Ok();
 }
 
-}  // namespace tj::localnode
+}  // namespace tj::processnode

@@ -1,8 +1,8 @@
-#include "localcluster/pod_spec.h"
+#include "processnode/pod_spec.h"
 
 #include <gtest/gtest.h>
 
-namespace tj::localnode {
+namespace tj::processnode {
 namespace {
 
 using S = ContainerState::Phase;
@@ -136,4 +136,4 @@ TEST(PodSpec, ArgsExpandVariablesFromTheEnvironment) {
 }
 
 }  // namespace
-}  // namespace tj::localnode
+}  // namespace tj::processnode

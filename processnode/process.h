@@ -11,7 +11,7 @@
 
 #include "common/status.h"
 
-namespace tj::localnode {
+namespace tj::processnode {
 
 struct ProcessSpec {
   std::vector<std::string> argv;
@@ -57,4 +57,4 @@ bool PollSupervised(pid_t pid, unsigned long long start_time, const std::string&
 // Signals the whole process group.
 void SignalGroup(pid_t pid, int sig);
 
-}  // namespace tj::localnode
+}  // namespace tj::processnode

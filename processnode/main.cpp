@@ -1,4 +1,4 @@
-// tj-local-node: flags and wiring only; see node_agent.h.
+// tj-process-node: flags and wiring only; see node_agent.h.
 #include <signal.h>
 #include <unistd.h>
 
@@ -11,12 +11,12 @@
 #include "common/clock.h"
 #include "common/event_log.h"
 #include "common/termination_signals.h"
-#include "localcluster/node_agent.h"
 #include "operator/kube/config.h"
 #include "operator/kube/rest_client.h"
+#include "processnode/node_agent.h"
 
 int main(int argc, char** argv) {
-  tj::localnode::NodeAgentOptions o;
+  tj::processnode::NodeAgentOptions o;
   o.node_name = "local-node";
   o.state_dir = ".local-cluster/node";
   o.log_dir = ".local-cluster/logs";
@@ -24,7 +24,7 @@ int main(int argc, char** argv) {
   std::string kubeconfig;
   std::string mount_namespace = "auto";
   int heartbeat_seconds = 10;
-  CLI::App app{"tj-local-node: the process node of the local test cluster (a kubelet stand-in)"};
+  CLI::App app{"tj-process-node: the process node of the local test cluster (a kubelet stand-in)"};
   app.add_option("--kubeconfig", kubeconfig, "kubeconfig of the cluster to join")->required();
   app.add_option("--node-name", o.node_name, "name of the Node object")->capture_default_str();
   app.add_option("--state-dir", o.state_dir, "pods' working directories and volumes")
@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
   }
   config->qps = 50;
   config->burst = 100;
-  config->user_agent = "tj-local-node";
+  config->user_agent = "tj-process-node";
   auto client = tj::kube::RestClient::New(*config, tj::RealClock::Get());
   if (!client.ok()) {
     log.Error(client.status().message());
@@ -75,7 +75,7 @@ int main(int argc, char** argv) {
   }
   o.api_server = config->server;
 
-  tj::localnode::NodeAgent agent(client->get(), tj::RealClock::Get(), o, &log);
+  tj::processnode::NodeAgent agent(client->get(), tj::RealClock::Get(), o, &log);
   tj::Status s = agent.Run(stop.get_token());
   if (!s.ok()) {
     log.Error(s.message());

@@ -1,4 +1,4 @@
-#include "localcluster/process.h"
+#include "processnode/process.h"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -15,7 +15,7 @@
 #include <fstream>
 #include <sstream>
 
-namespace tj::localnode {
+namespace tj::processnode {
 namespace {
 
 void WriteAll(int fd, const char* s) {
@@ -42,7 +42,7 @@ void MakeDirs(char* path) {
 
 [[noreturn]] void Fail(const char* what) {
   const char* err = strerror(errno);
-  WriteAll(2, "tj-local-node: ");
+  WriteAll(2, "tj-process-node: ");
   WriteAll(2, what);
   WriteAll(2, ": ");
   WriteAll(2, err);
@@ -290,4 +290,4 @@ void SignalGroup(pid_t pid, int sig) {
   if (pid > 0) kill(-pid, sig);
 }
 
-}  // namespace tj::localnode
+}  // namespace tj::processnode

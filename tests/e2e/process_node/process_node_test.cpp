@@ -1,4 +1,4 @@
-// hack/local-cluster.sh up with tj-local-node: a Ready node, pods that run as processes, exit
+// hack/local-cluster.sh up with tj-process-node: a Ready node, pods that run as processes, exit
 // codes, restart policies, logs through `kubectl logs`, graceful deletion, pod DNS names,
 // service-account tokens for pods that call the API server, probes, and restarts of the node
 // agent (pods adopted after a crash, stopped by a node shutdown, killed when deleted meanwhile).
@@ -51,7 +51,7 @@ json Terminated(const json& pod) {
   return s.contains("terminated") ? s["terminated"] : json(nullptr);
 }
 
-TEST(LocalNode, NodeIsReady) {
+TEST(ProcessNode, NodeIsReady) {
   LocalCluster* cluster;
   TJ_REQUIRE_LOCAL_CLUSTER(cluster);
   auto client = cluster->NewClient();
@@ -70,7 +70,7 @@ TEST(LocalNode, NodeIsReady) {
   EXPECT_NE(Kubectl(cluster, "get nodes").find(" Ready"), std::string::npos);
 }
 
-TEST(LocalNode, PodExitingThreeFailsWithExitCodeAndLogs) {
+TEST(ProcessNode, PodExitingThreeFailsWithExitCodeAndLogs) {
   LocalCluster* cluster;
   TJ_REQUIRE_LOCAL_CLUSTER(cluster);
   auto client = cluster->NewClient();
@@ -94,7 +94,7 @@ TEST(LocalNode, PodExitingThreeFailsWithExitCodeAndLogs) {
   EXPECT_EQ(Kubectl(cluster, "logs -n " + ns + " hello"), "hello\n");
 }
 
-TEST(LocalNode, OnFailureRestartsInPlaceAndCountsRestarts) {
+TEST(ProcessNode, OnFailureRestartsInPlaceAndCountsRestarts) {
   LocalCluster* cluster;
   TJ_REQUIRE_LOCAL_CLUSTER(cluster);
   auto client = cluster->NewClient();
@@ -126,7 +126,7 @@ TEST(LocalNode, OnFailureRestartsInPlaceAndCountsRestarts) {
   EXPECT_EQ(Kubectl(cluster, "logs -n " + ns + " flaky --limit-bytes=3"), "fir");
 }
 
-TEST(LocalNode, GracefulDeletionSendsSigtermThenRemovesThePod) {
+TEST(ProcessNode, GracefulDeletionSendsSigtermThenRemovesThePod) {
   LocalCluster* cluster;
   TJ_REQUIRE_LOCAL_CLUSTER(cluster);
   auto client = cluster->NewClient();
@@ -162,7 +162,7 @@ TEST(LocalNode, GracefulDeletionSendsSigtermThenRemovesThePod) {
   EXPECT_EQ(std::string(buf, n), "up\ngot TERM\n");
 }
 
-TEST(LocalNode, PodsResolveEachOthersNamesAndGetEnvFromTheApi) {
+TEST(ProcessNode, PodsResolveEachOthersNamesAndGetEnvFromTheApi) {
   LocalCluster* cluster;
   TJ_REQUIRE_LOCAL_CLUSTER(cluster);
   if (geteuid() != 0) GTEST_SKIP() << "private /etc/hosts needs a mount namespace (root)";
@@ -205,7 +205,7 @@ TEST(LocalNode, PodsResolveEachOthersNamesAndGetEnvFromTheApi) {
             "KEY=s3cret POD=job-worker-0\n" + ip1 + "\n");
 }
 
-TEST(LocalNode, ClaimsAreBoundAndSharedBetweenPods) {
+TEST(ProcessNode, ClaimsAreBoundAndSharedBetweenPods) {
   LocalCluster* cluster;
   TJ_REQUIRE_LOCAL_CLUSTER(cluster);
   if (geteuid() != 0) GTEST_SKIP() << "volume mounts need a mount namespace (root)";
@@ -260,7 +260,7 @@ TEST(LocalNode, ClaimsAreBoundAndSharedBetweenPods) {
 // adds a projected volume, the node fills it (a TokenRequest token bound to the pod,
 // kube-root-ca.crt, the namespace) and sets KUBERNETES_SERVICE_HOST/_PORT. The token
 // authenticates as the pod's ServiceAccount, and RBAC allows exactly what its Role grants.
-TEST(LocalNode, PodCallsTheApiServerWithItsServiceAccountToken) {
+TEST(ProcessNode, PodCallsTheApiServerWithItsServiceAccountToken) {
   LocalCluster* cluster;
   TJ_REQUIRE_LOCAL_CLUSTER(cluster);
   auto client = cluster->NewClient();
@@ -330,7 +330,7 @@ TEST(LocalNode, PodCallsTheApiServerWithItsServiceAccountToken) {
 // Probes as a kubelet runs them: the liveness probe fails on the first run (no `ready` file),
 // the container is killed and restarted in place; the second run creates the file, both
 // probes pass and the pod becomes Ready only then.
-TEST(LocalNode, LivenessRestartsAndReadinessGatesReady) {
+TEST(ProcessNode, LivenessRestartsAndReadinessGatesReady) {
   LocalCluster* cluster;
   TJ_REQUIRE_LOCAL_CLUSTER(cluster);
   auto client = cluster->NewClient();
@@ -439,7 +439,7 @@ void Release(LocalCluster* cluster, const json& pod) {
   std::ofstream(cluster->dir() + "/node/pods/" + pod["metadata"].value("uid", "") + "/release");
 }
 
-TEST(LocalNodeRestart, KilledAgentAdoptsRunningPodsAndReportsTheirExit) {
+TEST(ProcessNodeRestart, KilledAgentAdoptsRunningPodsAndReportsTheirExit) {
   LocalCluster* cluster;
   TJ_REQUIRE_LOCAL_CLUSTER(cluster);
   auto client = cluster->NewClient();
@@ -459,11 +459,11 @@ TEST(LocalNodeRestart, KilledAgentAdoptsRunningPodsAndReportsTheirExit) {
   ASSERT_TRUE(Eventually(
       [&] {
         after = GetPod(client.get(), ns, "waiter");
-        return ReadFile(cluster->dir() + "/logs/tj-local-node.log").find("container_adopted") !=
+        return ReadFile(cluster->dir() + "/logs/tj-process-node.log").find("container_adopted") !=
                std::string::npos;
       },
       std::chrono::seconds(30)))
-      << ReadFile(cluster->dir() + "/logs/tj-local-node.log");
+      << ReadFile(cluster->dir() + "/logs/tj-process-node.log");
   EXPECT_EQ(Phase(after), "Running");
   EXPECT_EQ(after["status"]["podIP"], before["status"]["podIP"]);
   const json& cs = after["status"]["containerStatuses"][0];
@@ -480,7 +480,7 @@ TEST(LocalNodeRestart, KilledAgentAdoptsRunningPodsAndReportsTheirExit) {
   EXPECT_FALSE(Alive(pid));
 }
 
-TEST(LocalNodeRestart, PodDeletedWhileTheAgentIsDownIsKilledWhenItComesBack) {
+TEST(ProcessNodeRestart, PodDeletedWhileTheAgentIsDownIsKilledWhenItComesBack) {
   LocalCluster* cluster;
   TJ_REQUIRE_LOCAL_CLUSTER(cluster);
   auto client = cluster->NewClient();
@@ -489,7 +489,7 @@ TEST(LocalNodeRestart, PodDeletedWhileTheAgentIsDownIsKilledWhenItComesBack) {
   pid_t pid = 0;
   json pod = RunningPod(cluster, client.get(), ns, "orphan", &pid);
   ASSERT_GT(pid, 0);
-  const pid_t agent = std::atoi(ReadFile(cluster->dir() + "/pids/tj-local-node").c_str());
+  const pid_t agent = std::atoi(ReadFile(cluster->dir() + "/pids/tj-process-node").c_str());
   ASSERT_GT(agent, 0);
   ASSERT_EQ(kill(agent, SIGKILL), 0);
   ASSERT_TRUE(Eventually([&] { return !Alive(agent); }));
@@ -505,7 +505,7 @@ TEST(LocalNodeRestart, PodDeletedWhileTheAgentIsDownIsKilledWhenItComesBack) {
   EXPECT_TRUE(Eventually([&] { return access(dir.c_str(), F_OK) != 0; }));
 }
 
-TEST(LocalNodeRestart, GracefulStopEndsThePodsAndTheNextAgentReportsIt) {
+TEST(ProcessNodeRestart, GracefulStopEndsThePodsAndTheNextAgentReportsIt) {
   LocalCluster* cluster;
   TJ_REQUIRE_LOCAL_CLUSTER(cluster);
   auto client = cluster->NewClient();
@@ -523,7 +523,7 @@ TEST(LocalNodeRestart, GracefulStopEndsThePodsAndTheNextAgentReportsIt) {
   EXPECT_EQ(Terminated(pod)["signal"], 15);
 }
 
-TEST(LocalNodeRestart, RestartNodeRejectsUnknownOptions) {
+TEST(ProcessNodeRestart, RestartNodeRejectsUnknownOptions) {
   LocalCluster* cluster;
   TJ_REQUIRE_LOCAL_CLUSTER(cluster);
   auto r = cluster->Script("restart-node --gentle");

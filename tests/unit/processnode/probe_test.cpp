@@ -1,4 +1,4 @@
-#include "localcluster/probe.h"
+#include "processnode/probe.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 #include <atomic>
 #include <thread>
 
-namespace tj::localnode {
+namespace tj::processnode {
 namespace {
 
 using namespace std::chrono_literals;
@@ -182,4 +182,4 @@ TEST(Probe, ExecUsesExitCodeEnvAndTimeout) {
 }
 
 }  // namespace
-}  // namespace tj::localnode
+}  // namespace tj::processnode

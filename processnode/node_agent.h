@@ -1,4 +1,4 @@
-// tj-local-node: a node agent standing in for a kubelet on one machine. It registers a Ready
+// tj-process-node: a node agent standing in for a kubelet on one machine. It registers a Ready
 // Node with the machine's capacity, renews its Lease and status, and runs every pod bound to
 // it as local processes (see pod_spec.h for what it takes from the spec and process.h for
 // how a container runs). Each pod gets a loopback address 127.0.x.y as its IP and, as root,
@@ -27,11 +27,11 @@
 #include "common/http_server.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
-#include "localcluster/pod_spec.h"
 #include "operator/kube/client.h"
 #include "operator/kube/informer.h"
+#include "processnode/pod_spec.h"
 
-namespace tj::localnode {
+namespace tj::processnode {
 
 struct NodeAgentOptions {
   std::string node_name = "local-node";
@@ -48,7 +48,7 @@ struct NodeAgentOptions {
   int pod_network = 0;           // pods get 127.<pod_network>.x.y (LoopbackAddress)
   // The Node's kubeletVersion and kubeProxyVersion: the cluster's release, as a kubelet of
   // that release reports it.
-  std::string kubelet_version = "v0.0.0-tj-local-node";
+  std::string kubelet_version = "v0.0.0-tj-process-node";
   std::chrono::milliseconds restart_backoff_min{1000};
   std::chrono::milliseconds restart_backoff_max{30000};
 };
@@ -106,4 +106,4 @@ class NodeAgent {
   std::unique_ptr<HttpServer> log_server_;
 };
 
-}  // namespace tj::localnode
+}  // namespace tj::processnode

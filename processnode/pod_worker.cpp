@@ -1,4 +1,4 @@
-#include "localcluster/pod_worker.h"
+#include "processnode/pod_worker.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -7,12 +7,12 @@
 #include <filesystem>
 #include <fstream>
 
-#include "localcluster/node_agent.h"
-#include "localcluster/service_account.h"
 #include "operator/kube/config.h"
 #include "operator/kube/time_format.h"
+#include "processnode/node_agent.h"
+#include "processnode/service_account.h"
 
-namespace tj::localnode {
+namespace tj::processnode {
 
 namespace fs = std::filesystem;
 namespace res = kube::resources;
@@ -24,14 +24,17 @@ std::string Now() { return kube::FormatTime(std::chrono::system_clock::now()); }
 }  // namespace
 
 PodWorker::PodWorker(PodWorkerContext context, const json& pod, std::string ip, json adopted)
-    : ctx_(std::move(context)), pod_(pod), ip_(std::move(ip)), adopted_(std::move(adopted)) {
+    : context_(std::move(context)),
+      pod_(pod),
+      pod_ip_(std::move(ip)),
+      adopted_(std::move(adopted)) {
   const json md = pod.value("metadata", json::object());
-  ns_ = md.value("namespace", "");
+  namespace_ = md.value("namespace", "");
   name_ = md.value("name", "");
   uid_ = md.value("uid", "");
   hostname_ = pod["spec"].value("hostname", name_);
   subdomain_ = pod["spec"].value("subdomain", "");
-  dir_ = ctx_.options->state_dir + "/pods/" + uid_;
+  dir_ = context_.options->state_dir + "/pods/" + uid_;
   hosts_file_ = dir_ + "/etc-hosts";
   start_time_ = adopted_.is_object() ? adopted_.value("startTime", Now()) : Now();
 }
@@ -70,11 +73,11 @@ void PodWorker::StopForAgentShutdown(int max_grace_s) {
 }
 
 std::string PodWorker::LogFile(const std::string& container) const {
-  return ctx_.options->log_dir + "/pods/" + ns_ + "_" + name_ + "_" + container + ".log";
+  return context_.options->log_dir + "/pods/" + namespace_ + "_" + name_ + "_" + container + ".log";
 }
 
 void PodWorker::Warn(const std::string& m) {
-  ctx_.log->Warn("pod " + ns_ + "/" + name_ + ": " + m);
+  context_.log->Warn("pod " + namespace_ + "/" + name_ + ": " + m);
 }
 
 Status PodWorker::Prepare() {
@@ -82,7 +85,7 @@ Status PodWorker::Prepare() {
   created_mount_points_.clear();
   std::error_code ec;
   fs::create_directories(dir_, ec);
-  fs::create_directories(ctx_.options->log_dir + "/pods", ec);
+  fs::create_directories(context_.options->log_dir + "/pods", ec);
   std::map<std::string, std::string> volume_dirs;
   for (const auto& v : pod_["spec"].value("volumes", json::array())) {
     auto d = PrepareVolume(v);
@@ -94,16 +97,16 @@ Status PodWorker::Prepare() {
   };
   for (auto& c : containers_) {
     const std::string cname = c.spec.value("name", "");
-    auto argv = ContainerArgv(c.spec, ctx_.options->bin_dir);
+    auto argv = ContainerArgv(c.spec, context_.options->bin_dir);
     if (!argv.ok()) return argv.status();
-    auto env = ContainerEnv(pod_, c.spec, ip_, ctx_.options->node_name, lookup);
+    auto env = ContainerEnv(pod_, c.spec, pod_ip_, context_.options->node_name, lookup);
     if (!env.ok()) return env.status();
     c.process = ProcessSpec{};  // Prepare() may run again after a configuration error
     c.process.argv = *argv;
     // HOME is the pod's own directory, not the host user's: a container never sees the
     // host's ~/.kube/config (an in-cluster client would take it over its ServiceAccount).
     c.process.env = {"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                     "HOME=" + dir_, "HOSTNAME=" + hostname_, "TJ_POD_IP=" + ip_};
+                     "HOME=" + dir_, "HOSTNAME=" + hostname_, "TJ_POD_IP=" + pod_ip_};
     for (const auto& e : *env) c.process.env.push_back(e);
     // What a kubelet adds for the `kubernetes` Service, here the API server's real address
     // (the Service's cluster IP is not routed on this machine). The pod's own env wins.
@@ -111,14 +114,14 @@ Status PodWorker::Prepare() {
       return std::any_of(env->begin(), env->end(),
                          [&](const std::string& e) { return e.rfind(var + "=", 0) == 0; });
     };
-    if (!ctx_.options->api_server.empty()) {
-      auto service_env = KubernetesServiceEnv(ctx_.options->api_server);
+    if (!context_.options->api_server.empty()) {
+      auto service_env = KubernetesServiceEnv(context_.options->api_server);
       if (!service_env.ok()) return service_env.status();
       for (const auto& e : *service_env) {
         if (!defined(e.substr(0, e.find('=')))) c.process.env.push_back(e);
       }
     }
-    if (!ctx_.options->mount_namespace && MountsServiceAccount(c.spec)) {
+    if (!context_.options->mount_namespace && MountsServiceAccount(c.spec)) {
       // Nothing can be mounted at /var/run/secrets/kubernetes.io/serviceaccount without a
       // mount namespace: point in-cluster clients at the pod's copy instead.
       std::string sa_dir;
@@ -129,8 +132,8 @@ Status PodWorker::Prepare() {
       }
       const std::string kubeconfig = dir_ + "/serviceaccount.kubeconfig";
       TJ_RETURN_IF_ERROR(WriteVolumeFile(
-          kubeconfig, ServiceAccountKubeconfig(ctx_.options->api_server, sa_dir + "/ca.crt",
-                                               sa_dir + "/token", ns_)));
+          kubeconfig, ServiceAccountKubeconfig(context_.options->api_server, sa_dir + "/ca.crt",
+                                               sa_dir + "/token", namespace_)));
       c.process.env.push_back("TJ_SERVICE_ACCOUNT_DIR=" + sa_dir);
       if (!defined("KUBECONFIG")) c.process.env.push_back("KUBECONFIG=" + kubeconfig);
     }
@@ -139,7 +142,7 @@ Status PodWorker::Prepare() {
     c.process.log_file = LogFile(cname);
     c.process.exit_file = ExitFile(cname);
     fs::create_directories(fs::path(c.process.exit_file).parent_path(), ec);
-    c.process.mount_namespace = ctx_.options->mount_namespace;
+    c.process.mount_namespace = context_.options->mount_namespace;
     c.process.hosts_file = hosts_file_;
     for (const auto& m : c.spec.value("volumeMounts", json::array())) {
       auto it = volume_dirs.find(m.value("name", ""));
@@ -167,7 +170,7 @@ Status PodWorker::Prepare() {
     const bool only_service_account = c.process.binds.size() == 1 && MountsServiceAccount(c.spec);
     if (!c.process.binds.empty() && !c.process.mount_namespace) {
       if (!only_service_account)
-        Warn("volume mounts need a mount namespace (run tj-local-node as root); container " +
+        Warn("volume mounts need a mount namespace (run tj-process-node as root); container " +
              cname + " sees the volumes only through $TJ_VOLUME_<NAME>");
       for (const auto& m : c.spec.value("volumeMounts", json::array())) {
         std::string var = m.value("name", "");
@@ -204,8 +207,8 @@ void PodWorker::SaveState() {
     }
     containers.push_back(e);
   }
-  json state = {{"uid", uid_}, {"namespace", ns_},         {"name", name_},
-                {"ip", ip_},   {"startTime", start_time_}, {"containers", containers}};
+  json state = {{"uid", uid_},   {"namespace", namespace_},  {"name", name_},
+                {"ip", pod_ip_}, {"startTime", start_time_}, {"containers", containers}};
   Status s = WriteVolumeFile(StateFile(), state.dump());
   if (!s.ok()) Warn("saving the pod's state (a restarted agent cannot adopt it): " + s.message());
 }
@@ -232,10 +235,10 @@ bool PodWorker::Adopt(Container& c) {
     c.start_ticks = e.value("startTicks", 0ULL);
     c.state.phase = ContainerState::Phase::kRunning;
     StartProbes(c);
-    ctx_.log->Emit({{"event", "container_adopted"},
-                    {"pod", ns_ + "/" + name_},
-                    {"container", c.state.name},
-                    {"pid", pid}});
+    context_.log->Emit({{"event", "container_adopted"},
+                        {"pod", namespace_ + "/" + name_},
+                        {"container", c.state.name},
+                        {"pid", pid}});
     return true;
   }
   return false;
@@ -256,15 +259,15 @@ void PodWorker::PostStatus() {
   SaveState();
   std::vector<ContainerState> states;
   for (const auto& c : containers_) states.push_back(c.state);
-  json status = PodStatus(pod_, states, ip_, ctx_.options->host_ip, start_time_, Now());
-  auto r = ctx_.client->Patch(res::kPods, ns_, name_, kube::PatchType::kMerge, {{"status", status}},
-                              {"", false, "status"});
+  json status = PodStatus(pod_, states, pod_ip_, context_.options->host_ip, start_time_, Now());
+  auto r = context_.client->Patch(res::kPods, namespace_, name_, kube::PatchType::kMerge,
+                                  {{"status", status}}, {"", false, "status"});
   // A status the API server did not take (it restarts, say) is sent again by the main
   // loop, or a pod that ended meanwhile would stay Running on the server for good.
   status_pending_ = !r.ok() && !kube::IsNotFound(r.error());
   if (status_pending_) {
     Warn("status update (retried in 1 s): " + r.error().ToString());
-    status_retry_at_ = ctx_.clock->Now() + std::chrono::seconds(1);
+    status_retry_at_ = context_.clock->Now() + std::chrono::seconds(1);
   }
 }
 
@@ -287,7 +290,7 @@ void PodWorker::Launch(Container& c) {
 }
 
 void PodWorker::StartProbes(Container& c) {
-  const auto now = ctx_.clock->Now();
+  const auto now = context_.clock->Now();
   c.startup.reset();
   c.liveness.reset();
   c.readiness.reset();
@@ -307,12 +310,12 @@ void PodWorker::StartProbes(Container& c) {
 }
 
 bool PodWorker::RunProbes(Container& c) {
-  const auto now = ctx_.clock->Now();
+  const auto now = context_.clock->Now();
   auto run = [&](ProbeTracker& t, const char* which) {
     std::string detail;
-    bool ok = RunProbe(t.probe(), ip_, c.process.env, c.process.working_dir,
+    bool ok = RunProbe(t.probe(), pod_ip_, c.process.env, c.process.working_dir,
                        c.process.mount_namespace, c.pid, &detail);
-    t.Record(ok, ctx_.clock->Now());
+    t.Record(ok, context_.clock->Now());
     if (!ok)
       Warn(std::string(which) + " probe of container " + c.state.name + " failed: " + detail);
   };
@@ -358,7 +361,7 @@ void PodWorker::Run() {
     containers_.push_back(std::move(c));
   }
   const std::string policy = pod_["spec"].value("restartPolicy", "Always");
-  ctx_.rewrite_hosts_files(ns_);
+  context_.rewrite_hosts_files(namespace_);
   // Configuration errors (a missing Secret, an image without executable) keep the pod
   // Pending with the reason, and are retried, as with a kubelet.
   for (;;) {
@@ -384,7 +387,7 @@ void PodWorker::Run() {
       return;
     }
   }
-  ctx_.rewrite_hosts_files(ns_);
+  context_.rewrite_hosts_files(namespace_);
   for (auto& c : containers_) {
     if (!adopted_.is_object() || !Adopt(c)) Launch(c);
   }
@@ -396,7 +399,7 @@ void PodWorker::Run() {
       MutexLock lock(mu_);
       deleting = delete_requested_;
     }
-    auto now = ctx_.clock->Now();
+    auto now = context_.clock->Now();
     for (auto& c : containers_) {
       if (c.pid > 0) {
         ExitInfo info;
@@ -435,7 +438,7 @@ void PodWorker::Run() {
         changed = true;
       }
     }
-    if (changed || (status_pending_ && ctx_.clock->Now() >= status_retry_at_)) PostStatus();
+    if (changed || (status_pending_ && context_.clock->Now() >= status_retry_at_)) PostStatus();
     if (!deleting) RefreshTokens();
     MutexLock lock(mu_);
     if (delete_requested_) break;
@@ -456,7 +459,7 @@ void PodWorker::Finish() {
   for (auto& c : containers_) {
     if (c.pid > 0) kill(c.pid, SIGTERM);
   }
-  auto deadline = ctx_.clock->Now() + std::chrono::seconds(grace);
+  auto deadline = context_.clock->Now() + std::chrono::seconds(grace);
   for (;;) {
     bool running = false;
     for (auto& c : containers_) {
@@ -473,7 +476,7 @@ void PodWorker::Finish() {
       running = running || c.pid > 0;
     }
     if (!running) break;
-    if (ctx_.clock->Now() >= deadline) {
+    if (context_.clock->Now() >= deadline) {
       for (auto& c : containers_) {
         if (c.pid > 0) SignalGroup(c.pid, SIGKILL);
       }
@@ -490,7 +493,7 @@ void PodWorker::Finish() {
     kube::DeleteOptions d;
     d.grace_period_seconds = 0;
     d.precondition_uid = uid_;
-    auto r = ctx_.client->Delete(res::kPods, ns_, name_, d);
+    auto r = context_.client->Delete(res::kPods, namespace_, name_, d);
     if (!r.ok() && !kube::IsNotFound(r.error()) && r.error().code != 409) {
       Warn("final delete: " + r.error().ToString());
     }
@@ -504,4 +507,4 @@ void PodWorker::Finish() {
   for (const auto& p : created_mount_points_) fs::remove(p, ec);  // only when empty
 }
 
-}  // namespace tj::localnode
+}  // namespace tj::processnode

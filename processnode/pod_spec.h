@@ -1,4 +1,4 @@
-// What the local node agent derives from a Pod, without running anything: the executable and
+// What the process node agent derives from a Pod, without running anything: the executable and
 // arguments of each container (images without a command map to local executables), the
 // environment (literal values, fieldRef, secretKeyRef, configMapKeyRef), the /etc/hosts of
 // the pod, and the pod status to report from container states. Pure, so it is unit-tested.
@@ -13,7 +13,7 @@
 
 #include "common/status.h"
 
-namespace tj::localnode {
+namespace tj::processnode {
 
 using nlohmann::json;
 
@@ -85,4 +85,4 @@ json PodStatus(const json& pod, const std::vector<ContainerState>& containers,
                const std::string& pod_ip, const std::string& host_ip, const std::string& start_time,
                const std::string& now);
 
-}  // namespace tj::localnode
+}  // namespace tj::processnode

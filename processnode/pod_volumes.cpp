@@ -4,12 +4,12 @@
 #include <fstream>
 #include <thread>
 
-#include "localcluster/node_agent.h"
-#include "localcluster/pod_worker.h"
-#include "localcluster/service_account.h"
 #include "operator/kube/config.h"
+#include "processnode/node_agent.h"
+#include "processnode/pod_worker.h"
+#include "processnode/service_account.h"
 
-namespace tj::localnode {
+namespace tj::processnode {
 
 namespace fs = std::filesystem;
 namespace res = kube::resources;
@@ -31,7 +31,7 @@ Status WriteVolumeFile(const std::string& path, const std::string& content) {
 StatusOr<std::string> PodWorker::Lookup(const std::string& kind, const std::string& name,
                                         const std::string& key) {
   const auto& r = kind == "Secret" ? res::kSecrets : res::kConfigMaps;
-  auto obj = ctx_.client->Get(r, ns_, name);
+  auto obj = context_.client->Get(r, namespace_, name);
   if (!obj.ok()) return obj.error().ToStatus();
   const json data = obj->value("data", json::object());
   if (!data.contains(key)) return Status::Error(kind + " " + name + " has no key " + key);
@@ -53,7 +53,7 @@ StatusOr<std::string> PodWorker::PrepareVolume(const json& v) {
     return p;
   }
   if (v.contains("persistentVolumeClaim")) {
-    std::string p = ctx_.options->state_dir + "/pvc/" + ns_ + "/" +
+    std::string p = context_.options->state_dir + "/pvc/" + namespace_ + "/" +
                     v["persistentVolumeClaim"].value("claimName", "");
     fs::create_directories(p, ec);
     return p;
@@ -71,7 +71,7 @@ StatusOr<std::string> PodWorker::PrepareVolume(const json& v) {
     if (!v.contains(kind)) continue;
     std::string obj_name = v[kind].value(std::string(kind) == "secret" ? "secretName" : "name", "");
     const auto& r = std::string(kind) == "secret" ? res::kSecrets : res::kConfigMaps;
-    auto obj = ctx_.client->Get(r, ns_, obj_name);
+    auto obj = context_.client->Get(r, namespace_, obj_name);
     if (!obj.ok()) {
       if (v[kind].value("optional", false)) return dir;
       return obj.error().ToStatus().WithContext("volume " + name);
@@ -89,7 +89,7 @@ StatusOr<json> PodWorker::ObjectData(const std::string& kind, const std::string&
   const auto& r = kind == "secret" ? res::kSecrets : res::kConfigMaps;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   for (;;) {
-    auto obj = ctx_.client->Get(r, ns_, obj_name);
+    auto obj = context_.client->Get(r, namespace_, obj_name);
     if (obj.ok()) {
       json data = obj->value("data", json::object());
       if (kind == "secret") {
@@ -101,7 +101,7 @@ StatusOr<json> PodWorker::ObjectData(const std::string& kind, const std::string&
     }
     if (!kube::IsNotFound(obj.error()) || obj_name != "kube-root-ca.crt" ||
         std::chrono::steady_clock::now() >= deadline) {
-      return obj.error().ToStatus().WithContext(kind + " " + ns_ + "/" + obj_name);
+      return obj.error().ToStatus().WithContext(kind + " " + namespace_ + "/" + obj_name);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
@@ -121,7 +121,7 @@ Status PodWorker::WriteProjection(const std::string& dir, const json& source) {
         const std::string key = item.value("key", "");
         if (!data->contains(key)) {
           if (src.value("optional", false)) continue;
-          return Status::Error(std::string(kind) + " " + ns_ + "/" + src.value("name", "") +
+          return Status::Error(std::string(kind) + " " + namespace_ + "/" + src.value("name", "") +
                                " has no key " + key);
         }
         TJ_RETURN_IF_ERROR(
@@ -137,10 +137,10 @@ Status PodWorker::WriteProjection(const std::string& dir, const json& source) {
     for (const auto& item : source["downwardAPI"].value("items", json::array())) {
       if (!item.contains("fieldRef")) {
         return Status::Error("downwardAPI item " + item.value("path", "") +
-                             ": only fieldRef is supported by the local node");
+                             ": only fieldRef is supported by the process node");
       }
-      auto value = PodFieldValue(pod_, item["fieldRef"].value("fieldPath", ""), ip_,
-                                 ctx_.options->node_name);
+      auto value = PodFieldValue(pod_, item["fieldRef"].value("fieldPath", ""), pod_ip_,
+                                 context_.options->node_name);
       if (!value.ok()) return value.status();
       TJ_RETURN_IF_ERROR(WriteVolumeFile(dir + "/" + item.value("path", ""), *value));
     }
@@ -158,7 +158,7 @@ Status PodWorker::WriteProjection(const std::string& dir, const json& source) {
 Status PodWorker::RequestToken(TokenFile* t) {
   json body = TokenRequestBody(pod_, t->projection);
   const std::string path = TokenRequestPath(pod_);
-  auto r = ctx_.client->Raw("POST", path, body);
+  auto r = context_.client->Raw("POST", path, body);
   if (!r.ok()) {
     return r.error().ToStatus().WithContext(
         "requesting a service-account token (POST " + path +
@@ -169,12 +169,12 @@ Status PodWorker::RequestToken(TokenFile* t) {
   if (token.empty()) return Status::Error("TokenRequest " + path + " returned no token");
   TJ_RETURN_IF_ERROR(WriteVolumeFile(t->path, token));
   const auto lifetime = std::chrono::seconds(body["spec"].value("expirationSeconds", 3600));
-  t->refresh_at = ctx_.clock->Now() + TokenRefreshAfter(lifetime);
+  t->refresh_at = context_.clock->Now() + TokenRefreshAfter(lifetime);
   return Status::Ok();
 }
 
 void PodWorker::RefreshTokens() {
-  const auto now = ctx_.clock->Now();
+  const auto now = context_.clock->Now();
   for (auto& t : tokens_) {
     if (now < t.refresh_at) continue;
     Status s = RequestToken(&t);
@@ -185,4 +185,4 @@ void PodWorker::RefreshTokens() {
   }
 }
 
-}  // namespace tj::localnode
+}  // namespace tj::processnode

@@ -1,8 +1,8 @@
-#include "localcluster/pod_spec.h"
+#include "processnode/pod_spec.h"
 
 #include <map>
 
-namespace tj::localnode {
+namespace tj::processnode {
 namespace {
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
@@ -66,7 +66,7 @@ StatusOr<std::string> FieldRef(const json& pod, const std::string& path, const s
       return m.value(key, "");
     }
   }
-  return Status::Error("fieldRef " + path + " is not supported by the local node");
+  return Status::Error("fieldRef " + path + " is not supported by the process node");
 }
 
 }  // namespace
@@ -94,7 +94,7 @@ std::optional<std::string> ExecutableForImage(const std::string& image,
   std::string base = ImageBaseName(image);
   // The CPU-only trainer image (Dockerfile target trainer-cpu) holds the same program.
   if (EndsWith(base, "tj-trainer-cpu")) return bin_dir + "/tj-trainer";
-  for (const char* own : {"tj-trainer", "tj-operator", "tj-local-node"}) {
+  for (const char* own : {"tj-trainer", "tj-operator", "tj-process-node"}) {
     if (EndsWith(base, own)) return bin_dir + "/" + own;
   }
   for (const char* shell : {"busybox", "debian", "ubuntu", "alpine", "bash"}) {
@@ -116,7 +116,7 @@ StatusOr<std::vector<std::string>> ContainerArgv(const json& container,
     if (!exe) {
       return Status::Error("container " + name + ": image \"" + image +
                            "\" has no local executable and the container has no command; the "
-                           "local node runs images named *tj-trainer or *tj-operator, or a "
+                           "process node runs images named *tj-trainer or *tj-operator, or a "
                            "command");
     }
     argv.push_back(*exe);
@@ -176,7 +176,7 @@ std::string LoopbackAddress(int n, int network) {
 std::string HostsFile(const std::string& own_ip, const std::string& own_hostname,
                       const std::vector<HostEntry>& peers) {
   std::string s =
-      "# written by tj-local-node\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n";
+      "# written by tj-process-node\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost\n";
   s += own_ip + "\t" + own_hostname + "\n";
   for (const auto& p : peers) {
     if (p.hostname.empty() || p.subdomain.empty()) continue;
@@ -274,4 +274,4 @@ json PodStatus(const json& pod, const std::vector<ContainerState>& containers,
   return status;
 }
 
-}  // namespace tj::localnode
+}  // namespace tj::processnode

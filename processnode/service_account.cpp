@@ -1,8 +1,8 @@
-#include "localcluster/service_account.h"
+#include "processnode/service_account.h"
 
 #include <algorithm>
 
-namespace tj::localnode {
+namespace tj::processnode {
 
 std::string TokenRequestPath(const json& pod) {
   const json md = pod.value("metadata", json::object());
@@ -101,4 +101,4 @@ bool MountsServiceAccount(const json& container) {
   return false;
 }
 
-}  // namespace tj::localnode
+}  // namespace tj::processnode

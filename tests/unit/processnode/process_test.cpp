@@ -1,4 +1,4 @@
-#include "localcluster/process.h"
+#include "processnode/process.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -9,7 +9,7 @@
 #include <sstream>
 #include <thread>
 
-namespace tj::localnode {
+namespace tj::processnode {
 namespace {
 
 namespace fs = std::filesystem;
@@ -190,4 +190,4 @@ TEST(SupervisedProcess, KilledSupervisorWithoutExitFileIsReportedAsLostOrSignall
 }
 
 }  // namespace
-}  // namespace tj::localnode
+}  // namespace tj::processnode

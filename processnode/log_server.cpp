@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "common/http_server.h"
-#include "localcluster/node_agent.h"
+#include "processnode/node_agent.h"
 
-namespace tj::localnode {
+namespace tj::processnode {
 
 namespace fs = std::filesystem;
 
@@ -96,4 +96,4 @@ void NodeAgent::StartLogServer() {
 
 void NodeAgent::StopLogServer() { log_server_.reset(); }
 
-}  // namespace tj::localnode
+}  // namespace tj::processnode

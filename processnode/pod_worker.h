@@ -1,4 +1,4 @@
-// The pod worker of the local node (node_agent.h): one thread per pod that prepares its
+// The pod worker of the process node (node_agent.h): one thread per pod that prepares its
 // volumes (pod_volumes.cpp), runs its containers as supervised processes (process.h), probes
 // them (probe.h) and reports their states to the API server.
 #pragma once
@@ -18,13 +18,13 @@
 #include "common/event_log.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
-#include "localcluster/node_agent.h"
-#include "localcluster/pod_spec.h"
-#include "localcluster/probe.h"
-#include "localcluster/process.h"
 #include "operator/kube/client.h"
+#include "processnode/node_agent.h"
+#include "processnode/pod_spec.h"
+#include "processnode/probe.h"
+#include "processnode/process.h"
 
-namespace tj::localnode {
+namespace tj::processnode {
 
 // What a pod worker uses of its node agent, and nothing more. Everything it points to
 // outlives the worker.
@@ -62,11 +62,11 @@ class PodWorker {
   // ended and applies the restart policy.
   void StopForAgentShutdown(int max_grace_s);
 
-  const std::string& ns() const { return ns_; }
-  HostEntry Entry() const { return {ip_, hostname_, subdomain_, ns_}; }
+  const std::string& pod_namespace() const { return namespace_; }
+  HostEntry Entry() const { return {pod_ip_, hostname_, subdomain_, namespace_}; }
   const std::string& hosts_file() const { return hosts_file_; }
   std::string hostname() const { return hostname_; }
-  const std::string& ip() const { return ip_; }
+  const std::string& pod_ip() const { return pod_ip_; }
   std::string LogFile(const std::string& container) const;
 
  private:
@@ -144,9 +144,10 @@ class PodWorker {
   // Graceful stop: SIGTERM, up to the grace period, SIGKILL; then the final delete.
   void Finish();
 
-  const PodWorkerContext ctx_;
+  const PodWorkerContext context_;
   json pod_;
-  std::string ip_, ns_, name_, uid_, hostname_, subdomain_, dir_, hosts_file_, start_time_;
+  std::string pod_ip_, namespace_, name_, uid_, hostname_, subdomain_, dir_, hosts_file_,
+      start_time_;
   json adopted_;                       // state.json of the previous agent, or null
   std::vector<Container> containers_;  // only the worker thread touches these
   std::vector<std::string> created_mount_points_;
@@ -162,4 +163,4 @@ class PodWorker {
   std::jthread thread_;
 };
 
-}  // namespace tj::localnode
+}  // namespace tj::processnode

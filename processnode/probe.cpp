@@ -1,4 +1,4 @@
-#include "localcluster/probe.h"
+#include "processnode/probe.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -17,7 +17,7 @@
 #include <cstring>
 #include <thread>
 
-namespace tj::localnode {
+namespace tj::processnode {
 
 namespace {
 
@@ -77,7 +77,7 @@ bool HttpGet(const Probe& p, const std::string& host, Steady::time_point deadlin
   if (fd < 0) return false;
   std::string req =
       "GET " + p.path + " HTTP/1.1\r\nHost: " + host + ":" + std::to_string(p.port) +
-      "\r\nUser-Agent: kube-probe/tj-local-node\r\nAccept: */*\r\nConnection: close\r\n";
+      "\r\nUser-Agent: kube-probe/tj-process-node\r\nAccept: */*\r\nConnection: close\r\n";
   for (const auto& [k, v] : p.headers) req += k + ": " + v + "\r\n";
   req += "\r\n";
   std::string head;
@@ -256,4 +256,4 @@ bool RunProbe(const Probe& probe, const std::string& pod_ip, const std::vector<s
   return false;
 }
 
-}  // namespace tj::localnode
+}  // namespace tj::processnode

@@ -12,7 +12,7 @@
 
 #include "common/status.h"
 
-namespace tj::localnode {
+namespace tj::processnode {
 
 using nlohmann::json;
 
@@ -47,4 +47,4 @@ std::string ServiceAccountKubeconfig(const std::string& server_url, const std::s
 // True when the container mounts something at kServiceAccountMountPath.
 bool MountsServiceAccount(const json& container);
 
-}  // namespace tj::localnode
+}  // namespace tj::processnode
