@@ -11,9 +11,9 @@
 #include "common/clock.h"
 #include "common/event_log.h"
 #include "common/termination_signals.h"
+#include "kube/config.h"
+#include "kube/rest_client.h"
 #include "localcluster/node_agent.h"
-#include "operator/kube/config.h"
-#include "operator/kube/rest_client.h"
 
 int main(int argc, char** argv) {
   tj::localnode::NodeAgentOptions o;

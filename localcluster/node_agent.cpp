@@ -9,11 +9,11 @@
 #include <fstream>
 #include <set>
 
+#include "kube/config.h"
+#include "kube/object_meta.h"
+#include "kube/time_format.h"
 #include "localcluster/pod_worker.h"
 #include "localcluster/process.h"
-#include "operator/kube/config.h"
-#include "operator/kube/object_meta.h"
-#include "operator/kube/time_format.h"
 
 namespace tj::localnode {
 

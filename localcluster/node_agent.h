@@ -27,9 +27,9 @@
 #include "common/http_server.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
+#include "kube/client.h"
+#include "kube/informer.h"
 #include "localcluster/pod_spec.h"
-#include "operator/kube/client.h"
-#include "operator/kube/informer.h"
 
 namespace tj::localnode {
 

@@ -4,10 +4,10 @@
 #include <fstream>
 #include <thread>
 
+#include "kube/config.h"
 #include "localcluster/node_agent.h"
 #include "localcluster/pod_worker.h"
 #include "localcluster/service_account.h"
-#include "operator/kube/config.h"
 
 namespace tj::localnode {
 

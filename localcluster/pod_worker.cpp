@@ -7,10 +7,10 @@
 #include <filesystem>
 #include <fstream>
 
+#include "kube/config.h"
+#include "kube/time_format.h"
 #include "localcluster/node_agent.h"
 #include "localcluster/service_account.h"
-#include "operator/kube/config.h"
-#include "operator/kube/time_format.h"
 
 namespace tj::localnode {
 

@@ -18,11 +18,11 @@
 #include "common/event_log.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
+#include "kube/client.h"
 #include "localcluster/node_agent.h"
 #include "localcluster/pod_spec.h"
 #include "localcluster/probe.h"
 #include "localcluster/process.h"
-#include "operator/kube/client.h"
 
 namespace tj::localnode {
 

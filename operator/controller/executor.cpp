@@ -6,13 +6,13 @@
 #include <utility>
 
 #include "common/utf8.h"
+#include "kube/bounded_get.h"
+#include "kube/object_meta.h"
 #include "operator/api/training_job.h"
 #include "operator/controller/gang_scheduling.h"
 #include "operator/controller/job_resources.h"
 #include "operator/controller/kueue_admission.h"
 #include "operator/controller/slow_start.h"
-#include "operator/kube/bounded_get.h"
-#include "operator/kube/object_meta.h"
 
 namespace tj::controller {
 namespace {

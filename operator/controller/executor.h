@@ -29,14 +29,14 @@
 #include "common/status.h"
 #include "common/status_schema.h"
 #include "common/thread_annotations.h"
+#include "kube/client.h"
+#include "kube/event_recorder.h"
+#include "kube/expectations.h"
+#include "kube/object_cache.h"
 #include "operator/controller/metrics.h"
 #include "operator/controller/reconciler.h"
 #include "operator/controller/slow_start.h"
 #include "operator/controller/trainer_status_poller.h"
-#include "operator/kube/client.h"
-#include "operator/kube/event_recorder.h"
-#include "operator/kube/expectations.h"
-#include "operator/kube/object_cache.h"
 
 namespace tj::controller {
 

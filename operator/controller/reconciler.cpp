@@ -7,10 +7,10 @@
 #include "common/backoff.h"
 #include "common/status_schema.h"
 #include "common/utf8.h"
+#include "kube/object_meta.h"
 #include "operator/controller/cache_transforms.h"
 #include "operator/controller/job_resources.h"
 #include "operator/controller/restart_cause.h"
-#include "operator/kube/object_meta.h"
 
 namespace tj::controller {
 namespace {

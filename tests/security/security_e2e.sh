@@ -278,7 +278,7 @@ NOT_EXERCISED = {
         "checked by the OwnerReferencesPermissionEnforcement admission plugin (where a cluster "
         "enables it) when the operator creates objects with blockOwnerDeletion; never a request",
     ("", "events", "patch"):
-        "an Event that repeats is counted by patching it (operator/kube/event_recorder.cpp)",
+        "an Event that repeats is counted by patching it (kube/event_recorder.cpp)",
     ("", "pods/log", "get"):
         "the evaluator's final evaluation, read from its log when it exited before its /status "
         "was read",
