@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 
-DIRS = ("common/", "operator/", "trainer/", "processnode/", "tests/", "bench/")
+DIRS = ("common/", "kube/", "operator/", "trainer/", "processnode/", "tests/", "bench/")
 NOISE = ("warnings generated", "warning generated", "warnings treated as errors",
          "warning treated as errors", "Suppressed ", "Use -header-filter")
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # clang-tidy with the repository's .clang-tidy over every C++ source of the project that the
-# build compiles (common/, operator/, trainer/, processnode/, tests/, bench/; CUDA sources are left to nvcc's
-# warnings). Any finding fails (WarningsAsErrors: '*'); the output names the file, the line and
-# the check. Usage:
+# build compiles (common/, kube/, operator/, trainer/, processnode/, tests/, bench/; CUDA
+# sources are left to nvcc's warnings). Any finding fails (WarningsAsErrors: '*'); the output
+# names the file, the line and the check. Usage:
 #   bash hack/tidy.sh [BUILD_DIR] [FILE...]     (default: build, every source)
 # A source whose preprocessed text, compile command and .clang-tidy are unchanged since it last
 # passed is not checked again: passes are remembered in TJ_TIDY_CACHE (default

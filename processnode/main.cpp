@@ -11,8 +11,8 @@
 #include "common/clock.h"
 #include "common/event_log.h"
 #include "common/termination_signals.h"
-#include "operator/kube/config.h"
-#include "operator/kube/rest_client.h"
+#include "kube/config.h"
+#include "kube/rest_client.h"
 #include "processnode/node_agent.h"
 
 int main(int argc, char** argv) {

@@ -9,9 +9,9 @@
 #include <fstream>
 #include <set>
 
-#include "operator/kube/config.h"
-#include "operator/kube/object_meta.h"
-#include "operator/kube/time_format.h"
+#include "kube/config.h"
+#include "kube/object_meta.h"
+#include "kube/time_format.h"
 #include "processnode/pod_worker.h"
 #include "processnode/process.h"
 

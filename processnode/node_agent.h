@@ -27,8 +27,8 @@
 #include "common/http_server.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
-#include "operator/kube/client.h"
-#include "operator/kube/informer.h"
+#include "kube/client.h"
+#include "kube/informer.h"
 #include "processnode/pod_spec.h"
 
 namespace tj::processnode {

@@ -4,7 +4,7 @@
 #include <fstream>
 #include <thread>
 
-#include "operator/kube/config.h"
+#include "kube/config.h"
 #include "processnode/node_agent.h"
 #include "processnode/pod_worker.h"
 #include "processnode/service_account.h"

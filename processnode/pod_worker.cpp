@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "operator/kube/config.h"
-#include "operator/kube/time_format.h"
+#include "kube/config.h"
+#include "kube/time_format.h"
 #include "processnode/node_agent.h"
 #include "processnode/service_account.h"
 

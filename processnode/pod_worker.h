@@ -18,7 +18,7 @@
 #include "common/event_log.h"
 #include "common/status.h"
 #include "common/thread_annotations.h"
-#include "operator/kube/client.h"
+#include "kube/client.h"
 #include "processnode/node_agent.h"
 #include "processnode/pod_spec.h"
 #include "processnode/probe.h"

@@ -16,7 +16,7 @@ namespace tj::processnode {
 
 using nlohmann::json;
 
-// Where in-cluster clients (client-go, operator/kube's InClusterConfig) look.
+// Where in-cluster clients (client-go, kube's InClusterConfig) look.
 inline constexpr char kServiceAccountMountPath[] = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 // The kubelet's default and minimum token lifetimes (seconds).

@@ -23,7 +23,7 @@ for i in $(seq "$RUNS"); do
 done
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 python3 - "$results" "$OUT" "$RUNS" "$load_before" "$load_after" \
-  "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- operator tests/load || echo +changes)" \
+  "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- kube operator tests/load || echo +changes)" \
   "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')" <<'PY'
 import json, statistics, sys
 path, out, runs, load_before, load_after, commit, cpu = sys.argv[1:]

@@ -1,7 +1,7 @@
 #include "operator/api/tfjob_convert.h"
 
+#include "kube/object_meta.h"
 #include "operator/api/training_job.h"
-#include "operator/kube/object_meta.h"
 
 namespace tj::api {
 namespace {

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "common/utf8.h"
-#include "operator/kube/object_meta.h"
+#include "kube/object_meta.h"
 
 namespace tj::api {
 namespace {

@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "common/status.h"
+#include "kube/resource.h"
+#include "kube/time_format.h"
 #include "operator/api/failure_policy.h"
-#include "operator/kube/resource.h"
-#include "operator/kube/time_format.h"
 
 namespace tj::api {
 

@@ -2,9 +2,9 @@
 
 #include <initializer_list>
 
+#include "kube/object_meta.h"
 #include "operator/api/training_job.h"
 #include "operator/controller/job_resources.h"
-#include "operator/kube/object_meta.h"
 
 namespace tj::controller {
 namespace {

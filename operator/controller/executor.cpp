@@ -6,13 +6,13 @@
 #include <utility>
 
 #include "common/utf8.h"
+#include "kube/bounded_get.h"
+#include "kube/object_meta.h"
 #include "operator/api/training_job.h"
 #include "operator/controller/gang_scheduling.h"
 #include "operator/controller/job_resources.h"
 #include "operator/controller/kueue_admission.h"
 #include "operator/controller/slow_start.h"
-#include "operator/kube/bounded_get.h"
-#include "operator/kube/object_meta.h"
 
 namespace tj::controller {
 namespace {
@@ -227,9 +227,8 @@ int Executor::WriteKeptStatuses() {
   }
   int written = 0;
   for (const auto& [key, k] : kept) {
-    std::optional<json> job;
-    if (deps_.caches) job = deps_.caches->jobs->Get(key);
-    if (!job) {
+    std::optional<json> job = deps_.caches.jobs->Get(key);
+    if (!job) {  // not cached (deleted since, or the cache is listing again): ask
       const auto [ns, name] = kube::SplitObjectKey(key);
       auto live = deps_.client->Get(api::kTrainingJobs, ns, name);
       if (live.ok()) job = std::move(*live);
@@ -245,75 +244,42 @@ int Executor::WriteKeptStatuses() {
   return written;
 }
 
-Status Executor::ReadOwned(const std::string& key, const std::string& ns, const std::string& name,
-                           Observed* in) {
-  if (deps_.caches) {
-    const OwnedObjectCaches& c = *deps_.caches;
-    for (auto& p : c.pods->ByIndex(kube::ObjectCache::kLabelIndex,
-                                   std::string(api::kLabelJobName) + "=" + name)) {
-      if (api::RefOf(p).ns == ns) in->pods.push_back(std::move(p));
-    }
-    in->service = c.services->Get(ns + "/" + name);
-    DropUnowned(in);
-    return Status::Ok();
+void Executor::ReadOwned(const std::string& ns, const std::string& name, Observed* in) {
+  const OwnedObjectCaches& c = deps_.caches;
+  for (auto& p : c.pods->ByIndex(kube::ObjectCache::kLabelIndex,
+                                 std::string(api::kLabelJobName) + "=" + name)) {
+    if (api::RefOf(p).ns == ns) in->pods.push_back(std::move(p));
   }
-  kube::Client* client = deps_.client;
-  kube::ListOptions lo;
-  lo.label_selector = std::string(api::kLabelJobName) + "=" + name;
-  auto pods = client->List(kube::resources::kPods, ns, lo);
-  if (!pods.ok()) return pods.error().ToStatus().WithContext("listing pods of TrainingJob " + key);
-  for (auto& p : (*pods)["items"]) in->pods.push_back(std::move(p));
-  auto svc = client->Get(kube::resources::kServices, ns, name);
-  if (svc.ok()) {
-    in->service = std::move(*svc);
-  } else if (!kube::IsNotFound(svc.error())) {
-    return svc.error().ToStatus().WithContext("reading the Service of TrainingJob " + key);
-  }
+  in->service = c.services->Get(ns + "/" + name);
   DropUnowned(in);
-  return Status::Ok();
 }
 
 StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
   const auto [ns, name] = kube::SplitObjectKey(key);
   kube::Client* c = deps_.client;
 
-  if (deps_.caches) {
-    // Wait until the caches show what the previous pass created and deleted; the informer
-    // events that bring it enqueue the key again, the TTL bounds the wait.
-    const OwnedObjectCaches& caches = *deps_.caches;
-    auto wait = expectations_.Pending(
-        key, [&caches](const kube::Resource& r, const std::string& object_key) {
-          const kube::ObjectCache* cache = CacheOf(caches, r);
-          return cache != nullptr ? cache->GetShared(object_key) : nullptr;
-        });
-    if (wait) {
-      return std::optional<milliseconds>(std::chrono::duration_cast<milliseconds>(*wait) +
-                                         milliseconds(1));
-    }
+  // Wait until the caches show what the previous pass created and deleted; the informer
+  // events that bring it enqueue the key again, the TTL bounds the wait.
+  const OwnedObjectCaches& caches = deps_.caches;
+  auto wait =
+      expectations_.Pending(key, [&caches](const kube::Resource& r, const std::string& object_key) {
+        const kube::ObjectCache* cache = CacheOf(caches, r);
+        return cache != nullptr ? cache->GetShared(object_key) : nullptr;
+      });
+  if (wait) {
+    return std::optional<milliseconds>(std::chrono::duration_cast<milliseconds>(*wait) +
+                                       milliseconds(1));
   }
 
   Observed in;
-  if (deps_.caches) {
-    auto cached = deps_.caches->jobs->Get(key);
-    if (!cached) {
-      expectations_.Clear(key);
-      ForgetKept(key);
-      ForgetMadeSecret(key);
-      return std::optional<milliseconds>();  // deleted
-    }
-    in.job = std::move(*cached);
-  } else {
-    auto job = c->Get(api::kTrainingJobs, ns, name);
-    if (!job.ok()) {
-      if (kube::IsNotFound(job.error())) {
-        ForgetKept(key);
-        ForgetMadeSecret(key);
-        return std::optional<milliseconds>();
-      }
-      return job.error().ToStatus().WithContext("reading TrainingJob " + key);
-    }
-    in.job = std::move(*job);
+  auto cached = caches.jobs->Get(key);
+  if (!cached) {
+    expectations_.Clear(key);
+    ForgetKept(key);
+    ForgetMadeSecret(key);
+    return std::optional<milliseconds>();  // deleted
   }
+  in.job = std::move(*cached);
   // Another controller's job (spec.managedBy): not even its pods are read, nor its trainers
   // asked for their progress. The field is immutable, so nothing here can change that.
   if (!api::OtherManager(in.job).empty()) {
@@ -325,7 +291,7 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
   const std::optional<KeptStatus> kept = Kept(key, uid);
   if (kept) in.job["status"] = kept->status;
   in.now = deps_.wall_clock();
-  TJ_RETURN_IF_ERROR(ReadOwned(key, ns, name, &in));
+  ReadOwned(ns, name, &in);
   // A job labelled kueue.x-k8s.io/queue-name waits for Kueue's admission (kueue_admission.h).
   auto gate = kueue::Gate(*c, deps_.recorder, &in);
   if (!gate.ok()) return gate.status();
@@ -383,11 +349,9 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
 
 StatusOr<std::optional<json>> Executor::ReadExisting(const kube::Resource& r, const std::string& ns,
                                                      const std::string& name) {
-  if (deps_.caches) {
-    const kube::ObjectCache* cache = CacheOf(*deps_.caches, r);
-    if (cache != nullptr) {
-      if (auto cached = cache->Get(ns + "/" + name)) return std::optional<json>(std::move(*cached));
-    }
+  const kube::ObjectCache* cache = CacheOf(deps_.caches, r);
+  if (cache != nullptr) {
+    if (auto cached = cache->Get(ns + "/" + name)) return std::optional<json>(std::move(*cached));
   }
   // Not cached (yet, or not labelled as a job's, so no informer of ours lists it): ask.
   auto live = deps_.client->Get(r, ns, name);
@@ -489,7 +453,7 @@ Status Executor::Create(const std::string& key, const json& job, const Action& a
   const api::ObjectRef ref = api::RefOf(job);
   if (a.resource.plural == kube::resources::kSecrets.plural) return CreateSecret(key, ref.ns, a);
   const std::string object_key = ref.ns + "/" + a.name;
-  if (deps_.caches) expectations_.ExpectCreate(key, a.resource, object_key);
+  expectations_.ExpectCreate(key, a.resource, object_key);
   std::string kind;
   auto r = [&] {
     // A pod is built now and dropped once sent (Action::build).
@@ -509,10 +473,10 @@ Status Executor::Create(const std::string& key, const json& job, const Action& a
     Status owned =
         existing.ok() ? CheckExistingIsOwned(kind, object_key, *existing, job) : existing.status();
     if (owned.ok()) return owned;
-    if (deps_.caches) expectations_.Forget(key, a.resource, object_key);
+    expectations_.Forget(key, a.resource, object_key);
     return owned;
   }
-  if (deps_.caches) expectations_.Forget(key, a.resource, object_key);
+  expectations_.Forget(key, a.resource, object_key);
   if (deps_.recorder) {
     deps_.recorder->RecordAsync(
         job, "Warning", "CreateFailed",
@@ -570,17 +534,15 @@ Status Executor::Apply(const std::string& key, const json& job, const Decision& 
       }
       case Action::Kind::kDelete: {
         const std::string object_key = ref.ns + "/" + a.name;
-        if (deps_.caches) {
-          std::string uid;
-          const kube::ObjectCache* cache = CacheOf(*deps_.caches, a.resource);
-          if (auto cached = cache != nullptr ? cache->GetShared(object_key) : nullptr) {
-            uid = api::RefOf(*cached).uid;
-          }
-          expectations_.ExpectDelete(key, a.resource, object_key, uid);
+        std::string uid;
+        const kube::ObjectCache* cache = CacheOf(deps_.caches, a.resource);
+        if (auto cached = cache != nullptr ? cache->GetShared(object_key) : nullptr) {
+          uid = api::RefOf(*cached).uid;
         }
+        expectations_.ExpectDelete(key, a.resource, object_key, uid);
         auto r = c->Delete(a.resource, ref.ns, a.name);
         if (!r.ok() && !kube::IsNotFound(r.error())) {
-          if (deps_.caches) expectations_.Forget(key, a.resource, object_key);
+          expectations_.Forget(key, a.resource, object_key);
           return r.error().ToStatus().WithContext("deleting " + a.resource.plural + " " + ref.ns +
                                                   "/" + a.name);
         }
@@ -629,9 +591,7 @@ Status Executor::WriteStatus(const std::string& key, const json& job, const json
       const std::string after = r->is_object() && r->contains("metadata")
                                     ? (*r)["metadata"].value("resourceVersion", "")
                                     : "";
-      if (deps_.caches && after != before) {
-        expectations_.ExpectNewVersion(key, api::kTrainingJobs, key, before);
-      }
+      if (after != before) expectations_.ExpectNewVersion(key, api::kTrainingJobs, key, before);
       return Status::Ok();
     }
     if (kube::IsNotFound(r.error())) return Status::Ok();  // deleted meanwhile

@@ -1,10 +1,10 @@
-// The executor: reads one TrainingJob and what it owns from the informer caches (or live from
-// the API server, when no caches are given), asks the pure reconciler what to do, and applies
-// it through kube::Client: creates and deletes, Events (in the background), and the status
-// through the /status subresource (409 -> re-read the job and write again). A pass never acts
-// on a cache that lags behind its own writes: until the caches show the creates, deletes and
-// status write of the previous pass (kube::Expectations), the key waits. Thread-safe as long
-// as one key is synced by one thread at a time (the work queue guarantees it).
+// The executor: reads one TrainingJob and what it owns from the informer caches, asks the pure
+// reconciler what to do, and applies it through kube::Client: creates and deletes, Events (in
+// the background), and the status through the /status subresource (409 -> re-read the job and
+// write again). A pass never acts on a cache that lags behind its own writes: until the caches
+// show the creates, deletes and status write of the previous pass (kube::Expectations), the
+// key waits. Thread-safe as long as one key is synced by one thread at a time (the work queue
+// guarantees it).
 //
 // Status writes give way to other work (ExecutorDeps::defer_status): while other keys are
 // queued or being synced, a pass keeps the status it computed instead of writing it and asks
@@ -29,14 +29,14 @@
 #include "common/status.h"
 #include "common/status_schema.h"
 #include "common/thread_annotations.h"
+#include "kube/client.h"
+#include "kube/event_recorder.h"
+#include "kube/expectations.h"
+#include "kube/object_cache.h"
 #include "operator/controller/metrics.h"
 #include "operator/controller/reconciler.h"
 #include "operator/controller/slow_start.h"
 #include "operator/controller/trainer_status_poller.h"
-#include "operator/kube/client.h"
-#include "operator/kube/event_recorder.h"
-#include "operator/kube/expectations.h"
-#include "operator/kube/object_cache.h"
 
 namespace tj::controller {
 
@@ -81,9 +81,8 @@ struct ExecutorDeps {
                                            const std::string& container)>
       pod_log;
   std::function<std::string()> random_key;  // a fresh rendezvous key
-  // Set: the job, its pods, Service and Secret are read from these caches, with expectations.
-  // Null: they are read live on every pass (no informers needed; tests of the executor alone).
-  std::optional<OwnedObjectCaches> caches;
+  // Required: the job, its pods and Service are read from these caches, with expectations.
+  OwnedObjectCaches caches;
   Clock* clock = nullptr;  // for the expectations' TTL and kept statuses; null: the real clock
   std::optional<StatusDeferral> defer_status;  // unset: every status is written at once
   // The cluster serves Kubernetes' own PodGroups (gang_scheduling.h): jobs whose
@@ -111,10 +110,9 @@ class Executor {
   // the running chief (Chief 0, else worker 0) and evaluator, asked in parallel; the final
   // progress and evaluation from the logs of those that succeeded.
   void ReadTrainerProgress(const std::string& ns, const std::string& name, Observed* in);
-  // Fills in.pods, in.service and in.secret of job `name` in `ns` (in->job set). A Service or
-  // Secret of the job's name that in->job does not own is left out.
-  Status ReadOwned(const std::string& key, const std::string& ns, const std::string& name,
-                   Observed* in);
+  // Fills in->pods and in->service of job `name` in `ns` from the caches (in->job set). A
+  // Service of the job's name that in->job does not own is left out.
+  void ReadOwned(const std::string& ns, const std::string& name, Observed* in);
   // The object `name` of `r` in `ns` as the cache shows it, else as the API server does;
   // nullopt when there is none.
   StatusOr<std::optional<nlohmann::json>> ReadExisting(const kube::Resource& r,

@@ -2,8 +2,8 @@
 
 #include <set>
 
+#include "kube/object_meta.h"
 #include "operator/controller/job_resources.h"
-#include "operator/kube/object_meta.h"
 
 namespace tj::controller::gang {
 

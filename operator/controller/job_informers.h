@@ -11,9 +11,9 @@
 
 #include "common/clock.h"
 #include "common/event_log.h"
+#include "kube/informer.h"
+#include "kube/work_queue.h"
 #include "operator/controller/executor.h"
-#include "operator/kube/informer.h"
-#include "operator/kube/work_queue.h"
 
 namespace tj::controller {
 

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "common/sha256.h"
-#include "operator/kube/object_meta.h"
+#include "kube/object_meta.h"
 
 namespace tj::controller {
 namespace {

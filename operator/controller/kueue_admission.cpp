@@ -5,10 +5,10 @@
 #include <utility>
 
 #include "common/sha256.h"
+#include "kube/object_meta.h"
+#include "kube/time_format.h"
 #include "operator/controller/job_resources.h"
 #include "operator/controller/pod_view.h"
-#include "operator/kube/object_meta.h"
-#include "operator/kube/time_format.h"
 
 namespace tj::controller::kueue {
 namespace {

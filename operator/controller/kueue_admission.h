@@ -21,11 +21,11 @@
 #include <vector>
 
 #include "common/status.h"
+#include "kube/client.h"
+#include "kube/event_recorder.h"
+#include "kube/resource.h"
 #include "operator/api/training_job.h"
 #include "operator/controller/reconciler.h"
-#include "operator/kube/client.h"
-#include "operator/kube/event_recorder.h"
-#include "operator/kube/resource.h"
 
 namespace tj::controller::kueue {
 

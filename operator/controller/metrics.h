@@ -2,7 +2,7 @@
 // operators: controller-runtime's (controller_runtime_reconcile_total{controller,result},
 // ..._errors_total, ..._time_seconds), client-go's work queue (workqueue_depth, _adds_total,
 // _retries_total, _queue_duration_seconds, _work_duration_seconds) and API-server client
-// (rest_client_*, operator/kube/request_metrics.h), the process collector's process_*,
+// (rest_client_*, kube/request_metrics.h), the process collector's process_*,
 // leader_election_master_status, a tj_operator_build_info gauge, and per-namespace job
 // counters (tj_operator_jobs_*_total{namespace}). Thread-safe.
 #pragma once
@@ -15,7 +15,7 @@
 
 #include "common/histogram.h"
 #include "common/thread_annotations.h"
-#include "operator/kube/request_metrics.h"
+#include "kube/request_metrics.h"
 
 namespace tj::controller {
 

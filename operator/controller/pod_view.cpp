@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include "kube/object_meta.h"
 #include "operator/controller/job_resources.h"
-#include "operator/kube/object_meta.h"
 
 namespace tj::controller {
 namespace {

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "kube/time_format.h"
 #include "operator/api/training_job.h"
-#include "operator/kube/time_format.h"
 
 namespace tj::controller {
 

@@ -14,9 +14,9 @@
 
 #include "common/event_log.h"
 #include "common/thread_annotations.h"
+#include "kube/work_queue.h"
 #include "operator/controller/executor.h"
 #include "operator/controller/metrics.h"
-#include "operator/kube/work_queue.h"
 
 namespace tj::controller {
 

@@ -6,10 +6,10 @@
 #include <memory>
 #include <utility>
 
+#include "kube/object_meta.h"
 #include "operator/controller/cache_transforms.h"
 #include "operator/controller/job_resources.h"
 #include "operator/controller/reconciler_pass.h"
-#include "operator/kube/object_meta.h"
 
 namespace tj::controller {
 

@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "common/status_schema.h"
+#include "kube/resource.h"
+#include "kube/time_format.h"
 #include "operator/api/training_job.h"
 #include "operator/controller/pod_view.h"
-#include "operator/kube/resource.h"
-#include "operator/kube/time_format.h"
 
 namespace tj::controller {
 

@@ -25,11 +25,11 @@
 #include <utility>
 #include <vector>
 
+#include "kube/resource.h"
+#include "kube/time_format.h"
 #include "operator/api/training_job.h"
 #include "operator/controller/pod_view.h"
 #include "operator/controller/reconciler.h"
-#include "operator/kube/resource.h"
-#include "operator/kube/time_format.h"
 
 namespace tj::controller::reconcile {
 

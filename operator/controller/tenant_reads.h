@@ -8,9 +8,9 @@
 #include <optional>
 #include <string>
 
+#include "kube/config.h"
+#include "kube/http_transport.h"
 #include "operator/controller/pod_view.h"
-#include "operator/kube/config.h"
-#include "operator/kube/http_transport.h"
 
 namespace tj::controller {
 

@@ -40,10 +40,10 @@
 #include <thread>
 #include <vector>
 
+#include "kube/informer.h"
 #include "operator/api/training_job.h"
 #include "operator/controller/job_resources.h"
 #include "operator/controller/slow_start.h"
-#include "operator/kube/informer.h"
 #include "tests/integration/kube/local_cluster.h"
 #include "tests/support/subprocess.h"
 

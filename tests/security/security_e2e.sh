@@ -278,14 +278,17 @@ NOT_EXERCISED = {
         "checked by the OwnerReferencesPermissionEnforcement admission plugin (where a cluster "
         "enables it) when the operator creates objects with blockOwnerDeletion; never a request",
     ("", "events", "patch"):
-        "an Event that repeats is counted by patching it (operator/kube/event_recorder.cpp)",
+        "an Event that repeats is counted by patching it (kube/event_recorder.cpp)",
     ("", "pods/log", "get"):
         "the evaluator's final evaluation, read from its log when it exited before its /status "
         "was read",
     ("tjo.dev", "trainingjobs", "get"):
-        "a job read again after a 409 conflict on its status, and read directly when the "
-        "operator runs without informer caches (operator/controller/executor.cpp)",
-    ("", "services", "get"): "read directly without informer caches (executor.cpp)",
+        "a job read again after a 409 conflict on its status, or when a status kept back is "
+        "written at shutdown and the cache no longer shows the job "
+        "(operator/controller/executor.cpp)",
+    ("", "services", "get"):
+        "a Service of the job's name that a create found already there and the cache does "
+        "not show (Executor::ReadExisting)",
     ("", "secrets", "delete"):
         "a Secret of the job's name whose key the job's status does not record is replaced "
         "(Executor::CreateSecret)",

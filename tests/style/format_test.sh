@@ -11,7 +11,7 @@ if ! command -v clang-format >/dev/null; then
   [ -n "${CI:-}" ] && { echo "FAIL clang-format is missing (apt-get install clang-format)"; exit 1; }
   echo "SKIP: clang-format is missing (apt-get install clang-format)"; exit 77
 fi
-mapfile -t files < <(find common operator trainer processnode tests bench \
+mapfile -t files < <(find common kube operator trainer processnode tests bench \
   \( -name '*.cpp' -o -name '*.h' -o -name '*.cu' -o -name '*.cuh' \) -type f | sort)
 [ "${#files[@]}" -gt 100 ] || { echo "FAIL found only ${#files[@]} sources under $ROOT"; exit 1; }
 bad=()

@@ -7,7 +7,7 @@ set -euo pipefail
 ROOT=${1:-$(cd "$(dirname "$0")/../.." && pwd)}
 cd "$ROOT"
 uses=$(grep -rnE --include='*.cpp' --include='*.h' --include='*.cu' --include='*.cuh' \
-  'std::random_device' common operator trainer processnode 2>/dev/null |
+  'std::random_device' common kube operator trainer processnode 2>/dev/null |
   grep -vE '^[^:]+:[0-9]+:\s*//' || true)
 if [ -n "$uses" ]; then
   echo "$uses"
@@ -15,4 +15,4 @@ if [ -n "$uses" ]; then
     "(common/secure_random.h) for anything secret, a seeded engine for anything else"
   exit 1
 fi
-echo "ok   no std::random_device in common/, operator/, trainer/, processnode/"
+echo "ok   no std::random_device in common/, kube/, operator/, trainer/, processnode/"

@@ -10,7 +10,7 @@
 #include <string>
 #include <utility>
 
-#include "operator/kube/client.h"
+#include "kube/client.h"
 
 namespace tj::testing {
 

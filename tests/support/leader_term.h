@@ -5,7 +5,7 @@
 #include <atomic>
 #include <chrono>
 
-#include "operator/kube/leader_election.h"
+#include "kube/leader_election.h"
 
 namespace tj::testing {
 

@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "common/http_server.h"
-#include "operator/kube/server_version.h"
+#include "kube/server_version.h"
 #include "tests/e2e/support/e2e_support.h"
 #include "tests/support/subprocess.h"
 

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "operator/kube/informer.h"
+#include "kube/informer.h"
 #include "tests/e2e/support/e2e_support.h"
 
 namespace tj::kube {

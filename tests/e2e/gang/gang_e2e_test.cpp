@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "operator/kube/object_meta.h"
+#include "kube/object_meta.h"
 #include "tests/e2e/support/e2e_support.h"
 
 namespace tj::kube {

@@ -14,7 +14,7 @@
 #include <sstream>
 #include <thread>
 
-#include "operator/kube/server_version.h"
+#include "kube/server_version.h"
 #include "tests/e2e/support/e2e_support.h"
 
 namespace tj::kube {

@@ -1,4 +1,4 @@
-#include "operator/kube/event_recorder.h"
+#include "kube/event_recorder.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // Informer against the real API server: the cache converges to the server's objects, handlers
 // see every change, indexes follow, a stale version is answered by a relist.
-#include "operator/kube/informer.h"
+#include "kube/informer.h"
 
 #include <gtest/gtest.h>
 
@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "operator/kube/object_meta.h"
-#include "operator/kube/work_queue.h"
+#include "kube/object_meta.h"
+#include "kube/work_queue.h"
 #include "tests/integration/kube/local_cluster.h"
 
 namespace tj::kube {

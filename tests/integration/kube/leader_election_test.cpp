@@ -1,5 +1,5 @@
 // Two candidates for one Lease on the real API server.
-#include "operator/kube/leader_election.h"
+#include "kube/leader_election.h"
 
 #include <gtest/gtest.h>
 

@@ -9,7 +9,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
-#include "operator/kube/rest_client.h"
+#include "kube/rest_client.h"
 
 namespace tj::kube::testing {
 

@@ -7,8 +7,8 @@
 #include <fstream>
 #include <thread>
 
-#include "operator/kube/informer.h"
-#include "operator/kube/leader_election.h"
+#include "kube/informer.h"
+#include "kube/leader_election.h"
 #include "tests/integration/kube/local_cluster.h"
 #include "tests/support/leader_term.h"
 
