@@ -2,17 +2,16 @@
 
 #include <algorithm>
 #include <future>
-#include <sstream>
 #include <utility>
 
 #include "common/utf8.h"
-#include "kube/bounded_get.h"
 #include "kube/object_meta.h"
 #include "operator/api/training_job.h"
 #include "operator/controller/gang_scheduling.h"
 #include "operator/controller/job_resources.h"
 #include "operator/controller/kueue_admission.h"
 #include "operator/controller/slow_start.h"
+#include "operator/controller/tenant_reads.h"
 
 namespace tj::controller {
 namespace {
@@ -83,78 +82,20 @@ Status CheckExistingIsOwned(const std::string& kind, const std::string& object_k
   return Status::Error(kind + " " + object_key + " already exists and is not this job's: " + why);
 }
 
-json LastEvaluation(const std::string& log) {
-  std::istringstream in(log);
-  std::string line;
-  json last;
-  while (std::getline(in, line)) {
-    if (line.find("\"evaluation\"") == std::string::npos) continue;
-    json j = ParseTenantJson(line);
-    if (kube::TextOf(j, "event") == "evaluation" && j.contains("checkpoint")) {
-      last = j;
-    }
-  }
-  return last;
-}
-
-json ParseTenantJson(const std::string& text) {
-  if (JsonNesting(text) > kMaxTrainerStatusNesting) return json::value_t::discarded;
-  return json::parse(text, nullptr, /*allow_exceptions=*/false);
-}
-
-std::optional<json> HttpGetJson(const std::string& host, int port, const std::string& path,
-                                milliseconds timeout) {
-  kube::BoundedGetLimits limits;
-  limits.timeout = timeout;
-  limits.max_bytes = kMaxTrainerStatusBytes;
-  auto body = kube::BoundedGet(host, port, path, limits);
-  if (!body.ok()) return std::nullopt;
-  json j = ParseTenantJson(*body);
-  if (!j.is_object()) return std::nullopt;
-  return j;
-}
-
-json FinalProgress(const std::string& log) {
-  std::istringstream in(log);
-  std::string line;
-  json progress;
-  while (std::getline(in, line)) {
-    if (line.find("\"epoch_end\"") == std::string::npos &&
-        line.find("\"train_end\"") == std::string::npos) {
-      continue;
-    }
-    json j = ParseTenantJson(line);
-    const std::string event = kube::TextOf(j, "event");  // a program's own lines: any types
-    if (event == "epoch_end") {
-      json p = json::object();
-      for (const char* k : {status_schema::kEpoch.key, status_schema::kLoss.key,
-                            status_schema::kAccuracy.key, status_schema::kImagesPerSec.key}) {
-        if (j.contains(k)) p[k] = j[k];
-      }
-      if (progress.is_object() && progress.contains(status_schema::kTotalEpochs.key)) {
-        p[status_schema::kTotalEpochs.key] = progress[status_schema::kTotalEpochs.key];
-      }
-      progress = std::move(p);
-    } else if (event == "train_end" && j.contains("epochs")) {
-      if (!progress.is_object()) progress = json::object();
-      progress[status_schema::kTotalEpochs.key] = j["epochs"];
-      progress[status_schema::kState.key] = "done";
-    }
-  }
-  return progress;
-}
-
 void Executor::ReadTrainerProgress(const std::string& ns, const std::string& name, Observed* in) {
-  // The reconciler reads the chief's (the Chief pod, else worker 0) and the evaluator's: only
-  // those are asked, at once, each bounded (HttpGetJson), never every pod of a large job.
-  std::optional<PodView> chief, worker0, evaluator;
+  // The reconciler reads the chief's (api::ChiefReplicaType: the Chief pod, else worker 0) and
+  // the evaluator's: only those are asked, at once, each bounded (HttpGetJson), never every pod
+  // of a large job.
+  std::optional<PodView> chief_pod, worker0, evaluator;
   for (const auto& p : in->pods) {
     const std::string pod = api::RefOf(p).name;
-    if (pod == PodName(name, api::ReplicaType::kChief, 0)) chief = ViewOfPod(p);
+    if (pod == PodName(name, api::ReplicaType::kChief, 0)) chief_pod = ViewOfPod(p);
     if (pod == PodName(name, api::ReplicaType::kWorker, 0)) worker0 = ViewOfPod(p);
     if (pod == PodName(name, api::ReplicaType::kEvaluator, 0)) evaluator = ViewOfPod(p);
   }
-  if (!chief) chief = std::move(worker0);
+  std::optional<PodView> chief =
+      api::ChiefReplicaType(chief_pod ? 1 : 0) == api::ReplicaType::kChief ? std::move(chief_pod)
+                                                                           : std::move(worker0);
   std::vector<std::pair<std::string, std::future<std::optional<json>>>> polls;
   for (const std::optional<PodView>* p : {&chief, &evaluator}) {
     if (!*p || (*p)->phase != "Running") continue;
@@ -309,9 +250,7 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
   }
   if (deps_.random_key) in.new_rendezvous_key = deps_.random_key();
 
-  const api::TrainingJobStatus st =
-      api::TrainingJobStatus::FromJson(in.job.value("status", json::object()));
-  if (!st.Finished()) ReadTrainerProgress(ns, name, &in);
+  if (!api::TrainingJobStatus::FinishedIn(in.job)) ReadTrainerProgress(ns, name, &in);
 
   Decision d = Reconcile(in, options_);
   if (!d.status && gate->status_changed) d.status = in.job["status"];

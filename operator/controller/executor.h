@@ -25,9 +25,7 @@
 #include <vector>
 
 #include "common/event_log.h"
-#include "common/json_nesting.h"
 #include "common/status.h"
-#include "common/status_schema.h"
 #include "common/thread_annotations.h"
 #include "kube/client.h"
 #include "kube/event_recorder.h"
@@ -194,31 +192,5 @@ size_t ParallelPodCreates(const nlohmann::json& job, size_t pods);
 // write's precondition). The status subresource takes only the status from the body (the rest
 // of the stored object stays as it is), so the job's spec, however large, is not sent again.
 nlohmann::json StatusWriteOf(const nlohmann::json& job);
-
-// The last {"event":"evaluation",...} line of a trainer log, or null.
-nlohmann::json LastEvaluation(const std::string& log);
-
-// The chief's final progress from its log, in /status's schema: the last epoch_end line's
-// epoch, loss, accuracy and images_per_sec, and train_end's epochs as total_epochs; null when
-// the log has neither.
-nlohmann::json FinalProgress(const std::string& log);
-
-// What the operator reads of a trainer's /status, which the job's tenant controls: at most
-// this many bytes, nested at most this deep (the schema, common/status_schema.h, is two
-// levels deep).
-inline constexpr size_t kMaxTrainerStatusBytes = status_schema::kMaxBytes;
-inline constexpr size_t kMaxTrainerStatusNesting = status_schema::kMaxNesting;
-
-// A JSON text a tenant wrote (its /status, a line of its log), parsed only when nested at most
-// kMaxTrainerStatusNesting deep; `discarded` when deeper or not JSON, so that neither the
-// parser nor the destructor of what it built recurses as deep as the tenant likes.
-nlohmann::json ParseTenantJson(const std::string& text);
-
-// GET http://host:port/path of a pod (kube::BoundedGet: the whole exchange within `timeout`,
-// at most kMaxTrainerStatusBytes), parsed when it is a JSON object nested at most
-// kMaxTrainerStatusNesting deep; nullopt otherwise.
-std::optional<nlohmann::json> HttpGetJson(const std::string& host, int port,
-                                          const std::string& path,
-                                          std::chrono::milliseconds timeout);
 
 }  // namespace tj::controller

@@ -4,10 +4,77 @@
 #include <fstream>
 #include <sstream>
 
-#include "operator/controller/executor.h"
+#include "common/json_nesting.h"
+#include "common/status_schema.h"
+#include "kube/bounded_get.h"
+#include "kube/object_meta.h"
 #include "operator/controller/job_resources.h"
 
 namespace tj::controller {
+
+using nlohmann::json;
+using std::chrono::milliseconds;
+
+json LastEvaluation(const std::string& log) {
+  std::istringstream in(log);
+  std::string line;
+  json last;
+  while (std::getline(in, line)) {
+    if (line.find("\"evaluation\"") == std::string::npos) continue;
+    json j = ParseTenantJson(line);
+    if (kube::TextOf(j, "event") == "evaluation" && j.contains("checkpoint")) {
+      last = j;
+    }
+  }
+  return last;
+}
+
+json ParseTenantJson(const std::string& text) {
+  if (JsonNesting(text) > kMaxTrainerStatusNesting) return json::value_t::discarded;
+  return json::parse(text, nullptr, /*allow_exceptions=*/false);
+}
+
+std::optional<json> HttpGetJson(const std::string& host, int port, const std::string& path,
+                                milliseconds timeout) {
+  kube::BoundedGetLimits limits;
+  limits.timeout = timeout;
+  limits.max_bytes = kMaxTrainerStatusBytes;
+  auto body = kube::BoundedGet(host, port, path, limits);
+  if (!body.ok()) return std::nullopt;
+  json j = ParseTenantJson(*body);
+  if (!j.is_object()) return std::nullopt;
+  return j;
+}
+
+json FinalProgress(const std::string& log) {
+  std::istringstream in(log);
+  std::string line;
+  json progress;
+  while (std::getline(in, line)) {
+    if (line.find("\"epoch_end\"") == std::string::npos &&
+        line.find("\"train_end\"") == std::string::npos) {
+      continue;
+    }
+    json j = ParseTenantJson(line);
+    const std::string event = kube::TextOf(j, "event");  // a program's own lines: any types
+    if (event == "epoch_end") {
+      json p = json::object();
+      for (const char* k : {status_schema::kEpoch.key, status_schema::kLoss.key,
+                            status_schema::kAccuracy.key, status_schema::kImagesPerSec.key}) {
+        if (j.contains(k)) p[k] = j[k];
+      }
+      if (progress.is_object() && progress.contains(status_schema::kTotalEpochs.key)) {
+        p[status_schema::kTotalEpochs.key] = progress[status_schema::kTotalEpochs.key];
+      }
+      progress = std::move(p);
+    } else if (event == "train_end" && j.contains("epochs")) {
+      if (!progress.is_object()) progress = json::object();
+      progress[status_schema::kTotalEpochs.key] = j["epochs"];
+      progress[status_schema::kState.key] = "done";
+    }
+  }
+  return progress;
+}
 
 std::optional<nlohmann::json> ReadTrainerStatus(const PodView& pod) {
   if (pod.pod_ip.empty() || !pod.status_port) return std::nullopt;

@@ -30,6 +30,7 @@
 #include "operator/controller/job_resources.h"
 #include "operator/controller/metrics.h"
 #include "operator/controller/reconcile_workers.h"
+#include "operator/controller/tenant_reads.h"
 #include "tests/support/accepting_client.h"
 #include "tests/unit/operator/controller/test_job.h"
 

@@ -5,6 +5,7 @@
 #include "common/status_schema.h"
 #include "operator/controller/executor.h"
 #include "operator/controller/reconciler.h"
+#include "operator/controller/tenant_reads.h"
 #include "tests/support/subprocess.h"
 #include "tests/unit/operator/controller/reconciler_world.h"
 #include "trainer/observe/status_server.h"

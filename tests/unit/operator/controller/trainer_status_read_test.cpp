@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 
+#include "common/json_nesting.h"
 #include "operator/controller/executor.h"
 #include "operator/controller/pod_view.h"
 #include "operator/controller/tenant_reads.h"
