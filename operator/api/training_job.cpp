@@ -224,8 +224,12 @@ int32_t TrainingJobSpec::Replicas(ReplicaType t) const {
   return it == replica_specs.end() ? 0 : it->second.replicas;
 }
 
+ReplicaType ChiefReplicaType(int32_t chief_replicas) {
+  return chief_replicas > 0 ? ReplicaType::kChief : ReplicaType::kWorker;
+}
+
 ReplicaType TrainingJobSpec::ChiefType() const {
-  return Replicas(ReplicaType::kChief) > 0 ? ReplicaType::kChief : ReplicaType::kWorker;
+  return ChiefReplicaType(Replicas(ReplicaType::kChief));
 }
 
 StatusOr<TrainingJobSpec> ParseSpec(const json& spec) {
@@ -463,6 +467,21 @@ const Condition* TrainingJobStatus::Find(const std::string& type) const {
     if (c.type == type) return &c;
   }
   return nullptr;
+}
+
+bool TrainingJobStatus::FinishedIn(const json& job) {
+  if (!job.is_object() || !job.contains("status") || !job["status"].is_object()) return false;
+  const json& status = job["status"];
+  if (!status.contains("conditions") || !status["conditions"].is_array()) return false;
+  for (const json& c : status["conditions"]) {
+    if (!c.is_object()) continue;
+    const json type = c.value("type", json());
+    if ((type == condition::kSucceeded || type == condition::kFailed) &&
+        c.value("status", json()) == "True") {
+      return true;
+    }
+  }
+  return false;
 }
 
 bool TrainingJobStatus::IsTrue(const std::string& type) const {

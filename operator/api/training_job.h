@@ -111,11 +111,16 @@ struct TrainingJobSpec {
 
   // Number of replicas of `t` (0 when the type is absent).
   int32_t Replicas(ReplicaType t) const;
-  // The replica whose index 0 speaks for the job: its /status is the job's progress, its exit
-  // decides success under SuccessPolicy Chief. The Chief when the job has one, else Worker
-  // (TFJob's rule; pod 0 of that type is the chief in TF_CONFIG's sense too).
+  // ChiefReplicaType of this spec.
   ReplicaType ChiefType() const;
 };
+
+// The replica type whose pod 0 speaks for the job: its /status is the job's progress, its
+// exit decides success under SuccessPolicy Chief. Chief when the job has Chief replicas, else
+// Worker (TFJob's rule; that pod is the chief in TF_CONFIG's sense too). The one home of the
+// rule: the reconciler asks the spec, the executor (which polls before the spec is parsed) asks
+// with the count of Chief pods it sees.
+ReplicaType ChiefReplicaType(int32_t chief_replicas);
 
 // Parses `spec` (the object's .spec), applies defaults and validates. The error names the
 // first offending field and what a valid value is.
@@ -193,6 +198,9 @@ struct TrainingJobStatus {
   const Condition* Find(const std::string& type) const;
   bool IsTrue(const std::string& type) const;
   bool Finished() const { return IsTrue(condition::kSucceeded) || IsTrue(condition::kFailed); }
+  // Finished() of the job's status as stored, reading its conditions only (the status is
+  // parsed once per pass, by the reconciler; the executor asks this before it).
+  static bool FinishedIn(const nlohmann::json& job);
   // Sets a condition, with observed_generation; lastTransitionTime changes only when `status`
   // flips. Returns true when anything changed. Keeps `state` in step.
   bool SetCondition(const std::string& type, bool status, const std::string& reason,

@@ -18,7 +18,6 @@ namespace cond = api::condition;
 
 namespace reconcile {
 
-using api::ReplicaType;
 using std::chrono::milliseconds;
 
 milliseconds Until(kube::WallTime now, kube::WallTime t) {

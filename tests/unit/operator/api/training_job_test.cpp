@@ -411,5 +411,30 @@ TEST(ParseSpec, IntegersOverInt64AreRefusedNotWrapped) {
             "spec.replicaSpecs.Worker.replicas: must be <= " + std::to_string(kMaxWorkers));
 }
 
+// The executor's question before a pass, read from the conditions alone: the same answer as
+// the parsed status's Finished(), and false for whatever else a status holds.
+TEST(TrainingJobStatus, FinishedInReadsTheConditionsAsFinishedDoes) {
+  const auto job_with = [](nlohmann::json conditions) {
+    return nlohmann::json{{"status", {{"conditions", std::move(conditions)}}}};
+  };
+  for (const char* type : {condition::kSucceeded, condition::kFailed}) {
+    const nlohmann::json done = job_with({{{"type", condition::kRunning}, {"status", "False"}},
+                                          {{"type", type}, {"status", "True"}}});
+    EXPECT_TRUE(TrainingJobStatus::FinishedIn(done)) << type;
+    EXPECT_TRUE(TrainingJobStatus::FromJson(done["status"]).Finished()) << type;
+    const nlohmann::json not_yet = job_with({{{"type", type}, {"status", "False"}}});
+    EXPECT_FALSE(TrainingJobStatus::FinishedIn(not_yet)) << type;
+    EXPECT_FALSE(TrainingJobStatus::FromJson(not_yet["status"]).Finished()) << type;
+  }
+  EXPECT_FALSE(
+      TrainingJobStatus::FinishedIn(job_with({{{"type", "Running"}, {"status", "True"}}})));
+  for (const nlohmann::json& odd :
+       {nlohmann::json(), nlohmann::json::array(), nlohmann::json{{"status", "done"}},
+        nlohmann::json{{"status", {{"conditions", "Succeeded"}}}},
+        job_with({"Succeeded", 1, nullptr, {{"type", 7}, {"status", true}}})}) {
+    EXPECT_FALSE(TrainingJobStatus::FinishedIn(odd)) << odd.dump();
+  }
+}
+
 }  // namespace
 }  // namespace tj::api
