@@ -117,9 +117,8 @@ struct TrainingJobSpec {
 
 // The replica type whose pod 0 speaks for the job: its /status is the job's progress, its
 // exit decides success under SuccessPolicy Chief. Chief when the job has Chief replicas, else
-// Worker (TFJob's rule; that pod is the chief in TF_CONFIG's sense too). The one home of the
-// rule: the reconciler asks the spec, the executor (which polls before the spec is parsed) asks
-// with the count of Chief pods it sees.
+// Worker (TFJob's rule; that pod is the chief in TF_CONFIG's sense too). The executor, which
+// polls before the spec is parsed, applies it to the pods it sees: a Chief pod, else worker 0.
 ReplicaType ChiefReplicaType(int32_t chief_replicas);
 
 // Parses `spec` (the object's .spec), applies defaults and validates. The error names the

@@ -86,16 +86,14 @@ void Executor::ReadTrainerProgress(const std::string& ns, const std::string& nam
   // The reconciler reads the chief's (api::ChiefReplicaType: the Chief pod, else worker 0) and
   // the evaluator's: only those are asked, at once, each bounded (HttpGetJson), never every pod
   // of a large job.
-  std::optional<PodView> chief_pod, worker0, evaluator;
+  std::optional<PodView> chief, worker0, evaluator;
   for (const auto& p : in->pods) {
     const std::string pod = api::RefOf(p).name;
-    if (pod == PodName(name, api::ReplicaType::kChief, 0)) chief_pod = ViewOfPod(p);
+    if (pod == PodName(name, api::ReplicaType::kChief, 0)) chief = ViewOfPod(p);
     if (pod == PodName(name, api::ReplicaType::kWorker, 0)) worker0 = ViewOfPod(p);
     if (pod == PodName(name, api::ReplicaType::kEvaluator, 0)) evaluator = ViewOfPod(p);
   }
-  std::optional<PodView> chief =
-      api::ChiefReplicaType(chief_pod ? 1 : 0) == api::ReplicaType::kChief ? std::move(chief_pod)
-                                                                           : std::move(worker0);
+  if (!chief) chief = std::move(worker0);  // ChiefReplicaType's rule, told by the pods
   std::vector<std::pair<std::string, std::future<std::optional<json>>>> polls;
   for (const std::optional<PodView>* p : {&chief, &evaluator}) {
     if (!*p || (*p)->phase != "Running") continue;
