@@ -16,7 +16,9 @@
 // one load of an initialized static. A malformed value ends the process with exit code 2 and
 // a message naming the entry, so a test never runs silently without its fault. Thread-safe.
 //
-// Points: backup.before_rename (trainer/checkpoint/backup_manager.cpp).
+// Points: backup.before_rename (trainer/checkpoint/backup_manager.cpp); train.after_end
+// (trainer/train/training_loop.cpp: training done, train_end logged, the process about to
+// exit 0).
 #pragma once
 
 #include <unistd.h>

@@ -146,7 +146,7 @@ struct Flags {
   double qps = 500;
   int burst = 1000;
   std::string log_format = "json";
-  int evaluator_grace_s = 300, progress_poll_s = 5, backoff_base_ms = 1000;
+  int evaluator_grace_s = 300, progress_poll_s = 5, backoff_base_ms = 1000, failure_settle_s = 30;
   std::string convert_file;  // the convert subcommand's file, when it was given
   bool convert = false;
 };
@@ -184,6 +184,11 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags& f) {
                  "how often a running job's trainer /status is read")
       ->capture_default_str()
       ->check(CLI::Range(1, 3600));
+  app.add_option("--failure-settle-seconds", f.failure_settle_s,
+                 "how long a gang's failure waits for its other pods to end before it is "
+                 "judged (the first failure decides)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 3600));
   app.add_option("--restart-backoff-ms", f.backoff_base_ms,
                  "first gang-restart backoff; doubles per restart, at most 60 s")
       ->capture_default_str()
@@ -417,6 +422,7 @@ tj::controller::ReconcilerOptions ReconcilerOptionsOf(const Flags& f) {
   o.evaluator_grace = std::chrono::seconds(f.evaluator_grace_s);
   o.progress_poll = std::chrono::seconds(f.progress_poll_s);
   o.restart_backoff_base = std::chrono::milliseconds(f.backoff_base_ms);
+  o.failure_settle = std::chrono::seconds(f.failure_settle_s);
   return o;
 }
 
@@ -470,9 +476,11 @@ int main(int argc, char** argv) {
   deps.metrics = &metrics;
   deps.log = &log;
   deps.random_key = [] { return RandomHex(32); };
-  // The trainers' /status off the reconcile workers: at most 16 reads at once, 1.5 s each.
+  // The trainers' /status off the reconcile workers: at most 16 reads at once, 1.5 s each, a
+  // pod at most once per --progress-poll-seconds.
   tj::controller::TrainerStatusPoller status_poller(
-      tj::controller::ReadTrainerStatus, [&queue](const std::string& key) { queue.Add(key); }, 16);
+      tj::controller::ReadTrainerStatus, [&queue](const std::string& key) { queue.Add(key); }, 16,
+      std::chrono::seconds(f.progress_poll_s), clock);
   deps.status_poller = &status_poller;
   deps.pod_log = PodLogFunction(&api);
   const tj::controller::ReconcilerOptions ropts = ReconcilerOptionsOf(f);

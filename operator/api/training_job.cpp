@@ -421,6 +421,9 @@ TrainingJobStatus TrainingJobStatus::FromJson(const json& j) {
     if (j.contains("completionTime") && j["completionTime"].is_string()) {
       s.completion_time = j["completionTime"];
     }
+    if (j.contains("firstFailureTime") && j["firstFailureTime"].is_string()) {
+      s.first_failure_time = j["firstFailureTime"];
+    }
     if (j.contains("progress") && j["progress"].is_object()) s.progress = j["progress"];
     if (j.contains("evaluation") && j["evaluation"].is_object()) s.evaluation = j["evaluation"];
   } catch (const json::exception&) {
@@ -455,6 +458,7 @@ json TrainingJobStatus::ToJson() const {
   if (!rendezvous_key_hash.empty()) j["rendezvousKeyHash"] = rendezvous_key_hash;
   if (start_time) j["startTime"] = *start_time;
   if (completion_time) j["completionTime"] = *completion_time;
+  if (first_failure_time) j["firstFailureTime"] = *first_failure_time;
   if (progress.is_object()) j["progress"] = progress;
   if (evaluation.is_object()) j["evaluation"] = evaluation;
   const std::string st = StateOf(conditions);

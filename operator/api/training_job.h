@@ -183,6 +183,10 @@ struct TrainingJobStatus {
   // last; "" before it did. The operator never reads Secrets: this is what it knows of one.
   std::string rendezvous_key_hash;
   std::optional<std::string> start_time, completion_time;
+  // status.firstFailureTime: when the operator first saw a chief or worker pod of the current
+  // gang fail or go. The gang's failure is judged once every pod of it has ended, or the
+  // settle time (ReconcilerOptions::failure_settle) after this; cleared by a gang restart.
+  std::optional<std::string> first_failure_time;
   nlohmann::json progress;    // null or {epoch, totalEpochs, step, loss, accuracy, ...}
   nlohmann::json evaluation;  // null or {checkpoint, epoch, loss, accuracy}
   std::string state;          // the printer column: last true condition of the lifecycle

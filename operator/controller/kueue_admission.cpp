@@ -205,6 +205,34 @@ StatusOr<GateResult> CreateWorkload(kube::Client& client, kube::EventRecorder* r
   return Wait(changed, kWaitPoll);
 }
 
+// status.progress.lastBackup from what a stopped chief reported (NewestReportedBackup) when it
+// is newer; true when the status changed.
+bool TakeReportedBackup(Observed* in) {
+  std::vector<PodView> pods;
+  for (const json& p : in->pods) {
+    if (IsOwnedBy(p, in->job)) pods.push_back(ViewOfPod(p));
+  }
+  const json reported = NewestReportedBackup(pods);
+  if (reported.is_null()) return false;
+  json& status = in->job["status"];
+  if (!status.is_object()) status = json::object();
+  return TakeNewerBackup(status["progress"], reported);
+}
+
+// The job's last backup on its Workload, for whoever chooses a victim; a failure does not
+// hold the job up.
+void PublishLastBackup(kube::Client& client, kube::EventRecorder* recorder, const json& job,
+                       const json& workload, const std::string& name) {
+  auto patch = LastBackupPatch(job, workload);
+  if (!patch) return;
+  auto r = client.Patch(kWorkloads, api::RefOf(job).ns, name, kube::PatchType::kMerge, *patch);
+  if (!r.ok() && !kube::IsNotFound(r.error())) {
+    Record(recorder, job, "Warning", "LastBackupNotPublished",
+           "annotating Workload " + name + " with the last backup: " + r.error().message +
+               " (the operator needs patch on workloads: Helm value kueue.enabled=true)");
+  }
+}
+
 }  // namespace
 
 std::string QueueName(const json& job) { return kube::LabelOf(job, kQueueNameLabel); }
@@ -346,6 +374,7 @@ std::vector<Action> StopEvictedGang(Observed* in, const WorkloadState& ws, bool*
     const std::string cause = api::ToString(CauseOfEviction(ws.reason));
     st.restart_count += 1;
     st.created_generation = -1;
+    st.first_failure_time.reset();
     st.restarts.by_cause[cause] += 1;
     const std::string message =
         "Kueue evicted the job's Workload (" + kueue_said + "); stopping the gang: each trainer " +
@@ -541,12 +570,16 @@ StatusOr<GateResult> Gate(kube::Client& client, kube::EventRecorder* recorder, O
 
   const WorkloadState ws = StateOf(*workload);
   if (ws.evicted || !ws.admitted) {
+    // The step the next gang resumes from, as the stopping chief reported it (its termination
+    // message): in the job's status and on the Workload, where Kueue and an admin look.
+    const bool took_backup = TakeReportedBackup(in);
+    PublishLastBackup(client, recorder, in->job, *workload, name);
     if (HasActivePods(*in)) {
       // Evicted (preempted, its queue stopped, deactivated) or not admitted while pods run:
       // stop the gang losslessly and wait for its pods to go. Kueue holds the quota meanwhile.
       bool changed = false;
       std::vector<Action> stop = StopEvictedGang(in, ws, &changed);
-      GateResult r = Wait(changed, kStopPoll);
+      GateResult r = Wait(changed || took_backup, kStopPoll);
       r.actions = std::move(stop);
       return r;
     }
@@ -563,7 +596,7 @@ StatusOr<GateResult> Gate(kube::Client& client, kube::EventRecorder* recorder, O
                "the gang has stopped; released Workload " + name +
                    "'s quota: Kueue queues the job again");
       }
-      return Wait(false, kStopPoll);  // a 409: Kueue wrote meanwhile; read it again
+      return Wait(took_backup, kStopPoll);  // a 409: Kueue wrote meanwhile; read it again
     }
     const std::string reason = ws.reason.empty() ? "Pending" : ws.reason;
     const std::string message =
@@ -573,7 +606,7 @@ StatusOr<GateResult> Gate(kube::Client& client, kube::EventRecorder* recorder, O
                            : ws.message;
     const bool changed = SetWaiting(in, reason, message);
     if (changed) Record(recorder, in->job, "Normal", reason, message);
-    return Wait(changed, kWaitPoll);
+    return Wait(changed || took_backup, kWaitPoll);
   }
 
   std::map<std::string, json> flavors;
@@ -593,15 +626,7 @@ StatusOr<GateResult> Gate(kube::Client& client, kube::EventRecorder* recorder, O
     if (changed) Record(recorder, in->job, "Warning", reason, applied.message());
     return Wait(changed, std::chrono::seconds(10));
   }
-  if (auto patch = LastBackupPatch(in->job, *workload)) {
-    // Published for whoever chooses a victim; a failure does not hold the job up.
-    auto r = client.Patch(kWorkloads, ref.ns, name, kube::PatchType::kMerge, *patch);
-    if (!r.ok() && !kube::IsNotFound(r.error())) {
-      Record(recorder, in->job, "Warning", "LastBackupNotPublished",
-             "annotating Workload " + name + " with the last backup: " + r.error().message +
-                 " (the operator needs patch on workloads: Helm value kueue.enabled=true)");
-    }
-  }
+  PublishLastBackup(client, recorder, in->job, *workload, name);
   json& status = in->job["status"];
   if (!status.is_object()) status = json::object();
   const std::string message =

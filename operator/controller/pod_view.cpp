@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "common/json_nesting.h"
 #include "kube/object_meta.h"
 #include "operator/controller/job_resources.h"
 
@@ -37,6 +38,32 @@ std::optional<WaitingContainer> WaitingOf(const json& container_status) {
   return WaitingContainer{TextOf(waiting, "reason"), TextOf(waiting, "message")};
 }
 
+// A count as the status schema reads one: an integer in [0, 2^31).
+bool IsCount(const json& v) {
+  return (v.is_number_unsigned() && v.get<uint64_t>() <= INT32_MAX) ||
+         (v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= INT32_MAX);
+}
+
+// {epoch, step, time} of a termination message {"lastBackup": {...}}; null otherwise. The
+// message is the tenant's (at most 4096 bytes, the kubelet's cap): bounded before it is parsed.
+json LastBackupOf(const std::string& message) {
+  constexpr size_t kMaxMessageBytes = 4096;
+  constexpr size_t kMaxNesting = 4;
+  if (message.empty() || message.size() > kMaxMessageBytes || message.front() != '{' ||
+      JsonNesting(message) > kMaxNesting) {
+    return nullptr;
+  }
+  const json m = json::parse(message, nullptr, /*allow_exceptions=*/false);
+  const json& b = Field(m, "lastBackup");
+  const json &epoch = Field(b, "epoch"), &step = Field(b, "step"), &time = Field(b, "time");
+  if (!IsCount(epoch) || !IsCount(step)) return nullptr;
+  json out = {{"epoch", epoch}, {"step", step}};
+  if (time.is_string() && kube::ParseTime(time.get<std::string>())) {
+    out["time"] = kube::FormatTime(*kube::ParseTime(time.get<std::string>()));
+  }
+  return out;
+}
+
 std::optional<TerminatedContainer> TerminatedOf(const json& container_status) {
   const json& t = Field(Field(container_status, "state"), "terminated");
   if (!t.is_object()) return std::nullopt;
@@ -47,6 +74,7 @@ std::optional<TerminatedContainer> TerminatedOf(const json& container_status) {
   }
   out.reason = TextOf(t, "reason");
   out.finished_at = TimeOf(t, "finishedAt");
+  out.last_backup = LastBackupOf(TextOf(t, "message"));
   return out;
 }
 
@@ -98,6 +126,7 @@ PodView ViewOfPod(const json& pod) {
   v.name = api::RefOf(pod).name;
   v.being_deleted = kube::IsBeingDeleted(pod);
   v.created = TimeOf(kube::MetadataOf(pod), "creationTimestamp");
+  v.deleted_at = TimeOf(kube::MetadataOf(pod), "deletionTimestamp");
   v.replica_type = api::ParseReplicaType(kube::LabelOf(pod, api::kLabelReplicaType));
   v.replica_index = CountLabel(pod, api::kLabelReplicaIndex);
   v.gang = CountLabel(pod, api::kLabelRestartCount);

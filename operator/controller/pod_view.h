@@ -30,13 +30,19 @@ struct TerminatedContainer {
   std::optional<int> exit_code;
   std::string reason;  // Error, Completed, OOMKilled, ...
   std::optional<kube::WallTime> finished_at;
+  // The backup the trainer ended with, from its termination message
+  // ({"lastBackup": {"epoch", "step", "time"}}, trainer/train/termination_message.h): an
+  // object {epoch, step, time} of a count, a count and a time; null when the message says
+  // none or is not of that shape (a program's own message, the tenant's bytes).
+  nlohmann::json last_backup;
   bool operator==(const TerminatedContainer&) const = default;
 };
 
 struct PodView {
   // metadata
   std::string name;
-  bool being_deleted = false;  // deletionTimestamp is set
+  bool being_deleted = false;                // deletionTimestamp is set
+  std::optional<kube::WallTime> deleted_at;  // deletionTimestamp
   std::optional<kube::WallTime> created;
   std::optional<api::ReplicaType> replica_type;  // tjo.dev/replica-type
   int replica_index = -1;                        // tjo.dev/replica-index; -1: absent or not a count

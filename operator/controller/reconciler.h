@@ -31,6 +31,10 @@ struct ReconcilerOptions {
   std::chrono::milliseconds evaluator_grace{std::chrono::seconds(300)};
   // Requeue period of a running job, so status.progress stays fresh.
   std::chrono::milliseconds progress_poll{std::chrono::seconds(5)};
+  // How long a gang's failure waits, from the first one seen (status.firstFailureTime), for
+  // the gang's other chief and worker pods to end before it is judged: the failure that came
+  // first decides, and a program's exit after losing a peer is only its consequence.
+  std::chrono::milliseconds failure_settle{std::chrono::seconds(30)};
 };
 
 // Copies a field of a trainer's /status answer (its documented schema, docs/tfjob.md) into the
@@ -40,6 +44,22 @@ struct ReconcilerOptions {
 // reaches the job's status, where the CRD's schema would refuse the whole status write.
 bool CopyStatusField(const nlohmann::json& from, status_schema::Field field, nlohmann::json& to,
                      const char* to_key);
+
+// What the reconciler reads of a trainer's /status answer, under the answer's own keys: the
+// schema's fields of their kinds (CopyStatusField), nothing else. What the status poller keeps
+// of an answer (a few numbers rather than up to 64 KiB of the tenant's), and what it compares
+// to tell whether a new answer changes the job.
+nlohmann::json CopiedTrainerStatus(const nlohmann::json& answer);
+
+// The newest backup (by epoch, then step) that a pod's trainer reported as it ended, in its
+// termination message (TerminatedContainer::last_backup): {epoch, step, time}; null when none
+// did. Only a chief has backups to report.
+nlohmann::json NewestReportedBackup(const std::vector<PodView>& pods);
+
+// Makes `backup` ({epoch, step, time}) the lastBackup of `progress` (status.progress; an object
+// is made of null) when it has none or an older one; true when it changed. Backups only move
+// forward: a gang resumes from the newest one.
+bool TakeNewerBackup(nlohmann::json& progress, const nlohmann::json& backup);
 
 struct Observed {
   nlohmann::json job;                     // the TrainingJob as read from the API server

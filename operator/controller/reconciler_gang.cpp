@@ -65,7 +65,7 @@ Pass::GangCensus Pass::TakeCensus(const Gang& gang) const {
           PodOutcome o;
           o.failed = o.deleted = true;
           o.cause = api::RestartCause::kDeleted;
-          c.failures.push_back({name, o, true, rs.restart_policy});
+          c.failures.push_back({name, o, true, rs.restart_policy, std::nullopt});  // gone: first
         } else {
           c.missing.emplace_back(t, i);
         }
@@ -73,10 +73,17 @@ Pass::GangCensus Pass::TakeCensus(const Gang& gang) const {
       }
       const PodView& pod = *it->second;
       const std::string& phase = pod.phase;
-      if (pod.being_deleted || phase == "Failed") {
+      const std::optional<TerminatedContainer>& ended = pod.trainer_terminated;
+      // A trainer that exited 0 has finished its training, whatever happens to its pod later
+      // (deleted after it exited, or while it wrote its last files: its SIGTERM then waits).
+      const bool succeeded =
+          phase == "Succeeded" || (pod.being_deleted && ended && ended->exit_code == 0);
+      if (!succeeded && (pod.being_deleted || phase == "Failed")) {
         PodOutcome o = OutcomeOf(pod);
-        c.failures.push_back({name, o, IsRetryable(rs.restart_policy, o), rs.restart_policy});
-      } else if (phase == "Succeeded") {
+        c.failures.push_back({name, o, IsRetryable(rs.restart_policy, o), rs.restart_policy,
+                              ended && ended->finished_at ? ended->finished_at : pod.deleted_at});
+        if (phase != "Failed" && !ended) c.still_running.push_back(name);
+      } else if (succeeded) {
         ++c.running;
         if (t == ReplicaType::kWorker) ++c.succeeded_workers;
         if (t == chief_type && i == 0) {
@@ -85,6 +92,7 @@ Pass::GangCensus Pass::TakeCensus(const Gang& gang) const {
         }
       } else if (phase == "Running") {
         ++c.running;
+        c.still_running.push_back(name);
       } else {
         if (c.root_image.empty()) {
           if (std::string m = RootImageMessage(pod); !m.empty()) c.root_image = name + ": " + m;
@@ -117,34 +125,64 @@ void Pass::NotePodsCreated() {
 }
 
 bool Pass::FailOrRestartGang(const Gang& gang, const GangCensus& census) {
-  // A failure that the pod's restart policy does not retry fails the job at once; peers that
-  // only lost a disrupted pod (exit 75 after it was evicted or deleted) share its cause.
-  const std::vector<Failure>& failures = census.failures;
-  const bool disrupted = std::any_of(failures.begin(), failures.end(), [](const Failure& f) {
-    return f.outcome.cause != api::RestartCause::kFailed;
+  if (census.failures.empty()) {
+    status_.first_failure_time.reset();  // a pod that looked gone has exited 0 meanwhile
+    return false;
+  }
+  if (WaitForTheGangToEnd(census)) return true;
+  // In the order they happened; a pod that is gone went first. Within the kubelet's
+  // one-second resolution a retryable failure explains the rest (RootCauseRank), and a
+  // non-retryable one comes last: a peer's loss makes every survivor fail, whatever it exits
+  // with, while a program error that happened at the same moment shows again in the next gang.
+  std::vector<const Failure*> order;
+  for (const Failure& f : census.failures) order.push_back(&f);
+  auto tie_rank = [](const Failure* f) {
+    return f->retryable ? RootCauseRank(f->outcome.cause, f->outcome.exit_code == 75) : 3;
+  };
+  std::stable_sort(order.begin(), order.end(), [&](const Failure* a, const Failure* b) {
+    if (a->at != b->at) return !a->at || (b->at && *a->at < *b->at);
+    return tie_rank(a) < tie_rank(b);
   });
-  for (const auto& f : failures) {
-    if (f.retryable || (disrupted && f.outcome.exit_code == 75)) continue;
-    Fail(f.policy == api::RestartPolicy::kNever ? "PodFailed" : "NonRetryableExitCode",
-         Describe(f.pod, f.outcome) + ", which restartPolicy " + api::ToString(f.policy) +
-             " does not retry");
+  const Failure& cause = *order.front();
+  std::string then;
+  for (size_t i = 1; i < order.size(); ++i) {
+    then += (then.empty() ? "; then " : ", ") + Describe(order[i]->pod, order[i]->outcome);
+  }
+  if (!cause.retryable) {
+    Fail(cause.policy == api::RestartPolicy::kNever ? "PodFailed" : "NonRetryableExitCode",
+         Describe(cause.pod, cause.outcome) + ", which restartPolicy " +
+             api::ToString(cause.policy) + " does not retry" + then);
     return true;
   }
-  if (failures.empty()) return false;
-  // The gang restarts: prefer the root cause over peers that only lost it (exit 75).
-  const Failure* cause = &failures.front();
-  for (const auto& f : failures) {
-    if (RootCauseRank(f.outcome.cause, f.outcome.exit_code == 75) <
-        RootCauseRank(cause->outcome.cause, cause->outcome.exit_code == 75)) {
-      cause = &f;
-    }
-  }
-  const std::string why = Describe(cause->pod, cause->outcome);
-  auto budget = ChargeGangRestart(cause->outcome.cause, why);
+  const std::string why = Describe(cause.pod, cause.outcome);
+  auto budget = ChargeGangRestart(cause.outcome.cause, why + then);
   if (!budget) return true;  // the job has failed
   RestartGang("restart " + std::to_string(status_.restart_count + 1) + " (" + *budget +
-                  "): " + why + "; restarting all chief and worker pods",
+                  "): " + why + then + "; restarting all chief and worker pods",
               gang.current);
+  return true;
+}
+
+bool Pass::WaitForTheGangToEnd(const GangCensus& census) {
+  if (census.still_running.empty() || options_.failure_settle <= milliseconds(0)) return false;
+  std::optional<kube::WallTime> since =
+      status_.first_failure_time ? kube::ParseTime(*status_.first_failure_time) : std::nullopt;
+  if (!since) {
+    since = observed_.now;
+    status_.first_failure_time = kube::FormatTime(observed_.now);
+    std::string running;
+    for (const std::string& pod : census.still_running) {
+      running += (running.empty() ? "" : ", ") + pod;
+    }
+    const Failure& seen = census.failures.front();
+    Event("Normal", "GangFailing",
+          Describe(seen.pod, seen.outcome) + "; waiting up to " +
+              std::to_string(options_.failure_settle.count() / 1000) + "s for " + running +
+              " to end before deciding: the failure that came first decides");
+  }
+  const kube::WallTime deadline = *since + options_.failure_settle;
+  if (observed_.now >= deadline) return false;
+  RequeueAt(deadline);  // each pod's end also brings a pass
   return true;
 }
 
@@ -176,6 +214,7 @@ std::optional<std::string> Pass::ChargeGangRestart(api::RestartCause cause,
 void Pass::RestartGang(const std::string& message, const GangPods& current) {
   status_.restart_count += 1;
   status_.created_generation = -1;
+  status_.first_failure_time.reset();
   status_.SetCondition(cond::kRestarting, true, "GangRestart", message, observed_.now);
   status_.SetCondition(cond::kRunning, false, "GangRestart", message, observed_.now);
   Event("Warning", "GangRestart", message);

@@ -47,6 +47,7 @@ bool Pass::SuspendOrResume() {
       Event("Normal", "JobSuspended", "suspended: deleting its pods");
     }
     status_.created_generation = -1;
+    status_.first_failure_time.reset();
     status_.start_time.reset();
     status_.progress = nullptr;
     return true;

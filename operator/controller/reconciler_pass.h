@@ -58,10 +58,16 @@ class Pass {
     PodOutcome outcome;
     bool retryable;
     api::RestartPolicy policy;
+    // When it ended: the trainer container's finishedAt, else the pod's deletionTimestamp;
+    // none for a pod that is gone (it went before any other failure could be seen).
+    std::optional<kube::WallTime> at;
   };
   // How the chief and worker pods of the gang stand.
   struct GangCensus {
     std::vector<Failure> failures;
+    // Pods whose trainer still runs (being deleted or not): a failure waits for them to end
+    // (FailOrRestartGang), so that what came first is known.
+    std::vector<std::string> still_running;
     std::vector<std::pair<ReplicaType, int>> missing;  // never created in this gang
     int running = 0, expected = 0, succeeded_workers = 0;
     bool chief_succeeded = false;
@@ -124,9 +130,16 @@ class Pass {
   void NoteWholeGangCreated(const Gang& gang, const GangCensus& census);
   // PodCreateRefused=False: the API server accepted every pod create of the gang.
   void NotePodsCreated();
-  // A failure the restart policy does not retry fails the job; a retryable one restarts the
-  // gang, charged as the failure policy says. True: the pass has decided.
+  // The first failure decides: once every pod of the gang has ended (or the settle time has
+  // passed, WaitForTheGangToEnd), the failures ordered by when they happened; the first one
+  // fails the job when its restart policy does not retry it, else restarts the gang, charged
+  // as the failure policy says. Later failures are its consequences, whatever their exit code.
+  // True: the pass has decided.
   bool FailOrRestartGang(const Gang& gang, const GangCensus& census);
+  // True while a failure waits for pods of the gang that still run, at most
+  // options_.failure_settle from status.firstFailureTime (recorded, with an Event, by the
+  // first pass that sees a failure).
+  bool WaitForTheGangToEnd(const GangCensus& census);
   // Charges a gang restart of `cause` (described by `why`) as spec.failurePolicy says: counts
   // it by cause and, when it counts, against backoffLimit. Returns how it was charged, for
   // the GangRestart message; nullopt after failing the job (the rule says FailJob, or the

@@ -2,7 +2,10 @@
 // the schema's kinds, common/status_schema.h), status.evaluation from the evaluator's, the
 // Running condition's note when the chief never answers, and status.replicaStatuses.
 // Part of the reconcile pass (reconciler_pass.h).
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/status_schema.h"
 #include "operator/controller/job_resources.h"
@@ -80,7 +83,17 @@ void Pass::CopyProgress() {
         p["lastBackup"] = b;
       }
     }
-    if (!p.empty()) status_.progress = p;
+    if (!p.empty()) {
+      // A gang that has not saved yet still resumes from the newest backup there is.
+      const json was =
+          status_.progress.is_object() ? status_.progress.value("lastBackup", json()) : json();
+      status_.progress = p;
+      if (!was.is_null()) TakeNewerBackup(status_.progress, was);
+    }
+  }
+  // What a chief that stopped reported as it ended: newer than any poll of it.
+  if (const json reported = NewestReportedBackup(pods_); !reported.is_null()) {
+    TakeNewerBackup(status_.progress, reported);
   }
   NoteMissingStatus(it != observed_.trainer_status.end());
   auto take_eval = [&](const json& e) {
@@ -128,6 +141,59 @@ void Pass::NoteMissingStatus(bool chief_answered) {
 }
 
 }  // namespace reconcile
+
+json NewestReportedBackup(const std::vector<PodView>& pods) {
+  json newest;
+  for (const PodView& p : pods) {
+    if (!p.trainer_terminated || p.trainer_terminated->last_backup.is_null()) continue;
+    const json& b = p.trainer_terminated->last_backup;
+    if (newest.is_null() ||
+        std::pair(b["epoch"].get<int64_t>(), b["step"].get<int64_t>()) >
+            std::pair(newest["epoch"].get<int64_t>(), newest["step"].get<int64_t>())) {
+      newest = b;
+    }
+  }
+  return newest;
+}
+
+bool TakeNewerBackup(json& progress, const json& backup) {
+  auto count = [](const json& o, const char* key) -> std::optional<int64_t> {
+    if (!o.is_object()) return std::nullopt;
+    auto it = o.find(key);
+    if (it == o.end() || !it->is_number_integer()) return std::nullopt;
+    return it->get<int64_t>();
+  };
+  const auto epoch = count(backup, "epoch"), step = count(backup, "step");
+  if (!epoch || !step) return false;
+  if (!progress.is_object()) progress = json::object();
+  const json was = progress.value("lastBackup", json());
+  const auto was_epoch = count(was, "epoch"), was_step = count(was, "step");
+  if (was_epoch && was_step && std::pair(*was_epoch, *was_step) >= std::pair(*epoch, *step)) {
+    return false;
+  }
+  json b = {{"epoch", *epoch}, {"step", *step}};
+  if (backup.contains("time") && backup["time"].is_string()) b["time"] = backup["time"];
+  progress["lastBackup"] = std::move(b);
+  return true;
+}
+
+json CopiedTrainerStatus(const json& answer) {
+  namespace k = status_schema;
+  json out = json::object();
+  for (const k::Field& f :
+       {k::kEpoch, k::kTotalEpochs, k::kStep, k::kLoss, k::kAccuracy, k::kImagesPerSec}) {
+    CopyStatusField(answer, f, out, f.key);
+  }
+  auto copy_object = [&](const k::Field& object, std::initializer_list<k::Field> fields) {
+    if (!answer.is_object() || !answer.contains(object.key)) return;
+    json o = json::object();
+    for (const k::Field& f : fields) CopyStatusField(answer[object.key], f, o, f.key);
+    if (!o.empty()) out[object.key] = std::move(o);
+  };
+  copy_object(k::kLastBackup, {k::kEpoch, k::kStep});
+  copy_object(k::kEvaluation, {k::kCheckpoint, k::kEpoch, k::kLoss, k::kAccuracy});
+  return out;
+}
 
 bool CopyStatusField(const json& from, status_schema::Field field, json& to, const char* to_key) {
   if (!from.is_object()) return false;

@@ -13,9 +13,11 @@ namespace tj::controller {
 // deleted: the reconciler says so without a view.)
 api::RestartCause ClassifyRestartCause(const PodView& pod);
 
-// Which of several ended pods explains a gang restart, lower first: a failure of the program
-// other than a lost peer (counted, so a real failure is never hidden by a disruption), then a
-// disruption, then a peer that only lost another (the trainer's exit 75).
+// Which of several pods that ended at the same moment (the kubelet's finishedAt has a
+// one-second resolution) explains a gang restart, lower first: a failure of the program other
+// than a lost peer (counted, so a real failure is never hidden by a disruption), then a
+// disruption, then a peer that only lost another (the trainer's exit 75). Pods that ended at
+// different moments are ordered by time (the reconciler's FailOrRestartGang).
 int RootCauseRank(api::RestartCause cause, bool lost_a_peer);
 
 }  // namespace tj::controller

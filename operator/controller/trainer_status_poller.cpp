@@ -3,14 +3,21 @@
 #include <thread>
 #include <utility>
 
+#include "operator/controller/reconciler.h"
+
 namespace tj::controller {
 
 namespace {
 constexpr std::chrono::minutes kForgetAfter{10};
 }  // namespace
 
-TrainerStatusPoller::TrainerStatusPoller(Fetch fetch, Requeue requeue, int max_in_flight)
-    : fetch_(std::move(fetch)), requeue_(std::move(requeue)), max_in_flight_(max_in_flight) {}
+TrainerStatusPoller::TrainerStatusPoller(Fetch fetch, Requeue requeue, int max_in_flight,
+                                         std::chrono::milliseconds period, Clock* clock)
+    : fetch_(std::move(fetch)),
+      requeue_(std::move(requeue)),
+      max_in_flight_(max_in_flight),
+      period_(period),
+      clock_(clock != nullptr ? clock : RealClock::Get()) {}
 
 TrainerStatusPoller::~TrainerStatusPoller() {
   std::unique_lock<std::mutex> lock(mu_);
@@ -22,9 +29,14 @@ int TrainerStatusPoller::in_flight() const {
   return in_flight_;
 }
 
+uint64_t TrainerStatusPoller::polls() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return polls_;
+}
+
 std::optional<nlohmann::json> TrainerStatusPoller::Latest(const std::string& key,
                                                           const PodView& pod) {
-  const auto now = std::chrono::steady_clock::now();
+  const Clock::TimePoint now = clock_->Now();
   const std::string id = key + "/" + pod.name + "@" + pod.pod_ip + ":" +
                          (pod.status_port ? std::to_string(*pod.status_port) : "");
   std::lock_guard<std::mutex> lock(mu_);
@@ -34,9 +46,12 @@ std::optional<nlohmann::json> TrainerStatusPoller::Latest(const std::string& key
   }
   Entry& e = entries_[id];
   e.asked = now;
-  if (!e.polling && in_flight_ < max_in_flight_) {
+  const bool due = !e.started || now - *e.started >= period_;
+  if (!e.polling && due && in_flight_ < max_in_flight_) {
     e.polling = true;
+    e.started = now;
     ++in_flight_;
+    ++polls_;
     // Detached: the destructor waits for in_flight_ to reach 0, and the thread touches this
     // object last under mu_ before it decrements it.
     std::thread(&TrainerStatusPoller::Poll, this, key, id, pod).detach();
@@ -49,6 +64,7 @@ void TrainerStatusPoller::Poll(const std::string& key, const std::string& entry,
   std::optional<nlohmann::json> answer;
   try {
     answer = fetch_(pod);
+    if (answer) answer = CopiedTrainerStatus(*answer);  // the rest is dropped here
   } catch (...) {  // a fetch that throws is a pod that did not answer
     answer.reset();
   }

@@ -2,6 +2,8 @@
 
 #include <time.h>
 
+#include <chrono>
+
 #include "common/clock.h"
 #include "common/status_schema.h"
 
@@ -48,8 +50,11 @@ Status BackupWriter::Submit(checkpoint::TrainingState state, int epoch, int64_t 
                     {"seconds", seconds},
                     {"cpu_seconds", cpu}});
         progress_->Update([&](ProgressSnapshot& p) {
+          // The time it became durable: the termination message's (termination_message.h).
           p.last_backup =
-              nlohmann::json{{status_schema::kEpoch.key, epoch}, {status_schema::kStep.key, step}};
+              nlohmann::json{{status_schema::kEpoch.key, epoch},
+                             {status_schema::kStep.key, step},
+                             {"time", EventLog::FormatTime(std::chrono::system_clock::now())}};
         });
         return Status::Ok();
       });

@@ -16,6 +16,7 @@
 #include "trainer/train/evaluator.h"
 #include "trainer/train/observability.h"
 #include "trainer/train/step_backend.h"
+#include "trainer/train/termination_message.h"
 #include "trainer/train/training_loop.h"
 
 namespace tj::train {
@@ -214,7 +215,16 @@ int RunTrainerProgram(const Options& o, StopRequest* stop) {
     progress.Update([](ProgressSnapshot& p) { p.state = "failed"; });
     log.Error(outcome.status.message());
   }
-  return outcome.exit_code != kExitOk || outcome.status.ok() ? outcome.exit_code : kExitFailure;
+  const int exit_code =
+      outcome.exit_code != kExitOk || outcome.status.ok() ? outcome.exit_code : kExitFailure;
+  if (is_chief && exit_code != kExitOk) {
+    // Where the next gang resumes, for the operator (and Kueue) to read once this pod ends.
+    const std::string path = TerminationMessagePath();
+    if (Status s = WriteTerminationMessage(progress.Get().last_backup, path); !s.ok()) {
+      log.Warn(s.message());
+    }
+  }
+  return exit_code;
 }
 
 }  // namespace tj::train

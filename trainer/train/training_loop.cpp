@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "common/clock.h"
+#include "common/failpoint.h"
 #include "trainer/checkpoint/backup_manager.h"
 #include "trainer/checkpoint/checkpoint_manager.h"
 #include "trainer/data/epoch_order.h"
@@ -395,6 +396,7 @@ Status Trainer::Finish() {
        {"allreduce_ms", steps_this_run_ ? 1e3 * allreduce_seconds_ / steps_this_run_ : 0.0},
        {"backup_stall_seconds", backup_stall_seconds_},
        {"backup_cpu_seconds", backup_writer_ ? backup_writer_->cpu_seconds() : 0.0}});
+  failpoint::Hit("train.after_end");  // trained, about to exit 0
   return Status::Ok();
 }
 

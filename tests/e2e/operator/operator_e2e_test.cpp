@@ -26,6 +26,7 @@ using testing::Kubectl;
 using testing::OperatorProcess;
 using testing::ScaledExample;
 using testing::SetArg;
+using testing::SetEnv;
 using testing::Sh;
 using testing::StatusOf;
 
@@ -71,16 +72,16 @@ TEST_F(OperatorE2E, ExampleJobSucceedsWithEvaluation) {
 }
 
 TEST_F(OperatorE2E, WorkerDeletedMidTrainingRestartsTheGangAndResumes) {
+  // Gated on the trainer's own progress, never on how fast this machine trains (3 epochs of 40
+  // steps take about a second on a CPU with AVX-512): the chief's second backup write holds
+  // 15 s before its rename, and the third waits for it, so the gang cannot pass its third save
+  // point (step 15 of 120) before worker 1 is deleted inside that hold.
   json job = ScaledExample(3, 40, 5);
+  SetEnv(job, "Worker", "TJ_FAILPOINTS", "backup.before_rename=sleep:15000@2");
   ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, job).ok());
-  // Wait for a backup, then delete worker 1.
-  ASSERT_TRUE(Eventually(
-      [&] {
-        auto s = StatusOf(Get("fmnist"));
-        return s.progress.is_object() && s.progress.contains("lastBackup");
-      },
-      std::chrono::seconds(120)))
-      << Get("fmnist").dump(2);
+  ASSERT_TRUE(WaitForPodLog("fmnist-worker-0", "failpoint backup.before_rename: sleep",
+                            std::chrono::seconds(120)))
+      << PodLog("fmnist-worker-0");
   ASSERT_TRUE(client_->Delete(resources::kPods, ns_, "fmnist-worker-1").ok());
   job = WaitFinished("fmnist", std::chrono::seconds(240));
   auto s = StatusOf(job);
@@ -91,6 +92,26 @@ TEST_F(OperatorE2E, WorkerDeletedMidTrainingRestartsTheGangAndResumes) {
   const std::string d = Kubectl(cluster_, "-n " + ns_ + " describe tj fmnist");
   EXPECT_NE(d.find("GangRestart"), std::string::npos) << d;
   EXPECT_NE(d.find("fmnist-worker-1 was deleted"), std::string::npos) << d;
+}
+
+// A finished training is never thrown away: worker 1 is deleted after the chief has trained
+// to the end (its train_end is logged; the failpoint holds every trainer 10 s before it exits
+// 0). The job Succeeds with no restart; before, the deletion restarted the gang, and the new
+// one trained from scratch (the chief had removed its backups).
+TEST_F(OperatorE2E, AWorkerDeletedAfterTheChiefFinishedTrainingRestartsNothing) {
+  json job = ScaledExample(2, 10, 5);
+  SetEnv(job, "Worker", "TJ_FAILPOINTS", "train.after_end=sleep:10000");
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, job).ok());
+  ASSERT_TRUE(WaitForPodLog("fmnist-worker-0", "failpoint train.after_end: sleep",
+                            std::chrono::seconds(120)))
+      << PodLog("fmnist-worker-0");
+  ASSERT_TRUE(client_->Delete(resources::kPods, ns_, "fmnist-worker-1").ok());
+  job = WaitFinished("fmnist", std::chrono::seconds(180));
+  auto s = StatusOf(job);
+  ASSERT_TRUE(s.IsTrue("Succeeded")) << job.dump(2);
+  EXPECT_EQ(s.restart_count, 0) << job.dump(2);
+  const std::string d = Kubectl(cluster_, "-n " + ns_ + " describe tj fmnist");
+  EXPECT_EQ(d.find("GangRestart"), std::string::npos) << d;
 }
 
 // A job deleted and created again under the same name while a pod of the old one is still

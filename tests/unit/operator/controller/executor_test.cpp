@@ -526,7 +526,7 @@ TEST_F(ExecutorPass, APassNeverWaitsForAChiefThatDoesNotAnswer) {
         requeued.push_back(key);
         cv.notify_all();
       },
-      4);
+      4, milliseconds(0), &clock_);
   poller_ = poller.get();
   ASSERT_TRUE(Sync().ok());
   CacheTheCreatedObjects();
@@ -557,6 +557,67 @@ TEST_F(ExecutorPass, APassNeverWaitsForAChiefThatDoesNotAnswer) {
   ASSERT_FALSE(client_.status_writes.empty());
   const json progress = client_.status_writes.back().value("progress", json::object());
   EXPECT_EQ(progress.value("epoch", -1), 2) << client_.status_writes.back().dump();
+  executor_.reset();  // before the poller it points to
+  poller_ = nullptr;
+}
+
+// A running trainer's answer changes with every step. Passes come from the requeues the
+// executor asks for and from the answers that change (as the work queue runs them); over a
+// minute of the fake clock, the chief is polled and the status written once per period
+// (ReconcilerOptions::progress_poll, 5 s), not once per answer: before, each changed answer
+// requeued the job, and each pass started a new poll, back to back.
+TEST_F(ExecutorPass, ARunningJobIsPolledAndItsStatusWrittenOncePerPeriod) {
+  std::atomic<int> step{0};
+  std::atomic<bool> requeued{false};
+  auto poller = std::make_unique<TrainerStatusPoller>(
+      [&](const PodView&) -> std::optional<json> {
+        // What the tenant sends beside the fields the operator copies is dropped at once.
+        return json{{"epoch", 1}, {"step", ++step}, {"padding", std::string(60000, 'x')}};
+      },
+      [&](const std::string&) { requeued = true; }, 16, std::chrono::seconds(5), &clock_);
+  poller_ = poller.get();
+  ASSERT_TRUE(Sync().ok());
+  CacheTheCreatedObjects();
+  for (const json& created : client_.created_objects) {  // the kubelet starts them
+    if (created.value("kind", "") != "Pod") continue;
+    json pod = created;
+    pod["status"] = {{"phase", "Running"}, {"podIP", "10.0.0.5"}};
+    pods_.Upsert(pod);
+  }
+  const size_t writes_before = client_.status_writes.size();
+  int passes = 0;
+  auto due = clock_.Now();
+  for (int tick = 0; tick < 600; ++tick) {  // 60 s in steps of 100 ms
+    if (requeued.exchange(false) || clock_.Now() >= due) {
+      const size_t written = client_.status_writes.size();
+      auto r = Sync();
+      ASSERT_TRUE(r.ok()) << r.status().message();
+      ++passes;
+      if (client_.status_writes.size() > written) {  // what the job informer then shows
+        json job = TestJob("uid-new");
+        job["status"] = client_.status_writes.back();
+        jobs_.Upsert(job);
+      }
+      due = *r ? clock_.Now() + **r : Clock::TimePoint::max();
+      for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+           poller->in_flight() > 0 && std::chrono::steady_clock::now() < until;) {
+        std::this_thread::sleep_for(milliseconds(1));
+      }
+      ASSERT_EQ(poller->in_flight(), 0) << "a poll of an answering fake did not end";
+    }
+    clock_.Advance(milliseconds(100));
+  }
+  // 12 periods in a minute, and the first poll at once.
+  EXPECT_GE(poller->polls(), 11u);
+  EXPECT_LE(poller->polls(), 13u);
+  const size_t writes = client_.status_writes.size() - writes_before;
+  EXPECT_GE(writes, 10u);
+  EXPECT_LE(writes, 14u);
+  EXPECT_LE(passes, 2 * 13 + 2);  // the period's pass and the one its answer brings
+  ASSERT_FALSE(client_.status_writes.empty());
+  const json progress = client_.status_writes.back().value("progress", json::object());
+  EXPECT_EQ(progress.value("step", -1), step.load()) << progress.dump();
+  EXPECT_FALSE(client_.status_writes.back().dump().contains("xxxx"));
   executor_.reset();  // before the poller it points to
   poller_ = nullptr;
 }

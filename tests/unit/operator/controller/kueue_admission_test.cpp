@@ -277,6 +277,12 @@ class FakeClient : public testing::AcceptingClient {
     status_updates.push_back(o);
     return o;
   }
+  kube::Result<json> Patch(const kube::Resource& r, const std::string&, const std::string& name,
+                           kube::PatchType, const json& patch, const kube::PatchOptions&) override {
+    patches.push_back({r.plural + "/" + name, patch});
+    return patch;
+  }
+  std::vector<std::pair<std::string, json>> patches;  // "<plural>/<name>", the patch
 
   static kube::ApiError Err(int code, std::string reason, std::string message) {
     return testing::ApiErrorOf(code, std::move(reason), std::move(message));
@@ -503,6 +509,48 @@ TEST_F(GatePass, AnEvictedGangStopsLosslesslyWaitsUncountedAndResumesOnReadmissi
                api::TrainingJobStatus::FromJson(*d.status).IsTrue(api::condition::kFailed))
       << d.status->dump(2);
   EXPECT_EQ((*d.status)["restarts"]["backoffLimitUsed"], 0);
+}
+
+// A drained queue: the status lagged the last poll (epoch 2 step 82) while the chief backed
+// up epoch 3 step 236 as it stopped. The step the next gang resumes from is the one its
+// termination message names; the status and the Workload say so once it has ended.
+TEST_F(GatePass, AStoppedChiefsLastBackupIsWhatTheStatusAndTheWorkloadSay) {
+  Pass();
+  Workload() = EvictedWorkload("ClusterQueueStopped");
+  Workload()["metadata"] = {{"name", WorkloadName(in_.job)},
+                            {"ownerReferences", json::array({OwnerReference(in_.job)})}};
+  in_.job["status"]["progress"] = {
+      {"epoch", 2}, {"lastBackup", {{"epoch", 2}, {"step", 82}, {"time", "2026-01-01T00:00:01Z"}}}};
+  in_.pods = RunningPods(in_.job, 0);
+  Pass();  // the gang is stopped
+  for (json& p : in_.pods) p["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:09Z";
+  json& chief = in_.pods[0];
+  ASSERT_EQ(chief["metadata"]["name"], "mnist-worker-0");
+  chief["status"]["phase"] = "Failed";
+  chief["status"]["containerStatuses"] = json::array(
+      {{{"name", "trainer"},
+        {"state",
+         {{"terminated",
+           {{"exitCode", 75},
+            {"finishedAt", "2026-01-01T00:00:10Z"},
+            {"message",
+             R"({"lastBackup":{"epoch":3,"step":236,"time":"2026-01-01T00:00:09.5Z"}})"}}}}}}});
+  client_.patches.clear();
+  GateResult r = Pass();
+  EXPECT_TRUE(r.status_changed);
+  EXPECT_EQ(in_.job["status"]["progress"]["lastBackup"],
+            (json{{"epoch", 3}, {"step", 236}, {"time", "2026-01-01T00:00:09Z"}}));
+  ASSERT_EQ(client_.patches.size(), 1U);
+  EXPECT_EQ(client_.patches[0].first, "workloads/" + WorkloadName(in_.job));
+  EXPECT_EQ(client_.patches[0].second["metadata"]["annotations"][kLastBackupStepAnnotation], "236");
+  // Once taken, the same report changes nothing; an older one never goes back.
+  r = Pass();
+  EXPECT_FALSE(r.status_changed);
+  chief["status"]["containerStatuses"][0]["state"]["terminated"]["message"] =
+      R"({"lastBackup":{"epoch":3,"step":200}})";
+  r = Pass();
+  EXPECT_FALSE(r.status_changed);
+  EXPECT_EQ(in_.job["status"]["progress"]["lastBackup"]["step"], 236);
 }
 
 TEST_F(GatePass, AJobWithAPriorityClassLabelGetsItsPriorityOrSaysWhatIsMissing) {

@@ -207,6 +207,32 @@ TEST(PodView, HowAPodEnded) {
   EXPECT_FALSE(deleting.Active());
 }
 
+// A trainer's termination message names the backup it ended with; anything else there (a
+// program's own words, a message of another shape, the tenant's bytes) reads as none.
+TEST(PodView, TheBackupATrainerEndedWithFromItsTerminationMessage) {
+  auto ended_saying = [](const json& message) {
+    json terminated = {{"exitCode", 75}, {"finishedAt", kFinished}};
+    if (!message.is_null()) terminated["message"] = message;
+    return ViewOfPod(WholePod(0, {{"phase", "Failed"},
+                                  {"containerStatuses",
+                                   json::array({TrainerStatus({{"terminated", terminated}})})}}))
+        .trainer_terminated->last_backup;
+  };
+  EXPECT_EQ(ended_saying(R"({"lastBackup":{"epoch":3,"step":236,"time":"2026-03-01T10:04:59.5Z"}})"
+                         "\n"),
+            (json{{"epoch", 3}, {"step", 236}, {"time", "2026-03-01T10:04:59Z"}}));
+  EXPECT_EQ(ended_saying(R"({"lastBackup":{"epoch":3,"step":236}})"),
+            (json{{"epoch", 3}, {"step", 236}}));
+  EXPECT_TRUE(ended_saying(nullptr).is_null());
+  EXPECT_TRUE(ended_saying("Collective ops is aborted by: recvmsg: Connection reset").is_null());
+  EXPECT_TRUE(ended_saying(R"({"lastBackup":{"epoch":-1,"step":2}})").is_null());
+  EXPECT_TRUE(ended_saying(R"({"lastBackup":{"epoch":"3","step":2}})").is_null());
+  EXPECT_TRUE(ended_saying(R"({"lastBackup":[3,2]})").is_null());
+  EXPECT_TRUE(ended_saying(std::string(5000, '{')).is_null());
+  EXPECT_EQ(ended_saying(R"({"lastBackup":{"epoch":1,"step":2,"time":"yesterday"}})"),
+            (json{{"epoch", 1}, {"step", 2}}));
+}
+
 // The kubelet lists container statuses by name: a sidecar's can come before the program's.
 // The exit code that decides a restart is the TF_CONFIG container's, found as in the spec.
 TEST(PodView, TheProgramsContainerNotTheSidecars) {

@@ -3,6 +3,8 @@
 // restart backoff, stale pods deleted, how a pod's end is classified and described.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "operator/controller/reconciler.h"
 #include "tests/unit/operator/controller/reconciler_world.h"
 
@@ -25,13 +27,13 @@ TEST(Reconcile, AWholeGangCountsAsCreatedThoughTheStatusNeverSaidSo) {
   World w;
   w.Running();
   w.in.job["status"]["createdGeneration"] = -1;  // its creator's status write never came
-  Decision d = Reconcile(w.in);
+  Decision d = Reconcile(w.in, JudgedAtOnce());
   EXPECT_TRUE(Created(d).empty());
   EXPECT_EQ(StatusOf(d).created_generation, 0);
   // So a pod that then disappears restarts the gang instead of being created again alone.
   w.Keep(d);
   w.in.pods.erase(w.in.pods.begin() + 1);
-  Decision d2 = Reconcile(w.in);
+  Decision d2 = Reconcile(w.in, JudgedAtOnce());
   EXPECT_TRUE(Created(d2).empty()) << ::testing::PrintToString(Created(d2));
   EXPECT_TRUE(d2.job_restarted);
   EXPECT_EQ(StatusOf(d2).restart_count, 1);
@@ -63,7 +65,7 @@ TEST_P(FailureTest, RestartsTheGangOrFails) {
     w.in.pods[1] = Pod(w.in.job, ReplicaType::kWorker, 1, 0, c.phase, c.exit_code);
     if (!c.pod_reason.empty()) w.in.pods[1]["status"]["reason"] = c.pod_reason;
   }
-  Decision d = Reconcile(w.in);
+  Decision d = Reconcile(w.in, JudgedAtOnce());
   auto s = StatusOf(d);
   if (c.restart) {
     EXPECT_EQ(s.restart_count, 1);
@@ -123,9 +125,9 @@ TEST(Reconcile, NonRetryableFailureReasonNamesThePolicy) {
   World w;
   w.Running();
   w.in.pods[1] = Pod(w.in.job, ReplicaType::kWorker, 1, 0, "Failed", 1);
-  EXPECT_EQ(Cond(Reconcile(w.in), "Failed").reason, "NonRetryableExitCode");
+  EXPECT_EQ(Cond(Reconcile(w.in, JudgedAtOnce()), "Failed").reason, "NonRetryableExitCode");
   w.in.job["spec"]["replicaSpecs"]["Worker"]["restartPolicy"] = "Never";
-  EXPECT_EQ(Cond(Reconcile(w.in), "Failed").reason, "PodFailed");
+  EXPECT_EQ(Cond(Reconcile(w.in, JudgedAtOnce()), "Failed").reason, "PodFailed");
 }
 
 TEST(Reconcile, RestartNamesTheRootCauseNotThePeerThatLostIt) {
@@ -144,7 +146,7 @@ TEST(Reconcile, BackoffLimitFailsTheJob) {
   w.in.job["spec"]["runPolicy"] = {{"backoffLimit", 2}};
   w.Running(2);
   w.in.pods[1] = Pod(w.in.job, ReplicaType::kWorker, 1, 2, "Failed", 137);
-  Decision d = Reconcile(w.in);
+  Decision d = Reconcile(w.in, JudgedAtOnce());
   EXPECT_EQ(Cond(d, "Failed").reason, "BackoffLimitExceeded");
   EXPECT_NE(Cond(d, "Failed").message.find("restarted 2 times, 2 of them counted (backoffLimit 2)"),
             std::string::npos)
@@ -188,7 +190,7 @@ TEST_P(BudgetTest, ChargesTheRestartAsThePolicySays) {
   w.in.job["status"]["restarts"] = {
       {"total", 1}, {"backoffLimitUsed", 1}, {"byCause", {{"Failed", 1}}}};
   c.end(w);
-  Decision d = Reconcile(w.in);
+  Decision d = Reconcile(w.in, JudgedAtOnce());
   auto s = StatusOf(d);
   if (c.outcome == "restart") {
     ASSERT_FALSE(s.IsTrue("Failed")) << Cond(d, "Failed").message;
@@ -318,20 +320,20 @@ TEST(Reconcile, ZeroBackoffLimitFailsOnFirstRetryableFailure) {
   w.in.job["spec"]["runPolicy"] = {{"backoffLimit", 0}};
   w.Running();
   w.in.pods[1] = Pod(w.in.job, ReplicaType::kWorker, 1, 0, "Failed", 75);
-  EXPECT_EQ(Cond(Reconcile(w.in), "Failed").reason, "BackoffLimitExceeded");
+  EXPECT_EQ(Cond(Reconcile(w.in, JudgedAtOnce()), "Failed").reason, "BackoffLimitExceeded");
 }
 
 TEST(Reconcile, GangRestartWaitsForOldPodsThenBackoffThenRecreates) {
   World w;
   w.Running();
   w.in.pods[1] = Pod(w.in.job, ReplicaType::kWorker, 1, 0, "Failed", 137);
-  Decision d1 = Reconcile(w.in);
+  Decision d1 = Reconcile(w.in, JudgedAtOnce());
   ASSERT_EQ(StatusOf(d1).restart_count, 1);
   w.Keep(d1);
 
   // Old pods still terminating: they are deleted (again, idempotent), nothing is created.
   w.in.now = kT0 + seconds(5);
-  Decision d2 = Reconcile(w.in);
+  Decision d2 = Reconcile(w.in, JudgedAtOnce());
   EXPECT_TRUE(Created(d2).empty());
   EXPECT_EQ(Deleted(d2), (std::vector<std::string>{"mnist-worker-0", "mnist-worker-1"}));
   EXPECT_FALSE(d2.job_restarted);  // no second restart for the same failure
@@ -341,7 +343,7 @@ TEST(Reconcile, GangRestartWaitsForOldPodsThenBackoffThenRecreates) {
   // Old pods gone, inside the 1 s backoff: wait until it ends.
   w.in.pods = {w.in.pods[2]};
   w.in.now = kT0 + milliseconds(400);
-  Decision d3 = Reconcile(w.in);
+  Decision d3 = Reconcile(w.in, JudgedAtOnce());
   EXPECT_TRUE(Created(d3).empty());
   ASSERT_TRUE(d3.requeue_after);
   EXPECT_LE(*d3.requeue_after, milliseconds(601));
@@ -349,7 +351,7 @@ TEST(Reconcile, GangRestartWaitsForOldPodsThenBackoffThenRecreates) {
 
   // Backoff over: the new gang, generation 1.
   w.in.now = kT0 + seconds(2);
-  Decision d4 = Reconcile(w.in);
+  Decision d4 = Reconcile(w.in, JudgedAtOnce());
   EXPECT_EQ(Created(d4), (std::vector<std::string>{"pods/mnist-worker-0", "pods/mnist-worker-1"}));
   for (const auto& a : d4.actions) {
     if (a.kind != Action::Kind::kCreate) continue;
@@ -362,7 +364,7 @@ TEST(Reconcile, GangRestartWaitsForOldPodsThenBackoffThenRecreates) {
   // They run: Restarting ends, Running again.
   w.in.pods = {Pod(w.in.job, ReplicaType::kWorker, 0, 1, "Running"),
                Pod(w.in.job, ReplicaType::kWorker, 1, 1, "Running"), w.in.pods[0]};
-  Decision d5 = Reconcile(w.in);
+  Decision d5 = Reconcile(w.in, JudgedAtOnce());
   EXPECT_EQ(Cond(d5, "Running").status, "True");
   EXPECT_EQ(Cond(d5, "Restarting").status, "False");
   EXPECT_EQ(StatusOf(d5).restart_count, 1);
@@ -403,6 +405,170 @@ TEST(Reconcile, StalePodsOfRemovedReplicasAreDeleted) {
   w.in.pods.back()["metadata"]["ownerReferences"][0]["uid"] = "uid-1";
   Decision d = Reconcile(w.in);
   EXPECT_EQ(Deleted(d), (std::vector<std::string>{"mnist-worker-2"}));
+}
+
+// A pod of the gang that ended at `at` with `exit_code` (finishedAt as the kubelet writes it).
+json EndedAt(const World& w, int index, int exit_code, kube::WallTime at) {
+  json p = Pod(w.in.job, ReplicaType::kWorker, index, 0, "Failed", exit_code);
+  p["status"]["containerStatuses"][0]["state"]["terminated"]["finishedAt"] = kube::FormatTime(at);
+  if (exit_code == 0) p["status"]["phase"] = "Succeeded";
+  return p;
+}
+
+TEST(FirstFailure, AFailureWaitsForTheGangsOtherPodsThenTheSettleTime) {
+  World w;
+  w.Running();
+  w.in.pods[1] = EndedAt(w, 1, 1, kT0);  // worker 0 still runs
+  Decision d1 = Reconcile(w.in);
+  EXPECT_FALSE(StatusOf(d1).Finished());
+  EXPECT_FALSE(d1.job_restarted);
+  EXPECT_TRUE(Deleted(d1).empty());
+  EXPECT_EQ(StatusOf(d1).first_failure_time, kube::FormatTime(kT0));
+  ASSERT_NE(FindEvent(d1, "GangFailing"), nullptr);
+  EXPECT_NE(FindEvent(d1, "GangFailing")->message.find("waiting up to 30s for mnist-worker-0"),
+            std::string::npos)
+      << FindEvent(d1, "GangFailing")->message;
+  ASSERT_TRUE(d1.requeue_after);
+  EXPECT_EQ(*d1.requeue_after, milliseconds(30001));
+  w.Keep(d1);
+
+  // Later passes inside the settle time wait on, without a second Event.
+  w.in.now = kT0 + seconds(10);
+  Decision d2 = Reconcile(w.in);
+  EXPECT_FALSE(StatusOf(d2).Finished());
+  EXPECT_EQ(FindEvent(d2, "GangFailing"), nullptr);
+  EXPECT_EQ(*d2.requeue_after, milliseconds(20001));
+
+  // The settle time spent with worker 0 still running: judged as it stands.
+  w.in.now = kT0 + seconds(30);
+  Decision d3 = Reconcile(w.in);
+  EXPECT_EQ(Cond(d3, "Failed").reason, "NonRetryableExitCode");
+  EXPECT_NE(Cond(d3, "Failed").message.find("pod mnist-worker-1 exited with code 1"),
+            std::string::npos);
+  const std::vector<std::string> deleted = Deleted(d3);
+  EXPECT_NE(std::find(deleted.begin(), deleted.end(), "mnist-worker-0"), deleted.end());
+}
+
+TEST(FirstFailure, APeersExitAfterAKillIsItsConsequenceWhateverItsCode) {
+  // TensorFlow's survivors exit 1 when a peer is killed; the kill came first.
+  World w;
+  w.Running();
+  w.in.pods[1] = EndedAt(w, 1, 137, kT0);
+  w.in.pods[0] = EndedAt(w, 0, 1, kT0 + seconds(2));
+  Decision d = Reconcile(w.in);  // every pod has ended: no wait
+  EXPECT_FALSE(StatusOf(d).IsTrue("Failed")) << Cond(d, "Failed").message;
+  EXPECT_TRUE(d.job_restarted);
+  const Action* e = FindEvent(d, "GangRestart");
+  ASSERT_NE(e, nullptr);
+  EXPECT_NE(e->message.find("pod mnist-worker-1 exited with code 137 (signal 9); then pod "
+                            "mnist-worker-0 exited with code 1"),
+            std::string::npos)
+      << e->message;
+  EXPECT_EQ(StatusOf(d).restarts.by_cause["Failed"], 1);
+  EXPECT_FALSE(StatusOf(d).first_failure_time);  // cleared with the restart
+}
+
+TEST(FirstFailure, SeenInAnyOrderTheKillStillComesFirst) {
+  // The survivor's exit reaches the operator first, the killed pod's a pass later.
+  World w;
+  w.Running();
+  w.in.pods[0] = EndedAt(w, 0, 1, kT0 + seconds(1));
+  Decision d1 = Reconcile(w.in);  // worker 1 still looks running: wait
+  EXPECT_FALSE(StatusOf(d1).Finished());
+  EXPECT_FALSE(d1.job_restarted);
+  w.Keep(d1);
+  w.in.now = kT0 + seconds(3);
+  w.in.pods[1] = EndedAt(w, 1, 137, kT0);
+  Decision d2 = Reconcile(w.in);
+  EXPECT_FALSE(StatusOf(d2).IsTrue("Failed")) << Cond(d2, "Failed").message;
+  EXPECT_TRUE(d2.job_restarted);
+}
+
+TEST(FirstFailure, AProgramErrorThatCameFirstFailsTheJobNamingItAndItsConsequences) {
+  World w;
+  w.Running();
+  w.in.pods[0] = EndedAt(w, 0, 1, kT0);
+  w.in.pods[1] = EndedAt(w, 1, 137, kT0 + seconds(1));
+  Decision d = Reconcile(w.in);
+  EXPECT_EQ(Cond(d, "Failed").reason, "NonRetryableExitCode");
+  EXPECT_NE(Cond(d, "Failed")
+                .message.find(
+                    "pod mnist-worker-0 exited with code 1, which restartPolicy ExitCode does not "
+                    "retry; then pod mnist-worker-1 exited with code 137"),
+            std::string::npos)
+      << Cond(d, "Failed").message;
+  EXPECT_EQ(StatusOf(d).restart_count, 0);
+}
+
+TEST(FirstFailure, InTheSameSecondARetryableFailureExplainsTheRest) {
+  World w;
+  w.Running();
+  w.in.pods[0] = EndedAt(w, 0, 1, kT0);
+  w.in.pods[1] = EndedAt(w, 1, 137, kT0);
+  Decision d = Reconcile(w.in);
+  EXPECT_FALSE(StatusOf(d).IsTrue("Failed")) << Cond(d, "Failed").message;
+  EXPECT_TRUE(d.job_restarted);
+}
+
+TEST(FirstFailure, ADeletedPodComesBeforeThePeersThatLostIt) {
+  World w;
+  w.in.job["spec"]["replicaSpecs"]["Worker"]["restartPolicy"] = "Never";
+  w.Running();
+  w.in.pods[1] = EndedAt(w, 1, 75, kT0 + seconds(1));
+  w.in.pods[1]["metadata"]["deletionTimestamp"] = kube::FormatTime(kT0);
+  w.in.pods[0] = EndedAt(w, 0, 1, kT0 + seconds(1));
+  Decision d = Reconcile(w.in);
+  EXPECT_FALSE(StatusOf(d).IsTrue("Failed")) << Cond(d, "Failed").message;
+  EXPECT_EQ(StatusOf(d).restarts.by_cause["Deleted"], 1);
+}
+
+// A chief whose training has finished makes the job Succeeded, whatever happens to the other
+// pods afterwards: a worker deleted while the chief writes its last files is never a reason
+// to restart (the chief removed its backups: a new gang would train from scratch).
+TEST(FirstFailure, AFinishedTrainingIsNeverRestarted) {
+  World w;
+  w.Running();
+  // Worker 1 deleted while it runs (its trainer is at the end too).
+  w.in.pods[1]["metadata"]["deletionTimestamp"] = kube::FormatTime(kT0);
+  Decision d1 = Reconcile(w.in);
+  EXPECT_FALSE(d1.job_restarted);
+  EXPECT_TRUE(Deleted(d1).empty());
+  w.Keep(d1);
+  // Its trainer exits 0 as it was deleted: a success, not a failure.
+  w.in.now = kT0 + seconds(1);
+  w.in.pods[1] = EndedAt(w, 1, 0, kT0 + seconds(1));
+  w.in.pods[1]["metadata"]["deletionTimestamp"] = kube::FormatTime(kT0);
+  Decision d2 = Reconcile(w.in);
+  EXPECT_FALSE(d2.job_restarted);
+  EXPECT_TRUE(Deleted(d2).empty());
+  w.Keep(d2);
+  // Then gone, while the chief still writes its files: wait for it.
+  w.in.now = kT0 + seconds(2);
+  w.in.pods.erase(w.in.pods.begin() + 1);
+  Decision d3 = Reconcile(w.in);
+  EXPECT_FALSE(d3.job_restarted);
+  EXPECT_TRUE(Deleted(d3).empty());
+  w.Keep(d3);
+  // The chief exits 0: the job succeeds (once the evaluator's final evaluation is in).
+  w.in.now = kT0 + seconds(3);
+  w.in.pods[0] = EndedAt(w, 0, 0, kT0 + seconds(3));
+  w.in.pods[1]["status"]["phase"] = "Succeeded";  // the evaluator too
+  Decision d4 = Reconcile(w.in);
+  EXPECT_TRUE(StatusOf(d4).IsTrue("Succeeded")) << Cond(d4, "Failed").message;
+  EXPECT_FALSE(d4.job_restarted);
+  EXPECT_EQ(StatusOf(d4).restart_count, 0);
+}
+
+TEST(FirstFailure, AChiefThatExitedZeroThenWasDeletedHasSucceeded) {
+  World w;
+  w.in.job["spec"]["replicaSpecs"].erase("Evaluator");
+  w.Running();
+  w.in.pods[0] = EndedAt(w, 0, 0, kT0);
+  w.in.pods[0]["metadata"]["deletionTimestamp"] = kube::FormatTime(kT0 + seconds(1));
+  w.in.pods[1]["metadata"]["deletionTimestamp"] = kube::FormatTime(kT0 + seconds(1));
+  Decision d = Reconcile(w.in);
+  EXPECT_TRUE(StatusOf(d).IsTrue("Succeeded")) << d.status->dump(2);
+  EXPECT_FALSE(d.job_restarted);
 }
 
 TEST(Outcome, Classification) {

@@ -58,6 +58,39 @@ TEST(Reconcile, TheLastBackupsTimeIsWhenItWasFirstSeen) {
   EXPECT_EQ(s.progress["lastBackup"]["step"], 10);
 }
 
+// The resume point survives a gang restart: the stopped chief's termination message names the
+// backup it ended with (newer than the last poll), and a new gang that has not saved yet
+// still resumes from it.
+TEST(Reconcile, TheLastBackupIsTheOneTheStoppedChiefReported) {
+  World w;
+  w.Running();
+  w.in.trainer_status["mnist-worker-0"] = {{"epoch", 2},
+                                           {"last_backup", {{"epoch", 2}, {"step", 82}}}};
+  Decision d = Reconcile(w.in);
+  w.Keep(d);
+  w.in.trainer_status.clear();
+  w.in.now += std::chrono::seconds(20);
+  // The gang stopped (worker 1 deleted; the chief backed up the agreed step and exited 75).
+  for (int i : {0, 1}) {
+    w.in.pods[i] = Pod(w.in.job, ReplicaType::kWorker, i, 0, "Failed", 75);
+  }
+  w.in.pods[1]["metadata"]["deletionTimestamp"] = kube::FormatTime(kT0);
+  w.in.pods[0]["status"]["containerStatuses"][0]["state"]["terminated"]["message"] =
+      R"({"lastBackup":{"epoch":3,"step":236,"time":"2026-01-01T00:00:09Z"}})";
+  d = Reconcile(w.in);
+  EXPECT_TRUE(d.job_restarted);
+  EXPECT_EQ(StatusOf(d).progress["lastBackup"],
+            (json{{"epoch", 3}, {"step", 236}, {"time", "2026-01-01T00:00:09Z"}}));
+  w.Keep(d);
+  // The new gang runs and answers, with no backup of its own yet.
+  w.in.pods = {Pod(w.in.job, ReplicaType::kWorker, 0, 1, "Running"),
+               Pod(w.in.job, ReplicaType::kWorker, 1, 1, "Running"), w.in.pods[2]};
+  w.in.trainer_status["mnist-worker-0"] = {{"epoch", 3}, {"step", 237}};
+  d = Reconcile(w.in);
+  EXPECT_EQ(StatusOf(d).progress["step"], 237);
+  EXPECT_EQ(StatusOf(d).progress["lastBackup"]["step"], 236) << d.status->dump(2);
+}
+
 // A program that serves no /status: the Running condition says so once the gang has run a
 // minute without an answer, once (later polls write nothing), and not after the first answer.
 TEST(Reconcile, NoStatusAnswerIsSaidOnceInTheRunningCondition) {

@@ -94,6 +94,15 @@ struct World {
   }
 };
 
+// The options of passes that judge a gang's failure at once, without waiting for its other
+// pods to end (no settle time): what the tables of failures and budgets test. The wait itself
+// is FirstFailure.* in reconciler_gang_test.cpp.
+inline ReconcilerOptions JudgedAtOnce() {
+  ReconcilerOptions o;
+  o.failure_settle = milliseconds(0);
+  return o;
+}
+
 inline std::vector<std::string> Created(const Decision& d) {
   std::vector<std::string> out;
   for (const auto& a : d.actions) {

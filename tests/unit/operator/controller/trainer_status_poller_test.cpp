@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/http_server.h"
 #include "operator/controller/executor.h"
 #include "operator/controller/tenant_reads.h"
@@ -88,7 +89,7 @@ TEST(TrainerStatusPoller, SilentChiefsCostAPassNothingAndAnAnswerRequeuesItsJob)
         std::lock_guard<std::mutex> lock(mu);
         requeued.insert(key);
       },
-      /*max_in_flight=*/4);
+      /*max_in_flight=*/4, /*period=*/0ms);
 
   // A pass of each of 12 jobs whose chief is silent, then of the one that answers: together
   // well under one poll's timeout (asked inside the passes, before: 12 x 1.5 s).
@@ -131,12 +132,52 @@ TEST(TrainerStatusPoller, TheDestructorWaitsForThePollsInFlight) {
           fetched = true;
           return s;
         },
-        nullptr, 2);
+        nullptr, 2, 0ms);
     EXPECT_FALSE(poller.Latest("ns/a", RunningPod("a-chief-0", silent.port())));
   }
   EXPECT_TRUE(fetched) << "destroyed while a poll still ran";
   EXPECT_GE(Steady::now() - start, 1s);  // the poll's own timeout bounds the wait
   EXPECT_LT(Steady::now() - start, 5s);
+}
+
+// Whatever the trainer answers and however often passes ask, a pod is polled once a period;
+// of its answer only what the reconciler copies is kept, and only a change of that requeues.
+TEST(TrainerStatusPoller, APodIsPolledOncePerPeriodAndOnlyTheCopiedFieldsAreKept) {
+  FakeClock clock;
+  std::atomic<int> fetches{0};
+  std::atomic<int> requeues{0};
+  TrainerStatusPoller poller(
+      [&](const PodView&) -> std::optional<nlohmann::json> {
+        const int n = ++fetches;
+        // The step advances on every other answer; the padding always changes.
+        return nlohmann::json{{"epoch", 1},
+                              {"step", n / 2},
+                              {"state", "training"},
+                              {"last_backup", {{"epoch", 1}, {"step", 4}, {"x", "y"}}},
+                              {"padding", std::string(static_cast<size_t>(n % 2 + 1000), 'x')}};
+      },
+      [&](const std::string&) { ++requeues; }, 4, 5s, &clock);
+  const PodView pod = RunningPod("a-chief-0", 1);
+  auto settle = [&] {
+    for (auto until = Steady::now() + 5s; poller.in_flight() > 0 && Steady::now() < until;) {
+      std::this_thread::sleep_for(1ms);
+    }
+    ASSERT_EQ(poller.in_flight(), 0);
+  };
+  for (int period = 0; period < 10; ++period) {
+    for (int pass = 0; pass < 50; ++pass) {  // 50 passes a period ask
+      poller.Latest("ns/a", pod);
+      settle();
+      clock.Advance(100ms);
+    }
+  }
+  EXPECT_EQ(fetches.load(), 10);  // one poll a period: 10 periods of 5 s
+  // The padding changed every time, the copied step every other time.
+  EXPECT_EQ(requeues.load(), 6);
+  const std::optional<nlohmann::json> kept = poller.Latest("ns/a", pod);
+  ASSERT_TRUE(kept);
+  EXPECT_EQ(*kept, (nlohmann::json{
+                       {"epoch", 1}, {"step", 5}, {"last_backup", {{"epoch", 1}, {"step", 4}}}}));
 }
 
 }  // namespace
