@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <system_error>
 
 #include "common/json_nesting.h"
@@ -13,6 +12,7 @@
 #include "common/sha256.h"
 #include "trainer/checkpoint/atomic_file.h"
 #include "trainer/checkpoint/numbered_name.h"
+#include "trainer/checkpoint/volume_file.h"
 
 namespace tj::checkpoint {
 namespace fs = std::filesystem;
@@ -58,22 +58,18 @@ bool BackupManager::ValidJobUid(std::string_view uid) {
 
 StatusOr<BackupManager::Fence> BackupManager::ReadFence() const {
   const std::string path = (fs::path(dir_) / kFenceName).string();
-  std::ifstream in(path);
-  if (!in) {
-    std::error_code ec;
-    if (!fs::exists(path, ec) && !ec) return Fence{};
-    return Status::Error("reading backup fence " + path + ": cannot open it");
-  }
-  // The fence is on the shared volume too: read bounded, parsed only when flat.
-  std::string text(kMaxFenceBytes + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<size_t>(in.gcount()));
-  const nlohmann::json j = text.size() > kMaxFenceBytes || JsonNesting(text) > 1
+  // The fence is on the shared volume too: read bounded and never waited on (a FIFO), parsed
+  // only when flat.
+  StatusOr<std::optional<std::string>> read = ReadVolumeFile(path, kMaxFenceBytes);
+  if (!read.ok()) return read.status().WithContext("reading backup fence");
+  if (!read->has_value()) return Fence{};
+  const std::string& text = **read;
+  const nlohmann::json j = JsonNesting(text) > 1
                                ? nlohmann::json(nlohmann::json::value_t::discarded)
                                : nlohmann::json::parse(text, nullptr, false);
   if (!j.is_object() || !j.contains("gang") || !j["gang"].is_number_integer() ||
       !j.contains("base_seq") || !j["base_seq"].is_number_integer()) {
-    return Status::Error("reading backup fence " + path +
+    return Status::Error("reading backup fence: " + path +
                          ": not {\"gang\": N, \"base_seq\": N}; remove it only if no older "
                          "gang's chief can still be running");
   }
@@ -113,18 +109,20 @@ Status BackupManager::Claim() {
   if (fence->gang == scope_.gang) return Status::Ok();  // claimed by this gang already
   auto backups = ListBackups();
   if (!backups.ok()) return backups.status();
+  // The base is the newest backup of this job's own (signed with its key): a file planted
+  // there, or one no longer readable, is not progress that a later Restore must insist on.
   int64_t base = 0;
-  for (const auto& [seq, path] : *backups) {
-    if (seq > fence->base_seq && fence->gang >= 0) {
-      StatusOr<TrainingState> state = ReadStateFile(path, scope_.key);
-      // An unreadable one stays: Restore skips it with its reason.
-      if (state.ok() && !Restorable(*fence, seq, GangOfState(*state))) {
-        Warn("removing backup " + path + ": written by gang " +
-             std::to_string(GangOfState(*state)) + "'s chief after gang " +
-             std::to_string(fence->gang) + " claimed the directory (a stale chief)");
-        fs::remove(path, ec);
-        continue;
-      }
+  for (const auto& [seq, path] : *backups) {  // newest first
+    const bool after_last_claim = fence->gang >= 0 && seq > fence->base_seq;
+    if (!after_last_claim && base > 0) break;  // older than a backup of the job's own
+    StatusOr<TrainingState> state = ReadStateFile(path, scope_.key);
+    if (!state.ok()) continue;  // it stays: Restore skips it with its reason
+    if (after_last_claim && !Restorable(*fence, seq, GangOfState(*state))) {
+      Warn("removing backup " + path + ": written by gang " + std::to_string(GangOfState(*state)) +
+           "'s chief after gang " + std::to_string(fence->gang) +
+           " claimed the directory (a stale chief)");
+      fs::remove(path, ec);
+      continue;
     }
     base = std::max(base, seq);
   }
@@ -239,6 +237,16 @@ StatusOr<std::optional<TrainingState>> BackupManager::Restore(
          " under another key):" + reasons +
          "\nStarting afresh; if the job's rendezvous Secret was made again, the progress in "
          "those backups is lost");
+    return std::optional<TrainingState>();
+  }
+  if (fence->gang >= 0 && fence->gang == scope_.gang && fence->base_seq == 0) {
+    // This gang claimed a directory that held no backup of this job's own, so these files are
+    // not its progress: planted, or debris of something else. A fresh start, said loudly; the
+    // files stay until this run's own backups outnumber them.
+    Warn("no backup in " + dir_ + " is this job's (none signed with its key was there when gang " +
+         std::to_string(scope_.gang) + " claimed the directory); skipping " +
+         std::to_string(backups->size()) + " unreadable file(s):" + reasons +
+         "\nStarting afresh; remove them if they are in the way");
     return std::optional<TrainingState>();
   }
   return Status::Error("no valid backup in " + dir_ + " (" + std::to_string(backups->size()) +

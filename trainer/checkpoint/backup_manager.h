@@ -8,10 +8,13 @@
 //                  Save keeps the newest two, so when the newest is torn or corrupt the
 //                  previous one is still there. Records the gang that wrote it.
 //   fence          {"gang": G, "base_seq": N}: the newest gang (TJ_RESTART_COUNT) that claimed
-//                  the directory, and the newest backup there when it did (see Claim).
+//                  the directory, and the newest backup of this job's own (signed with its
+//                  key) there when it did, 0 for none (see Claim).
 //   .backup-<seq>.tmp.<writer>.XXXXXX   an in-flight (or crashed) write; never read. A writer
 //                  removes only its own: another one may be in flight, and a crashed
 //                  writer's (one per crash mid-write) stays until the directory is removed.
+// Every file is read with ReadVolumeFile (volume_file.h): a FIFO, a directory, a link or an
+// oversized file in their place is refused unread, never waited on.
 // Every file is written atomically (temporary file, fsync, rename, fsync of the directory),
 // so a crash at any point leaves the newest complete backup in place.
 //
@@ -74,7 +77,9 @@ class BackupManager {
   //    tried, and so on;
   //  - backups present but none valid: an error listing each file and its reason; except when
   //    every one is intact but under another key (the job's Secret was made again with a new
-  //    key, or the files were planted): then a warning naming them, and a fresh start;
+  //    key, or the files were planted), or when this gang's claim found no backup of the job's
+  //    own there (a fresh job: they were planted): then a warning naming them, and a fresh
+  //    start;
   //  - the newest valid backup has a fingerprint other than `expected_fingerprint`: an error
   //    naming every field that differs;
   //  - a backup written by a fenced-out chief after the last claim is skipped with a warning.

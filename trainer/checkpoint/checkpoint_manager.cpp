@@ -1,20 +1,24 @@
 #include "trainer/checkpoint/checkpoint_manager.h"
 
+#include <openssl/crypto.h>
+
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 #include <system_error>
 
+#include "common/json_nesting.h"
+#include "common/sha256.h"
 #include "trainer/checkpoint/atomic_file.h"
 #include "trainer/checkpoint/numbered_name.h"
+#include "trainer/checkpoint/volume_file.h"
 
 namespace tj::checkpoint {
 namespace fs = std::filesystem;
 
 namespace {
 constexpr std::string_view kPrefix = "ckpt-";
+constexpr size_t kMaxFinalMarkerBytes = 4096;  // the marker tj-trainer writes is under 160
 }  // namespace
 
 std::string CheckpointName(int64_t epoch) { return NumberedName(kPrefix, epoch); }
@@ -38,20 +42,39 @@ StatusOr<std::vector<CheckpointEntry>> ListCheckpoints(const std::string& dir) {
   return out;
 }
 
-StatusOr<std::optional<int64_t>> ReadFinalMarker(const std::string& dir) {
+std::string FinalMarkerText(int64_t final_epoch) {
+  return "tj-trainer final marker: " + CheckpointName(final_epoch);
+}
+
+StatusOr<std::optional<int64_t>> ReadFinalMarker(const std::string& dir, std::string_view key) {
   const std::string path = (fs::path(dir) / kFinalMarkerName).string();
-  std::error_code ec;
-  if (!fs::exists(path, ec)) return std::optional<int64_t>();
-  std::ifstream in(path);
-  if (!in) return Status::Error(path + ": cannot open");
-  std::ostringstream text;
-  text << in.rdbuf();
-  try {
-    const nlohmann::json j = nlohmann::json::parse(text.str());
-    return std::optional<int64_t>(j.at("final_epoch").get<int64_t>());
-  } catch (const nlohmann::json::exception& e) {
-    return Status::Error(path + ": malformed final marker: " + e.what());
+  StatusOr<std::optional<std::string>> text = ReadVolumeFile(path, kMaxFinalMarkerBytes);
+  if (!text.ok()) return text.status();
+  if (!text->has_value()) return std::optional<int64_t>();
+  const nlohmann::json j = JsonNesting(**text) > 1
+                               ? nlohmann::json(nlohmann::json::value_t::discarded)
+                               : nlohmann::json::parse(**text, nullptr, false);
+  if (!j.is_object() || !j.contains("final_epoch") || !j["final_epoch"].is_number_integer() ||
+      !j.contains("hmac") || !j["hmac"].is_string()) {
+    return Status::Error(path +
+                         ": not a final marker ({\"final_epoch\": N, ..., \"hmac\": \"...\"}): "
+                         "planted, or written by a tj-trainer before markers were signed; remove "
+                         "it if no training of this job has ended");
   }
+  const int64_t final_epoch = j["final_epoch"].get<int64_t>();
+  const std::string signed_text = FinalMarkerText(final_epoch);
+  StatusOr<Digest> mac = VolumeMac(key, signed_text.data(), signed_text.size());
+  if (!mac.ok()) return mac.status().WithContext(path);
+  const std::string expected = ToHex(*mac);
+  const std::string& found = j["hmac"].get_ref<const std::string&>();
+  if (found.size() != expected.size() ||
+      CRYPTO_memcmp(found.data(), expected.data(), expected.size()) != 0) {
+    return Status::Error(StatusCode::kPermissionDenied,
+                         path +
+                             ": not signed with this job's key (TJ_RENDEZVOUS_KEY): planted on "
+                             "the shared volume, or another job's; it is not believed. Remove it");
+  }
+  return std::optional<int64_t>(final_epoch);
 }
 
 CheckpointManager::CheckpointManager(std::string dir, int keep, std::string key)
@@ -81,8 +104,12 @@ StatusOr<std::string> CheckpointManager::Save(const TrainingState& state) {
 }
 
 Status CheckpointManager::WriteFinalMarker(int64_t final_epoch) {
+  const std::string signed_text = FinalMarkerText(final_epoch);
+  StatusOr<Digest> mac = VolumeMac(key_, signed_text.data(), signed_text.size());
+  if (!mac.ok()) return mac.status().WithContext("signing the final marker in " + dir_);
   const nlohmann::json marker = {{"final_epoch", final_epoch},
-                                 {"checkpoint", CheckpointName(final_epoch)}};
+                                 {"checkpoint", CheckpointName(final_epoch)},
+                                 {"hmac", ToHex(*mac)}};
   return WriteFileAtomically((fs::path(dir_) / kFinalMarkerName).string(), marker.dump() + "\n");
 }
 

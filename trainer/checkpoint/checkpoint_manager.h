@@ -3,8 +3,10 @@
 // Files in the checkpoint directory:
 //   ckpt-<epoch>   a state file (state_file.h) written after epoch <epoch> (1-based);
 //                  the newest K are kept.
-//   ckpt-final     JSON {"final_epoch": E, "checkpoint": "ckpt-E"}, written after ckpt-E
-//                  when training has ended: the evaluator stops after evaluating ckpt-E.
+//   ckpt-final     JSON {"final_epoch": E, "checkpoint": "ckpt-E", "hmac": "<hex>"}, written
+//                  after ckpt-E when training has ended: the evaluator stops after evaluating
+//                  ckpt-E. The HMAC, under the job's key, is of FinalMarkerText(E): a marker
+//                  planted on the shared volume cannot stop the evaluator early.
 //   .<name>.tmp.XXXXXX   in-flight writes; never read.
 // All files are written atomically (temporary file, fsync, rename, fsync of the directory).
 #pragma once
@@ -12,6 +14,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -33,9 +36,14 @@ struct CheckpointEntry {
 // The ckpt-<epoch> files in `dir`, oldest first. A missing directory lists as empty.
 StatusOr<std::vector<CheckpointEntry>> ListCheckpoints(const std::string& dir);
 
+// The bytes the final marker's HMAC covers: "tj-trainer final marker: ckpt-<epoch>".
+std::string FinalMarkerText(int64_t final_epoch);
+
 // The final epoch named by dir/ckpt-final, or nullopt when there is no marker. A marker that
-// is present but unreadable is an error naming the file.
-StatusOr<std::optional<int64_t>> ReadFinalMarker(const std::string& dir);
+// is present but unreadable (not a regular file, over 4 KiB, not the marker's JSON, or not
+// signed with `key`, the job's key) is an error naming the file; it is read with
+// ReadVolumeFile, never waited on.
+StatusOr<std::optional<int64_t>> ReadFinalMarker(const std::string& dir, std::string_view key);
 
 class CheckpointManager {
  public:
@@ -50,7 +58,8 @@ class CheckpointManager {
   // Call from the one writer (the chief).
   StatusOr<std::string> Save(const TrainingState& state);
 
-  // Writes dir/ckpt-final naming `final_epoch`. Call after Save() of that epoch.
+  // Writes dir/ckpt-final naming `final_epoch`, signed with the key. Call after Save() of that
+  // epoch.
   Status WriteFinalMarker(int64_t final_epoch);
 
   // Removes dir/ckpt-final (a fresh run reusing the directory); absent is not an error.

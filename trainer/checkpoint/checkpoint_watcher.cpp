@@ -65,12 +65,13 @@ bool CheckpointWatchPlanner::MarkReadFailed(int64_t epoch) {
   return true;
 }
 
-StatusOr<CheckpointDirSnapshot> SnapshotCheckpointDir(const std::string& dir) {
+StatusOr<CheckpointDirSnapshot> SnapshotCheckpointDir(const std::string& dir,
+                                                      std::string_view key) {
   CheckpointDirSnapshot snapshot;
   auto entries = ListCheckpoints(dir);
   if (!entries.ok()) return entries.status();
   for (const auto& e : *entries) snapshot.epochs.push_back(e.epoch);
-  auto final_epoch = ReadFinalMarker(dir);
+  auto final_epoch = ReadFinalMarker(dir, key);
   if (!final_epoch.ok()) return final_epoch.status();
   snapshot.final_epoch = *final_epoch;
   return snapshot;
@@ -97,7 +98,7 @@ StatusOr<WatchDecision> CheckpointWatcher::PollOnce(const EvaluateFn& evaluate) 
   auto entries = ListCheckpoints(dir_);
   if (!entries.ok()) return entries.status();
   for (const auto& e : *entries) snapshot.epochs.push_back(e.epoch);
-  auto final_epoch = ReadFinalMarker(dir_);
+  auto final_epoch = ReadFinalMarker(dir_, options_.key);
   if (final_epoch.ok()) {
     snapshot.final_epoch = *final_epoch;
   } else {

@@ -82,9 +82,10 @@ struct WatchResult {
   bool final_evaluated = false;       // false when stopped by should_stop / max_evaluations
 };
 
-// Takes a snapshot of `dir` (missing directory: empty). An unreadable ckpt-final is reported
-// as an error; the watcher treats that as "no marker yet" with a warning.
-StatusOr<CheckpointDirSnapshot> SnapshotCheckpointDir(const std::string& dir);
+// Takes a snapshot of `dir` (missing directory: empty). An unreadable ckpt-final, or one not
+// signed with `key` (ReadFinalMarker), is reported as an error; the watcher treats that as
+// "no marker yet" with a warning.
+StatusOr<CheckpointDirSnapshot> SnapshotCheckpointDir(const std::string& dir, std::string_view key);
 
 class CheckpointWatcher {
  public:

@@ -3,15 +3,14 @@
 #include <openssl/crypto.h>
 
 #include <bit>
-#include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <set>
 
 #include "common/json_nesting.h"
 #include "common/little_endian.h"
 #include "common/sha256.h"
 #include "trainer/checkpoint/atomic_file.h"
+#include "trainer/checkpoint/volume_file.h"
 
 namespace tj::checkpoint {
 namespace {
@@ -20,12 +19,6 @@ constexpr size_t kMagicSize = sizeof(kStateFileMagic);
 constexpr size_t kFixedSize = kMagicSize + 4 + 8;  // magic, version, header length
 constexpr size_t kDigestSize = 32;
 constexpr size_t kTrailerSize = 2 * kDigestSize;  // SHA-256, then the HMAC
-
-// HMAC-SHA256 under `key`; OpenSSL is given a non-null pointer for an empty key.
-StatusOr<Digest> MacOf(std::string_view key, const char* data, size_t size) {
-  static constexpr char kNoKey[] = "";
-  return HmacSha256(key.empty() ? std::string_view(kNoKey) : key, data, size);
-}
 
 void AppendFloats(std::string& out, const std::vector<float>& values) {
   const size_t start = out.size();
@@ -169,7 +162,7 @@ StatusOr<std::string> EncodeState(const TrainingState& state, std::string_view k
   for (const auto& [name, values] : state.tensors) AppendFloats(out, values);
   const Digest digest = Sha256Of(out.data(), out.size());
   out.append(reinterpret_cast<const char*>(digest.data()), digest.size());
-  StatusOr<Digest> mac = MacOf(key, out.data(), out.size());
+  StatusOr<Digest> mac = VolumeMac(key, out.data(), out.size());
   if (!mac.ok()) return mac.status().WithContext("authenticating checkpoint");
   out.append(reinterpret_cast<const char*>(mac->data()), mac->size());
   return out;
@@ -207,7 +200,9 @@ StatusOr<TrainingState> DecodeState(const std::string& bytes, const std::string&
   const uint64_t header_len = LoadLittleEndian<uint64_t>(bytes, kMagicSize + 4);
   const bool header_fits = header_len <= size && kFixedSize + header_len + kTrailerSize <= size;
 
-  // The digest decides whether the bytes are as written; the rest only explains a mismatch.
+  // The digest decides whether the bytes are as written. On a mismatch nothing is
+  // authenticated, so nothing of the header is parsed or believed: the file's size against
+  // the preamble's header length is all that words the error.
   bool digest_ok = false;
   if (size >= kFixedSize + kTrailerSize) {
     const size_t at = size - kTrailerSize;
@@ -219,18 +214,13 @@ StatusOr<TrainingState> DecodeState(const std::string& bytes, const std::string&
       return error("truncated: the header length says " + std::to_string(header_len) +
                    " bytes but the file has " + std::to_string(size) + " bytes in all");
     }
-    StatusOr<Header> header = ParseHeader(bytes.substr(kFixedSize, header_len));
-    if (header.ok()) {
-      const uint64_t expected = kFixedSize + header_len + header->data_bytes + kTrailerSize;
-      if (expected > size) {
-        return error("truncated: the header describes " + std::to_string(expected) +
-                     " bytes, the file has " + std::to_string(size));
-      }
-    }
-    return error("digest mismatch: the file is corrupt or was torn (SHA-256 does not match)");
+    return error(
+        "digest mismatch: the file is corrupt, or was truncated or torn (its SHA-256 "
+        "does not match; " +
+        std::to_string(size) + " bytes, nothing of it read)");
   }
   // Intact; now whether this job's key wrote it. Nothing is parsed before this check.
-  StatusOr<Digest> mac = MacOf(key, bytes.data(), size - kDigestSize);
+  StatusOr<Digest> mac = VolumeMac(key, bytes.data(), size - kDigestSize);
   if (!mac.ok()) return mac.status().WithContext(source);
   if (CRYPTO_memcmp(mac->data(), bytes.data() + size - kDigestSize, kDigestSize) != 0) {
     return Status::Error(
@@ -290,27 +280,10 @@ Status WriteStateFile(const std::string& path, const TrainingState& state, std::
 }
 
 StatusOr<TrainingState> ReadStateFile(const std::string& path, std::string_view key) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    const int err = errno;
-    if (err == ENOENT) return Status::Error(path + ": missing (no such file)");
-    return Status::Error(path + ": cannot open: " + std::strerror(err));
-  }
-  // One read into a buffer of the file's size (no stream copies: backups are megabytes).
-  in.seekg(0, std::ios::end);
-  const std::streamoff size = in.tellg();
-  in.seekg(0, std::ios::beg);
-  if (size < 0) return Status::Error(path + ": cannot determine its size");
-  if (static_cast<uint64_t>(size) > kMaxStateFileBytes) {
-    return Status::Error(path + ": too large: " + std::to_string(size) + " bytes, more than the " +
-                         std::to_string(kMaxStateFileBytes) +
-                         " of any state this trainer writes; it is not read");
-  }
-  std::string bytes(static_cast<size_t>(size), '\0');
-  if (size > 0 && !in.read(bytes.data(), size)) {
-    return Status::Error(path + ": read error (the file shrank while being read?)");
-  }
-  return DecodeState(bytes, path, key);
+  StatusOr<std::optional<std::string>> bytes = ReadVolumeFile(path, kMaxStateFileBytes);
+  if (!bytes.ok()) return bytes.status();
+  if (!bytes->has_value()) return Status::Error(path + ": missing (no such file)");
+  return DecodeState(**bytes, path, key);
 }
 
 std::optional<std::string> DescribeMismatch(const nlohmann::json& expected,

@@ -14,10 +14,11 @@
 //  52 + H + D  32 bytes  HMAC-SHA256 under the job's key of every byte before it (authenticity)
 //
 // A state file lies on a volume that others may write. Nothing of it is parsed before both
-// trailers check out, and then only within bounds (kMaxStateFileBytes, kMaxStateHeaderBytes,
-// kMaxStateHeaderNesting). The key is the job's rendezvous key (TJ_RENDEZVOUS_KEY: made once
-// per job, the same for every gang); an empty key (a run by hand, an exported model) gives
-// integrity only. Format 1 (a SHA-256 alone, before files were authenticated) is refused.
+// trailers check out (a digest mismatch is reported from the file's size alone), and then only
+// within bounds (kMaxStateFileBytes, kMaxStateHeaderBytes, kMaxStateHeaderNesting). The key is the
+// job's rendezvous key (TJ_RENDEZVOUS_KEY: made once per job, the same for every gang); an empty
+// key (a run by hand, an exported model) gives integrity only. Format 1 (a SHA-256 alone, before
+// files were authenticated) is refused.
 #pragma once
 
 #include <cstdint>
@@ -73,9 +74,10 @@ StatusOr<TrainingState> DecodeState(const std::string& bytes, const std::string&
 Status WriteStateFile(const std::string& path, const TrainingState& state, std::string_view key,
                       std::string_view before_rename_failpoint = {});
 
-// Reads and verifies a file written by WriteStateFile under `key`; a file larger than
-// kMaxStateFileBytes is refused before it is read. A missing file is an error that says
-// "missing" (callers that expect absence check first).
+// Reads and verifies a file written by WriteStateFile under `key` (ReadVolumeFile: a FIFO, a
+// directory, a symbolic link, a device, or a file larger than kMaxStateFileBytes is refused
+// unread, never waited on). A missing file is an error that says "missing" (callers that
+// expect absence check first).
 StatusOr<TrainingState> ReadStateFile(const std::string& path, std::string_view key);
 
 // Compares two configuration fingerprints field by field (nested objects as "a.b").

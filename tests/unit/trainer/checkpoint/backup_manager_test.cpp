@@ -7,12 +7,14 @@
 #include <filesystem>
 
 #include "common/sha256.h"
+#include "tests/unit/trainer/checkpoint/planted_file.h"
 #include "tests/unit/trainer/checkpoint/temp_dir.h"
 
 namespace tj::checkpoint {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::CapturedLog;
 using testing::ReadBytes;
 using testing::SmallTmpfs;
 using testing::TempDir;
@@ -30,23 +32,6 @@ TrainingState StateAt(int64_t epoch, int64_t step) {
   s.tensors = {{"weights", std::vector<float>(64, static_cast<float>(epoch * 1000 + step))}};
   return s;
 }
-
-// Captures what an EventLog writes to stderr.
-class CapturedLog {
- public:
-  CapturedLog() : out_(std::tmpfile()), err_(std::tmpfile()), log_(LogFormat::kJson, out_, err_) {}
-  ~CapturedLog() {
-    std::fclose(out_);
-    std::fclose(err_);
-  }
-  EventLog* log() { return &log_; }
-  std::string Stderr() { return ::tj::testing::ReadAll(err_); }
-
- private:
-  FILE* out_;
-  FILE* err_;
-  EventLog log_;
-};
 
 std::vector<std::string> Names(const std::string& dir) {
   std::vector<std::string> names;
@@ -453,12 +438,16 @@ TEST(BackupAuthentication, AFenceNestedDeepOrHugeIsAnErrorNotACrash) {
   TempDir dir;
   BackupManager backups(dir.path(), nullptr, kKeyed);
   fs::create_directories(backups.dir());
-  for (const std::string& fence :
-       {std::string(1000000, '[') + std::string(1000000, ']'), std::string(1 << 20, ' ')}) {
-    WriteBytes(backups.dir() + "/fence", fence);
+  const std::string path = backups.dir() + "/fence";
+  const std::vector<std::pair<std::string, std::string>> fences = {
+      {std::string(2000, '[') + std::string(2000, ']'), "not {\"gang\": N, \"base_seq\": N}"},
+      {std::string(1000000, '[') + std::string(1000000, ']'), "too large: 2000000 bytes"},
+      {std::string(1 << 20, ' '), "too large: 1048576 bytes"}};
+  for (const auto& [fence, reason] : fences) {
+    WriteBytes(path, fence);
     Status s = backups.Claim();
     ASSERT_FALSE(s.ok());
-    EXPECT_NE(s.message().find("not {\"gang\": N, \"base_seq\": N}"), std::string::npos)
+    EXPECT_NE(s.message().find("reading backup fence: " + path + ": " + reason), std::string::npos)
         << s.message();
   }
 }

@@ -56,12 +56,12 @@ TEST(CheckpointManagerTest, DefaultKeepsFiveAndZeroKeepsAll) {
 TEST(CheckpointManagerTest, FinalMarkerNamesTheFinalEpoch) {
   TempDir dir;
   CheckpointManager m(dir.path(), 2);
-  auto none = ReadFinalMarker(dir.path());
+  auto none = ReadFinalMarker(dir.path(), "");
   ASSERT_TRUE(none.ok());
   EXPECT_EQ(*none, std::nullopt);
   ASSERT_TRUE(m.Save(Epoch(3)).ok());
   ASSERT_TRUE(m.WriteFinalMarker(3).ok());
-  auto marker = ReadFinalMarker(dir.path());
+  auto marker = ReadFinalMarker(dir.path(), "");
   ASSERT_TRUE(marker.ok()) << marker.status().message();
   EXPECT_EQ(*marker, 3);
   auto j = nlohmann::json::parse(testing::ReadBytes(dir.Join("ckpt-final")));
@@ -69,14 +69,14 @@ TEST(CheckpointManagerTest, FinalMarkerNamesTheFinalEpoch) {
   // The marker is not a checkpoint.
   EXPECT_EQ(Epochs(dir.path()), (std::vector<int64_t>{3}));
   ASSERT_TRUE(m.ClearFinalMarker().ok());
-  EXPECT_EQ(*ReadFinalMarker(dir.path()), std::nullopt);
+  EXPECT_EQ(*ReadFinalMarker(dir.path(), ""), std::nullopt);
   ASSERT_TRUE(m.ClearFinalMarker().ok());
 }
 
 TEST(CheckpointManagerTest, MalformedFinalMarkerIsAnErrorNamingTheFile) {
   TempDir dir;
   WriteBytes(dir.Join("ckpt-final"), "{\"final_ep");
-  auto r = ReadFinalMarker(dir.path());
+  auto r = ReadFinalMarker(dir.path(), "");
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find(dir.Join("ckpt-final")), std::string::npos);
 }

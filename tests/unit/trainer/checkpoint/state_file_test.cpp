@@ -406,6 +406,32 @@ TEST(StateFileAuthentication, AHeaderNestedDeeperThanTheBoundIsRefusedUnparsed) 
       << r.status().message();
 }
 
+// On a digest mismatch nothing is authenticated: nothing the header says may be parsed or
+// repeated (here it claims a terabyte of tensors, which a parse would report as truncation).
+TEST(StateFileAuthentication, ADigestMismatchBelievesNothingOfTheHeader) {
+  const std::string header =
+      R"({"fingerprint":{"planted":true},"epoch":1,"step":0,"optimizer_iterations":0,"seed":0,)"
+      R"("tensors":[{"name":"w","count":250000000000}],"data_bytes":1000000000000})";
+  std::string forged = WithDigest(Preamble(kStateFileVersion, header.size()) + header + "data");
+  forged[forged.size() - 40] ^= 0x01;  // a byte of the SHA-256
+  auto r = DecodeState(forged, "backup-3", kKey);
+  ASSERT_FALSE(r.ok());
+  const std::string m = r.status().message();
+  EXPECT_NE(m.find("backup-3: digest mismatch"), std::string::npos) << m;
+  EXPECT_EQ(m.find("1000000000"), std::string::npos) << "a number from the header: " << m;
+  EXPECT_EQ(m.find("header describes"), std::string::npos) << m;
+  // Nested a million deep, it is refused as fast as a flat one: never scanned.
+  const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+  std::string forged_deep = WithDigest(Preamble(kStateFileVersion, deep.size()) + deep);
+  forged_deep[forged_deep.size() - 40] ^= 0x01;
+  r = DecodeState(forged_deep, "backup-4", kKey);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("backup-4: digest mismatch"), std::string::npos)
+      << r.status().message();
+  EXPECT_EQ(r.status().message().find("malformed header"), std::string::npos)
+      << r.status().message();
+}
+
 TEST(StateFileAuthentication, AFileLargerThanTheBoundIsNotRead) {
   TempDir dir;
   const std::string path = dir.Join("huge");
