@@ -203,10 +203,17 @@ class GlooCommunicator final : public Communicator {
     };
     const std::string gone = list(PeerState::kGone);
     const std::string hung = list(PeerState::kNotResponding);
+    const std::string busy = list(PeerState::kBusy);
     const bool timed_out = what.find("imed out") != std::string::npos;
     std::string message = op + " failed: ";
     if (!gone.empty()) {
       message += "lost peer " + gone + " (its process is gone)";
+      if (!hung.empty()) message += "; peer " + hung + " does not respond";
+    } else if (!busy.empty()) {
+      // Its responder closed every probe unanswered: strangers at its port, not a lost peer.
+      message += "peer " + busy +
+                 " could not be probed (its health port closed every probe unanswered: a flood "
+                 "of connections there?), so it is not known to be lost";
       if (!hung.empty()) message += "; peer " + hung + " does not respond";
     } else if (!hung.empty()) {
       message += "peer " + hung + " does not respond (hung, stopped or unreachable)";
