@@ -7,10 +7,13 @@
 
 #include <cerrno>
 #include <charconv>
+#include <chrono>
 #include <cstring>
 #include <exception>
 #include <fstream>
 #include <sstream>
+#include <tuple>
+#include <unordered_map>
 
 namespace tj {
 
@@ -18,18 +21,95 @@ namespace {
 
 // Bounds on what a client can hold: the endpoints answer small documents to a few scrapers (the
 // operator, Prometheus, the kubelet's probes), so a peer that opens many connections or sends
-// nothing is cut off instead of starving them. A client that trickles a byte now and then is
-// never idle, so the per-address bound is what keeps slots free: slow clients from up to 63
-// addresses still leave room for the probes (each connection costs a descriptor and at most
-// libmicrohttpd's 32 KiB of buffers: 8 MiB at the bound).
+// slowly is cut off instead of starving them. Each connection costs a descriptor and at most
+// libmicrohttpd's 32 KiB of buffers (8 MiB at the bound). Slow clients from more addresses than
+// kMaxConnections / 4 can still fill every slot, so a new connection beyond the bound closes
+// the oldest one still waiting for its request: a probe, whose request comes at once, finds
+// room however many addresses drip (ConnectionTable).
 constexpr unsigned kMaxConnections = 256;
 constexpr unsigned kMaxConnectionsPerAddress = 4;
 constexpr unsigned kIdleTimeoutSeconds = 10;
+// libmicrohttpd's own bound is higher than ours by this much: the connections closed to make
+// room are shut down at once but reaped on its next round.
+constexpr unsigned kRoomForTheClosing = 64;
+constexpr std::chrono::milliseconds kRequestDeadline{10000};
+
+// Every open connection, and when its current request began (at accept, or at the end of the
+// previous answer on a kept-alive connection). libmicrohttpd calls everything here from its one
+// thread, so the table needs no lock. A request that takes longer than the deadline from its
+// beginning to its answer (however steadily it drips) is cut when the server next has work: a
+// new connection or a request's headers, which is when a slot may be needed.
+class ConnectionTable {
+ public:
+  explicit ConnectionTable(std::chrono::milliseconds deadline) : deadline_(deadline) {}
+
+  void Opened(MHD_Connection* c) {
+    const MHD_ConnectionInfo* info = MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+    open_[c] = Request{info != nullptr ? info->connect_fd : MHD_INVALID_SOCKET, Now()};
+    Enforce();
+  }
+  void Closed(MHD_Connection* c) { open_.erase(c); }
+  // The request's headers are in: it is being answered.
+  void Answering(MHD_Connection* c) {
+    if (auto it = open_.find(c); it != open_.end()) it->second.answering = true;
+    Enforce();
+  }
+  // Answered; a kept-alive connection waits for its next request from now.
+  void Answered(MHD_Connection* c) {
+    if (auto it = open_.find(c); it != open_.end()) it->second = Request{it->second.fd, Now()};
+  }
+
+ private:
+  struct Request {
+    MHD_socket fd = MHD_INVALID_SOCKET;
+    std::chrono::steady_clock::time_point since;
+    bool answering = false;
+    bool cut = false;
+  };
+  static std::chrono::steady_clock::time_point Now() { return std::chrono::steady_clock::now(); }
+
+  // Cuts the requests past their deadline, then the oldest waiting ones beyond the bound.
+  void Enforce() {
+    const auto now = Now();
+    unsigned live = 0;
+    for (auto& [c, r] : open_) {
+      if (!r.cut && now - r.since > deadline_) Cut(r);
+      if (!r.cut) ++live;
+    }
+    while (live > kMaxConnections) {
+      Request* oldest = nullptr;
+      for (auto& [c, r] : open_) {
+        if (r.cut) continue;
+        // A request being answered goes only when none is waiting.
+        if (oldest == nullptr ||
+            std::tie(r.answering, r.since) < std::tie(oldest->answering, oldest->since)) {
+          oldest = &r;
+        }
+      }
+      Cut(*oldest);
+      --live;
+    }
+  }
+  // The connection's socket is shut down: libmicrohttpd sees it end and closes it.
+  static void Cut(Request& r) {
+    if (r.fd != MHD_INVALID_SOCKET) ::shutdown(r.fd, SHUT_RDWR);
+    r.cut = true;
+  }
+
+  std::chrono::milliseconds deadline_;
+  std::unordered_map<MHD_Connection*, Request> open_;
+};
 
 // What the access handler routes by: exact paths first, then prefixes.
 struct Routes {
   const std::map<std::string, HttpServer::Handler>* exact = nullptr;
   const std::map<std::string, HttpServer::RequestHandler>* prefixes = nullptr;
+};
+
+// What libmicrohttpd's callbacks are given.
+struct Served {
+  Routes routes;
+  std::unique_ptr<ConnectionTable> connections;
 };
 
 enum MHD_Result Reply(MHD_Connection* connection, int code, const std::string& content_type,
@@ -49,7 +129,9 @@ enum MHD_Result Reply(MHD_Connection* connection, int code, const std::string& c
 enum MHD_Result Serve(void* cls, MHD_Connection* connection, const char* url, const char* method,
                       const char* /*version*/, const char* /*upload_data*/,
                       size_t* /*upload_data_size*/, void** /*request_state*/) {
-  const Routes& routes = *static_cast<const Routes*>(cls);
+  Served& served = *static_cast<Served*>(cls);
+  served.connections->Answering(connection);
+  const Routes& routes = served.routes;
   const std::string text = "text/plain; charset=utf-8";
   try {
     const std::string path = url;  // percent-decoded by libmicrohttpd
@@ -91,6 +173,21 @@ enum MHD_Result Serve(void* cls, MHD_Connection* connection, const char* url, co
     return Reply(connection, MHD_HTTP_INTERNAL_SERVER_ERROR, text,
                  std::string("internal error: ") + e.what() + "\n");
   }
+}
+
+void OnConnection(void* cls, MHD_Connection* connection, void** /*socket_context*/,
+                  enum MHD_ConnectionNotificationCode what) {
+  ConnectionTable& table = *static_cast<Served*>(cls)->connections;
+  if (what == MHD_CONNECTION_NOTIFY_STARTED) {
+    table.Opened(connection);
+  } else {
+    table.Closed(connection);
+  }
+}
+
+void OnAnswered(void* cls, MHD_Connection* connection, void** /*request_state*/,
+                enum MHD_RequestTerminationCode /*why*/) {
+  static_cast<Served*>(cls)->connections->Answered(connection);
 }
 
 // A listening TCP socket on host:port, or an error naming the call that failed and why.
@@ -149,7 +246,7 @@ StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
 
 struct HttpServer::Impl {
   MHD_Daemon* daemon = nullptr;
-  Routes routes;
+  Served served;
   std::string cert_pem, key_pem;  // HTTPS when set; libmicrohttpd reads them at the start
 };
 
@@ -158,6 +255,7 @@ HttpServer::HttpServer(std::string host, int port, std::map<std::string, Handler
       port_(port),
       handlers_(std::move(handlers)),
       connections_per_address_(kMaxConnectionsPerAddress),
+      request_deadline_(kRequestDeadline),
       impl_(std::make_unique<Impl>()) {}
 
 void HttpServer::HandlePrefix(std::string prefix, RequestHandler handler) {
@@ -170,6 +268,10 @@ void HttpServer::UseTls(std::string cert_file, std::string key_file) {
 }
 
 void HttpServer::SetConnectionsPerAddress(unsigned n) { connections_per_address_ = n; }
+
+void HttpServer::SetRequestDeadline(std::chrono::milliseconds deadline) {
+  request_deadline_ = deadline;
+}
 
 HttpServer::~HttpServer() { Stop(); }
 
@@ -189,7 +291,8 @@ Status HttpServer::Start() {
     impl_->cert_pem = std::move(*cert);
     impl_->key_pem = std::move(*key);
   }
-  impl_->routes = Routes{&handlers_, &prefixes_};
+  impl_->served.routes = Routes{&handlers_, &prefixes_};
+  impl_->served.connections = std::make_unique<ConnectionTable>(request_deadline_);
   StatusOr<int> fd = Listen(host_, port_);
   if (!fd.ok()) return fd.status().WithContext(where);
   // One internal thread polls every connection; handlers run on it, one at a time. The daemon
@@ -201,11 +304,14 @@ Status HttpServer::Start() {
       {MHD_OPTION_END, 0, nullptr},
   };
   if (tls) flags |= MHD_USE_TLS;
+  Served* served = &impl_->served;
   impl_->daemon = MHD_start_daemon(
-      flags, 0, nullptr, nullptr, &Serve, &impl_->routes, MHD_OPTION_LISTEN_SOCKET,
-      static_cast<MHD_socket>(*fd), MHD_OPTION_CONNECTION_LIMIT, kMaxConnections,
-      MHD_OPTION_PER_IP_CONNECTION_LIMIT, connections_per_address_, MHD_OPTION_CONNECTION_TIMEOUT,
-      kIdleTimeoutSeconds, MHD_OPTION_ARRAY, tls ? tls_options : &tls_options[2], MHD_OPTION_END);
+      flags, 0, nullptr, nullptr, &Serve, served, MHD_OPTION_LISTEN_SOCKET,
+      static_cast<MHD_socket>(*fd), MHD_OPTION_CONNECTION_LIMIT,
+      kMaxConnections + kRoomForTheClosing, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+      connections_per_address_, MHD_OPTION_CONNECTION_TIMEOUT, kIdleTimeoutSeconds,
+      MHD_OPTION_NOTIFY_CONNECTION, &OnConnection, served, MHD_OPTION_NOTIFY_COMPLETED, &OnAnswered,
+      served, MHD_OPTION_ARRAY, tls ? tls_options : &tls_options[2], MHD_OPTION_END);
   if (impl_->daemon == nullptr) {
     ::close(*fd);
     if (tls) {

@@ -6,13 +6,17 @@
 //   unknown path                 -> 404 naming the paths served
 //   other method on a known path -> 405 with "Allow: GET"
 //   a handler that throws        -> 500 with the exception's text, never a crash
-//   a client that idles 10 s, or holds more than 4 of the 256 connections -> cut off (so slow
-//   clients from a few addresses cannot take the slots of a liveness probe)
+//   a client that idles 10 s, or holds more than 4 of the 256 connections -> cut off
+//   a request not answered 10 s after it began (headers and body together, however steadily
+//   they drip)                   -> cut off
+//   a connection beyond the 256  -> the oldest one still waiting for its request is cut off
+// so slow clients, from however many addresses, cannot take the slots of a liveness probe.
 // Handlers run one at a time on the server's own thread (not the caller's): they must be
 // thread-safe with respect to the rest of the program, and quick, as they hold up other clients.
 // Built on libmicrohttpd (kept out of this header; library tj_http).
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
@@ -59,6 +63,10 @@ class HttpServer {
   // server whose clients are few known peers behind one address (the API server asking the
   // process node for logs) raises it.
   void SetConnectionsPerAddress(unsigned n);
+  // Before Start(): how long a request may take from its beginning (the connection's accept, or
+  // the previous answer on a kept-alive one) to its answer (default 10 s); checked whenever a
+  // connection arrives or a request's headers are in, which is when a slot may be wanted.
+  void SetRequestDeadline(std::chrono::milliseconds deadline);
 
   // Starts listening; the error names the port, the address and the cause (a port another
   // process holds says so). Idempotent.
@@ -77,6 +85,7 @@ class HttpServer {
   std::map<std::string, RequestHandler> prefixes_;
   std::string tls_cert_file_, tls_key_file_;
   unsigned connections_per_address_;
+  std::chrono::milliseconds request_deadline_;
   std::unique_ptr<Impl> impl_;
 };
 

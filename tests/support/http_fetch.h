@@ -36,9 +36,11 @@ inline int ConnectLoopback(int port, int timeout_seconds = 10) {
   return fd;
 }
 
-inline HttpReply Fetch(int port, const std::string& method, const std::string& path) {
+// An answer that has not come within `timeout_seconds` is none (code 0).
+inline HttpReply Fetch(int port, const std::string& method, const std::string& path,
+                       int timeout_seconds = 10) {
   HttpReply answer;
-  const int fd = ConnectLoopback(port);
+  const int fd = ConnectLoopback(port, timeout_seconds);
   if (fd < 0) return answer;
   const std::string request = method + " " + path +
                               " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"

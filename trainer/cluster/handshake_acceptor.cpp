@@ -6,11 +6,24 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
 namespace tj::cluster {
+
+namespace {
+
+// The address without the port, as PeerName gives both: "10.0.0.7:41234" -> "10.0.0.7",
+// "[fd00::5]:41234" -> "[fd00::5]".
+std::string SourceOf(const std::string& peer) {
+  const size_t colon = peer.rfind(':');
+  return colon == std::string::npos ? peer : peer.substr(0, colon);
+}
+
+}  // namespace
 
 bool SendNow(const Socket& socket, std::string_view bytes) {
   const ssize_t n = ::send(socket.fd(), bytes.data(), bytes.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -65,6 +78,20 @@ Status HandshakeAcceptor::ServeOnce(Deadline until, const std::atomic<bool>* sto
   return Status::Ok();
 }
 
+void HandshakeAcceptor::PushOutOne() {
+  // The oldest of the address that holds the most goes: a real peer holds one or two from its
+  // own address, so strangers push out each other first; with as many addresses as slots (one
+  // each) the oldest goes, and a real peer, which answers within a round trip, is not it.
+  // Whether a connection has sent anything yet says nothing: a stranger can send a byte.
+  std::unordered_map<std::string_view, int> held;
+  int most = 0;
+  for (const PendingHandshake& p : pending_) most = std::max(most, ++held[p.source]);
+  auto victim = std::find_if(pending_.begin(), pending_.end(),
+                             [&](const PendingHandshake& p) { return held[p.source] == most; });
+  protocol_.dropped(&*victim, HandshakeDrop::kPushedOut, "");
+  pending_.erase(victim);
+}
+
 void HandshakeAcceptor::AcceptBatch(const std::atomic<bool>* stop) {
   for (int i = 0; i < options_.accept_batch && (stop == nullptr || !stop->load()); ++i) {
     StatusOr<Socket> accepted = AcceptTcp(*listener_, std::chrono::steady_clock::now());
@@ -82,18 +109,11 @@ void HandshakeAcceptor::AcceptBatch(const std::atomic<bool>* stop) {
       return;
     }
     if (!accepted->valid()) return;
-    if (static_cast<int>(pending_.size()) >= options_.max_pending) {
-      // The oldest that has sent nothing goes first: a real peer answers at once, so a flood
-      // of idle connections cannot keep it from its turn.
-      auto victim = std::find_if(pending_.begin(), pending_.end(),
-                                 [](const PendingHandshake& p) { return p.received.empty(); });
-      if (victim == pending_.end()) victim = pending_.begin();
-      protocol_.dropped(&*victim, HandshakeDrop::kPushedOut, "");
-      pending_.erase(victim);
-    }
+    if (static_cast<int>(pending_.size()) >= options_.max_pending) PushOutOne();
     PendingHandshake p;
     p.socket = std::move(accepted).value();
     p.peer = p.socket.PeerName();
+    p.source = SourceOf(p.peer);
     p.deadline = std::chrono::steady_clock::now() + options_.handshake_timeout;
     StatusOr<Nonce> nonce = NewNonce();
     if (!nonce.ok()) {

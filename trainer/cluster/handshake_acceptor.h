@@ -3,7 +3,9 @@
 // health probes' (peer_handshake.h). One poll(2) loop serves every pending handshake at once
 // (no connection waits for another's), each with its own deadline from its accept (dripping
 // bytes does not extend it), at most max_pending at once: a new connection beyond that closes
-// the oldest one that sent nothing yet, else the oldest. The server speaks first, a hello
+// the oldest one of the address that holds the most (so strangers, however many connections
+// they open and whatever they send, push out each other before a real peer's one). The server
+// speaks first, a hello
 // with a fresh nonce at accept; what the client answers is the protocol's to judge.
 // Not thread-safe: one thread serves it.
 #pragma once
@@ -24,7 +26,8 @@ namespace tj::cluster {
 // A connection in its handshake.
 struct PendingHandshake {
   Socket socket;
-  std::string peer;      // its address, at accept
+  std::string peer;      // its address and port, at accept
+  std::string source;    // its address alone: what the bound counts per
   Deadline deadline;     // accept + the handshake timeout
   Nonce nonce{};         // in the server's hello
   std::string received;  // what the client sent so far
@@ -80,6 +83,8 @@ class HandshakeAcceptor {
 
  private:
   void AcceptBatch(const std::atomic<bool>* stop);
+  // Makes room for one more: closes the oldest pending of the address holding the most.
+  void PushOutOne();
 
   Socket* listener_;
   HandshakeAcceptorOptions options_;

@@ -7,7 +7,7 @@
 // - the acceptor (handshake_acceptor.h, the rendezvous chief's too) runs every pending
 //   handshake at once in one poll(2) loop (no connection is served before another), each with
 //   its own short deadline, at most max_pending at once (a new one beyond that closes the
-//   oldest silent one, then the oldest);
+//   oldest of the address that holds the most);
 // - the server speaks first (its nonce, at accept), the client answers in one message of a
 //   fixed size; a wrong magic, version or channel is closed as soon as its first bytes arrive;
 // - the server answers an accepted client with its own proof, so the client knows it reached
@@ -84,8 +84,8 @@ struct LinkAcceptorOptions {
   // A connection must complete its hello this long after it was accepted (dripping bytes
   // does not extend it).
   std::chrono::milliseconds handshake_timeout{5000};
-  // At most this many handshakes at once; a new connection beyond it closes the oldest one
-  // that sent nothing yet (else the oldest).
+  // At most this many handshakes at once; a new connection beyond it closes the oldest one of
+  // the address that holds the most (handshake_acceptor.h).
   int max_pending = 64;
   // Refused and dropped connections are logged here (Warn, at most a few lines a minute).
   // May be null. Must outlive the acceptor.

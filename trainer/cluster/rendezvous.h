@@ -102,8 +102,8 @@ struct RendezvousServerOptions {
   // closed; dripping bytes does not extend it.
   std::chrono::milliseconds handshake_timeout{10000};
   // At most this many connections in their handshake at once (all served by one thread,
-  // handshake_acceptor.h); a new connection beyond it closes the oldest one that sent nothing
-  // yet, else the oldest. Capped further by the process's file descriptor limit.
+  // handshake_acceptor.h); a new connection beyond it closes the oldest one of the address
+  // that holds the most. Capped further by the process's file descriptor limit.
   int max_pending = 1024;
   // At most this many authenticated sessions (one thread each); more are refused (the peer
   // retries). Rendezvous::Join raises it to twice the collective's size when that is more.

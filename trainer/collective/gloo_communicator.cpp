@@ -109,13 +109,11 @@ struct GlooMesh {
 
 class GlooCommunicator final : public Communicator {
  public:
-  GlooCommunicator(const GlooOptions& o, std::unique_ptr<cluster::Rendezvous> rendezvous,
-                   std::unique_ptr<PeerHealthResponder> responder,
+  GlooCommunicator(const GlooOptions& o, std::unique_ptr<PeerHealthResponder> responder,
                    std::map<int, std::string> peer_health_addresses,
                    std::unique_ptr<RingAllReduce> ring, GlooMesh gloo)
       : options_(o),
         auth_{o.rendezvous_key, o.gang},
-        rendezvous_(std::move(rendezvous)),
         device_(std::move(gloo.device)),
         context_(std::move(gloo.context)),
         responder_(std::move(responder)),
@@ -123,7 +121,7 @@ class GlooCommunicator final : public Communicator {
         ring_(std::move(ring)) {}
 
   ~GlooCommunicator() override {
-    // Context before device; the rendezvous (the chief's server) goes last.
+    // Context before device.
     context_.reset();
     device_.reset();
   }
@@ -203,10 +201,17 @@ class GlooCommunicator final : public Communicator {
     };
     const std::string gone = list(PeerState::kGone);
     const std::string hung = list(PeerState::kNotResponding);
+    const std::string busy = list(PeerState::kBusy);
     const bool timed_out = what.find("imed out") != std::string::npos;
     std::string message = op + " failed: ";
     if (!gone.empty()) {
       message += "lost peer " + gone + " (its process is gone)";
+      if (!hung.empty()) message += "; peer " + hung + " does not respond";
+    } else if (!busy.empty()) {
+      // Its responder closed every probe unanswered: strangers at its port, not a lost peer.
+      message += "peer " + busy +
+                 " could not be probed (its health port closed every probe unanswered: a flood "
+                 "of connections there?), so it is not known to be lost";
       if (!hung.empty()) message += "; peer " + hung + " does not respond";
     } else if (!hung.empty()) {
       message += "peer " + hung + " does not respond (hung, stopped or unreachable)";
@@ -231,7 +236,6 @@ class GlooCommunicator final : public Communicator {
 
   GlooOptions options_;
   cluster::GangKey auth_;
-  std::unique_ptr<cluster::Rendezvous> rendezvous_;
   std::shared_ptr<gloo::transport::Device> device_;     // null unless Gloo's all-reduce
   std::shared_ptr<gloo::rendezvous::Context> context_;  // null unless Gloo's all-reduce
   std::unique_ptr<PeerHealthResponder> responder_;
@@ -336,9 +340,17 @@ StatusOr<std::unique_ptr<Communicator>> ConnectGloo(const GlooOptions& o) {
                            "): " + e.what());
     }
   }
-  return std::unique_ptr<Communicator>(
-      new GlooCommunicator(o, std::move(rendezvous).value(), std::move(responder).value(),
-                           std::move(peers), std::move(ring).value(), std::move(gloo)));
+  // Every rank is done with the store once all are past this barrier: the chief's rendezvous
+  // port closes then instead of staying open to the pod network for the whole run. Nothing
+  // joins later: a task that restarts restarts its whole gang, which forms anew under its new
+  // chief (a task of another gang is refused anyway).
+  if (Status st = (*ring)->Barrier(cluster::DeadlineIn(o.rendezvous_timeout)); !st.ok()) {
+    return st.WithContext("connecting the collective as " + me +
+                          ": every rank past the rendezvous");
+  }
+  rendezvous->reset();
+  return std::unique_ptr<Communicator>(new GlooCommunicator(
+      o, std::move(responder).value(), std::move(peers), std::move(ring).value(), std::move(gloo)));
 }
 
 }  // namespace tj::collective

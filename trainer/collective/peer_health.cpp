@@ -1,7 +1,10 @@
 #include "trainer/collective/peer_health.h"
 
+#include <algorithm>
 #include <system_error>
+#include <thread>
 
+#include "common/backoff.h"
 #include "trainer/cluster/tf_config.h"
 
 namespace tj::collective {
@@ -50,19 +53,34 @@ PeerState ProbePeer(const std::string& address, int own_rank, int peer_rank,
   StatusOr<cluster::HostPort> hp = cluster::ParseHostPort(address, "peer health address");
   if (!hp.ok()) return PeerState::kUnknown;
   const cluster::Deadline deadline = cluster::DeadlineIn(timeout);
-  StatusOr<cluster::Socket> s = cluster::ConnectTcp(hp->host, hp->port, deadline);
-  if (!s.ok()) {
-    // Refused: nothing listens there any more. A connect timeout (or an unreachable host):
-    // the peer's machine does not answer.
-    return s.status().code() == StatusCode::kUnavailable ? PeerState::kGone
-                                                         : PeerState::kNotResponding;
+  ExponentialBackoff backoff(std::chrono::milliseconds(20), std::chrono::milliseconds(200));
+  // Once a try was closed unanswered, a later one that runs out of time is still the busy
+  // responder (a full backlog delays the connect too), not a hung peer.
+  bool closed_unanswered = false;
+  while (true) {
+    StatusOr<cluster::Socket> s = cluster::ConnectTcp(hp->host, hp->port, deadline);
+    if (!s.ok()) {
+      // Refused: nothing listens there any more. A connect timeout (or an unreachable host):
+      // the peer's machine does not answer.
+      if (s.status().code() == StatusCode::kUnavailable) return PeerState::kGone;
+      return closed_unanswered ? PeerState::kBusy : PeerState::kNotResponding;
+    }
+    StatusOr<cluster::Socket> answered = cluster::LinkHandshake(
+        std::move(s).value(), cluster::Channel::kHealth, own_rank, peer_rank, auth, deadline);
+    if (answered.ok()) return PeerState::kAlive;
+    // No answer in time: hung.
+    if (answered.status().code() == StatusCode::kDeadlineExceeded) {
+      return closed_unanswered ? PeerState::kBusy : PeerState::kNotResponding;
+    }
+    // Closed or reset unanswered: something still listens there, so the process is not known
+    // to be gone; a responder whose handshake slots a flood holds closes probes so. Tried again
+    // until the timeout: a process that is gone refuses the next connection.
+    closed_unanswered = true;
+    const auto left = deadline - std::chrono::steady_clock::now();
+    if (left <= std::chrono::milliseconds(0)) return PeerState::kBusy;
+    std::this_thread::sleep_for(
+        std::min<std::chrono::steady_clock::duration>(backoff.Next(), left));
   }
-  StatusOr<cluster::Socket> answered = cluster::LinkHandshake(
-      std::move(s).value(), cluster::Channel::kHealth, own_rank, peer_rank, auth, deadline);
-  if (answered.ok()) return PeerState::kAlive;
-  // No answer in time: hung. Closed, reset, or an answer that is not that rank's: gone.
-  return answered.status().code() == StatusCode::kDeadlineExceeded ? PeerState::kNotResponding
-                                                                   : PeerState::kGone;
 }
 
 }  // namespace tj::collective

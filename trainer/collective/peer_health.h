@@ -1,10 +1,12 @@
 // Telling a dead peer from a hung one after a collective fails. Every rank runs a
 // PeerHealthResponder: a listening socket whose background thread answers each
 // authenticated probe (trainer/cluster/peer_handshake.h: a rank of this gang, with the job's
-// key) with its own proof. A rank whose collective failed probes the others: a refused or
-// reset connection means the peer is gone; no answer within the probe timeout means it hangs
-// (a SIGSTOPped or wedged process still has its socket, but no thread to answer); an answer
-// that proves it is that rank means it is alive (and failing too, or just slow). Strangers at
+// key) with its own proof. A rank whose collective failed probes the others: a refused
+// connection means the peer is gone; no answer within the probe timeout means it hangs (a
+// SIGSTOPped or wedged process still has its socket, but no thread to answer); an answer that
+// proves it is that rank means it is alive (and failing too, or just slow); a probe closed
+// unanswered is tried again, and when every try until the timeout is closed so, the responder
+// is busy (strangers hold its handshake slots), which says nothing of the peer. Strangers at
 // the responder's port are closed after a short handshake timeout, served alongside the real
 // probes, never ahead of them.
 #pragma once
@@ -45,9 +47,10 @@ class PeerHealthResponder {
   std::thread thread_;
 };
 
-enum class PeerState { kAlive, kGone, kNotResponding, kUnknown };
+enum class PeerState { kAlive, kGone, kNotResponding, kBusy, kUnknown };
 
-// Probes rank `peer_rank`'s responder at "host:port" for up to `timeout`, as rank `own_rank`.
+// Probes rank `peer_rank`'s responder at "host:port" for up to `timeout`, as rank `own_rank`,
+// trying again while it closes the probe unanswered (a backoff of 20 to 200 ms).
 PeerState ProbePeer(const std::string& address, int own_rank, int peer_rank,
                     const cluster::GangKey& auth, std::chrono::milliseconds timeout);
 

@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -176,6 +177,39 @@ TEST(GlooCollective, TwoWorkersAllReduceExactAndIdentical) {
   ExpectAllAgree(peers, 3);
 }
 
+// Once the collective has formed, the chief's rendezvous port is closed: nothing needs it
+// (a task that restarts restarts the whole gang, under a new chief), and a port left open to
+// the pod network is one more to flood. Before, it stayed open for the whole run. Both
+// all-reduces, the ring's and Gloo's (whose mesh reads the store too).
+TEST(GlooCollective, TheChiefsRendezvousPortClosesOnceTheCollectiveFormed) {
+  for (const std::string algorithm : {"ring", "gloo"}) {
+    const int chief_port = FreePort();
+    const std::vector<std::string> w{"127.0.0.1:" + std::to_string(chief_port),
+                                     "127.0.0.1:" + std::to_string(FreePort())};
+    std::vector<std::unique_ptr<Peer>> peers;
+    for (int i = 0; i < 2; ++i) {
+      peers.push_back(std::make_unique<Peer>(
+          "w" + std::to_string(i), TfConfig({}, w, "worker", i),
+          Args({"--iterations", "2", "--sleep-ms", "1000", "--algorithm", algorithm})));
+    }
+    for (auto& p : peers) {
+      ASSERT_TRUE(p->WaitForEvents("allreduce", 1, milliseconds(20000))) << p->Stderr();
+    }
+    // Both are still running (a second's pause after each all-reduce).
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    to.sin_port = htons(static_cast<uint16_t>(chief_port));
+    const int rc = ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to);
+    const int error = errno;
+    ::close(fd);
+    EXPECT_NE(rc, 0) << algorithm << ": the chief's rendezvous port still takes connections";
+    EXPECT_EQ(error, ECONNREFUSED) << algorithm;
+    ExpectAllAgree(peers, 2);
+  }
+}
+
 TEST(GlooCollective, GlooOwnAllReduceStaysAvailable) {
   // --allreduce-algorithm gloo: Gloo's all-reduce instead of the ring, same guarantees.
   const std::vector<std::string> w{"127.0.0.1:" + std::to_string(FreePort()),
@@ -281,8 +315,9 @@ TEST(GlooCollective, HungPeerFailsTheOtherAtTheTimeoutNamingIt) {
 TEST(GlooCollective, WrongKeyIsRefusedAndLoggedWhileTheGoodRanksTrainOn) {
   const std::vector<std::string> w{"127.0.0.1:" + std::to_string(FreePort()),
                                    "127.0.0.1:" + std::to_string(FreePort())};
-  // A bad peer knocks before the second good rank arrives, another one during training. Each
-  // is refused, retries until its rendezvous timeout (1.5 s), then gives up retryably (75).
+  // A bad peer knocks before the second good rank arrives, another one during training. The
+  // first is refused, retries until its rendezvous timeout (1.5 s), then gives up retryably
+  // (75); the second finds the chief's port closed (it closes once the collective formed).
   std::vector<std::unique_ptr<Peer>> peers;
   peers.push_back(
       std::make_unique<Peer>("w0", TfConfig({}, w, "worker", 0),
@@ -302,7 +337,7 @@ TEST(GlooCollective, WrongKeyIsRefusedAndLoggedWhileTheGoodRanksTrainOn) {
   const std::string refused =
       "rendezvous with chief " + w[0] + " (worker 0) refused: wrong TJ_RENDEZVOUS_KEY";
   EXPECT_NE(early.Stderr().find(refused), std::string::npos) << early.Stderr();
-  EXPECT_NE(late.Stderr().find(refused), std::string::npos) << late.Stderr();
+  EXPECT_NE(late.Stderr().find("failed: could not reach it"), std::string::npos) << late.Stderr();
   // No key at all: refused before connecting (no fail-open).
   EXPECT_NE(keyless.Stderr().find("TJ_RENDEZVOUS_KEY is empty, but this collective has 2 members"),
             std::string::npos)
@@ -316,7 +351,7 @@ TEST(GlooCollective, WrongKeyIsRefusedAndLoggedWhileTheGoodRanksTrainOn) {
        at = chief_err.find("refused: ", at + 1)) {
     ++refusals;
   }
-  EXPECT_GE(refusals, 2u) << chief_err;
+  EXPECT_GE(refusals, 1u) << chief_err;
   EXPECT_LE(refusals, 20u) << chief_err;
   EXPECT_NE(chief_err.find("warning: rendezvous server: connection from 127.0.0.1:"),
             std::string::npos)

@@ -3,14 +3,18 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <thread>
 #include <vector>
 
 #include "tests/support/http_fetch.h"
+#include "tests/support/loopback_flood.h"
 #include "tests/support/subprocess.h"
 
 namespace tj {
@@ -120,61 +124,65 @@ TEST(HttpServer, OneAddressCannotTakeEveryConnection) {
 }
 
 // Slow clients (slowloris): connections from other loopback addresses (127.0.0.2, ...) that
-// send a request's first line and then one header byte every 200 ms, so that they are never
-// idle; each address opens as many as it is let. The probe, from 127.0.0.1, is still answered.
-// Before, 16 connections per address of 64 in all: four addresses took every slot.
+// send a request's first line and then one header byte every `drip`, so that they are never
+// idle; each address keeps as many open as it is let, opening a new one whenever the server
+// closes one. The probe, from 127.0.0.1, is still answered.
 class SlowClients {
  public:
-  SlowClients(int port, int addresses, int per_address) {
+  SlowClients(int port, int addresses, int per_address,
+              std::chrono::milliseconds drip = std::chrono::milliseconds(200))
+      : port_(port) {
     for (int a = 0; a < addresses; ++a) {
-      for (int i = 0; i < per_address; ++i) {
-        const int fd = ConnectFrom(port, 2 + a);
-        if (fd < 0) continue;
-        static constexpr char kFirstLine[] = "GET /ok HTTP/1.1\r\nX-Slow: ";
-        ::send(fd, kFirstLine, sizeof kFirstLine - 1, MSG_NOSIGNAL);
-        fds_.push_back(fd);
-      }
+      for (int i = 0; i < per_address; ++i) clients_.push_back(Client{2 + a, Open(2 + a)});
     }
-    trickle_ = std::thread([this] {
+    trickle_ = std::thread([this, drip] {
       while (!stop_) {
-        for (int fd : fds_) ::send(fd, "a", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
-        std::this_thread::sleep_for(200ms);
+        for (Client& c : clients_) {
+          char byte = 0;
+          const bool ended = c.fd >= 0 && ::recv(c.fd, &byte, 1, MSG_DONTWAIT) == 0;
+          if (c.fd < 0 || ended || ::send(c.fd, "a", 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) {
+            if (c.fd >= 0) ::close(c.fd);
+            c.fd = Open(c.host);
+            reopened_.fetch_add(1);
+          }
+        }
+        std::this_thread::sleep_for(drip);
       }
     });
   }
   ~SlowClients() {
     stop_ = true;
     trickle_.join();
-    for (int fd : fds_) ::close(fd);
+    for (const Client& c : clients_) {
+      if (c.fd >= 0) ::close(c.fd);
+    }
   }
   SlowClients(const SlowClients&) = delete;
   SlowClients& operator=(const SlowClients&) = delete;
 
+  // Connections opened again after the server closed one (or refused it).
+  int reopened() const { return reopened_.load(); }
+
  private:
-  // A connection to 127.0.0.1:port from 127.0.0.<host>.
-  static int ConnectFrom(int port, int host) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) return -1;
-    sockaddr_in from{};
-    from.sin_family = AF_INET;
-    from.sin_addr.s_addr = htonl(0x7f000000u | static_cast<uint32_t>(host));
-    sockaddr_in to{};
-    to.sin_family = AF_INET;
-    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    to.sin_port = htons(static_cast<uint16_t>(port));
-    if (::bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof from) != 0 ||
-        ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
-      ::close(fd);
-      return -1;
-    }
+  struct Client {
+    int host;
+    int fd;
+  };
+  int Open(int host) const {
+    const int fd = tj::testing::ConnectFrom(port_, host, 1);
+    static constexpr char kFirstLine[] = "GET /ok HTTP/1.1\r\nX-Slow: ";
+    if (fd >= 0) ::send(fd, kFirstLine, sizeof kFirstLine - 1, MSG_NOSIGNAL);
     return fd;
   }
 
-  std::vector<int> fds_;
+  int port_;
+  std::vector<Client> clients_;
   std::atomic<bool> stop_{false};
+  std::atomic<int> reopened_{0};
   std::thread trickle_;
 };
 
+// Before, 16 connections per address of 64 in all: four addresses took every slot.
 TEST(HttpServer, SlowClientsFromManyAddressesLeaveTheProbeASlot) {
   const int port = FreePort();
   HttpServer server("127.0.0.1", port, Ok());
@@ -185,6 +193,60 @@ TEST(HttpServer, SlowClientsFromManyAddressesLeaveTheProbeASlot) {
   auto a = Fetch(port, "GET", "/ok");
   EXPECT_EQ(a.code, 200) << "the probe found no free slot";
   EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+}
+
+// More addresses than the bound allows for (72 addresses with their 4 connections each: 288 of
+// 256 slots), every connection dripping a header line a second and opened again when closed.
+// Each of 14 probes from another address is answered, each within 2 s. Before, the 256 slots
+// were all taken and no probe was answered: the kubelet would restart the operator in a loop.
+TEST(HttpServer, SlowClientsFromMoreAddressesThanTheBoundStillLeaveTheProbeASlot) {
+  constexpr int kProbes = 14;
+  const int port = FreePort();
+  HttpServer server("127.0.0.1", port, Ok());
+  ASSERT_TRUE(server.Start().ok());
+  SlowClients slow(port, 72, 4, 1s);
+  std::this_thread::sleep_for(1500ms);  // every address has opened its 4
+  int answered = 0;
+  auto slowest = std::chrono::steady_clock::duration::zero();
+  for (int i = 0; i < kProbes; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    auto a = Fetch(port, "GET", "/ok", /*timeout_seconds=*/2);
+    const auto took = std::chrono::steady_clock::now() - start;
+    slowest = std::max(slowest, took);
+    if (a.code == 200 && took < 2s) ++answered;
+    std::this_thread::sleep_for(100ms);
+  }
+  std::cout << answered << " of " << kProbes << " probes answered, the slowest in "
+            << std::chrono::duration_cast<std::chrono::milliseconds>(slowest).count()
+            << " ms; the slow clients opened " << slow.reopened() << " connections again\n";
+  EXPECT_EQ(answered, kProbes);
+}
+
+// A request that drips (a header byte every 100 ms: never idle) is cut once it is older than
+// the request deadline and the server next has work; a request that comes whole is answered.
+// Before, only idleness was bounded: the drip held its slot for as long as it went on.
+TEST(HttpServer, ARequestThatDripsPastItsDeadlineIsCut) {
+  const int port = FreePort();
+  HttpServer server("127.0.0.1", port, Ok());
+  server.SetRequestDeadline(500ms);
+  ASSERT_TRUE(server.Start().ok());
+  const int fd = ConnectLoopback(port, 1);
+  ASSERT_GE(fd, 0);
+  static constexpr char kFirstLine[] = "GET /ok HTTP/1.1\r\nX-Slow: ";
+  ASSERT_GT(::send(fd, kFirstLine, sizeof kFirstLine - 1, MSG_NOSIGNAL), 0);
+  bool cut = false;
+  const auto start = std::chrono::steady_clock::now();
+  while (!cut && std::chrono::steady_clock::now() - start < 5s) {
+    std::this_thread::sleep_for(100ms);
+    EXPECT_EQ(Fetch(port, "GET", "/ok").code, 200);  // work for the server
+    char byte = 0;
+    const ssize_t n = ::recv(fd, &byte, 1, MSG_DONTWAIT);
+    cut = n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK) ||
+          ::send(fd, "a", 1, MSG_NOSIGNAL | MSG_DONTWAIT) < 0;
+  }
+  ::close(fd);
+  EXPECT_TRUE(cut) << "the dripping request was still open after 5 s";
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 400ms);
 }
 
 TEST(HttpServer, StopWaitsForTheHandlerInFlight) {

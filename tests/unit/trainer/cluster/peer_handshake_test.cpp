@@ -1,15 +1,19 @@
 // The handshake of the ring and peer-health ports: the proofs bind every field; a server's
 // check of a client hello refuses garbage from its first bytes, waits for a partial hello,
 // accepts exactly the hello a key holder makes; the acceptor over real loopback sockets closes
-// silent connections at their deadline, keeps at most max_pending (closing a silent one first)
-// and hands over the authenticated peer.
+// silent connections at their deadline, keeps at most max_pending (closing one of the address
+// that holds the most first, so a flood cannot push the real peer out) and hands over the
+// authenticated peer.
 #include "trainer/cluster/peer_handshake.h"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <iostream>
 #include <thread>
 #include <vector>
+
+#include "tests/support/loopback_flood.h"
 
 namespace tj::cluster {
 namespace {
@@ -166,6 +170,55 @@ TEST(LinkAcceptor, AtItsBoundASilentConnectionMakesRoomAndTheWrongRankIsRefused)
   EXPECT_EQ(run.accepted_rank.load(), 0);
   // At least 5 + 2 - 2 silent ones were closed to make room, and the wrong rank refused.
   EXPECT_GE(run.acceptor->refused_count(), 4);
+}
+
+// The flood that kept peers out: strangers from 8 addresses send the first byte of a valid
+// hello and hold the connection, as fast as they can, so that every accept at the bound must
+// close someone. Each of 20 real handshakes, from an address of its own, is tried once.
+// Before, the acceptor closed the oldest connection that had sent nothing yet: the real
+// peer's, waiting for its own hello to arrive.
+TEST(LinkAcceptor, AFloodOfPartialHellosFromManyAddressesCannotPushOutThePeer) {
+  constexpr int kHandshakes = 20;
+  Socket listener = std::move(ListenTcp("127.0.0.1", 0)).value();
+  LinkAcceptorOptions o;
+  o.channel = Channel::kRing;
+  o.own_rank = 1;
+  o.auth = kAuth;
+  o.max_pending = 16;
+  o.handshake_timeout = milliseconds(5000);
+  LinkAcceptor acceptor(&listener, o);
+  std::atomic<bool> stop{false};
+  std::atomic<int> accepted{0};
+  std::thread serve([&] {
+    while (!stop.load()) {
+      auto a = acceptor.Next(
+          DeadlineIn(milliseconds(1000)), [](int r) { return r == 0; }, &stop);
+      if (a.ok() && a->socket.valid()) accepted.fetch_add(1);
+    }
+  });
+  int linked = 0;
+  std::string failures;
+  {
+    tj::testing::LoopbackFlood flood(LocalPort(listener), 2, 8, "T", 200);
+    while (flood.connections() < 500) std::this_thread::sleep_for(milliseconds(10));
+    for (int i = 0; i < kHandshakes; ++i) {
+      auto peer = ConnectTcp("127.0.0.1", LocalPort(listener), DeadlineIn(milliseconds(5000)));
+      ASSERT_TRUE(peer.ok()) << peer.status().message();
+      auto done = LinkHandshake(std::move(peer).value(), Channel::kRing, 0, 1, kAuth,
+                                DeadlineIn(milliseconds(5000)));
+      if (done.ok()) {
+        ++linked;
+      } else {
+        failures += done.status().message() + "\n";
+      }
+    }
+    std::cout << "flood: " << flood.connections() << " connections, " << linked << " of "
+              << kHandshakes << " handshakes through\n";
+  }
+  stop.store(true);
+  serve.join();
+  EXPECT_EQ(linked, kHandshakes) << failures;
+  EXPECT_EQ(accepted.load(), linked);
 }
 
 }  // namespace

@@ -13,11 +13,13 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <iostream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/sha256.h"
+#include "tests/support/loopback_flood.h"
 #include "tests/support/temp_dir.h"
 
 namespace tj::cluster {
@@ -613,6 +615,34 @@ TEST_F(RendezvousTest, AFloodOfIdleAndGarbageConnectionsIsBoundedAndARealPeerGet
   // The log says so without a line per connection.
   const std::string log = LogWith("not logged one by one");
   EXPECT_LT(std::count(log.begin(), log.end(), '\n'), 40) << log.substr(0, 2000);
+}
+
+// Strangers from 8 addresses send the first byte of a valid hello and hold on, as fast as they
+// can, so that every accept at the bound (64 here) must close someone. Each of 20 real peers,
+// from an address of their own, tries once (no retry within the client). Before, the chief
+// closed the oldest connection that had sent nothing yet: the real peer's, whose hello was on
+// its way.
+TEST_F(RendezvousTest, AFloodOfPartialHellosFromManyAddressesCannotPushOutThePeers) {
+  constexpr int kPeers = 20;
+  StartServer("k", /*max_pending=*/64, milliseconds(5000));
+  tj::testing::LoopbackFlood flood(server_->port(), 2, 8, "T", 200);
+  while (flood.connections() < 500) std::this_thread::sleep_for(milliseconds(10));
+  int joined = 0;
+  std::string failures;
+  for (int i = 0; i < kPeers; ++i) {
+    RendezvousClientOptions o = ClientOptions("k", "worker 1");
+    o.rendezvous_timeout = milliseconds(0);  // one try
+    o.io_timeout = milliseconds(5000);
+    auto peer = RendezvousClient::Connect(o);
+    if (peer.ok()) {
+      ++joined;
+    } else {
+      failures += peer.status().message() + "\n";
+    }
+  }
+  std::cout << "flood: " << flood.connections() << " connections, " << joined << " of " << kPeers
+            << " peers joined\n";
+  EXPECT_EQ(joined, kPeers) << failures;
 }
 
 TEST(RendezvousClient, UnreachableChiefFailsAfterTheTimeoutNamingIt) {
