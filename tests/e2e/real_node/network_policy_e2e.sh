@@ -5,8 +5,9 @@
 #     policy in the job's namespace (networkPolicy.namespaces), which enforces the Pod Security
 #     level restricted (the job's pods, as the operator makes them, pass it);
 #   - while the example job trains (2 workers and an evaluator, real containers), every TCP
-#     port its chief listens on (read from /proc/net/tcp* in the pod: the rendezvous, the
-#     ring, the peer-health responder, /status) is reached from the job's other worker, and
+#     port its chief listens on (read from /proc/net/tcp* in the pod: the ring, the
+#     peer-health responder, /status; the rendezvous closed once the gang formed) is reached
+#     from the job's other worker, and
 #     from none of: a pod of another namespace, a pod of the job's namespace without the job's
 #     label. The same stranger pod reaches the operator's metrics port (no policy selects the
 #     operator), so its refusals are the policy's, not a broken pod network;
@@ -93,7 +94,7 @@ for _ in $(seq 1 120); do
   sleep 1
 done
 [ "$(wc -w <<<"$ports")" -ge 3 ] ||
-  { echo "FAIL the chief listens on '$ports' (expected the rendezvous, /status and the ring)"; exit 1; }
+  { echo "FAIL the chief listens on '$ports' (expected /status, the ring and the peer-health responder)"; exit 1; }
 chief=$(kubectl -n "$NS" get pod fmnist-worker-0 -o jsonpath='{.status.podIP}')
 step "the chief ($chief) listens on TCP $(tr '\n' ' ' <<<"$ports")"
 
