@@ -10,7 +10,8 @@ using nlohmann::json;
 namespace {
 
 // A limit of the conversion passed: an alias that contains itself, nesting deeper than
-// kMaxYamlDepth, or more than kMaxYamlNodes nodes once aliases are expanded.
+// kMaxYamlDepth, or more than kMaxYamlNodes nodes or kMaxYamlBytes bytes of keys and scalars
+// once aliases are expanded.
 struct YamlLimit {
   std::string what;
 };
@@ -29,7 +30,11 @@ class BoundedConverter {
     switch (n.Type()) {
       case YAML::NodeType::Map: {
         json o = json::object();
-        for (const auto& kv : n) o[kv.first.as<std::string>()] = Convert(kv.second, depth + 1);
+        for (const auto& kv : n) {
+          std::string key = kv.first.as<std::string>();
+          CountBytes(key.size());
+          o[std::move(key)] = Convert(kv.second, depth + 1);
+        }
         return o;
       }
       case YAML::NodeType::Sequence: {
@@ -38,6 +43,7 @@ class BoundedConverter {
         return a;
       }
       case YAML::NodeType::Scalar:
+        CountBytes(n.Scalar().size());
         return Scalar(n);
       default:
         return nullptr;
@@ -61,7 +67,17 @@ class BoundedConverter {
     return s;
   }
 
+  void CountBytes(size_t n) {
+    bytes_ += n;
+    if (bytes_ > kMaxYamlBytes) {
+      throw YamlLimit{"more than " + std::to_string(kMaxYamlBytes >> 20) +
+                      " MiB of keys and values once its aliases are expanded (an alias of a "
+                      "large value, repeated?)"};
+    }
+  }
+
   size_t nodes_ = 0;
+  size_t bytes_ = 0;
 };
 
 }  // namespace

@@ -169,6 +169,25 @@ TEST(ParseManifests, AliasesOfAliasesPastTheNodeBoundAreAnError) {
       << docs.status().message();
 }
 
+// Few nodes, many bytes: an alias of a 1 MiB scalar repeated 4,096 times is 4 GiB once
+// expanded, far under the node bound. The byte bound stops it before memory does.
+TEST(ParseManifests, AliasesOfALargeScalarPastTheByteBoundAreAnError) {
+  std::string text = "big: &big " + std::string(size_t{1} << 20, 'x') + "\nl0: &l0 [";
+  for (int k = 0; k < 16; ++k) text += k ? ", *big" : "*big";
+  text += "]\n";
+  for (int i = 1; i <= 3; ++i) {  // 16^4 copies of the scalar
+    const std::string prev = "*l" + std::to_string(i - 1);
+    text += "l" + std::to_string(i) + ": &l" + std::to_string(i) + " [";
+    for (int k = 0; k < 16; ++k) text += (k ? ", " : "") + prev;
+    text += "]\n";
+  }
+  auto docs = ParseManifests(text);
+  ASSERT_FALSE(docs.ok());
+  EXPECT_NE(docs.status().message().find("MiB of keys and values once its aliases are expanded"),
+            std::string::npos)
+      << docs.status().message();
+}
+
 TEST(ParseManifests, PlainAliasesWithinTheBoundsStillWork) {
   auto docs = ParseManifests("base: &b {image: x, args: [1, 2]}\nworker: *b\n");
   ASSERT_TRUE(docs.ok()) << docs.status().message();
