@@ -486,8 +486,10 @@ int main(int argc, char** argv) {
   const tj::controller::ReconcilerOptions ropts = ReconcilerOptionsOf(f);
 
   // Informers: the jobs, and everything labelled with a job's name (enqueue its job).
+  tj::controller::ReportedBackups reported_backups(clock);
+  deps.reported_backups = &reported_backups;
   tj::controller::JobInformers informers =
-      tj::controller::MakeJobInformers(client, clock, f.ns, &queue, &log);
+      tj::controller::MakeJobInformers(client, clock, f.ns, &queue, &log, &reported_backups);
   deps.caches = informers.Caches();
   deps.clock = clock;
   // Status writes give way to other work (executor.h): the pods of a burst of jobs first.

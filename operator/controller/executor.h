@@ -33,6 +33,7 @@
 #include "kube/object_cache.h"
 #include "operator/controller/metrics.h"
 #include "operator/controller/reconciler.h"
+#include "operator/controller/reported_backups.h"
 #include "operator/controller/slow_start.h"
 #include "operator/controller/trainer_status_poller.h"
 
@@ -83,6 +84,9 @@ struct ExecutorDeps {
   OwnedObjectCaches caches;
   Clock* clock = nullptr;  // for the expectations' TTL and kept statuses; null: the real clock
   std::optional<StatusDeferral> defer_status;  // unset: every status is written at once
+  // The backups stopped chiefs reported, noted from the pod events (reported_backups.h); may
+  // be null: only the cached pods' are read.
+  ReportedBackups* reported_backups = nullptr;
   // The cluster serves Kubernetes' own PodGroups (gang_scheduling.h): jobs whose
   // schedulingPolicy.gang is Auto get one per gang.
   bool native_pod_groups = false;

@@ -8,7 +8,8 @@ namespace tj::controller {
 using nlohmann::json;
 
 JobInformers MakeJobInformers(kube::Client* client, Clock* clock, const std::string& ns,
-                              kube::WorkQueue* queue, EventLog* log) {
+                              kube::WorkQueue* queue, EventLog* log,
+                              ReportedBackups* reported_backups) {
   JobInformers out;
   auto enqueue_job = [queue](const json& obj) { queue->Add(kube::ObjectKey(obj)); };
   auto enqueue_owner = [queue](const json& obj) {
@@ -41,14 +42,23 @@ JobInformers MakeJobInformers(kube::Client* client, Clock* clock, const std::str
     o.keep = OwnedByATrainingJob;
     o.transform = pods ? TrimPodForCache : KeepIdentity;
     auto inf = std::make_unique<kube::Informer>(client, clock, o, log);
+    auto note = [=](const json& pod) {
+      if (pods && reported_backups != nullptr) reported_backups->Note(pod);
+    };
     inf->AddHandlers({enqueue_owner,
                       [=](const json& old_obj, const json& n) {
                         // E.g. the scheduler's PodScheduled condition: nothing to do.
                         const bool idle = pods ? OnlyVersionOrConditionsChanged(old_obj, n)
                                                : OnlyVersionChanged(old_obj, n);
-                        if (!idle) enqueue_owner(n);
+                        if (!idle) {
+                          note(n);
+                          enqueue_owner(n);
+                        }
                       },
-                      enqueue_owner});
+                      [=](const json& last) {
+                        note(last);
+                        enqueue_owner(last);
+                      }});
     (pods ? out.pods : out.services) = std::move(inf);
   }
   return out;

@@ -14,6 +14,7 @@
 #include "kube/informer.h"
 #include "kube/work_queue.h"
 #include "operator/controller/executor.h"
+#include "operator/controller/reported_backups.h"
 
 namespace tj::controller {
 
@@ -24,9 +25,10 @@ struct JobInformers {
   std::vector<kube::Informer*> All() const { return {jobs.get(), pods.get(), services.get()}; }
 };
 
-// Informers on `ns` ("" for all namespaces) feeding `queue`; not started. The pointers must
-// outlive them.
+// Informers on `ns` ("" for all namespaces) feeding `queue`; not started. The pod events also
+// go to `reported_backups` (may be null). The pointers must outlive them.
 JobInformers MakeJobInformers(kube::Client* client, Clock* clock, const std::string& ns,
-                              kube::WorkQueue* queue, EventLog* log);
+                              kube::WorkQueue* queue, EventLog* log,
+                              ReportedBackups* reported_backups = nullptr);
 
 }  // namespace tj::controller

@@ -205,18 +205,22 @@ StatusOr<GateResult> CreateWorkload(kube::Client& client, kube::EventRecorder* r
   return Wait(changed, kWaitPoll);
 }
 
-// status.progress.lastBackup from what a stopped chief reported (NewestReportedBackup) when it
-// is newer; true when the status changed.
+// status.progress.lastBackup from what a stopped chief reported (NewestReportedBackup of the
+// pods, else as noted from their events: Observed::reported_backup) when it is newer; true when
+// the status changed.
 bool TakeReportedBackup(Observed* in) {
   std::vector<PodView> pods;
   for (const json& p : in->pods) {
     if (IsOwnedBy(p, in->job)) pods.push_back(ViewOfPod(p));
   }
-  const json reported = NewestReportedBackup(pods);
-  if (reported.is_null()) return false;
-  json& status = in->job["status"];
-  if (!status.is_object()) status = json::object();
-  return TakeNewerBackup(status["progress"], reported);
+  bool took = false;
+  for (const json& reported : {NewestReportedBackup(pods), in->reported_backup}) {
+    if (reported.is_null()) continue;
+    json& status = in->job["status"];
+    if (!status.is_object()) status = json::object();
+    took = TakeNewerBackup(status["progress"], reported) || took;
+  }
+  return took;
 }
 
 // The job's last backup on its Workload, for whoever chooses a victim; a failure does not

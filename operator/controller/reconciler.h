@@ -68,6 +68,9 @@ struct Observed {
   std::map<std::string, nlohmann::json> trainer_status;  // pod name -> its /status answer
   // Evaluator pod name -> the last "evaluation" event of its log (read once it has ended).
   std::map<std::string, nlohmann::json> final_evaluation;
+  // The newest backup a stopped chief of the job reported ({epoch, step, time}), noted from the
+  // pod events (reported_backups.h), whether or not its pod is still among `pods`; null: none.
+  nlohmann::json reported_backup;
   // Random, drawn for every pass; used when the rendezvous Secret has to be created. The
   // operator never reads Secrets: what it knows of the one it made is in the job's status
   // (rendezvousKeyHash), and a pod the kubelet cannot start without it says it is gone.

@@ -92,8 +92,8 @@ void Pass::CopyProgress() {
     }
   }
   // What a chief that stopped reported as it ended: newer than any poll of it.
-  if (const json reported = NewestReportedBackup(pods_); !reported.is_null()) {
-    TakeNewerBackup(status_.progress, reported);
+  for (const json& reported : {NewestReportedBackup(pods_), observed_.reported_backup}) {
+    if (!reported.is_null()) TakeNewerBackup(status_.progress, reported);
   }
   NoteMissingStatus(it != observed_.trainer_status.end());
   auto take_eval = [&](const json& e) {

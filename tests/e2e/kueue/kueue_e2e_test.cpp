@@ -350,6 +350,20 @@ TEST_F(Kueue, APreemptedJobStopsLosslesslyWaitsUncountedAndResumesFromTheExactSt
   EXPECT_EQ(w.restarts.by_cause, (std::map<std::string, int32_t>{{"Preempted", 1}}))
       << waiting.dump(2);
   EXPECT_EQ(w.restarts.backoff_limit_used, 0);
+  // The status says where the job resumes: the backup its chief ended with (its termination
+  // message), not the last poll's, on the job and on its Workload.
+  ASSERT_TRUE(Eventually(
+      [&] {
+        waiting = Get("low");
+        const json b = waiting["status"]["progress"].value("lastBackup", json::object());
+        return b.value("epoch", -1) == stopped.value("epoch", -2) &&
+               b.value("step", -1) == stopped.value("step", -2);
+      },
+      seconds(30)))
+      << "stopped at " << stopped << "; " << waiting["status"].dump(2);
+  EXPECT_EQ(Workload("low")["metadata"]["annotations"].value("tjo.dev/last-backup-step", ""),
+            std::to_string(stopped.value("step", -2)))
+      << Workload("low").dump(2);
   bool said_preempted = false;
   for (const std::string& r : EventReasons("low"))
     said_preempted = said_preempted || r == "Preempted";

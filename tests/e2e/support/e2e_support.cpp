@@ -186,6 +186,8 @@ OperatorProcess::OperatorProcess(const LocalCluster* c, const std::string& ns,
                                    "1",
                                    "--restart-backoff-ms",
                                    "500",
+                                   "--failure-settle-seconds",
+                                   "10",
                                    "--evaluator-grace-seconds",
                                    "120"};
   bool metrics = false;
