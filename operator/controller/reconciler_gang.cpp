@@ -17,6 +17,9 @@ namespace cond = api::condition;
 namespace reconcile {
 namespace {
 
+// How many pods a message names before it counts the rest.
+constexpr size_t kNamedConsequences = 4;
+
 // The kubelet's message when a pod's securityContext says runAsNonRoot and the image's user is
 // root (or not numeric): the container never starts, and waiting does not help. "" otherwise.
 std::string RootImageMessage(const PodView& pod) {
@@ -144,9 +147,13 @@ bool Pass::FailOrRestartGang(const Gang& gang, const GangCensus& census) {
     return tie_rank(a) < tie_rank(b);
   });
   const Failure& cause = *order.front();
+  // The consequences, the first few by name (a gang of 512 fails 511 times after its cause).
   std::string then;
-  for (size_t i = 1; i < order.size(); ++i) {
+  for (size_t i = 1; i < order.size() && i <= kNamedConsequences; ++i) {
     then += (then.empty() ? "; then " : ", ") + Describe(order[i]->pod, order[i]->outcome);
+  }
+  if (order.size() > kNamedConsequences + 1) {
+    then += " and " + std::to_string(order.size() - kNamedConsequences - 1) + " more";
   }
   if (!cause.retryable) {
     Fail(cause.policy == api::RestartPolicy::kNever ? "PodFailed" : "NonRetryableExitCode",
@@ -171,8 +178,12 @@ bool Pass::WaitForTheGangToEnd(const GangCensus& census) {
     since = observed_.now;
     status_.first_failure_time = kube::FormatTime(observed_.now);
     std::string running;
-    for (const std::string& pod : census.still_running) {
-      running += (running.empty() ? "" : ", ") + pod;
+    for (size_t i = 0; i < census.still_running.size() && i < kNamedConsequences; ++i) {
+      running += (running.empty() ? "" : ", ") + census.still_running[i];
+    }
+    if (census.still_running.size() > kNamedConsequences) {
+      running +=
+          " and " + std::to_string(census.still_running.size() - kNamedConsequences) + " more pods";
     }
     const Failure& seen = census.failures.front();
     Event("Normal", "GangFailing",

@@ -500,6 +500,21 @@ TEST(FirstFailure, AProgramErrorThatCameFirstFailsTheJobNamingItAndItsConsequenc
   EXPECT_EQ(StatusOf(d).restart_count, 0);
 }
 
+TEST(FirstFailure, AGangOfManyNamesAFewConsequencesAndCountsTheRest) {
+  World w;
+  w.in.job = Job(12);
+  w.Running();
+  w.in.pods.clear();
+  w.in.pods.push_back(EndedAt(w, 0, 137, kT0));
+  for (int i = 1; i < 12; ++i) w.in.pods.push_back(EndedAt(w, i, 1, kT0 + seconds(1)));
+  Decision d = Reconcile(w.in);
+  const Action* e = FindEvent(d, "GangRestart");
+  ASSERT_NE(e, nullptr);
+  EXPECT_NE(e->message.find("exited with code 137"), std::string::npos) << e->message;
+  EXPECT_NE(e->message.find(" and 7 more; restarting"), std::string::npos) << e->message;
+  EXPECT_LT(e->message.size(), 600u) << e->message;
+}
+
 TEST(FirstFailure, InTheSameSecondARetryableFailureExplainsTheRest) {
   World w;
   w.Running();
