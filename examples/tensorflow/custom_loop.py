@@ -104,16 +104,21 @@ def main(argv):
                          epoch=int(epoch.numpy()), step_in_epoch=int(step_in_epoch.numpy()))
 
     iterator = iter(dataset)
-    start, images = time.monotonic(), 0
+    start, images, steps_run = time.monotonic(), 0, 0
     while epoch.numpy() < a.epochs:
         epoch_start, total_loss, steps = time.monotonic(), 0.0, 0
         train_accuracy.reset_state()
         while step_in_epoch.numpy() < steps_per_epoch:
+            if not steps_run:
+                fmnist_setup.log("first_step", epoch=int(epoch.numpy()) + 1,
+                                 step=int(step_in_epoch.numpy()))
             total_loss += float(handler.run(train_step, iterator))
             step_in_epoch.assign_add(1)
             steps += 1
+            steps_run += 1
             if a.step_delay:
                 time.sleep(a.step_delay)
+            fmnist_setup.fill_memory_if_due(a, steps_run)
         seconds = time.monotonic() - epoch_start
         images += steps * global_batch
         epoch.assign_add(1)

@@ -156,15 +156,41 @@ def add_training_args(parser):
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--step-delay", type=float, default=0.0,
                         help="seconds to sleep after each step (tests: a window to interrupt)")
+    parser.add_argument("--fill-memory-at-step", type=int, default=0,
+                        help="tests: after this many steps of this process, allocate memory "
+                             "until the OOM killer ends it; run it under a memory limit "
+                             "(0: never)")
+    parser.add_argument("--fill-memory-once", metavar="FILE",
+                        help="with --fill-memory-at-step: only the process that creates FILE "
+                             "(on storage the job shares) fills memory, so once per job")
 
 
 def check_training_args(parser, args):
     for flag in ("epochs", "batch_size"):
         if getattr(args, flag) <= 0:
             parser.error(f"--{flag.replace('_', '-')} must be positive")
-    for flag in ("steps_per_epoch", "threads", "step_delay"):
+    for flag in ("steps_per_epoch", "threads", "step_delay", "fill_memory_at_step"):
         if getattr(args, flag) < 0:
             parser.error(f"--{flag.replace('_', '-')} must not be negative")
+
+
+def fill_memory_if_due(args, steps_run):
+    """--fill-memory-at-step: an OOM kill at a chosen step, for tests. After `steps_run` steps
+    of this process equal to it (and, with --fill-memory-once, if this process is the one that
+    creates that file), writes memory in 64 MiB pieces until the kernel ends the process."""
+    if not args.fill_memory_at_step or steps_run != args.fill_memory_at_step:
+        return
+    if args.fill_memory_once:
+        os.makedirs(os.path.dirname(os.path.abspath(args.fill_memory_once)), exist_ok=True)
+        try:
+            os.close(os.open(args.fill_memory_once, os.O_CREAT | os.O_EXCL | os.O_WRONLY,
+                             0o644))
+        except FileExistsError:
+            return
+    log("filling_memory", steps_run=steps_run)
+    hoard = []
+    while True:
+        hoard.append(b"\x01" * (64 << 20))  # a new bytes object: every page written
 
 
 Run = collections.namedtuple("Run", "strategy task_type task_index has_chief chief workers "

@@ -58,11 +58,12 @@ class Report(tf.keras.callbacks.Callback):
     """One JSON line where fit starts (epoch 1 step 0, or where BackupAndRestore resumed it)
     and one per epoch, with the epoch's images/s."""
 
-    def __init__(self, global_batch, step_delay):
+    def __init__(self, global_batch, args):
         super().__init__()
         self.global_batch = global_batch
-        self.step_delay = step_delay
+        self.args = args
         self.epoch, self.steps, self.started, self.reported = None, 0, 0.0, False
+        self.steps_run = 0  # by this process, over all epochs
 
     def on_epoch_begin(self, epoch, logs=None):
         self.epoch, self.steps, self.started = int(epoch) + 1, 0, time.monotonic()
@@ -74,8 +75,10 @@ class Report(tf.keras.callbacks.Callback):
 
     def on_train_batch_end(self, batch, logs=None):
         self.steps += 1
-        if self.step_delay:
-            time.sleep(self.step_delay)
+        self.steps_run += 1
+        if self.args.step_delay:
+            time.sleep(self.args.step_delay)
+        fmnist_setup.fill_memory_if_due(self.args, self.steps_run)
 
     def on_epoch_end(self, epoch, logs=None):
         logs = logs or {}
@@ -103,7 +106,7 @@ def main(argv):
 
     callbacks = [
         tf.keras.callbacks.LearningRateScheduler(lambda e, lr: fmnist_setup.lr_for_epoch(e + 1)),
-        Report(global_batch, a.step_delay),
+        Report(global_batch, a),
     ]
     if a.backup_dir:
         # tf-keras keeps the chief's backup in backup_dir and the others' apart on its own;
