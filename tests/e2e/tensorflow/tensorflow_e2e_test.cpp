@@ -9,10 +9,13 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <iostream>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "tests/e2e/support/e2e_support.h"
@@ -110,6 +113,41 @@ json CustomLoopJob(const std::string& name, const std::vector<std::string>& extr
                                           false, "OnFailure")}});
 }
 
+// The kill tests' random moments: a seed printed by each test; TJ_TENSORFLOW_KILL_SEED
+// replays one.
+std::mt19937 KillRandom() {
+  const char* env = std::getenv("TJ_TENSORFLOW_KILL_SEED");
+  const unsigned seed = env != nullptr ? static_cast<unsigned>(std::strtoul(env, nullptr, 10))
+                                       : std::random_device{}();
+  std::cerr << "TJ_TENSORFLOW_KILL_SEED=" << seed << "\n";
+  return std::mt19937(seed);
+}
+
+int Uniform(std::mt19937& rng, int lo, int hi) {
+  return std::uniform_int_distribution<int>(lo, hi)(rng);
+}
+
+// Gives the chief and the workers of `job` a memory limit and makes each kind OOM-killed once
+// in the job's life: the chief after a random 5 to 25 steps of its process, one worker after
+// another such number (--fill-memory-at-step; the file on the claim makes it once). The two
+// differ, so the two OOM kills fall in two gangs: the first ends its gang (every step needs
+// every replica), the second comes in the next. A backoffLimit of 8 leaves room for them
+// and the SIGKILLs.
+void AddOomKills(json& job, const std::string& dir, std::mt19937& rng) {
+  job["spec"]["runPolicy"]["backoffLimit"] = 8;
+  const int chief_step = Uniform(rng, 5, 25);
+  int worker_step = Uniform(rng, 5, 24);
+  if (worker_step >= chief_step) ++worker_step;
+  for (const auto& [type, step] : {std::pair<std::string, int>{"Chief", chief_step},
+                                   std::pair<std::string, int>{"Worker", worker_step}}) {
+    json& c = job["spec"]["replicaSpecs"][type]["template"]["spec"]["containers"][0];
+    c["resources"]["limits"]["memory"] = "2Gi";      // the program uses about 0.5 GiB
+    c["resources"]["requests"]["memory"] = "256Mi";  // else the limit: 3 x 2Gi on one node
+    testing::SetArg(c["args"], "--fill-memory-at-step", std::to_string(step));
+    testing::SetArg(c["args"], "--fill-memory-once", dir + "/oom-" + type);
+  }
+}
+
 class TensorFlowE2E : public testing::JobTest {
  protected:
   void SetUp() override {
@@ -144,6 +182,64 @@ class TensorFlowE2E : public testing::JobTest {
       return false;
     }
     return ::kill(pids[0], sig) == 0;
+  }
+
+  // Waits until the job has restarted `gang` times and the chief of that gang has run its
+  // first step (its python process is gang `gang`'s, so its log is that gang's alone).
+  bool WaitTraining(const std::string& job, const std::string& chief, int gang) {
+    return testing::Eventually(
+        [&] {
+          if (StatusOf(Get(job)).restart_count < gang) return false;
+          if (TrainerPids(ns_, chief, gang, "python").size() != 1) return false;
+          return !Events(chief, "first_step").empty();
+        },
+        kJobTimeout);
+  }
+
+  // Waits until job `job` has restarted at least `restarts` times.
+  bool WaitRestarts(const std::string& job, int restarts) {
+    return testing::Eventually(
+        [&] {
+          json j = Get(job);
+          return StatusOf(j).restart_count >= restarts || StatusOf(j).Finished();
+        },
+        kJobTimeout);
+  }
+
+  // The kill tests: gangs 0 and 1 end in the OOM kills AddOomKills set up; each later gang in
+  // a SIGKILL of the next of `victims`, at a random moment 0 to 3 s after its chief's first
+  // step. The program runs at full speed (no --step-delay): the kill lands wherever it lands,
+  // in a step, an all-reduce, a backup or a checkpoint. Then the job must succeed with one
+  // gang restart per kill; with `expect_resumed`, its last gang resumed from a backup (a
+  // program that saves only at epochs' ends may never have finished one before the last).
+  void KillAtRandomMoments(const std::string& job, const std::vector<std::string>& victims,
+                           std::mt19937& rng, bool expect_resumed) {
+    const std::string chief = job + "-chief-0";
+    for (int gang = 0; gang < 2; ++gang) {
+      ASSERT_TRUE(WaitRestarts(job, gang + 1)) << PodLog(chief);
+      ASSERT_FALSE(StatusOf(Get(job)).Finished()) << "ended before OOM kill " << gang + 1 << ":\n"
+                                                  << Get(job).dump(2);
+    }
+    int gang = 2;
+    for (const std::string& victim : victims) {
+      ASSERT_TRUE(WaitTraining(job, chief, gang)) << PodLog(chief);
+      const int ms = Uniform(rng, 0, 3000);
+      std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+      std::cerr << "gang " << gang << ": SIGKILL " << victim << " " << ms
+                << " ms after the chief's first step\n";
+      ASSERT_TRUE(SignalPython(job + "-" + victim, gang, SIGKILL));
+      ASSERT_TRUE(WaitRestarts(job, ++gang)) << PodLog(chief);
+    }
+    json j = WaitFinished(job, kJobTimeout);
+    auto s = StatusOf(j);
+    ASSERT_TRUE(s.IsTrue("Succeeded")) << j.dump(2) << PodLog(chief);
+    EXPECT_EQ(s.restart_count, gang) << j.dump(2);
+    // The last gang resumed where a backup or checkpoint left off, not from the start.
+    std::vector<json> first = Events(chief, "first_step");
+    ASSERT_EQ(first.size(), 1u) << PodLog(chief);
+    std::cerr << "the last gang started at " << first[0] << "\n";
+    if (!expect_resumed) return;
+    EXPECT_TRUE(first[0]["epoch"].get<int>() > 1 || first[0]["step"].get<int>() > 0) << first[0];
   }
 };
 
@@ -243,45 +339,43 @@ TEST_F(TensorFlowE2E, CustomLoopWithEvaluatorSucceeds) {
   EXPECT_EQ(evals.back()["epoch"], 3) << PodLog("loop-evaluator-0");
 }
 
-// A worker SIGKILLed in the middle of epoch 2: the operator restarts the gang, tf-keras'
-// BackupAndRestore restores the backup taken mid-epoch (every 3 steps) and fit resumes inside
-// epoch 2 (Keras' own log starts at "Epoch 2/3"; its first step is not 0); the job succeeds
-// after one restart.
-TEST_F(TensorFlowE2E, KilledWorkerRestartsTheGangAndBackupAndRestoreResumes) {
-  ASSERT_TRUE(client_
-                  ->Create(api::kTrainingJobs, ns_,
-                           KerasFitJob("kkill", {"--save-freq", "3", "--step-delay", "0.3"}))
-                  .ok());
-  // Keras prints "Epoch 2/3" when epoch 2 begins; some steps later (at least one backup
-  // into it) worker 1 dies.
-  ASSERT_TRUE(WaitForPodLog("kkill-chief-0", "Epoch 2/3", kJobTimeout)) << PodLog("kkill-chief-0");
-  std::this_thread::sleep_for(std::chrono::seconds(10));
-  ASSERT_TRUE(SignalPython("kkill-worker-1", 0, SIGKILL));
-  json job = WaitFinished("kkill", kJobTimeout);
-  auto s = StatusOf(job);
-  ASSERT_TRUE(s.IsTrue("Succeeded")) << job.dump(2) << PodLog("kkill-chief-0");
-  EXPECT_EQ(s.restart_count, 1) << job.dump(2);
-  // The re-created chief's log is the new gang's alone.
-  const std::string log = PodLog("kkill-chief-0");
-  const size_t first_epoch = log.find("Epoch ");
-  ASSERT_NE(first_epoch, std::string::npos) << log;
-  EXPECT_EQ(log.substr(first_epoch, 9), "Epoch 2/3") << log;
-  std::vector<json> first = Events("kkill-chief-0", "first_step");
-  ASSERT_EQ(first.size(), 1u) << log;
-  EXPECT_EQ(first[0]["epoch"], 2) << first[0];
-  EXPECT_GT(first[0]["step"].get<int>(), 0) << first[0];  // resumed mid-epoch
+// Keras fit (tf-keras, BackupAndRestore every 5 steps) killed 6 times at random moments: the
+// chief and then a worker OOM-killed (or the other way round), then SIGKILLs of the chief,
+// worker 1, worker 0 and the chief. The survivors of each kill exit 1 (TensorFlow's "peer
+// lost"); the operator takes the first failure as the cause and restarts the gang.
+TEST_F(TensorFlowE2E, KerasFitKilledAtRandomMomentsRestartsAndSucceeds) {
+  std::mt19937 rng = KillRandom();
+  // 3 epochs of 100 steps: more than the 6 gangs can run before their kills (2 OOM kills by
+  // step 25, 4 SIGKILLs at most 3 s into a gang), so every kill lands while it trains.
+  json job = KerasFitJob("kkill", {"--steps-per-epoch", "100", "--save-freq", "5"});
+  AddOomKills(job, "/data/kkill", rng);
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, job).ok());
+  KillAtRandomMoments("kkill", {"chief-0", "worker-1", "worker-0", "chief-0"}, rng, true);
   std::vector<json> end = Events("kkill-chief-0", "train_end");
-  ASSERT_EQ(end.size(), 1u) << log;
-  EXPECT_EQ(end[0]["epochs_run"], 2) << end[0];
-  std::cerr << "resumed at epoch " << first[0]["epoch"] << " step " << first[0]["step"] << "\n";
+  ASSERT_EQ(end.size(), 1u) << PodLog("kkill-chief-0");
+  EXPECT_GT(end[0]["test_accuracy"].get<double>(), 0.6) << end[0];
+}
+
+// The custom loop (Keras 3, a checkpoint at each epoch's end) killed 5 times at random
+// moments: an OOM kill of the chief and of a worker, then SIGKILLs of worker 0, the chief and
+// worker 1. Each gang restores the newest epoch checkpoint.
+TEST_F(TensorFlowE2E, CustomLoopKilledAtRandomMomentsRestartsAndSucceeds) {
+  std::mt19937 rng = KillRandom();
+  json job = CustomLoopJob("lkill");
+  AddOomKills(job, "/data/lkill", rng);
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, job).ok());
+  KillAtRandomMoments("lkill", {"worker-0", "chief-0", "worker-1"}, rng, false);
+  EXPECT_EQ(Events("lkill-chief-0", "train_end").size(), 1u) << PodLog("lkill-chief-0");
 }
 
 // SIGTERM to one worker (an eviction) of the custom loop: PreemptionCheckpointHandler makes
 // every worker save at the same step and exit 143; the gang restarts and restores that
 // checkpoint, mid-epoch, and the job succeeds.
 TEST_F(TensorFlowE2E, SigtermedWorkerSavesThenTheGangResumesFromThatStep) {
+  // Full speed; epochs of 60 steps, so the SIGTERM 3 s after epoch 1's end lands inside
+  // epoch 2 (the assertions below need a step inside it).
   ASSERT_TRUE(
-      client_->Create(api::kTrainingJobs, ns_, CustomLoopJob("lterm", {"--step-delay", "0.3"}))
+      client_->Create(api::kTrainingJobs, ns_, CustomLoopJob("lterm", {"--steps-per-epoch", "60"}))
           .ok());
   ASSERT_TRUE(WaitForPodLog("lterm-chief-0", "\"epoch_end\"", kJobTimeout))
       << PodLog("lterm-chief-0");
