@@ -361,7 +361,8 @@ TEST_F(TensorFlowE2E, KerasFitKilledAtRandomMomentsRestartsAndSucceeds) {
 // worker 1. Each gang restores the newest epoch checkpoint.
 TEST_F(TensorFlowE2E, CustomLoopKilledAtRandomMomentsRestartsAndSucceeds) {
   std::mt19937 rng = KillRandom();
-  json job = CustomLoopJob("lkill");
+  // Epochs of 100 steps, as for keras_fit: no gang before the last can finish the job.
+  json job = CustomLoopJob("lkill", {"--steps-per-epoch", "100"});
   AddOomKills(job, "/data/lkill", rng);
   ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, job).ok());
   KillAtRandomMoments("lkill", {"worker-0", "chief-0", "worker-1"}, rng, false);
