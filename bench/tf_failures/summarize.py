@@ -33,7 +33,8 @@ def main(path):
     runs = [json.loads(l) for l in open(path) if l.strip()]
     print("# What TensorFlow programs do when one replica fails: raw figures\n")
     print(f"Machine: {os.cpu_count()} CPUs (`nproc`), {cpu_model()}, shared with other builds.")
-    print("Load average 8 to 12 during the runs (other builds). Commands: `sudo bash")
+    print("Load average 8 to 12 when looked at during the first round, up to 19 near the end")
+    print("(other builds). Commands: `sudo bash")
     print("bench/tf_failures/run.sh` (ROUNDS=2, CAP=120), then the rows with a heartbeat timeout:")
     print("`HEARTBEAT_MS=60000 sudo bash bench/tf_failures/run.sh keras_fit:stop:worker:1")
     print("custom_loop:stop:worker:1`. TensorFlow from")
