@@ -92,6 +92,31 @@ struct ExecutorDeps {
   bool native_pod_groups = false;
 };
 
+// What passes over large jobs may hold at once. A pass costs memory with its job's templates:
+// it parses them, builds each pod from them, sends it and reads the answer, each a JSON tree
+// of several times the template's text. A job whose templates (as the cache keeps them,
+// CompactTemplateBytes) come to more than kLargeJobBytes takes its bytes, at most
+// kLargePassBytes, from a budget of kLargePassBytes for its pass; when they are not free the
+// pass does not start and the key is looked at again kLargePassRetry later, its worker free
+// for other jobs. So passes over jobs near the API server's size limit (1.5 MiB) run one at a
+// time, smaller large ones a few at once, and small jobs never wait.
+inline constexpr size_t kLargeJobBytes = size_t{64} << 10;
+inline constexpr size_t kLargePassBytes = size_t{3} << 19;  // 1.5 MiB
+inline constexpr std::chrono::milliseconds kLargePassRetry{500};
+
+// The budget above: thread-safe.
+class LargePassBudget {
+ public:
+  // Takes min(bytes, kLargePassBytes) when free (true); 0 for a job of at most kLargeJobBytes.
+  bool TryTake(size_t bytes, size_t* taken);
+  void Give(size_t taken);
+  size_t in_use() const;
+
+ private:
+  mutable Mutex mu_;
+  size_t in_use_ TJ_GUARDED_BY(mu_) = 0;
+};
+
 class Executor {
  public:
   Executor(ExecutorDeps deps, ReconcilerOptions options);
@@ -163,6 +188,7 @@ class Executor {
   ReconcilerOptions options_;
   Clock* clock_;
   kube::Expectations expectations_;
+  LargePassBudget large_passes_;
   Mutex kept_mu_;
   std::map<std::string, KeptStatus> kept_ TJ_GUARDED_BY(kept_mu_);
   // Jobs whose pass found a rendezvous Secret it did not make: key -> the message.
