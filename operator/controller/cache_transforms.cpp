@@ -163,6 +163,7 @@ void CompactTrainingJob(json& job) {
     auto tmpl = rs.find("template");
     if (tmpl == rs.end()) continue;
     std::string text = tmpl->dump(-1, ' ', false, json::error_handler_t::replace);
+    text.shrink_to_fit();  // dump grows by doubling: up to twice the text otherwise
     rs.erase(tmpl);
     rs[kCompactTemplateKey] = std::move(text);
   }
