@@ -127,12 +127,28 @@ void Executor::ReadTrainerProgress(const std::string& ns, const std::string& nam
   }
 }
 
-bool LargePassBudget::TryTake(size_t bytes, size_t* taken) {
+bool LargePassBudget::TryTake(const std::string& key, size_t bytes, Clock::TimePoint now,
+                              size_t* taken) {
   *taken = 0;
   if (bytes <= kLargeJobBytes) return true;
   const size_t want = std::min(bytes, kLargePassBytes);
   MutexLock lock(mu_);
-  if (in_use_ + want > kLargePassBytes) return false;
+  // Those that stopped asking lose their turn.
+  std::erase_if(waiting_, [&](const Waiter& w) {
+    return w.key != key && now - w.last_asked > kLargePassForgetAfter;
+  });
+  auto mine =
+      std::find_if(waiting_.begin(), waiting_.end(), [&](const Waiter& w) { return w.key == key; });
+  const bool my_turn = waiting_.empty() || mine == waiting_.begin();
+  if (!my_turn || in_use_ + want > kLargePassBytes) {
+    if (mine == waiting_.end()) {
+      waiting_.push_back({key, now});
+    } else {
+      mine->last_asked = now;
+    }
+    return false;
+  }
+  if (mine != waiting_.end()) waiting_.erase(mine);
   in_use_ += want;
   *taken = want;
   return true;
@@ -249,7 +265,7 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
   // A large job's pass waits for its share of the budget (LargePassBudget), without holding
   // its worker.
   size_t budget = 0;
-  if (!large_passes_.TryTake(CompactTemplateBytes(*cached), &budget)) {
+  if (!large_passes_.TryTake(key, CompactTemplateBytes(*cached), clock_->Now(), &budget)) {
     return std::optional<milliseconds>(kLargePassRetry);
   }
   struct GiveBack {

@@ -154,22 +154,30 @@ TEST(ParallelPodCreates, SmallPodsTogetherPodsNearTheSizeLimitOneAtATime) {
 
 TEST(LargePassBudget, NearTheSizeLimitOneAtATimeSmallJobsNeverWait) {
   LargePassBudget budget;
+  const Clock::TimePoint t0{};
   size_t small = 1, big = 0, second = 0, medium = 0;
-  EXPECT_TRUE(budget.TryTake(kLargeJobBytes, &small));
+  EXPECT_TRUE(budget.TryTake("ns/small", kLargeJobBytes, t0, &small));
   EXPECT_EQ(small, 0u);
-  EXPECT_TRUE(budget.TryTake(size_t{3} << 20, &big));  // over the budget: takes all of it
+  EXPECT_TRUE(budget.TryTake("ns/a", size_t{3} << 20, t0, &big));  // over the budget: all of it
   EXPECT_EQ(big, kLargePassBytes);
-  EXPECT_FALSE(budget.TryTake(kLargeJobBytes + 1, &second));
+  EXPECT_FALSE(budget.TryTake("ns/b", kLargeJobBytes + 1, t0, &second));
   EXPECT_EQ(second, 0u);
-  EXPECT_TRUE(budget.TryTake(1000, &small));  // a small job's pass still runs
+  EXPECT_TRUE(budget.TryTake("ns/small", 1000, t0, &small));  // a small job's pass still runs
   budget.Give(big);
   EXPECT_EQ(budget.in_use(), 0u);
-  EXPECT_TRUE(budget.TryTake(kLargePassBytes / 2, &medium));
-  EXPECT_TRUE(budget.TryTake(kLargePassBytes / 2, &second));
-  EXPECT_FALSE(budget.TryTake(kLargeJobBytes + 1, &big));
+  // ns/b waits first: ns/a, back at once, waits behind it.
+  EXPECT_FALSE(budget.TryTake("ns/a", kLargePassBytes / 2, t0, &big));
+  EXPECT_TRUE(budget.TryTake("ns/b", kLargePassBytes / 2, t0, &second));
+  EXPECT_TRUE(budget.TryTake("ns/a", kLargePassBytes / 2, t0, &medium));
+  EXPECT_FALSE(budget.TryTake("ns/c", kLargeJobBytes + 1, t0, &big));
   budget.Give(medium);
   budget.Give(second);
   EXPECT_EQ(budget.in_use(), 0u);
+  // ns/c waits, then never asks again (deleted): after kLargePassForgetAfter it loses its turn.
+  EXPECT_FALSE(budget.TryTake("ns/d", kLargeJobBytes + 1, t0 + std::chrono::seconds(1), &big));
+  EXPECT_TRUE(budget.TryTake("ns/d", kLargeJobBytes + 1,
+                             t0 + kLargePassForgetAfter + std::chrono::seconds(1), &big));
+  budget.Give(big);
 }
 
 TEST(StatusWriteOf, SendsTheIdentityAndVersionNotTheSpec) {
