@@ -73,7 +73,7 @@ constexpr int kManyJobs = 7;
 constexpr int kJobsBefore = 4;
 constexpr int kManyJobsWorkers = 2;
 constexpr int kManyJobsPodQuota = 2;
-constexpr double kMarginMiB = 16;
+constexpr double kMarginMiB = 8;
 // The many-jobs run ends once every job has a status, kSettle later, at the latest at kRunTimeout.
 const Resource kResourceQuotas{"v1", "resourcequotas"};
 
