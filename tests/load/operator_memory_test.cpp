@@ -34,6 +34,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <iterator>
 #include <optional>
@@ -159,6 +160,42 @@ double CpuSeconds(pid_t pid) {
          static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
+// What a run of the operator came to.
+struct OperatorRun {
+  double peak = 0;  // VmHWM, MiB
+  double cpu_s = 0;
+  double seconds = 0;
+  bool running = false;
+
+  // The figures of the run's JSON line.
+  json Figures() const {
+    return {{"peak_rss_mib", std::round(peak * 10) / 10},
+            {"operator_cpu_s", std::round(cpu_s * 10) / 10},
+            {"limit_mib", kLimitMiB},
+            {"seconds", std::round(seconds)}};
+  }
+};
+
+// Follows `proc` from now until kSettle after `step` (called every 100 ms) first said it is
+// done, until the peak passes kAbortMiB or the operator exits, at the latest kRunTimeout.
+OperatorRun Follow(tj::testing::Subprocess& proc, const std::function<bool()>& step) {
+  const auto t0 = Steady::now();
+  OperatorRun run;
+  std::optional<Steady::time_point> done;
+  while (Steady::now() - t0 < kRunTimeout) {
+    run.peak = std::max(run.peak, PeakRssMiB(proc.pid()));
+    if (run.peak > kAbortMiB || proc.Wait(std::chrono::milliseconds(0))) break;
+    if (!done && step()) done = Steady::now();
+    if (done && Steady::now() - *done > kSettle) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  run.peak = std::max(run.peak, PeakRssMiB(proc.pid()));
+  run.cpu_s = CpuSeconds(proc.pid());
+  run.running = !proc.Wait(std::chrono::milliseconds(0)).has_value();
+  run.seconds = std::chrono::duration<double>(Steady::now() - t0).count();
+  return run;
+}
+
 class OperatorMemory : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -267,30 +304,22 @@ TEST_F(OperatorMemory, LargestJobAndForeignPodsStayUnderTheChartLimit) {
   tj::testing::Subprocess proc({operator_, "--kubeconfig", cluster_->kubeconfig(),
                                 "--metrics-bind-address", "0", "--health-probe-bind-address", "0"},
                                {}, cluster_->dir() + "/operator-memory");
-  const auto t0 = Steady::now();
-  double peak = 0;
   // The quota charges a pod at admission, before etcd stores or refuses it: its count of used
   // pods past the foreign ones says the operator has sent pods of the job.
   std::optional<Steady::time_point> first_sent;
-  auto next_look = t0;
-  while (Steady::now() - t0 < kRunTimeout) {
-    peak = std::max(peak, PeakRssMiB(proc.pid()));
-    if (peak > kAbortMiB || proc.Wait(std::chrono::milliseconds(0))) break;
-    if (!first_sent && Steady::now() >= next_look) {
-      next_look += std::chrono::seconds(1);
-      auto q = client_->Get(kResourceQuotas, ns, "pods");
-      const json used = q.ok() ? (*q)["status"]["used"].value("pods", json("0")) : json("0");
-      if (used.is_string() && std::atoi(used.get<std::string>().c_str()) > kForeignPodsBeside) {
-        first_sent = Steady::now();
-      }
+  auto next_look = Steady::now();
+  const OperatorRun run = Follow(proc, [&] {
+    if (Steady::now() < next_look) return false;
+    next_look += std::chrono::seconds(1);
+    auto q = client_->Get(kResourceQuotas, ns, "pods");
+    const json used = q.ok() ? (*q)["status"]["used"].value("pods", json("0")) : json("0");
+    if (used.is_string() && std::atoi(used.get<std::string>().c_str()) > kForeignPodsBeside) {
+      first_sent = Steady::now();
     }
-    if (first_sent && Steady::now() - *first_sent > kSettle) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  peak = std::max(peak, PeakRssMiB(proc.pid()));
-  const double cpu_s = CpuSeconds(proc.pid());
-  const bool running = !proc.Wait(std::chrono::milliseconds(0)).has_value();
-  const double seconds = std::chrono::duration<double>(Steady::now() - t0).count();
+    return first_sent.has_value();
+  });
+  const double peak = run.peak;
+  const bool running = run.running;
   // What became of the job's pods: stored, or refused (the Events of the refusals).
   ListOptions lo;
   lo.label_selector = std::string(api::kLabelJobName) + "=" + kJob;
@@ -311,21 +340,17 @@ TEST_F(OperatorMemory, LargestJobAndForeignPodsStayUnderTheChartLimit) {
 
   auto foreign = client_->List(resources::kPods, foreign_ns, lo);
   ASSERT_TRUE(foreign.ok());
-  std::cout << json{{"test", "operator_memory"},
-                    {"job_bytes", job_bytes},
-                    {"largest_accepted_pad", accepted_pad},
-                    {"refusal", refusal},
-                    {"workers", workers},
-                    {"pods_created", pods},
-                    {"pod_creates_refused", refused},
-                    {"pod_refusal", refusal_of_pods.substr(0, 300)},
-                    {"foreign_pods", kForeignPods + kForeignPodsBeside},
-                    {"peak_rss_mib", std::round(peak * 10) / 10},
-                    {"operator_cpu_s", std::round(cpu_s * 10) / 10},
-                    {"limit_mib", kLimitMiB},
-                    {"seconds", std::round(seconds)}}
-                   .dump()
-            << "\n";
+  json line{{"test", "operator_memory"},
+            {"job_bytes", job_bytes},
+            {"largest_accepted_pad", accepted_pad},
+            {"refusal", refusal},
+            {"workers", workers},
+            {"pods_created", pods},
+            {"pod_creates_refused", refused},
+            {"pod_refusal", refusal_of_pods.substr(0, 300)},
+            {"foreign_pods", kForeignPods + kForeignPodsBeside}};
+  line.update(run.Figures());
+  std::cout << line.dump() << "\n";
   EXPECT_TRUE(running) << "the operator exited; its log: " << proc.Stderr().substr(0, 4000);
   EXPECT_LT(peak, kLimitMiB) << "the operator's peak RSS (VmHWM) passed the chart's limit"
                              << (peak > kAbortMiB ? " (stopped there)" : "");
@@ -357,46 +382,35 @@ TEST_F(OperatorMemory, ManyLargestJobsStayUnderTheChartLimit) {
                                 "--metrics-bind-address", "0", "--health-probe-bind-address", "0"},
                                {}, cluster_->dir() + "/operator-memory-many");
   const auto t0 = Steady::now();
-  double peak = 0;
   int next_job = kJobsBefore;
   int with_status = 0;
-  std::optional<Steady::time_point> all_seen;
+  bool all_seen = false;
   auto next_look = t0;
-  while (Steady::now() - t0 < kRunTimeout) {
-    peak = std::max(peak, PeakRssMiB(proc.pid()));
-    if (peak > kAbortMiB || proc.Wait(std::chrono::milliseconds(0))) break;
+  const OperatorRun run = Follow(proc, [&] {
     // The rest of the jobs once the operator has started on the first ones, one per round.
-    if (next_job < kManyJobs && Steady::now() - t0 > std::chrono::seconds(5)) create(next_job++);
-    if (!all_seen && next_job == kManyJobs && Steady::now() >= next_look) {
-      next_look = Steady::now() + std::chrono::seconds(2);
-      // A list of the jobs as big as they are: read outside the operator, in this process.
-      with_status = 0;
-      if (auto list = client_->List(api::kTrainingJobs, ns); list.ok()) {
-        for (const auto& j : (*list)["items"]) {
-          with_status += j.contains("status") && j["status"].contains("conditions");
-        }
-      }
-      if (with_status == kManyJobs) all_seen = Steady::now();
+    if (next_job < kManyJobs) {
+      if (Steady::now() - t0 > std::chrono::seconds(5)) create(next_job++);
+      return false;
     }
-    if (all_seen && Steady::now() - *all_seen > kSettle) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  peak = std::max(peak, PeakRssMiB(proc.pid()));
-  const double cpu_s = CpuSeconds(proc.pid());
-  const bool running = !proc.Wait(std::chrono::milliseconds(0)).has_value();
-  const double seconds = std::chrono::duration<double>(Steady::now() - t0).count();
-  std::cout << json{{"test", "operator_memory_many_jobs"},
-                    {"jobs", kManyJobs},
-                    {"jobs_before_start", kJobsBefore},
-                    {"job_bytes", job_bytes},
-                    {"workers", kManyJobsWorkers},
-                    {"jobs_with_status", with_status},
-                    {"peak_rss_mib", std::round(peak * 10) / 10},
-                    {"operator_cpu_s", std::round(cpu_s * 10) / 10},
-                    {"limit_mib", kLimitMiB},
-                    {"seconds", std::round(seconds)}}
-                   .dump()
-            << "\n";
+    if (Steady::now() < next_look) return false;
+    next_look = Steady::now() + std::chrono::seconds(2);
+    // A list of the jobs as big as they are: read outside the operator, in this process.
+    with_status = 0;
+    if (auto list = client_->List(api::kTrainingJobs, ns); list.ok()) {
+      for (const auto& j : (*list)["items"]) {
+        with_status += j.contains("status") && j["status"].contains("conditions");
+      }
+    }
+    all_seen = with_status == kManyJobs;
+    return all_seen;
+  });
+  const double peak = run.peak;
+  const bool running = run.running;
+  json line{{"test", "operator_memory_many_jobs"}, {"jobs", kManyJobs},
+            {"jobs_before_start", kJobsBefore},    {"job_bytes", job_bytes},
+            {"workers", kManyJobsWorkers},         {"jobs_with_status", with_status}};
+  line.update(run.Figures());
+  std::cout << line.dump() << "\n";
   EXPECT_TRUE(running) << "the operator exited; its log: " << proc.Stderr().substr(0, 4000);
   EXPECT_LT(peak, kLimitMiB - kMarginMiB)
       << "the operator's peak RSS (VmHWM) with " << kManyJobs << " jobs of " << job_bytes
