@@ -24,6 +24,11 @@ struct ListOptions {
   std::string field_selector;
   int64_t page_size = 500;       // items per page; all pages are fetched
   std::string resource_version;  // "" (most recent) or "0" (any, from the watch cache)
+  // Called on each item as soon as it is decoded, before the next one is: it may change the
+  // item (an informer's transform) and returns false to drop it. A page then never holds more
+  // than one item as the server sent it, however many large objects it lists. Null: the items
+  // are returned as sent. A client that cannot call it early calls it on the decoded page.
+  std::function<bool(json& item)> each_item;
 };
 
 struct WatchOptions {

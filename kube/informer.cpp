@@ -73,6 +73,15 @@ bool Informer::ListAll() {
   // client-go's reflector lists): no read of etcd while a starting operator waits for it. A
   // relist (410 Gone after a compaction, or a failed watch) asks for the most recent state.
   if (lists_ == 0) lo.resource_version = "0";
+  // Each item is kept or dropped, and transformed, as soon as it is decoded: a list of many
+  // large objects never stands whole in memory as the server sent it.
+  if (options_.keep || options_.transform) {
+    lo.each_item = [this](nlohmann::json& item) {
+      if (options_.keep && !options_.keep(item)) return false;
+      if (options_.transform) options_.transform(item);
+      return true;
+    };
+  }
   auto list = client_->List(options_.resource, options_.ns, lo);
   if (!list.ok()) {
     Warn("list failed: " + list.error().ToString());
@@ -81,8 +90,8 @@ bool Informer::ListAll() {
   std::vector<nlohmann::json> items;
   items.reserve((*list)["items"].size());
   for (auto& item : (*list)["items"]) {
-    if (options_.keep && !options_.keep(item)) continue;
-    if (options_.transform) options_.transform(item);
+    // Again, for a client that did not call each_item (transforms are idempotent).
+    if (lo.each_item && !lo.each_item(item)) continue;
     items.push_back(std::move(item));
   }
   list->erase("items");  // the cache holds the only copy from here on

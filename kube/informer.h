@@ -40,6 +40,8 @@ struct InformerOptions {
   // Applied to every listed or watched object before it is cached and handed to the handlers
   // (client-go's SetTransform): drop what the controller never reads (managedFields, a
   // Secret's data) so the cache holds less. Null: objects are kept as the server sent them.
+  // A list applies it to each item as the item is decoded (ListOptions::each_item), and may
+  // apply it again: it must be idempotent, and `keep` must hold of what it leaves.
   std::function<void(nlohmann::json& object)> transform;
   // Asked of every listed or watched object before the transform: false keeps it out of the
   // cache and from the handlers (an object that stops passing is handled as deleted). For

@@ -74,7 +74,8 @@ std::string RestClient::Authorization() {
 }
 
 Result<json> RestClient::Call(const std::string& method, const std::string& path_and_query,
-                              const std::string& content_type, const std::string& body) {
+                              const std::string& content_type, const std::string& body,
+                              const json::parser_callback_t& on_parse) {
   const std::string what = method + " " + path_and_query;
   ExponentialBackoff backoff(std::chrono::milliseconds(100), std::chrono::seconds(10), 2.0, 0.1,
                              std::hash<std::string>{}(what));
@@ -96,7 +97,7 @@ Result<json> RestClient::Call(const std::string& method, const std::string& path
     const int status = resp->status;
     if (status >= 200 && status < 300) {
       if (resp->body.empty()) return json::object();
-      auto j = json::parse(resp->body, nullptr, /*allow_exceptions=*/false);
+      auto j = json::parse(resp->body, on_parse, /*allow_exceptions=*/false);
       if (j.is_discarded()) {
         return ApiError{status, "", "the answer is not JSON: " + Utf8Prefix(resp->body, 200), what,
                         0};
@@ -141,7 +142,18 @@ Result<json> RestClient::List(const Resource& r, const std::string& ns,
     if (options.page_size > 0) AddParam(&q, "limit", std::to_string(options.page_size));
     AddParam(&q, "continue", cont);
     if (first) AddParam(&q, "resourceVersion", options.resource_version);
-    auto page = Call("GET", q, "", "");
+    // {"kind", "metadata": {...}, "items": [{...}, ...]}: the top object's keys are at depth 1,
+    // an item ends at depth 2.
+    bool in_items = false;
+    json::parser_callback_t each_item;
+    if (options.each_item) {
+      each_item = [&](int depth, json::parse_event_t event, json& parsed) {
+        if (event == json::parse_event_t::key && depth == 1) in_items = parsed == "items";
+        if (event != json::parse_event_t::object_end || depth != 2 || !in_items) return true;
+        return options.each_item(parsed);
+      };
+    }
+    auto page = Call("GET", q, "", "", each_item);
     if (!page.ok()) return page;
     json& p = *page;
     if (first) {

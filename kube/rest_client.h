@@ -45,8 +45,10 @@ class RestClient final : public Client {
 
  private:
   // Rate limit, auth, retries; returns the parsed JSON answer of a 2xx, or the ApiError.
+  // `on_parse` (may be null) is nlohmann::json's parser callback for the answer.
   Result<json> Call(const std::string& method, const std::string& path_and_query,
-                    const std::string& content_type, const std::string& body);
+                    const std::string& content_type, const std::string& body,
+                    const json::parser_callback_t& on_parse = nullptr);
   std::string Authorization();
 
   RestConfig config_;

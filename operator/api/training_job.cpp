@@ -274,9 +274,12 @@ StatusOr<TrainingJobSpec> ParseSpec(const json& spec) {
       if (*policy == "ExitCode") r.restart_policy = RestartPolicy::kExitCode;
       if (*policy == "Always") r.restart_policy = RestartPolicy::kAlways;
     }
-    const json tmpl = rs.contains("template") ? rs["template"] : json();
-    TJ_RETURN_IF_ERROR(ValidateTemplate(tmpl, path + ".template"));
-    r.pod_template = tmpl;
+    // Validated where it is and copied once: a template may be megabytes as a JSON tree.
+    static const json kNoTemplate;
+    auto tmpl = rs.find("template");
+    const json& t = tmpl != rs.end() ? *tmpl : kNoTemplate;
+    TJ_RETURN_IF_ERROR(ValidateTemplate(t, path + ".template"));
+    r.pod_template = t;
     out.replica_specs[*type] = std::move(r);
   }
   if (!out.replica_specs.contains(ReplicaType::kWorker)) {

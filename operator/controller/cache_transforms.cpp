@@ -139,6 +139,67 @@ json TemplateForView(const json& pod_template) {
   return {{"metadata", std::move(meta)}, {"spec", {{"containers", std::move(containers)}}}};
 }
 
+namespace {
+
+// spec.replicaSpecs of `job` when it is an object; null otherwise.
+json* ReplicaSpecsOf(json& job) {
+  if (!job.is_object()) return nullptr;
+  auto spec = job.find("spec");
+  if (spec == job.end() || !spec->is_object()) return nullptr;
+  auto specs = spec->find("replicaSpecs");
+  return specs != spec->end() && specs->is_object() ? &*specs : nullptr;
+}
+
+}  // namespace
+
+void CompactTrainingJob(json& job) {
+  if (auto md = job.find("metadata"); md != job.end() && md->is_object()) {
+    md->erase("managedFields");  // server-side apply's bookkeeping, never read
+  }
+  json* specs = ReplicaSpecsOf(job);
+  if (specs == nullptr) return;
+  for (auto& [type, rs] : specs->items()) {
+    if (!rs.is_object()) continue;
+    auto tmpl = rs.find("template");
+    if (tmpl == rs.end()) continue;
+    std::string text = tmpl->dump(-1, ' ', false, json::error_handler_t::replace);
+    text.shrink_to_fit();  // dump grows by doubling: up to twice the text otherwise
+    rs.erase(tmpl);
+    rs[kCompactTemplateKey] = std::move(text);
+  }
+}
+
+json ExpandTrainingJob(const json& compact) {
+  json job = compact;
+  json* specs = ReplicaSpecsOf(job);
+  if (specs == nullptr) return job;
+  for (auto& [type, rs] : specs->items()) {
+    if (!rs.is_object()) continue;
+    auto text = rs.find(kCompactTemplateKey);
+    if (text == rs.end()) continue;
+    json tmpl = text->is_string() ? json::parse(text->get_ref<const std::string&>(), nullptr, false)
+                                  : json();
+    rs.erase(text);
+    if (!tmpl.is_discarded()) rs["template"] = std::move(tmpl);
+  }
+  return job;
+}
+
+size_t CompactTemplateBytes(const json& compact) {
+  size_t bytes = 0;
+  if (!compact.is_object()) return 0;
+  auto spec = compact.find("spec");
+  if (spec == compact.end() || !spec->is_object()) return 0;
+  auto specs = spec->find("replicaSpecs");
+  if (specs == spec->end() || !specs->is_object()) return 0;
+  for (const auto& rs : *specs) {
+    if (!rs.is_object()) continue;
+    auto text = rs.find(kCompactTemplateKey);
+    if (text != rs.end() && text->is_string()) bytes += text->get_ref<const std::string&>().size();
+  }
+  return bytes;
+}
+
 void KeepIdentity(json& object) {
   if (!object.is_object()) return;
   KeepOnly(object, {"apiVersion", "kind", "metadata"});

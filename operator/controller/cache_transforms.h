@@ -41,6 +41,26 @@ bool OwnedByATrainingJob(const nlohmann::json& object);
 // and no Secret data stays in memory.
 void KeepIdentity(nlohmann::json& object);
 
+// A TrainingJob as the job cache keeps it: without managedFields, and each
+// spec.replicaSpecs.<type>.template held as its JSON text (under kCompactTemplateKey) instead
+// of a JSON tree. A template of many small fields (a long args list) costs about 9 times its
+// text as a tree, and the cache holds every job for the operator's whole life: as text a
+// job costs about its size. Idempotent; a job without templates is only stripped.
+void CompactTrainingJob(nlohmann::json& job);
+
+// Where CompactTrainingJob keeps a template's text in its replica spec. Not a field of the
+// CRD's replica spec (the API server prunes unknown fields), so never a user's.
+inline constexpr char kCompactTemplateKey[] = "tjo.dev/template-json";
+
+// The job as the API server stores it (managedFields aside) from its compact form: a copy
+// with each template parsed back (what a pass reads). A template text that does not parse
+// (it cannot: the cache wrote it) is left out, and the spec's check then names the field.
+nlohmann::json ExpandTrainingJob(const nlohmann::json& compact);
+
+// The bytes of a job's template texts in its compact form: what a pass over it costs grows
+// with this (each pass parses them, builds pods from them and sends them).
+size_t CompactTemplateBytes(const nlohmann::json& compact);
+
 // Whether an update changed nothing the reconciler reads: the two objects (as transformed
 // above) differ in metadata.resourceVersion only, e.g. a pod condition written by the
 // scheduler on a pod the cache keeps trimmed. A resync (same version)

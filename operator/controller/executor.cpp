@@ -7,6 +7,7 @@
 #include "common/utf8.h"
 #include "kube/object_meta.h"
 #include "operator/api/training_job.h"
+#include "operator/controller/cache_transforms.h"
 #include "operator/controller/gang_scheduling.h"
 #include "operator/controller/job_resources.h"
 #include "operator/controller/kueue_admission.h"
@@ -126,6 +127,43 @@ void Executor::ReadTrainerProgress(const std::string& ns, const std::string& nam
   }
 }
 
+bool LargePassBudget::TryTake(const std::string& key, size_t bytes, Clock::TimePoint now,
+                              size_t* taken) {
+  *taken = 0;
+  if (bytes <= kLargeJobBytes) return true;
+  const size_t want = std::min(bytes, kLargePassBytes);
+  MutexLock lock(mu_);
+  // Those that stopped asking lose their turn.
+  std::erase_if(waiting_, [&](const Waiter& w) {
+    return w.key != key && now - w.last_asked > kLargePassForgetAfter;
+  });
+  auto mine =
+      std::find_if(waiting_.begin(), waiting_.end(), [&](const Waiter& w) { return w.key == key; });
+  const bool my_turn = waiting_.empty() || mine == waiting_.begin();
+  if (!my_turn || in_use_ + want > kLargePassBytes) {
+    if (mine == waiting_.end()) {
+      waiting_.push_back({key, now});
+    } else {
+      mine->last_asked = now;
+    }
+    return false;
+  }
+  if (mine != waiting_.end()) waiting_.erase(mine);
+  in_use_ += want;
+  *taken = want;
+  return true;
+}
+
+void LargePassBudget::Give(size_t taken) {
+  MutexLock lock(mu_);
+  in_use_ -= std::min(taken, in_use_);
+}
+
+size_t LargePassBudget::in_use() const {
+  MutexLock lock(mu_);
+  return in_use_;
+}
+
 Executor::Executor(ExecutorDeps deps, ReconcilerOptions options)
     : deps_(std::move(deps)),
       options_(options),
@@ -211,20 +249,33 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
   }
 
   Observed in;
-  auto cached = caches.jobs->Get(key);
+  kube::ObjectCache::Ptr cached = caches.jobs->GetShared(key);
   if (!cached) {
     expectations_.Clear(key);
     ForgetKept(key);
     ForgetMadeSecret(key);
     return std::optional<milliseconds>();  // deleted
   }
-  in.job = std::move(*cached);
   // Another controller's job (spec.managedBy): not even its pods are read, nor its trainers
   // asked for their progress. The field is immutable, so nothing here can change that.
-  if (!api::OtherManager(in.job).empty()) {
+  if (!api::OtherManager(*cached).empty()) {
     ForgetKept(key);
     return std::optional<milliseconds>();
   }
+  // A large job's pass waits for its share of the budget (LargePassBudget), without holding
+  // its worker.
+  size_t budget = 0;
+  if (!large_passes_.TryTake(key, CompactTemplateBytes(*cached), clock_->Now(), &budget)) {
+    return std::optional<milliseconds>(kLargePassRetry);
+  }
+  struct GiveBack {
+    LargePassBudget* b;
+    size_t n;
+    ~GiveBack() { b->Give(n); }
+  } give_back{&large_passes_, budget};
+  // The cache keeps the templates as text (CompactTrainingJob); the pass reads them parsed.
+  in.job = ExpandTrainingJob(*cached);
+  cached.reset();
   // A status kept back from an earlier pass is this pass's starting point, as if written.
   const std::string uid = api::RefOf(in.job).uid;
   const std::optional<KeptStatus> kept = Kept(key, uid);

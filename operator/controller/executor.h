@@ -92,6 +92,43 @@ struct ExecutorDeps {
   bool native_pod_groups = false;
 };
 
+// What passes over large jobs may hold at once. A pass costs memory with its job's templates:
+// it parses them, builds each pod from them, sends it and reads the answer, each a JSON tree
+// of several times the template's text. A job whose templates (as the cache keeps them,
+// CompactTemplateBytes) come to more than kLargeJobBytes takes its bytes, at most
+// kLargePassBytes, from a budget of kLargePassBytes for its pass; when they are not free the
+// pass does not start and the key is looked at again kLargePassRetry later, its worker free
+// for other jobs. So passes over jobs near the API server's size limit (1.5 MiB) run one at a
+// time, smaller large ones a few at once, and small jobs never wait. Large jobs that wait are
+// served in turn: while one waits, no other large pass starts before it (a job whose pods
+// are refused, retried at the queue's fast backoff, would take the budget over and over), and
+// one that has not asked again for kLargePassForgetAfter (deleted, or no longer large) loses
+// its turn.
+inline constexpr size_t kLargeJobBytes = size_t{64} << 10;
+inline constexpr size_t kLargePassBytes = size_t{3} << 19;  // 1.5 MiB
+inline constexpr std::chrono::milliseconds kLargePassRetry{500};
+inline constexpr std::chrono::seconds kLargePassForgetAfter{5};
+
+// The budget above: thread-safe.
+class LargePassBudget {
+ public:
+  // For the pass of `key` at `now`: takes min(bytes, kLargePassBytes) when free and no other
+  // large job waits before it (true), else queues it (false); takes 0 for a job of at most
+  // kLargeJobBytes, which never waits.
+  bool TryTake(const std::string& key, size_t bytes, Clock::TimePoint now, size_t* taken);
+  void Give(size_t taken);
+  size_t in_use() const;
+
+ private:
+  struct Waiter {
+    std::string key;
+    Clock::TimePoint last_asked;
+  };
+  mutable Mutex mu_;
+  size_t in_use_ TJ_GUARDED_BY(mu_) = 0;
+  std::vector<Waiter> waiting_ TJ_GUARDED_BY(mu_);  // in the order they first asked
+};
+
 class Executor {
  public:
   Executor(ExecutorDeps deps, ReconcilerOptions options);
@@ -163,6 +200,7 @@ class Executor {
   ReconcilerOptions options_;
   Clock* clock_;
   kube::Expectations expectations_;
+  LargePassBudget large_passes_;
   Mutex kept_mu_;
   std::map<std::string, KeptStatus> kept_ TJ_GUARDED_BY(kept_mu_);
   // Jobs whose pass found a rendezvous Secret it did not make: key -> the message.

@@ -23,7 +23,8 @@ JobInformers MakeJobInformers(kube::Client* client, Clock* clock, const std::str
     o.resource = api::kTrainingJobs;
     o.ns = ns;
     o.resync_period = std::chrono::minutes(10);
-    o.transform = kube::StripManagedFields;
+    // Templates as text: a cache of many large jobs costs their size, not 9 times it.
+    o.transform = CompactTrainingJob;
     out.jobs = std::make_unique<kube::Informer>(client, clock, o, log);
     out.jobs->AddHandlers({enqueue_job,
                            [=](const json& old_obj, const json& n) {

@@ -16,6 +16,13 @@
 //     are retried); a ResourceQuota of kPodQuota pods bounds what etcd (in /dev/shm) holds.
 // Passes when the operator's peak RSS (VmHWM) stays under kLimitMiB, it still runs, it sent
 // pods of the job, and it touched no foreign pod. One JSON line with the figures.
+//
+// Many jobs: kManyJobs TrainingJobs of that largest size in one namespace (one tenant), kJobsBefore
+// of them created before the operator starts (its first list loads them) and the rest while it
+// runs (its watch brings them). A ResourceQuota of kManyJobsPodQuota pods refuses the rest of
+// their pods, as a tenant's quota would: none runs, and every pass over them ends in a status
+// write (PodCreateRefused). Passes when the peak RSS stays under kLimitMiB less kMarginMiB, the
+// operator still runs, and every job got a status from it.
 // TJ_MEM_WORKERS overrides the worker count and TJ_MEM_OPERATOR the tj-operator binary (to
 // measure another build).
 #include <gtest/gtest.h>
@@ -27,6 +34,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <iterator>
 #include <optional>
@@ -62,6 +70,12 @@ constexpr size_t kStatusRoom = 8 * 1024;
 constexpr auto kSettle = std::chrono::seconds(30);
 constexpr auto kRunTimeout = std::chrono::seconds(180);
 constexpr char kJob[] = "big";
+constexpr int kManyJobs = 7;
+constexpr int kJobsBefore = 4;
+constexpr int kManyJobsWorkers = 2;
+constexpr int kManyJobsPodQuota = 2;
+constexpr double kMarginMiB = 8;
+// The many-jobs run ends once every job has a status, kSettle later, at the latest at kRunTimeout.
 const Resource kResourceQuotas{"v1", "resourcequotas"};
 
 int WorkersFromEnv(int fallback) {
@@ -146,6 +160,42 @@ double CpuSeconds(pid_t pid) {
          static_cast<double>(sysconf(_SC_CLK_TCK));
 }
 
+// What a run of the operator came to.
+struct OperatorRun {
+  double peak = 0;  // VmHWM, MiB
+  double cpu_s = 0;
+  double seconds = 0;
+  bool running = false;
+
+  // The figures of the run's JSON line.
+  json Figures() const {
+    return {{"peak_rss_mib", std::round(peak * 10) / 10},
+            {"operator_cpu_s", std::round(cpu_s * 10) / 10},
+            {"limit_mib", kLimitMiB},
+            {"seconds", std::round(seconds)}};
+  }
+};
+
+// Follows `proc` from now until kSettle after `step` (called every 100 ms) first said it is
+// done, until the peak passes kAbortMiB or the operator exits, at the latest kRunTimeout.
+OperatorRun Follow(tj::testing::Subprocess& proc, const std::function<bool()>& step) {
+  const auto t0 = Steady::now();
+  OperatorRun run;
+  std::optional<Steady::time_point> done;
+  while (Steady::now() - t0 < kRunTimeout) {
+    run.peak = std::max(run.peak, PeakRssMiB(proc.pid()));
+    if (run.peak > kAbortMiB || proc.Wait(std::chrono::milliseconds(0))) break;
+    if (!done && step()) done = Steady::now();
+    if (done && Steady::now() - *done > kSettle) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  run.peak = std::max(run.peak, PeakRssMiB(proc.pid()));
+  run.cpu_s = CpuSeconds(proc.pid());
+  run.running = !proc.Wait(std::chrono::milliseconds(0)).has_value();
+  run.seconds = std::chrono::duration<double>(Steady::now() - t0).count();
+  return run;
+}
+
 class OperatorMemory : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -166,6 +216,16 @@ class OperatorMemory : public ::testing::Test {
   // The largest padding of BigJob that the API server stores, within kSearchStep; the error
   // of the smallest refused one in `refusal`.
   size_t LargestAcceptedPad(int workers, std::string* refusal) {
+    // One search per process: the tests share the cluster, and the worker count changes the
+    // job's size by a few bytes.
+    static size_t found = 0;
+    static std::string found_refusal;
+    if (found == 0) found = SearchLargestAcceptedPad(workers, &found_refusal);
+    *refusal = found_refusal;
+    return found;
+  }
+
+  size_t SearchLargestAcceptedPad(int workers, std::string* refusal) {
     const std::string ns = testing::NewNamespace(client_.get(), "mem-probe");
     size_t lo = 256 * 1024, hi = 4 * 1024 * 1024;  // lo is accepted, hi refused
     while (hi - lo > kSearchStep) {
@@ -182,6 +242,25 @@ class OperatorMemory : public ::testing::Test {
       }
     }
     return lo;
+  }
+
+  // A ResourceQuota of `pods` pods in `ns`, once the controller manager has filled in its
+  // status (pods are admitted against a quota only then).
+  void PodQuota(const std::string& ns, int pods) {
+    ASSERT_TRUE(client_
+                    ->Create(kResourceQuotas, ns,
+                             {{"apiVersion", "v1"},
+                              {"kind", "ResourceQuota"},
+                              {"metadata", {{"name", "pods"}}},
+                              {"spec", {{"hard", {{"pods", std::to_string(pods)}}}}}})
+                    .ok());
+    ASSERT_TRUE(Eventually(
+        [&] {
+          auto q = client_->Get(kResourceQuotas, ns, "pods");
+          return q.ok() && (*q)["status"].contains("hard");
+        },
+        std::chrono::seconds(60)))
+        << "the ResourceQuota got no status";
   }
 
   LocalCluster* cluster_ = nullptr;
@@ -202,23 +281,8 @@ TEST_F(OperatorMemory, LargestJobAndForeignPodsStayUnderTheChartLimit) {
 
   const std::string ns = testing::NewNamespace(client_.get(), "mem-job");
   const std::string foreign_ns = testing::NewNamespace(client_.get(), "mem-foreign");
-  ASSERT_TRUE(
-      client_
-          ->Create(
-              kResourceQuotas, ns,
-              {{"apiVersion", "v1"},
-               {"kind", "ResourceQuota"},
-               {"metadata", {{"name", "pods"}}},
-               {"spec", {{"hard", {{"pods", std::to_string(kPodQuota + kForeignPodsBeside)}}}}}})
-          .ok());
-  // Pods are admitted against a quota once the controller manager has filled in its status.
-  ASSERT_TRUE(Eventually(
-      [&] {
-        auto q = client_->Get(kResourceQuotas, ns, "pods");
-        return q.ok() && (*q)["status"].contains("hard");
-      },
-      std::chrono::seconds(60)))
-      << "the ResourceQuota got no status";
+  PodQuota(ns, kPodQuota + kForeignPodsBeside);
+  if (HasFatalFailure()) return;
   {
     std::atomic<int> next{0};
     std::vector<std::jthread> threads;
@@ -240,30 +304,22 @@ TEST_F(OperatorMemory, LargestJobAndForeignPodsStayUnderTheChartLimit) {
   tj::testing::Subprocess proc({operator_, "--kubeconfig", cluster_->kubeconfig(),
                                 "--metrics-bind-address", "0", "--health-probe-bind-address", "0"},
                                {}, cluster_->dir() + "/operator-memory");
-  const auto t0 = Steady::now();
-  double peak = 0;
   // The quota charges a pod at admission, before etcd stores or refuses it: its count of used
   // pods past the foreign ones says the operator has sent pods of the job.
   std::optional<Steady::time_point> first_sent;
-  auto next_look = t0;
-  while (Steady::now() - t0 < kRunTimeout) {
-    peak = std::max(peak, PeakRssMiB(proc.pid()));
-    if (peak > kAbortMiB || proc.Wait(std::chrono::milliseconds(0))) break;
-    if (!first_sent && Steady::now() >= next_look) {
-      next_look += std::chrono::seconds(1);
-      auto q = client_->Get(kResourceQuotas, ns, "pods");
-      const json used = q.ok() ? (*q)["status"]["used"].value("pods", json("0")) : json("0");
-      if (used.is_string() && std::atoi(used.get<std::string>().c_str()) > kForeignPodsBeside) {
-        first_sent = Steady::now();
-      }
+  auto next_look = Steady::now();
+  const OperatorRun run = Follow(proc, [&] {
+    if (Steady::now() < next_look) return false;
+    next_look += std::chrono::seconds(1);
+    auto q = client_->Get(kResourceQuotas, ns, "pods");
+    const json used = q.ok() ? (*q)["status"]["used"].value("pods", json("0")) : json("0");
+    if (used.is_string() && std::atoi(used.get<std::string>().c_str()) > kForeignPodsBeside) {
+      first_sent = Steady::now();
     }
-    if (first_sent && Steady::now() - *first_sent > kSettle) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  }
-  peak = std::max(peak, PeakRssMiB(proc.pid()));
-  const double cpu_s = CpuSeconds(proc.pid());
-  const bool running = !proc.Wait(std::chrono::milliseconds(0)).has_value();
-  const double seconds = std::chrono::duration<double>(Steady::now() - t0).count();
+    return first_sent.has_value();
+  });
+  const double peak = run.peak;
+  const bool running = run.running;
   // What became of the job's pods: stored, or refused (the Events of the refusals).
   ListOptions lo;
   lo.label_selector = std::string(api::kLabelJobName) + "=" + kJob;
@@ -284,21 +340,17 @@ TEST_F(OperatorMemory, LargestJobAndForeignPodsStayUnderTheChartLimit) {
 
   auto foreign = client_->List(resources::kPods, foreign_ns, lo);
   ASSERT_TRUE(foreign.ok());
-  std::cout << json{{"test", "operator_memory"},
-                    {"job_bytes", job_bytes},
-                    {"largest_accepted_pad", accepted_pad},
-                    {"refusal", refusal},
-                    {"workers", workers},
-                    {"pods_created", pods},
-                    {"pod_creates_refused", refused},
-                    {"pod_refusal", refusal_of_pods.substr(0, 300)},
-                    {"foreign_pods", kForeignPods + kForeignPodsBeside},
-                    {"peak_rss_mib", std::round(peak * 10) / 10},
-                    {"operator_cpu_s", std::round(cpu_s * 10) / 10},
-                    {"limit_mib", kLimitMiB},
-                    {"seconds", std::round(seconds)}}
-                   .dump()
-            << "\n";
+  json line{{"test", "operator_memory"},
+            {"job_bytes", job_bytes},
+            {"largest_accepted_pad", accepted_pad},
+            {"refusal", refusal},
+            {"workers", workers},
+            {"pods_created", pods},
+            {"pod_creates_refused", refused},
+            {"pod_refusal", refusal_of_pods.substr(0, 300)},
+            {"foreign_pods", kForeignPods + kForeignPodsBeside}};
+  line.update(run.Figures());
+  std::cout << line.dump() << "\n";
   EXPECT_TRUE(running) << "the operator exited; its log: " << proc.Stderr().substr(0, 4000);
   EXPECT_LT(peak, kLimitMiB) << "the operator's peak RSS (VmHWM) passed the chart's limit"
                              << (peak > kAbortMiB ? " (stopped there)" : "");
@@ -308,6 +360,67 @@ TEST_F(OperatorMemory, LargestJobAndForeignPodsStayUnderTheChartLimit) {
   }
   EXPECT_EQ((*foreign)["items"].size(), static_cast<size_t>(kForeignPods))
       << "the operator deleted foreign pods";
+}
+
+TEST_F(OperatorMemory, ManyLargestJobsStayUnderTheChartLimit) {
+  std::string refusal;
+  const size_t accepted_pad = LargestAcceptedPad(WorkersFromEnv(CrdMaxWorkers()), &refusal);
+  ASSERT_FALSE(refusal.empty()) << "the API server took a job of 4 MiB";
+  const size_t pad = accepted_pad - kStatusRoom;
+  const std::string ns = testing::NewNamespace(client_.get(), "mem-tenant");
+  PodQuota(ns, kManyJobsPodQuota);
+  if (HasFatalFailure()) return;
+  auto create = [&](int i) {
+    auto r = client_->Create(api::kTrainingJobs, ns,
+                             BigJob("big-" + std::to_string(i), kManyJobsWorkers, pad));
+    EXPECT_TRUE(r.ok()) << "job " << i << ": " << r.status().message();
+  };
+  for (int i = 0; i < kJobsBefore; ++i) create(i);
+  const size_t job_bytes = BigJob("big-0", kManyJobsWorkers, pad).dump().size();
+
+  tj::testing::Subprocess proc({operator_, "--kubeconfig", cluster_->kubeconfig(),
+                                "--metrics-bind-address", "0", "--health-probe-bind-address", "0"},
+                               {}, cluster_->dir() + "/operator-memory-many");
+  const auto t0 = Steady::now();
+  int next_job = kJobsBefore;
+  int with_status = 0;
+  bool all_seen = false;
+  auto next_look = t0;
+  const OperatorRun run = Follow(proc, [&] {
+    // The rest of the jobs once the operator has started on the first ones, one per round.
+    if (next_job < kManyJobs) {
+      if (Steady::now() - t0 > std::chrono::seconds(5)) create(next_job++);
+      return false;
+    }
+    if (Steady::now() < next_look) return false;
+    next_look = Steady::now() + std::chrono::seconds(2);
+    // A list of the jobs as big as they are: read outside the operator, in this process.
+    with_status = 0;
+    if (auto list = client_->List(api::kTrainingJobs, ns); list.ok()) {
+      for (const auto& j : (*list)["items"]) {
+        with_status += j.contains("status") && j["status"].contains("conditions");
+      }
+    }
+    all_seen = with_status == kManyJobs;
+    return all_seen;
+  });
+  const double peak = run.peak;
+  const bool running = run.running;
+  json line{{"test", "operator_memory_many_jobs"}, {"jobs", kManyJobs},
+            {"jobs_before_start", kJobsBefore},    {"job_bytes", job_bytes},
+            {"workers", kManyJobsWorkers},         {"jobs_with_status", with_status}};
+  line.update(run.Figures());
+  std::cout << line.dump() << "\n";
+  EXPECT_TRUE(running) << "the operator exited; its log: " << proc.Stderr().substr(0, 4000);
+  EXPECT_LT(peak, kLimitMiB - kMarginMiB)
+      << "the operator's peak RSS (VmHWM) with " << kManyJobs << " jobs of " << job_bytes
+      << " bytes came within " << kMarginMiB << " MiB of the chart's limit"
+      << (peak > kAbortMiB ? " (stopped there)" : "");
+  if (peak <= kAbortMiB && running) {
+    EXPECT_TRUE(all_seen) << with_status << " of " << kManyJobs << " jobs got a status in "
+                          << kRunTimeout.count()
+                          << " s; the operator's log: " << proc.Stdout().substr(0, 4000);
+  }
 }
 
 }  // namespace

@@ -120,6 +120,48 @@ TEST(TemplateForView, GivesThePodsViewWithoutTheTemplate) {
   }
 }
 
+TEST(CompactTrainingJob, KeepsTemplatesAsTextAndExpandsToTheSameJob) {
+  json job = TestJob();
+  job["spec"]["replicaSpecs"]["Evaluator"] = job["spec"]["replicaSpecs"]["Worker"];
+  for (int i = 0; i < 1000; ++i) {
+    job["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["args"].push_back(
+        "--x" + std::to_string(i));
+  }
+  job["status"] = {{"restartCount", 1}};
+  const json whole = job;
+  job["metadata"]["managedFields"] = json::array({{{"manager", "kubectl"}}});
+  CompactTrainingJob(job);
+  for (const char* type : {"Worker", "Evaluator"}) {
+    const json& rs = job["spec"]["replicaSpecs"][type];
+    EXPECT_FALSE(rs.contains("template")) << type;
+    ASSERT_TRUE(rs[kCompactTemplateKey].is_string()) << type;
+    EXPECT_EQ(json::parse(rs[kCompactTemplateKey].get<std::string>()),
+              whole["spec"]["replicaSpecs"][type]["template"]);
+  }
+  EXPECT_EQ(job["spec"]["replicaSpecs"]["Worker"].value("replicas", 0), 2);
+  EXPECT_FALSE(job["metadata"].contains("managedFields"));
+  EXPECT_EQ(job["status"], whole["status"]);
+  EXPECT_EQ(CompactTemplateBytes(job),
+            whole["spec"]["replicaSpecs"]["Worker"]["template"].dump().size() +
+                whole["spec"]["replicaSpecs"]["Evaluator"]["template"].dump().size());
+  EXPECT_EQ(ExpandTrainingJob(job), whole);
+
+  const json once = job;
+  CompactTrainingJob(job);  // a list's items may be transformed twice
+  EXPECT_EQ(job, once);
+  // A job that is not compact (what tests put in a cache) expands to itself.
+  EXPECT_EQ(ExpandTrainingJob(whole), whole);
+  EXPECT_EQ(CompactTemplateBytes(whole), 0u);
+  // Neither a spec nor templates: nothing to do, nothing thrown.
+  for (json odd : {json(), json::object(), json{{"spec", 3}}, json{{"spec", {{"replicaSpecs", 3}}}},
+                   json{{"spec", {{"replicaSpecs", {{"Worker", 3}}}}}}}) {
+    const json before = odd;
+    CompactTrainingJob(odd);
+    EXPECT_EQ(odd, before);
+    EXPECT_EQ(ExpandTrainingJob(odd), before);
+  }
+}
+
 TEST(OwnedByATrainingJob, OnlyAControllerReferenceToATrainingJob) {
   auto with_refs = [](json refs) { return json{{"metadata", {{"ownerReferences", refs}}}}; };
   const json ours = {{"apiVersion", "tjo.dev/v1alpha1"},

@@ -152,6 +152,34 @@ TEST(ParallelPodCreates, SmallPodsTogetherPodsNearTheSizeLimitOneAtATime) {
   EXPECT_EQ(ParallelPodCreates(big, 100), kMaxPodBytesInFlight / big.dump().size());
 }
 
+TEST(LargePassBudget, NearTheSizeLimitOneAtATimeSmallJobsNeverWait) {
+  LargePassBudget budget;
+  const Clock::TimePoint t0{};
+  size_t small = 1, big = 0, second = 0, medium = 0;
+  EXPECT_TRUE(budget.TryTake("ns/small", kLargeJobBytes, t0, &small));
+  EXPECT_EQ(small, 0u);
+  EXPECT_TRUE(budget.TryTake("ns/a", size_t{3} << 20, t0, &big));  // over the budget: all of it
+  EXPECT_EQ(big, kLargePassBytes);
+  EXPECT_FALSE(budget.TryTake("ns/b", kLargeJobBytes + 1, t0, &second));
+  EXPECT_EQ(second, 0u);
+  EXPECT_TRUE(budget.TryTake("ns/small", 1000, t0, &small));  // a small job's pass still runs
+  budget.Give(big);
+  EXPECT_EQ(budget.in_use(), 0u);
+  // ns/b waits first: ns/a, back at once, waits behind it.
+  EXPECT_FALSE(budget.TryTake("ns/a", kLargePassBytes / 2, t0, &big));
+  EXPECT_TRUE(budget.TryTake("ns/b", kLargePassBytes / 2, t0, &second));
+  EXPECT_TRUE(budget.TryTake("ns/a", kLargePassBytes / 2, t0, &medium));
+  EXPECT_FALSE(budget.TryTake("ns/c", kLargeJobBytes + 1, t0, &big));
+  budget.Give(medium);
+  budget.Give(second);
+  EXPECT_EQ(budget.in_use(), 0u);
+  // ns/c waits, then never asks again (deleted): after kLargePassForgetAfter it loses its turn.
+  EXPECT_FALSE(budget.TryTake("ns/d", kLargeJobBytes + 1, t0 + std::chrono::seconds(1), &big));
+  EXPECT_TRUE(budget.TryTake("ns/d", kLargeJobBytes + 1,
+                             t0 + kLargePassForgetAfter + std::chrono::seconds(1), &big));
+  budget.Give(big);
+}
+
 TEST(StatusWriteOf, SendsTheIdentityAndVersionNotTheSpec) {
   json job = TestJob();
   job["metadata"]["resourceVersion"] = "42";
@@ -359,6 +387,29 @@ TEST_F(ExecutorPass, CreatesTheServiceAndSecretItFindsNotThere) {
   EXPECT_EQ(first, (std::set<std::string>{"services/mnist", "secrets/mnist-rendezvous"}))
       << ::testing::PrintToString(client_.created);
   EXPECT_EQ(client_.CreatedPods().size(), client_.created.size() - 2);
+}
+
+// The jobs' cache keeps templates as text (CompactTrainingJob): a pass reads them parsed and
+// builds the same pods from them.
+TEST_F(ExecutorPass, BuildsTheSamePodsFromACompactCachedJob) {
+  const json whole = TestJob("uid-new");
+  json job = whole;
+  CompactTrainingJob(job);
+  jobs_.Upsert(job);
+  auto r = Sync();
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  auto spec = api::ParseSpec(whole["spec"]);
+  ASSERT_TRUE(spec.ok());
+  int pods = 0;
+  for (const json& o : client_.created_objects) {
+    if (o.value("kind", "") != "Pod") continue;
+    const int index = std::stoi(o["metadata"]["labels"].value(api::kLabelReplicaIndex, "0"));
+    const json expected = BuildPod(whole, *spec, api::ReplicaType::kWorker, index, 0);
+    EXPECT_EQ(o["spec"]["containers"][0]["args"], expected["spec"]["containers"][0]["args"]);
+    EXPECT_EQ(o["spec"]["containers"][0]["image"], "tj-trainer");
+    ++pods;
+  }
+  EXPECT_EQ(pods, 2);
 }
 
 // Another controller's job: the pass sends nothing to the API server, not even a status.
