@@ -345,6 +345,17 @@ class ExecutorPass : public ::testing::Test {
     return *executor_;
   }
 
+  // The created objects cached, and their pods running (as the kubelet would start them).
+  void StartTheCreatedPods() {
+    CacheTheCreatedObjects();
+    for (const json& created : client_.created_objects) {
+      if (created.value("kind", "") != "Pod") continue;
+      json pod = created;
+      pod["status"] = {{"phase", "Running"}, {"podIP", "10.0.0.5"}};
+      pods_.Upsert(pod);
+    }
+  }
+
   // What the informers would show after the creates so far.
   void CacheTheCreatedObjects() {
     for (const json& o : client_.created_objects) {
@@ -580,13 +591,7 @@ TEST_F(ExecutorPass, APassNeverWaitsForAChiefThatDoesNotAnswer) {
       4, milliseconds(0), &clock_);
   poller_ = poller.get();
   ASSERT_TRUE(Sync().ok());
-  CacheTheCreatedObjects();
-  for (const json& created : client_.created_objects) {  // the kubelet starts them
-    if (created.value("kind", "") != "Pod") continue;
-    json pod = created;
-    pod["status"] = {{"phase", "Running"}, {"podIP", "10.0.0.5"}};
-    pods_.Upsert(pod);
-  }
+  StartTheCreatedPods();
   auto pass = std::async(std::launch::async, [this] { return Sync(); });
   const bool ended = pass.wait_for(std::chrono::seconds(5)) == std::future_status::ready;
   {
@@ -628,13 +633,7 @@ TEST_F(ExecutorPass, ARunningJobIsPolledAndItsStatusWrittenOncePerPeriod) {
       [&](const std::string&) { requeued = true; }, 16, std::chrono::seconds(5), &clock_);
   poller_ = poller.get();
   ASSERT_TRUE(Sync().ok());
-  CacheTheCreatedObjects();
-  for (const json& created : client_.created_objects) {  // the kubelet starts them
-    if (created.value("kind", "") != "Pod") continue;
-    json pod = created;
-    pod["status"] = {{"phase", "Running"}, {"podIP", "10.0.0.5"}};
-    pods_.Upsert(pod);
-  }
+  StartTheCreatedPods();
   const size_t writes_before = client_.status_writes.size();
   int passes = 0;
   auto due = clock_.Now();
