@@ -6,6 +6,7 @@
 #include "common/json_nesting.h"
 #include "kube/object_meta.h"
 #include "operator/controller/job_resources.h"
+#include "operator/controller/reconciler.h"
 
 namespace tj::controller {
 namespace {
@@ -38,14 +39,9 @@ std::optional<WaitingContainer> WaitingOf(const json& container_status) {
   return WaitingContainer{TextOf(waiting, "reason"), TextOf(waiting, "message")};
 }
 
-// A count as the status schema reads one: an integer in [0, 2^31).
-bool IsCount(const json& v) {
-  return (v.is_number_unsigned() && v.get<uint64_t>() <= INT32_MAX) ||
-         (v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() <= INT32_MAX);
-}
-
 // {epoch, step, time} of a termination message {"lastBackup": {...}}; null otherwise. The
-// message is the tenant's (at most 4096 bytes, the kubelet's cap): bounded before it is parsed.
+// message is the tenant's (at most 4096 bytes, the kubelet's cap): bounded before it is parsed,
+// and its counts read as the status schema reads them (CopyStatusField).
 json LastBackupOf(const std::string& message) {
   constexpr size_t kMaxMessageBytes = 4096;
   constexpr size_t kMaxNesting = 4;
@@ -55,11 +51,13 @@ json LastBackupOf(const std::string& message) {
   }
   const json m = json::parse(message, nullptr, /*allow_exceptions=*/false);
   const json& b = Field(m, "lastBackup");
-  const json &epoch = Field(b, "epoch"), &step = Field(b, "step"), &time = Field(b, "time");
-  if (!IsCount(epoch) || !IsCount(step)) return nullptr;
-  json out = {{"epoch", epoch}, {"step", step}};
-  if (time.is_string() && kube::ParseTime(time.get<std::string>())) {
-    out["time"] = kube::FormatTime(*kube::ParseTime(time.get<std::string>()));
+  json out = json::object();
+  if (!CopyStatusField(b, status_schema::kEpoch, out, "epoch") ||
+      !CopyStatusField(b, status_schema::kStep, out, "step")) {
+    return nullptr;
+  }
+  if (const json& time = Field(b, "time"); time.is_string()) {
+    if (auto t = kube::ParseTime(time.get<std::string>())) out["time"] = kube::FormatTime(*t);
   }
   return out;
 }

@@ -14,6 +14,27 @@ using nlohmann::json;
 
 namespace {
 constexpr std::chrono::minutes kForgetAfter{10};
+
+// Whether a container of the pod ended with a termination message that names a backup: a look
+// at the messages only, not a serialization of the whole pod on every event.
+bool SaysALastBackup(const json& pod) {
+  const auto st = pod.find("status");
+  if (st == pod.end() || !st->is_object()) return false;
+  const auto cs = st->find("containerStatuses");
+  if (cs == st->end() || !cs->is_array()) return false;
+  for (const json& c : *cs) {
+    const json* t = c.is_object() ? &c : nullptr;
+    for (const char* key : {"state", "terminated"}) {
+      if (t == nullptr) break;
+      const auto it = t->find(key);
+      t = it != t->end() && it->is_object() ? &*it : nullptr;
+    }
+    if (t != nullptr && kube::TextOf(*t, "message").find("lastBackup") != std::string::npos) {
+      return true;
+    }
+  }
+  return false;
+}
 }  // namespace
 
 ReportedBackups::ReportedBackups(Clock* clock)
@@ -21,7 +42,7 @@ ReportedBackups::ReportedBackups(Clock* clock)
 
 void ReportedBackups::Note(const json& pod) {
   // Most events are of pods that run: no view is made of them.
-  if (pod.dump().find("lastBackup") == std::string::npos) return;
+  if (!SaysALastBackup(pod)) return;
   const std::string job = kube::LabelOf(pod, api::kLabelJobName);
   if (job.empty()) return;
   const json reported = NewestReportedBackup({ViewOfPod(pod)});
