@@ -436,6 +436,20 @@ auto PodLogFunction(ApiClients* api) {
       };
 }
 
+// /metrics on --metrics-bind-address: the operator's, its work queue's and its API client's.
+auto ServeMetrics(const Flags& f, tj::kube::WorkQueue& queue,
+                  tj::controller::OperatorMetrics& metrics, const std::atomic<bool>& leading,
+                  const ApiClients& api) {
+  return ServeOn("--metrics-bind-address", f.metrics_addr,
+                 {{"/metrics", [&] {
+                     tj::controller::OperatorMetrics::QueueStats q{
+                         queue.Len(), queue.adds(), queue.retries(), queue.queue_duration(),
+                         queue.work_duration()};
+                     return tj::HttpAnswer{200, tj::kPrometheusContentType,
+                                           metrics.Render(q, leading.load(), api.metrics.get())};
+                   }}});
+}
+
 int main(int argc, char** argv) {
   // SIGTERM/SIGINT stop the operator. First thing: every thread started later (the HTTP
   // client's pool among them) inherits the blocked mask, so no thread dies of the signal.
@@ -488,8 +502,10 @@ int main(int argc, char** argv) {
   // Informers: the jobs, and everything labelled with a job's name (enqueue its job).
   tj::controller::ReportedBackups reported_backups(clock);
   deps.reported_backups = &reported_backups;
-  tj::controller::JobInformers informers =
-      tj::controller::MakeJobInformers(client, clock, f.ns, &queue, &log, &reported_backups);
+  tj::controller::DepartedPods departed(clock);
+  deps.departed_pods = &departed;
+  tj::controller::JobInformers informers = tj::controller::MakeJobInformers(
+      client, clock, f.ns, &queue, &log, &reported_backups, &departed);
   deps.caches = informers.Caches();
   deps.clock = clock;
   // Status writes give way to other work (executor.h): the pods of a burst of jobs first.
@@ -503,15 +519,7 @@ int main(int argc, char** argv) {
   std::atomic<bool> leading{!f.leader_elect};
   std::atomic<bool> synced{false};
   tj::controller::WorkerPasses passes(f.workers);
-  auto metrics_server =
-      ServeOn("--metrics-bind-address", f.metrics_addr,
-              {{"/metrics", [&] {
-                  tj::controller::OperatorMetrics::QueueStats q{
-                      queue.Len(), queue.adds(), queue.retries(), queue.queue_duration(),
-                      queue.work_duration()};
-                  return tj::HttpAnswer{200, tj::kPrometheusContentType,
-                                        metrics.Render(q, leading.load(), api.metrics.get())};
-                }}});
+  auto metrics_server = ServeMetrics(f, queue, metrics, leading, api);
   auto probes = ServeOn("--health-probe-bind-address", f.probe_addr, ProbeHandlers(synced, passes));
   for (auto* s : {&metrics_server, &probes}) {
     if (!s->ok()) {

@@ -60,7 +60,8 @@ void TrimPodForCache(json& pod) {
   if (auto md = pod.find("metadata"); md != pod.end() && md->is_object()) {
     json annotations = TakeAnnotations(*md);
     KeepOnly(*md, {"name", "namespace", "uid", "resourceVersion", "generation", "labels",
-                   "ownerReferences", "creationTimestamp", "deletionTimestamp"});
+                   "ownerReferences", "creationTimestamp", "deletionTimestamp",
+                   "deletionGracePeriodSeconds"});
     KeepKeyHashAnnotation(*md, std::move(annotations));
     KeepOurLabels(*md);
   }
@@ -116,7 +117,7 @@ json ContainerAsCached(const json& container) {
 json TemplateForView(const json& pod_template) {
   const json& md = kube::MetadataOf(pod_template);
   json meta = json::object();
-  for (const char* k : {"creationTimestamp", "deletionTimestamp"}) {
+  for (const char* k : {"creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds"}) {
     if (auto it = md.find(k); it != md.end()) meta[k] = *it;
   }
   if (auto labels = md.find("labels"); labels != md.end() && labels->is_object()) {

@@ -283,6 +283,7 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
   in.now = deps_.wall_clock();
   ReadOwned(ns, name, &in);
   if (deps_.reported_backups != nullptr) in.reported_backup = deps_.reported_backups->Newest(key);
+  if (deps_.departed_pods != nullptr) in.departed = deps_.departed_pods->Of(key, uid);
   // A job labelled kueue.x-k8s.io/queue-name waits for Kueue's admission (kueue_admission.h).
   auto gate = kueue::Gate(*c, deps_.recorder, &in);
   if (!gate.ok()) return gate.status();

@@ -31,6 +31,7 @@
 #include "kube/event_recorder.h"
 #include "kube/expectations.h"
 #include "kube/object_cache.h"
+#include "operator/controller/departed_pods.h"
 #include "operator/controller/metrics.h"
 #include "operator/controller/reconciler.h"
 #include "operator/controller/reported_backups.h"
@@ -87,6 +88,9 @@ struct ExecutorDeps {
   // The backups stopped chiefs reported, noted from the pod events (reported_backups.h); may
   // be null: only the cached pods' are read.
   ReportedBackups* reported_backups = nullptr;
+  // The last views of the job's pods that are gone, noted from the pod events
+  // (departed_pods.h); may be null: a gone pod reads as deleted.
+  DepartedPods* departed_pods = nullptr;
   // The cluster serves Kubernetes' own PodGroups (gang_scheduling.h): jobs whose
   // schedulingPolicy.gang is Auto get one per gang.
   bool native_pod_groups = false;

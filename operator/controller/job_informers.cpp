@@ -9,7 +9,7 @@ using nlohmann::json;
 
 JobInformers MakeJobInformers(kube::Client* client, Clock* clock, const std::string& ns,
                               kube::WorkQueue* queue, EventLog* log,
-                              ReportedBackups* reported_backups) {
+                              ReportedBackups* reported_backups, DepartedPods* departed) {
   JobInformers out;
   auto enqueue_job = [queue](const json& obj) { queue->Add(kube::ObjectKey(obj)); };
   auto enqueue_owner = [queue](const json& obj) {
@@ -58,6 +58,7 @@ JobInformers MakeJobInformers(kube::Client* client, Clock* clock, const std::str
                       },
                       [=](const json& last) {
                         note(last);
+                        if (pods && departed != nullptr) departed->Note(last);
                         enqueue_owner(last);
                       }});
     (pods ? out.pods : out.services) = std::move(inf);

@@ -13,6 +13,7 @@
 #include "common/event_log.h"
 #include "kube/informer.h"
 #include "kube/work_queue.h"
+#include "operator/controller/departed_pods.h"
 #include "operator/controller/executor.h"
 #include "operator/controller/reported_backups.h"
 
@@ -29,6 +30,7 @@ struct JobInformers {
 // go to `reported_backups` (may be null). The pointers must outlive them.
 JobInformers MakeJobInformers(kube::Client* client, Clock* clock, const std::string& ns,
                               kube::WorkQueue* queue, EventLog* log,
-                              ReportedBackups* reported_backups = nullptr);
+                              ReportedBackups* reported_backups = nullptr,
+                              DepartedPods* departed = nullptr);
 
 }  // namespace tj::controller

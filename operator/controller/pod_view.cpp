@@ -14,6 +14,9 @@ namespace {
 using kube::TextOf;
 using nlohmann::json;
 
+// A grace period longer than a year is not one a kubelet would honour: read as absent.
+constexpr int64_t kMaxGraceSeconds = 365LL * 24 * 3600;
+
 const json& Field(const json& object, const char* key) {
   static const json kAbsent;
   if (!object.is_object()) return kAbsent;
@@ -125,6 +128,13 @@ PodView ViewOfPod(const json& pod) {
   v.being_deleted = kube::IsBeingDeleted(pod);
   v.created = TimeOf(kube::MetadataOf(pod), "creationTimestamp");
   v.deleted_at = TimeOf(kube::MetadataOf(pod), "deletionTimestamp");
+  // The API server sets deletionTimestamp to when the grace period ends: the deletion was
+  // asked for that many seconds before.
+  const json& grace = Field(kube::MetadataOf(pod), "deletionGracePeriodSeconds");
+  if (v.deleted_at && grace.is_number_integer()) {
+    const auto s = grace.get<int64_t>();
+    if (s > 0 && s <= kMaxGraceSeconds) *v.deleted_at -= std::chrono::seconds(s);
+  }
   v.replica_type = api::ParseReplicaType(kube::LabelOf(pod, api::kLabelReplicaType));
   v.replica_index = CountLabel(pod, api::kLabelReplicaIndex);
   v.gang = CountLabel(pod, api::kLabelRestartCount);

@@ -41,8 +41,9 @@ struct TerminatedContainer {
 struct PodView {
   // metadata
   std::string name;
-  bool being_deleted = false;                // deletionTimestamp is set
-  std::optional<kube::WallTime> deleted_at;  // deletionTimestamp
+  bool being_deleted = false;  // deletionTimestamp is set
+  // When its deletion was asked for: deletionTimestamp less deletionGracePeriodSeconds.
+  std::optional<kube::WallTime> deleted_at;
   std::optional<kube::WallTime> created;
   std::optional<api::ReplicaType> replica_type;  // tjo.dev/replica-type
   int replica_index = -1;                        // tjo.dev/replica-index; -1: absent or not a count

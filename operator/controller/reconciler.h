@@ -71,6 +71,9 @@ struct Observed {
   // The newest backup a stopped chief of the job reported ({epoch, step, time}), noted from the
   // pod events (reported_backups.h), whether or not its pod is still among `pods`; null: none.
   nlohmann::json reported_backup;
+  // The last views of the job's pods that are gone from the API server (departed_pods.h): how
+  // a gang pod that went while a failure waited for its gang ended.
+  std::vector<PodView> departed;
   // Random, drawn for every pass; used when the rendezvous Secret has to be created. The
   // operator never reads Secrets: what it knows of the one it made is in the job's status
   // (rendezvousKeyHash), and a pod the kubelet cannot start without it says it is gone.

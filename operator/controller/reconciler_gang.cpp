@@ -63,18 +63,24 @@ Pass::GangCensus Pass::TakeCensus(const Gang& gang) const {
       ++c.expected;
       const std::string name = PodName(ref_.name, t, i);
       auto it = gang.current.find({t, i});
-      if (it == gang.current.end()) {
-        if (status_.created_generation == gang.number) {
+      const PodView* found = it != gang.current.end() ? it->second : nullptr;
+      bool gone = false;
+      if (found == nullptr && status_.created_generation == gang.number) {
+        found = DepartedPod(name, gang.number);  // gone, as it last looked
+        gone = true;
+        if (found == nullptr) {
           PodOutcome o;
           o.failed = o.deleted = true;
           o.cause = api::RestartCause::kDeleted;
           c.failures.push_back({name, o, true, rs.restart_policy, std::nullopt});  // gone: first
-        } else {
-          c.missing.emplace_back(t, i);
+          continue;
         }
+      }
+      if (found == nullptr) {
+        c.missing.emplace_back(t, i);
         continue;
       }
-      const PodView& pod = *it->second;
+      const PodView& pod = *found;
       const std::string& phase = pod.phase;
       const std::optional<TerminatedContainer>& ended = pod.trainer_terminated;
       // A trainer that exited 0 has finished its training, whatever happens to its pod later
@@ -83,9 +89,12 @@ Pass::GangCensus Pass::TakeCensus(const Gang& gang) const {
           phase == "Succeeded" || (pod.being_deleted && ended && ended->exit_code == 0);
       if (!succeeded && (pod.being_deleted || phase == "Failed")) {
         PodOutcome o = OutcomeOf(pod);
-        c.failures.push_back({name, o, IsRetryable(rs.restart_policy, o), rs.restart_policy,
-                              ended && ended->finished_at ? ended->finished_at : pod.deleted_at});
-        if (phase != "Failed" && !ended) c.still_running.push_back(name);
+        // When it ended: a deleted pod when it was deleted (its trainer's exit follows), else
+        // when its trainer exited.
+        std::optional<kube::WallTime> at = ended ? ended->finished_at : std::nullopt;
+        if (pod.deleted_at && (!at || *pod.deleted_at < *at)) at = pod.deleted_at;
+        c.failures.push_back({name, o, IsRetryable(rs.restart_policy, o), rs.restart_policy, at});
+        if (phase != "Failed" && !ended && !gone) c.still_running.push_back(name);
       } else if (succeeded) {
         ++c.running;
         if (t == ReplicaType::kWorker) ++c.succeeded_workers;
@@ -110,6 +119,13 @@ Pass::GangCensus Pass::TakeCensus(const Gang& gang) const {
     }
   }
   return c;
+}
+
+const PodView* Pass::DepartedPod(const std::string& name, int gang) const {
+  for (const PodView& p : observed_.departed) {
+    if (p.name == name && p.gang == gang) return &p;
+  }
+  return nullptr;
 }
 
 void Pass::NoteWholeGangCreated(const Gang& gang, const GangCensus& census) {

@@ -58,8 +58,9 @@ class Pass {
     PodOutcome outcome;
     bool retryable;
     api::RestartPolicy policy;
-    // When it ended: the trainer container's finishedAt, else the pod's deletionTimestamp;
-    // none for a pod that is gone (it went before any other failure could be seen).
+    // When it ended: the trainer container's finishedAt, or the pod's deletion when earlier
+    // (PodView::deleted_at); none for a pod that is gone and was not seen going (it went
+    // before any other failure could be seen).
     std::optional<kube::WallTime> at;
   };
   // How the chief and worker pods of the gang stand.
@@ -125,6 +126,9 @@ class Pass {
   // the evaluator; deletes the stale ones.
   Gang SortPodsAndDeleteStale();
   GangCensus TakeCensus(const Gang& gang) const;
+  // The last view of gang `gang`'s pod `name`, gone from the API server (Observed::departed);
+  // null when none was noted.
+  const PodView* DepartedPod(const std::string& name, int gang) const;
   // The whole gang exists: it was created, whatever the status says (the status of the pass
   // that created it may never have been written). A pod missing from now on is a failure.
   void NoteWholeGangCreated(const Gang& gang, const GangCensus& census);

@@ -56,7 +56,7 @@ inline void CloseWithReset(int fd) {
 // one, as fast as it can until destroyed.
 class LoopbackFlood {
  public:
-  LoopbackFlood(int port, int first_host, int hosts, std::string first_bytes, int hold)
+  LoopbackFlood(int port, int first_host, int hosts, const std::string& first_bytes, int hold)
       : thread_([=, this] {
           std::deque<int> open;
           for (int i = 0; !stop_.load(); ++i) {

@@ -5,8 +5,9 @@
 #     policy in the job's namespace (networkPolicy.namespaces), which enforces the Pod Security
 #     level restricted (the job's pods, as the operator makes them, pass it);
 #   - while the example job trains (2 workers and an evaluator, real containers), every TCP
-#     port its chief listens on (read from /proc/net/tcp* in the pod: the ring, the
-#     peer-health responder, /status; the rendezvous closed once the gang formed) is reached
+#     port its chief listens on (read from /proc/net/tcp* in the pod: the peer-health
+#     responder and /status; the job's port, of the rendezvous and the ring's handshakes,
+#     closed once the gang formed) is reached
 #     from the job's other worker, and
 #     from none of: a pod of another namespace, a pod of the job's namespace without the job's
 #     label. The same stranger pod reaches the operator's metrics port (no policy selects the
@@ -79,7 +80,7 @@ kubectl -n "$NS" wait --for=condition=Ready pod/fmnist-worker-0 pod/fmnist-worke
 step "the job's workers, a neighbour in $NS and a stranger in $OTHER are Ready"
 
 # The chief's listening TCP ports (not those bound to loopback only), once it trains: the
-# ring and the peer-health responder listen once the gang has formed.
+# peer-health responder listens once the gang has formed, and the job's port no longer.
 listening() {
   kubectl -n "$NS" exec fmnist-worker-0 -- cat /proc/net/tcp /proc/net/tcp6 2>/dev/null |
     awk '$4 == "0A" { split($2, a, ":");
@@ -93,8 +94,12 @@ for _ in $(seq 1 120); do
   fi
   sleep 1
 done
-[ "$(wc -w <<<"$ports")" -ge 3 ] ||
-  { echo "FAIL the chief listens on '$ports' (expected /status, the ring and the peer-health responder)"; exit 1; }
+# Two: /status and the peer-health responder. The job's port (2222: the rendezvous and the
+# ring's handshakes, one acceptor) closes once the gang has formed.
+[ "$(wc -w <<<"$ports")" -ge 2 ] ||
+  { echo "FAIL the chief listens on '$ports' (expected /status and the peer-health responder)"; exit 1; }
+! grep -qx 2222 <<<"$ports" ||
+  { echo "FAIL the chief still listens on the job's port 2222 after the gang formed"; exit 1; }
 chief=$(kubectl -n "$NS" get pod fmnist-worker-0 -o jsonpath='{.status.podIP}')
 step "the chief ($chief) listens on TCP $(tr '\n' ' ' <<<"$ports")"
 

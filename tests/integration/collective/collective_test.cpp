@@ -187,6 +187,7 @@ TEST(GlooCollective, TheChiefsRendezvousPortClosesOnceTheCollectiveFormed) {
     const std::vector<std::string> w{"127.0.0.1:" + std::to_string(chief_port),
                                      "127.0.0.1:" + std::to_string(FreePort())};
     std::vector<std::unique_ptr<Peer>> peers;
+    peers.reserve(2);
     for (int i = 0; i < 2; ++i) {
       peers.push_back(std::make_unique<Peer>(
           "w" + std::to_string(i), TfConfig({}, w, "worker", i),

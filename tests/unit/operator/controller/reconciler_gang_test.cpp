@@ -586,6 +586,75 @@ TEST(FirstFailure, AChiefThatExitedZeroThenWasDeletedHasSucceeded) {
   EXPECT_FALSE(d.job_restarted);
 }
 
+// An evicted pod, being deleted since kT0 with a grace period of 30 s: DisruptionTarget set.
+json Evicted(json pod) {
+  pod["metadata"]["deletionTimestamp"] = kube::FormatTime(kT0 + seconds(30));
+  pod["metadata"]["deletionGracePeriodSeconds"] = 30;
+  pod["status"]["conditions"] = json::array({{{"type", "DisruptionTarget"},
+                                              {"status", "True"},
+                                              {"reason", "EvictionByEvictionAPI"},
+                                              {"lastTransitionTime", kube::FormatTime(kT0)}}});
+  return pod;
+}
+
+// The evicted pod goes from the API server as soon as its trainer exits, while the operator
+// waits for the rest of the gang: its last view (departed_pods.h) still says it was evicted.
+TEST(FirstFailure, AnEvictedPodThatWentWhileTheGangEndedIsStillEvicted) {
+  World w;
+  w.Running();
+  w.in.pods[1] = Evicted(w.in.pods[1]);
+  Decision d1 = Reconcile(w.in);  // worker 0 still runs, worker 1 terminates: wait
+  EXPECT_FALSE(d1.job_restarted);
+  w.Keep(d1);
+  w.in.now = kT0 + seconds(2);
+  w.in.departed = {ViewOfPod(Evicted(EndedAt(w, 1, 75, kT0 + seconds(1))))};
+  w.in.pods.erase(w.in.pods.begin() + 1);
+  w.in.pods[0] = EndedAt(w, 0, 75, kT0 + seconds(1));
+  Decision d2 = Reconcile(w.in);
+  EXPECT_TRUE(d2.job_restarted);
+  EXPECT_EQ(StatusOf(d2).restarts.by_cause, (std::map<std::string, int32_t>{{"Evicted", 1}}))
+      << d2.status->dump(2);
+  EXPECT_EQ(StatusOf(d2).restarts.backoff_limit_used, 0);
+  // A pod of another gang under the same name is not the one that went.
+  World other;
+  other.Running();
+  other.in.pods.erase(other.in.pods.begin() + 1);
+  other.in.pods[0] = EndedAt(other, 0, 75, kT0 + seconds(1));
+  json earlier = Evicted(EndedAt(other, 1, 75, kT0));
+  earlier["metadata"]["labels"][api::kLabelRestartCount] = "7";
+  other.in.departed = {ViewOfPod(earlier)};
+  Decision d3 = Reconcile(other.in);
+  EXPECT_EQ(StatusOf(d3).restarts.by_cause, (std::map<std::string, int32_t>{{"Deleted", 1}}));
+}
+
+// The API server dates a graceful deletion at the end of its grace period: the eviction (at
+// kT0, due at kT0 + 30 s) came before the survivor's exit 1 at kT0 + 2 s, and explains it.
+TEST(FirstFailure, ADeletionIsDatedFromWhenItWasAskedFor) {
+  World w;
+  w.Running();
+  w.in.pods[1] = Evicted(EndedAt(w, 1, 75, kT0 + seconds(3)));
+  w.in.pods[0] = EndedAt(w, 0, 1, kT0 + seconds(2));
+  Decision d = Reconcile(w.in);
+  EXPECT_FALSE(StatusOf(d).IsTrue("Failed")) << Cond(d, "Failed").message;
+  EXPECT_TRUE(d.job_restarted);
+  EXPECT_EQ(StatusOf(d).restarts.by_cause["Evicted"], 1);
+}
+
+// A worker whose trainer finished (exit 0) and whose pod then went: a success, not a loss.
+TEST(FirstFailure, AGoneWorkerThatHadExitedZeroHasSucceeded) {
+  World w;
+  w.in.job["spec"]["replicaSpecs"].erase("Evaluator");
+  w.Running();
+  json last = EndedAt(w, 1, 0, kT0);
+  last["metadata"]["deletionTimestamp"] = kube::FormatTime(kT0);
+  w.in.departed = {ViewOfPod(last)};
+  w.in.pods.erase(w.in.pods.begin() + 1);
+  w.in.pods[0] = EndedAt(w, 0, 0, kT0 + seconds(1));
+  Decision d = Reconcile(w.in);
+  EXPECT_TRUE(StatusOf(d).IsTrue("Succeeded")) << d.status->dump(2);
+  EXPECT_FALSE(d.job_restarted);
+}
+
 TEST(Outcome, Classification) {
   EXPECT_TRUE(IsRetryable(api::RestartPolicy::kExitCode, {true, false, 143, ""}));
   EXPECT_TRUE(IsRetryable(api::RestartPolicy::kExitCode, {true, false, 128, ""}));
