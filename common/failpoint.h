@@ -2,11 +2,15 @@
 // a precise moment (e.g. between writing a backup's temporary file and renaming it), so the
 // test can kill it there deterministically. Set per process from the environment:
 //
-//   TJ_FAILPOINTS="<name>=<action>[@<n>][;<name>=<action>[@<n>]...]"
+//   TJ_FAILPOINTS="<name>=<action>[@<n>][%<gang>][;<name>=<action>[@<n>][%<gang>]...]"
 //   <action>: sleep:<ms>   pause this thread for <ms> milliseconds
 //             exit:<code>  end the process at once with <code> (_exit, nothing flushed)
+//             fill:<MiB>   allocate <MiB> mebibytes and write to every page, never freed: in
+//                          a container whose memory limit that exceeds, the kernel's OOM kill
 //   @<n>:     act only on the n-th time this process reaches the point (1-based); without it,
 //             every time.
+//   %<gang>:  act only in the process of that gang (TJ_RESTART_COUNT, set by the operator);
+//             without it, in every gang.
 //
 // Example: TJ_FAILPOINTS=backup.before_rename=sleep:3000@2 pauses the second backup write of
 // the process for 3 s after its temporary file is complete. Each time a point acts it says so
@@ -16,9 +20,9 @@
 // one load of an initialized static. A malformed value ends the process with exit code 2 and
 // a message naming the entry, so a test never runs silently without its fault. Thread-safe.
 //
-// Points: backup.before_rename (trainer/checkpoint/backup_manager.cpp); train.after_end
-// (trainer/train/training_loop.cpp: training done, train_end logged, the process about to
-// exit 0).
+// Points: backup.before_rename (trainer/checkpoint/backup_manager.cpp); train.step
+// (trainer/train/training_loop.cpp: before each step's gradients); train.after_end (training
+// done, train_end logged, the process about to exit 0).
 #pragma once
 
 #include <unistd.h>
@@ -38,17 +42,20 @@ namespace tj::failpoint {
 namespace internal {
 
 struct Point {
+  enum class Action { kSleep, kExit, kFill };
   std::string name;
-  bool exit = false;  // else sleep
-  long arg = 0;       // milliseconds, or the exit code
-  long nth = 0;       // 0: every time
+  Action action = Action::kSleep;
+  long arg = 0;    // milliseconds, the exit code, or mebibytes
+  long nth = 0;    // 0: every time
+  long gang = -1;  // -1: every gang
   std::atomic<long> hits{0};
 };
 
 [[noreturn]] inline void BadSpec(const std::string& entry, const char* why) {
   std::fprintf(stderr,
-               "TJ_FAILPOINTS: bad entry '%s': %s (expected <name>=sleep:<ms> or "
-               "<name>=exit:<code>, optionally followed by @<n>, entries separated by ';')\n",
+               "TJ_FAILPOINTS: bad entry '%s': %s (expected <name>=sleep:<ms>, "
+               "<name>=exit:<code> or <name>=fill:<MiB>, optionally followed by @<n> and "
+               "%%<gang>, entries separated by ';')\n",
                entry.c_str(), why);
   std::fflush(stderr);
   ::_exit(2);
@@ -79,6 +86,12 @@ inline std::vector<std::unique_ptr<Point>> Parse(const char* spec) {
     if (eq == std::string::npos || eq == 0) BadSpec(entry, "no <name>=");
     p->name = entry.substr(0, eq);
     std::string_view action = std::string_view{entry}.substr(eq + 1);
+    if (const size_t pct = action.find('%'); pct != std::string_view::npos) {
+      if (!ParseNumber(action.substr(pct + 1), &p->gang)) {
+        BadSpec(entry, "%<gang> must be a non-negative integer");
+      }
+      action = action.substr(0, pct);
+    }
     if (const size_t at = action.find('@'); at != std::string_view::npos) {
       if (!ParseNumber(action.substr(at + 1), &p->nth) || p->nth == 0) {
         BadSpec(entry, "@<n> must be a positive integer");
@@ -87,11 +100,14 @@ inline std::vector<std::unique_ptr<Point>> Parse(const char* spec) {
     }
     const size_t colon = action.find(':');
     const std::string_view kind = action.substr(0, colon);
-    if (colon == std::string_view::npos || (kind != "sleep" && kind != "exit")) {
+    if (colon == std::string_view::npos || (kind != "sleep" && kind != "exit" && kind != "fill")) {
       BadSpec(entry, "unknown action");
     }
-    p->exit = kind == "exit";
-    if (!ParseNumber(action.substr(colon + 1), &p->arg) || (p->exit && p->arg > 255)) {
+    p->action = kind == "exit"   ? Point::Action::kExit
+                : kind == "fill" ? Point::Action::kFill
+                                 : Point::Action::kSleep;
+    const bool exit = p->action == Point::Action::kExit;
+    if (!ParseNumber(action.substr(colon + 1), &p->arg) || (exit && p->arg > 255)) {
       BadSpec(entry, "the argument must be a non-negative integer (an exit code is <= 255)");
     }
     points.push_back(std::move(p));
@@ -104,6 +120,27 @@ inline const std::vector<std::unique_ptr<Point>>& Points() {
   return points;
 }
 
+// This process's gang (TJ_RESTART_COUNT); -1 when unset or not a count.
+inline long Gang() {
+  static const long gang = [] {
+    long g = -1;
+    const char* v = std::getenv("TJ_RESTART_COUNT");
+    return v != nullptr && ParseNumber(v, &g) ? g : -1L;
+  }();
+  return gang;
+}
+
+// Allocates `mib` MiB and writes to every page, kept until the process ends (reachable, so
+// that neither the allocation nor the writes can be left out).
+inline void Fill(long mib) {
+  constexpr size_t kChunk = size_t{1} << 20;
+  static std::vector<std::unique_ptr<char[]>> kept;  // NOLINT(*-avoid-c-arrays)
+  for (long i = 0; i < mib; ++i) {
+    kept.push_back(std::make_unique_for_overwrite<char[]>(kChunk));  // NOLINT(*-avoid-c-arrays)
+    for (size_t b = 0; b < kChunk; b += 4096) kept.back()[b] = 1;
+  }
+}
+
 }  // namespace internal
 
 // Reached the point `name`: acts as TJ_FAILPOINTS says, if it names this point.
@@ -112,13 +149,29 @@ inline void Hit(std::string_view name) {
   if (points.empty()) return;
   for (const auto& p : points) {
     if (p->name != name) continue;
+    if (p->gang >= 0 && p->gang != internal::Gang()) continue;
     const long hit = ++p->hits;
     if (p->nth != 0 && hit != p->nth) continue;
-    std::fprintf(stderr, "failpoint %s: %s %ld%s (hit %ld)\n", p->name.c_str(),
-                 p->exit ? "exit" : "sleep", p->arg, p->exit ? "" : " ms", hit);
+    using Action = internal::Point::Action;
+    const char* what = p->action == Action::kExit   ? "exit"
+                       : p->action == Action::kFill ? "fill"
+                                                    : "sleep";
+    const char* unit = p->action == Action::kFill    ? " MiB"
+                       : p->action == Action::kSleep ? " ms"
+                                                     : "";
+    std::fprintf(stderr, "failpoint %s: %s %ld%s (hit %ld)\n", p->name.c_str(), what, p->arg, unit,
+                 hit);
     std::fflush(stderr);
-    if (p->exit) ::_exit(static_cast<int>(p->arg));
-    std::this_thread::sleep_for(std::chrono::milliseconds(p->arg));
+    switch (p->action) {
+      case Action::kExit:
+        ::_exit(static_cast<int>(p->arg));
+      case Action::kFill:
+        internal::Fill(p->arg);
+        break;
+      case Action::kSleep:
+        std::this_thread::sleep_for(std::chrono::milliseconds(p->arg));
+        break;
+    }
   }
 }
 

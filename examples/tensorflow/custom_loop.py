@@ -23,6 +23,11 @@ import tensorflow as tf
 
 import fmnist_setup
 
+try:
+    import tj_status  # optional: says where the job resumes (the termination message)
+except ImportError:
+    tj_status = None
+
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -126,6 +131,8 @@ def main(argv):
         saved = manager.save()
         if not run.chief:
             shutil.rmtree(write_dir, ignore_errors=True)
+        elif tj_status is not None:
+            tj_status.report_backup(int(epoch.numpy()), steps_per_epoch)
         fmnist_setup.log("epoch_end", epoch=int(epoch.numpy()), steps=steps,
                          loss=total_loss / max(steps, 1),
                          accuracy=float(train_accuracy.result()),

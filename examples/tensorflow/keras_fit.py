@@ -114,7 +114,9 @@ def main(argv):
         backup_dir = a.backup_dir
         if not legacy:
             backup_dir = os.path.join(a.backup_dir, f"{task_type or 'chief'}-{task_index}")
-        callbacks.append(tf.keras.callbacks.BackupAndRestore(backup_dir, save_freq=a.save_freq))
+        # tj_status's is Keras' own, and says where the job resumes (the termination message).
+        backup = tj_status.BackupAndRestore if tj_status else tf.keras.callbacks.BackupAndRestore
+        callbacks.append(backup(backup_dir, save_freq=a.save_freq))
     if a.checkpoint_dir:
         callbacks.append(tf.keras.callbacks.ModelCheckpoint(
             os.path.join(write_dir(a.checkpoint_dir), "ckpt-{epoch:02d}.weights.h5"),

@@ -17,21 +17,33 @@ nothing. A port it cannot listen on is a warning on stderr, never the end of tra
 Keras 3 and tf-keras: the callback derives from the Keras that TensorFlow loads, tf-keras when
 TF_USE_LEGACY_KERAS is 1/true/True (TensorFlow's own rule), else Keras 3.
 
+Where the job resumes: BackupAndRestore here is Keras' own, and each backup it makes is also
+written as the container's termination message ({"lastBackup": {"epoch", "step", "time"}}, on
+the chief only; $TJ_TERMINATION_MESSAGE_PATH, else the kubelet's /dev/termination-log). The
+file is rewritten at each backup, so it holds the last one however the process ends (a
+SIGKILL, an OOM kill), and the operator copies it into the job's status.progress.lastBackup:
+
+    callbacks=[tj_status.BackupAndRestore(backup_dir, save_freq=50), ...]
+
+A custom loop reports its own saves with report_backup(epoch, step).
+
 Programs without model.fit (a custom training loop, an evaluator) use StatusServer directly:
 
     status = tj_status.StatusServer(role="evaluator")
     status.update(state="evaluating", evaluation={"checkpoint": "ckpt-3", "epoch": 3,
                                                   "loss": 0.41, "accuracy": 0.85})
 """
+import datetime
 import json
 import math
 import os
+import stat
 import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-__all__ = ["StatusServer", "StatusCallback"]
+__all__ = ["StatusServer", "StatusCallback", "BackupAndRestore", "report_backup"]
 
 _LEGACY = os.environ.get("TF_USE_LEGACY_KERAS") in ("1", "true", "True")
 if _LEGACY:
@@ -45,6 +57,47 @@ def _task_type():
         return json.loads(os.environ.get("TF_CONFIG") or "{}").get("task", {}).get("type")
     except ValueError:
         return None
+
+
+def _is_chief():
+    """The replica that writes the backups: the chief, else worker 0 of a cluster without one
+    (TensorFlow's rule); a process without TF_CONFIG is its own chief."""
+    try:
+        config = json.loads(os.environ.get("TF_CONFIG") or "{}")
+    except ValueError:
+        return False
+    task = config.get("task") or {}
+    if not task:
+        return True
+    if task.get("type") == "chief":
+        return True
+    return (task.get("type") == "worker" and int(task.get("index", -1)) == 0
+            and "chief" not in (config.get("cluster") or {}))
+
+
+def report_backup(epoch, step, path=None):
+    """Writes {"lastBackup": {"epoch", "step", "time"}} as the container's termination message:
+    the backup a restarted gang resumes from (epoch 1-based, step within it). path: default
+    $TJ_TERMINATION_MESSAGE_PATH, else /dev/termination-log. Only to a regular file that
+    exists (the kubelet makes it; nothing is created outside a pod). True when written."""
+    path = path or os.environ.get("TJ_TERMINATION_MESSAGE_PATH") or "/dev/termination-log"
+    now = datetime.datetime.now(datetime.timezone.utc)
+    message = json.dumps({"lastBackup": {
+        "epoch": int(epoch), "step": int(step),
+        "time": now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"}})
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        os.write(fd, message.encode())
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def _finite(value):
@@ -179,3 +232,43 @@ class StatusCallback(_keras.callbacks.Callback):
 
     def on_train_end(self, logs=None):
         self.server.update(state="succeeded")
+
+
+class BackupAndRestore(_keras.callbacks.BackupAndRestore):
+    """Keras' BackupAndRestore (same arguments), and each backup it makes reported with
+    report_backup() on the chief: the epoch it was in (1-based) and the steps done in it."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._tj_epoch = 0
+        self._tj_step = 0
+        self._tj_chief = _is_chief()
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._tj_epoch, self._tj_step = int(epoch), 0
+        super().on_epoch_begin(epoch, logs)
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._tj_step = int(batch) + 1
+        super().on_train_batch_end(batch, logs)
+
+    def on_epoch_end(self, epoch, logs=None):
+        # With save_freq="epoch" the batch hooks may not run: the epoch's steps, from fit.
+        self._tj_epoch = int(epoch)
+        self._tj_step = int(self.params.get("steps") or self._tj_step)
+        super().on_epoch_end(epoch, logs)
+
+    def _tj_report(self):
+        if self._tj_chief:
+            report_backup(self._tj_epoch + 1, self._tj_step)
+
+    # Where each Keras writes a backup: Keras 3's _save_model(), tf-keras' _backup().
+    def _save_model(self, *args, **kwargs):
+        result = super()._save_model(*args, **kwargs)
+        self._tj_report()
+        return result
+
+    def _backup(self, *args, **kwargs):
+        result = super()._backup(*args, **kwargs)
+        self._tj_report()
+        return result

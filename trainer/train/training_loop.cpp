@@ -461,6 +461,7 @@ TrainingOutcome Trainer::Run() {
     }
     double images_this_run = 0.0;
     for (int64_t step = first_step; step < steps; ++step) {
+      failpoint::Hit("train.step");
       if (Status st = backend_->ComputeGradients(scale); !st.ok()) return Failed(st);
       auto reduce_start = RealClock::Get()->Now();
       auto stop = AllReduceStepAndStopVotes();

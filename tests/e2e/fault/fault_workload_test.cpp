@@ -13,8 +13,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
+#include <iostream>
+#include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/e2e/support/e2e_support.h"
@@ -192,6 +196,113 @@ TEST_F(FaultWorkload, BackoffLimitExhaustedFailsAndLeavesNothingRunning) {
       },
       seconds(90)))
       << Kubectl(cluster_, "-n " + ns_ + " get all,secrets");
+}
+
+// --- Kills at full speed, at random moments ---
+
+// The kill test's job: a chief and a worker (their templates apart, so that an OOM kill can
+// aim at either), no evaluator, at full speed: 3 epochs of 200 steps, a backup every 10.
+json FullSpeedJob() {
+  json job = testing::ScaledExample(3, 200, 10);
+  json& specs = job["spec"]["replicaSpecs"];
+  specs.erase("Evaluator");
+  specs["Chief"] = specs["Worker"];
+  specs["Chief"]["replicas"] = 1;
+  specs["Worker"]["replicas"] = 1;
+  for (const char* t : {"Chief", "Worker"}) {
+    // The trainer needs about 420 MiB: a fill of 2 GiB is an OOM kill under this limit.
+    json& c = specs[t]["template"]["spec"]["containers"][0];
+    c["resources"]["limits"]["memory"] = "1Gi";
+    c["resources"]["requests"]["memory"] = "128Mi";
+  }
+  return job;
+}
+
+// The kill tests' random moments: the seed is printed; TJ_KILL_SEED=<seed> replays a run.
+std::mt19937 KillRandom() { return testing::SeededRandom("TJ_KILL_SEED"); }
+using testing::Uniform;
+
+// The chief and then the worker are OOM-killed (gangs 0 and 1: a fill of 2 GiB at a random
+// step, by the failpoint train.step, in that gang's process only), then each later gang's
+// victim, in turn the worker and the chief, is SIGKILLed at a random moment after its chief's
+// first backup of that gang: within the first 1/(kills + 2) of the job's training time
+// (measured by the reference run), so that on any machine every kill lands while the gang
+// trains, in a step, an all-reduce or a backup write. TJ_FAULT_KILLS kills in all (default 4;
+// docs/reliability.md has a run of 12). The job must end Succeeded with one restart per kill
+// and the final weights of the same job never killed: the resume is exact.
+TEST_F(FaultWorkload, KilledAtRandomMomentsAtFullSpeedEndsWithTheReferenceWeights) {
+  if (!testing::RealNode()) GTEST_SKIP() << "the OOM kills need the real node's memory limits";
+  const char* env = std::getenv("TJ_FAULT_KILLS");
+  const int kills = std::max(2, env != nullptr ? std::atoi(env) : 4);
+  std::mt19937 rng = KillRandom();
+  const json reference_job = FullSpeedJob();
+  const std::string reference = JobTest::ReferenceSha(reference_job, kFinishTimeout);
+  ASSERT_EQ(reference.size(), 64u);
+  const std::vector<json> reference_end = PodEvents("reference-chief-0", "train_end");
+  ASSERT_EQ(reference_end.size(), 1u);
+  const double train_s = reference_end[0].value("train_seconds", 0.0);
+  const int steps = 3 * 200;
+  const int window_ms = std::clamp(static_cast<int>(train_s * 1000 / (kills + 2)), 20, 3000);
+  const int window_steps = std::max(2, steps / (kills + 2));
+  std::cerr << "reference: " << train_s << " s of training; kills within " << window_ms << " ms or "
+            << window_steps << " steps of a gang's start\n";
+
+  json job = FullSpeedJob();
+  job["metadata"]["name"] = "killed";
+  job["spec"]["runPolicy"]["backoffLimit"] = kills + 1;
+  const std::string chief_oom =
+      "train.step=fill:2048@" + std::to_string(Uniform(rng, 1, window_steps)) + "%0";
+  const std::string worker_oom =
+      "train.step=fill:2048@" + std::to_string(Uniform(rng, 1, window_steps)) + "%1";
+  testing::SetEnv(job, "Chief", "TJ_FAILPOINTS", chief_oom);
+  testing::SetEnv(job, "Worker", "TJ_FAILPOINTS", worker_oom);
+  std::cerr << "gang 0: chief " << chief_oom << "; gang 1: worker " << worker_oom << "\n";
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, job).ok());
+  auto wait_restarts = [&](int n) {
+    return Eventually(
+        [&] {
+          const auto st = StatusOf(Get("killed"));
+          return st.restart_count >= n || st.Finished();
+        },
+        kFinishTimeout);
+  };
+  for (int gang = 0; gang < 2; ++gang) {
+    ASSERT_TRUE(wait_restarts(gang + 1)) << PodLog("killed-chief-0");
+    ASSERT_FALSE(StatusOf(Get("killed")).Finished()) << Get("killed").dump(2);
+  }
+  for (int gang = 2; gang < kills; ++gang) {
+    const std::string victim = gang % 2 == 0 ? "killed-worker-0" : "killed-chief-0";
+    ASSERT_TRUE(Eventually(
+        [&] {
+          return TrainerPids(ns_, "killed-chief-0", gang).size() == 1 &&
+                 TrainerPids(ns_, victim, gang).size() == 1 &&
+                 !PodEvents("killed-chief-0", "backup_saved").empty();
+        },
+        kFinishTimeout))
+        << PodLog("killed-chief-0");
+    const int ms = Uniform(rng, 0, window_ms);
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    const std::vector<pid_t> pids = TrainerPids(ns_, victim, gang);
+    ASSERT_EQ(pids.size(), 1u) << victim << " in gang " << gang;
+    std::cerr << "gang " << gang << ": SIGKILL " << victim << " " << ms
+              << " ms after the chief's first backup\n";
+    ASSERT_EQ(::kill(pids[0], SIGKILL), 0);
+    ASSERT_TRUE(wait_restarts(gang + 1)) << PodLog("killed-chief-0");
+    ASSERT_FALSE(StatusOf(Get("killed")).Finished()) << "ended at kill " << gang + 1 << "\n"
+                                                     << Get("killed").dump(2);
+  }
+  const json done = WaitFinished("killed", kFinishTimeout);
+  const auto s = StatusOf(done);
+  ASSERT_TRUE(s.IsTrue("Succeeded")) << done.dump(2) << PodLog("killed-chief-0");
+  EXPECT_EQ(s.restart_count, kills) << done.dump(2);
+  EXPECT_EQ(FinalWeightsSha(done), reference) << PodLog("killed-chief-0");
+  const std::string restarts =
+      Kubectl(cluster_, "-n " + ns_ +
+                            " get events --field-selector "
+                            "reason=GangRestart -o custom-columns=M:.message");
+  EXPECT_NE(restarts.find("OOMKilled"), std::string::npos) << restarts;
+  EXPECT_NE(restarts.find("(signal 9)"), std::string::npos) << restarts;
+  std::cerr << restarts;
 }
 
 }  // namespace

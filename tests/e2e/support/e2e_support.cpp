@@ -42,6 +42,18 @@ std::string LocalImage(const std::string& name) {
   return "localhost/" + name + ":" + std::string(TJ_PROJECT_VERSION);
 }
 
+std::mt19937 SeededRandom(const char* seed_env) {
+  const char* env = std::getenv(seed_env);
+  const unsigned seed = env != nullptr ? static_cast<unsigned>(std::strtoul(env, nullptr, 10))
+                                       : std::random_device{}();
+  std::cerr << seed_env << "=" << seed << "\n";
+  return std::mt19937(seed);
+}
+
+int Uniform(std::mt19937& rng, int lo, int hi) {
+  return std::uniform_int_distribution<int>(lo, hi)(rng);
+}
+
 std::string CriPodLog(const std::string& ns, const std::string& pod, const std::string& uid) {
   const fs::path pod_dir = fs::path(kKubeletPodLogDir) / (ns + "_" + pod + "_" + uid);
   std::error_code ec;

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,12 @@ std::string Sh(const std::string& cmd, std::chrono::seconds timeout = std::chron
 // Whether this test's cluster runs a real node (TJ_TEST_NODE=containerd: pods are containers
 // of images from `make images`) rather than the process node.
 bool RealNode();
+
+// The random moments of a kill test: seeded from $`seed_env` when it is set (to replay a run),
+// else at random; the seed is printed either way.
+std::mt19937 SeededRandom(const char* seed_env);
+// A uniform integer of [lo, hi].
+int Uniform(std::mt19937& rng, int lo, int hi);
 // localhost/<name>:<the project's version>, as hack/images.sh tags its images.
 std::string LocalImage(const std::string& name);
 

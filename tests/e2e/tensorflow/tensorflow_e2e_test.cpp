@@ -113,19 +113,10 @@ json CustomLoopJob(const std::string& name, const std::vector<std::string>& extr
                                           false, "OnFailure")}});
 }
 
-// The kill tests' random moments: a seed printed by each test; TJ_TENSORFLOW_KILL_SEED
-// replays one.
-std::mt19937 KillRandom() {
-  const char* env = std::getenv("TJ_TENSORFLOW_KILL_SEED");
-  const unsigned seed = env != nullptr ? static_cast<unsigned>(std::strtoul(env, nullptr, 10))
-                                       : std::random_device{}();
-  std::cerr << "TJ_TENSORFLOW_KILL_SEED=" << seed << "\n";
-  return std::mt19937(seed);
-}
-
-int Uniform(std::mt19937& rng, int lo, int hi) {
-  return std::uniform_int_distribution<int>(lo, hi)(rng);
-}
+// The kill tests' random moments: the seed is printed; TJ_TENSORFLOW_KILL_SEED=<seed> replays a
+// run.
+std::mt19937 KillRandom() { return testing::SeededRandom("TJ_TENSORFLOW_KILL_SEED"); }
+using testing::Uniform;
 
 // Gives the chief and the workers of `job` a memory limit and makes each kind OOM-killed once
 // in the job's life: the chief after a random 5 to 25 steps of its process, one worker after

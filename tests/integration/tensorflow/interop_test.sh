@@ -7,7 +7,9 @@
 #   2. the model tj-trainer exports (--export-dir) becomes Keras weights
 #      (examples/tensorflow/tj_to_keras.py): model.weights.h5 loads into the same
 #      architecture in Keras 3 and in tf-keras, and model.keras with keras.models.load_model,
-#      and each evaluates to tj-trainer's own test accuracy.
+#      and each evaluates to tj-trainer's own test accuracy;
+#   3. examples/tensorflow/tj_status.py's BackupAndRestore writes each backup it makes as the
+#      container's termination message (where a restarted gang resumes).
 # Usage: interop_test.sh REPO_ROOT BUILD_DIR. Exit 77 (ctest: skipped) when the venv cannot
 # be made (no wheels and no PyPI) or tj-trainer or Fashion-MNIST is missing, unless CI or
 # TJ_REQUIRE_TENSORFLOW is set.
@@ -133,5 +135,38 @@ PY
     fi
   done
 done
+
+# 3. tj_status.BackupAndRestore, in Keras 3 and tf-keras: Keras' own backups, each also written
+# as the termination message. 2 epochs of 6 steps, a backup every 4 steps (the count runs on
+# across epochs): after steps 4 of epoch 1, 2 and 6 of epoch 2; the last one is the message.
+for legacy in 0 1; do
+  flavour=$([ $legacy = 1 ] && echo tf-keras || echo keras-3)
+  : >"$WORK/termination-$legacy"
+  if ! out=$(cd "$ROOT/examples/tensorflow" && TF_USE_LEGACY_KERAS=$legacy TF_CPP_MIN_LOG_LEVEL=2       TJ_TERMINATION_MESSAGE_PATH="$WORK/termination-$legacy" "$PY" - "$WORK/bar-$legacy"       2>"$WORK/err" <<'PY'
+import sys
+import numpy as np
+import tj_status
+k = tj_status._keras
+model = k.Sequential([k.Input((4,)), k.layers.Dense(2)])
+model.compile(optimizer="sgd", loss="mse")
+x, y = np.zeros((24, 4), "float32"), np.zeros((24, 2), "float32")
+model.fit(x, y, batch_size=4, epochs=2, verbose=0,
+          callbacks=[tj_status.BackupAndRestore(sys.argv[1], save_freq=4)])
+PY
+  ); then
+    cat "$WORK/err"; fail "$flavour: fit with tj_status.BackupAndRestore"; continue
+  fi
+  if "$PY" - "$WORK/termination-$legacy" <<'PY'; then
+import json, sys
+m = json.load(open(sys.argv[1]))["lastBackup"]
+print(f"  termination message {m}")
+sys.exit(0 if (m["epoch"], m["step"]) == (2, 6) and m["time"].endswith("Z") else 1)
+PY
+    pass "$flavour: tj_status.BackupAndRestore wrote its last backup, epoch 2 step 6"
+  else
+    fail "$flavour: tj_status.BackupAndRestore's termination message is not epoch 2 step 6"
+  fi
+done
+
 [ "$fails" -eq 0 ] || { echo "$fails check(s) failed"; exit 1; }
 echo "all interop checks passed"

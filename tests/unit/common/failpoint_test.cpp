@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <fstream>
 
 namespace tj::failpoint {
 namespace {
@@ -19,16 +21,21 @@ TEST(FailpointParse, UnsetOrEmptyMeansNoPoints) {
 }
 
 TEST(FailpointParse, ReadsEveryEntry) {
-  auto points = Parse("backup.before_rename=sleep:3000@2;other=exit:75");
-  ASSERT_EQ(points.size(), 2u);
+  auto points = Parse("backup.before_rename=sleep:3000@2;other=exit:75;train.step=fill:512@30%1");
+  ASSERT_EQ(points.size(), 3u);
   EXPECT_EQ(points[0]->name, "backup.before_rename");
-  EXPECT_FALSE(points[0]->exit);
+  EXPECT_EQ(points[0]->action, internal::Point::Action::kSleep);
   EXPECT_EQ(points[0]->arg, 3000);
   EXPECT_EQ(points[0]->nth, 2);
   EXPECT_EQ(points[1]->name, "other");
-  EXPECT_TRUE(points[1]->exit);
+  EXPECT_EQ(points[1]->action, internal::Point::Action::kExit);
   EXPECT_EQ(points[1]->arg, 75);
   EXPECT_EQ(points[1]->nth, 0);
+  EXPECT_EQ(points[1]->gang, -1);
+  EXPECT_EQ(points[2]->action, internal::Point::Action::kFill);
+  EXPECT_EQ(points[2]->arg, 512);
+  EXPECT_EQ(points[2]->nth, 30);
+  EXPECT_EQ(points[2]->gang, 1);
 }
 
 TEST(FailpointParseDeathTest, MalformedEntriesExitTwoNamingTheEntry) {
@@ -45,6 +52,8 @@ TEST(FailpointParseDeathTest, MalformedEntriesExitTwoNamingTheEntry) {
       {"p=exit:256", "exit code is <= 255"},
       {"p=exit:1@0", "@<n> must be a positive integer"},
       {"p=exit:1@", "@<n> must be a positive integer"},
+      {"p=fill:1%", "%<gang> must be a non-negative integer"},
+      {"p=fill:1@2%x", "%<gang> must be a non-negative integer"},
   };
   for (const auto& c : cases) {
     EXPECT_EXIT(Parse(c.spec), ::testing::ExitedWithCode(2),
@@ -78,6 +87,34 @@ TEST(FailpointHitDeathTest, SleepPausesEveryHitWithoutN) {
         std::exit(ms >= 300 ? 0 : 1);
       },
       ::testing::ExitedWithCode(0), "failpoint p: sleep 150 ms \\(hit 2\\)");
+}
+
+// fill:<MiB> in the process of the gang named, and only there: the memory is written (it
+// counts in the process's resident size, as it does against a container's memory limit).
+TEST(FailpointHitDeathTest, FillWritesTheMemoryOnlyInTheGangNamed) {
+  setenv("TJ_FAILPOINTS", "p=fill:64%3", 1);
+  auto resident_mib = [] {  // the second field of /proc/self/statm, in pages
+    long pages = 0, resident = 0;
+    std::ifstream("/proc/self/statm") >> pages >> resident;
+    return resident * ::sysconf(_SC_PAGESIZE) / (1 << 20);
+  };
+  setenv("TJ_RESTART_COUNT", "3", 1);
+  EXPECT_EXIT(
+      {
+        const long before = resident_mib();
+        Hit("p");
+        std::exit(resident_mib() >= before + 60 ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "failpoint p: fill 64 MiB \\(hit 1\\)");
+  setenv("TJ_RESTART_COUNT", "2", 1);
+  EXPECT_EXIT(
+      {
+        const long before = resident_mib();
+        Hit("p");
+        std::exit(resident_mib() < before + 60 ? 3 : 1);
+      },
+      ::testing::ExitedWithCode(3), "");
+  unsetenv("TJ_RESTART_COUNT");
 }
 
 }  // namespace
