@@ -274,12 +274,15 @@ TEST_F(FaultWorkload, KilledAtRandomMomentsAtFullSpeedEndsWithTheReferenceWeight
     const std::string victim = gang % 2 == 0 ? "killed-worker-0" : "killed-chief-0";
     ASSERT_TRUE(Eventually(
         [&] {
-          return TrainerPids(ns_, "killed-chief-0", gang).size() == 1 &&
-                 TrainerPids(ns_, victim, gang).size() == 1 &&
-                 !PodEvents("killed-chief-0", "backup_saved").empty();
+          return StatusOf(Get("killed")).Finished() ||
+                 (TrainerPids(ns_, "killed-chief-0", gang).size() == 1 &&
+                  TrainerPids(ns_, victim, gang).size() == 1 &&
+                  !PodEvents("killed-chief-0", "backup_saved").empty());
         },
         kFinishTimeout))
         << PodLog("killed-chief-0");
+    ASSERT_FALSE(StatusOf(Get("killed")).Finished()) << "ended before kill " << gang + 1 << "\n"
+                                                     << Get("killed").dump(2);
     const int ms = Uniform(rng, 0, window_ms);
     std::this_thread::sleep_for(std::chrono::milliseconds(ms));
     const std::vector<pid_t> pids = TrainerPids(ns_, victim, gang);
