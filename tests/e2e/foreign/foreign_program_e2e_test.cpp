@@ -8,9 +8,13 @@
 
 #include <chrono>
 #include <fstream>
+#include <iostream>
 #include <map>
+#include <random>
 #include <sstream>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "operator/api/yaml_json.h"
@@ -94,6 +98,76 @@ TEST_F(ForeignProgramE2E, KilledWorkerRestartsTheGangThenSucceeds) {
   auto s = StatusOf(job);
   ASSERT_TRUE(s.IsTrue("Succeeded")) << job.dump(2);
   EXPECT_EQ(s.restart_count, 1) << job.dump(2);
+}
+
+// The program in --collective mode, as a TensorFlow program behaves on a peer's loss: the
+// survivors exit 1. Chief + 2 workers, 400 steps of 10 ms (the steps' sleep, not the
+// machine's speed, sets how long a gang trains: 4 s at least), killed once per gang at random
+// moments: the chief OOM-killed at a random step of gang 0 (200 MiB written under a 96Mi
+// limit), both workers at a random step of gang 1, then SIGKILLs of worker 1 and of the
+// chief, each 0 to 2 s after the gang formed. Under restartPolicy ExitCode every kill must
+// restart the gang (the survivors' exit 1 are its consequences) and the job must succeed.
+TEST_F(ForeignProgramE2E, KilledAtRandomMomentsRestartsAndSucceeds) {
+  if (!testing::RealNode()) GTEST_SKIP() << "the OOM kills need the real node's memory limits";
+  std::mt19937 rng = testing::SeededRandom("TJ_KILL_SEED");
+  const std::vector<std::string> base = {
+      "--steps", "400", "--step-seconds", "0.01", "--collective", "--fill-mib", "200"};
+  json job = ForeignJob("rkill", base);
+  job["spec"]["replicaSpecs"].erase("Evaluator");
+  job["spec"]["runPolicy"]["backoffLimit"] = 5;
+  const std::pair<const char*, int> ooms[] = {{"Chief", 0}, {"Worker", 1}};
+  for (const auto& [type, gang] : ooms) {
+    json& c = job["spec"]["replicaSpecs"][type]["template"]["spec"]["containers"][0];
+    for (const std::string& a :
+         {std::string("--fill-at-step"), std::to_string(testing::Uniform(rng, 1, 300)),
+          std::string("--fill-gang"), std::to_string(gang)}) {
+      c["args"].push_back(a);
+    }
+    c["resources"]["limits"]["memory"] = "96Mi";  // the program needs about 25 MiB
+    std::cerr << type << " OOM-killed in gang " << gang << ": " << c["args"].dump() << "\n";
+  }
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, job).ok());
+  auto restarted = [&](int n) {
+    return testing::Eventually(
+        [&] {
+          const auto st = StatusOf(Get("rkill"));
+          return st.restart_count >= n || st.Finished();
+        },
+        std::chrono::seconds(180));
+  };
+  for (int gang = 0; gang < 2; ++gang) {
+    ASSERT_TRUE(restarted(gang + 1)) << Get("rkill").dump(2);
+    ASSERT_FALSE(StatusOf(Get("rkill")).Finished()) << Get("rkill").dump(2);
+  }
+  int gang = 2;
+  for (const char* victim : {"rkill-worker-1", "rkill-chief-0"}) {
+    ASSERT_TRUE(testing::Eventually(
+        [&] {
+          return TrainerPids(ns_, victim, gang, "python3").size() == 1 &&
+                 !PodEvents("rkill-chief-0", "rendezvous_done").empty();
+        },
+        std::chrono::seconds(180)))
+        << Get("rkill").dump(2);
+    const int ms = testing::Uniform(rng, 0, 2000);
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+    std::vector<pid_t> pids = TrainerPids(ns_, victim, gang, "python3");
+    ASSERT_EQ(pids.size(), 1u) << victim;
+    std::cerr << "gang " << gang << ": SIGKILL " << victim << " " << ms << " ms after forming\n";
+    ASSERT_EQ(::kill(pids[0], SIGKILL), 0);
+    ASSERT_TRUE(restarted(++gang)) << Get("rkill").dump(2);
+    ASSERT_FALSE(StatusOf(Get("rkill")).Finished()) << Get("rkill").dump(2);
+  }
+  json done = WaitFinished("rkill", std::chrono::seconds(180));
+  auto s = StatusOf(done);
+  ASSERT_TRUE(s.IsTrue("Succeeded")) << done.dump(2);
+  EXPECT_EQ(s.restart_count, 4) << done.dump(2);
+  const std::string restarts = testing::Kubectl(
+      cluster_,
+      "-n " + ns_ + " get events --field-selector reason=GangRestart -o custom-columns=M:.message");
+  EXPECT_NE(restarts.find("OOMKilled"), std::string::npos) << restarts;
+  EXPECT_NE(restarts.find("(signal 9)"), std::string::npos) << restarts;
+  EXPECT_NE(restarts.find("exited with code 1"), std::string::npos) << restarts;  // survivors
+  std::cerr << restarts;
 }
 
 // A TFJob manifest as Kubeflow's documentation writes one (tests/unit/operator/api/testdata:

@@ -4,11 +4,16 @@
 It parses its arguments strictly (argparse exits 2 on any argument it does not know), reads
 TF_CONFIG the way MultiWorkerMirroredStrategy does, and forms its "collective" over plain TCP:
 the chief (or worker 0) listens on its own TF_CONFIG address, every other chief/worker replica
-connects to it through the hostnames TF_CONFIG names, and all go on together. It optionally
-serves the documented /status JSON on $TJ_STATUS_PORT, or (--hostile-status) the answers a
-hostile tenant can give instead. Standard library only.
+connects to it through the hostnames TF_CONFIG names, and all go on together. With
+--collective they stay connected and meet at every step, as an all-reduce does: a peer's
+loss (its connection closed or reset, or silent for 30 s) makes every survivor exit 1, as
+TensorFlow's programs do ("Collective ops is aborted by: ..."). --fill-mib writes that much
+memory at a chosen step of a chosen gang: an OOM kill under a container's memory limit. It
+optionally serves the documented /status JSON on $TJ_STATUS_PORT, or (--hostile-status) the
+answers a hostile tenant can give instead. Standard library only.
 
-Exit codes: 0 done, 1 on --exit-code 1 (a failure the operator must not retry), 2 usage.
+Exit codes: 0 done, 1 on --exit-code 1 or a lost peer (a failure the operator must not retry
+by the exit code alone), 2 usage.
 """
 import argparse
 import http.server
@@ -34,6 +39,12 @@ def parse_args():
                    help="answer each /status request with the next of HOSTILE_ANSWERS")
     p.add_argument("--hang-on-first-gang", action="store_true",
                    help="chief and workers of restart 0 never finish (a test kills one)")
+    p.add_argument("--collective", action="store_true",
+                   help="meet every peer at every step; exit 1 when one is lost")
+    p.add_argument("--fill-mib", type=int, default=0,
+                   help="write this many MiB of memory at --fill-at-step of gang --fill-gang")
+    p.add_argument("--fill-at-step", type=int, default=1)
+    p.add_argument("--fill-gang", type=int, default=0)
     return p.parse_args()
 
 
@@ -141,7 +152,9 @@ def resolve_own(host, seconds=120):
             time.sleep(0.2)
 
 
-def rendezvous(cluster, task_type, task_index):
+def rendezvous(cluster, task_type, task_index, keep=False):
+    """Meets every chief/worker replica through the leader. keep: returns the connections
+    (the leader's to every other member; a member's to the leader) for the steps."""
     members = [(t, i) for t in ("chief", "worker") for i in range(len(cluster.get(t, [])))]
     leader = members[0]
     me = (task_type, task_index)
@@ -156,21 +169,45 @@ def rendezvous(cluster, task_type, task_index):
             conns.append(c)
         for c in conns:
             c.sendall(b"go\n")
-            c.close()
+            if not keep:
+                c.close()
         srv.close()
-        return
+        return conns if keep else []
     deadline = time.time() + 120
     while True:
         try:
-            with socket.create_connection((host, port), timeout=5) as c:
-                c.sendall(f"{task_type}:{task_index}\n".encode())
-                if c.recv(8).startswith(b"go"):
-                    return
+            c = socket.create_connection((host, port), timeout=5)
+            c.sendall(f"{task_type}:{task_index}\n".encode())
+            if c.recv(3).startswith(b"go"):
+                if keep:
+                    return [c]
+                c.close()
+                return []
+            c.close()
         except OSError:
             if time.time() > deadline:
                 log("error", message=f"chief {host}:{port} unreachable")
                 sys.exit(75)
             time.sleep(0.2)
+
+
+def meet(conns, leader, step):
+    """One step's exchange, as an all-reduce: the leader sends the step to every member and
+    waits for each one's answer. A lost peer: exit 1, as TensorFlow's survivors do."""
+    message = f"{step}\n".encode()
+    try:
+        for c in conns:
+            c.settimeout(30)
+            if leader:
+                c.sendall(message)
+            got = c.recv(len(message))
+            if got != message:
+                raise ConnectionError("connection closed" if not got else f"got {got!r}")
+            if not leader:
+                c.sendall(message)
+    except OSError as e:
+        log("peer_lost", step=step, error=str(e) or type(e).__name__)
+        sys.exit(1)
 
 
 def main():
@@ -188,13 +225,23 @@ def main():
         serve_status(state, host_port(cluster[task_type][task_index])[0])
     if args.hostile_status:
         serve_hostile_status(host_port(cluster[task_type][task_index])[0])
+    conns = []
     if task_type != "evaluator":
-        rendezvous(cluster, task_type, task_index)
+        conns = rendezvous(cluster, task_type, task_index, keep=args.collective)
         log("rendezvous_done")
     if args.hang_on_first_gang and restart == 0 and task_type != "evaluator":
         time.sleep(3600)
+    leader = (task_type, task_index) == next(
+        (t, 0) for t in ("chief", "worker") if cluster.get(t))
+    filled = []
     for step in range(args.steps):
+        if args.fill_mib and restart == args.fill_gang and step + 1 == args.fill_at_step:
+            log("fill", mib=args.fill_mib, step=step + 1)
+            for _ in range(args.fill_mib):
+                filled.append(b"\x01" * (1 << 20))  # every page written
         time.sleep(args.step_seconds)
+        if conns:
+            meet(conns, leader, step + 1)
         state["step"] = step + 1
     state.update(state="done", epoch=1)
     log("train_end", steps=args.steps)
