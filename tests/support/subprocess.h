@@ -16,6 +16,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -142,13 +143,28 @@ inline int ListenOnFreePort(uint32_t address, int* port, int backlog = 16) {
   return fd;
 }
 
-// A TCP port that was free a moment ago (listen on port 0, read it back, close).
+// A TCP port that was free a moment ago, for a process that will listen on it later: drawn
+// at random below the kernel's ephemeral range (32768-60999 by default) and checked by
+// listening on it once. A port the kernel picks (port 0) would be of that range, where every
+// outgoing connection of the machine (another test's, a stranger test's flood) takes its
+// local port, and could be taken before the process binds it ("Address already in use").
 inline int FreePort() {
-  int port = 0;
-  const int fd = ListenOnFreePort(INADDR_LOOPBACK, &port, 1);
-  if (fd < 0) return 0;
-  ::close(fd);
-  return port;
+  static thread_local std::mt19937 rng{std::random_device{}()};
+  std::uniform_int_distribution<int> draw(20000, 32767);
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int port = draw(rng);
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return 0;
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    const bool free =
+        ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 && ::listen(fd, 1) == 0;
+    ::close(fd);
+    if (free) return port;
+  }
+  return 0;
 }
 
 }  // namespace tj::testing
