@@ -82,19 +82,21 @@ void TrimPodForCache(json& pod) {
   }
 }
 
-bool OwnedByATrainingJob(const json& object) {
+const json* TrainingJobControllerRef(const json& object) {
   const json& md = kube::MetadataOf(object);
   auto refs = md.find("ownerReferences");
-  if (refs == md.end() || !refs->is_array()) return false;
+  if (refs == md.end() || !refs->is_array()) return nullptr;
   for (const auto& ref : *refs) {
     if (!ref.is_object()) continue;
     auto controller = ref.find("controller");
     if (controller == ref.end() || *controller != true) continue;
     if (kube::TextOf(ref, "kind") != api::kKind) continue;
-    if (kube::TextOf(ref, "apiVersion").rfind(std::string(api::kGroup) + "/", 0) == 0) return true;
+    if (kube::TextOf(ref, "apiVersion").rfind(std::string(api::kGroup) + "/", 0) == 0) return &ref;
   }
-  return false;
+  return nullptr;
 }
+
+bool OwnedByATrainingJob(const json& object) { return TrainingJobControllerRef(object) != nullptr; }
 
 json ContainerAsCached(const json& container) {
   if (!container.is_object()) return container;

@@ -33,6 +33,8 @@ nlohmann::json TemplateForView(const nlohmann::json& pod_template);
 // (kube::InformerOptions::keep): an object that only wears a job's label, in any namespace,
 // never enters their caches.
 bool OwnedByATrainingJob(const nlohmann::json& object);
+// That controller ownerReference of `object`; null when it has none.
+const nlohmann::json* TrainingJobControllerRef(const nlohmann::json& object);
 
 // Only what names an object and ties it to its job: name, namespace, uid, resourceVersion,
 // generation, labels, ownerReferences, deletionTimestamp, and the kKeyHashAnnotation. For the

@@ -5,6 +5,7 @@
 #include "kube/object_meta.h"
 #include "kube/resource.h"
 #include "operator/api/training_job.h"
+#include "operator/controller/cache_transforms.h"
 
 namespace tj::controller {
 
@@ -15,16 +16,8 @@ constexpr std::chrono::minutes kForgetAfter{10};
 
 // The uid of the pod's controlling TrainingJob; "" when it has none.
 std::string OwnerUid(const json& pod) {
-  const json& md = kube::MetadataOf(pod);
-  auto refs = md.find("ownerReferences");
-  if (refs == md.end() || !refs->is_array()) return "";
-  for (const json& ref : *refs) {
-    if (ref.is_object() && ref.value("controller", false) == true &&
-        kube::TextOf(ref, "kind") == api::kKind) {
-      return kube::TextOf(ref, "uid");
-    }
-  }
-  return "";
+  const json* ref = TrainingJobControllerRef(pod);
+  return ref != nullptr ? kube::TextOf(*ref, "uid") : "";
 }
 }  // namespace
 
