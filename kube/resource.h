@@ -31,6 +31,7 @@ inline const Resource kNodes{"v1", "nodes", false};
 inline const Resource kPersistentVolumes{"v1", "persistentvolumes", false};
 inline const Resource kPersistentVolumeClaims{"v1", "persistentvolumeclaims"};
 inline const Resource kLeases{"coordination.k8s.io/v1", "leases"};
+inline const Resource kNetworkPolicies{"networking.k8s.io/v1", "networkpolicies"};
 inline const Resource kCustomResourceDefinitions{"apiextensions.k8s.io/v1",
                                                  "customresourcedefinitions", false};
 }  // namespace resources

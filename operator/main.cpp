@@ -1,7 +1,7 @@
-// tj-operator: flags and wiring. Informers on TrainingJobs and the pods and services
-// they own (never Secrets: it only creates them) feed a rate-limited work queue; --workers threads
-// sync keys through the executor (operator/controller/executor.h), only while this instance leads
-// when --leader-elect.
+// tj-operator: flags and wiring. Informers on TrainingJobs and the pods, services and (with
+// --network-policy) NetworkPolicies they own (never Secrets: it only creates them) feed a
+// rate-limited work queue; --workers threads sync keys through the executor
+// (operator/controller/executor.h), only while this instance leads when --leader-elect.
 #include <malloc.h>
 #include <signal.h>
 #include <unistd.h>
@@ -47,6 +47,7 @@
 #include "operator/controller/job_informers.h"
 #include "operator/controller/job_resources.h"
 #include "operator/controller/metrics.h"
+#include "operator/controller/network_policy.h"
 #include "operator/controller/reconcile_workers.h"
 #include "operator/controller/tenant_reads.h"
 
@@ -149,6 +150,15 @@ struct Flags {
   int evaluator_grace_s = 300, progress_poll_s = 5, backoff_base_ms = 1000, failure_settle_s = 30;
   std::string convert_file;  // the convert subcommand's file, when it was given
   bool convert = false;
+  // A NetworkPolicy per job (operator/controller/network_policy.h), admitting the operator's
+  // pods: in this namespace (default: $POD_NAMESPACE) with these labels (the chart's
+  // Deployment selector of a release named tj-operator).
+  bool network_policy = false;
+  std::string network_policy_file;  // the network-policy subcommand's file
+  bool print_network_policy = false;
+  std::string network_policy_operator_ns;
+  std::string network_policy_operator_labels =
+      "app.kubernetes.io/name=tj-operator,app.kubernetes.io/instance=tj-operator";
 };
 
 // Parses the command line into `f`; an exit code when the process should end now (--help,
@@ -197,6 +207,16 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags& f) {
                  "json (one object per line: ts, level, then the fields) or text (for people)")
       ->capture_default_str()
       ->check(CLI::IsMember({"json", "text"}));
+  app.add_flag("--network-policy", f.network_policy,
+               "give every job a NetworkPolicy that admits to its pods only the job's own pods "
+               "and, on the status ports, the operator (needs create, list and watch on "
+               "networkpolicies)");
+  app.add_option("--network-policy-operator-namespace", f.network_policy_operator_ns,
+                 "the operator's namespace, admitted to the jobs' status ports (default: "
+                 "$POD_NAMESPACE)");
+  app.add_option("--network-policy-operator-labels", f.network_policy_operator_labels,
+                 "the operator pods' labels, admitted to the jobs' status ports (k=v,k2=v2)")
+      ->capture_default_str();
   app.set_version_flag("--version", std::string("tj-operator ") + tj::kVersionText);
   CLI::App* convert =
       app.add_subcommand("convert",
@@ -204,12 +224,21 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags& f) {
                          "kubectl apply -f - (docs/tfjob.md)");
   convert->add_option("-f,--filename", f.convert_file, "the manifest (YAML or JSON; - for stdin)")
       ->required();
+  CLI::App* policy = app.add_subcommand(
+      "network-policy",
+      "print the NetworkPolicy the operator makes for each TrainingJob of a manifest (with "
+      "--network-policy; the operator's namespace and labels from the flags above)");
+  policy
+      ->add_option("-f,--filename", f.network_policy_file,
+                   "the manifest (YAML or JSON; - for stdin)")
+      ->required();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
   f.convert = convert->parsed();
+  f.print_network_policy = policy->parsed();
   return std::nullopt;
 }
 
@@ -417,12 +446,82 @@ bool StartAndSync(const tj::controller::JobInformers& informers, const std::stop
   return true;
 }
 
-tj::controller::ReconcilerOptions ReconcilerOptionsOf(const Flags& f) {
+tj::StatusOr<tj::controller::NetworkPolicySettings> NetworkPolicySettingsOf(const Flags& f) {
+  tj::controller::NetworkPolicySettings np;
+  np.operator_namespace = f.network_policy_operator_ns;
+  if (np.operator_namespace.empty()) {
+    const char* pod_ns = std::getenv("POD_NAMESPACE");
+    np.operator_namespace = pod_ns != nullptr ? pod_ns : "";
+  }
+  if (np.operator_namespace.empty()) {
+    return tj::Status::Error(
+        "--network-policy: the operator's namespace is unknown; set "
+        "--network-policy-operator-namespace or $POD_NAMESPACE");
+  }
+  auto labels = tj::controller::ParseLabels(f.network_policy_operator_labels);
+  if (!labels.ok()) return labels.status().WithContext("--network-policy-operator-labels");
+  np.operator_labels = std::move(*labels);
+  return np;
+}
+
+// The network-policy subcommand: the NetworkPolicy the operator makes for each TrainingJob in
+// `f.network_policy_file` (its metadata.namespace, else "default"), as JSON.
+int PrintNetworkPolicies(const Flags& f) {
+  const std::string& file = f.network_policy_file;
+  std::stringstream text;
+  if (file == "-") {
+    text << std::cin.rdbuf();
+  } else {
+    std::ifstream in(file);
+    if (!in) {
+      std::cerr << "tj-operator network-policy: cannot read " << file << "\n";
+      return 1;
+    }
+    text << in.rdbuf();
+  }
+  auto settings = NetworkPolicySettingsOf(f);
+  auto docs = tj::api::ParseManifests(text.str());
+  if (!settings.ok() || !docs.ok()) {
+    std::cerr << "tj-operator network-policy: "
+              << (settings.ok() ? file + ": " + docs.status().message()
+                                : settings.status().message())
+              << "\n";
+    return 1;
+  }
+  json items = json::array();
+  for (json doc : *docs) {
+    if (tj::kube::TextOf(doc, "kind") != tj::api::kKind) continue;
+    json& md = doc["metadata"];
+    if (!md.is_object()) md = json::object();
+    if (tj::kube::TextOf(md, "namespace").empty()) md["namespace"] = "default";
+    auto spec = tj::api::ParseSpec(doc.value("spec", json::object()));
+    if (!spec.ok()) {
+      std::cerr << "tj-operator network-policy: TrainingJob " << tj::kube::TextOf(md, "name")
+                << ": " << spec.status().message() << "\n";
+      return 1;
+    }
+    items.push_back(tj::controller::BuildNetworkPolicy(doc, *spec, *settings));
+  }
+  if (items.empty()) {
+    std::cerr << "tj-operator network-policy: " << file << " holds no TrainingJob\n";
+    return 1;
+  }
+  const json out =
+      items.size() == 1 ? items[0] : json{{"apiVersion", "v1"}, {"kind", "List"}, {"items", items}};
+  std::cout << out.dump(2) << "\n";
+  return 0;
+}
+
+tj::StatusOr<tj::controller::ReconcilerOptions> ReconcilerOptionsOf(const Flags& f) {
   tj::controller::ReconcilerOptions o;
   o.evaluator_grace = std::chrono::seconds(f.evaluator_grace_s);
   o.progress_poll = std::chrono::seconds(f.progress_poll_s);
   o.restart_backoff_base = std::chrono::milliseconds(f.backoff_base_ms);
   o.failure_settle = std::chrono::seconds(f.failure_settle_s);
+  if (!f.network_policy) return o;
+  auto np = NetworkPolicySettingsOf(f);
+  if (!np.ok()) return np.status();
+  o.network_policy = std::move(*np);
   return o;
 }
 
@@ -460,6 +559,7 @@ int main(int argc, char** argv) {
   Flags f;
   if (auto code = ParseFlags(argc, argv, f)) return *code;
   if (f.convert) return Convert(f.convert_file);
+  if (f.print_network_policy) return PrintNetworkPolicies(f);
 
   // Every line with its time and level (common/event_log.h), as Kubernetes components log.
   tj::EventLog log(f.log_format == "text" ? tj::LogFormat::kText : tj::LogFormat::kJson, stdout,
@@ -497,7 +597,12 @@ int main(int argc, char** argv) {
       std::chrono::seconds(f.progress_poll_s), clock);
   deps.status_poller = &status_poller;
   deps.pod_log = PodLogFunction(&api);
-  const tj::controller::ReconcilerOptions ropts = ReconcilerOptionsOf(f);
+  const auto ropts_or = ReconcilerOptionsOf(f);
+  if (!ropts_or.ok()) {
+    log.Error(ropts_or.status().message());
+    return 2;
+  }
+  const tj::controller::ReconcilerOptions& ropts = *ropts_or;
 
   // Informers: the jobs, and everything labelled with a job's name (enqueue its job).
   tj::controller::ReportedBackups reported_backups(clock);
@@ -505,7 +610,7 @@ int main(int argc, char** argv) {
   tj::controller::DepartedPods departed(clock);
   deps.departed_pods = &departed;
   tj::controller::JobInformers informers = tj::controller::MakeJobInformers(
-      client, clock, f.ns, &queue, &log, &reported_backups, &departed);
+      client, clock, f.ns, &queue, &log, &reported_backups, &departed, f.network_policy);
   deps.caches = informers.Caches();
   deps.clock = clock;
   // Status writes give way to other work (executor.h): the pods of a burst of jobs first.

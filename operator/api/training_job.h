@@ -149,6 +149,11 @@ inline constexpr char kRendezvousSecretConflict[] = "RendezvousSecretConflict";
 // webhook) or Invalid (422: e.g. a privileged container where the cluster disallows them); the
 // create is retried with the queue's backoff. False (PodsCreated) once the pods are made.
 inline constexpr char kPodCreateRefused[] = "PodCreateRefused";
+// True while the API server refuses the job's NetworkPolicy (network_policy.h), or one of its
+// name exists that the job does not own: the job runs, but its pods are not isolated from the
+// other pods of the cluster; the message says why and what to do. The create is tried again
+// (ReconcilerOptions::network_policy_retry). False (NetworkPolicyCreated) once it exists.
+inline constexpr char kNetworkPolicyRefused[] = "NetworkPolicyRefused";
 }  // namespace condition
 
 struct Condition {

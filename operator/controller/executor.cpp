@@ -11,6 +11,7 @@
 #include "operator/controller/gang_scheduling.h"
 #include "operator/controller/job_resources.h"
 #include "operator/controller/kueue_admission.h"
+#include "operator/controller/network_policy.h"
 #include "operator/controller/slow_start.h"
 #include "operator/controller/tenant_reads.h"
 
@@ -24,6 +25,7 @@ using std::chrono::milliseconds;
 const kube::ObjectCache* CacheOf(const OwnedObjectCaches& caches, const kube::Resource& r) {
   if (r.plural == kube::resources::kPods.plural) return caches.pods;
   if (r.plural == kube::resources::kServices.plural) return caches.services;
+  if (r.plural == kube::resources::kNetworkPolicies.plural) return caches.network_policies;
   if (r.plural == api::kTrainingJobs.plural) return caches.jobs;
   return nullptr;
 }
@@ -45,6 +47,20 @@ std::string OwnersOf(const json& object) {
 // user's): the reconciler then creates it, and Create's owner check waits for it to go.
 void DropUnowned(Observed* in) {
   if (in->service && !IsOwnedBy(*in->service, in->job)) in->service.reset();
+  if (in->network_policy && !IsOwnedBy(*in->network_policy, in->job)) in->network_policy.reset();
+}
+
+// `status` (a job's .status) with the condition NetworkPolicyRefused True saying `message`,
+// stamped now even when it said so already: the reconciler tries again
+// ReconcilerOptions::network_policy_retry after the last refusal.
+json WithNetworkPolicyRefused(const json& status, const std::string& message, kube::WallTime now) {
+  api::TrainingJobStatus st = api::TrainingJobStatus::FromJson(status);
+  st.SetCondition(api::condition::kNetworkPolicyRefused, true, "NetworkPolicyRefused", message,
+                  now);
+  for (auto& c : st.conditions) {
+    if (c.type == api::condition::kNetworkPolicyRefused) c.last_update_time = kube::FormatTime(now);
+  }
+  return st.ToJson();
 }
 
 }  // namespace
@@ -166,7 +182,7 @@ size_t LargePassBudget::in_use() const {
 
 Executor::Executor(ExecutorDeps deps, ReconcilerOptions options)
     : deps_(std::move(deps)),
-      options_(options),
+      options_(std::move(options)),
       clock_(deps_.clock != nullptr ? deps_.clock : RealClock::Get()),
       expectations_(clock_, kExpectationsTtl) {}
 
@@ -228,6 +244,9 @@ void Executor::ReadOwned(const std::string& ns, const std::string& name, Observe
     if (api::RefOf(p).ns == ns) in->pods.push_back(std::move(p));
   }
   in->service = c.services->Get(ns + "/" + name);
+  if (c.network_policies != nullptr) {
+    in->network_policy = c.network_policies->Get(ns + "/" + NetworkPolicyName(name));
+  }
   DropUnowned(in);
 }
 
@@ -308,6 +327,7 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
   // The gang's PodGroup before its pods, which name it (gang_scheduling.h).
   TJ_RETURN_IF_ERROR(gang::Prepare(*c, deps_.recorder, in.job, deps_.native_pod_groups, &d));
   if (Status applied = Apply(key, in.job, d); !applied.ok()) {
+    TakeNetworkPolicyRefusal(key);  // said once the pass goes through
     TJ_RETURN_IF_ERROR(WritePassRefusals(key, in.job));
     return applied;
   }
@@ -315,6 +335,13 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
   std::optional<json> status = d.status ? d.status
                                : kept   ? std::optional<json>(kept->status)
                                         : std::nullopt;
+  if (auto refused = TakeNetworkPolicyRefusal(key)) {
+    status = WithNetworkPolicyRefused(status ? *status : in.job.value("status", json::object()),
+                                      *refused, deps_.wall_clock());
+    if (deps_.recorder) {
+      deps_.recorder->RecordAsync(in.job, "Warning", "NetworkPolicyRefused", *refused);
+    }
+  }
   if (status) {
     const Clock::TimePoint now = clock_->Now();
     const Clock::TimePoint since = kept ? kept->since : now;
@@ -439,9 +466,53 @@ Status Executor::WritePassRefused(const std::string& key, const json& job, const
   return WriteStatus(key, job, st.ToJson());
 }
 
+std::optional<std::string> Executor::TakeNetworkPolicyRefusal(const std::string& key) {
+  MutexLock lock(conflicts_mu_);
+  auto it = network_policy_refusals_.find(key);
+  if (it == network_policy_refusals_.end()) return std::nullopt;
+  std::string message = std::move(it->second);
+  network_policy_refusals_.erase(it);
+  return message;
+}
+
+Status Executor::CreateNetworkPolicy(const std::string& key, const json& job, const Action& a) {
+  const std::string ns = api::RefOf(job).ns;
+  const std::string object_key = ns + "/" + a.name;
+  expectations_.ExpectCreate(key, a.resource, object_key);
+  auto r = deps_.client->Create(a.resource, ns, a.object);
+  if (r.ok()) return Status::Ok();
+  std::string why;
+  if (kube::IsAlreadyExists(r.error())) {
+    StatusOr<std::optional<json>> existing = ReadExisting(a.resource, ns, a.name);
+    Status owned = existing.ok() ? CheckExistingIsOwned("NetworkPolicy", object_key, *existing, job)
+                                 : existing.status();
+    if (owned.ok()) return owned;
+    why = owned.message();
+  } else {
+    why = "the API server refused NetworkPolicy " + object_key + ": " +
+          tj::Utf8Prefix(r.error().message, 512) +
+          " (the operator's RBAC in this namespace, or an admission webhook)";
+  }
+  expectations_.Forget(key, a.resource, object_key);
+  const auto retry =
+      std::chrono::duration_cast<std::chrono::seconds>(options_.network_policy_retry);
+  MutexLock lock(conflicts_mu_);
+  network_policy_refusals_[key] =
+      why +
+      "; the job runs, but its pods are not isolated: any pod that can reach them may connect "
+      "to their ports (each trainer port still admits only peers holding the job's key). Let "
+      "the operator create networkpolicies in this namespace (the chart's RBAC) or lift the "
+      "refusal; tried again every " +
+      std::to_string(retry.count()) + " s";
+  return Status::Ok();
+}
+
 Status Executor::Create(const std::string& key, const json& job, const Action& a) {
   const api::ObjectRef ref = api::RefOf(job);
   if (a.resource.plural == kube::resources::kSecrets.plural) return CreateSecret(key, ref.ns, a);
+  if (a.resource.plural == kube::resources::kNetworkPolicies.plural) {
+    return CreateNetworkPolicy(key, job, a);
+  }
   const std::string object_key = ref.ns + "/" + a.name;
   expectations_.ExpectCreate(key, a.resource, object_key);
   std::string kind;

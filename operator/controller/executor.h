@@ -45,6 +45,9 @@ struct OwnedObjectCaches {
   const kube::ObjectCache* jobs = nullptr;  // TrainingJobs, whole (managedFields aside)
   const kube::ObjectCache* pods = nullptr;  // labelled tjo.dev/job-name
   const kube::ObjectCache* services = nullptr;
+  // Labelled tjo.dev/job-name; null when jobs get no NetworkPolicy
+  // (ReconcilerOptions::network_policy unset).
+  const kube::ObjectCache* network_policies = nullptr;
   // No Secrets: the operator never reads them (Executor::CreateSecret).
 };
 
@@ -182,6 +185,12 @@ class Executor {
   // queue's backoff paces the retries).
   Status WritePassRefused(const std::string& key, const nlohmann::json& job, const char* type,
                           const std::string& reason, const std::string& message, bool event);
+  // Creates the job's NetworkPolicy. A refusal (RBAC, an admission webhook, one of its name
+  // the job does not own) does not stop the pass: the job runs without it, and Sync says so
+  // in the condition NetworkPolicyRefused (TakeNetworkPolicyRefusal).
+  Status CreateNetworkPolicy(const std::string& key, const nlohmann::json& job, const Action& a);
+  // The refusal CreateNetworkPolicy recorded for key in this pass, if any (forgotten).
+  std::optional<std::string> TakeNetworkPolicyRefusal(const std::string& key);
   Status CreateAll(const std::string& key, const nlohmann::json& job,
                    const std::vector<const Action*>& creates);
   Status WriteStatus(const std::string& key, const nlohmann::json& job,
@@ -212,6 +221,8 @@ class Executor {
   std::map<std::string, std::string> secret_conflicts_ TJ_GUARDED_BY(conflicts_mu_);
   // Jobs whose pass had a pod create refused: key -> the refusal.
   std::map<std::string, CreateRefusal> create_refusals_ TJ_GUARDED_BY(conflicts_mu_);
+  // Jobs whose pass had their NetworkPolicy refused: key -> the condition's message.
+  std::map<std::string, std::string> network_policy_refusals_ TJ_GUARDED_BY(conflicts_mu_);
   // The rendezvous Secrets this process made: job key -> the job's UID. One of them found again
   // (its pass's status write was lost: a pod create failed after it) is replaced, not refused.
   std::map<std::string, std::string> made_secrets_ TJ_GUARDED_BY(conflicts_mu_);

@@ -1,5 +1,7 @@
 #include "operator/controller/job_informers.h"
 
+#include <vector>
+
 #include "operator/api/training_job.h"
 #include "operator/controller/cache_transforms.h"
 
@@ -9,7 +11,8 @@ using nlohmann::json;
 
 JobInformers MakeJobInformers(kube::Client* client, Clock* clock, const std::string& ns,
                               kube::WorkQueue* queue, EventLog* log,
-                              ReportedBackups* reported_backups, DepartedPods* departed) {
+                              ReportedBackups* reported_backups, DepartedPods* departed,
+                              bool network_policies) {
   JobInformers out;
   auto enqueue_job = [queue](const json& obj) { queue->Add(kube::ObjectKey(obj)); };
   auto enqueue_owner = [queue](const json& obj) {
@@ -32,14 +35,17 @@ JobInformers MakeJobInformers(kube::Client* client, Clock* clock, const std::str
                            },
                            enqueue_job});
   }
-  for (const auto& r : {kube::resources::kPods, kube::resources::kServices}) {
+  std::vector<kube::Resource> owned = {kube::resources::kPods, kube::resources::kServices};
+  if (network_policies) owned.push_back(kube::resources::kNetworkPolicies);
+  for (const auto& r : owned) {
     kube::InformerOptions o;
     o.resource = r;
     o.ns = ns;
     o.label_selector = api::kLabelJobName;
     const bool pods = r.plural == kube::resources::kPods.plural;
-    // Of a pod the reconciler reads a few fields, of the Service its existence; of what wears
-    // a job's label without being a TrainingJob's (a user's pod, another controller's), nothing.
+    // Of a pod the reconciler reads a few fields, of the Service and the NetworkPolicy their
+    // existence; of what wears a job's label without being a TrainingJob's (a user's pod,
+    // another controller's), nothing.
     o.keep = OwnedByATrainingJob;
     o.transform = pods ? TrimPodForCache : KeepIdentity;
     auto inf = std::make_unique<kube::Informer>(client, clock, o, log);
@@ -61,7 +67,13 @@ JobInformers MakeJobInformers(kube::Client* client, Clock* clock, const std::str
                         if (pods && departed != nullptr) departed->Note(last);
                         enqueue_owner(last);
                       }});
-    (pods ? out.pods : out.services) = std::move(inf);
+    if (pods) {
+      out.pods = std::move(inf);
+    } else if (r.plural == kube::resources::kServices.plural) {
+      out.services = std::move(inf);
+    } else {
+      out.network_policies = std::move(inf);
+    }
   }
   return out;
 }

@@ -61,6 +61,7 @@ Decision Pass::Run() {
   if (SuspendOrResume()) return EndCountingReplicas();
   if (!status_.start_time) status_.start_time = kube::FormatTime(observed_.now);
   if (!observed_.service) Create(kube::resources::kServices, BuildService(observed_.job, spec_));
+  EnsureNetworkPolicy();
   EnsureSecret();
   if (FailPastActiveDeadline()) return EndCountingReplicas();
 

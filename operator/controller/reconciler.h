@@ -19,6 +19,7 @@
 #include "kube/resource.h"
 #include "kube/time_format.h"
 #include "operator/api/training_job.h"
+#include "operator/controller/network_policy.h"
 #include "operator/controller/pod_view.h"
 
 namespace tj::controller {
@@ -35,6 +36,11 @@ struct ReconcilerOptions {
   // the gang's other chief and worker pods to end before it is judged: the failure that came
   // first decides, and a program's exit after losing a peer is only its consequence.
   std::chrono::milliseconds failure_settle{std::chrono::seconds(30)};
+  // Set: every job gets its NetworkPolicy (BuildNetworkPolicy), made again when it goes.
+  std::optional<NetworkPolicySettings> network_policy;
+  // How long after the API server refused a job's NetworkPolicy (the condition
+  // NetworkPolicyRefused) its create is tried again.
+  std::chrono::milliseconds network_policy_retry{std::chrono::seconds(60)};
 };
 
 // Copies a field of a trainer's /status answer (its documented schema, docs/tfjob.md) into the
@@ -65,6 +71,8 @@ struct Observed {
   nlohmann::json job;                     // the TrainingJob as read from the API server
   std::vector<nlohmann::json> pods;       // pods labelled tjo.dev/job-name=<job>
   std::optional<nlohmann::json> service;  // "<job>", when it exists
+  // NetworkPolicyName(<job>), when it exists and the job owns it.
+  std::optional<nlohmann::json> network_policy;
   std::map<std::string, nlohmann::json> trainer_status;  // pod name -> its /status answer
   // Evaluator pod name -> the last "evaluation" event of its log (read once it has ended).
   std::map<std::string, nlohmann::json> final_evaluation;

@@ -9,6 +9,7 @@
 //   reconciler_gang.cpp             the gang: its pods sorted and counted, missing ones created,
 //                                   a failure charged to the failure policy, a gang restart
 //   reconciler_rendezvous_key.cpp   the rendezvous Secret and the key the pods hold
+//   reconciler_network_policy.cpp   the job's NetworkPolicy, and what a refused one says
 //   reconciler_evaluator.cpp        the evaluator: supervised alone, its final evaluation awaited
 //   reconciler_progress.cpp         status.progress, status.evaluation, replicaStatuses
 //
@@ -174,6 +175,12 @@ class Pass {
   std::string PodWithAnotherKey(const GangPods& current) const;
   // A new key (the Secret was deleted and made again): the whole gang starts again.
   bool RestartForANewKey(const Gang& gang);
+
+  // --- The job's NetworkPolicy (reconciler_network_policy.cpp) ---
+  // With options_.network_policy: created when missing, unless the API server refused it
+  // less than options_.network_policy_retry ago (NetworkPolicyRefused True: then a requeue
+  // for the retry); NetworkPolicyRefused turns False once it exists.
+  void EnsureNetworkPolicy();
 
   // --- The evaluator (reconciler_evaluator.cpp) ---
   // Created when missing, restarted alone when its restart policy says, with its own backoff

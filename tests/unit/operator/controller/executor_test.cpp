@@ -246,7 +246,9 @@ class FakeClient : public testing::AcceptingClient {
   // pods (as while a namespace's ServiceAccount is not made yet).
   bool keep_created = false;
   bool refuse_pods = false;
-  int refuse_code = 403;  // Forbidden; 422: Invalid
+  int refuse_code = 403;                 // Forbidden; 422: Invalid
+  bool refuse_network_policies = false;  // as without RBAC for them in the namespace
+  std::atomic<int> network_policy_creates{0};
 
   kube::Result<json> Get(const kube::Resource& r, const std::string&,
                          const std::string& name) override {
@@ -264,6 +266,10 @@ class FakeClient : public testing::AcceptingClient {
     const std::string key = r.plural + "/" + object["metadata"].value("name", "");
     std::lock_guard<std::mutex> lock(mu_);
     if (existing.contains(key)) return Error(409, "AlreadyExists", key + " exists");
+    if (r.plural == "networkpolicies") ++network_policy_creates;
+    if (refuse_network_policies && r.plural == "networkpolicies") {
+      return Error(403, "Forbidden", "networkpolicies is forbidden: cannot create");
+    }
     if (refuse_pods && r.plural == "pods") {
       return Error(refuse_code, refuse_code == 403 ? "Forbidden" : "Invalid", key + " refused");
     }
@@ -333,14 +339,14 @@ class ExecutorPass : public ::testing::Test {
       ExecutorDeps deps;
       deps.client = &client_;
       deps.random_key = [this] { return random_key_(); };
-      deps.caches = OwnedObjectCaches{&jobs_, &pods_, &services_};
+      deps.caches = OwnedObjectCaches{&jobs_, &pods_, &services_, &network_policies_};
       deps.clock = &clock_;
       deps.status_poller = poller_;
       deps.defer_status = StatusDeferral{[this](const std::string&) { return busy_; },
                                          [this](const std::string& key, milliseconds latest) {
                                            write_later_.emplace_back(key, latest);
                                          }};
-      executor_ = std::make_unique<Executor>(std::move(deps), ReconcilerOptions{});
+      executor_ = std::make_unique<Executor>(std::move(deps), options_);
     }
     return *executor_;
   }
@@ -362,6 +368,7 @@ class ExecutorPass : public ::testing::Test {
       const std::string kind = o.value("kind", "");
       if (kind == "Pod") pods_.Upsert(o);
       if (kind == "Service") services_.Upsert(o);  // Secrets: never cached, never read
+      if (kind == "NetworkPolicy") network_policies_.Upsert(o);
     }
   }
 
@@ -380,7 +387,8 @@ class ExecutorPass : public ::testing::Test {
   }
 
   FakeClient client_;
-  kube::ObjectCache jobs_, pods_, services_;
+  kube::ObjectCache jobs_, pods_, services_, network_policies_;
+  ReconcilerOptions options_;
   FakeClock clock_;
   std::function<std::string()> random_key_ = [] { return std::string("key"); };
   bool busy_ = false;  // whether other keys are queued or in flight
@@ -421,6 +429,42 @@ TEST_F(ExecutorPass, BuildsTheSamePodsFromACompactCachedJob) {
     ++pods;
   }
   EXPECT_EQ(pods, 2);
+}
+
+TEST_F(ExecutorPass, MakesTheJobsNetworkPolicyBeforeItsPods) {
+  options_.network_policy = NetworkPolicySettings{"tj-system", {{"app", "tj"}}};
+  ASSERT_TRUE(Sync().ok());
+  std::set<std::string> first(client_.created.begin(), client_.created.begin() + 3);
+  EXPECT_EQ(first, (std::set<std::string>{"services/mnist", "secrets/mnist-rendezvous",
+                                          "networkpolicies/mnist-pods"}))
+      << ::testing::PrintToString(client_.created);
+  // Once the cache shows it, it is not asked for again.
+  CacheTheCreatedObjects();
+  ASSERT_TRUE(Sync().ok());
+  EXPECT_EQ(client_.network_policy_creates.load(), 1);
+}
+
+TEST_F(ExecutorPass, ARefusedNetworkPolicyLeavesTheJobRunningAndSaysWhatToDo) {
+  options_.network_policy = NetworkPolicySettings{"tj-system", {{"app", "tj"}}};
+  client_.refuse_network_policies = true;
+  auto r = Sync();
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(client_.CreatedPods().size(), 2u);  // the job runs without it
+  ASSERT_FALSE(client_.status_writes.empty());
+  const std::string message =
+      ConditionMessage(client_.status_writes.back(), api::condition::kNetworkPolicyRefused, "True",
+                       "NetworkPolicyRefused");
+  EXPECT_NE(message.find("refused NetworkPolicy ns/mnist-pods"), std::string::npos) << message;
+  EXPECT_NE(message.find("not isolated"), std::string::npos) << message;
+  EXPECT_NE(message.find("networkpolicies"), std::string::npos) << message;
+  // The next passes, within the retry time, do not ask again.
+  json job = TestJob("uid-new");
+  job["status"] = client_.status_writes.back();
+  job["metadata"]["resourceVersion"] = "2";
+  jobs_.Upsert(job);
+  CacheTheCreatedObjects();
+  ASSERT_TRUE(Sync().ok());
+  EXPECT_EQ(client_.network_policy_creates.load(), 1);
 }
 
 // Another controller's job: the pass sends nothing to the API server, not even a status.

@@ -1,0 +1,38 @@
+// The job's NetworkPolicy (network_policy.h): made with the job's Service and Secret, made
+// again when it goes. A refusal never stops the job: the executor says it in the condition
+// NetworkPolicyRefused, and this pass waits ReconcilerOptions::network_policy_retry from
+// then before it asks again. Part of the reconcile pass (reconciler_pass.h).
+#include <string>
+
+#include "operator/controller/network_policy.h"
+#include "operator/controller/reconciler_pass.h"
+
+namespace tj::controller::reconcile {
+
+namespace cond = api::condition;
+
+void Pass::EnsureNetworkPolicy() {
+  if (!options_.network_policy) return;
+  const std::string name = NetworkPolicyName(ref_.name);
+  if (observed_.network_policy) {
+    // Written only where it was ever True (SetCondition keeps a condition that never held
+    // out of the status).
+    status_.SetCondition(cond::kNetworkPolicyRefused, false, "NetworkPolicyCreated",
+                         "NetworkPolicy " + name + " admits to the job's pods only the job's " +
+                             "own pods and the operator",
+                         observed_.now);
+    return;
+  }
+  if (const api::Condition* c = status_.Find(cond::kNetworkPolicyRefused);
+      c != nullptr && c->status == "True") {
+    const auto refused_at = kube::ParseTime(c->last_update_time);
+    if (refused_at && observed_.now < *refused_at + options_.network_policy_retry) {
+      RequeueAt(*refused_at + options_.network_policy_retry);
+      return;
+    }
+  }
+  Create(kube::resources::kNetworkPolicies,
+         BuildNetworkPolicy(observed_.job, spec_, *options_.network_policy));
+}
+
+}  // namespace tj::controller::reconcile
