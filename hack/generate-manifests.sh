@@ -60,7 +60,6 @@ names = {
     ("RoleBinding", "rbac"): "leader_election_role_binding.yaml",
     ("Deployment", "operator"): "deployment.yaml",
     ("Service", "operator"): "metrics_service.yaml",
-    ("NetworkPolicy", "operator"): "network_policy.yaml",
 }
 files = {"rbac": [], "operator": []}
 for doc in re.split(r"^---\s*$", text, flags=re.M):

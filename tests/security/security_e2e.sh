@@ -286,6 +286,9 @@ NOT_EXERCISED = {
         "a job read again after a 409 conflict on its status, or when a status kept back is "
         "written at shutdown and the cache no longer shows the job "
         "(operator/controller/executor.cpp)",
+    ("networking.k8s.io", "networkpolicies", "get"):
+        "a job's NetworkPolicy that a create found already there and the cache does not show "
+        "(Executor::CreateNetworkPolicy)",
     ("", "services", "get"):
         "a Service of the job's name that a create found already there and the cache does "
         "not show (Executor::ReadExisting)",
@@ -302,7 +305,8 @@ for g in ("scheduling.k8s.io", "scheduling.volcano.sh", "scheduling.x-k8s.io"):
             "a gang's PodGroup, where the cluster schedules gangs (docs/gangs.md)")
 # The only requests the operator sends without a namespace: its informers' lists and watches.
 # Everything else names the job's namespace (or the Lease's).
-CLUSTER_WIDE = {(g, r, v) for g, r in (("tjo.dev", "trainingjobs"), ("", "pods"), ("", "services"))
+CLUSTER_WIDE = {(g, r, v) for g, r in (("tjo.dev", "trainingjobs"), ("", "pods"), ("", "services"),
+                                       ("networking.k8s.io", "networkpolicies"))
                 for v in ("list", "watch")}
 used, denied, wide = {}, set(), set()
 for line in open(audit):

@@ -39,13 +39,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
 
-{{/* Namespaces that get a NetworkPolicy. */}}
-{{- define "tj-operator.networkPolicyNamespaces" -}}
-{{- if .Values.watchNamespaces }}
-{{- join "," .Values.watchNamespaces }}
-{{- else if .Values.networkPolicy.namespaces }}
-{{- join "," .Values.networkPolicy.namespaces }}
-{{- else }}
-{{- .Release.Namespace }}
-{{- end }}
+{{/* The operator's flags for the jobs' NetworkPolicies: its pods, by namespace and labels. */}}
+{{- define "tj-operator.networkPolicyArgs" -}}
+- --network-policy
+- --network-policy-operator-namespace={{ .Release.Namespace }}
+- --network-policy-operator-labels=app.kubernetes.io/name={{ include "tj-operator.name" . }},app.kubernetes.io/instance={{ .Release.Name }}
 {{- end }}

@@ -12,6 +12,10 @@ The operator's permissions, shared by the ClusterRole and the per-namespace Role
 - secrets: created (the job's rendezvous key) and deleted (one of the job's name whose key the
   operator did not record is replaced), never read: no get, list or watch, so the operator
   cannot read any Secret of the cluster; it tracks the key by its hash in the job's status;
+- networkpolicies (with networkPolicy.enabled): one per job, created and made again when it
+  goes (list, watch: the informer that sees it go), read when one of its name already exists
+  and the cache does not show it (get); never updated, never deleted (the garbage collector
+  removes it with its job);
 - pods/log: get, to read the evaluator's final evaluation after its process has exited;
 - events: the decisions users must see (create, and patch to count repeats);
 - podgroups (docs/gangs.md): one per gang of a job scheduled all or nothing, of Kubernetes
@@ -51,6 +55,11 @@ The operator's permissions, shared by the ClusterRole and the per-namespace Role
 - apiGroups: ["scheduling.k8s.io", "scheduling.volcano.sh", "scheduling.x-k8s.io"]
   resources: ["podgroups"]
   verbs: ["get", "list", "create", "delete"]
+{{- if .Values.networkPolicy.enabled }}
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "list", "watch", "create"]
+{{- end }}
 {{- if .Values.kueue.enabled }}
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads"]

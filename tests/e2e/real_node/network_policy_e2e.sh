@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
-# The chart's default NetworkPolicy, enforced on the real node (TJ_NETWORK_POLICY=kube-router:
-# kube-router's network policy controller beside the kubelet, hack/network-policy.sh):
-#   - the chart is installed without touching networkPolicy.enabled (on by default), with its
-#     policy in the job's namespace (networkPolicy.namespaces), which enforces the Pod Security
-#     level restricted (the job's pods, as the operator makes them, pass it);
+# The job's NetworkPolicy, made by the operator, enforced on the real node
+# (TJ_NETWORK_POLICY=kube-router: kube-router's network policy controller beside the kubelet,
+# hack/network-policy.sh):
+#   - the chart is installed with its defaults (every namespace watched, networkPolicy.enabled
+#     on); the job runs in a namespace the chart was never told of, which enforces the Pod
+#     Security level restricted (the job's pods, as the operator makes them, pass it), and the
+#     operator gives the job its policy fmnist-pods there, owned by the job;
 #   - while the example job trains (2 workers and an evaluator, real containers), every TCP
 #     port its chief listens on (read from /proc/net/tcp* in the pod: the peer-health
 #     responder and /status; the job's port, of the rendezvous and the ring's handshakes,
 #     closed once the gang formed) is reached
 #     from the job's other worker, and
 #     from none of: a pod of another namespace, a pod of the job's namespace without the job's
-#     label. The same stranger pod reaches the operator's metrics port (no policy selects the
+#     label, a pod of the job's namespace labelled tjo.dev/job-name of another job (the attack
+#     on a namespace-wide policy). The same stranger pod reaches the operator's metrics port (no policy selects the
 #     operator), so its refusals are the policy's, not a broken pod network;
 #   - the operator, in-cluster, reads the chief's /status through the policy (status.progress
 #     fills), and the job trains to Succeeded with its evaluation;
@@ -42,21 +45,17 @@ kubectl create namespace "$OTHER" >/dev/null
 # The job's namespace at Pod Security level restricted, as docs/reliability.md advises: the
 # operator's pods of the example job must pass it.
 kubectl label namespace "$NS" pod-security.kubernetes.io/enforce=restricted >/dev/null
-# networkPolicy.enabled is left at its default.
+# The chart's defaults: every namespace watched, networkPolicy.enabled on.
 # shellcheck disable=SC2016  # $(POD_IP) is for the kubelet to expand
 "$HELM" install tj-operator "$ROOT/helm/tj-operator" --namespace tj-system --create-namespace \
-  --set bindAddress='$(POD_IP)' --set networkPolicy.namespaces="{$NS}" \
-  --wait --timeout 180s >/dev/null
-kubectl -n "$NS" get networkpolicy tj-operator-trainingjob-pods >/dev/null ||
-  { echo "FAIL the chart made no NetworkPolicy in $NS by default"; exit 1; }
-echo "ok   the chart's default NetworkPolicy is in $NS"
+  --set bindAddress='$(POD_IP)' --wait --timeout 180s >/dev/null
 
 # Two pods that are not the job's, each with a shell to connect from (the trainer image).
 client_pod() {  # client_pod NAMESPACE NAME
   kubectl -n "$1" apply -f - >/dev/null <<EOF
 apiVersion: v1
 kind: Pod
-metadata: {name: $2}
+metadata: {name: $2, labels: {${3:-app: client}}}
 spec:
   terminationGracePeriodSeconds: 0
   securityContext: {runAsNonRoot: true, runAsUser: 65532, seccompProfile: {type: RuntimeDefault}}
@@ -70,14 +69,22 @@ EOF
 }
 client_pod "$OTHER" stranger
 client_pod "$NS" neighbour
+# A tenant's pod that claims to be another job's: the label is all a namespace-wide policy
+# could check.
+client_pod "$NS" impostor "tjo.dev/job-name: other"
 
 sed 's/--epochs, "3"/--epochs, "3", --steps-per-epoch, "300"/' \
   "$ROOT/manifests/examples/fmnist.yaml" | kubectl -n "$NS" apply -f - >/dev/null
 kubectl -n "$OTHER" wait --for=condition=Ready pod/stranger --timeout=120s >/dev/null
-kubectl -n "$NS" wait --for=condition=Ready pod/neighbour --timeout=120s >/dev/null
+kubectl -n "$NS" wait --for=condition=Ready pod/neighbour pod/impostor --timeout=120s >/dev/null
 kubectl -n "$NS" wait --for=condition=Ready pod/fmnist-worker-0 pod/fmnist-worker-1 \
   --timeout=180s >/dev/null
-step "the job's workers, a neighbour in $NS and a stranger in $OTHER are Ready"
+step "the job's workers, a neighbour and an impostor in $NS, a stranger in $OTHER are Ready"
+owner=$(kubectl -n "$NS" get networkpolicy fmnist-pods \
+  -o jsonpath='{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}') ||
+  { echo "FAIL the operator made no NetworkPolicy for fmnist in $NS"; exit 1; }
+[ "$owner" = TrainingJob/fmnist ] || { echo "FAIL NetworkPolicy fmnist-pods is owned by '$owner'"; exit 1; }
+echo "ok   the operator made NetworkPolicy fmnist-pods in $NS, owned by the job"
 
 # The chief's listening TCP ports (not those bound to loopback only), once it trains: the
 # peer-health responder listens once the gang has formed, and the job's port no longer.
@@ -131,11 +138,14 @@ expect closed "a pod of $OTHER -> the chief" "$(probe "$OTHER" stranger "$chief"
 # shellcheck disable=SC2086
 expect closed "a pod of $NS without the job's label -> the chief" \
   "$(probe "$NS" neighbour "$chief" $ports)"
+# shellcheck disable=SC2086
+expect closed "a pod of $NS labelled tjo.dev/job-name=other -> the chief" \
+  "$(probe "$NS" impostor "$chief" $ports)"
 operator=$(kubectl -n tj-system get pods -l app.kubernetes.io/name=tj-operator \
   -o jsonpath='{.items[0].status.podIP}')
 expect open "the same pod of $OTHER -> the operator's metrics port (no policy there)" \
   "$(probe "$OTHER" stranger "$operator" 8080)"
-kubectl -n "$NS" get networkpolicy tj-operator-trainingjob-pods -o name >/dev/null
+kubectl -n "$NS" get networkpolicy fmnist-pods -o name >/dev/null
 chains=$(iptables-save -t filter | grep -c '^:KUBE-NWPLCY-' || true)
 [ "$chains" -gt 0 ] || { echo "FAIL kube-router wrote no policy chain"; fails=$((fails + 1)); }
 [ $fails -eq 0 ] || exit 1
@@ -158,6 +168,11 @@ evaluation=$(kubectl -n "$NS" get trainingjob fmnist -o jsonpath='{.status.evalu
 restarts=$(kubectl -n "$NS" get trainingjob fmnist -o jsonpath='{.status.restartCount}')
 [ "${restarts:-0}" = 0 ] || { echo "FAIL the gang restarted $restarts times"; exit 1; }
 step "fmnist Succeeded behind the policy, no restart; evaluation $evaluation"
+kubectl -n "$NS" delete trainingjob fmnist --wait=true >/dev/null
+gone() { ! kubectl -n "$NS" get networkpolicy fmnist-pods >/dev/null 2>&1; }
+for _ in $(seq 1 60); do gone && break; sleep 1; done
+gone || { echo "FAIL NetworkPolicy fmnist-pods outlived its job"; exit 1; }
+echo "ok   the job's NetworkPolicy went with the job"
 
 "$ROOT/hack/local-cluster.sh" down >/dev/null
 machine_state >"$BUILD/network-policy-after.txt"

@@ -1,28 +1,31 @@
 #!/usr/bin/env bash
-# The chart's NetworkPolicy admits every port a real job listens on, and nothing more: three
-# tj-trainer processes (worker 0 is the chief) train on loopback as a job's pods do; the
-# listening TCP sockets of each process are read from /proc/net/tcp{,6} (matched by inode to
-# /proc/PID/fd) while they run; then the policy rendered by `helm template` is evaluated for
-# each port and each kind of client:
+# The job's NetworkPolicy, as the operator makes it, admits every port a real job listens on,
+# and nothing more: three tj-trainer processes (worker 0 is the chief) train on loopback as a
+# job's pods do; the listening TCP sockets of each process are read from /proc/net/tcp{,6}
+# (matched by inode to /proc/PID/fd) while they run; then the policy that
+# `tj-operator network-policy` prints for that job (the operator's own builder, its default
+# operator labels) is evaluated for each port and each kind of client:
 #   - a pod of the same job (label tjo.dev/job-name, same namespace): every port admitted
 #     (the rendezvous, Gloo's pair sockets, the peer-health responder, /status);
-#   - the operator (its pod labels, in the release namespace): only the status ports;
-#   - a pod of the namespace without the job label, and a job's pod of another namespace:
-#     nothing.
-# The policy is the chart's default (networkPolicy.enabled is not set).
-# Usage: networkpolicy_ports_test.sh REPO_ROOT TJ_TRAINER. Exit 77 (ctest: skipped) without
-# Helm or the dataset, unless CI or TJ_REQUIRE_HELM is set.
+#   - the operator (its pod labels, in its namespace): only the status ports;
+#   - a pod of the namespace without the job label, a pod of the namespace labelled as another
+#     job, this job's pod of another namespace: nothing.
+# A trainer here listens for /status on a free port rather than on the 8470 + n of its pod:
+# that port is judged as the pod's.
+# Usage: networkpolicy_ports_test.sh REPO_ROOT TJ_TRAINER TJ_OPERATOR. Exit 77 (ctest:
+# skipped) without the dataset, unless CI or TJ_REQUIRE_HELM is set.
 set -euo pipefail
-ROOT=${1:?REPO_ROOT}
+: "${1:?REPO_ROOT}"
 TRAINER=${2:?path of tj-trainer}
+OPERATOR=${3:?path of tj-operator}
 DATA=/usr/share/datasets/fashion-mnist
 skip() {
   if [ -n "${CI:-}${TJ_REQUIRE_HELM:-}" ]; then echo "FAIL $*"; exit 1; fi
   echo "SKIP: $*"; exit 77
 }
 [ -x "$TRAINER" ] || { echo "FAIL $TRAINER is not built"; exit 1; }
+[ -x "$OPERATOR" ] || { echo "FAIL $OPERATOR is not built"; exit 1; }
 [ -d "$DATA" ] || skip "no dataset in $DATA (hack/install-deps.sh installs dataset-fashion-mnist)"
-HELM=$("$ROOT/hack/helm.sh" --path 2>/dev/null) || skip "no Helm (hack/helm.sh could not fetch it)"
 
 TMP=$(mktemp -d)
 pids=()
@@ -108,17 +111,30 @@ done
 pids=()
 [ $status -eq 0 ] || exit 1
 
-"$HELM" template tj-operator "$ROOT/helm/tj-operator" --namespace tj-system \
-  --set watchNamespaces='{team-a}' \
-  --set networkPolicy.statusPort="$STATUS" --set networkPolicy.statusEndPort=$((STATUS + 2)) \
-  >"$TMP/chart.yaml"
+cat >"$TMP/job.yaml" <<JOB
+apiVersion: tjo.dev/v1alpha1
+kind: TrainingJob
+metadata: {name: fmnist, namespace: team-a, uid: u-1}
+spec:
+  port: $P0
+  replicaSpecs:
+    Worker:
+      replicas: 3
+      template:
+        spec:
+          containers: [{name: trainer, image: tj-trainer}]
+JOB
+"$OPERATOR" --network-policy-operator-namespace tj-system network-policy -f "$TMP/job.yaml" \
+  >"$TMP/policy.json"
 
-python3 - "$TMP/chart.yaml" "$TMP/ports.json" "$P0" "$STATUS" <<'PY'
-import json, sys, yaml
-chart, ports_file, rendezvous, status_base = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-docs = [d for d in yaml.safe_load_all(open(chart)) if d]
-policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
-operator = [d for d in docs if d["kind"] == "Deployment"][0]["spec"]["template"]["metadata"]["labels"]
+python3 - "$TMP/policy.json" "$TMP/ports.json" "$P0" "$STATUS" <<'PY'
+import json, sys
+policy_file, ports_file, rendezvous, status_base = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+policies = [json.load(open(policy_file))]
+# The operator's pods, as the chart labels them (release tj-operator: the flag's default).
+operator = {"app.kubernetes.io/name": "tj-operator", "app.kubernetes.io/instance": "tj-operator",
+            "app.kubernetes.io/component": "operator"}
+POD_STATUS_PORT = 8470  # replica n's /status in its pod: 8470 + n
 seen = json.load(open(ports_file))
 failed = []
 def check(cond, what):
@@ -178,8 +194,8 @@ def admitted(dst, src, port):  # Kubernetes' semantics for ingress
                 return True
     return False
 
-check(len(policies) == 1 and policies[0]["metadata"]["namespace"] == "team-a",
-      "one NetworkPolicy, in the watched namespace")
+check(policies[0]["kind"] == "NetworkPolicy" and policies[0]["metadata"]["namespace"] == "team-a",
+      "the job's NetworkPolicy, in the job's namespace")
 job = {"tjo.dev/job-name": "fmnist", "tjo.dev/replica-type": "worker"}
 ns_labels = lambda n: {"kubernetes.io/metadata.name": n}
 dst = {"ns": "team-a", "labels": job}
@@ -190,6 +206,8 @@ clients = {
                                               "labels": {"app": "other"}},
     "a job's pod of another namespace": {"ns": "team-b", "ns_labels": ns_labels("team-b"),
                                          "labels": job},
+    "a pod of team-a labelled as another job": {"ns": "team-a", "ns_labels": ns_labels("team-a"),
+                                                "labels": {"tjo.dev/job-name": "other"}},
     "a pod labelled like the operator in team-a": {"ns": "team-a",
                                                    "ns_labels": ns_labels("team-a"),
                                                    "labels": operator},
@@ -201,15 +219,17 @@ for i, (pid, ports) in enumerate(sorted(seen.items(), key=lambda kv: int(kv[0]))
     other = [p for p in ports if p not in (status, rendezvous)]
     # The peer-health responder (and Gloo's pair sockets) take a port the kernel picks.
     check(len(other) >= 1, "trainer %d listened on ports the kernel picked: %s" % (i, other))
-    all_ports |= set(ports)
+    # Its status port as it is in its pod.
+    all_ports |= {POD_STATUS_PORT + i if p == status else p for p in ports}
 check(rendezvous in seen[sorted(seen, key=int)[0]], "the chief listened on its rendezvous port")
 for port in sorted(all_ports):
-    is_status = status_base <= port <= status_base + 2
+    is_status = POD_STATUS_PORT <= port <= POD_STATUS_PORT + 2
     check(admitted(dst, clients["a pod of the same job"], port),
           "port %d admitted from a pod of the same job" % port)
     check(admitted(dst, clients["the operator"], port) == is_status,
           "port %d %s from the operator" % (port, "admitted" if is_status else "refused"))
     for who in ("a pod of team-a without the job label", "a job's pod of another namespace",
+                "a pod of team-a labelled as another job",
                 "a pod labelled like the operator in team-a"):
         check(not admitted(dst, clients[who], port), "port %d refused to %s" % (port, who))
 print("%d listening ports of 3 trainers checked: %s" % (len(all_ports), sorted(all_ports)))
