@@ -72,19 +72,26 @@ std::string Hostname() {
 // tj-operator convert -f FILE: TFJob manifests (kubeflow.org/v1) as TrainingJobs on stdout
 // (one object, or a v1 List of several, for kubectl apply -f -); other documents pass
 // through unchanged. What changed or was dropped goes to stderr. Exit 0, or 1 with the reason.
-int Convert(const std::string& file) {
+// The text of `file` ("-": stdin); nullopt, said on stderr for `command`, when unreadable.
+std::optional<std::string> ReadManifestFile(const std::string& file, const char* command) {
   std::stringstream text;
   if (file == "-") {
     text << std::cin.rdbuf();
   } else {
     std::ifstream in(file);
     if (!in) {
-      std::cerr << "tj-operator convert: cannot read " << file << "\n";
-      return 1;
+      std::cerr << "tj-operator " << command << ": cannot read " << file << "\n";
+      return std::nullopt;
     }
     text << in.rdbuf();
   }
-  auto docs = tj::api::ParseManifests(text.str());
+  return text.str();
+}
+
+int Convert(const std::string& file) {
+  const std::optional<std::string> text = ReadManifestFile(file, "convert");
+  if (!text) return 1;
+  auto docs = tj::api::ParseManifests(*text);
   if (!docs.ok()) {
     std::cerr << "tj-operator convert: " << file << ": " << docs.status().message() << "\n";
     return 1;
@@ -468,19 +475,10 @@ tj::StatusOr<tj::controller::NetworkPolicySettings> NetworkPolicySettingsOf(cons
 // `f.network_policy_file` (its metadata.namespace, else "default"), as JSON.
 int PrintNetworkPolicies(const Flags& f) {
   const std::string& file = f.network_policy_file;
-  std::stringstream text;
-  if (file == "-") {
-    text << std::cin.rdbuf();
-  } else {
-    std::ifstream in(file);
-    if (!in) {
-      std::cerr << "tj-operator network-policy: cannot read " << file << "\n";
-      return 1;
-    }
-    text << in.rdbuf();
-  }
+  const std::optional<std::string> text = ReadManifestFile(file, "network-policy");
+  if (!text) return 1;
   auto settings = NetworkPolicySettingsOf(f);
-  auto docs = tj::api::ParseManifests(text.str());
+  auto docs = tj::api::ParseManifests(*text);
   if (!settings.ok() || !docs.ok()) {
     std::cerr << "tj-operator network-policy: "
               << (settings.ok() ? file + ": " + docs.status().message()
