@@ -69,11 +69,9 @@ std::string Hostname() {
   return buf;
 }
 
-// tj-operator convert -f FILE: TFJob manifests (kubeflow.org/v1) as TrainingJobs on stdout
-// (one object, or a v1 List of several, for kubectl apply -f -); other documents pass
-// through unchanged. What changed or was dropped goes to stderr. Exit 0, or 1 with the reason.
-// The text of `file` ("-": stdin); nullopt, said on stderr for `command`, when unreadable.
-std::optional<std::string> ReadManifestFile(const std::string& file, const char* command) {
+// The documents of the manifest `file` ("-": stdin), YAML or JSON; nullopt, said on stderr
+// for the subcommand `command`, when it cannot be read or parsed.
+std::optional<std::vector<json>> ReadManifests(const std::string& file, const char* command) {
   std::stringstream text;
   if (file == "-") {
     text << std::cin.rdbuf();
@@ -85,17 +83,28 @@ std::optional<std::string> ReadManifestFile(const std::string& file, const char*
     }
     text << in.rdbuf();
   }
-  return text.str();
+  auto docs = tj::api::ParseManifests(text.str());
+  if (!docs.ok()) {
+    std::cerr << "tj-operator " << command << ": " << file << ": " << docs.status().message()
+              << "\n";
+    return std::nullopt;
+  }
+  return std::move(*docs);
 }
 
+// `items` on stdout, for kubectl apply -f -: the one object, or a v1 List of several.
+void PrintObjects(const json& items) {
+  const json out =
+      items.size() == 1 ? items[0] : json{{"apiVersion", "v1"}, {"kind", "List"}, {"items", items}};
+  std::cout << out.dump(2) << "\n";
+}
+
+// tj-operator convert -f FILE: TFJob manifests (kubeflow.org/v1) as TrainingJobs on stdout
+// (one object, or a v1 List of several, for kubectl apply -f -); other documents pass
+// through unchanged. What changed or was dropped goes to stderr. Exit 0, or 1 with the reason.
 int Convert(const std::string& file) {
-  const std::optional<std::string> text = ReadManifestFile(file, "convert");
-  if (!text) return 1;
-  auto docs = tj::api::ParseManifests(*text);
-  if (!docs.ok()) {
-    std::cerr << "tj-operator convert: " << file << ": " << docs.status().message() << "\n";
-    return 1;
-  }
+  const std::optional<std::vector<json>> docs = ReadManifests(file, "convert");
+  if (!docs) return 1;
   json items = json::array();
   int converted = 0;
   for (const json& doc : *docs) {
@@ -120,9 +129,7 @@ int Convert(const std::string& file) {
     std::cerr << "tj-operator convert: " << file << " holds no TFJob (kind: TFJob)\n";
     return 1;
   }
-  const json out =
-      items.size() == 1 ? items[0] : json{{"apiVersion", "v1"}, {"kind", "List"}, {"items", items}};
-  std::cout << out.dump(2) << "\n";
+  PrintObjects(items);
   return 0;
 }
 
@@ -475,15 +482,11 @@ tj::StatusOr<tj::controller::NetworkPolicySettings> NetworkPolicySettingsOf(cons
 // `f.network_policy_file` (its metadata.namespace, else "default"), as JSON.
 int PrintNetworkPolicies(const Flags& f) {
   const std::string& file = f.network_policy_file;
-  const std::optional<std::string> text = ReadManifestFile(file, "network-policy");
-  if (!text) return 1;
+  const std::optional<std::vector<json>> docs = ReadManifests(file, "network-policy");
+  if (!docs) return 1;
   auto settings = NetworkPolicySettingsOf(f);
-  auto docs = tj::api::ParseManifests(*text);
-  if (!settings.ok() || !docs.ok()) {
-    std::cerr << "tj-operator network-policy: "
-              << (settings.ok() ? file + ": " + docs.status().message()
-                                : settings.status().message())
-              << "\n";
+  if (!settings.ok()) {
+    std::cerr << "tj-operator network-policy: " << settings.status().message() << "\n";
     return 1;
   }
   json items = json::array();
@@ -504,9 +507,7 @@ int PrintNetworkPolicies(const Flags& f) {
     std::cerr << "tj-operator network-policy: " << file << " holds no TrainingJob\n";
     return 1;
   }
-  const json out =
-      items.size() == 1 ? items[0] : json{{"apiVersion", "v1"}, {"kind", "List"}, {"items", items}};
-  std::cout << out.dump(2) << "\n";
+  PrintObjects(items);
   return 0;
 }
 
