@@ -173,10 +173,31 @@ struct Flags {
   std::string network_policy_operator_ns;
   std::string network_policy_operator_labels =
       "app.kubernetes.io/name=tj-operator,app.kubernetes.io/instance=tj-operator";
+  // Resolved from the three above by ParseFlags, with --network-policy or the subcommand.
+  std::optional<tj::controller::NetworkPolicySettings> network_policy_settings;
 };
 
+// Where the operator's pods are, for the jobs' NetworkPolicies: the flags, else $POD_NAMESPACE.
+tj::StatusOr<tj::controller::NetworkPolicySettings> NetworkPolicySettingsOf(const Flags& f) {
+  tj::controller::NetworkPolicySettings np;
+  np.operator_namespace = f.network_policy_operator_ns;
+  if (np.operator_namespace.empty()) {
+    const char* pod_ns = std::getenv("POD_NAMESPACE");
+    np.operator_namespace = pod_ns != nullptr ? pod_ns : "";
+  }
+  if (np.operator_namespace.empty()) {
+    return tj::Status::Error(
+        "--network-policy: the operator's namespace is unknown; set "
+        "--network-policy-operator-namespace or $POD_NAMESPACE");
+  }
+  auto labels = tj::controller::ParseLabels(f.network_policy_operator_labels);
+  if (!labels.ok()) return labels.status().WithContext("--network-policy-operator-labels");
+  np.operator_labels = std::move(*labels);
+  return np;
+}
+
 // Parses the command line into `f`; an exit code when the process should end now (--help,
-// --version, a bad flag).
+// --version, a bad flag, --network-policy without the operator's namespace).
 std::optional<int> ParseFlags(int argc, char** argv, Flags& f) {
   CLI::App app{"tj-operator: runs TrainingJobs (tjo.dev/v1alpha1) on Kubernetes"};
   app.add_option("--kubeconfig", f.kubeconfig,
@@ -223,7 +244,7 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags& f) {
       ->check(CLI::IsMember({"json", "text"}));
   app.add_flag("--network-policy", f.network_policy,
                "give every job a NetworkPolicy that admits to its pods only the job's own pods "
-               "and, on the status ports, the operator (needs create, list and watch on "
+               "and, on the status ports, the operator (needs create, get, list and watch on "
                "networkpolicies)");
   app.add_option("--network-policy-operator-namespace", f.network_policy_operator_ns,
                  "the operator's namespace, admitted to the jobs' status ports (default: "
@@ -246,6 +267,7 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags& f) {
       ->add_option("-f,--filename", f.network_policy_file,
                    "the manifest (YAML or JSON; - for stdin)")
       ->required();
+  policy->fallthrough();  // the operator's namespace and labels may follow the subcommand
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -253,6 +275,14 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags& f) {
   }
   f.convert = convert->parsed();
   f.print_network_policy = policy->parsed();
+  if (f.network_policy || f.print_network_policy) {
+    auto np = NetworkPolicySettingsOf(f);
+    if (!np.ok()) {
+      std::cerr << "tj-operator: " << np.status().message() << "\n";
+      return 2;
+    }
+    f.network_policy_settings = std::move(*np);
+  }
   return std::nullopt;
 }
 
@@ -460,35 +490,12 @@ bool StartAndSync(const tj::controller::JobInformers& informers, const std::stop
   return true;
 }
 
-tj::StatusOr<tj::controller::NetworkPolicySettings> NetworkPolicySettingsOf(const Flags& f) {
-  tj::controller::NetworkPolicySettings np;
-  np.operator_namespace = f.network_policy_operator_ns;
-  if (np.operator_namespace.empty()) {
-    const char* pod_ns = std::getenv("POD_NAMESPACE");
-    np.operator_namespace = pod_ns != nullptr ? pod_ns : "";
-  }
-  if (np.operator_namespace.empty()) {
-    return tj::Status::Error(
-        "--network-policy: the operator's namespace is unknown; set "
-        "--network-policy-operator-namespace or $POD_NAMESPACE");
-  }
-  auto labels = tj::controller::ParseLabels(f.network_policy_operator_labels);
-  if (!labels.ok()) return labels.status().WithContext("--network-policy-operator-labels");
-  np.operator_labels = std::move(*labels);
-  return np;
-}
-
 // The network-policy subcommand: the NetworkPolicy the operator makes for each TrainingJob in
 // `f.network_policy_file` (its metadata.namespace, else "default"), as JSON.
 int PrintNetworkPolicies(const Flags& f) {
   const std::string& file = f.network_policy_file;
   const std::optional<std::vector<json>> docs = ReadManifests(file, "network-policy");
   if (!docs) return 1;
-  auto settings = NetworkPolicySettingsOf(f);
-  if (!settings.ok()) {
-    std::cerr << "tj-operator network-policy: " << settings.status().message() << "\n";
-    return 1;
-  }
   json items = json::array();
   for (json doc : *docs) {
     if (tj::kube::TextOf(doc, "kind") != tj::api::kKind) continue;
@@ -501,7 +508,7 @@ int PrintNetworkPolicies(const Flags& f) {
                 << ": " << spec.status().message() << "\n";
       return 1;
     }
-    items.push_back(tj::controller::BuildNetworkPolicy(doc, *spec, *settings));
+    items.push_back(tj::controller::BuildNetworkPolicy(doc, *spec, *f.network_policy_settings));
   }
   if (items.empty()) {
     std::cerr << "tj-operator network-policy: " << file << " holds no TrainingJob\n";
@@ -511,16 +518,13 @@ int PrintNetworkPolicies(const Flags& f) {
   return 0;
 }
 
-tj::StatusOr<tj::controller::ReconcilerOptions> ReconcilerOptionsOf(const Flags& f) {
+tj::controller::ReconcilerOptions ReconcilerOptionsOf(const Flags& f) {
   tj::controller::ReconcilerOptions o;
   o.evaluator_grace = std::chrono::seconds(f.evaluator_grace_s);
   o.progress_poll = std::chrono::seconds(f.progress_poll_s);
   o.restart_backoff_base = std::chrono::milliseconds(f.backoff_base_ms);
   o.failure_settle = std::chrono::seconds(f.failure_settle_s);
-  if (!f.network_policy) return o;
-  auto np = NetworkPolicySettingsOf(f);
-  if (!np.ok()) return np.status();
-  o.network_policy = std::move(*np);
+  if (f.network_policy) o.network_policy = f.network_policy_settings;
   return o;
 }
 
@@ -596,12 +600,7 @@ int main(int argc, char** argv) {
       std::chrono::seconds(f.progress_poll_s), clock);
   deps.status_poller = &status_poller;
   deps.pod_log = PodLogFunction(&api);
-  const auto ropts_or = ReconcilerOptionsOf(f);
-  if (!ropts_or.ok()) {
-    log.Error(ropts_or.status().message());
-    return 2;
-  }
-  const tj::controller::ReconcilerOptions& ropts = *ropts_or;
+  const tj::controller::ReconcilerOptions ropts = ReconcilerOptionsOf(f);
 
   // Informers: the jobs, and everything labelled with a job's name (enqueue its job).
   tj::controller::ReportedBackups reported_backups(clock);
