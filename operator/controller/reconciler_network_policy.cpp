@@ -19,7 +19,8 @@ void Pass::EnsureNetworkPolicy() {
     // out of the status).
     status_.SetCondition(cond::kNetworkPolicyRefused, false, "NetworkPolicyCreated",
                          "NetworkPolicy " + name + " admits to the job's pods only the job's " +
-                             "own pods and the operator",
+                             "own pods and the operator (where the cluster's network plugin " +
+                             "enforces NetworkPolicies)",
                          observed_.now);
     return;
   }
