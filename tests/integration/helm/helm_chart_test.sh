@@ -67,6 +67,14 @@ else
 fi
 render --set networkPolicy.enabled=false >"$TMP/no-network-policy.yaml" ||
   fail "helm template (networkPolicy.enabled=false)"
+# The earlier charts' networkPolicy values, which helm upgrade --reuse-values carries over from
+# them: accepted, and they change nothing.
+if out=$(render --set networkPolicy.namespaces='{team-a}' --set networkPolicy.statusPort=8470 \
+    --set networkPolicy.statusEndPort=8533 2>&1) && [ "$out" = "$(cat "$TMP/default.yaml")" ]; then
+  pass "the earlier charts' networkPolicy values are accepted and ignored"
+else
+  fail "the earlier charts' networkPolicy values must render as the defaults: $out"
+fi
 if render --set watchNamespaces='{a,b}' >/dev/null 2>&1; then
   fail "two watchNamespaces must not render (tj-operator takes one --namespace)"
 else
