@@ -12,7 +12,15 @@ namespace tj::controller::reconcile {
 namespace cond = api::condition;
 
 void Pass::EnsureNetworkPolicy() {
-  if (!options_.network_policy) return;
+  if (!options_.network_policy) {
+    // A refusal said while the operator made policies holds no more once it makes none (only
+    // written where it was True).
+    status_.SetCondition(cond::kNetworkPolicyRefused, false, "NetworkPolicyOff",
+                         "the operator makes no NetworkPolicies (it runs without "
+                         "--network-policy)",
+                         observed_.now);
+    return;
+  }
   const std::string name = NetworkPolicyName(ref_.name);
   if (observed_.network_policy) {
     // Written only where it was ever True (SetCondition keeps a condition that never held

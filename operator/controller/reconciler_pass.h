@@ -179,7 +179,8 @@ class Pass {
   // --- The job's NetworkPolicy (reconciler_network_policy.cpp) ---
   // With options_.network_policy: created when missing, unless the API server refused it
   // less than options_.network_policy_retry ago (NetworkPolicyRefused True: then a requeue
-  // for the retry); NetworkPolicyRefused turns False once it exists.
+  // for the retry); NetworkPolicyRefused turns False once it exists. Without: nothing made,
+  // and a NetworkPolicyRefused still True turns False.
   void EnsureNetworkPolicy();
 
   // --- The evaluator (reconciler_evaluator.cpp) ---

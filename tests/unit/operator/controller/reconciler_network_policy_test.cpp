@@ -51,7 +51,21 @@ TEST(ReconcileNetworkPolicy, ANewJobGetsItsPolicyBeforeItsPods) {
 
 TEST(ReconcileNetworkPolicy, NoneWithoutTheOption) {
   World w;
-  EXPECT_FALSE(CreatesPolicy(Reconcile(w.in)));
+  const Decision d = Reconcile(w.in);
+  EXPECT_FALSE(CreatesPolicy(d));
+  EXPECT_EQ(StatusOf(d).Find(api::condition::kNetworkPolicyRefused), nullptr);
+}
+
+// The operator ran with --network-policy, was refused, and runs without it now.
+TEST(ReconcileNetworkPolicy, ARefusalTurnsFalseOnceTheOptionIsOff) {
+  World w;
+  w.Running();
+  Refused(w, kT0);
+  const Decision d = Reconcile(w.in);
+  EXPECT_FALSE(CreatesPolicy(d));
+  const api::Condition& c = Cond(d, api::condition::kNetworkPolicyRefused);
+  EXPECT_EQ(c.status, "False");
+  EXPECT_EQ(c.reason, "NetworkPolicyOff");
 }
 
 TEST(ReconcileNetworkPolicy, MadeAgainWhenItGoesAndLeftAloneWhileItIsThere) {
