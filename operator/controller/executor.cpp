@@ -481,17 +481,30 @@ Status Executor::CreateNetworkPolicy(const std::string& key, const json& job, co
   expectations_.ExpectCreate(key, a.resource, object_key);
   auto r = deps_.client->Create(a.resource, ns, a.object);
   if (r.ok()) return Status::Ok();
+  const kube::ApiError& e = r.error();
   std::string why;
-  if (kube::IsAlreadyExists(r.error())) {
+  if (kube::IsAlreadyExists(e)) {
     StatusOr<std::optional<json>> existing = ReadExisting(a.resource, ns, a.name);
     Status owned = existing.ok() ? CheckExistingIsOwned("NetworkPolicy", object_key, *existing, job)
                                  : existing.status();
     if (owned.ok()) return owned;
-    why = owned.message();
-  } else {
+    // Gone meanwhile, going, or a deleted job's of the same name that the garbage collector
+    // has yet to remove (it selects the same pods meanwhile): waited for, as a Service is.
+    if (!existing.ok() || !*existing || kube::IsBeingDeleted(**existing) ||
+        OwnedByATrainingJob(**existing)) {
+      expectations_.Forget(key, a.resource, object_key);
+      return owned;
+    }
+    why = owned.message();  // a user's, say: the job runs without its own
+  } else if (e.code == 400 || e.code == 403 || kube::IsInvalid(e)) {
     why = "the API server refused NetworkPolicy " + object_key + ": " +
-          tj::Utf8Prefix(r.error().message, 512) +
+          tj::Utf8Prefix(e.message, 512) +
           " (the operator's RBAC in this namespace, or an admission webhook)";
+  } else {
+    // Not a refusal (the API server unreachable or overloaded, a timeout): the pass fails and
+    // is retried with the queue's backoff, the job's pods waiting for their policy.
+    expectations_.Forget(key, a.resource, object_key);
+    return e.ToStatus().WithContext("creating networkpolicies " + object_key);
   }
   expectations_.Forget(key, a.resource, object_key);
   const auto retry =

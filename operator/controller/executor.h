@@ -185,9 +185,11 @@ class Executor {
   // queue's backoff paces the retries).
   Status WritePassRefused(const std::string& key, const nlohmann::json& job, const char* type,
                           const std::string& reason, const std::string& message, bool event);
-  // Creates the job's NetworkPolicy. A refusal (RBAC, an admission webhook, one of its name
-  // the job does not own) does not stop the pass: the job runs without it, and Sync says so
-  // in the condition NetworkPolicyRefused (TakeNetworkPolicyRefusal).
+  // Creates the job's NetworkPolicy. A refusal (400, 403 or 422: RBAC, an admission webhook;
+  // or one of its name that no TrainingJob owns) does not stop the pass: the job runs without
+  // it, and Sync says so in the condition NetworkPolicyRefused (TakeNetworkPolicyRefusal).
+  // Any other error (the server unreachable, one of its name that a deleted job of the same
+  // name still owns) fails the pass, which is retried with backoff before any pod is made.
   Status CreateNetworkPolicy(const std::string& key, const nlohmann::json& job, const Action& a);
   // The refusal CreateNetworkPolicy recorded for key in this pass, if any (forgotten).
   std::optional<std::string> TakeNetworkPolicyRefusal(const std::string& key);

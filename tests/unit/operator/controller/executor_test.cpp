@@ -246,8 +246,10 @@ class FakeClient : public testing::AcceptingClient {
   // pods (as while a namespace's ServiceAccount is not made yet).
   bool keep_created = false;
   bool refuse_pods = false;
-  int refuse_code = 403;                 // Forbidden; 422: Invalid
-  bool refuse_network_policies = false;  // as without RBAC for them in the namespace
+  int refuse_code = 403;  // Forbidden; 422: Invalid
+  // Answered to every NetworkPolicy create, when set: 403 as without RBAC for them in the
+  // namespace, 503 as an overloaded API server.
+  int network_policy_error = 0;
   std::atomic<int> network_policy_creates{0};
 
   kube::Result<json> Get(const kube::Resource& r, const std::string&,
@@ -267,8 +269,10 @@ class FakeClient : public testing::AcceptingClient {
     std::lock_guard<std::mutex> lock(mu_);
     if (existing.contains(key)) return Error(409, "AlreadyExists", key + " exists");
     if (r.plural == "networkpolicies") ++network_policy_creates;
-    if (refuse_network_policies && r.plural == "networkpolicies") {
-      return Error(403, "Forbidden", "networkpolicies is forbidden: cannot create");
+    if (network_policy_error != 0 && r.plural == "networkpolicies") {
+      return network_policy_error == 403
+                 ? Error(403, "Forbidden", "networkpolicies is forbidden: cannot create")
+                 : Error(network_policy_error, "ServiceUnavailable", "try again later");
     }
     if (refuse_pods && r.plural == "pods") {
       return Error(refuse_code, refuse_code == 403 ? "Forbidden" : "Invalid", key + " refused");
@@ -382,6 +386,37 @@ class ExecutorPass : public ::testing::Test {
       if (in_cache) cache->Upsert(o);
     }
   }
+  // Jobs get their NetworkPolicies, admitting the operator's pods (app=tj in tj-system).
+  void WithNetworkPolicies() {
+    options_.network_policy = NetworkPolicySettings{"tj-system", {{"app", "tj"}}};
+  }
+
+  // After a pass that went through without the job's NetworkPolicy: its pods were made all the
+  // same, and the message of NetworkPolicyRefused (True) in the status it wrote, which says
+  // that they are not isolated.
+  std::string NetworkPolicyRefusalOfAPassThatWentOn(
+      const StatusOr<std::optional<milliseconds>>& pass) {
+    EXPECT_TRUE(pass.ok()) << pass.status().message();
+    EXPECT_EQ(client_.CreatedPods().size(), 2u);  // the job runs without it
+    if (client_.status_writes.empty()) {
+      ADD_FAILURE() << "no status written";
+      return "";
+    }
+    std::string message =
+        ConditionMessage(client_.status_writes.back(), api::condition::kNetworkPolicyRefused,
+                         "True", "NetworkPolicyRefused");
+    EXPECT_NE(message.find("not isolated"), std::string::npos) << message;
+    return message;
+  }
+
+  // Another pass, over the objects made so far as the informers show them: the job's
+  // NetworkPolicy, asked for once, is not asked for again.
+  void ThePolicyIsNotAskedForAgain() {
+    CacheTheCreatedObjects();
+    ASSERT_TRUE(Sync().ok());
+    EXPECT_EQ(client_.network_policy_creates.load(), 1);
+  }
+
   static std::string PluralOf(const std::string& kind) {
     return kind == "Service" ? "services" : kind == "Secret" ? "secrets" : "pods";
   }
@@ -432,39 +467,69 @@ TEST_F(ExecutorPass, BuildsTheSamePodsFromACompactCachedJob) {
 }
 
 TEST_F(ExecutorPass, MakesTheJobsNetworkPolicyBeforeItsPods) {
-  options_.network_policy = NetworkPolicySettings{"tj-system", {{"app", "tj"}}};
+  WithNetworkPolicies();
   ASSERT_TRUE(Sync().ok());
   std::set<std::string> first(client_.created.begin(), client_.created.begin() + 3);
   EXPECT_EQ(first, (std::set<std::string>{"services/mnist", "secrets/mnist-rendezvous",
                                           "networkpolicies/mnist-pods"}))
       << ::testing::PrintToString(client_.created);
   // Once the cache shows it, it is not asked for again.
-  CacheTheCreatedObjects();
-  ASSERT_TRUE(Sync().ok());
-  EXPECT_EQ(client_.network_policy_creates.load(), 1);
+  ThePolicyIsNotAskedForAgain();
 }
 
 TEST_F(ExecutorPass, ARefusedNetworkPolicyLeavesTheJobRunningAndSaysWhatToDo) {
-  options_.network_policy = NetworkPolicySettings{"tj-system", {{"app", "tj"}}};
-  client_.refuse_network_policies = true;
-  auto r = Sync();
-  ASSERT_TRUE(r.ok()) << r.status().message();
-  EXPECT_EQ(client_.CreatedPods().size(), 2u);  // the job runs without it
-  ASSERT_FALSE(client_.status_writes.empty());
-  const std::string message =
-      ConditionMessage(client_.status_writes.back(), api::condition::kNetworkPolicyRefused, "True",
-                       "NetworkPolicyRefused");
+  WithNetworkPolicies();
+  client_.network_policy_error = 403;
+  const std::string message = NetworkPolicyRefusalOfAPassThatWentOn(Sync());
   EXPECT_NE(message.find("refused NetworkPolicy ns/mnist-pods"), std::string::npos) << message;
-  EXPECT_NE(message.find("not isolated"), std::string::npos) << message;
   EXPECT_NE(message.find("networkpolicies"), std::string::npos) << message;
   // The next passes, within the retry time, do not ask again.
   json job = TestJob("uid-new");
   job["status"] = client_.status_writes.back();
   job["metadata"]["resourceVersion"] = "2";
   jobs_.Upsert(job);
-  CacheTheCreatedObjects();
+  ThePolicyIsNotAskedForAgain();
+}
+
+// Not a refusal: the pass fails and is retried, and no pod is made without its policy.
+TEST_F(ExecutorPass, ANetworkPolicyCreateThatFailsForNowHoldsThePodsBack) {
+  WithNetworkPolicies();
+  client_.network_policy_error = 503;
+  auto r = Sync();
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("networkpolicies ns/mnist-pods"), std::string::npos)
+      << r.status().message();
+  EXPECT_TRUE(client_.CreatedPods().empty());
+  for (const json& s : client_.status_writes) {
+    EXPECT_EQ(s.dump().find("NetworkPolicyRefused"), std::string::npos) << s.dump();
+  }
+  client_.network_policy_error = 0;
+  CacheTheCreatedObjects();  // the Service and Secret it made
   ASSERT_TRUE(Sync().ok());
-  EXPECT_EQ(client_.network_policy_creates.load(), 1);
+  EXPECT_EQ(client_.CreatedPods().size(), 2u);
+}
+
+// A deleted job's policy of the same name (the garbage collector has yet to remove it) is
+// waited for, as its Service would be; a policy of that name that no TrainingJob owns (a
+// user's) is a refusal: the job runs, and says so.
+TEST_F(ExecutorPass, AnEarlierJobsNetworkPolicyIsWaitedForAUsersIsARefusal) {
+  WithNetworkPolicies();
+  const json old_job = TestJob("uid-old");
+  json earlier =
+      BuildNetworkPolicy(old_job, *api::ParseSpec(old_job["spec"]), *options_.network_policy);
+  client_.existing["networkpolicies/mnist-pods"] = earlier;
+  auto r = Sync();
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("NetworkPolicy ns/mnist-pods already exists"),
+            std::string::npos)
+      << r.status().message();
+  EXPECT_TRUE(client_.CreatedPods().empty());
+
+  earlier["metadata"].erase("ownerReferences");
+  client_.existing["networkpolicies/mnist-pods"] = earlier;
+  CacheTheCreatedObjects();
+  const std::string message = NetworkPolicyRefusalOfAPassThatWentOn(Sync());
+  EXPECT_NE(message.find("is not this job's"), std::string::npos) << message;
 }
 
 // Another controller's job: the pass sends nothing to the API server, not even a status.
