@@ -34,8 +34,8 @@ std::set<int> StatusPorts(const api::TrainingJobSpec& spec);
 // every port from pods with that label in the job's namespace, and from pods with
 // settings.operator_labels in settings.operator_namespace (by the namespace label
 // kubernetes.io/metadata.name) on each of StatusPorts, one entry per port (no endPort, which
-// API servers before 1.21 do not know). Labelled tjo.dev/job-name (the operator's informer
-// watches it by that label) and owned by the job (controller owner reference).
+// some network plugins ignore). Labelled tjo.dev/job-name (the operator's informer watches it
+// by that label) and owned by the job (controller owner reference).
 nlohmann::json BuildNetworkPolicy(const nlohmann::json& job, const api::TrainingJobSpec& spec,
                                   const NetworkPolicySettings& settings);
 
