@@ -13,6 +13,10 @@
 #   hack/build-kubernetes.sh kueue        kueue (Kueue's manager; hack/kueue.sh installs it)
 #   hack/build-kubernetes.sh kube-router  kube-router (its NetworkPolicy controller;
 #                                         hack/network-policy.sh runs it on the real node)
+#   hack/build-kubernetes.sh kwok         kwok (fake nodes and pods: the scale cluster,
+#                                         TJ_NODE=kwok of hack/local-cluster.sh)
+#   hack/build-kubernetes.sh training-operator   Kubeflow's training-operator (TFJob), the
+#                                         peer of bench/scale (hack/training-operator.sh)
 #   hack/build-kubernetes.sh all          all of the above that the local cluster uses
 #   hack/build-kubernetes.sh path NAME    print the bin directory of NAME (no build)
 #   hack/build-kubernetes.sh NAME...      build each NAME
@@ -35,6 +39,8 @@ ETCD_PROGRAMS="etcd etcdctl etcdutl"
 CONTAINERD_PROGRAMS="containerd containerd-shim-runc-v2 ctr"
 # What `all` builds, in the order the local cluster needs it.
 ALL="etcd kubernetes containerd coredns crictl helm helm3"
+COMPONENTS="kubernetes etcd containerd runc coredns crictl helm helm3 kueue kube-router kwok"
+COMPONENTS+=" training-operator"
 
 log() { echo "build-kubernetes: $*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -51,7 +57,9 @@ dir_of() {
     helm3) echo "$CACHE/helm-$HELM3_VERSION-$GO_VERSION" ;;
     kueue) echo "$CACHE/kueue-$KUEUE_VERSION-$GO_VERSION" ;;
     kube-router) echo "$CACHE/kube-router-$KUBE_ROUTER_VERSION-$GO_VERSION" ;;
-    *) die "unknown component '$1' (kubernetes, etcd, containerd, runc, coredns, crictl, helm, helm3, kueue, kube-router)" ;;
+    kwok) echo "$CACHE/kwok-$KWOK_VERSION-$GO_VERSION" ;;
+    training-operator) echo "$CACHE/training-operator-$TRAINING_OPERATOR_VERSION-$GO_VERSION" ;;
+    *) die "unknown component '$1' ($COMPONENTS)" ;;
   esac
 }
 
@@ -184,6 +192,18 @@ build_kube_router() {  # only its network policy controller is used (hack/networ
     -ldflags "-s -w -X $p/pkg/version.Version=$KUBE_ROUTER_VERSION"
 }
 
+build_kwok() {  # the kwok controller only: the local cluster runs the control plane itself
+  local p=sigs.k8s.io/kwok
+  build_one "$1" "$p@$KWOK_VERSION" "$p/cmd/kwok" kwok \
+    -ldflags "-s -w -X $p/pkg/consts.Version=$KWOK_VERSION"
+}
+
+build_training_operator() {  # cmd/training-operator.v1; its CRDs stay in the module cache
+  local p=github.com/kubeflow/training-operator
+  build_one "$1" "$p@$TRAINING_OPERATOR_VERSION" "$p/cmd/training-operator.v1" \
+    training-operator -ldflags "-s -w"
+}
+
 build() {  # build NAME
   local name=$1 dest programs
   dest=$(dir_of "$name")
@@ -210,7 +230,7 @@ build() {  # build NAME
   log "built $name in $((SECONDS - start)) s"
 }
 
-usage="usage: $0 all|path NAME|NAME... (kubernetes etcd containerd runc coredns crictl helm helm3 kueue kube-router)"
+usage="usage: $0 all|path NAME|NAME... ($COMPONENTS)"
 case ${1:-} in
   all) for n in $ALL; do build "$n"; done ;;
   path) echo "$(dir_of "${2:?path NAME}")/bin" ;;

@@ -8,6 +8,15 @@
 #   TJ_NODE=process     the project's node agent (tj-process-node, when built): pods are local
 #                       processes. For machines that cannot run containers; the default
 #                       when not root.
+#   TJ_NODE=kwok        the scale cluster: TJ_KWOK_NODES (default 100) fake nodes, named
+#                       kwok-node-<n>, of TJ_KWOK_NODE_PODS pods each (default 110), played by
+#                       kwok (hack/build-kubernetes.sh kwok) with the lifecycles of
+#                       hack/kwok/stages.yaml: pods run without a container (no trainer, no
+#                       /status), a pod annotated scale.tjo.dev/succeed-after ends Succeeded.
+#                       The scheduler and controller manager get client limits of
+#                       TJ_KWOK_CONTROL_PLANE_QPS (default 500) so that thousands of pods
+#                       are bound and collected faster than the operators make them.
+#                       docs/scale.md.
 #
 #   hack/local-cluster.sh up       start (or find running) a cluster; prints the kubeconfig path
 #   hack/local-cluster.sh down     stop exactly the processes `up` started (by PID)
@@ -31,6 +40,10 @@
 # etcd and the other programs are optional there), is used instead for the control plane.
 #
 # TJ_LOCAL_CLUSTER_OWNER_PID=PID at `up`: bring the cluster down when process PID ends.
+#
+# TJ_LOCAL_CLUSTER_USERS="NAME..." at `up`: one more cluster-admin identity per NAME (a token of
+# its own, user NAME), with its kubeconfig in <state>/kubeconfig-NAME, so that the audit log
+# tells components apart (bench/scale gives each operator one).
 #
 # TJ_LOCAL_CLUSTER_AUDIT_LOG=FILE at `up`: the API server writes an audit log (JSON lines, level
 # Metadata: who did which verb on which resource, and the answer's code) to FILE, so tests can
@@ -69,8 +82,8 @@ if [ -z "${TJ_NODE:-}" ]; then
   if [ "$(id -u)" -eq 0 ]; then TJ_NODE=containerd; else TJ_NODE=process; fi
 fi
 case "$TJ_NODE" in
-  containerd|process) ;;
-  *) echo "local-cluster: error: TJ_NODE=$TJ_NODE: use containerd or process" >&2; exit 2 ;;
+  containerd|process|kwok) ;;
+  *) echo "local-cluster: error: TJ_NODE=$TJ_NODE: use containerd, process or kwok" >&2; exit 2 ;;
 esac
 # The Kubernetes release is pinned in hack/versions.env. TJ_KUBE_VERSION, when set, must name
 # it (1.37 or 1.37.2 for v1.37.2): a guard for scripts written against another release.
@@ -258,6 +271,14 @@ cmd_up() {
   # The API server's token file: whoever reads it is cluster-admin.
   echo "$token,admin,admin,system:masters" | write_private "$STATE_DIR/tokens.csv"
   write_kubeconfig "$STATE_DIR/kubeconfig" "$port_a" "$token"
+  local user user_token
+  for user in ${TJ_LOCAL_CLUSTER_USERS:-}; do
+    [[ $user =~ ^[a-z0-9][a-z0-9.-]*$ ]] ||
+      die "TJ_LOCAL_CLUSTER_USERS: '$user' is not a user name (lower case, digits, . and -)"
+    user_token=$(openssl rand -hex 24)
+    echo "$user_token,$user,$user,system:masters" >>"$STATE_DIR/tokens.csv"
+    write_kubeconfig "$STATE_DIR/kubeconfig-$user" "$port_a" "$user_token"
+  done
   cat >"$STATE_DIR/cluster.env" <<EOF
 KUBE_BIN=$KUBE_BIN
 ETCD_BIN=$ETCD_BIN
@@ -286,8 +307,12 @@ EOF
     exit 1
   fi
   local kc=$STATE_DIR/kubeconfig
-  local gate_flags=()
+  local gate_flags=() qps_flags=()
   [ -z "${TJ_FEATURE_GATES:-}" ] || gate_flags=(--feature-gates="$TJ_FEATURE_GATES")
+  if [ "$TJ_NODE" = kwok ]; then
+    local qps=${TJ_KWOK_CONTROL_PLANE_QPS:-500}
+    qps_flags=(--kube-api-qps="$qps" --kube-api-burst=$((qps * 2)))
+  fi
   if [ -x "$KUBE_BIN/kube-controller-manager" ]; then
     local controllers=garbagecollector,namespace,serviceaccount,serviceaccount-token
     controllers+=,ttl-after-finished,root-ca-cert-publisher,nodelifecycle,deployment,replicaset
@@ -313,7 +338,7 @@ EOF
       --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
       --service-account-private-key-file="$STATE_DIR/certs/sa.key" \
       --root-ca-file="$STATE_DIR/certs/ca.crt" \
-      --controllers="$controllers" "${gate_flags[@]}" \
+      --controllers="$controllers" "${gate_flags[@]}" "${qps_flags[@]}" \
       --leader-elect=false --bind-address=127.0.0.1 --secure-port="$port_c"
     # The ServiceAccount admission plugin rejects pods whose ServiceAccount does not exist
     # yet: return only once the serviceaccount controller runs (it has created `default`).
@@ -330,7 +355,7 @@ EOF
   if [ -x "$KUBE_BIN/kube-scheduler" ]; then
     start kube-scheduler "$KUBE_BIN/kube-scheduler" --kubeconfig="$kc" \
       --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" "${gate_flags[@]}" \
-      --leader-elect=false --bind-address=127.0.0.1 --secure-port="$port_s"
+      "${qps_flags[@]}" --leader-elect=false --bind-address=127.0.0.1 --secure-port="$port_s"
   else
     log "no kube-scheduler in $KUBE_BIN: pods will not be bound to nodes"
   fi
@@ -344,6 +369,8 @@ EOF
       cmd_down
       exit 1
     fi
+  elif [ "$TJ_NODE" = kwok ]; then
+    kwok_up || { cmd_down; exit 1; }
   elif [ -x "$node" ]; then
     log "node: tj-process-node (pods are local processes)"
     printf 'NODE_BIN=%q\nKUBELET_PORT=%q\nNODE_MOUNT_NAMESPACE=%q\nPOD_NETWORK=%q\n' "$node" \
@@ -397,10 +424,10 @@ free_pod_network() {
              grep -hs '^POD_NETWORK=' "$REPO_ROOT"/build*/local-cluster-*/node.env \
                "$REPO_ROOT/.local-cluster/node.env" | cut -d= -f2; } | sort -u)
   for _ in $(seq 50); do
-    n=$((RANDOM % 254 + 1))
+    n=$((RANDOM % 239 + 1))  # 127.240.0.0/12 is the kwok pods' (kwok_up)
     grep -qx "$n" <<<"$taken" || { echo "$n"; return; }
   done
-  echo $((RANDOM % 254 + 1))
+  echo $((RANDOM % 239 + 1))
 }
 
 # Stops the node agent, SIGKILL (a crash; the pods' processes live on and the next agent
@@ -432,6 +459,51 @@ cmd_restart_node() {
   wait_for "$HEALTH_TIMEOUT_S" "node agent" grep -q node_ready "$STATE_DIR/logs/tj-process-node.log" ||
     die "tj-process-node did not come back; see $STATE_DIR/logs/tj-process-node.log"
   log "tj-process-node restarted after SIG$sig (pid $(cat "$f"))"
+}
+
+# The scale cluster's nodes: kwok plays TJ_KWOK_NODES Node objects created here (annotated
+# kwok.x-k8s.io/node=fake, the annotation it manages), with the stages of hack/kwok/stages.yaml.
+# Pod addresses come from 127.240.0.0/12: this machine's own, so that a program of the
+# benchmark listening on 0.0.0.0 answers for the pods (bench/scale: the chiefs' /status); the
+# process node keeps below it (free_pod_network). The nodes' address is 127.0.0.1, where no
+# kubelet answers: a read of a pod's log fails at once. Returns once every node is Ready.
+kwok_up() {
+  local kwok_bin nodes=${TJ_KWOK_NODES:-100} pods=${TJ_KWOK_NODE_PODS:-110}
+  [[ $nodes =~ ^[1-9][0-9]{0,4}$ && $pods =~ ^[1-9][0-9]{0,4}$ ]] ||
+    { log "TJ_KWOK_NODES=$nodes, TJ_KWOK_NODE_PODS=$pods: each a number, 1 to 99999"; return 1; }
+  "$BUILD_K8S" kwok >&2 || { log "building kwok failed (above)"; return 1; }
+  kwok_bin=$("$BUILD_K8S" path kwok)/kwok
+  log "node: kwok, $nodes fake nodes of $pods pods each (pods run no container)"
+  start kwok "$kwok_bin" --kubeconfig="$STATE_DIR/kubeconfig" \
+    --config="$REPO_ROOT/hack/kwok/stages.yaml" \
+    --manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake \
+    --cidr=127.240.0.1/12 --node-ip=127.0.0.1 --node-lease-duration-seconds=40 \
+    --server-address=127.0.0.1:"$(free_port)"
+  python3 - "$nodes" "$pods" >"$STATE_DIR/kwok-nodes.json" <<'PY'
+import json, sys
+nodes, pods = int(sys.argv[1]), sys.argv[2]
+items = [{
+    "apiVersion": "v1", "kind": "Node",
+    "metadata": {"name": f"kwok-node-{i}", "annotations": {"kwok.x-k8s.io/node": "fake"},
+                 "labels": {"type": "kwok", "kubernetes.io/hostname": f"kwok-node-{i}"}},
+    "status": {"capacity": {"cpu": "64", "memory": "512Gi", "pods": pods}},
+} for i in range(nodes)]
+json.dump({"apiVersion": "v1", "kind": "List", "items": items}, sys.stdout)
+PY
+  "$KUBE_BIN/kubectl" --kubeconfig="$STATE_DIR/kubeconfig" create -f "$STATE_DIR/kwok-nodes.json" \
+    >/dev/null || { log "creating the kwok nodes failed"; return 1; }
+  if ! wait_for "$HEALTH_TIMEOUT_S" "$nodes kwok nodes Ready" kwok_nodes_ready "$nodes"; then
+    log "the kwok nodes did not become Ready in ${HEALTH_TIMEOUT_S}s; see $STATE_DIR/logs/kwok.log"
+    return 1
+  fi
+}
+
+kwok_nodes_ready() {  # kwok_nodes_ready N: N nodes are Ready
+  local ready
+  ready=$("$KUBE_BIN/kubectl" --kubeconfig="$STATE_DIR/kubeconfig" get nodes -l type=kwok \
+    -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' \
+    2>/dev/null | grep -c True) || true
+  [ "${ready:-0}" -ge "$1" ]
 }
 
 api_get() {  # api_get PATH: the API server answers 2xx
@@ -566,7 +638,7 @@ cmd_down() {
   local name
   # Kueue's manager (hack/kueue.sh) first: it would only log the API server's going.
   # tj-local-node: the process node's former name, recorded by clusters started before it.
-  for name in kueue tj-process-node tj-local-node kube-scheduler kube-controller-manager kube-apiserver etcd; do
+  for name in kueue training-operator kwok tj-process-node tj-local-node kube-scheduler kube-controller-manager kube-apiserver etcd; do
     stop_recorded "$name"
   done
   rmdir "$STATE_DIR/pids" 2>/dev/null || true
