@@ -14,7 +14,7 @@ export PATH := $(KUBE_BIN):$(PATH)
 endif
 
 .PHONY: deps configure build images images-tensorflow test test-tensorflow test-sanitized fuzz ci demo \
-        demo-local bench clean \
+        demo-local bench bench-scale clean \
         manifests helm-lint tidy
 
 deps:
@@ -53,7 +53,7 @@ test: build
 	bash hack/local-cluster.sh build
 	bash hack/helm.sh version --short
 	TJ_HELM_MAJOR=3 bash hack/helm.sh version --short
-	bash hack/build-kubernetes.sh kueue
+	bash hack/build-kubernetes.sh kueue kwok
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) $(CTEST_ARGS)
 
 # The TensorFlow suite, apart from `make test` (docs/tensorflow.md, "Tests": too long for CI's
@@ -105,6 +105,12 @@ demo-local: configure
 
 bench: build
 	bash bench/run-all.sh
+
+# tj-operator beside Kubeflow's training-operator on the scale cluster (kwok), without and with
+# Kueue: bench/scale/RESULTS.md (docs/scale.md). SCALE_JOBS jobs of a chief and 7 workers.
+SCALE_JOBS ?= 1000
+bench-scale: build
+	bash bench/scale/run.sh $(SCALE_JOBS) 7
 
 # helm/tj-operator -> manifests/rbac, manifests/operator; manifests/crd -> helm/tj-operator/crds/
 manifests:

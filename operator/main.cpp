@@ -541,14 +541,17 @@ auto PodLogFunction(ApiClients* api) {
 // /metrics on --metrics-bind-address: the operator's, its work queue's and its API client's.
 auto ServeMetrics(const Flags& f, tj::kube::WorkQueue& queue,
                   tj::controller::OperatorMetrics& metrics, const std::atomic<bool>& leading,
-                  const ApiClients& api) {
+                  const ApiClients& api, const tj::controller::TrainerStatusPoller& poller) {
   return ServeOn("--metrics-bind-address", f.metrics_addr,
                  {{"/metrics", [&] {
                      tj::controller::OperatorMetrics::QueueStats q{
                          queue.Len(), queue.adds(), queue.retries(), queue.queue_duration(),
                          queue.work_duration()};
-                     return tj::HttpAnswer{200, tj::kPrometheusContentType,
-                                           metrics.Render(q, leading.load(), api.metrics.get())};
+                     const tj::controller::OperatorMetrics::PollStats polls{poller.polls(),
+                                                                           poller.in_flight()};
+                     return tj::HttpAnswer{
+                         200, tj::kPrometheusContentType,
+                         metrics.Render(q, leading.load(), api.metrics.get(), &polls)};
                    }}});
 }
 
@@ -622,7 +625,7 @@ int main(int argc, char** argv) {
   std::atomic<bool> leading{!f.leader_elect};
   std::atomic<bool> synced{false};
   tj::controller::WorkerPasses passes(f.workers);
-  auto metrics_server = ServeMetrics(f, queue, metrics, leading, api);
+  auto metrics_server = ServeMetrics(f, queue, metrics, leading, api, status_poller);
   auto probes = ServeOn("--health-probe-bind-address", f.probe_addr, ProbeHandlers(synced, passes));
   for (auto* s : {&metrics_server, &probes}) {
     if (!s->ok()) {

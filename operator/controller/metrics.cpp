@@ -24,7 +24,8 @@ void OperatorMetrics::CountJob(JobCounter counter, const std::string& ns) {
 }
 
 std::string OperatorMetrics::Render(const QueueStats& queue, bool leader,
-                                    const kube::RequestMetrics* requests) const {
+                                    const kube::RequestMetrics* requests,
+                                    const PollStats* polls) const {
   PrometheusText o;
   {
     MutexLock lock(mu_);
@@ -84,6 +85,14 @@ std::string OperatorMetrics::Render(const QueueStats& queue, bool leader,
           "The operator's version and git revision; the value is always 1", 1,
           {{"version", build_.version},
            {"git_revision", build_.git_revision.empty() ? "unknown" : build_.git_revision}});
+  if (polls != nullptr) {
+    o.Counter("tj_operator_trainer_status_polls_total",
+              "Reads of a trainer's /status started (each pod at most once per "
+              "--progress-poll-seconds)",
+              static_cast<double>(polls->polls));
+    o.Gauge("tj_operator_trainer_status_polls_in_flight", "Reads of a trainer's /status running",
+            polls->in_flight);
+  }
   if (requests != nullptr) requests->Render(&o);
   RenderProcessMetrics(&o);
   return o.str();

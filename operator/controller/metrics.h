@@ -43,10 +43,17 @@ class OperatorMetrics {
     uint64_t adds = 0, retries = 0;
     HistogramSnapshot queue_duration, work_duration;  // empty: not rendered
   };
-  // Prometheus text format 0.0.4. `requests` (may be null): the API-server client's metrics.
-  // The process_* metrics are this process's, from /proc.
+  // The trainers' /status reads (TrainerStatusPoller): started since the start, and now.
+  struct PollStats {
+    uint64_t polls = 0;
+    int in_flight = 0;
+  };
+  // Prometheus text format 0.0.4. `requests` (may be null): the API-server client's metrics;
+  // `polls` (may be null): the status poller's. The process_* metrics are this process's,
+  // from /proc.
   std::string Render(const QueueStats& queue, bool leader,
-                     const kube::RequestMetrics* requests = nullptr) const;
+                     const kube::RequestMetrics* requests = nullptr,
+                     const PollStats* polls = nullptr) const;
 
  private:
   enum JobCounter { kCreated, kSucceeded, kFailed, kRestarted, kNumJobCounters };

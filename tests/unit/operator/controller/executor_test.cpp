@@ -90,7 +90,8 @@ TEST(OperatorMetrics, ControllerRuntimeNamesAndJobCounters) {
   m.JobRestarted("team-a");
   tj::Histogram waited(tj::Histogram::WorkQueueBuckets());
   waited.Observe(0.5);
-  const std::string t = m.Render({4, 10, 2, waited.Snapshot(), {}}, true);
+  const OperatorMetrics::PollStats polls{7, 3};
+  const std::string t = m.Render({4, 10, 2, waited.Snapshot(), {}}, true, nullptr, &polls);
   for (const char* want :
        {"controller_runtime_reconcile_total{controller=\"trainingjob\",result=\"success\"} 1",
         "controller_runtime_reconcile_total{controller=\"trainingjob\",result=\"error\"} 1",
@@ -112,6 +113,7 @@ TEST(OperatorMetrics, ControllerRuntimeNamesAndJobCounters) {
         "workqueue_queue_duration_seconds_bucket{name=\"trainingjob\",le=\"1\"} 1",
         "workqueue_queue_duration_seconds_count{name=\"trainingjob\"} 1",
         "tj_operator_build_info{version=\"1.2.3\",git_revision=\"abc123\"} 1",
+        "tj_operator_trainer_status_polls_total 7", "tj_operator_trainer_status_polls_in_flight 3",
         // This process's own, from /proc.
         "# TYPE process_cpu_seconds_total counter", "# TYPE process_resident_memory_bytes gauge",
         "# TYPE process_open_fds gauge", "# TYPE process_max_fds gauge",
