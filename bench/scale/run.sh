@@ -138,7 +138,7 @@ for n in $PHASES; do
        [ "$TFOP_STARTED" = 1 ] || start_training_operator
        phase 3 training-operator "$(bash hack/training-operator.sh pid)" \
          "$(tfop_metrics)" scale ;;
-    4) tfop=$(bash hack/training-operator.sh pid 2>/dev/null) && kill "$tfop" 2>/dev/null || true
+    4) if tfop=$(bash hack/training-operator.sh pid 2>/dev/null); then kill "$tfop" || true; fi
        kubectl get clusterqueue scale >/dev/null 2>&1 || kueue_up
        start_tj_operator; phase 4 tj-operator "$tj_pid" "$TJ_METRICS" scale; stop_tj_operator ;;
     *) log "unknown phase $n (1 to 4)"; exit 2 ;;
