@@ -36,56 +36,14 @@ TJ_EXTERNAL_FRAMEWORK=TrainingJob.v1alpha1.tjo.dev
 
 log() { echo "kueue: $*" >&2; }
 die() { log "error: $*"; exit 1; }
+# shellcheck source=hack/host-webhook.sh
+. "$REPO_ROOT/hack/host-webhook.sh"
 
-pid_alive() { [ -n "${1:-}" ] && kill -0 "$1" 2>/dev/null; }
-
-cluster_env() {
-  { [ -f "$STATE_DIR/kubeconfig" ] && [ -d "$STATE_DIR/pids" ]; } ||
-    die "no local cluster runs in $STATE_DIR: start one with hack/local-cluster.sh up" \
-      "(the same TJ_LOCAL_CLUSTER_DIR)"
-  export KUBECONFIG=$STATE_DIR/kubeconfig
-  KUBECTL=$("$REPO_ROOT/hack/build-kubernetes.sh" path kubernetes)/kubectl
-  [ -x "$KUBECTL" ] || die "no kubectl at $KUBECTL: run hack/build-kubernetes.sh kubernetes"
-}
-
-# A Python with PyYAML: the one first on PATH, else Debian's (python3-yaml, install-deps.sh).
-python_yaml() {
-  local p
-  for p in python3 /usr/bin/python3; do
-    if command -v "$p" >/dev/null && "$p" -c 'import yaml' 2>/dev/null; then echo "$p"; return; fi
-  done
-  die "no python3 with PyYAML (Debian: apt-get install python3-yaml; hack/install-deps.sh)"
-}
-
-# The directory of sigs.k8s.io/kueue@KUEUE_VERSION in Go's module cache (downloaded by the
-# build; `go mod download` only looks it up then).
-module_dir() {
-  local tmp dir
-  tmp=$(mktemp -d)
-  dir=$(cd "$tmp" && GOTOOLCHAIN=local GOFLAGS=-mod=mod \
-    go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" |
-    python3 -c 'import json,sys; print(json.load(sys.stdin).get("Dir", ""))')
-  rm -rf "$tmp"
-  { [ -n "$dir" ] && [ -d "$dir/config/default" ]; } ||
-    die "sigs.k8s.io/kueue@$KUEUE_VERSION has no config/default in Go's module cache ($dir)"
-  echo "$dir"
-}
-
-free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
+# The directory of sigs.k8s.io/kueue@KUEUE_VERSION in Go's module cache.
+kueue_module_dir() { module_dir "sigs.k8s.io/kueue@$KUEUE_VERSION" config/default; }
 
 make_certs() {  # a CA of this install, and the webhook server's certificate for 127.0.0.1
-  local d=$KUEUE_DIR/certs
-  mkdir -p "$d"
-  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=tj-local-kueue-ca" \
-    -keyout "$d/ca.key" -out "$d/ca.crt" 2>/dev/null
-  openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" \
-    -keyout "$d/tls.key" -out "$d/tls.csr" 2>/dev/null
-  printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n' >"$d/ext.cnf"
-  openssl x509 -req -in "$d/tls.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial \
-    -days 3650 -extfile "$d/ext.cnf" -out "$d/tls.crt" 2>/dev/null
-  rm -f "$d/tls.csr" "$d/ext.cnf" "$d/ca.srl"
+  webhook_certs "$KUEUE_DIR/certs" tj-local-kueue-ca
 }
 
 # Kueue's manager, with its internal certificate management off, reads a certificate for its
@@ -107,7 +65,7 @@ ensure_metrics_cert() {
 # cluster.yaml (namespace, CRDs, RBAC), webhooks.yaml and config.yaml.
 render() {
   local mod
-  mod=$(module_dir)
+  mod=$(kueue_module_dir)
   "$KUBECTL" kustomize "$mod/config/default" >"$KUEUE_DIR/upstream.yaml"
   "$(python_yaml)" - "$KUEUE_DIR" "$1" "$2" "$TJ_EXTERNAL_FRAMEWORK" <<'EOF'
 import base64, sys, yaml
@@ -163,37 +121,9 @@ yaml.safe_dump(config, open(f"{out}/config.yaml", "w"), sort_keys=False)
 EOF
 }
 
-wait_for() {  # wait_for SECONDS WHAT CMD...
-  local t=$1 what=$2 deadline
-  shift 2
-  deadline=$((SECONDS + t))
-  until "$@" >/dev/null 2>&1; do
-    [ $SECONDS -lt $deadline ] || return 1
-    sleep 1
-  done
-  log "$what"
-}
-
 manager_pid() { cat "$STATE_DIR/pids/kueue" 2>/dev/null || true; }
-
-manager_ready() {
-  local port
-  port=$(cat "$KUEUE_DIR/health-port" 2>/dev/null) || return 1
-  curl -fsS --max-time 3 "http://127.0.0.1:$port/readyz" >/dev/null
-}
-
-stop_manager() {
-  local pid
-  pid=$(manager_pid)
-  if pid_alive "$pid"; then
-    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-    local deadline=$((SECONDS + 10))
-    while pid_alive "$pid" && [ $SECONDS -lt $deadline ]; do sleep 0.2; done
-    pid_alive "$pid" && { kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true; }
-    log "stopped the manager (pid $pid)"
-  fi
-  rm -f "$STATE_DIR/pids/kueue"
-}
+manager_ready() { health_ready "$KUEUE_DIR/health-port"; }
+stop_manager() { stop_host_process kueue; }
 
 cmd_install() {
   cluster_env
