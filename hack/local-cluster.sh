@@ -636,7 +636,8 @@ cmd_down() {
   find_binaries_quietly
   real_node_down
   local name
-  # Kueue's manager (hack/kueue.sh) first: it would only log the API server's going.
+  # Kueue's manager (hack/kueue.sh) and the training-operator (hack/training-operator.sh)
+  # first: they would only log the API server's going.
   # tj-local-node: the process node's former name, recorded by clusters started before it.
   for name in kueue training-operator kwok tj-process-node tj-local-node kube-scheduler kube-controller-manager kube-apiserver etcd; do
     stop_recorded "$name"
