@@ -1,6 +1,7 @@
 #include "operator/controller/cache_transforms.h"
 
 #include <initializer_list>
+#include <string>
 
 #include "kube/object_meta.h"
 #include "operator/api/training_job.h"
@@ -52,6 +53,45 @@ json TakeAnnotations(json& metadata) {
   return it != metadata.end() ? std::move(*it) : json();
 }
 
+// Of status.conditions only those a PodView reads (pod_view.cpp): PodScheduled=False, which says
+// why a pod is Pending (StartupDeadlineExceeded), and DisruptionTarget=True, which says why it
+// goes; each with its type, status, reason and message. A running pod keeps none: its four
+// conditions with their times were about a third of what the cache held per pod.
+void KeepTellingConditions(json& status) {
+  auto conds = status.find("conditions");
+  if (conds == status.end()) return;
+  json kept = json::array();
+  if (conds->is_array()) {
+    for (auto& c : *conds) {
+      if (!c.is_object()) continue;
+      const std::string type = kube::TextOf(c, "type"), st = kube::TextOf(c, "status");
+      if ((type == "PodScheduled" && st == "False") ||
+          (type == "DisruptionTarget" && st == "True")) {
+        KeepOnly(c, {"type", "status", "reason", "message"});
+        kept.push_back(std::move(c));
+      }
+    }
+  }
+  if (kept.empty()) {
+    status.erase(conds);
+  } else {
+    *conds = std::move(kept);
+  }
+}
+
+// Of a container's state what a PodView reads: why it waits, how it ended. A running
+// container's start time is never read.
+void KeepEndingState(json& container_status) {
+  KeepOnly(container_status, {"name", "state"});
+  auto state = container_status.find("state");
+  if (state == container_status.end()) return;
+  KeepOnly(*state, {"waiting", "terminated"});
+  if (auto w = state->find("waiting"); w != state->end()) KeepOnly(*w, {"reason", "message"});
+  if (auto t = state->find("terminated"); t != state->end()) {
+    KeepOnly(*t, {"exitCode", "reason", "finishedAt", "message"});
+  }
+}
+
 }  // namespace
 
 void TrimPodForCache(json& pod) {
@@ -74,10 +114,15 @@ void TrimPodForCache(json& pod) {
     }
   }
   if (auto st = pod.find("status"); st != pod.end()) {
-    // conditions: PodScheduled=False says why a pod is Pending (StartupDeadlineExceeded).
     KeepOnly(*st, {"phase", "reason", "podIP", "conditions", "containerStatuses"});
+    KeepTellingConditions(*st);
     if (auto cs = st->find("containerStatuses"); cs != st->end() && cs->is_array()) {
-      for (auto& c : *cs) KeepOnly(c, {"name", "state"});
+      for (auto& c : *cs) KeepEndingState(c);
+    }
+  }
+  if (auto md = pod.find("metadata"); md != pod.end() && md->is_object()) {
+    if (auto refs = md->find("ownerReferences"); refs != md->end() && refs->is_array()) {
+      for (auto& ref : *refs) KeepOnly(ref, {"apiVersion", "kind", "name", "uid", "controller"});
     }
   }
 }

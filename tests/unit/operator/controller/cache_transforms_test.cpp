@@ -22,16 +22,36 @@ TEST(TrimPodForCache, KeepsWhatTheReconcilerReads) {
   pod["metadata"]["managedFields"] = json::array({{{"manager", "tj-operator"}}});
   pod["metadata"]["creationTimestamp"] = "2026-01-01T00:00:00Z";
   pod["metadata"]["resourceVersion"] = "7";
+  const json why_pending = {{"type", "PodScheduled"},
+                            {"status", "False"},
+                            {"reason", "Unschedulable"},
+                            {"message", "0/1 nodes are available"}};
+  const json ended = {{"name", "trainer"},
+                      {"state",
+                       {{"terminated",
+                         {{"exitCode", 3},
+                          {"reason", "Error"},
+                          {"finishedAt", "2026-01-01T00:01:00Z"},
+                          {"message", "{}"}}}}}};
+  json pending_as_sent = why_pending;
+  pending_as_sent["lastTransitionTime"] = "2026-01-01T00:00:00Z";
+  json ended_as_sent = ended;
+  ended_as_sent["ready"] = false;
+  ended_as_sent["restartCount"] = 0;
+  json ready = {
+      {"type", "Ready"}, {"status", "True"}, {"lastTransitionTime", "2026-01-01T00:00:00Z"}};
+  json running = {{"name", "sidecar"},
+                  {"state", {{"running", {{"startedAt", "2026-01-01T00:00:00Z"}}}}}};
   pod["status"] = {{"phase", "Running"},
                    {"podIP", "127.0.1.2"},
-                   {"conditions", json::array({{{"type", "PodScheduled"}}})},
-                   {"containerStatuses", json::array({{{"name", "trainer"}}})}};
+                   {"conditions", json::array({ready, pending_as_sent})},
+                   {"containerStatuses", json::array({ended_as_sent, running})}};
+  pod["metadata"]["ownerReferences"][0]["blockOwnerDeletion"] = true;
   const json full = pod;
   TrimPodForCache(pod);
 
   EXPECT_FALSE(pod["metadata"].contains("managedFields"));
-  for (const char* k :
-       {"name", "namespace", "ownerReferences", "creationTimestamp", "resourceVersion"}) {
+  for (const char* k : {"name", "namespace", "creationTimestamp", "resourceVersion"}) {
     EXPECT_EQ(pod["metadata"][k], full["metadata"][k]) << k;
   }
   for (const auto& [k, v] : full["metadata"]["labels"].items()) {
@@ -47,8 +67,13 @@ TEST(TrimPodForCache, KeepsWhatTheReconcilerReads) {
   EXPECT_FALSE(pod["spec"].contains("volumes"));
   EXPECT_EQ(pod["status"]["phase"], "Running");
   EXPECT_EQ(pod["status"]["podIP"], "127.0.1.2");
-  EXPECT_EQ(pod["status"]["containerStatuses"], full["status"]["containerStatuses"]);
-  EXPECT_EQ(pod["status"]["conditions"], full["status"]["conditions"]);  // why it is pending
+  // How a container ended and why a pod is pending stay; a running container's start time,
+  // conditions that say nothing the reconciler reads and an owner's deletion flag go.
+  EXPECT_EQ(pod["status"]["containerStatuses"][0], ended);
+  EXPECT_EQ(pod["status"]["containerStatuses"][1],
+            json({{"name", "sidecar"}, {"state", json::object()}}));
+  EXPECT_EQ(pod["status"]["conditions"], json::array({why_pending}));
+  EXPECT_FALSE(pod["metadata"]["ownerReferences"][0].contains("blockOwnerDeletion"));
   EXPECT_FALSE(pod["spec"].contains("hostname"));
 }
 
