@@ -542,17 +542,17 @@ auto PodLogFunction(ApiClients* api) {
 auto ServeMetrics(const Flags& f, tj::kube::WorkQueue& queue,
                   tj::controller::OperatorMetrics& metrics, const std::atomic<bool>& leading,
                   const ApiClients& api, const tj::controller::TrainerStatusPoller& poller) {
-  return ServeOn("--metrics-bind-address", f.metrics_addr,
-                 {{"/metrics", [&] {
-                     tj::controller::OperatorMetrics::QueueStats q{
-                         queue.Len(), queue.adds(), queue.retries(), queue.queue_duration(),
-                         queue.work_duration()};
-                     const tj::controller::OperatorMetrics::PollStats polls{poller.polls(),
-                                                                           poller.in_flight()};
-                     return tj::HttpAnswer{
-                         200, tj::kPrometheusContentType,
-                         metrics.Render(q, leading.load(), api.metrics.get(), &polls)};
-                   }}});
+  return ServeOn(
+      "--metrics-bind-address", f.metrics_addr,
+      {{"/metrics", [&] {
+          tj::controller::OperatorMetrics::QueueStats q{queue.Len(), queue.adds(), queue.retries(),
+                                                        queue.queue_duration(),
+                                                        queue.work_duration()};
+          const tj::controller::OperatorMetrics::PollStats polls{poller.polls(),
+                                                                 poller.in_flight()};
+          return tj::HttpAnswer{200, tj::kPrometheusContentType,
+                                metrics.Render(q, leading.load(), api.metrics.get(), &polls)};
+        }}});
 }
 
 int main(int argc, char** argv) {

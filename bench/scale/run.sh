@@ -48,7 +48,12 @@ export KUBECONFIG=$kc
 PATH=$(bash hack/local-cluster.sh kubectl-dir):$PATH
 [ "${TJ_SCALE_KEEP:-0}" = 1 ] || trap 'bash hack/local-cluster.sh down >/dev/null 2>&1 || true' EXIT
 kubectl apply --server-side -f manifests/crd/trainingjob.yaml >/dev/null
-kubectl wait --for=condition=Established crd/trainingjobs.tjo.dev >/dev/null
+# (`kubectl wait` may fail at once on a CRD so new that it has no conditions yet)
+for _ in $(seq 300); do
+  [ "$(kubectl get crd trainingjobs.tjo.dev \
+    -o jsonpath='{.status.conditions[?(@.type=="Established")].status}')" = True ] && break
+  sleep 0.2
+done
 
 results=$(mktemp)
 tj_pid=''
@@ -75,7 +80,7 @@ stop_tj_operator() {
 }
 TFOP_STARTED=0
 start_training_operator() {
-  TJ_TFOP_THREADS=$THREADS bash hack/training-operator.sh install >&2
+  TJ_TFOP_THREADS=$THREADS TJ_TFOP_ARGS=--zap-log-level=info bash hack/training-operator.sh install >&2
   TFOP_STARTED=1
 }
 tfop_metrics() {  # where training-operator serves /metrics (hack/training-operator.sh)
@@ -89,7 +94,7 @@ tfop_metrics() {  # where training-operator serves /metrics (hack/training-opera
 }
 kueue_up() {
   kubectl get crd tfjobs.kubeflow.org >/dev/null 2>&1 ||
-    TJ_TFOP_THREADS=$THREADS bash hack/training-operator.sh install >&2
+    TJ_TFOP_THREADS=$THREADS TJ_TFOP_ARGS=--zap-log-level=info bash hack/training-operator.sh install >&2
   bash hack/kueue.sh install >&2
   kubectl apply --server-side -f - >/dev/null <<YAML
 apiVersion: kueue.x-k8s.io/v1beta2

@@ -455,7 +455,10 @@ def main():
             "peak_rss_mib": sampler.peak_rss_kib / 1024, "cpu_s": cpu_end - sampler.cpu_start,
             "status_reads": sum(len(r) for r in responder.reads.values()),
             "status_reads_max_per_pod": max((len(r) for r in responder.reads.values()), default=0),
-            # The shortest time between two reads of one chief: the poll period as kept.
+            # The mean time between reads of one chief over its run, and the shortest: the
+            # poll period as kept (the shortest includes the responder's own delays).
+            "status_read_interval_median_s": percentile(
+                [(r[-1] - r[0]) / (len(r) - 1) for r in responder.reads.values() if len(r) > 1], 50),
             "status_reads_min_gap_s": min((b - a for r in responder.reads.values()
                                            for a, b in zip(r, r[1:])), default=None),
             "status_polls_reported": metric_value(metrics_after, "tj_operator_trainer_status_polls_total"),
