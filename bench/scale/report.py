@@ -5,6 +5,7 @@ counted from its own identity within its phase. Usage: report.py PHASES AUDIT_LO
 """
 import collections
 import datetime
+import glob
 import json
 import sys
 
@@ -17,9 +18,22 @@ AUDIT_USER = {"tj-operator": "tj-operator",
 
 def audit_counts(path, phases):
     """{phase index: Counter((verb, resource) -> requests)} of each phase's operator."""
-    windows = [(AUDIT_USER[p["operator"]], p["wall_start"], p["wall_end"]) for p in phases]
+    # A phase's requests: from its first create until the next phase begins (the end of the
+    # log for the last), so that what the operator does after the last job Succeeded (deleting
+    # the workers' pods and Services, as cleanPodPolicy says) counts too; only the phase's
+    # operator runs then.
+    ends = [p["wall_start"] for p in phases[1:]] + [float("inf")]
+    windows = [(AUDIT_USER[p["operator"]], p["wall_start"], end) for p, end in zip(phases, ends)]
     counts = [collections.Counter() for _ in phases]
-    with open(path) as f:
+    # The API server rotates its audit log at 100 MB (audit-<time>.log beside it): read all.
+    base = path[:-len(".log")] if path.endswith(".log") else path
+    for name in sorted(glob.glob(glob.escape(base) + "-*.log")) + [path]:
+        count_file(name, windows, counts)
+    return counts
+
+
+def count_file(name, windows, counts):
+    with open(name) as f:
         for line in f:
             e = json.loads(line)
             if e.get("stage") != "ResponseComplete":
@@ -32,7 +46,6 @@ def audit_counts(path, phases):
                     o = e.get("objectRef") or {}
                     res = o.get("resource", "") + ("/" + o["subresource"] if o.get("subresource") else "")
                     counts[i][(e["verb"], res)] += 1
-    return counts
 
 
 def fmt(x, digits=1):
@@ -57,18 +70,19 @@ def main():
                      if verb in ("update", "patch") and res.endswith("/status"))
         lr, ls, rt = p["latency_running_s"], p["latency_succeeded_s"], p.get("reconcile_time_s") or {}
         lines.append(
-            f"| {i} | {p['operator']} | {'yes' if p['kueue'] else 'no'} | {jobs} x {p['pods_per_job']} "
+            f"| {p['namespace'].rsplit('-', 1)[-1]} | {p['operator']} | {'yes' if p['kueue'] else 'no'} | {jobs} x {p['pods_per_job']} "
             f"| {fmt(p.get('all_pods_exist_s'))} | {fmt(p.get('all_pods_running_s'))} "
             f"| {fmt(p.get('all_jobs_done_s'))} | {fmt(p.get('pods_running_jobs_per_s'), 2)} "
             f"| {fmt(p.get('last_admitted_s'))} | {fmt(p['peak_rss_mib'])} | {fmt(p['cpu_s'])} "
             f"| {total / jobs:.1f} | {writes / jobs:.1f} | {status / jobs:.1f} "
             f"| {fmt(lr['p50'], 2)}/{fmt(lr['p99'], 2)} | {fmt(ls['p50'], 2)}/{fmt(ls['p99'], 2)} "
             f"| {fmt((rt.get('p50') or 0) * 1000)}/{fmt((rt.get('p99') or 0) * 1000)} |")
+    label = [p["namespace"].rsplit("-", 1)[-1] for p in phases]
     lines += ["", "Jobs that did not succeed, per phase: " + ", ".join(
-        f"{i}: {p['jobs'] - p['jobs_succeeded']}" for i, p in enumerate(phases, 1)) + ".", "",
+        f"{n}: {p['jobs'] - p['jobs_succeeded']}" for n, p in zip(label, phases)) + ".", "",
         "API requests per job by verb and resource (from the audit log, the operator's own user):", ""]
     keys = sorted({k for c in counts for k in c}, key=lambda k: (k[1], k[0]))
-    lines.append("| verb resource | " + " | ".join(f"phase {i}" for i in range(1, len(phases) + 1)) + " |")
+    lines.append("| verb resource | " + " | ".join(f"phase {n}" for n in label) + " |")
     lines.append("|---|" + "---|" * len(phases))
     for k in keys:
         lines.append(f"| {k[0]} {k[1] or '(none)'} | " + " | ".join(

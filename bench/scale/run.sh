@@ -156,7 +156,8 @@ header="# Scale: tj-operator beside Kubeflow's training-operator
 \`bash bench/scale/run.sh $JOBS $WORKERS\` on \`$(hostname)\` ($(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(($(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1048576)) GiB),
 commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- operator kube common bench/scale hack || echo +changes), $(date -u +%Y-%m-%dT%H:%MZ).
 Kubernetes $(. hack/versions.env; echo "$KUBE_VERSION"), kwok $(. hack/versions.env; echo "$KWOK_VERSION") ($TJ_KWOK_NODES nodes), training-operator $(. hack/versions.env; echo "$TRAINING_OPERATOR_VERSION"), Kueue $(. hack/versions.env; echo "$KUEUE_VERSION").
-Both operators: client QPS $QPS, burst $BURST, $THREADS workers; $JOBS jobs of a chief and $WORKERS workers each, created by 8 concurrent clients; each chief Succeeded $SUCCEED_AFTER after it started.
+tj-operator: client QPS $QPS, burst $BURST, $THREADS workers, a NetworkPolicy per job; training-operator: client QPS 20, burst 30 (fixed in its code), $THREADS controller threads, log level info.
+$JOBS jobs of a chief and $WORKERS workers each, created by 8 concurrent clients; each chief Succeeded $SUCCEED_AFTER after it started.
 Times are from the first create of the phase. docs/scale.md says how each figure is taken."
 python3 bench/scale/report.py "$results" "$TJ_LOCAL_CLUSTER_AUDIT_LOG" "$OUT" "$header"
 log "wrote $OUT"
