@@ -59,7 +59,7 @@ dir_of() {
     kube-router) echo "$CACHE/kube-router-$KUBE_ROUTER_VERSION-$GO_VERSION" ;;
     kwok) echo "$CACHE/kwok-$KWOK_VERSION-$GO_VERSION" ;;
     training-operator) echo "$CACHE/training-operator-$TRAINING_OPERATOR_VERSION-$GO_VERSION" ;;
-    *) die "unknown component '$1' ($COMPONENTS)" ;;
+    *) die "unknown component '$1' (${COMPONENTS// /, })" ;;
   esac
 }
 

@@ -269,16 +269,16 @@ cmd_up() {
   echo "$token" | write_private "$STATE_DIR/token"
   echo "$port_a" >"$STATE_DIR/port"
   # The API server's token file: whoever reads it is cluster-admin.
-  echo "$token,admin,admin,system:masters" | write_private "$STATE_DIR/tokens.csv"
+  local tokens="$token,admin,admin,system:masters" user user_token
   write_kubeconfig "$STATE_DIR/kubeconfig" "$port_a" "$token"
-  local user user_token
   for user in ${TJ_LOCAL_CLUSTER_USERS:-}; do
     [[ $user =~ ^[a-z0-9][a-z0-9.-]*$ ]] ||
       die "TJ_LOCAL_CLUSTER_USERS: '$user' is not a user name (lower case, digits, . and -)"
     user_token=$(openssl rand -hex 24)
-    echo "$user_token,$user,$user,system:masters" >>"$STATE_DIR/tokens.csv"
+    tokens+=$'\n'"$user_token,$user,$user,system:masters"
     write_kubeconfig "$STATE_DIR/kubeconfig-$user" "$port_a" "$user_token"
   done
+  echo "$tokens" | write_private "$STATE_DIR/tokens.csv"
   cat >"$STATE_DIR/cluster.env" <<EOF
 KUBE_BIN=$KUBE_BIN
 ETCD_BIN=$ETCD_BIN
