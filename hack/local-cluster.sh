@@ -639,7 +639,10 @@ cmd_down() {
   # Kueue's manager (hack/kueue.sh) and the training-operator (hack/training-operator.sh)
   # first: they would only log the API server's going.
   # tj-local-node: the process node's former name, recorded by clusters started before it.
-  for name in kueue training-operator kwok tj-process-node tj-local-node kube-scheduler kube-controller-manager kube-apiserver etcd; do
+  # tj-operator-<pid>: operators bench/scale runs as processes of this machine.
+  local others
+  others=$(cd "$STATE_DIR/pids" && ls -d tj-operator-* 2>/dev/null) || true
+  for name in $others kueue training-operator kwok tj-process-node tj-local-node kube-scheduler kube-controller-manager kube-apiserver etcd; do
     stop_recorded "$name"
   done
   rmdir "$STATE_DIR/pids" 2>/dev/null || true

@@ -11,6 +11,8 @@
 #   2. training-operator alone     the TFJobs
 #   3. training-operator + Kueue   Kueue's built-in TFJob integration
 #   4. tj-operator + Kueue         Kueue's external-framework Workloads of tj-operator
+#   5. tj-operator, failover       two instances with --leader-elect; the leader is killed
+#                                  $TJ_SCALE_KILL_AFTER (40) s in (not in the default phases)
 # Only the phase's operator runs during a phase. Both get the same client limits and workers:
 # training-operator's are fixed in its code (controller-runtime's 20 QPS, burst 30), so
 # tj-operator runs with --kube-api-qps=$TJ_SCALE_QPS (20) --kube-api-burst=$TJ_SCALE_BURST
@@ -57,17 +59,17 @@ done
 
 results=$(mktemp)
 tj_pid=''
-start_tj_operator() {
+start_tj_operator() {  # start_tj_operator [FLAGS...]: one more instance; tj_pid, TJ_METRICS
   local m h
   m=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   h=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   setsid "$BUILD/bin/tj-operator" --kubeconfig="$TJ_LOCAL_CLUSTER_DIR/kubeconfig-tj-operator" \
     --kube-api-qps="$QPS" --kube-api-burst="$BURST" --workers="$THREADS" \
     --network-policy --network-policy-operator-namespace=default \
-    --metrics-bind-address="127.0.0.1:$m" --health-probe-bind-address="127.0.0.1:$h" \
+    --metrics-bind-address="127.0.0.1:$m" --health-probe-bind-address="127.0.0.1:$h" "$@" \
     >>"$TJ_LOCAL_CLUSTER_DIR/logs/tj-operator.log" 2>&1 </dev/null &
   tj_pid=$!
-  echo "$tj_pid" >"$TJ_LOCAL_CLUSTER_DIR/pids/tj-operator"
+  echo "$tj_pid" >"$TJ_LOCAL_CLUSTER_DIR/pids/tj-operator-$tj_pid"
   TJ_METRICS=127.0.0.1:$m
   until curl -fsS "http://127.0.0.1:$h/readyz" >/dev/null 2>&1; do sleep 0.2; done
 }
@@ -75,7 +77,7 @@ stop_tj_operator() {
   [ -n "$tj_pid" ] || return 0
   kill "$tj_pid" 2>/dev/null || true
   wait "$tj_pid" 2>/dev/null || true
-  rm -f "$TJ_LOCAL_CLUSTER_DIR/pids/tj-operator"
+  rm -f "$TJ_LOCAL_CLUSTER_DIR/pids/tj-operator-$tj_pid"
   tj_pid=''
 }
 TFOP_STARTED=0
@@ -146,7 +148,18 @@ for n in $PHASES; do
     4) if tfop=$(bash hack/training-operator.sh pid 2>/dev/null); then kill "$tfop" || true; fi
        kubectl get clusterqueue scale >/dev/null 2>&1 || kueue_up
        start_tj_operator; phase 4 tj-operator "$tj_pid" "$TJ_METRICS" scale; stop_tj_operator ;;
-    *) log "unknown phase $n (1 to 4)"; exit 2 ;;
+    5) # Two instances with --leader-elect; the leader is killed (SIGKILL) KILL_AFTER seconds
+       # into the phase. The survivor takes over: no job lost, no pod made twice.
+       start_tj_operator --leader-elect --leader-election-namespace=default
+       leader=$tj_pid
+       until curl -fsS "http://$TJ_METRICS/metrics" 2>/dev/null |
+           grep -q '^leader_election_master_status{name="tj-operator"} 1'; do sleep 0.2; done
+       start_tj_operator --leader-elect --leader-election-namespace=default
+       ( sleep "${TJ_SCALE_KILL_AFTER:-40}"; kill -KILL "$leader"
+         log "phase 5: killed the leader (pid $leader)" ) &
+       phase 5 tj-operator "$tj_pid" "$TJ_METRICS"
+       stop_tj_operator; rm -f "$TJ_LOCAL_CLUSTER_DIR/pids/tj-operator-$leader" ;;
+    *) log "unknown phase $n (1 to 5)"; exit 2 ;;
   esac
   settle
 done
