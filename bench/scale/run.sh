@@ -37,7 +37,12 @@ OUT=${TJ_SCALE_OUT:-bench/scale/RESULTS.md}
 log() { echo "scale: $*" >&2; }
 
 [ -x "$BUILD/bin/tj-operator" ] || { log "build first: cmake --build $BUILD --target tj-operator"; exit 1; }
-bash hack/build-kubernetes.sh kwok training-operator kueue >&2
+# What the phases need, no more (the scale test runs phase 1 alone).
+needs=kwok
+[[ " $PHASES " =~ \ [234]\  ]] && needs+=" training-operator"
+[[ " $PHASES " =~ \ [34]\  ]] && needs+=" kueue"
+# shellcheck disable=SC2086  # a list of names
+bash hack/build-kubernetes.sh $needs >&2
 pods=$((JOBS * (WORKERS + 1)))
 # Room for every pod (and the chiefs that stay Succeeded) at 110 pods and 64 CPUs a node.
 export TJ_NODE=kwok TJ_KWOK_NODES=$(( (pods * 3 / 2) / 110 + 10 ))
