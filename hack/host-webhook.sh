@@ -96,3 +96,16 @@ stop_host_process() {
   fi
   rm -f "$STATE_DIR/pids/$1"
 }
+
+# placeholder_cert DIR CN WHY: a self-signed pair DIR/tls.crt and DIR/tls.key that a program
+# insists on finding at a fixed path of the machine but never serves with; made once (as root)
+# and shared by every cluster, left in place at uninstall. WHY ends the error and the log line.
+placeholder_cert() {
+  local dir=$1 cn=$2 why=$3
+  [ -r "$dir/tls.crt" ] && [ -r "$dir/tls.key" ] && return 0
+  { mkdir -p "$dir" 2>/dev/null && [ -w "$dir" ]; } ||
+    die "$why needs a certificate in $dir (a fixed path); run this once as root"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=$cn" \
+    -keyout "$dir/tls.key" -out "$dir/tls.crt" 2>/dev/null
+  log "made the placeholder certificate $why waits for in $dir"
+}

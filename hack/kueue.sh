@@ -52,13 +52,8 @@ make_certs() {  # a CA of this install, and the webhook server's certificate for
 # machine, shared by every cluster's manager; left in place at uninstall.
 METRICS_CERT_DIR=/etc/kueue/metrics/certs
 ensure_metrics_cert() {
-  [ -r "$METRICS_CERT_DIR/tls.crt" ] && [ -r "$METRICS_CERT_DIR/tls.key" ] && return 0
-  { mkdir -p "$METRICS_CERT_DIR" 2>/dev/null && [ -w "$METRICS_CERT_DIR" ]; } ||
-    die "Kueue's manager needs a certificate in $METRICS_CERT_DIR (its metrics server's, a" \
-      "fixed path when Kueue does not manage its certificates); run this once as root"
-  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=kueue-metrics-unused" \
-    -keyout "$METRICS_CERT_DIR/tls.key" -out "$METRICS_CERT_DIR/tls.crt" 2>/dev/null
-  log "made the unused metrics certificate Kueue's manager insists on in $METRICS_CERT_DIR"
+  placeholder_cert "$METRICS_CERT_DIR" kueue-metrics-unused \
+    "Kueue's manager (its metrics server, when Kueue does not manage its certificates)"
 }
 
 # render WEBHOOK_PORT HEALTH_PORT: upstream's manifests, changed as the header says, into

@@ -170,13 +170,7 @@ EOF
 # webhook server reads $TMPDIR's). A pair made once for the machine if none is there; left in
 # place at uninstall.
 ensure_fixed_cert() {
-  [ -e "$FIXED_CERT_DIR/tls.crt" ] && return 0
-  { mkdir -p "$FIXED_CERT_DIR" 2>/dev/null && [ -w "$FIXED_CERT_DIR" ]; } ||
-    die "the operator's cert-controller waits for $FIXED_CERT_DIR/tls.crt (a fixed path);" \
-      "run this once as root"
-  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=training-operator-unused" \
-    -keyout "$FIXED_CERT_DIR/tls.key" -out "$FIXED_CERT_DIR/tls.crt" 2>/dev/null
-  log "made the placeholder certificate the operator's cert-controller waits for in $FIXED_CERT_DIR"
+  placeholder_cert "$FIXED_CERT_DIR" training-operator-unused "the operator's cert-controller"
 }
 
 crd_established() {
