@@ -8,7 +8,7 @@
 #     200 x (30 / 5 + 2) = 1,600 (a chief runs a few seconds longer when kwok is late);
 #   - status writes per job at most one per period while running plus the lifecycle's writes
 #     (Created, Running, Succeeded and the last progress): 30 / 5 + 5 = 11;
-#   - API requests per job at most 40 (about 27 today: 8 pod creates, 7 deletes of the
+#   - API requests per job at most 40 (about 31 today: 8 pod creates, 7 deletes of the
 #     workers at the end, the Service, Secret, NetworkPolicy, status writes, events and the
 #     chief's log); reads (get, list) other than the chief's log and the informers' lists
 #     and watches: none per job (every read of a pass is served from a cache);
