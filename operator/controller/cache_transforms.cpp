@@ -104,6 +104,9 @@ void TrimPodForCache(json& pod) {
                    "deletionGracePeriodSeconds"});
     KeepKeyHashAnnotation(*md, std::move(annotations));
     KeepOurLabels(*md);
+    if (auto refs = md->find("ownerReferences"); refs != md->end() && refs->is_array()) {
+      for (auto& ref : *refs) KeepOnly(ref, {"apiVersion", "kind", "name", "uid", "controller"});
+    }
   }
   if (auto spec = pod.find("spec"); spec != pod.end()) {
     KeepOnly(*spec, {"containers"});
@@ -118,11 +121,6 @@ void TrimPodForCache(json& pod) {
     KeepTellingConditions(*st);
     if (auto cs = st->find("containerStatuses"); cs != st->end() && cs->is_array()) {
       for (auto& c : *cs) KeepEndingState(c);
-    }
-  }
-  if (auto md = pod.find("metadata"); md != pod.end() && md->is_object()) {
-    if (auto refs = md->find("ownerReferences"); refs != md->end() && refs->is_array()) {
-      for (auto& ref : *refs) KeepOnly(ref, {"apiVersion", "kind", "name", "uid", "controller"});
     }
   }
 }
