@@ -35,6 +35,9 @@ PHASES=${TJ_SCALE_PHASES:-1 2 3 4}
 export TJ_LOCAL_CLUSTER_DIR=${TJ_SCALE_DIR:-$PWD/$BUILD/scale-cluster}
 OUT=${TJ_SCALE_OUT:-bench/scale/RESULTS.md}
 log() { echo "scale: $*" >&2; }
+die() { log "error: $*"; exit 1; }
+# shellcheck source=hack/host-webhook.sh
+. hack/host-webhook.sh  # free_port
 
 [ -x "$BUILD/bin/tj-operator" ] || { log "build first: cmake --build $BUILD --target tj-operator"; exit 1; }
 # What the phases need, no more (the scale test runs phase 1 alone).
@@ -66,8 +69,8 @@ results=$(mktemp)
 tj_pid=''
 start_tj_operator() {  # start_tj_operator [FLAGS...]: one more instance; tj_pid, TJ_METRICS
   local m h
-  m=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  h=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+  m=$(free_port)
+  h=$(free_port)
   setsid "$BUILD/bin/tj-operator" --kubeconfig="$TJ_LOCAL_CLUSTER_DIR/kubeconfig-tj-operator" \
     --kube-api-qps="$QPS" --kube-api-burst="$BURST" --workers="$THREADS" \
     --network-policy --network-policy-operator-namespace=default \
@@ -91,17 +94,10 @@ start_training_operator() {
   TFOP_STARTED=1
 }
 tfop_metrics() {  # where training-operator serves /metrics (hack/training-operator.sh)
-  local f
-  for f in "$TJ_LOCAL_CLUSTER_DIR"/training-operator/metrics-port \
-      "$TJ_LOCAL_CLUSTER_DIR"/training-operator/metrics-address; do
-    [ -f "$f" ] || continue
-    case $(cat "$f") in *:*) cat "$f" ;; *) echo "127.0.0.1:$(cat "$f")" ;; esac
-    return
-  done
+  echo "127.0.0.1:$(cat "$TJ_LOCAL_CLUSTER_DIR/training-operator/metrics-port")"
 }
-kueue_up() {
-  kubectl get crd tfjobs.kubeflow.org >/dev/null 2>&1 ||
-    TJ_TFOP_THREADS=$THREADS TJ_TFOP_ARGS=--zap-log-level=info bash hack/training-operator.sh install >&2
+kueue_up() {  # the TFJob CRD first: Kueue's TFJob integration starts with it
+  kubectl get crd tfjobs.kubeflow.org >/dev/null 2>&1 || start_training_operator
   bash hack/kueue.sh install >&2
   kubectl apply --server-side -f - >/dev/null <<YAML
 apiVersion: kueue.x-k8s.io/v1beta2
@@ -150,8 +146,8 @@ for n in $PHASES; do
        [ "$TFOP_STARTED" = 1 ] || start_training_operator
        phase 3 training-operator "$(bash hack/training-operator.sh pid)" \
          "$(tfop_metrics)" scale ;;
-    4) if tfop=$(bash hack/training-operator.sh pid 2>/dev/null); then kill "$tfop" || true; fi
-       kubectl get clusterqueue scale >/dev/null 2>&1 || kueue_up
+    4) kubectl get clusterqueue scale >/dev/null 2>&1 || kueue_up
+       if tfop=$(bash hack/training-operator.sh pid 2>/dev/null); then kill "$tfop" || true; fi
        start_tj_operator; phase 4 tj-operator "$tj_pid" "$TJ_METRICS" scale; stop_tj_operator ;;
     5) # Two instances with --leader-elect; the leader is killed (SIGKILL) KILL_AFTER seconds
        # into the phase. The survivor takes over: no job lost, no pod made twice.
@@ -169,11 +165,13 @@ for n in $PHASES; do
   settle
 done
 
+# shellcheck source=hack/versions.env
+. hack/versions.env
 header="# Scale: tj-operator beside Kubeflow's training-operator
 
 \`bash bench/scale/run.sh $JOBS $WORKERS\` on \`$(hostname)\` ($(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(($(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1048576)) GiB),
 commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- operator kube common bench/scale hack || echo +changes), $(date -u +%Y-%m-%dT%H:%MZ).
-Kubernetes $(. hack/versions.env; echo "$KUBE_VERSION"), kwok $(. hack/versions.env; echo "$KWOK_VERSION") ($TJ_KWOK_NODES nodes), training-operator $(. hack/versions.env; echo "$TRAINING_OPERATOR_VERSION"), Kueue $(. hack/versions.env; echo "$KUEUE_VERSION").
+Kubernetes $KUBE_VERSION, kwok $KWOK_VERSION ($TJ_KWOK_NODES nodes), training-operator $TRAINING_OPERATOR_VERSION, Kueue $KUEUE_VERSION.
 tj-operator: client QPS $QPS, burst $BURST, $THREADS workers, a NetworkPolicy per job; training-operator: client QPS 20, burst 30 (fixed in its code), $THREADS controller threads, log level info.
 $JOBS jobs of a chief and $WORKERS workers each, created by 8 concurrent clients; each chief Succeeded $SUCCEED_AFTER after it started.
 Times are from the first create of the phase. docs/scale.md says how each figure is taken."

@@ -210,17 +210,14 @@ class Tracker:
         self.job_running, self.job_succeeded, self.job_failed = {}, {}, {}
         self.admitted = {}
         self.pod_uids = set()
-        self.deleted_pods = 0
 
     def on_pod(self, typ, pod, t):
         md = pod["metadata"]
         name = md["name"]
         with self.lock:
             if typ == "DELETED":
-                self.deleted_pods += 1
                 return
-            if md["uid"] not in self.pod_uids:
-                self.pod_uids.add(md["uid"])
+            self.pod_uids.add(md["uid"])
             self.pod_created.setdefault(name, t)
             job = (md.get("labels") or {}).get(self.job_label)
             if job:
@@ -275,7 +272,6 @@ class ProcSampler(threading.Thread):
     def run(self):
         while not self.stop.is_set():
             self.peak_rss_kib = max(self.peak_rss_kib, self.rss_kib())
-            self.last_cpu = self.cpu_s()
             time.sleep(0.2)
 
 
@@ -387,15 +383,9 @@ def main():
 
     t0 = time.monotonic()
     wall_start = time.time()
-    create_done = {}
 
     def create(obj):
-        c = api.conn()
-        try:
-            api.request("POST", group_path(*res, ns), obj, conn=c, ok=(201,))
-        finally:
-            c.close()
-        create_done[obj["metadata"]["name"]] = time.monotonic()
+        api.request("POST", group_path(*res, ns), obj, ok=(201,))
 
     with concurrent.futures.ThreadPoolExecutor(a.clients) as pool:
         list(pool.map(create, objs))
