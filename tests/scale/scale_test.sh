@@ -44,6 +44,9 @@ checks = [
     ("shortest time between two reads of a chief, s", p["status_reads_min_gap_s"], ">=",
      period - 0.5),
     ("status writes per job", status / jobs, "<=", running / period + 5),
+    # The audit log tells the operator's requests by its own user: at least its pod creates.
+    ("pod creates per job seen as the operator's user", req.get("create pods", 0) / jobs, ">=",
+     per),
     ("API requests per job", total / jobs, "<=", 40),
     ("reads besides the informers' (get/list, not the chief's log)", sum(reads.values()), "<=", 20),
     ("peak RSS MiB", p["peak_rss_mib"], "<=", 128),
