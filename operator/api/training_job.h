@@ -141,8 +141,8 @@ inline constexpr char kRestarting[] = "Restarting";
 inline constexpr char kSucceeded[] = "Succeeded";
 inline constexpr char kFailed[] = "Failed";
 inline constexpr char kSuspended[] = "Suspended";
-// True while a Secret named <job>-rendezvous exists that the operator did not record making:
-// it is never deleted or replaced, and no pod is created until it is gone.
+// Set by operators before the rendezvous Secret's name carried the job's UID (a Secret of the
+// job's name that they had not made); removed from a job's status by the reconciler.
 inline constexpr char kRendezvousSecretConflict[] = "RendezvousSecretConflict";
 // True while the API server refuses to create the job's pods, with its message: reason
 // Forbidden (403: the namespace's Pod Security Admission level, a ResourceQuota, an admission

@@ -202,11 +202,6 @@ void Executor::Keep(const std::string& key, KeptStatus kept) {
   kept_[key] = std::move(kept);
 }
 
-void Executor::ForgetMadeSecret(const std::string& key) {
-  MutexLock lock(conflicts_mu_);
-  made_secrets_.erase(key);
-}
-
 void Executor::ForgetKept(const std::string& key) {
   MutexLock lock(kept_mu_);
   kept_.erase(key);
@@ -272,7 +267,6 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
   if (!cached) {
     expectations_.Clear(key);
     ForgetKept(key);
-    ForgetMadeSecret(key);
     return std::optional<milliseconds>();  // deleted
   }
   // Another controller's job (spec.managedBy): not even its pods are read, nor its trainers
@@ -380,94 +374,55 @@ StatusOr<std::optional<json>> Executor::ReadExisting(const kube::Resource& r, co
 
 // The operator may create and delete Secrets, never read them (RBAC: no get, list or watch).
 // The reconciler creates the rendezvous Secret only when it has made none (by the job's
-// status) or a pod reports it gone. One that exists then is not one the status records: a
-// user's, a deleted job's of the same name not yet collected, or (rarely) this job's from a
-// pass whose status write was lost. Unable to read its ownerReferences, the operator never
-// deletes or replaces one it did not make: the job waits, with the RendezvousSecretConflict
-// condition saying what to do, and the key is retried with backoff (a deleted job's Secret
-// goes by itself). One this process made for this job (by its UID) is replaced with the new
-// key: a pass that created it and then failed (a pod refused) wrote no status.
-Status Executor::CreateSecret(const std::string& key, const std::string& ns, const Action& a) {
+// status) or a pod reports it gone. Its name carries the job's UID (SecretName), so one that
+// exists then is this job's own: made by a pass whose status write was lost (a pod create
+// failed after it, or the operator stopped and another leader took over), or planted under
+// the job's name by someone who could create Secrets in its namespace after the job existed.
+// Unable to read its key, the operator replaces it with the new one: pods that read the old
+// key restart with the gang (RestartForANewKey), and no pod ever reads a planted key.
+Status Executor::CreateSecret(const std::string& ns, const Action& a) {
   const std::string object_key = ns + "/" + a.name;
-  std::string job_uid;
+  // A job without a UID (none the API server serves) has a name without one: never replaced.
   const json owners =
       a.object.value("metadata", json::object()).value("ownerReferences", json::array());
-  if (!owners.empty() && owners[0].is_object()) job_uid = owners[0].value("uid", "");
+  const bool uid_scoped =
+      !owners.empty() && owners[0].is_object() && !owners[0].value("uid", "").empty();
   auto r = deps_.client->Create(a.resource, ns, a.object);
-  if (!r.ok() && kube::IsAlreadyExists(r.error()) && !job_uid.empty()) {
-    bool ours = false;
-    {
-      MutexLock lock(conflicts_mu_);
-      auto it = made_secrets_.find(key);
-      ours = it != made_secrets_.end() && it->second == job_uid;
+  if (!r.ok() && kube::IsAlreadyExists(r.error()) && uid_scoped) {
+    auto d = deps_.client->Delete(a.resource, ns, a.name);
+    if (!d.ok() && !kube::IsNotFound(d.error())) {
+      return d.error().ToStatus().WithContext("replacing secrets " + object_key +
+                                              ", which holds a key this pass did not make");
     }
-    if (ours) {
-      auto d = deps_.client->Delete(a.resource, ns, a.name);
-      if (!d.ok() && !kube::IsNotFound(d.error())) {
-        return d.error().ToStatus().WithContext("replacing secrets " + object_key +
-                                                ", which this operator made with another key");
-      }
-      r = deps_.client->Create(a.resource, ns, a.object);
-    }
+    r = deps_.client->Create(a.resource, ns, a.object);
   }
-  if (r.ok()) {
-    MutexLock lock(conflicts_mu_);
-    secret_conflicts_.erase(key);
-    if (!job_uid.empty()) made_secrets_[key] = job_uid;
-    return Status::Ok();
-  }
-  if (!kube::IsAlreadyExists(r.error())) {
-    return r.error().ToStatus().WithContext("creating secrets " + object_key);
-  }
-  const std::string message =
-      "Secret " + object_key +
-      " already exists and this job did not make it (the operator never reads Secrets, so it "
-      "cannot tell whose it is): it is left alone and no pod is created. If it is this job's "
-      "leftover or a deleted job's of the same name, delete it and the operator makes it again "
-      "with a new key; if it is someone else's, give this job another name";
-  {
-    MutexLock lock(conflicts_mu_);
-    secret_conflicts_[key] = message;
-  }
-  return Status::Error(message);
+  if (r.ok()) return Status::Ok();
+  return r.error().ToStatus().WithContext("creating secrets " + object_key);
 }
 
 Status Executor::WritePassRefusals(const std::string& key, const json& job) {
-  std::optional<std::string> conflict;
   std::optional<CreateRefusal> refusal;
   {
-    MutexLock lock(conflicts_mu_);
-    if (auto it = secret_conflicts_.find(key); it != secret_conflicts_.end()) {
-      conflict = std::move(it->second);
-      secret_conflicts_.erase(it);
-    }
+    MutexLock lock(refusals_mu_);
     if (auto it = create_refusals_.find(key); it != create_refusals_.end()) {
       refusal = std::move(it->second);
       create_refusals_.erase(it);
     }
   }
-  if (conflict) {
-    TJ_RETURN_IF_ERROR(WritePassRefused(key, job, api::condition::kRendezvousSecretConflict,
-                                        "SecretNotOwned", *conflict, /*event=*/true));
-  }
-  if (refusal) {
-    TJ_RETURN_IF_ERROR(WritePassRefused(key, job, api::condition::kPodCreateRefused,
-                                        refusal->reason, refusal->message, /*event=*/false));
-  }
-  return Status::Ok();
+  if (!refusal) return Status::Ok();
+  return WritePassRefused(key, job, api::condition::kPodCreateRefused, refusal->reason,
+                          refusal->message);
 }
 
 Status Executor::WritePassRefused(const std::string& key, const json& job, const char* type,
-                                  const std::string& reason, const std::string& message,
-                                  bool event) {
+                                  const std::string& reason, const std::string& message) {
   api::TrainingJobStatus st = api::TrainingJobStatus::FromJson(job.value("status", json::object()));
   if (!st.SetCondition(type, true, reason, message, deps_.wall_clock())) return Status::Ok();
-  if (event && deps_.recorder) deps_.recorder->RecordAsync(job, "Warning", reason, message);
   return WriteStatus(key, job, st.ToJson());
 }
 
 std::optional<std::string> Executor::TakeNetworkPolicyRefusal(const std::string& key) {
-  MutexLock lock(conflicts_mu_);
+  MutexLock lock(refusals_mu_);
   auto it = network_policy_refusals_.find(key);
   if (it == network_policy_refusals_.end()) return std::nullopt;
   std::string message = std::move(it->second);
@@ -509,7 +464,7 @@ Status Executor::CreateNetworkPolicy(const std::string& key, const json& job, co
   expectations_.Forget(key, a.resource, object_key);
   const auto retry =
       std::chrono::duration_cast<std::chrono::seconds>(options_.network_policy_retry);
-  MutexLock lock(conflicts_mu_);
+  MutexLock lock(refusals_mu_);
   network_policy_refusals_[key] =
       why +
       "; the job runs, but its pods are not isolated: any pod that can reach them may connect "
@@ -522,7 +477,7 @@ Status Executor::CreateNetworkPolicy(const std::string& key, const json& job, co
 
 Status Executor::Create(const std::string& key, const json& job, const Action& a) {
   const api::ObjectRef ref = api::RefOf(job);
-  if (a.resource.plural == kube::resources::kSecrets.plural) return CreateSecret(key, ref.ns, a);
+  if (a.resource.plural == kube::resources::kSecrets.plural) return CreateSecret(ref.ns, a);
   if (a.resource.plural == kube::resources::kNetworkPolicies.plural) {
     return CreateNetworkPolicy(key, job, a);
   }
@@ -561,7 +516,7 @@ Status Executor::Create(const std::string& key, const json& job, const Action& a
     // The cluster refuses this pod as the template makes it (or refuses the operator): said
     // in a condition, retried with the queue's backoff.
     const bool forbidden = r.error().code == 403;
-    MutexLock lock(conflicts_mu_);
+    MutexLock lock(refusals_mu_);
     auto [it, first] = create_refusals_.try_emplace(key);
     if (first || object_key < it->second.pod) {
       it->second = {object_key, forbidden ? "Forbidden" : "Invalid",

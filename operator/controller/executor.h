@@ -166,25 +166,23 @@ class Executor {
                                                        const std::string& name);
   Status Apply(const std::string& key, const nlohmann::json& job, const Decision& d);
   Status Create(const std::string& key, const nlohmann::json& job, const Action& a);
-  // Creates the rendezvous Secret. One that exists already is left alone (the operator cannot
-  // read it to tell whose it is): an error naming the conflict, recorded for Sync, which writes
-  // the RendezvousSecretConflict condition.
-  Status CreateSecret(const std::string& key, const std::string& ns, const Action& a);
+  // Creates the rendezvous Secret; one of its name that exists already is this job's (the name
+  // carries the job's UID) and is replaced, its key unknown to this pass.
+  Status CreateSecret(const std::string& ns, const Action& a);
   // A pod create the API server refused (403 or 422): the first refused pod by name (a
   // batch's creates run concurrently; the same pod each pass keeps the condition's message
   // steady), the condition's reason (Forbidden, Invalid) and message.
   struct CreateRefusal {
     std::string pod, reason, message;
   };
-  // After a pass that Apply failed: the conditions its refusals recorded (a Secret this job did
-  // not make, a pod create the API server refused), each through WritePassRefused.
+  // After a pass that Apply failed: the condition its refusal recorded (a pod create the API
+  // server refused), through WritePassRefused.
   Status WritePassRefusals(const std::string& key, const nlohmann::json& job);
   // Sets condition `type` True (`reason`, `message`) on the job's status as it was before this
-  // pass (nothing this pass decided holds: its pods were not created) and writes it, with a
-  // Warning Event of `reason` when `event`; nothing when the condition already says so (the
-  // queue's backoff paces the retries).
+  // pass (nothing this pass decided holds: its pods were not created) and writes it; nothing
+  // when the condition already says so (the queue's backoff paces the retries).
   Status WritePassRefused(const std::string& key, const nlohmann::json& job, const char* type,
-                          const std::string& reason, const std::string& message, bool event);
+                          const std::string& reason, const std::string& message);
   // Creates the job's NetworkPolicy. A refusal (400, 403 or 422: RBAC, an admission webhook;
   // or one of its name that no TrainingJob owns) does not stop the pass: the job runs without
   // it, and Sync says so in the condition NetworkPolicyRefused (TakeNetworkPolicyRefusal).
@@ -209,7 +207,6 @@ class Executor {
   std::optional<KeptStatus> Kept(const std::string& key, const std::string& uid);
   void Keep(const std::string& key, KeptStatus kept);
   void ForgetKept(const std::string& key);
-  void ForgetMadeSecret(const std::string& key);
 
   ExecutorDeps deps_;
   ReconcilerOptions options_;
@@ -218,16 +215,11 @@ class Executor {
   LargePassBudget large_passes_;
   Mutex kept_mu_;
   std::map<std::string, KeptStatus> kept_ TJ_GUARDED_BY(kept_mu_);
-  // Jobs whose pass found a rendezvous Secret it did not make: key -> the message.
-  Mutex conflicts_mu_;
-  std::map<std::string, std::string> secret_conflicts_ TJ_GUARDED_BY(conflicts_mu_);
+  Mutex refusals_mu_;
   // Jobs whose pass had a pod create refused: key -> the refusal.
-  std::map<std::string, CreateRefusal> create_refusals_ TJ_GUARDED_BY(conflicts_mu_);
+  std::map<std::string, CreateRefusal> create_refusals_ TJ_GUARDED_BY(refusals_mu_);
   // Jobs whose pass had their NetworkPolicy refused: key -> the condition's message.
-  std::map<std::string, std::string> network_policy_refusals_ TJ_GUARDED_BY(conflicts_mu_);
-  // The rendezvous Secrets this process made: job key -> the job's UID. One of them found again
-  // (its pass's status write was lost: a pod create failed after it) is replaced, not refused.
-  std::map<std::string, std::string> made_secrets_ TJ_GUARDED_BY(conflicts_mu_);
+  std::map<std::string, std::string> network_policy_refusals_ TJ_GUARDED_BY(refusals_mu_);
 };
 
 // Whether a create that was answered AlreadyExists may count as done: Ok when `existing` (the

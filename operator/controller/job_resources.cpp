@@ -94,7 +94,18 @@ std::string PodName(const std::string& job, api::ReplicaType type, int index) {
   return job + "-" + api::TaskName(type) + "-" + std::to_string(index);
 }
 
-std::string SecretName(const std::string& job) { return job + "-rendezvous"; }
+std::string SecretName(const api::ObjectRef& job) {
+  std::string name = job.name + "-rendezvous";
+  // A UID's first 8 letters and digits (the API server's are lower-case hex and dashes; only
+  // what a DNS subdomain allows is taken from any other).
+  std::string uid;
+  for (char c : job.uid) {
+    if (uid.size() == 8) break;
+    if ((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z')) uid += c;
+  }
+  if (!uid.empty()) name += "-" + uid;
+  return name;
+}
 
 json OwnerReference(const json& job) {
   const api::ObjectRef r = api::RefOf(job);
@@ -196,7 +207,7 @@ json BuildSecret(const json& job, const std::string& key) {
   return {{"apiVersion", "v1"},
           {"kind", "Secret"},
           {"metadata",
-           {{"name", SecretName(r.name)},
+           {{"name", SecretName(r)},
             {"namespace", r.ns},
             {"labels", Labels(r.name)},
             {"annotations", {{kKeyHashAnnotation, KeyHash(key)}}},
@@ -325,7 +336,7 @@ json BuildPod(const json& job, const api::TrainingJobSpec& spec, api::ReplicaTyp
     SetEnv(c, {{"name", "TJ_JOB_UID"}, {"value", r.uid}});  // scopes the job's backups
     SetEnv(c, {{"name", "TJ_RENDEZVOUS_KEY"},
                {"valueFrom",
-                {{"secretKeyRef", {{"name", SecretName(r.name)}, {"key", kRendezvousKeyField}}}}}});
+                {{"secretKeyRef", {{"name", SecretName(r)}, {"key", kRendezvousKeyField}}}}}});
     // Only the environment carries what the operator adds: a program's command and args reach
     // it as written (a strict argument parser must not meet a flag it does not know).
     if (!HasEnv(c, kStatusPortEnv) && StatusPortArg(c).empty()) {

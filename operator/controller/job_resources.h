@@ -32,7 +32,11 @@ inline constexpr char kKeyHashAnnotation[] = "tjo.dev/rendezvous-key-hash";
 inline constexpr int kDefaultFsGroup = 65532;
 
 std::string PodName(const std::string& job, api::ReplicaType type, int index);
-std::string SecretName(const std::string& job);  // "<job>-rendezvous"
+// The rendezvous Secret's name, "<job>-rendezvous-<the first 8 characters of its UID>" (or
+// "<job>-rendezvous" for a job without one): no Secret of another job of the same name, earlier
+// or later, nor one a user made before the job existed, can hold it, so one of this name that
+// exists is this job's own (Executor::CreateSecret).
+std::string SecretName(const api::ObjectRef& job);
 
 // {"apiVersion", "kind", "name", "uid", "controller": true, "blockOwnerDeletion": true}.
 nlohmann::json OwnerReference(const nlohmann::json& job);

@@ -3,6 +3,7 @@
 // pod carries), made again when it goes missing, and the whole gang restarted when pods hold
 // another key than the Secret's. Part of the reconcile pass (reconciler_pass.h).
 #include <string>
+#include <vector>
 
 #include "operator/controller/job_resources.h"
 #include "operator/controller/reconciler_pass.h"
@@ -28,10 +29,10 @@ void Pass::EnsureSecret() {
   if (status_.rendezvous_key_hash.empty()) status_.rendezvous_key_hash = HashThePodsAgreeOn();
   const bool made = !status_.rendezvous_key_hash.empty();
   const std::string missing_in = made ? SecretMissingPod() : "";
-  // Written only when this pass's actions were applied: the Secret is this job's (a create
-  // that found another's keeps the status as it was, and the executor sets the condition).
-  status_.SetCondition(cond::kRendezvousSecretConflict, false, "SecretCreated",
-                       "Secret " + SecretName(ref_.name) + " is this job's", observed_.now);
+  // Operators before the Secret's name carried the job's UID set RendezvousSecretConflict on
+  // a Secret of the job's name they had not made; no such Secret exists now, nor the condition.
+  std::erase_if(status_.conditions,
+                [](const api::Condition& c) { return c.type == cond::kRendezvousSecretConflict; });
   if (made && missing_in.empty()) {
     key_hash_ = status_.rendezvous_key_hash;
     return;
@@ -42,7 +43,7 @@ void Pass::EnsureSecret() {
   status_.rendezvous_key_hash = key_hash_;
   if (!missing_in.empty()) {
     Event("Warning", "RendezvousSecretMissing",
-          "Secret " + SecretName(ref_.name) + " was deleted (" + missing_in +
+          "Secret " + SecretName(ref_) + " was deleted (" + missing_in +
               " cannot start without it); creating it again with a new key");
   }
 }
@@ -50,10 +51,8 @@ void Pass::EnsureSecret() {
 std::string Pass::SecretMissingPod() const {
   // The kubelet's words for a Secret that is not there (`secret "x" not found`; the API
   // server's `secrets "x" not found`), naming exactly ours: a ConfigMap of that name, or a
-  // message that merely quotes it, is not our Secret missing. Even when one is taken for it,
-  // the Secret is only created, never replaced: if it exists, the create fails and no key
-  // changes, so no gang restarts for it (Executor::CreateSecret).
-  const std::string quoted = "\"" + SecretName(ref_.name) + "\" not found";
+  // message that merely quotes it, is not our Secret missing.
+  const std::string quoted = "\"" + SecretName(ref_) + "\" not found";
   for (const auto& p : pods_) {
     if (!p.Active()) continue;
     for (const WaitingContainer& w : p.waiting) {
@@ -88,8 +87,8 @@ bool Pass::RestartForANewKey(const Gang& gang) {
   // the job's failure: by default backoffLimit does not stop it.
   const std::string pod = PodWithAnotherKey(gang.current);
   if (pod.empty()) return false;
-  const std::string why = "the rendezvous key in Secret " + SecretName(ref_.name) + " changed (" +
-                          pod + " was started with another)";
+  const std::string why = "the rendezvous key in Secret " + SecretName(ref_) + " changed (" + pod +
+                          " was started with another)";
   auto budget = ChargeGangRestart(api::RestartCause::kOperatorRestart, why);
   if (!budget) return true;  // a failure policy rule fails the job on it
   RestartGang("restart " + std::to_string(status_.restart_count + 1) + " (" + *budget +

@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "kube/informer.h"
+#include "kube/object_meta.h"
 #include "operator/api/training_job.h"
 #include "operator/controller/job_resources.h"
 #include "operator/controller/slow_start.h"
@@ -178,14 +179,29 @@ class ObjectWatch {
  private:
   void Added(const std::string& plural, const json& obj) {
     std::lock_guard<std::mutex> lock(mu_);
-    ++adds_[plural + "/" + api::RefOf(obj).name];
+    ++adds_[KeyOf(plural, obj)];
     ++added_total_;
     last_added_ = Steady::now();
     add_times_.push_back(last_added_);
   }
   void Deleted(const std::string& plural, const json& obj) {
     std::lock_guard<std::mutex> lock(mu_);
-    ++deletes_[plural + "/" + api::RefOf(obj).name];
+    ++deletes_[KeyOf(plural, obj)];
+  }
+
+  // "<plural>/<name>"; a job's rendezvous Secret as "secrets/<job>-rendezvous" (its name carries
+  // the job's UID, which ExpectedObjects does not know).
+  static std::string KeyOf(const std::string& plural, const json& obj) {
+    std::string name = api::RefOf(obj).name;
+    const json owners = kube::MetadataOf(obj).value("ownerReferences", json::array());
+    if (plural == "secrets" && !owners.empty() && owners[0].is_object()) {
+      const api::ObjectRef job{
+          .name = owners[0].value("name", ""), .ns = "", .uid = owners[0].value("uid", "")};
+      if (controller::SecretName(job) == name) {
+        name = controller::SecretName({.name = job.name, .ns = "", .uid = ""});
+      }
+    }
+    return plural + "/" + name;
   }
 
   std::vector<std::unique_ptr<Informer>> informers_;
@@ -212,7 +228,7 @@ std::set<std::string> ExpectedObjects(int jobs) {
   for (int i = 0; i < jobs; ++i) {
     const std::string job = JobName(i);
     out.insert("services/" + job);
-    out.insert("secrets/" + controller::SecretName(job));
+    out.insert("secrets/" + controller::SecretName({.name = job, .ns = "", .uid = ""}));
     for (int r = 0; r < kReplicas; ++r) {
       out.insert("pods/" + controller::PodName(job, api::ReplicaType::kWorker, r));
     }

@@ -97,9 +97,11 @@ wait_until 240 "a first backup" has_backup ||
 # Secret; the operator (which cannot read Secrets) learns it from the kubelet, makes it again
 # with a new key and restarts the gang once more, so that no pod holds the old key.
 old_hash=$(kubectl -n "$NS" get tj sec -o jsonpath='{.status.rendezvousKeyHash}')
-kubectl -n "$NS" delete secret sec-rendezvous >/dev/null
+uid=$(kubectl -n "$NS" get tj sec -o jsonpath='{.metadata.uid}')
+secret=sec-rendezvous-$(tr -d - <<<"$uid" | cut -c1-8)  # the job's UID in the name
+kubectl -n "$NS" delete secret "$secret" >/dev/null
 kubectl -n "$NS" delete pod sec-worker-1 --wait=false >/dev/null
-step "Secret sec-rendezvous and worker 1 deleted after the first backup (key $old_hash)"
+step "Secret $secret and worker 1 deleted after the first backup (key $old_hash)"
 
 # An invalid job: Failed at once (InvalidSpec), no pods.
 job_json bad | python3 -c '
@@ -196,7 +198,8 @@ else
 fi
 
 # --- the Secret: made again with a new key, which every pod of the last gang was started with.
-secret=$(kubectl -n "$NS" get secret sec-rendezvous -o json)
+secret_name=$secret
+secret=$(kubectl -n "$NS" get secret "$secret_name" -o json)
 new_hash=$(kubectl -n "$NS" get tj sec -o jsonpath='{.status.rendezvousKeyHash}')
 secret_hash=$(jq -r '.metadata.annotations["tjo.dev/rendezvous-key-hash"] // empty' <<<"$secret")
 pod_hashes=$(jq -r '[.items[] | select(.metadata.labels["tjo.dev/replica-type"] != "evaluator")
@@ -214,9 +217,9 @@ owner=$(jq -r --arg uid "$job_uid" \
   '[.metadata.ownerReferences[]? | select(.uid == $uid and .kind == "TrainingJob" and .controller == true)] | length' \
   <<<"$secret")
 if [ "$owner" = 1 ]; then
-  ok "Secret sec-rendezvous: controller owner is TrainingJob sec ($job_uid)"
+  ok "Secret $secret_name: controller owner is TrainingJob sec ($job_uid)"
 else
-  fail "Secret sec-rendezvous has no controller ownerReference to the job: $(jq -c .metadata.ownerReferences <<<"$secret")"
+  fail "Secret $secret_name has no controller ownerReference to the job: $(jq -c .metadata.ownerReferences <<<"$secret")"
 fi
 key_b64=$(jq -r '.data.key // empty' <<<"$secret")
 key=$(base64 -d <<<"$key_b64")
@@ -252,7 +255,7 @@ fi
 # --- garbage collection: the job deleted, its Secret, Service and pods go with it.
 kubectl -n "$NS" delete tj sec --wait=false >/dev/null
 owned_gone() {
-  [ -z "$(kubectl -n "$NS" get secret sec-rendezvous --ignore-not-found -o name)" ] &&
+  [ -z "$(kubectl -n "$NS" get secret "$secret_name" --ignore-not-found -o name)" ] &&
     [ -z "$(kubectl -n "$NS" get service sec --ignore-not-found -o name)" ] &&
     [ -z "$(kubectl -n "$NS" get pods -l tjo.dev/job-name=sec -o name)" ]
 }

@@ -208,7 +208,7 @@ Status NoKeyError(const std::string& who) {
                        who +
                            ": TJ_RENDEZVOUS_KEY is empty; the rendezvous requires the job's "
                            "key on every task (the operator sets it from the Secret "
-                           "<job>-rendezvous; by hand, give every task the same key)");
+                           "<job>-rendezvous-<uid>; by hand, give every task the same key)");
 }
 
 }  // namespace
@@ -928,7 +928,8 @@ StatusOr<std::unique_ptr<Rendezvous>> Rendezvous::Join(const RendezvousOptions& 
         StatusCode::kPermissionDenied,
         "TJ_RENDEZVOUS_KEY is empty, but this collective has " + std::to_string(o.collective_size) +
             " members: each must prove it holds the job's key to join (the operator sets it "
-            "from the Secret <job>-rendezvous; when starting tasks by hand, give every task the "
+            "from the Secret <job>-rendezvous-<uid>; when starting tasks by hand, give every task "
+            "the "
             "same TJ_RENDEZVOUS_KEY)");
   }
   std::unique_ptr<Rendezvous> r(new Rendezvous());

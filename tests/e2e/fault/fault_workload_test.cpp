@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "operator/controller/job_resources.h"
 #include "tests/e2e/support/e2e_support.h"
 
 namespace tj::kube {
@@ -187,12 +188,15 @@ TEST_F(FaultWorkload, BackoffLimitExhaustedFailsAndLeavesNothingRunning) {
   // The Service and the rendezvous Secret stay with the finished job (for inspection) and go
   // with it: owner references, collected by the garbage collector.
   EXPECT_TRUE(client_->Get(resources::kServices, ns_, kJob).ok());
+  auto live = client_->Get(api::kTrainingJobs, ns_, kJob);
+  ASSERT_TRUE(live.ok());
+  const std::string secret = tj::controller::SecretName(api::RefOf(*live));
+  EXPECT_TRUE(client_->Get(resources::kSecrets, ns_, secret).ok()) << secret;
   ASSERT_TRUE(client_->Delete(api::kTrainingJobs, ns_, kJob).ok());
   EXPECT_TRUE(Eventually(
       [&] {
         return !client_->Get(resources::kServices, ns_, kJob).ok() &&
-               !client_->Get(resources::kSecrets, ns_, std::string(kJob) + "-rendezvous").ok() &&
-               Pods(kJob).empty();
+               !client_->Get(resources::kSecrets, ns_, secret).ok() && Pods(kJob).empty();
       },
       seconds(90)))
       << Kubectl(cluster_, "-n " + ns_ + " get all,secrets");

@@ -40,9 +40,18 @@ expect "path of Helm 3" 0 "^$WORK/cache/helm-$HELM3_VERSION-go[0-9.]+/bin$" \
 [ ! -e "$WORK/cache/kubernetes-$KUBE_VERSION" ] || { echo "FAIL path built or made something"; failed=1; }
 
 LC=$ROOT/hack/local-cluster.sh
-expect "another TJ_KUBE_VERSION is refused, naming the pinned one" 2 \
-  "TJ_KUBE_VERSION=1.36: the local cluster runs Kubernetes ${KUBE_VERSION#v}" \
-  env TJ_KUBE_VERSION=1.36 "$LC" status
+expect "an unsupported TJ_KUBE_VERSION is refused, naming those supported" 2 \
+  "TJ_KUBE_VERSION=1.34: the local cluster runs Kubernetes ${KUBE_VERSIONS// /, }" \
+  env TJ_KUBE_VERSION=1.34 "$LC" status
+expect "build-kubernetes refuses it too" 2 "TJ_KUBE_VERSION=1.34: use one of ${KUBE_VERSIONS// /, }" \
+  env TJ_KUBE_VERSION=1.34 TJ_CACHE_DIR="$WORK/cache" "$BK" path kubernetes
+other=${KUBE_VERSIONS%% *}  # the oldest supported release
+expect "another supported minor: its own build, for the cluster and for build-kubernetes" 0 \
+  "/kubernetes-$other-go[0-9.]+/bin$" \
+  env TJ_KUBE_VERSION="$(cut -d. -f1,2 <<<"${other#v}")" TJ_CACHE_DIR="$WORK/cache" \
+  "$LC" kubectl-dir
+expect "build-kubernetes path with TJ_KUBE_VERSION" 0 "^$WORK/cache/kubernetes-$other-go[0-9.]+/bin$" \
+  env TJ_KUBE_VERSION="$other" TJ_CACHE_DIR="$WORK/cache" "$BK" path kubernetes
 expect "the pinned minor is accepted; kubectl comes from the proxy build" 0 \
   "/kubernetes-$KUBE_VERSION-go[0-9.]+/bin$" \
   env TJ_KUBE_VERSION="$(cut -d. -f1,2 <<<"${KUBE_VERSION#v}")" TJ_CACHE_DIR="$WORK/cache" \

@@ -440,7 +440,7 @@ TEST_F(ExecutorPass, CreatesTheServiceAndSecretItFindsNotThere) {
   // The Service and the Secret (together) before any pod.
   ASSERT_GE(client_.created.size(), 2u);
   std::set<std::string> first(client_.created.begin(), client_.created.begin() + 2);
-  EXPECT_EQ(first, (std::set<std::string>{"services/mnist", "secrets/mnist-rendezvous"}))
+  EXPECT_EQ(first, (std::set<std::string>{"services/mnist", "secrets/mnist-rendezvous-uidnew"}))
       << ::testing::PrintToString(client_.created);
   EXPECT_EQ(client_.CreatedPods().size(), client_.created.size() - 2);
 }
@@ -472,7 +472,7 @@ TEST_F(ExecutorPass, MakesTheJobsNetworkPolicyBeforeItsPods) {
   WithNetworkPolicies();
   ASSERT_TRUE(Sync().ok());
   std::set<std::string> first(client_.created.begin(), client_.created.begin() + 3);
-  EXPECT_EQ(first, (std::set<std::string>{"services/mnist", "secrets/mnist-rendezvous",
+  EXPECT_EQ(first, (std::set<std::string>{"services/mnist", "secrets/mnist-rendezvous-uidnew",
                                           "networkpolicies/mnist-pods"}))
       << ::testing::PrintToString(client_.created);
   // Once the cache shows it, it is not asked for again.
@@ -571,55 +571,53 @@ TEST_F(ExecutorPass, DoesNotTakeADeletedJobsCachedServiceAsItsOwn) {
   EXPECT_TRUE(client_.CreatedPods().empty()) << ::testing::PrintToString(client_.created);
 }
 
-// The operator cannot read Secrets: a Secret of the job's name that its status does not
-// record (a deleted job's, with its old key) is replaced, never taken as the new job's, and
-// the status records the new key's hash, which the pods carry.
-// A Secret of the rendezvous Secret's name that the job's status does not record (a deleted
-// job's not yet collected, a user's): never deleted or replaced (the operator cannot read its
-// ownerReferences), no pod created; a condition says what to do. Before, it was deleted and
-// made again with the job's key.
-TEST_F(ExecutorPass, NeverDeletesASecretItDidNotMakeAndNamesTheConflictInACondition) {
+// A Secret of the rendezvous Secret's name that the job's status does not record: made by a
+// leader that stopped before it wrote the status (or planted under the job's name). Its name
+// carries the job's UID, so it is this job's; the operator cannot read its key, so it replaces
+// it with the new one and the job goes on. Before, a Secret of the job's name (without its UID)
+// was refused with a condition, and a job whose leader stopped there waited for good.
+TEST_F(ExecutorPass, ReplacesASecretOfItsNameThatItsStatusDoesNotRecord) {
+  client_.existing["secrets/mnist-rendezvous-uidnew"] =
+      BuildSecret(TestJob("uid-new"), "a key of a pass that wrote no status");
+  auto r = Sync();
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(client_.deleted, std::vector<std::string>{"secrets/mnist-rendezvous-uidnew"});
+  EXPECT_EQ(client_.CreatedPods().size(), 2u);
+  EXPECT_EQ(client_.gets, 0) << "a Get: the operator may not read Secrets";
+  ASSERT_FALSE(client_.status_writes.empty());
+  api::TrainingJobStatus st = api::TrainingJobStatus::FromJson(client_.status_writes.back());
+  EXPECT_EQ(st.rendezvous_key_hash, KeyHash("key"));
+  EXPECT_EQ(st.Find(api::condition::kRendezvousSecretConflict), nullptr);
+}
+
+// The Secret of another job of the same name (a deleted one, not yet collected) has another
+// name: the new job makes its own beside it and deletes nothing.
+TEST_F(ExecutorPass, MakesItsOwnSecretBesideADeletedJobsOfTheSameName) {
   kube::ObjectCache unused;
   OldObject("Secret", &unused, /*in_cache=*/false);
+  ASSERT_EQ(client_.existing.count("secrets/mnist-rendezvous-uidold"), 1u);
   auto r = Sync();
-  ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find(
-                "Secret ns/mnist-rendezvous already exists and this job did not make it"),
-            std::string::npos)
-      << r.status().message();
-  EXPECT_TRUE(client_.deleted.empty()) << client_.deleted.front();
-  EXPECT_TRUE(client_.CreatedPods().empty());
-  EXPECT_EQ(client_.gets, 0) << "a Get: the operator may not read Secrets";
-  ASSERT_EQ(client_.status_writes.size(), 1u);
-  const std::string message =
-      ConditionMessage(client_.status_writes[0], api::condition::kRendezvousSecretConflict, "True",
-                       "SecretNotOwned");
-  EXPECT_NE(message.find("delete it and the operator makes it again with a new key"),
-            std::string::npos)
-      << message;
-  api::TrainingJobStatus st = api::TrainingJobStatus::FromJson(client_.status_writes[0]);
-  EXPECT_EQ(st.rendezvous_key_hash, "") << "the key of a Secret never made is not recorded";
-
-  // A pass while it is still there: the same refusal, no second write of the same condition.
-  CacheTheCreatedObjects();
-  json job = TestJob("uid-new");
-  job["status"] = client_.status_writes.back();
-  jobs_.Upsert(job);
-  r = Sync();
-  EXPECT_FALSE(r.ok());
-  EXPECT_TRUE(client_.deleted.empty());
-  EXPECT_EQ(client_.status_writes.size(), 1u);
-
-  // Once it is gone (its owner's garbage collection, or the user), the job's own is made, the
-  // pods created with its key, and the condition turns False.
-  client_.existing.erase("secrets/mnist-rendezvous");
-  r = Sync();
   ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_TRUE(client_.deleted.empty()) << client_.deleted.front();
   EXPECT_EQ(client_.CreatedPods().size(), 2u);
-  st = api::TrainingJobStatus::FromJson(client_.status_writes.back());
-  EXPECT_EQ(st.rendezvous_key_hash, KeyHash("key"));
-  ConditionMessage(client_.status_writes.back(), api::condition::kRendezvousSecretConflict, "False",
-                   "SecretCreated");
+  EXPECT_EQ(client_.existing.count("secrets/mnist-rendezvous-uidold"), 1u);
+}
+
+// A job whose status still carries RendezvousSecretConflict (set by an operator before the
+// Secret's name carried the job's UID) loses it.
+TEST_F(ExecutorPass, DropsTheRendezvousSecretConflictOfAnOlderOperator) {
+  json job = TestJob("uid-new");
+  job["status"]["conditions"] =
+      json::array({{{"type", api::condition::kRendezvousSecretConflict},
+                    {"status", "True"},
+                    {"reason", "SecretNotOwned"},
+                    {"message", "Secret ns/mnist-rendezvous already exists"},
+                    {"lastTransitionTime", "2026-01-01T00:00:00Z"}}});
+  jobs_.Upsert(job);
+  ASSERT_TRUE(Sync().ok());
+  ASSERT_FALSE(client_.status_writes.empty());
+  api::TrainingJobStatus st = api::TrainingJobStatus::FromJson(client_.status_writes.back());
+  EXPECT_EQ(st.Find(api::condition::kRendezvousSecretConflict), nullptr);
 }
 
 // A pass that made the Secret and then failed (its pods refused) wrote no status: the next
@@ -634,13 +632,11 @@ TEST_F(ExecutorPass, ReplacesTheSecretItMadeWhenItsPassFailedBeforeTheStatus) {
   client_.refuse_pods = false;
   r = Sync();
   ASSERT_TRUE(r.ok()) << r.status().message();
-  EXPECT_EQ(client_.deleted, std::vector<std::string>{"secrets/mnist-rendezvous"});
+  EXPECT_EQ(client_.deleted, std::vector<std::string>{"secrets/mnist-rendezvous-uidnew"});
   EXPECT_EQ(client_.CreatedPods().size(), 2u);
   ASSERT_FALSE(client_.status_writes.empty());
   api::TrainingJobStatus st = api::TrainingJobStatus::FromJson(client_.status_writes.back());
   EXPECT_EQ(st.rendezvous_key_hash, KeyHash("key"));
-  const api::Condition* c = st.Find(api::condition::kRendezvousSecretConflict);
-  EXPECT_TRUE(c == nullptr || c->status != "True") << c->message;
 }
 
 // A namespace whose Pod Security Admission level (or a quota, a webhook) refuses the job's pods:

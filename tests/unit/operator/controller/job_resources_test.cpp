@@ -37,7 +37,7 @@ TEST(Pods, NamesLabelsEnvAndOwner) {
   EXPECT_EQ(env["TJ_JOB_NAME"]["value"], "mnist");
   EXPECT_EQ(env["TJ_RESTART_COUNT"]["value"], "3");
   EXPECT_EQ(env["TJ_JOB_UID"]["value"], "uid-1");  // the backups' scope
-  EXPECT_EQ(env["TJ_RENDEZVOUS_KEY"]["valueFrom"]["secretKeyRef"]["name"], "mnist-rendezvous");
+  EXPECT_EQ(env["TJ_RENDEZVOUS_KEY"]["valueFrom"]["secretKeyRef"]["name"], "mnist-rendezvous-uid1");
   EXPECT_EQ(c["args"], json::array({"--epochs", "2"}));  // the args as written
   EXPECT_EQ(env["TJ_STATUS_PORT"]["value"], "8471");
   EXPECT_EQ(StatusPortOf(p), 8471);
@@ -138,8 +138,22 @@ TEST(Pods, ChiefInClusterAndServiceHeadless) {
   EXPECT_EQ(svc["spec"]["publishNotReadyAddresses"], true);
   EXPECT_EQ(svc["spec"]["selector"]["tjo.dev/job-name"], "mnist");
   json sec = BuildSecret(job, "abc");
-  EXPECT_EQ(sec["metadata"]["name"], "mnist-rendezvous");
+  EXPECT_EQ(sec["metadata"]["name"], "mnist-rendezvous-uid1");
   EXPECT_EQ(sec["stringData"]["key"], "abc");
+}
+
+// The rendezvous Secret's name carries the job's UID: a deleted job of the same name (another
+// UID) had another, and one of this name is this job's own (Executor::CreateSecret).
+TEST(Pods, TheSecretsNameCarriesTheJobsUid) {
+  EXPECT_EQ(
+      SecretName({.name = "mnist", .ns = "ns", .uid = "5c1f0a8e-93d2-4b8e-b1c4-0e2f6a7d9c31"}),
+      "mnist-rendezvous-5c1f0a8e");
+  EXPECT_NE(
+      SecretName({.name = "mnist", .ns = "ns", .uid = "7d00be12-0000-4000-8000-000000000000"}),
+      SecretName({.name = "mnist", .ns = "ns", .uid = "5c1f0a8e-93d2-4b8e-b1c4-0e2f6a7d9c31"}));
+  // Only what a DNS subdomain allows is taken from a UID the API server would not write.
+  EXPECT_EQ(SecretName({.name = "mnist", .ns = "ns", .uid = "A_b/../c-1"}), "mnist-rendezvous-bc1");
+  EXPECT_EQ(SecretName({.name = "mnist", .ns = "ns", .uid = ""}), "mnist-rendezvous");
 }
 
 }  // namespace

@@ -12,7 +12,7 @@ namespace {
 TEST(Reconcile, NewJobCreatesServiceSecretAndEveryPod) {
   World w;
   Decision d = Reconcile(w.in);
-  EXPECT_EQ(Created(d), (std::vector<std::string>{"services/mnist", "secrets/mnist-rendezvous",
+  EXPECT_EQ(Created(d), (std::vector<std::string>{"services/mnist", "secrets/mnist-rendezvous-uid1",
                                                   "pods/mnist-worker-0", "pods/mnist-worker-1",
                                                   "pods/mnist-evaluator-0"}));
   auto s = StatusOf(d);

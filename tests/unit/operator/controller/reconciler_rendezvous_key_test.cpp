@@ -61,10 +61,10 @@ TEST(Reconcile, ASecretDeletedMidJobIsMadeAgainAndTheWholeGangRestarts) {
   w.Running();
   RecordKey(w.in.job, "old");
   for (auto& p : w.in.pods) p = WithKeyHash(p, "old");
-  w.in.pods[1]["status"] = ConfigErrorStatus("secret \"mnist-rendezvous\" not found");
+  w.in.pods[1]["status"] = ConfigErrorStatus("secret \"mnist-rendezvous-uid1\" not found");
   w.in.new_rendezvous_key = "new";
   Decision d1 = Reconcile(w.in);
-  EXPECT_EQ(Created(d1), (std::vector<std::string>{"secrets/mnist-rendezvous"}));
+  EXPECT_EQ(Created(d1), (std::vector<std::string>{"secrets/mnist-rendezvous-uid1"}));
   EXPECT_EQ(StatusOf(d1).rendezvous_key_hash, KeyHash("new"));
   ASSERT_NE(FindEvent(d1, "RendezvousSecretMissing"), nullptr);
   EXPECT_NE(FindEvent(d1, "RendezvousSecretMissing")->message.find("mnist-worker-1"),
@@ -114,7 +114,7 @@ TEST(Reconcile, AKeyTheStatusDoesNotRecordIsTakenFromThePodsElseReplaced) {
 
   w.in.pods[1] = WithKeyHash(w.in.pods[1], "other");
   Decision d2 = Reconcile(w.in);
-  EXPECT_EQ(Created(d2), (std::vector<std::string>{"secrets/mnist-rendezvous"}));
+  EXPECT_EQ(Created(d2), (std::vector<std::string>{"secrets/mnist-rendezvous-uid1"}));
   EXPECT_EQ(Deleted(d2), (std::vector<std::string>{"mnist-worker-0", "mnist-worker-1"}));
   EXPECT_EQ(StatusOf(d2).rendezvous_key_hash, KeyHash("k"));
 }
@@ -158,7 +158,8 @@ TEST(Reconcile, OnlyTheSecretsOwnNotFoundMessageMakesItAgain) {
   for (const char* message :
        {"configmap \"mnist-rendezvous\" not found", "configmaps \"mnist-rendezvous\" not found",
         "secret \"settings\" not found (see \"mnist-rendezvous\")",
-        "secret \"mnist-rendezvous-extra\" not found"}) {
+        "secret \"mnist-rendezvous-uid1-extra\" not found",
+        "secret \"mnist-rendezvous\" not found"}) {
     w.in.pods[1]["status"] = ConfigErrorStatus(message);
     Decision d = Reconcile(w.in);
     EXPECT_TRUE(Created(d).empty()) << message;
@@ -166,11 +167,12 @@ TEST(Reconcile, OnlyTheSecretsOwnNotFoundMessageMakesItAgain) {
     EXPECT_EQ(FindEvent(d, "RendezvousSecretMissing"), nullptr) << message;
   }
   // The kubelet's and the API server's words for it are.
-  for (const char* message : {"secret \"mnist-rendezvous\" not found",
-                              "container tj, env TJ_RENDEZVOUS_KEY: secrets \"mnist-rendezvous\" "
-                              "not found"}) {
+  for (const char* message :
+       {"secret \"mnist-rendezvous-uid1\" not found",
+        "container tj, env TJ_RENDEZVOUS_KEY: secrets \"mnist-rendezvous-uid1\" "
+        "not found"}) {
     w.in.pods[1]["status"] = ConfigErrorStatus(message);
-    EXPECT_EQ(Created(Reconcile(w.in)), (std::vector<std::string>{"secrets/mnist-rendezvous"}))
+    EXPECT_EQ(Created(Reconcile(w.in)), (std::vector<std::string>{"secrets/mnist-rendezvous-uid1"}))
         << message;
   }
 }

@@ -388,7 +388,7 @@ TEST_F(RendezvousTest, AnEmptyKeyIsRefusedWithAClearMessage) {
   EXPECT_EQ(joined.status().message(),
             "TJ_RENDEZVOUS_KEY is empty, but this collective has 3 members: each must prove it "
             "holds the job's key to join (the operator sets it from the Secret "
-            "<job>-rendezvous; when starting tasks by hand, give every task the same "
+            "<job>-rendezvous-<uid>; when starting tasks by hand, give every task the same "
             "TJ_RENDEZVOUS_KEY)");
   EXPECT_EQ(server_->session_count(), 0);
 }
