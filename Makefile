@@ -14,7 +14,7 @@ export PATH := $(KUBE_BIN):$(PATH)
 endif
 
 .PHONY: deps configure build images images-tensorflow test test-tensorflow test-sanitized fuzz ci demo \
-        demo-local bench bench-scale clean \
+        demo-local bench bench-scale test-kubernetes-versions clean \
         manifests helm-lint tidy
 
 deps:
@@ -105,6 +105,16 @@ demo-local: configure
 
 bench: build
 	bash bench/run-all.sh
+
+# The operator, Kueue and install-path e2e suites on the other Kubernetes releases docs/deploy.md
+# supports (KUBE_VERSIONS of hack/versions.env; CI runs KUBE_VERSION): each release built from
+# the Go module proxy on first use, cached. Results: $(BUILD)/kubernetes-versions.md.
+test-kubernetes-versions: build
+	[ "$$(id -u)" != 0 ] || bash hack/images.sh build
+	bash hack/local-cluster.sh build
+	bash hack/helm.sh version --short
+	bash hack/build-kubernetes.sh kueue
+	bash hack/kubernetes-versions.sh $(BUILD)
 
 # tj-operator beside Kubeflow's training-operator on the scale cluster (kwok), without and with
 # Kueue: bench/scale/RESULTS.md (docs/scale.md). SCALE_JOBS jobs of a chief and 7 workers.

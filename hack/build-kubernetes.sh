@@ -31,6 +31,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=hack/versions.env
 . hack/versions.env
+# TJ_KUBE_VERSION picks another release of KUBE_VERSIONS, as for hack/local-cluster.sh.
+KUBE_VERSION=$(kube_version_for "${TJ_KUBE_VERSION:-}") || {
+  echo "build-kubernetes: error: TJ_KUBE_VERSION=$TJ_KUBE_VERSION: use one of" \
+    "${KUBE_VERSIONS// /, } (hack/versions.env)" >&2
+  exit 2
+}
 export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
 CACHE=${TJ_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/tj-operator}
 GO_VERSION=$(go env GOVERSION 2>/dev/null) || GO_VERSION=nogo

@@ -85,17 +85,17 @@ case "$TJ_NODE" in
   containerd|process|kwok) ;;
   *) echo "local-cluster: error: TJ_NODE=$TJ_NODE: use containerd, process or kwok" >&2; exit 2 ;;
 esac
-# The Kubernetes release is pinned in hack/versions.env. TJ_KUBE_VERSION, when set, must name
-# it (1.37 or 1.37.2 for v1.37.2): a guard for scripts written against another release.
+# The Kubernetes release is pinned in hack/versions.env (KUBE_VERSION). TJ_KUBE_VERSION picks
+# another of the releases it lists in KUBE_VERSIONS (1.36 or 1.36.3); build-kubernetes.sh reads
+# the same variable, so the cluster runs what it builds.
 # shellcheck source=hack/versions.env
 . "$REPO_ROOT/hack/versions.env"
-case "${TJ_KUBE_VERSION:-$KUBE_VERSION}" in
-  "${KUBE_VERSION#v}"|"$KUBE_VERSION"|"$(cut -d. -f1,2 <<<"${KUBE_VERSION#v}")") ;;
-  *) echo "local-cluster: error: TJ_KUBE_VERSION=$TJ_KUBE_VERSION: the local cluster runs" \
-       "Kubernetes ${KUBE_VERSION#v} (hack/versions.env); unset TJ_KUBE_VERSION or pin" \
-       "another release there" >&2
-     exit 2 ;;
-esac
+if ! KUBE_VERSION=$(kube_version_for "${TJ_KUBE_VERSION:-}"); then
+  echo "local-cluster: error: TJ_KUBE_VERSION=$TJ_KUBE_VERSION: the local cluster runs" \
+       "Kubernetes ${KUBE_VERSIONS// /, } (hack/versions.env); unset TJ_KUBE_VERSION, name" \
+       "one of those, or add another release there" >&2
+  exit 2
+fi
 BUILD_K8S=$REPO_ROOT/hack/build-kubernetes.sh
 
 log() { echo "local-cluster: $*" >&2; }

@@ -359,6 +359,25 @@ bool NativePodGroupsServed(tj::kube::Client* client, tj::EventLog& log) {
   return *served;
 }
 
+// Whether the operator watches Kueue's objects (job_informers.h), said in the log. Looked for
+// once: Kueue installed (or the operator given the right) later needs the operator restarted;
+// until then queued jobs read their Workloads from the API server, as they do when Kueue's
+// objects cannot be listed.
+// Where it may, adds the Kueue informers to `informers` and gives the executor their caches.
+void WatchKueue(tj::kube::Client* client, tj::Clock* clock, const std::string& ns,
+                tj::kube::WorkQueue* queue, tj::EventLog& log,
+                tj::controller::JobInformers* informers, tj::controller::Executor* executor) {
+  auto watch = tj::controller::KueueWatchable(*client, ns);
+  if (!watch.ok()) {
+    log.Warn(watch.status().message() + ": queued jobs read their Workloads from the API server");
+    return;
+  }
+  log.Emit({{"event", "kueue_watch"}, {"watched", watch->watchable}, {"why_not", watch->why_not}});
+  if (!watch->watchable) return;
+  tj::controller::AddKueueInformers(informers, client, clock, ns, queue, &log);
+  executor->set_kueue_caches(informers->Kueue());
+}
+
 // The API server's version, read once (GET /version): an exit code, said in the log, when it
 // is older than the operator needs (kube::MinimumServerVersion), is not a version, or cannot
 // be read. The client retries transport errors and 5xx answers for about half a minute; an
@@ -637,6 +656,7 @@ int main(int argc, char** argv) {
   // server), before anything watches: /healthz answers while the server is waited for.
   if (auto code = CheckApiServerVersion(client, api.config.server, stop, log)) return *code;
   executor.set_native_pod_groups(NativePodGroupsServed(client, log));
+  WatchKueue(client, clock, f.ns, &queue, log, &informers, &executor);
 
   if (!StartAndSync(informers, stop)) return 0;
   synced = true;

@@ -298,7 +298,7 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
   if (deps_.reported_backups != nullptr) in.reported_backup = deps_.reported_backups->Newest(key);
   if (deps_.departed_pods != nullptr) in.departed = deps_.departed_pods->Of(key, uid);
   // A job labelled kueue.x-k8s.io/queue-name waits for Kueue's admission (kueue_admission.h).
-  auto gate = kueue::Gate(*c, deps_.recorder, &in);
+  auto gate = kueue::Gate(*c, deps_.kueue, deps_.recorder, &in);
   if (!gate.ok()) return gate.status();
   if (!gate->proceed) {
     if (!gate->actions.empty()) {  // an evicted gang's pods deleted, its Events

@@ -32,6 +32,7 @@
 #include "kube/expectations.h"
 #include "kube/object_cache.h"
 #include "operator/controller/departed_pods.h"
+#include "operator/controller/kueue_admission.h"
 #include "operator/controller/metrics.h"
 #include "operator/controller/reconciler.h"
 #include "operator/controller/reported_backups.h"
@@ -97,6 +98,8 @@ struct ExecutorDeps {
   // The cluster serves Kubernetes' own PodGroups (gang_scheduling.h): jobs whose
   // schedulingPolicy.gang is Auto get one per gang.
   bool native_pod_groups = false;
+  // Kueue's objects as the operator watches them (kueue_admission.h); all null: read live.
+  kueue::KueueCaches kueue;
 };
 
 // What passes over large jobs may hold at once. A pass costs memory with its job's templates:
@@ -150,6 +153,7 @@ class Executor {
 
   // ExecutorDeps::native_pod_groups, once the API server has been asked; before the first Sync.
   void set_native_pod_groups(bool served) { deps_.native_pod_groups = served; }
+  void set_kueue_caches(const kueue::KueueCaches& caches) { deps_.kueue = caches; }
 
  private:
   // Fills in->trainer_status and in->final_evaluation from the pods in in->pods: the /status of

@@ -4,10 +4,22 @@
 
 #include "operator/api/training_job.h"
 #include "operator/controller/cache_transforms.h"
+#include "operator/controller/kueue_admission.h"
 
 namespace tj::controller {
 
 using nlohmann::json;
+
+namespace {
+
+// Queues the job named by an object's kLabelJobName label, in the object's namespace.
+void EnqueueLabelledJob(kube::WorkQueue* queue, const json& obj) {
+  const json& m = obj["metadata"];
+  if (!m.contains("labels") || !m["labels"].contains(api::kLabelJobName)) return;
+  queue->Add(kube::ObjectKey(m.value("namespace", ""), m["labels"].value(api::kLabelJobName, "")));
+}
+
+}  // namespace
 
 JobInformers MakeJobInformers(kube::Client* client, Clock* clock, const std::string& ns,
                               kube::WorkQueue* queue, EventLog* log,
@@ -15,12 +27,7 @@ JobInformers MakeJobInformers(kube::Client* client, Clock* clock, const std::str
                               bool network_policies) {
   JobInformers out;
   auto enqueue_job = [queue](const json& obj) { queue->Add(kube::ObjectKey(obj)); };
-  auto enqueue_owner = [queue](const json& obj) {
-    const json& m = obj["metadata"];
-    if (!m.contains("labels") || !m["labels"].contains(api::kLabelJobName)) return;
-    queue->Add(
-        kube::ObjectKey(m.value("namespace", ""), m["labels"].value(api::kLabelJobName, "")));
-  };
+  auto enqueue_owner = [queue](const json& obj) { EnqueueLabelledJob(queue, obj); };
   {
     kube::InformerOptions o;
     o.resource = api::kTrainingJobs;
@@ -76,6 +83,47 @@ JobInformers MakeJobInformers(kube::Client* client, Clock* clock, const std::str
     }
   }
   return out;
+}
+
+StatusOr<KueueWatch> KueueWatchable(kube::Client& client, const std::string& ns) {
+  for (const kube::Resource* r :
+       {&kueue::kWorkloads, &kueue::kResourceFlavors, &kueue::kWorkloadPriorityClasses}) {
+    const std::string where = r->namespaced ? ns : "";
+    auto got = client.Raw("GET", r->Path(where) + "?limit=1");
+    if (got.ok()) continue;
+    const kube::ApiError& e = got.error();
+    const std::string what = r->plural + "." + r->api_version;
+    if (kube::IsNotFound(e)) return KueueWatch{false, "the API server serves no " + what};
+    if (e.code == 403) {
+      return KueueWatch{false, "the operator may not list " + what +
+                                   " (Helm value kueue.enabled=true grants it): " + e.message};
+    }
+    return e.ToStatus().WithContext("listing " + what);
+  }
+  return KueueWatch{true, ""};
+}
+
+void AddKueueInformers(JobInformers* informers, kube::Client* client, Clock* clock,
+                       const std::string& ns, kube::WorkQueue* queue, EventLog* log) {
+  auto make = [&](const kube::Resource& r, const std::string& selector) {
+    kube::InformerOptions o;
+    o.resource = r;
+    o.ns = r.namespaced ? ns : "";
+    o.label_selector = selector;
+    o.transform = kube::StripManagedFields;
+    return std::make_unique<kube::Informer>(client, clock, o, log);
+  };
+  informers->workloads = make(kueue::kWorkloads, api::kLabelJobName);
+  auto enqueue = [queue](const json& obj) { EnqueueLabelledJob(queue, obj); };
+  informers->workloads->AddHandlers({enqueue,
+                                     [=](const json& old_obj, const json& n) {
+                                       if (!OnlyVersionChanged(old_obj, n)) enqueue(n);
+                                     },
+                                     enqueue});
+  // A flavor or a priority class is read when a job is admitted or its Workload made: a
+  // change to one reaches the jobs admitted after it, as with live reads.
+  informers->flavors = make(kueue::kResourceFlavors, "");
+  informers->priority_classes = make(kueue::kWorkloadPriorityClasses, "");
 }
 
 }  // namespace tj::controller

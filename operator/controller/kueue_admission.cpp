@@ -103,6 +103,18 @@ bool SetWaiting(Observed* in, const std::string& reason, const std::string& mess
   return changed;
 }
 
+// The object `name` of `r` in `ns` from `cache` when it is watched (nullopt: none), else from
+// the API server (nullopt: 404).
+kube::Result<std::optional<json>> Read(kube::Client& client, const kube::ObjectCache* cache,
+                                       const kube::Resource& r, const std::string& ns,
+                                       const std::string& name) {
+  if (cache != nullptr) return cache->Get(kube::ObjectKey(ns, name));
+  auto got = client.Get(r, ns, name);
+  if (got.ok()) return std::optional<json>(std::move(*got));
+  if (kube::IsNotFound(got.error())) return std::optional<json>();
+  return got.error();
+}
+
 GateResult Wait(bool changed, milliseconds poll) {
   GateResult r;
   r.proceed = false;
@@ -137,9 +149,9 @@ Status MarkFinished(kube::Client& client, const json& workload, const api::Train
 }
 
 // A queued job without a Workload: makes it (the job then waits), or says why it cannot.
-StatusOr<GateResult> CreateWorkload(kube::Client& client, kube::EventRecorder* recorder,
-                                    Observed* in, const api::TrainingJobSpec& spec,
-                                    const std::string& name) {
+StatusOr<GateResult> CreateWorkload(kube::Client& client, const KueueCaches& caches,
+                                    kube::EventRecorder* recorder, Observed* in,
+                                    const api::TrainingJobSpec& spec, const std::string& name) {
   const api::ObjectRef ref = api::RefOf(in->job);
   if (HasActivePods(*in)) {
     // Labelled after its pods were made: the gang runs outside the queue; say so.
@@ -150,21 +162,20 @@ StatusOr<GateResult> CreateWorkload(kube::Client& client, kube::EventRecorder* r
   }
   json workload = BuildWorkload(in->job, spec);
   if (const std::string pc = kube::LabelOf(in->job, kPriorityClassLabel); !pc.empty()) {
-    auto wpc = client.Get(kWorkloadPriorityClasses, "", pc);
-    Status priority = wpc.ok() ? SetPriority(*wpc, workload) : Status::Ok();
-    if (!wpc.ok() && !kube::IsNotFound(wpc.error()) && wpc.error().code != 403) {
+    auto wpc = Read(client, caches.priority_classes, kWorkloadPriorityClasses, "", pc);
+    const bool forbidden = !wpc.ok() && wpc.error().code == 403;
+    if (!wpc.ok() && !forbidden) {
       return wpc.error().ToStatus().WithContext("reading WorkloadPriorityClass " + pc);
     }
-    if (!wpc.ok() || !priority.ok()) {
+    Status priority = wpc.ok() && *wpc ? SetPriority(**wpc, workload) : Status::Ok();
+    if (!wpc.ok() || !*wpc || !priority.ok()) {
       const std::string message =
           !priority.ok() ? priority.message()
-          : wpc.error().code == 403
-              ? "the operator may not read WorkloadPriorityClass " + pc +
-                    " (Helm value kueue.enabled=true grants it): " + wpc.error().message
-              : "WorkloadPriorityClass " + pc + " (label " + kPriorityClassLabel +
-                    ") does not exist: create it, or change the label";
-      const std::string reason =
-          !wpc.ok() && wpc.error().code == 403 ? "WorkloadForbidden" : "PriorityClassNotFound";
+          : forbidden    ? "the operator may not read WorkloadPriorityClass " + pc +
+                            " (Helm value kueue.enabled=true grants it): " + wpc.error().message
+                      : "WorkloadPriorityClass " + pc + " (label " + kPriorityClassLabel +
+                            ") does not exist: create it, or change the label";
+      const std::string reason = forbidden ? "WorkloadForbidden" : "PriorityClassNotFound";
       const bool changed = SetWaiting(in, reason, message);
       if (changed) Record(recorder, in->job, "Warning", reason, message);
       return Wait(changed, std::chrono::seconds(10));
@@ -202,7 +213,7 @@ StatusOr<GateResult> CreateWorkload(kube::Client& client, kube::EventRecorder* r
            "created Workload " + name + " in LocalQueue " + QueueName(in->job) +
                "; no pod starts before Kueue admits the whole gang");
   }
-  return Wait(changed, kWaitPoll);
+  return Wait(changed, caches.workloads != nullptr ? kWatchedWaitPoll : kWaitPoll);
 }
 
 // status.progress.lastBackup from what a stopped chief reported (NewestReportedBackup of the
@@ -540,7 +551,8 @@ bool SetCondition(json& status, const std::string& type, bool value, const std::
   return true;
 }
 
-StatusOr<GateResult> Gate(kube::Client& client, kube::EventRecorder* recorder, Observed* in) {
+StatusOr<GateResult> Gate(kube::Client& client, const KueueCaches& caches,
+                          kube::EventRecorder* recorder, Observed* in) {
   if (QueueName(in->job).empty()) return GateResult{};
   auto spec = api::ParseSpec(in->job.value("spec", json::object()));
   if (!spec.ok()) return GateResult{};  // the reconciler reports an invalid spec
@@ -550,14 +562,12 @@ StatusOr<GateResult> Gate(kube::Client& client, kube::EventRecorder* recorder, O
   const std::string name = WorkloadName(in->job);
   const std::string now = kube::FormatTime(in->now);
 
-  auto got = client.Get(kWorkloads, ref.ns, name);
-  std::optional<json> workload;
-  if (got.ok()) {
-    workload = std::move(*got);
-  } else if (!kube::IsNotFound(got.error())) {
+  auto got = Read(client, caches.workloads, kWorkloads, ref.ns, name);
+  if (!got.ok()) {
     return got.error().ToStatus().WithContext("reading Workload " + ref.ns + "/" + name +
                                               " of TrainingJob " + ref.ns + "/" + ref.name);
   }
+  std::optional<json> workload = std::move(*got);
   if (workload && !IsOwnedBy(*workload, in->job)) {
     return Status::Error("Workload " + ref.ns + "/" + name + " exists and is not owned by " +
                          "TrainingJob " + ref.ns + "/" + ref.name + "; delete it");
@@ -570,7 +580,7 @@ StatusOr<GateResult> Gate(kube::Client& client, kube::EventRecorder* recorder, O
     return GateResult{};
   }
 
-  if (!workload) return CreateWorkload(client, recorder, in, *spec, name);
+  if (!workload) return CreateWorkload(client, caches, recorder, in, *spec, name);
 
   const WorkloadState ws = StateOf(*workload);
   if (ws.evicted || !ws.admitted) {
@@ -610,17 +620,14 @@ StatusOr<GateResult> Gate(kube::Client& client, kube::EventRecorder* recorder, O
                            : ws.message;
     const bool changed = SetWaiting(in, reason, message);
     if (changed) Record(recorder, in->job, "Normal", reason, message);
-    return Wait(changed || took_backup, kWaitPoll);
+    return Wait(changed || took_backup, caches.workloads != nullptr ? kWatchedWaitPoll : kWaitPoll);
   }
 
   std::map<std::string, json> flavors;
   for (const std::string& f : AssignedFlavors(*workload)) {
-    auto rf = client.Get(kResourceFlavors, "", f);
-    if (!rf.ok()) {
-      if (kube::IsNotFound(rf.error())) continue;  // ApplyAssignment names it
-      return rf.error().ToStatus().WithContext("reading ResourceFlavor " + f);
-    }
-    flavors[f] = std::move(*rf);
+    auto rf = Read(client, caches.flavors, kResourceFlavors, "", f);
+    if (!rf.ok()) return rf.error().ToStatus().WithContext("reading ResourceFlavor " + f);
+    if (*rf) flavors[f] = std::move(**rf);  // a missing one: ApplyAssignment names it
   }
   if (Status applied = ApplyAssignment(*workload, flavors, in->job); !applied.ok()) {
     // Admitted, but no pod could run where Kueue puts it: the job says why and waits (a

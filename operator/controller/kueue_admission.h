@@ -23,6 +23,7 @@
 #include "common/status.h"
 #include "kube/client.h"
 #include "kube/event_recorder.h"
+#include "kube/object_cache.h"
 #include "kube/resource.h"
 #include "operator/api/training_job.h"
 #include "operator/controller/reconciler.h"
@@ -134,8 +135,20 @@ struct GateResult {
 // in->job["status"], returns the actions; true in `changed` when the status changed.
 std::vector<Action> StopEvictedGang(Observed* in, const WorkloadState& ws, bool* changed);
 
-// How often a waiting job looks at its Workload again.
+// How often a waiting job looks at its Workload again: read from the API server, and read
+// from the cache of a watched Workload, whose every change enqueues its job anyway.
 inline constexpr std::chrono::seconds kWaitPoll{2};
+inline constexpr std::chrono::seconds kWatchedWaitPoll{30};
+
+// Where Gate reads Kueue's objects: the operator's caches where it watches them (informers on
+// the Workloads labelled with a job's name, on ResourceFlavors and WorkloadPriorityClasses:
+// job_informers.h), else, each null, the API server. Read from the caches, a pass of a queued
+// job asks the API server nothing; the creates, patches and status updates stay live.
+struct KueueCaches {
+  const kube::ObjectCache* workloads = nullptr;
+  const kube::ObjectCache* flavors = nullptr;
+  const kube::ObjectCache* priority_classes = nullptr;
+};
 
 // One pass of the admission gate for a job that is not another controller's: does nothing for
 // a job without the queue label. Otherwise creates the Workload when there is none, marks it
@@ -143,6 +156,7 @@ inline constexpr std::chrono::seconds kWaitPoll{2};
 // Workload is admitted (with the assignment applied to in->job) or the job already runs or has
 // ended. Events go through `recorder` (may be null). Errors of the API server are returned; a
 // missing Kueue (no Workload API) or a forbidden create is a condition, not an error.
-StatusOr<GateResult> Gate(kube::Client& client, kube::EventRecorder* recorder, Observed* in);
+StatusOr<GateResult> Gate(kube::Client& client, const KueueCaches& caches,
+                          kube::EventRecorder* recorder, Observed* in);
 
 }  // namespace tj::controller::kueue

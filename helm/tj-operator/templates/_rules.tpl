@@ -22,10 +22,12 @@ The operator's permissions, shared by the ClusterRole and the per-namespace Role
   (scheduling.k8s.io, where the cluster serves it), Volcano (scheduling.volcano.sh) or the
   coscheduling plugin (scheduling.x-k8s.io): created, read when one of its name exists (get),
   listed and deleted (the groups of a job's earlier gangs, at a gang restart);
-- with kueue.enabled (docs/kueue.md): Kueue's workloads, one per queued job, read and created
-  (get, create), annotated with the job's last backup (patch), marked Finished and their admission released after an eviction through
-  workloads/status (update); resourceflavors read (get), for the node labels and tolerations
-  of an admission; workloadpriorityclasses read (get), for a job's priority.
+- with kueue.enabled (docs/kueue.md): Kueue's workloads, one per queued job, watched (list,
+  watch: the informer a queued job's pass reads from; get where they are not watched) and
+  created, annotated with the job's last backup (patch), marked Finished and their admission
+  released after an eviction through workloads/status (update); resourceflavors watched, for
+  the node labels and tolerations of an admission; workloadpriorityclasses watched, for a
+  job's priority.
 */}}
 {{- define "tj-operator.managerRules" -}}
 - apiGroups: ["tjo.dev"]
@@ -63,12 +65,12 @@ The operator's permissions, shared by the ClusterRole and the per-namespace Role
 {{- if .Values.kueue.enabled }}
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads"]
-  verbs: ["get", "create", "patch"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["workloads/status"]
   verbs: ["update"]
 - apiGroups: ["kueue.x-k8s.io"]
   resources: ["resourceflavors", "workloadpriorityclasses"]
-  verbs: ["get"]
+  verbs: ["get", "list", "watch"]
 {{- end }}
 {{- end }}
