@@ -92,4 +92,18 @@ StatusOr<ServerVersion> ReadServerVersion(Client* client) {
   return v;
 }
 
+StatusOr<bool> Serves(Client& client, const Resource& r) {
+  const std::string path = r.api_version.find('/') == std::string::npos ? "/api/" + r.api_version
+                                                                        : "/apis/" + r.api_version;
+  auto got = client.Raw("GET", path);
+  if (!got.ok()) {
+    if (IsNotFound(got.error())) return false;
+    return got.error().ToStatus().WithContext("discovering " + r.api_version);
+  }
+  for (const nlohmann::json& res : got->value("resources", nlohmann::json::array())) {
+    if (res.is_object() && res.value("name", "") == r.plural) return true;
+  }
+  return false;
+}
+
 }  // namespace tj::kube

@@ -52,4 +52,10 @@ Status CheckServerVersion(const ServerVersion& server, const ServerVersion& mini
 // GET /version through `client` (which retries transport errors and 5xx answers), parsed.
 StatusOr<ServerVersion> ReadServerVersion(Client* client);
 
+// Whether the server serves `r` (discovery: GET /apis/<group>/<version>, or /api/v1, lists it):
+// a question every authenticated client may ask, which names no resource (so it reads no
+// object and an audit log records no request of `r`). A 404 is false; an error only when the
+// server does not answer.
+StatusOr<bool> Serves(Client& client, const Resource& r);
+
 }  // namespace tj::kube

@@ -359,23 +359,40 @@ bool NativePodGroupsServed(tj::kube::Client* client, tj::EventLog& log) {
   return *served;
 }
 
-// Whether the operator watches Kueue's objects (job_informers.h), said in the log. Looked for
-// once: Kueue installed (or the operator given the right) later needs the operator restarted;
-// until then queued jobs read their Workloads from the API server, as they do when Kueue's
-// objects cannot be listed.
-// Where it may, adds the Kueue informers to `informers` and gives the executor their caches.
-void WatchKueue(tj::kube::Client* client, tj::Clock* clock, const std::string& ns,
-                tj::kube::WorkQueue* queue, tj::EventLog& log,
-                tj::controller::JobInformers* informers, tj::controller::Executor* executor) {
-  auto watch = tj::controller::KueueWatchable(*client, ns);
-  if (!watch.ok()) {
-    log.Warn(watch.status().message() + ": queued jobs read their Workloads from the API server");
-    return;
+// The informers the operator adds where it may list what they watch (job_informers.h), said in
+// the log: Kueue's objects (with every queued job's Workload) and each kind of PodGroup. Looked
+// for once: Kueue or a scheduler installed (or the operator given the right) later needs the
+// operator restarted; until then those objects are read from the API server when a pass needs
+// them (a queued job's Workload on every pass, polled every 2 s).
+void WatchWherePermitted(tj::kube::Client* client, tj::Clock* clock, const std::string& ns,
+                         tj::kube::WorkQueue* queue, tj::EventLog& log,
+                         tj::controller::JobInformers* informers,
+                         tj::controller::Executor* executor) {
+  namespace kueue = tj::controller::kueue;
+  namespace gang = tj::controller::gang;
+  auto watchable = [&](const std::string& what,
+                       const std::vector<const tj::kube::Resource*>& resources) {
+    auto w = tj::controller::Watchable(*client, resources, ns);
+    if (!w.ok()) {
+      log.Warn(w.status().message() + ": " + what + " are read from the API server");
+      return false;
+    }
+    log.Emit(
+        {{"event", "watch"}, {"what", what}, {"watched", w->watchable}, {"why_not", w->why_not}});
+    return w->watchable;
+  };
+  if (watchable("kueue",
+                {&kueue::kWorkloads, &kueue::kResourceFlavors, &kueue::kWorkloadPriorityClasses})) {
+    tj::controller::AddKueueInformers(informers, client, clock, ns, queue, &log);
+    executor->set_kueue_caches(informers->Kueue());
   }
-  log.Emit({{"event", "kueue_watch"}, {"watched", watch->watchable}, {"why_not", watch->why_not}});
-  if (!watch->watchable) return;
-  tj::controller::AddKueueInformers(informers, client, clock, ns, queue, &log);
-  executor->set_kueue_caches(informers->Kueue());
+  for (gang::Kind kind : {gang::Kind::kNative, gang::Kind::kVolcano, gang::Kind::kCoscheduling}) {
+    const tj::kube::Resource& r = gang::ResourceOf(kind);
+    if (watchable(r.plural + "." + r.api_version, {&r})) {
+      tj::controller::AddPodGroupInformer(informers, kind, client, clock, ns, &log);
+    }
+  }
+  executor->set_pod_group_caches(informers->PodGroups());
 }
 
 // The API server's version, read once (GET /version): an exit code, said in the log, when it
@@ -656,7 +673,7 @@ int main(int argc, char** argv) {
   // server), before anything watches: /healthz answers while the server is waited for.
   if (auto code = CheckApiServerVersion(client, api.config.server, stop, log)) return *code;
   executor.set_native_pod_groups(NativePodGroupsServed(client, log));
-  WatchKueue(client, clock, f.ns, &queue, log, &informers, &executor);
+  WatchWherePermitted(client, clock, f.ns, &queue, log, &informers, &executor);
 
   if (!StartAndSync(informers, stop)) return 0;
   synced = true;

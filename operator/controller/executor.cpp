@@ -319,7 +319,8 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
   Decision d = Reconcile(in, options_);
   if (!d.status && gate->status_changed) d.status = in.job["status"];
   // The gang's PodGroup before its pods, which name it (gang_scheduling.h).
-  TJ_RETURN_IF_ERROR(gang::Prepare(*c, deps_.recorder, in.job, deps_.native_pod_groups, &d));
+  TJ_RETURN_IF_ERROR(
+      gang::Prepare(*c, deps_.recorder, in.job, deps_.native_pod_groups, &d, deps_.pod_groups));
   if (Status applied = Apply(key, in.job, d); !applied.ok()) {
     TakeNetworkPolicyRefusal(key);  // said once the pass goes through
     TJ_RETURN_IF_ERROR(WritePassRefusals(key, in.job));

@@ -32,6 +32,7 @@
 #include "kube/expectations.h"
 #include "kube/object_cache.h"
 #include "operator/controller/departed_pods.h"
+#include "operator/controller/gang_scheduling.h"
 #include "operator/controller/kueue_admission.h"
 #include "operator/controller/metrics.h"
 #include "operator/controller/reconciler.h"
@@ -100,6 +101,8 @@ struct ExecutorDeps {
   bool native_pod_groups = false;
   // Kueue's objects as the operator watches them (kueue_admission.h); all null: read live.
   kueue::KueueCaches kueue;
+  // The jobs' PodGroups as the operator watches them (gang_scheduling.h); null: read live.
+  gang::PodGroupCaches pod_groups;
 };
 
 // What passes over large jobs may hold at once. A pass costs memory with its job's templates:
@@ -154,6 +157,7 @@ class Executor {
   // ExecutorDeps::native_pod_groups, once the API server has been asked; before the first Sync.
   void set_native_pod_groups(bool served) { deps_.native_pod_groups = served; }
   void set_kueue_caches(const kueue::KueueCaches& caches) { deps_.kueue = caches; }
+  void set_pod_group_caches(const gang::PodGroupCaches& caches) { deps_.pod_groups = caches; }
 
  private:
   // Fills in->trainer_status and in->final_evaluation from the pods in in->pods: the /status of

@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "kube/server_version.h"
 #include "operator/api/training_job.h"
 #include "operator/controller/cache_transforms.h"
 #include "operator/controller/kueue_admission.h"
@@ -85,33 +86,47 @@ JobInformers MakeJobInformers(kube::Client* client, Clock* clock, const std::str
   return out;
 }
 
-StatusOr<KueueWatch> KueueWatchable(kube::Client& client, const std::string& ns) {
-  for (const kube::Resource* r :
-       {&kueue::kWorkloads, &kueue::kResourceFlavors, &kueue::kWorkloadPriorityClasses}) {
+StatusOr<Watchability> Watchable(kube::Client& client,
+                                 const std::vector<const kube::Resource*>& resources,
+                                 const std::string& ns) {
+  for (const kube::Resource* r : resources) {
+    const std::string what = r->plural + "." + r->api_version;
+    // Discovery first: a list of what the server does not serve would still be authorized
+    // and logged (a 403 where the chart grants nothing of Kueue's).
+    auto served = kube::Serves(client, *r);
+    if (!served.ok()) return served.status();
+    if (!*served) return Watchability{false, "the API server serves no " + what};
     const std::string where = r->namespaced ? ns : "";
     auto got = client.Raw("GET", r->Path(where) + "?limit=1");
     if (got.ok()) continue;
     const kube::ApiError& e = got.error();
-    const std::string what = r->plural + "." + r->api_version;
-    if (kube::IsNotFound(e)) return KueueWatch{false, "the API server serves no " + what};
-    if (e.code == 403) {
-      return KueueWatch{false, "the operator may not list " + what +
-                                   " (Helm value kueue.enabled=true grants it): " + e.message};
-    }
+    if (kube::IsNotFound(e)) return Watchability{false, "the API server serves no " + what};
+    if (e.code == 403) return Watchability{false, "the operator may not list " + what};
     return e.ToStatus().WithContext("listing " + what);
   }
-  return KueueWatch{true, ""};
+  return Watchability{true, ""};
 }
+
+namespace {
+
+// An informer on `r` in `ns` (a cluster-scoped one everywhere), objects without managedFields.
+std::unique_ptr<kube::Informer> MakeInformer(const kube::Resource& r, const std::string& selector,
+                                             kube::Client* client, Clock* clock,
+                                             const std::string& ns, EventLog* log) {
+  kube::InformerOptions o;
+  o.resource = r;
+  o.ns = r.namespaced ? ns : "";
+  o.label_selector = selector;
+  o.transform = kube::StripManagedFields;
+  return std::make_unique<kube::Informer>(client, clock, o, log);
+}
+
+}  // namespace
 
 void AddKueueInformers(JobInformers* informers, kube::Client* client, Clock* clock,
                        const std::string& ns, kube::WorkQueue* queue, EventLog* log) {
   auto make = [&](const kube::Resource& r, const std::string& selector) {
-    kube::InformerOptions o;
-    o.resource = r;
-    o.ns = r.namespaced ? ns : "";
-    o.label_selector = selector;
-    o.transform = kube::StripManagedFields;
-    return std::make_unique<kube::Informer>(client, clock, o, log);
+    return MakeInformer(r, selector, client, clock, ns, log);
   };
   informers->workloads = make(kueue::kWorkloads, api::kLabelJobName);
   auto enqueue = [queue](const json& obj) { EnqueueLabelledJob(queue, obj); };
@@ -124,6 +139,22 @@ void AddKueueInformers(JobInformers* informers, kube::Client* client, Clock* clo
   // change to one reaches the jobs admitted after it, as with live reads.
   informers->flavors = make(kueue::kResourceFlavors, "");
   informers->priority_classes = make(kueue::kWorkloadPriorityClasses, "");
+}
+
+void AddPodGroupInformer(JobInformers* informers, gang::Kind kind, kube::Client* client,
+                         Clock* clock, const std::string& ns, EventLog* log) {
+  auto inf = MakeInformer(gang::ResourceOf(kind), api::kLabelJobName, client, clock, ns, log);
+  switch (kind) {
+    case gang::Kind::kNative:
+      informers->native_pod_groups = std::move(inf);
+      break;
+    case gang::Kind::kVolcano:
+      informers->volcano_pod_groups = std::move(inf);
+      break;
+    case gang::Kind::kCoscheduling:
+      informers->coscheduling_pod_groups = std::move(inf);
+      break;
+  }
 }
 
 }  // namespace tj::controller

@@ -16,6 +16,7 @@
 #include "kube/work_queue.h"
 #include "operator/controller/departed_pods.h"
 #include "operator/controller/executor.h"
+#include "operator/controller/gang_scheduling.h"
 #include "operator/controller/reported_backups.h"
 
 namespace tj::controller {
@@ -26,6 +27,9 @@ struct JobInformers {
   // Kueue's Workloads (those labelled with a job's name), ResourceFlavors and
   // WorkloadPriorityClasses: null unless AddKueueInformers made them.
   std::unique_ptr<kube::Informer> workloads, flavors, priority_classes;
+  // The jobs' PodGroups of each kind (gang_scheduling.h): null unless AddPodGroupInformer
+  // made it.
+  std::unique_ptr<kube::Informer> native_pod_groups, volcano_pod_groups, coscheduling_pod_groups;
 
   OwnedObjectCaches Caches() const {
     return {&jobs->cache(), &pods->cache(), &services->cache(),
@@ -35,9 +39,14 @@ struct JobInformers {
     if (!workloads) return {};
     return {&workloads->cache(), &flavors->cache(), &priority_classes->cache()};
   }
+  gang::PodGroupCaches PodGroups() const {
+    auto cache = [](const std::unique_ptr<kube::Informer>& i) { return i ? &i->cache() : nullptr; };
+    return {cache(native_pod_groups), cache(volcano_pod_groups), cache(coscheduling_pod_groups)};
+  }
   std::vector<kube::Informer*> All() const {
     std::vector<kube::Informer*> all = {jobs.get(), pods.get(), services.get()};
-    for (const auto* more : {&network_policies, &workloads, &flavors, &priority_classes}) {
+    for (const auto* more : {&network_policies, &workloads, &flavors, &priority_classes,
+                             &native_pod_groups, &volcano_pod_groups, &coscheduling_pod_groups}) {
       if (*more) all.push_back(more->get());
     }
     return all;
@@ -52,19 +61,28 @@ JobInformers MakeJobInformers(kube::Client* client, Clock* clock, const std::str
                               ReportedBackups* reported_backups = nullptr,
                               DepartedPods* departed = nullptr, bool network_policies = false);
 
-// Whether the operator may watch Kueue's Workloads in `ns` ("" for all namespaces),
-// ResourceFlavors and WorkloadPriorityClasses: each answers a list of one item. False, with
-// the reason, when Kueue is not installed (404) or the operator may not list them (403: the
-// Helm chart grants it with kueue.enabled=true); then queued jobs read them live.
-struct KueueWatch {
+// Whether the operator may watch each of `resources` in `ns` ("" for all namespaces; a
+// cluster-scoped resource everywhere): each answers a list of one item. False, with the first
+// reason, when one is not served (404) or may not be listed (403); an error only when the API
+// server does not answer. Kueue's (Workloads, ResourceFlavors, WorkloadPriorityClasses: the
+// Helm chart grants them with kueue.enabled=true) are read live where they are not watched, as
+// are PodGroups.
+struct Watchability {
   bool watchable = false;
   std::string why_not;
 };
-StatusOr<KueueWatch> KueueWatchable(kube::Client& client, const std::string& ns);
+StatusOr<Watchability> Watchable(kube::Client& client,
+                                 const std::vector<const kube::Resource*>& resources,
+                                 const std::string& ns);
 
 // Adds the Kueue informers to `informers` (not started): a Workload's change enqueues the job
 // whose name it is labelled with, so a queued job learns of its admission at once.
 void AddKueueInformers(JobInformers* informers, kube::Client* client, Clock* clock,
                        const std::string& ns, kube::WorkQueue* queue, EventLog* log);
+
+// Adds an informer on the PodGroups of `kind` labelled with a job's name to `informers` (not
+// started).
+void AddPodGroupInformer(JobInformers* informers, gang::Kind kind, kube::Client* client,
+                         Clock* clock, const std::string& ns, EventLog* log);
 
 }  // namespace tj::controller

@@ -20,8 +20,10 @@ The operator's permissions, shared by the ClusterRole and the per-namespace Role
 - events: the decisions users must see (create, and patch to count repeats);
 - podgroups (docs/gangs.md): one per gang of a job scheduled all or nothing, of Kubernetes
   (scheduling.k8s.io, where the cluster serves it), Volcano (scheduling.volcano.sh) or the
-  coscheduling plugin (scheduling.x-k8s.io): created, read when one of its name exists (get),
-  listed and deleted (the groups of a job's earlier gangs, at a gang restart);
+  coscheduling plugin (scheduling.x-k8s.io): created, watched (list, watch: the informer the
+  operator reads them from where the cluster serves the kind), read when one of its name
+  exists that the informer does not show yet (get), deleted (the groups of a job's earlier
+  gangs, at a gang restart);
 - with kueue.enabled (docs/kueue.md): Kueue's workloads, one per queued job, watched (list,
   watch: the informer a queued job's pass reads from; get where they are not watched) and
   created, annotated with the job's last backup (patch), marked Finished and their admission
@@ -56,7 +58,7 @@ The operator's permissions, shared by the ClusterRole and the per-namespace Role
   verbs: ["create", "patch"]
 - apiGroups: ["scheduling.k8s.io", "scheduling.volcano.sh", "scheduling.x-k8s.io"]
   resources: ["podgroups"]
-  verbs: ["get", "list", "create", "delete"]
+  verbs: ["get", "list", "watch", "create", "delete"]
 {{- if .Values.networkPolicy.enabled }}
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]

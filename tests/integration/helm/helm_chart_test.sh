@@ -202,9 +202,10 @@ allowed = {
     # One per job (networkPolicy.enabled): made, watched, read when its name is taken.
     ("networking.k8s.io", "networkpolicies"): {"get", "list", "watch", "create"},
 }
-# One PodGroup per gang, of whichever gang scheduler the cluster or the job has (docs/gangs.md).
+# One PodGroup per gang, of whichever gang scheduler the cluster or the job has (docs/gangs.md),
+# watched where the cluster serves it.
 for g in ("scheduling.k8s.io", "scheduling.volcano.sh", "scheduling.x-k8s.io"):
-    allowed[(g, "podgroups")] = {"get", "list", "create", "delete"}
+    allowed[(g, "podgroups")] = {"get", "list", "watch", "create", "delete"}
 for kind in ("ClusterRole", "Role"):
     for r in rules(default, kind) + rules(full, kind):
         for g in r["apiGroups"]:

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "operator/controller/job_informers.h"
 #include "operator/controller/job_resources.h"
 #include "tests/support/accepting_client.h"
 #include "tests/unit/operator/controller/test_job.h"
@@ -74,6 +75,7 @@ class RecordingClient : public tj::testing::AcceptingClient {
   }
   kube::Result<json> Get(const kube::Resource& r, const std::string& ns,
                          const std::string& name) override {
+    ++gets;
     if (!existing.is_null()) return existing;
     return AcceptingClient::Get(r, ns, name);
   }
@@ -90,14 +92,19 @@ class RecordingClient : public tj::testing::AcceptingClient {
   kube::Result<json> Raw(const std::string& method, const std::string& path,
                          const std::optional<json>&) override {
     raw.push_back(method + " " + path);
+    if (path.find("?limit=") != std::string::npos) {  // a list
+      if (list_error) return *list_error;
+      return json{{"items", json::array()}};
+    }
     if (discovery.is_null()) return tj::testing::ApiErrorOf(404, "NotFound", "not found");
     return discovery;
   }
 
   std::vector<json> created;
   std::vector<std::string> deleted, selectors, raw;
-  std::optional<kube::ApiError> create_error;
+  std::optional<kube::ApiError> create_error, list_error;
   json existing, listed = json::array(), discovery;
+  int gets = 0;
 };
 
 TEST(GangScheduling, TheNativePodGroupHoldsTheChiefAndWorkersAndIsOwnedByTheJob) {
@@ -265,6 +272,32 @@ TEST(GangScheduling, ARestartMakesANewGroupAndDeletesTheEarlierOnes) {
                                       "scheduling.k8s.io/v1beta1/podgroups mnist-gang-1"}));
 }
 
+// Where the operator watches the kind's PodGroups, a gang restart reads the earlier groups and
+// an existing one from the cache: no list, no get (one the cache does not show yet is read).
+TEST(GangScheduling, WatchedPodGroupsAreReadFromTheCache) {
+  RecordingClient client;
+  const json job = JobWith();
+  kube::ObjectCache cache;
+  json other = BuildPodGroup(Kind::kNative, job, SpecOf(job), 0);
+  other["metadata"]["namespace"] = "elsewhere";  // a job of the same name in another namespace
+  for (const json& g : {BuildPodGroup(Kind::kNative, job, SpecOf(job), 0),
+                        BuildPodGroup(Kind::kNative, job, SpecOf(job), 1), other}) {
+    cache.Upsert(g);
+  }
+  client.create_error = tj::testing::ApiErrorOf(409, "AlreadyExists", "exists");
+  Decision d = CreatesGang(job, 1);
+  ASSERT_TRUE(Prepare(client, nullptr, job, true, &d, PodGroupCaches{.native = &cache}).ok());
+  EXPECT_TRUE(client.selectors.empty()) << "a list of the PodGroups that are watched";
+  EXPECT_EQ(client.gets, 0);
+  EXPECT_EQ(client.deleted,
+            std::vector<std::string>{"scheduling.k8s.io/v1beta1/podgroups mnist-gang-0"});
+  // The cache does not show gang 2's group, made by a pass before: read from the API server.
+  client.existing = BuildPodGroup(Kind::kNative, job, SpecOf(job), 2);
+  Decision d2 = CreatesGang(job, 2);
+  ASSERT_TRUE(Prepare(client, nullptr, job, true, &d2, PodGroupCaches{.native = &cache}).ok());
+  EXPECT_EQ(client.gets, 1);
+}
+
 TEST(GangScheduling, AGroupOfTheNameThatIsNotTheJobsStopsThePods) {
   RecordingClient client;
   const json job = JobWith();
@@ -307,6 +340,30 @@ TEST(GangScheduling, DiscoveryFindsPodGroupsInTheServedVersion) {
   EXPECT_FALSE(*NativePodGroupsServed(client));
   client.discovery["resources"].push_back({{"name", "podgroups"}});
   EXPECT_TRUE(*NativePodGroupsServed(client));
+}
+
+// The operator watches a kind of PodGroup only where the server serves it (discovery first: no
+// list of an unserved kind reaches the audit log) and lets it be listed.
+TEST(GangScheduling, APodGroupKindIsWatchedWhereServedAndListable) {
+  RecordingClient client;
+  const std::vector<const kube::Resource*> native = {&kNativePodGroups};
+  auto w = Watchable(client, native, "");
+  ASSERT_TRUE(w.ok());
+  EXPECT_FALSE(w->watchable);
+  EXPECT_EQ(w->why_not, "the API server serves no podgroups.scheduling.k8s.io/v1beta1");
+  EXPECT_EQ(client.raw, std::vector<std::string>{"GET /apis/scheduling.k8s.io/v1beta1"});
+  client.discovery = {{"resources", json::array({{{"name", "podgroups"}}})}};
+  client.list_error = tj::testing::ApiErrorOf(403, "Forbidden", "cannot list");
+  w = Watchable(client, native, "team-a");
+  ASSERT_TRUE(w.ok());
+  EXPECT_FALSE(w->watchable);
+  EXPECT_EQ(w->why_not, "the operator may not list podgroups.scheduling.k8s.io/v1beta1");
+  EXPECT_EQ(client.raw.back(),
+            "GET /apis/scheduling.k8s.io/v1beta1/namespaces/team-a/podgroups?limit=1");
+  client.list_error.reset();
+  w = Watchable(client, native, "");
+  ASSERT_TRUE(w.ok());
+  EXPECT_TRUE(w->watchable);
 }
 
 }  // namespace
