@@ -18,7 +18,10 @@
 #   - no Deployment, Services, APIService (the visibility API is off) or certificate Secret;
 #   - the Configuration is upstream's (its list of integrations) plus
 #     integrations.externalFrameworks: [TrainingJob.v1alpha1.tjo.dev], free ports for the
-#     webhook and health servers, no metrics server, no leader election (one manager).
+#     webhook and health servers, no metrics server, no leader election (one manager); with
+#     TJ_KUEUE_WAIT_FOR_PODS_READY=<duration> (e.g. 30s) at install, waitForPodsReady with
+#     that timeout and recoveryTimeout (Kueue evicts an admitted Workload whose PodsReady
+#     condition is not True in time).
 # The manager talks to the API server with the cluster's admin kubeconfig; Kueue's RBAC is
 # installed as upstream ships it.
 #
@@ -63,7 +66,7 @@ render() {
   mod=$(kueue_module_dir)
   "$KUBECTL" kustomize "$mod/config/default" >"$KUEUE_DIR/upstream.yaml"
   "$(python_yaml)" - "$KUEUE_DIR" "$1" "$2" "$TJ_EXTERNAL_FRAMEWORK" <<'EOF'
-import base64, sys, yaml
+import base64, os, sys, yaml
 out, webhook_port, health_port, external = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 ca = base64.b64encode(open(f"{out}/certs/ca.crt", "rb").read()).decode()
 docs = [d for d in yaml.safe_load_all(open(f"{out}/upstream.yaml")) if d]
@@ -110,6 +113,10 @@ ext = integrations.get("externalFrameworks") or []
 if external not in ext:
     ext.append(external)
 integrations["externalFrameworks"] = ext
+ready = os.environ.get("TJ_KUEUE_WAIT_FOR_PODS_READY", "")
+if ready:
+    config["waitForPodsReady"] = {"timeout": ready, "recoveryTimeout": ready,
+                                  "blockAdmission": False}
 yaml.safe_dump_all(cluster, open(f"{out}/cluster.yaml", "w"), sort_keys=False)
 yaml.safe_dump_all(webhooks, open(f"{out}/webhooks.yaml", "w"), sort_keys=False)
 yaml.safe_dump(config, open(f"{out}/config.yaml", "w"), sort_keys=False)

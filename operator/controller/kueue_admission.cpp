@@ -340,6 +340,48 @@ api::RestartCause CauseOfEviction(const std::string& kueue_reason) {
   return api::RestartCause::kEvicted;
 }
 
+std::optional<json> WithPodsReady(const json& workload, const json& job,
+                                  const api::TrainingJobSpec& spec, const std::vector<json>& pods,
+                                  const std::string& now) {
+  const int gang =
+      api::TrainingJobStatus::FromJson(job.value("status", json::object())).restart_count;
+  int expected = 0;
+  for (api::ReplicaType t :
+       {api::ReplicaType::kChief, api::ReplicaType::kWorker, api::ReplicaType::kEvaluator}) {
+    expected += spec.Replicas(t);
+  }
+  int ready = 0;
+  for (const json& p : pods) {
+    if (!IsOwnedBy(p, job)) continue;
+    const PodView v = ViewOfPod(p);
+    if (!v.replica_type || v.being_deleted) continue;
+    if (*v.replica_type != api::ReplicaType::kEvaluator && v.gang != gang) continue;
+    if (v.phase == "Running" || v.phase == "Succeeded") ++ready;
+  }
+  const json* was = FindCondition(workload, "PodsReady");
+  const std::string was_reason = was != nullptr ? kube::TextOf(*was, "reason") : "";
+  const bool was_true = was != nullptr && kube::TextOf(*was, "status") == "True";
+  bool value = false;
+  std::string reason = "WaitForStart", message = "Not all pods are ready or succeeded";
+  if (ready >= expected) {
+    value = true;
+    reason = was_reason == "WaitForRecovery" || was_reason == "Recovered" ? "Recovered" : "Started";
+    message = "All pods reached readiness and the workload is running";
+  } else if (was_true || was_reason == "WaitForRecovery") {
+    reason = "WaitForRecovery";
+    message = "At least one pod has failed, waiting for recovery";
+  }
+  if (was != nullptr && was_true == value && was_reason == reason) return std::nullopt;
+  // No condition reads as WaitForStart to Kueue (its timeout then runs from the admission):
+  // not written, one write per job fewer.
+  if (was == nullptr && !value) return std::nullopt;
+  json out = workload;
+  json& status = out["status"];
+  if (!status.is_object()) status = json::object();
+  SetWorkloadCondition(status, "PodsReady", value, reason, message, now);
+  return out;
+}
+
 json ClearAdmission(const json& workload, const std::string& now) {
   json wl = workload;
   json& status = wl["status"];
@@ -638,6 +680,16 @@ StatusOr<GateResult> Gate(kube::Client& client, const KueueCaches& caches,
     return Wait(changed, std::chrono::seconds(10));
   }
   PublishLastBackup(client, recorder, in->job, *workload, name);
+  if (auto ready = WithPodsReady(*workload, in->job, *spec, in->pods, now)) {
+    auto r = client.UpdateStatus(kWorkloads, ref.ns, *ready);
+    // A 409 (Kueue wrote meanwhile) or a 404: the next pass, which a pod's change brings.
+    if (!r.ok() && !kube::IsConflict(r.error()) && !kube::IsNotFound(r.error())) {
+      Record(recorder, in->job, "Warning", "PodsReadyNotWritten",
+             "setting PodsReady on Workload " + name + ": " + r.error().message +
+                 " (the operator needs update on workloads/status: Helm value "
+                 "kueue.enabled=true)");
+    }
+  }
   json& status = in->job["status"];
   if (!status.is_object()) status = json::object();
   const std::string message =

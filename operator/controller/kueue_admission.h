@@ -100,6 +100,19 @@ nlohmann::json ClearAdmission(const nlohmann::json& workload, const std::string&
 std::optional<nlohmann::json> LastBackupPatch(const nlohmann::json& job,
                                               const nlohmann::json& workload);
 
+// Kueue's PodsReady condition of an admitted Workload, as Kueue's job framework computes it for
+// its own kinds (what its waitForPodsReady reads: a Workload not ready within the timeout, or
+// not recovered within recoveryTimeout, is evicted and requeued): True, reason Started (or
+// Recovered after WaitForRecovery), when every pod the Workload counts (the current gang's
+// chief and workers, and the evaluator) runs or has succeeded; otherwise False, reason
+// WaitForRecovery once it was True, else WaitForStart. The Workload with the condition set, or
+// nullopt when it already says so (no condition says WaitForStart).
+std::optional<nlohmann::json> WithPodsReady(const nlohmann::json& workload,
+                                            const nlohmann::json& job,
+                                            const api::TrainingJobSpec& spec,
+                                            const std::vector<nlohmann::json>& pods,
+                                            const std::string& now);
+
 // The ResourceFlavors named in status.admission.podSetAssignments, each once.
 std::vector<std::string> AssignedFlavors(const nlohmann::json& workload);
 

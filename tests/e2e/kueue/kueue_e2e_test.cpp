@@ -35,6 +35,9 @@ using testing::SetArg;
 using testing::Sh;
 using testing::StatusOf;
 
+// Kueue runs here with waitForPodsReady of this timeout (and recoveryTimeout): an admitted job
+// whose PodsReady is not True in time is evicted.
+constexpr seconds kPodsReadyTimeout{20};
 const Resource kWorkloads{"kueue.x-k8s.io/v1beta2", "workloads"};
 const Resource kClusterQueues{"kueue.x-k8s.io/v1beta2", "clusterqueues", false};
 const Resource kLocalQueues{"kueue.x-k8s.io/v1beta2", "localqueues"};
@@ -68,11 +71,14 @@ class Kueue : public testing::JobTest {
     ASSERT_TRUE(created.ok()) << created.error().message;
   }
 
-  // Installs Kueue in the test binary's cluster once; "" when it runs, else what failed.
+  // Installs Kueue in the test binary's cluster once; "" when it runs, else what failed. With
+  // waitForPodsReady (kPodsReadyTimeout): every test's admitted jobs must say PodsReady in time.
   static std::string Install(testing::LocalCluster* cluster) {
-    const std::string out = Sh("TJ_LOCAL_CLUSTER_DIR='" + cluster->dir() + "' bash '" +
-                                   TJ_SOURCE_DIR + "/hack/kueue.sh' install 2>&1; echo rc=$?",
-                               seconds(3600));
+    const std::string out =
+        Sh("TJ_LOCAL_CLUSTER_DIR='" + cluster->dir() +
+               "' TJ_KUEUE_WAIT_FOR_PODS_READY=" + std::to_string(kPodsReadyTimeout.count()) +
+               "s bash '" + TJ_SOURCE_DIR + "/hack/kueue.sh' install 2>&1; echo rc=$?",
+           seconds(3600));
     if (out.find("rc=0") == std::string::npos) return "hack/kueue.sh install failed:\n" + out;
     return "";
   }
@@ -288,6 +294,26 @@ TEST_F(Kueue, TwoJobsBeyondTheQuotaRunOneAfterTheOther) {
   const json second = WaitFinished("second", seconds(600));
   EXPECT_TRUE(StatusOf(second).IsTrue(api::condition::kSucceeded)) << second.dump(2);
   EXPECT_EQ(ConditionOf(second, "Admitted", "status"), "True");
+}
+
+// Kueue's waitForPodsReady (here 20 s) evicts an admitted Workload whose PodsReady condition is
+// not True in time. The operator sets it as Kueue's job framework does for its own kinds, so a
+// job that trains well past the timeout runs to the end in one gang. Before, it set none: Kueue
+// evicted every queued job 20 s after admission, and waitForPodsReady had to stay off.
+TEST_F(Kueue, AJobThatRunsPastWaitForPodsReadysTimeoutIsNotEvicted) {
+  MakeQueues("500m", /*hold=*/false);
+  // Trains for 30 s at least (12 backups held 2.5 s each).
+  json job = QueuedJob("ready", 60, 5);
+  testing::SetEnv(job, "Worker", "TJ_FAILPOINTS", testing::PaceFailpoint(2500));
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, job).ok());
+  ASSERT_TRUE(Eventually(
+      [&] { return ConditionOf(Workload("ready"), "PodsReady", "status") == "True"; }, seconds(60)))
+      << Kubectl(cluster_, "-n " + ns_ + " get tj,pods,workloads.kueue.x-k8s.io -o yaml");
+  EXPECT_EQ(ConditionOf(Workload("ready"), "PodsReady", "reason"), "Started");
+  const json done = WaitFinished("ready", seconds(600));
+  EXPECT_TRUE(StatusOf(done).IsTrue(api::condition::kSucceeded)) << done.dump(2);
+  EXPECT_EQ(StatusOf(done).restart_count, 0) << "evicted while it ran: " << done.dump(2);
+  EXPECT_EQ(ConditionOf(Workload("ready"), "Evicted", "status"), "") << Workload("ready").dump(2);
 }
 
 TEST_F(Kueue, APreemptedJobStopsLosslesslyWaitsUncountedAndResumesFromTheExactStep) {

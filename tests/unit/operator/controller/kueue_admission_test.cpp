@@ -496,6 +496,49 @@ std::vector<json> RunningPods(const json& job, int gen) {
   return pods;
 }
 
+// Kueue's waitForPodsReady reads PodsReady on the Workload: the operator sets it as Kueue's job
+// framework does for its own kinds, so an admitted job is not evicted after the timeout while
+// it runs, and a gang that restarts is given recoveryTimeout.
+TEST(PodsReady, FollowsTheCurrentGangAsKueuesJobFrameworkDoes) {
+  const json job = QueuedJob();
+  auto spec = api::ParseSpec(job["spec"]);
+  ASSERT_TRUE(spec.ok());
+  json wl = BuildWorkload(job, *spec);
+  std::vector<json> pods = RunningPods(job, 0);
+  // Not all running: nothing written (no condition is WaitForStart to Kueue).
+  pods[1]["status"]["phase"] = "Pending";
+  EXPECT_FALSE(WithPodsReady(wl, job, *spec, pods, "t0").has_value());
+  // All running: True, Started.
+  pods[1]["status"]["phase"] = "Running";
+  auto ready = WithPodsReady(wl, job, *spec, pods, "t1");
+  ASSERT_TRUE(ready.has_value());
+  const json* c = nullptr;
+  auto cond = [&](const json& w) {
+    for (const json& x : w["status"]["conditions"]) {
+      if (x["type"] == "PodsReady") c = &x;
+    }
+    return c != nullptr ? c->value("status", "") + "/" + c->value("reason", "") : "none";
+  };
+  EXPECT_EQ(cond(*ready), "True/Started");
+  EXPECT_FALSE(c->contains("lastUpdateTime")) << "not a field of metav1.Condition";
+  wl = *ready;
+  EXPECT_FALSE(WithPodsReady(wl, job, *spec, pods, "t2").has_value()) << "already says so";
+  // A worker fails and the gang restarts: False, WaitForRecovery; the new gang's pods (gang 1)
+  // running: True, Recovered. The old gang's pods do not count.
+  pods[0]["status"]["phase"] = "Failed";
+  wl = *WithPodsReady(wl, job, *spec, pods, "t3");
+  EXPECT_EQ(cond(wl), "False/WaitForRecovery");
+  json restarted = job;
+  restarted["status"]["restartCount"] = 1;
+  EXPECT_FALSE(WithPodsReady(wl, restarted, *spec, RunningPods(job, 0), "t4").has_value());
+  wl = *WithPodsReady(wl, restarted, *spec, RunningPods(job, 1), "t5");
+  EXPECT_EQ(cond(wl), "True/Recovered");
+  // Succeeded pods count as ready (a finished gang is not timed out).
+  std::vector<json> done = RunningPods(job, 1);
+  for (json& p : done) p["status"]["phase"] = "Succeeded";
+  EXPECT_FALSE(WithPodsReady(wl, restarted, *spec, done, "t6").has_value());
+}
+
 TEST_F(GatePass, AnEvictedGangStopsLosslesslyWaitsUncountedAndResumesOnReadmission) {
   in_.job["spec"]["runPolicy"] = {{"backoffLimit", 0}};  // any counted restart would fail it
   Pass();
