@@ -21,7 +21,9 @@
 #     webhook and health servers, no metrics server, no leader election (one manager); with
 #     TJ_KUEUE_WAIT_FOR_PODS_READY=<duration> (e.g. 30s) at install, waitForPodsReady with
 #     that timeout and recoveryTimeout (Kueue evicts an admitted Workload whose PodsReady
-#     condition is not True in time).
+#     condition is not True in time); with TJ_KUEUE_DEVICE_CLASSES=<resource>=<class>[,...]
+#     at install, Kueue's DynamicResourceAllocation gate and resources.deviceClassMappings, so
+#     that the devices a pod's resource claims ask for of <class> count as <resource>.
 # The manager talks to the API server with the cluster's admin kubeconfig; Kueue's RBAC is
 # installed as upstream ships it.
 #
@@ -113,6 +115,11 @@ ext = integrations.get("externalFrameworks") or []
 if external not in ext:
     ext.append(external)
 integrations["externalFrameworks"] = ext
+classes = [m for m in os.environ.get("TJ_KUEUE_DEVICE_CLASSES", "").split(",") if m]
+if classes:
+    mappings = [{"name": m.split("=", 1)[0], "deviceClassNames": [m.split("=", 1)[1]]}
+                for m in classes]
+    config.setdefault("resources", {})["deviceClassMappings"] = mappings
 ready = os.environ.get("TJ_KUEUE_WAIT_FOR_PODS_READY", "")
 if ready:
     config["waitForPodsReady"] = {"timeout": ready, "recoveryTimeout": ready,
@@ -152,7 +159,8 @@ cmd_install() {
   "$KUBECTL" wait --for=condition=Established --timeout=60s "${crds[@]}" >/dev/null
   # The visibility API (an aggregated API server) is off: nothing here would route to it.
   KUBECONFIG=$STATE_DIR/kubeconfig setsid "$bin" --config="$KUEUE_DIR/config.yaml" \
-    --feature-gates=VisibilityOnDemand=false >"$STATE_DIR/logs/kueue.log" 2>&1 </dev/null &
+    --feature-gates="VisibilityOnDemand=false${TJ_KUEUE_DEVICE_CLASSES:+,DynamicResourceAllocation=true}" \
+    >"$STATE_DIR/logs/kueue.log" 2>&1 </dev/null &
   echo $! >"$STATE_DIR/pids/kueue"
   log "started the manager (pid $!, log $STATE_DIR/logs/kueue.log)"
   if ! wait_for "$READY_TIMEOUT_S" "the manager is ready" manager_ready; then

@@ -62,14 +62,19 @@ json SchedulingPart(const json& pod_spec) {
     for (const json& c : pod_spec[list]) {
       if (!c.is_object()) continue;
       json kept = json::object();
-      for (const char* k : {"name", "image", "resources"}) {
+      // resources carries the container's DRA claims (resources.claims); restartPolicy makes
+      // an init container a sidecar, whose requests Kueue adds to the containers'.
+      for (const char* k : {"name", "image", "resources", "restartPolicy"}) {
         if (c.contains(k)) kept[k] = c[k];
       }
       cs.push_back(std::move(kept));
     }
     if (!cs.empty()) out[list] = std::move(cs);
   }
-  for (const char* k : {"nodeSelector", "affinity", "tolerations", "priorityClassName"}) {
+  // resourceClaims: the pod's DRA claims, which Kueue counts against quota by their device
+  // class (its deviceClassMappings); resources and overhead: pod-level requests.
+  for (const char* k : {"nodeSelector", "affinity", "tolerations", "priorityClassName",
+                        "resourceClaims", "resources", "overhead"}) {
     if (pod_spec.contains(k)) out[k] = pod_spec[k];
   }
   return out;
@@ -382,6 +387,34 @@ std::optional<json> WithPodsReady(const json& workload, const json& job,
   return out;
 }
 
+namespace {
+bool IsActive(const json& workload) {
+  const json spec = workload.value("spec", json::object());
+  const auto it = spec.find("active");
+  return it == spec.end() || !it->is_boolean() || it->get<bool>();
+}
+bool DeactivatedForSuspend(const json& workload) {
+  return kube::TextOf(kube::MetadataOf(workload).value("annotations", json::object()),
+                      kDeactivatedForSuspendAnnotation) == "true";
+}
+}  // namespace
+
+std::optional<json> ActivePatch(const json& workload, bool suspended) {
+  if (suspended && IsActive(workload)) {
+    return json{{"metadata", {{"annotations", {{kDeactivatedForSuspendAnnotation, "true"}}}}},
+                {"spec", {{"active", false}}}};
+  }
+  if (!suspended && !IsActive(workload) && DeactivatedForSuspend(workload)) {
+    return json{{"metadata", {{"annotations", {{kDeactivatedForSuspendAnnotation, nullptr}}}}},
+                {"spec", {{"active", true}}}};
+  }
+  return std::nullopt;
+}
+
+bool DeactivatedByOthers(const json& workload) {
+  return !IsActive(workload) && !DeactivatedForSuspend(workload);
+}
+
 json ClearAdmission(const json& workload, const std::string& now) {
   json wl = workload;
   json& status = wl["status"];
@@ -593,6 +626,42 @@ bool SetCondition(json& status, const std::string& type, bool value, const std::
   return true;
 }
 
+// runPolicy.suspend mapped to the Workload's spec.active (ActivePatch), `workload` (if any)
+// patched in place. True when the job is suspended: the reconciler then suspends it (its pods
+// deleted, Suspended), and once they are gone an admission Kueue has evicted (the Workload
+// deactivated) is released, so the quota goes back; a job suspended before its Workload exists
+// gets none until it is resumed.
+StatusOr<bool> FollowSuspend(kube::Client& client, kube::EventRecorder* recorder, Observed* in,
+                             const api::TrainingJobSpec& spec, const std::string& name,
+                             const std::string& now, std::optional<json>* workload) {
+  const api::ObjectRef ref = api::RefOf(in->job);
+  const bool suspended = spec.run_policy.suspend;
+  if (!*workload) return suspended;
+  if (auto patch = ActivePatch(**workload, suspended)) {
+    auto r = client.Patch(kWorkloads, ref.ns, name, kube::PatchType::kMerge, *patch);
+    if (!r.ok() && !kube::IsNotFound(r.error())) {
+      return r.error().ToStatus().WithContext(
+          std::string(suspended ? "deactivating" : "activating") + " Workload " + ref.ns + "/" +
+          name + " (the operator needs patch on workloads: Helm value kueue.enabled=true)");
+    }
+    Record(recorder, in->job, "Normal", suspended ? "WorkloadDeactivated" : "WorkloadActivated",
+           "Workload " + name +
+               (suspended ? " deactivated: the job is suspended, Kueue frees its quota"
+                          : " active again: the job is resumed and queued"));
+    if (r.ok()) *workload = std::move(*r);
+  }
+  if (!suspended || HasActivePods(*in)) return suspended;
+  const WorkloadState ws = StateOf(**workload);
+  if (ws.evicted && ws.quota_reserved) {
+    auto r = client.UpdateStatus(kWorkloads, ref.ns, ClearAdmission(**workload, now));
+    if (!r.ok() && !kube::IsConflict(r.error()) && !kube::IsNotFound(r.error())) {
+      return r.error().ToStatus().WithContext("clearing the admission of Workload " + ref.ns + "/" +
+                                              name);
+    }
+  }
+  return true;
+}
+
 StatusOr<GateResult> Gate(kube::Client& client, const KueueCaches& caches,
                           kube::EventRecorder* recorder, Observed* in) {
   if (QueueName(in->job).empty()) return GateResult{};
@@ -621,6 +690,11 @@ StatusOr<GateResult> Gate(kube::Client& client, const KueueCaches& caches,
     }
     return GateResult{};
   }
+
+  // runPolicy.suspend and the Workload's spec.active follow each other (ActivePatch).
+  auto suspended = FollowSuspend(client, recorder, in, *spec, name, now, &workload);
+  if (!suspended.ok()) return suspended.status();
+  if (*suspended) return GateResult{};  // the reconciler suspends the job
 
   if (!workload) return CreateWorkload(client, caches, recorder, in, *spec, name);
 
@@ -660,8 +734,17 @@ StatusOr<GateResult> Gate(kube::Client& client, const KueueCaches& caches,
                                  " yet (if this lasts: is Kueue running, does LocalQueue " +
                                  QueueName(in->job) + " exist?)"
                            : ws.message;
-    const bool changed = SetWaiting(in, reason, message);
+    bool changed = SetWaiting(in, reason, message);
     if (changed) Record(recorder, in->job, "Normal", reason, message);
+    if (DeactivatedByOthers(*workload)) {
+      // Kueue's deactivation, the other way: the job is suspended while its Workload is.
+      changed = SetCondition(in->job["status"], "Suspended", true, "WorkloadDeactivated",
+                             "Workload " + name +
+                                 " is deactivated (spec.active: false, set outside this job): "
+                                 "the job waits until it is active again",
+                             now) ||
+                changed;
+    }
     return Wait(changed || took_backup, caches.workloads != nullptr ? kWatchedWaitPoll : kWaitPoll);
   }
 

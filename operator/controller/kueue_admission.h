@@ -38,6 +38,10 @@ inline constexpr char kPodSetLabel[] = "kueue.x-k8s.io/podset";
 inline constexpr char kLastBackupTimeAnnotation[] = "tjo.dev/last-backup-time";
 inline constexpr char kLastBackupEpochAnnotation[] = "tjo.dev/last-backup-epoch";
 inline constexpr char kLastBackupStepAnnotation[] = "tjo.dev/last-backup-step";
+// On a Workload the operator deactivated (spec.active: false) because its job was suspended
+// (runPolicy.suspend): it activates it again when the job is resumed. A Workload deactivated
+// without it (by an admin, `kueuectl stop workload`) is left so, and its job waits, Suspended.
+inline constexpr char kDeactivatedForSuspendAnnotation[] = "tjo.dev/deactivated-for-suspend";
 // The job's WorkloadPriorityClass (Kueue's label, as on its own job kinds).
 inline constexpr char kPriorityClassLabel[] = "kueue.x-k8s.io/priority-class";
 // The job's condition while Kueue decides (False) and once it has admitted the gang (True).
@@ -112,6 +116,16 @@ std::optional<nlohmann::json> WithPodsReady(const nlohmann::json& workload,
                                             const api::TrainingJobSpec& spec,
                                             const std::vector<nlohmann::json>& pods,
                                             const std::string& now);
+
+// runPolicy.suspend mapped to the Workload's spec.active, as Kueue's own integrations map a
+// job's suspension: a merge patch that deactivates the Workload of a suspended job (marked
+// kDeactivatedForSuspendAnnotation) or activates again one the operator deactivated for a
+// suspension that has ended; nullopt when the Workload already agrees, or when someone else
+// deactivated it (their decision stands: the job waits until it is active again).
+std::optional<nlohmann::json> ActivePatch(const nlohmann::json& workload, bool suspended);
+
+// Whether the Workload is deactivated (spec.active: false) by someone other than the operator.
+bool DeactivatedByOthers(const nlohmann::json& workload);
 
 // The ResourceFlavors named in status.admission.podSetAssignments, each once.
 std::vector<std::string> AssignedFlavors(const nlohmann::json& workload);

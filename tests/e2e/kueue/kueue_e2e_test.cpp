@@ -38,6 +38,10 @@ using testing::StatusOf;
 // Kueue runs here with waitForPodsReady of this timeout (and recoveryTimeout): an admitted job
 // whose PodsReady is not True in time is evicted.
 constexpr seconds kPodsReadyTimeout{20};
+// And with its DynamicResourceAllocation gate: the devices of class kGpuClass that a pod's
+// resource claims ask for count as kGpuResource.
+constexpr char kGpuClass[] = "gpu.tjo.dev";
+constexpr char kGpuResource[] = "tjo.dev/gpu";
 const Resource kWorkloads{"kueue.x-k8s.io/v1beta2", "workloads"};
 const Resource kClusterQueues{"kueue.x-k8s.io/v1beta2", "clusterqueues", false};
 const Resource kLocalQueues{"kueue.x-k8s.io/v1beta2", "localqueues"};
@@ -77,7 +81,8 @@ class Kueue : public testing::JobTest {
     const std::string out =
         Sh("TJ_LOCAL_CLUSTER_DIR='" + cluster->dir() +
                "' TJ_KUEUE_WAIT_FOR_PODS_READY=" + std::to_string(kPodsReadyTimeout.count()) +
-               "s bash '" + TJ_SOURCE_DIR + "/hack/kueue.sh' install 2>&1; echo rc=$?",
+               "s TJ_KUEUE_DEVICE_CLASSES=" + kGpuResource + "=" + kGpuClass + " bash '" +
+               TJ_SOURCE_DIR + "/hack/kueue.sh' install 2>&1; echo rc=$?",
            seconds(3600));
     if (out.find("rc=0") == std::string::npos) return "hack/kueue.sh install failed:\n" + out;
     return "";
@@ -86,7 +91,8 @@ class Kueue : public testing::JobTest {
   // A ClusterQueue of `cpu` for this test's namespace, held (stopPolicy Hold) when `hold`,
   // preempting lower priorities within itself when `preempt`, and the LocalQueue "queue"
   // pointing at it.
-  void MakeQueues(const std::string& cpu, bool hold, bool preempt = false) {
+  void MakeQueues(const std::string& cpu, bool hold, bool preempt = false,
+                  const std::string& gpus = "") {
     cluster_queue_ = ns_ + "-cq";
     json cq = {
         {"apiVersion", "kueue.x-k8s.io/v1beta2"},
@@ -104,6 +110,11 @@ class Kueue : public testing::JobTest {
                                                            {{"name", "memory"},
                                                             {"nominalQuota", "8Gi"}}})}}})}}})}}}};
     if (preempt) cq["spec"]["preemption"] = {{"withinClusterQueue", "LowerPriority"}};
+    if (!gpus.empty()) {  // kGpuResource too, the devices resource claims ask for
+      json& group = cq["spec"]["resourceGroups"][0];
+      group["coveredResources"].push_back(kGpuResource);
+      group["flavors"][0]["resources"].push_back({{"name", kGpuResource}, {"nominalQuota", gpus}});
+    }
     auto c = client_->Create(kClusterQueues, "", cq);
     ASSERT_TRUE(c.ok()) << c.error().message;
     json lq = {{"apiVersion", "kueue.x-k8s.io/v1beta2"},
@@ -314,6 +325,106 @@ TEST_F(Kueue, AJobThatRunsPastWaitForPodsReadysTimeoutIsNotEvicted) {
   EXPECT_TRUE(StatusOf(done).IsTrue(api::condition::kSucceeded)) << done.dump(2);
   EXPECT_EQ(StatusOf(done).restart_count, 0) << "evicted while it ran: " << done.dump(2);
   EXPECT_EQ(ConditionOf(Workload("ready"), "Evicted", "status"), "") << Workload("ready").dump(2);
+}
+
+// runPolicy.suspend and the Workload's spec.active follow each other, as in Kueue's own
+// integrations: a suspended job's Workload is deactivated and its quota freed, a resumed job's
+// activated and admitted again; a Workload deactivated by someone else (an admin) suspends its
+// job until it is active again. The job resumes from its backups each time and succeeds.
+TEST_F(Kueue, SuspendAndTheWorkloadsActiveFollowEachOtherBothWays) {
+  MakeQueues("500m", /*hold=*/false);
+  json job = QueuedJob("pause", 60, 5);
+  testing::SetEnv(job, "Worker", "TJ_FAILPOINTS", testing::PaceFailpoint(1500));
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, job).ok());
+  auto running = [&] { return Pods("pause").size() == 3; };
+  ASSERT_TRUE(Eventually(running, seconds(60)));
+  auto patch_job = [&](bool suspend) {
+    auto r = client_->Patch(api::kTrainingJobs, ns_, "pause", PatchType::kMerge,
+                            {{"spec", {{"runPolicy", {{"suspend", suspend}}}}}});
+    ASSERT_TRUE(r.ok()) << r.error().message;
+  };
+  auto suspended_by = [&](const std::string& reason) {
+    return ConditionOf(Get("pause"), "Suspended", "status") == "True" &&
+           ConditionOf(Get("pause"), "Suspended", "reason") == reason && Pods("pause").empty();
+  };
+  auto active = [&] { return Workload("pause")["spec"].value("active", true); };
+  auto quota_reserved = [&] {
+    return ConditionOf(Workload("pause"), "QuotaReserved", "status") == "True";
+  };
+
+  // Suspended: the Workload is deactivated and its quota goes back.
+  patch_job(true);
+  EXPECT_TRUE(Eventually([&] { return suspended_by("JobSuspended"); }, seconds(60)));
+  EXPECT_TRUE(Eventually([&] { return !active() && !quota_reserved(); }, seconds(60)))
+      << Workload("pause").dump(2);
+  // Resumed: active again, admitted, the gang back.
+  patch_job(false);
+  EXPECT_TRUE(Eventually([&] { return active() && quota_reserved() && running(); }, seconds(90)))
+      << Workload("pause").dump(2);
+
+  // An admin deactivates the Workload: the job is suspended by it until it is active again.
+  auto set_active = [&](bool value) {
+    auto r = client_->Patch(kWorkloads, ns_, Workload("pause")["metadata"].value("name", ""),
+                            PatchType::kMerge, {{"spec", {{"active", value}}}});
+    ASSERT_TRUE(r.ok()) << r.error().message;
+  };
+  set_active(false);
+  EXPECT_TRUE(Eventually([&] { return suspended_by("WorkloadDeactivated"); }, seconds(60)))
+      << Get("pause").dump(2);
+  EXPECT_FALSE(active()) << "the operator undid another's deactivation";
+  set_active(true);
+  const json done = WaitFinished("pause", seconds(600));
+  EXPECT_TRUE(StatusOf(done).IsTrue(api::condition::kSucceeded)) << done.dump(2);
+  EXPECT_EQ(ConditionOf(done, "Suspended", "status"), "False");
+}
+
+// A pod's DRA resource claims count against the queue's quota (Kueue's DynamicResourceAllocation,
+// its device class mapped to kGpuResource): the podSets carry them. A job whose two workers
+// each claim one device of the class waits behind a quota of one, and is admitted at two.
+// Before, the claims were left out of the podSets and such a job used no quota at all. (No
+// DRA driver runs here: the pods are not expected to start, only the admission is checked.)
+TEST_F(Kueue, ADraClaimCountsAgainstTheQueuesQuota) {
+  MakeQueues("2", /*hold=*/false, /*preempt=*/false, /*gpus=*/"1");
+  const Resource claim_templates{"resource.k8s.io/v1", "resourceclaimtemplates"};
+  json tmpl = {
+      {"apiVersion", "resource.k8s.io/v1"},
+      {"kind", "ResourceClaimTemplate"},
+      {"metadata", {{"name", "one-gpu"}, {"namespace", ns_}}},
+      {"spec",
+       {{"spec",
+         {{"devices",
+           {{"requests",
+             json::array({{{"name", "gpu"},
+                           {"exactly", {{"deviceClassName", kGpuClass}, {"count", 1}}}}})}}}}}}}};
+  auto made = client_->Create(claim_templates, ns_, tmpl);
+  ASSERT_TRUE(made.ok()) << made.error().message;
+  json job = QueuedJob("claims", 6, 6);
+  json& pod = job["spec"]["replicaSpecs"]["Worker"]["template"]["spec"];
+  pod["resourceClaims"] =
+      json::array({{{"name", "gpu"}, {"resourceClaimTemplateName", "one-gpu"}}});
+  pod["containers"][0]["resources"]["claims"] = json::array({{{"name", "gpu"}}});
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, job).ok());
+  std::string said;
+  EXPECT_TRUE(Eventually(
+      [&] {
+        said = ConditionOf(Get("claims"), "Admitted", "message");
+        return said.find(kGpuResource) != std::string::npos;
+      },
+      seconds(60)))
+      << "the job does not wait for " << kGpuResource << ": '" << said << "'\n"
+      << Workload("claims").dump(2);
+  EXPECT_TRUE(Pods("claims").empty());
+  // Two devices of quota: admitted.
+  auto raised = client_->Patch(
+      kClusterQueues, "", cluster_queue_, PatchType::kJson,
+      json::array({{{"op", "replace"},
+                    {"path", "/spec/resourceGroups/0/flavors/0/resources/2/nominalQuota"},
+                    {"value", "2"}}}));
+  ASSERT_TRUE(raised.ok()) << raised.error().message;
+  EXPECT_TRUE(Eventually(
+      [&] { return ConditionOf(Workload("claims"), "QuotaReserved", "status") == "True"; },
+      seconds(60)))
+      << Workload("claims").dump(2);
 }
 
 TEST_F(Kueue, APreemptedJobStopsLosslesslyWaitsUncountedAndResumesFromTheExactStep) {

@@ -75,6 +75,34 @@ TEST(KueueAdmission, TheWorkloadHasOnePodSetPerReplicaTypeWithTheirRequests) {
   EXPECT_EQ(counts, (std::map<std::string, int>{{"evaluator", 1}, {"worker", 2}}));
 }
 
+// What Kueue counts besides the containers' requests reaches the podSets: the pods' DRA claims
+// (resourceClaims, and each container's resources.claims), counted by device class where Kueue
+// maps classes to resources; pod-level resources and overhead; a sidecar's restartPolicy.
+// Before, the claims were dropped and a job whose GPUs come through claims used no quota.
+TEST(KueueAdmission, ThePodSetsCarryTheDraClaimsAndWhatElseKueueCounts) {
+  json job = QueuedJob();
+  json& pod = job["spec"]["replicaSpecs"]["Worker"]["template"]["spec"];
+  pod["resourceClaims"] =
+      json::array({{{"name", "gpu"}, {"resourceClaimTemplateName", "one-gpu"}}});
+  pod["containers"][0]["resources"]["claims"] = json::array({{{"name", "gpu"}}});
+  pod["resources"] = {{"requests", {{"memory", "1Gi"}}}};
+  pod["initContainers"] = json::array(
+      {{{"name", "proxy"}, {"image", "p"}, {"restartPolicy", "Always"}, {"args", {"x"}}}});
+  auto spec = api::ParseSpec(job["spec"]);
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  const json wl = BuildWorkload(job, *spec);
+  const json* worker = nullptr;
+  for (const json& ps : wl["spec"]["podSets"]) {
+    if (ps["name"] == "worker") worker = &ps["template"]["spec"];
+  }
+  ASSERT_NE(worker, nullptr);
+  EXPECT_EQ((*worker)["resourceClaims"], pod["resourceClaims"]);
+  EXPECT_EQ((*worker)["containers"][0]["resources"]["claims"][0]["name"], "gpu");
+  EXPECT_EQ((*worker)["resources"]["requests"]["memory"], "1Gi");
+  EXPECT_EQ((*worker)["initContainers"][0]["restartPolicy"], "Always");
+  EXPECT_FALSE((*worker)["initContainers"][0].contains("args"));
+}
+
 TEST(KueueAdmission, StateOfAWaitingWorkloadIsKueuesReason) {
   json wl = {{"status",
               {{"conditions",
@@ -494,6 +522,76 @@ std::vector<json> RunningPods(const json& job, int gen) {
     }
   }
   return pods;
+}
+
+// runPolicy.suspend follows the Workload's spec.active both ways, as Kueue's own integrations
+// map a job's suspension: a suspended job's Workload is deactivated (Kueue frees its quota) and
+// activated again when the job resumes; one deactivated by someone else stays so, and its job
+// waits, Suspended.
+TEST(ActivePatch, MapsSuspendToActiveAndLeavesAnotherDeactivationAlone) {
+  json wl = {{"metadata", {{"name", "w"}}}, {"spec", {{"active", true}}}};
+  EXPECT_FALSE(ActivePatch(wl, /*suspended=*/false).has_value());
+  auto off = ActivePatch(wl, true);
+  ASSERT_TRUE(off.has_value());
+  EXPECT_EQ((*off)["spec"]["active"], false);
+  EXPECT_EQ((*off)["metadata"]["annotations"][kDeactivatedForSuspendAnnotation], "true");
+  wl.merge_patch(*off);
+  EXPECT_FALSE(ActivePatch(wl, true).has_value()) << "already deactivated";
+  EXPECT_FALSE(DeactivatedByOthers(wl));
+  auto on = ActivePatch(wl, false);
+  ASSERT_TRUE(on.has_value());
+  wl.merge_patch(*on);
+  EXPECT_EQ(wl["spec"]["active"], true);
+  EXPECT_FALSE(wl["metadata"]["annotations"].contains(kDeactivatedForSuspendAnnotation));
+  // An admin's deactivation: not undone, and the job says it is suspended by it.
+  wl["spec"]["active"] = false;
+  EXPECT_FALSE(ActivePatch(wl, false).has_value());
+  EXPECT_TRUE(DeactivatedByOthers(wl));
+}
+
+TEST_F(GatePass, ASuspendedJobDeactivatesItsWorkloadAndReleasesItsAdmissionOnceStopped) {
+  Pass();
+  AdmitOnFlavorF();
+  Workload()["metadata"] = {{"name", WorkloadName(in_.job)},
+                            {"ownerReferences", json::array({OwnerReference(in_.job)})}};
+  in_.job["spec"]["runPolicy"]["suspend"] = true;
+  in_.pods = RunningPods(in_.job, 0);
+  GateResult r = Pass();
+  EXPECT_TRUE(r.proceed) << "the reconciler suspends the job (its pods deleted)";
+  ASSERT_EQ(client_.patches.size(), 1U);
+  EXPECT_EQ(client_.patches[0].second["spec"]["active"], false);
+  // Kueue evicts the deactivated Workload; once the pods are gone its admission is released.
+  Workload()["spec"]["active"] = false;
+  Workload()["metadata"]["annotations"][kDeactivatedForSuspendAnnotation] = "true";
+  Workload()["status"]["conditions"].push_back(
+      Condition("Evicted", "True", "Deactivated", "The workload is deactivated"));
+  in_.pods.clear();
+  const size_t updates = client_.status_updates.size();
+  r = Pass();
+  EXPECT_TRUE(r.proceed);
+  ASSERT_EQ(client_.status_updates.size(), updates + 1);
+  EXPECT_EQ(client_.patches.size(), 1U) << "deactivated once";
+  // Resumed: the Workload is active again and the job waits for its admission.
+  in_.job["spec"]["runPolicy"]["suspend"] = false;
+  Workload()["status"] = client_.status_updates.back()["status"];
+  r = Pass();
+  ASSERT_EQ(client_.patches.size(), 2U);
+  EXPECT_EQ(client_.patches[1].second["spec"]["active"], true);
+  EXPECT_FALSE(r.proceed);
+}
+
+TEST_F(GatePass, AWorkloadDeactivatedBySomeoneElseSuspendsTheJobUntilItIsActive) {
+  Pass();
+  Workload()["spec"]["active"] = false;
+  const GateResult r = Pass();
+  EXPECT_FALSE(r.proceed);
+  EXPECT_TRUE(client_.patches.empty()) << "another's deactivation is not undone";
+  bool suspended = false;
+  for (const json& c : in_.job["status"]["conditions"]) {
+    suspended = suspended || (c["type"] == "Suspended" && c["status"] == "True" &&
+                              c["reason"] == "WorkloadDeactivated");
+  }
+  EXPECT_TRUE(suspended) << in_.job["status"].dump(2);
 }
 
 // Kueue's waitForPodsReady reads PodsReady on the Workload: the operator sets it as Kueue's job
