@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -28,6 +29,7 @@
 #include "operator/api/training_job.h"
 #include "operator/controller/cache_transforms.h"
 #include "operator/controller/job_resources.h"
+#include "operator/controller/kueue_admission.h"
 #include "operator/controller/metrics.h"
 #include "operator/controller/reconcile_workers.h"
 #include "operator/controller/tenant_reads.h"
@@ -244,6 +246,7 @@ class FakeClient : public testing::AcceptingClient {
   std::vector<json> status_writes;       // each UpdateStatus's .status
   std::vector<std::string> deleted;      // "secrets/mnist-rendezvous", in order
   std::atomic<int> gets{0};              // Gets of Secrets
+  std::atomic<int> reads{0};             // every Get and List
   // A server that keeps what is created (a second create of it is AlreadyExists) and refuses
   // pods (as while a namespace's ServiceAccount is not made yet).
   bool keep_created = false;
@@ -257,12 +260,14 @@ class FakeClient : public testing::AcceptingClient {
   kube::Result<json> Get(const kube::Resource& r, const std::string&,
                          const std::string& name) override {
     if (r.plural == "secrets") ++gets;
+    ++reads;
     auto it = existing.find(r.plural + "/" + name);
     if (it == existing.end()) return Error(404, "NotFound", name + " not found");
     return it->second;
   }
   kube::Result<json> List(const kube::Resource&, const std::string&,
                           const kube::ListOptions&) override {
+    ++reads;
     return json{{"items", json::array()}};
   }
   kube::Result<json> Create(const kube::Resource& r, const std::string&,
@@ -346,6 +351,9 @@ class ExecutorPass : public ::testing::Test {
       deps.client = &client_;
       deps.random_key = [this] { return random_key_(); };
       deps.caches = OwnedObjectCaches{&jobs_, &pods_, &services_, &network_policies_};
+      deps.kueue = kueue_;
+      deps.pod_groups = pod_groups_;
+      deps.native_pod_groups = native_pod_groups_;
       deps.clock = &clock_;
       deps.status_poller = poller_;
       deps.defer_status = StatusDeferral{[this](const std::string&) { return busy_; },
@@ -431,6 +439,11 @@ class ExecutorPass : public ::testing::Test {
   bool busy_ = false;  // whether other keys are queued or in flight
   std::vector<std::pair<std::string, milliseconds>> write_later_;
   TrainerStatusPoller* poller_ = nullptr;  // the executor's, when a test sets it
+  // Kueue's objects and the PodGroups as watched (null: read live), and whether the cluster
+  // serves native PodGroups.
+  kueue::KueueCaches kueue_;
+  gang::PodGroupCaches pod_groups_;
+  bool native_pod_groups_ = false;
   std::unique_ptr<Executor> executor_;
 };
 
@@ -637,6 +650,38 @@ TEST_F(ExecutorPass, ReplacesTheSecretItMadeWhenItsPassFailedBeforeTheStatus) {
   ASSERT_FALSE(client_.status_writes.empty());
   api::TrainingJobStatus st = api::TrainingJobStatus::FromJson(client_.status_writes.back());
   EXPECT_EQ(st.rendezvous_key_hash, KeyHash("key"));
+}
+
+// A pass of a queued job whose gang is scheduled together, with Kueue's objects and the
+// PodGroups watched (as the operator runs where it may list them): its Workload, flavor and
+// PodGroup come from the caches, its pods and Service from the informers, and the API server
+// is asked nothing; only creates and the status write go to it.
+TEST_F(ExecutorPass, AQueuedGangJobsPassReadsNothingLive) {
+  json job = TestJob("uid-new");
+  job["metadata"]["labels"][kueue::kQueueNameLabel] = "queue";
+  jobs_.Upsert(job);
+  auto spec = api::ParseSpec(job["spec"]);
+  ASSERT_TRUE(spec.ok());
+  json wl = kueue::BuildWorkload(job, *spec);
+  wl["status"] = {
+      {"conditions",
+       json::array({{{"type", "QuotaReserved"}, {"status", "True"}, {"reason", "QuotaReserved"}},
+                    {{"type", "Admitted"}, {"status", "True"}, {"reason", "Admitted"}}})},
+      {"admission",
+       {{"clusterQueue", "cq"},
+        {"podSetAssignments", json::array({{{"name", "worker"}, {"flavors", {{"cpu", "f"}}}}})}}}};
+  kube::ObjectCache workloads, flavors, classes, groups;
+  workloads.Upsert(wl);
+  flavors.Upsert({{"metadata", {{"name", "f"}}}, {"spec", {{"nodeLabels", {{"pool", "a"}}}}}});
+  kueue_ = {&workloads, &flavors, &classes};
+  pod_groups_ = {.native = &groups};
+  native_pod_groups_ = true;  // schedulingPolicy.gang Auto: a native PodGroup per gang
+  auto r = Sync();
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  EXPECT_EQ(client_.CreatedPods().size(), 2u);
+  EXPECT_EQ(std::count(client_.created.begin(), client_.created.end(), "podgroups/mnist-gang-0"),
+            1);
+  EXPECT_EQ(client_.reads, 0) << "a live read on a pass of a queued gang job";
 }
 
 // A namespace whose Pod Security Admission level (or a quota, a webhook) refuses the job's pods:
