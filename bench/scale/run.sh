@@ -21,7 +21,8 @@
 # a NetworkPolicy per job (--network-policy). Each chief ends Succeeded
 # $TJ_SCALE_SUCCEED_AFTER (30s) after it starts (kwok's stage), which ends its job.
 # Environment: TJ_SCALE_PHASES (default "1 2 3 4"), TJ_BUILD_DIR (build), TJ_SCALE_DIR (the
-# cluster's state: build/scale-cluster), TJ_SCALE_KEEP=1 leaves the cluster up.
+# cluster's state: build/scale-cluster), TJ_SCALE_KEEP=1 leaves the cluster up,
+# TJ_SCALE_DEADLINE (1800 s: a phase whose jobs have not all succeeded by then is cut short).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 JOBS=${1:-1000}
@@ -124,6 +125,7 @@ phase() {  # phase N OPERATOR PID METRICS [QUEUE]
   python3 bench/scale/scale.py --kubeconfig "$kc" --operator "$op" --pid "$pid" \
     --metrics "$metrics" --operator-bin "$BUILD/bin/tj-operator" --namespace "scale-$n" \
     --jobs "$JOBS" --workers "$WORKERS" --succeed-after "$SUCCEED_AFTER" \
+    --deadline "${TJ_SCALE_DEADLINE:-1800}" \
     ${queue:+--queue "$queue"} >>"$results" || log "phase $n: not every job succeeded"
   tail -n1 "$results" >&2
   kubectl delete namespace "scale-$n" --wait=false >/dev/null

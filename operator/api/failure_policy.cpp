@@ -80,6 +80,8 @@ std::string ToString(RestartCause c) {
       return "OperatorRestart";
     case RestartCause::kFailed:
       return "Failed";
+    case RestartCause::kStalled:
+      return "Stalled";
   }
   return "Failed";
 }
@@ -94,8 +96,9 @@ std::optional<RestartCause> ParseRestartCause(const std::string& s) {
 std::string ToString(FailureAction a) { return kActionNames[static_cast<int>(a)]; }
 
 FailureAction DefaultActionFor(RestartCause cause) {
-  return cause == RestartCause::kFailed ? FailureAction::kRestartJob
-                                        : FailureAction::kRestartJobAndIgnoreBackoffLimit;
+  return cause == RestartCause::kFailed || cause == RestartCause::kStalled
+             ? FailureAction::kRestartJob
+             : FailureAction::kRestartJobAndIgnoreBackoffLimit;
 }
 
 FailureAction FailurePolicy::ActionFor(RestartCause cause, std::string* rule) const {

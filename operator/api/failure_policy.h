@@ -23,10 +23,12 @@ enum class RestartCause {
                      // carry no DisruptionTarget condition (before Kubernetes 1.26)
   kOperatorRestart,  // the operator restarted the gang itself
   kFailed,           // the program failed: an exit code or a signal (OOM kill ...) of its own
+  kStalled,          // the job's step stopped advancing (runPolicy.progressDeadlineSeconds)
 };
 inline constexpr RestartCause kAllRestartCauses[] = {
     RestartCause::kEvicted, RestartCause::kPreempted,       RestartCause::kNodeLost,
-    RestartCause::kDeleted, RestartCause::kOperatorRestart, RestartCause::kFailed};
+    RestartCause::kDeleted, RestartCause::kOperatorRestart, RestartCause::kFailed,
+    RestartCause::kStalled};
 std::string ToString(RestartCause c);  // "Evicted", "Preempted", ... (the spec's spelling)
 std::optional<RestartCause> ParseRestartCause(const std::string& s);
 
@@ -54,7 +56,8 @@ struct FailurePolicy {
 };
 
 // The defaults: a disruption that is not the program's fault (evicted, preempted, node lost,
-// deleted, an operator restart) restarts without counting; a failure of the program counts.
+// deleted, an operator restart) restarts without counting; a failure of the program counts,
+// and so does a stall (a program that hangs every time must end, not loop).
 FailureAction DefaultActionFor(RestartCause cause);
 
 inline constexpr size_t kMaxFailurePolicyRules = 32;

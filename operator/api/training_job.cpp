@@ -298,6 +298,8 @@ StatusOr<TrainingJobSpec> ParseSpec(const json& spec) {
                                          &out.run_policy.ttl_seconds_after_finished));
   TJ_RETURN_IF_ERROR(ReadDurationSeconds(run, "startupDeadlineSeconds", "spec.runPolicy", 1,
                                          &out.run_policy.startup_deadline_seconds));
+  TJ_RETURN_IF_ERROR(ReadDurationSeconds(run, "progressDeadlineSeconds", "spec.runPolicy", 1,
+                                         &out.run_policy.progress_deadline_seconds));
   std::optional<std::string> clean;
   TJ_RETURN_IF_ERROR(
       ReadEnum(run, "cleanPodPolicy", "spec.runPolicy", {"All", "Running", "None"}, &clean));
@@ -424,6 +426,9 @@ TrainingJobStatus TrainingJobStatus::FromJson(const json& j) {
     if (j.contains("completionTime") && j["completionTime"].is_string()) {
       s.completion_time = j["completionTime"];
     }
+    if (j.contains("progressTime") && j["progressTime"].is_string()) {
+      s.progress_time = j["progressTime"];
+    }
     if (j.contains("firstFailureTime") && j["firstFailureTime"].is_string()) {
       s.first_failure_time = j["firstFailureTime"];
     }
@@ -462,6 +467,7 @@ json TrainingJobStatus::ToJson() const {
   if (start_time) j["startTime"] = *start_time;
   if (completion_time) j["completionTime"] = *completion_time;
   if (first_failure_time) j["firstFailureTime"] = *first_failure_time;
+  if (progress_time) j["progressTime"] = *progress_time;
   if (progress.is_object()) j["progress"] = progress;
   if (evaluation.is_object()) j["evaluation"] = evaluation;
   const std::string st = StateOf(conditions);

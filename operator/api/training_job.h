@@ -99,6 +99,9 @@ struct RunPolicy {
   CleanPodPolicy clean_pod_policy = CleanPodPolicy::kRunning;
   bool suspend = false;
   std::optional<int64_t> startup_deadline_seconds;
+  // The job's global step may stay the same this long while its gang runs; then the gang
+  // restarts with the cause Stalled. Judged only once the chief reports a step.
+  std::optional<int64_t> progress_deadline_seconds;
   SchedulingPolicy scheduling_policy;
 };
 
@@ -192,6 +195,10 @@ struct TrainingJobStatus {
   // gang fail or go. The gang's failure is judged once every pod of it has ended, or the
   // settle time (ReconcilerOptions::failure_settle) after this; cleared by a gang restart.
   std::optional<std::string> first_failure_time;
+  // status.progressTime: when the current gang's global step (from its chief's /status) was
+  // last seen to change, or first seen (RFC 3339); what runPolicy.progressDeadlineSeconds is
+  // measured from. Cleared when the gang restarts.
+  std::optional<std::string> progress_time;
   nlohmann::json progress;    // null or {epoch, totalEpochs, step, loss, accuracy, ...}
   nlohmann::json evaluation;  // null or {checkpoint, epoch, loss, accuracy}
   std::string state;          // the printer column: last true condition of the lifecycle

@@ -74,6 +74,7 @@ Decision Pass::Run() {
   CreateMissingPods(gang, census);
   SuperviseEvaluator(gang);
   if (MarkRunningOrFailStartup(census)) return EndCountingReplicas();
+  if (RestartIfStalled(gang, census)) return EndCountingReplicas();
 
   CopyProgress();
   // Poll while a trainer runs (status.progress); pending pods are watched, not polled.

@@ -242,6 +242,7 @@ void Pass::RestartGang(const std::string& message, const GangPods& current) {
   status_.restart_count += 1;
   status_.created_generation = -1;
   status_.first_failure_time.reset();
+  status_.progress_time.reset();
   status_.SetCondition(cond::kRestarting, true, "GangRestart", message, observed_.now);
   status_.SetCondition(cond::kRunning, false, "GangRestart", message, observed_.now);
   Event("Warning", "GangRestart", message);
@@ -249,6 +250,52 @@ void Pass::RestartGang(const std::string& message, const GangPods& current) {
   for (const auto& [replica, pod] : current) DeletePod(*pod);
   RequeueAfter(std::chrono::seconds(1));
   CopyProgress();
+}
+
+bool Pass::RestartIfStalled(const Gang& gang, const GangCensus& census) {
+  const std::optional<int64_t> limit = spec_.run_policy.progress_deadline_seconds;
+  if (!limit || census.running != census.expected || !census.missing.empty()) return false;
+  const std::string chief = PodName(ref_.name, spec_.ChiefType(), 0);
+  // Where the chief is: {epoch, step} (its step counts within the epoch); null when it did not
+  // answer or reports no step.
+  json at;
+  if (auto it = observed_.trainer_status.find(chief);
+      it != observed_.trainer_status.end() && it->second.is_object()) {
+    json p = json::object();
+    CopyStatusField(it->second, status_schema::kEpoch, p, "epoch");
+    if (CopyStatusField(it->second, status_schema::kStep, p, "step")) at = std::move(p);
+  }
+  json was = json::object();  // where it was at the last pass (status.progress)
+  if (status_.progress.is_object()) {
+    for (const char* k : {"epoch", "step"}) {
+      if (status_.progress.contains(k)) was[k] = status_.progress[k];
+    }
+  }
+  if (at.is_null() && !status_.progress_time) return false;  // no step reported: not judged
+  const std::optional<kube::WallTime> since =
+      status_.progress_time ? kube::ParseTime(*status_.progress_time) : std::nullopt;
+  if (!since || (!at.is_null() && at != was)) {  // first seen, or advanced
+    status_.progress_time = kube::FormatTime(observed_.now);
+    RequeueAt(observed_.now + std::chrono::seconds(*limit));
+    return false;
+  }
+  const kube::WallTime deadline = *since + std::chrono::seconds(*limit);
+  if (observed_.now < deadline) {
+    RequeueAt(deadline);
+    return false;
+  }
+  const std::string why =
+      "the step stayed at " + was.dump() + " for " + std::to_string(*limit) +
+      "s (runPolicy.progressDeadlineSeconds; " + chief +
+      (at.is_null() ? " has stopped answering GET /status" : "'s /status") +
+      "): in synchronous training every replica waits for the slowest, whose log says why";
+  Event("Warning", "Stalled", why);
+  auto budget = ChargeGangRestart(api::RestartCause::kStalled, why);
+  if (!budget) return true;  // the job has failed
+  RestartGang("restart " + std::to_string(status_.restart_count + 1) + " (" + *budget +
+                  "): " + why + "; restarting all chief and worker pods",
+              gang.current);
+  return true;
 }
 
 void Pass::CreateMissingPods(const Gang& gang, const GangCensus& census) {

@@ -48,6 +48,7 @@ bool Pass::SuspendOrResume() {
     }
     status_.created_generation = -1;
     status_.first_failure_time.reset();
+    status_.progress_time.reset();
     status_.start_time.reset();
     status_.progress = nullptr;
     return true;

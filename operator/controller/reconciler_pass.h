@@ -150,6 +150,12 @@ class Pass {
   // the GangRestart message; nullopt after failing the job (the rule says FailJob, or the
   // budget is spent).
   std::optional<std::string> ChargeGangRestart(api::RestartCause cause, const std::string& why);
+  // runPolicy.progressDeadlineSeconds: while the whole gang runs, the chief's global step
+  // (its /status) staying the same that long since status.progressTime restarts the gang
+  // with the cause Stalled. A gang whose chief has reported no step is not judged; one whose
+  // chief stops answering after it did is judged by the step it last reported. True: the pass
+  // has decided.
+  bool RestartIfStalled(const Gang& gang, const GangCensus& census);
   // Starts gang status.restartCount + 1: deletes the `current` gang, says why (`message`).
   void RestartGang(const std::string& message, const GangPods& current);
   // After the previous gang is gone and the restart backoff has passed.

@@ -137,6 +137,24 @@ TEST_F(FaultWorkload, EvaluatorKilledIsRestartedAloneAndEvaluatesTheFinalCheckpo
   EXPECT_NE(Describe().find("EvaluatorRestart"), std::string::npos) << Describe();
 }
 
+// runPolicy.progressDeadlineSeconds: every worker of the first gang stops before its 25th step
+// for two minutes (a hang that times nothing out: no collective is waiting yet), while its
+// /status keeps answering the same step. 15 s later the operator restarts the gang with the
+// cause Stalled; the next gang resumes from the last backup and ends with the reference
+// weights.
+TEST_F(FaultWorkload, AStepThatStopsAdvancingIsRestartedAsStalledAndSucceeds) {
+  json job = FaultJob(kPace + ";train.step=sleep:120000@25%0");
+  job["spec"]["runPolicy"]["progressDeadlineSeconds"] = 15;
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, job).ok());
+  ASSERT_TRUE(WaitResumed(1).is_object());
+  ExpectSucceededWithReferenceWeights(kJob, kChief, ReferenceSha(), 1, kFinishTimeout);
+  const json done = Get(kJob);
+  const auto s = StatusOf(done);
+  EXPECT_EQ(s.restarts.by_cause.count("Stalled") ? s.restarts.by_cause.at("Stalled") : 0, 1)
+      << done.dump(2);
+  EXPECT_NE(Describe().find("Stalled"), std::string::npos) << Describe();
+}
+
 TEST_F(FaultWorkload, TwoFaultsInARowWorkerThenChiefRightAfterResuming) {
   ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, FaultJob(kPace)).ok());
   ASSERT_TRUE(FirstBackup().is_object());

@@ -174,6 +174,7 @@ class Kueue : public testing::JobTest {
 
   static std::string ConditionOf(const json& object, const std::string& type,
                                  const std::string& field) {
+    if (!object.is_object()) return "";  // e.g. a Workload not made yet
     for (const json& c :
          object.value("status", json::object()).value("conditions", json::array())) {
       if (c.value("type", "") == type) return c.value(field, "");
@@ -347,7 +348,10 @@ TEST_F(Kueue, SuspendAndTheWorkloadsActiveFollowEachOtherBothWays) {
     return ConditionOf(Get("pause"), "Suspended", "status") == "True" &&
            ConditionOf(Get("pause"), "Suspended", "reason") == reason && Pods("pause").empty();
   };
-  auto active = [&] { return Workload("pause")["spec"].value("active", true); };
+  auto active = [&] {
+    const json w = Workload("pause");
+    return w.is_object() && w.value("spec", json::object()).value("active", true);
+  };
   auto quota_reserved = [&] {
     return ConditionOf(Workload("pause"), "QuotaReserved", "status") == "True";
   };

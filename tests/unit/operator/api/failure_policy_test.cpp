@@ -18,10 +18,11 @@ TEST(FailurePolicy, AbsentOrNullMeansTheDefaults) {
   }
 }
 
-TEST(FailurePolicy, DefaultsCountOnlyTheProgramsFailures) {
+// A stall counts too: a program that hangs every time must end, not restart for ever.
+TEST(FailurePolicy, DefaultsCountOnlyTheProgramsFailuresAndStalls) {
   const FailurePolicy none;
   for (RestartCause c : kAllRestartCauses) {
-    const FailureAction want = c == RestartCause::kFailed
+    const FailureAction want = c == RestartCause::kFailed || c == RestartCause::kStalled
                                    ? FailureAction::kRestartJob
                                    : FailureAction::kRestartJobAndIgnoreBackoffLimit;
     std::string rule;
@@ -84,12 +85,12 @@ INSTANTIATE_TEST_SUITE_P(
                   "RestartJobAndIgnoreBackoffLimit, FailJob"},
         BadPolicy{"NoCauses",
                   {{"rules", {{{"action", "FailJob"}}}}},
-                  "spec.failurePolicy.rules[0].onCauses: required: a list of 1 to 6 causes out "
-                  "of Evicted, Preempted, NodeLost, Deleted, OperatorRestart, Failed"},
+                  "spec.failurePolicy.rules[0].onCauses: required: a list of 1 to 7 causes out "
+                  "of Evicted, Preempted, NodeLost, Deleted, OperatorRestart, Failed, Stalled"},
         BadPolicy{"UnknownCause",
                   {{"rules", {{{"action", "FailJob"}, {"onCauses", {"Evicted", "OOMKilled"}}}}}},
                   "spec.failurePolicy.rules[0].onCauses[1]: must be one of Evicted, Preempted, "
-                  "NodeLost, Deleted, OperatorRestart, Failed"},
+                  "NodeLost, Deleted, OperatorRestart, Failed, Stalled"},
         BadPolicy{"LongName",
                   {{"rules",
                     {{{"name", std::string(64, 'n')},

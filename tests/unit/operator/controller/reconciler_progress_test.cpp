@@ -172,5 +172,75 @@ TEST(CopyStatusField, KindsAndBounds) {
   EXPECT_EQ(to, (json{{"n", 7}, {"f", 0.5}, {"s", "ckpt-3"}}));
 }
 
+// runPolicy.progressDeadlineSeconds: a gang whose chief's step stays put that long restarts
+// with the cause Stalled (counted against backoffLimit by default), with an Event that says
+// where it stopped; a step that advances, or a chief that never reported one, is not judged.
+TEST(Reconcile, AStepThatStopsAdvancingRestartsTheGangAsStalled) {
+  World w;
+  w.in.job["spec"]["runPolicy"]["progressDeadlineSeconds"] = 60;
+  w.Running();
+  // No step reported yet: not judged, whatever the time.
+  Decision d = Reconcile(w.in);
+  EXPECT_FALSE(StatusOf(d).progress_time.has_value());
+  w.in.now = kT0 + std::chrono::hours(1);
+  EXPECT_FALSE(Reconcile(w.in).job_restarted);
+  // The first step seen starts the clock, and a pass is asked for by the deadline.
+  w.in.now = kT0;
+  w.in.trainer_status["mnist-worker-0"] = {{"epoch", 0}, {"step", 7}};
+  d = Reconcile(w.in);
+  ASSERT_TRUE(StatusOf(d).progress_time.has_value());
+  EXPECT_EQ(*StatusOf(d).progress_time, kube::FormatTime(kT0));
+  ASSERT_TRUE(d.requeue_after.has_value());
+  EXPECT_LE(*d.requeue_after, std::chrono::seconds(60));
+  w.Keep(d);
+  // It advances: the clock starts again.
+  w.in.now = kT0 + std::chrono::seconds(50);
+  w.in.trainer_status["mnist-worker-0"] = {{"epoch", 0}, {"step", 8}};
+  d = Reconcile(w.in);
+  EXPECT_FALSE(d.job_restarted);
+  EXPECT_EQ(*StatusOf(d).progress_time, kube::FormatTime(w.in.now));
+  w.Keep(d);
+  // The same step at the next epoch is progress too.
+  w.in.now = kT0 + std::chrono::seconds(100);
+  w.in.trainer_status["mnist-worker-0"] = {{"epoch", 1}, {"step", 8}};
+  d = Reconcile(w.in);
+  EXPECT_EQ(*StatusOf(d).progress_time, kube::FormatTime(w.in.now));
+  w.Keep(d);
+  // Then it stays put; the chief even stops answering: 60 s later the gang restarts.
+  w.in.trainer_status.clear();
+  w.in.now = kT0 + std::chrono::seconds(159);
+  d = Reconcile(w.in);
+  EXPECT_FALSE(d.job_restarted);
+  w.Keep(d);
+  w.in.now = kT0 + std::chrono::seconds(160);
+  d = Reconcile(w.in);
+  EXPECT_TRUE(d.job_restarted);
+  const api::TrainingJobStatus st = StatusOf(d);
+  EXPECT_EQ(st.restart_count, 1);
+  EXPECT_EQ(st.restarts.by_cause.at("Stalled"), 1);
+  EXPECT_EQ(st.restarts.backoff_limit_used, 1) << "a stall counts by default";
+  EXPECT_FALSE(st.progress_time.has_value()) << "cleared for the next gang";
+  const Action* e = FindEvent(d, "Stalled");
+  ASSERT_NE(e, nullptr);
+  EXPECT_NE(e->message.find("the step stayed at {\"epoch\":1,\"step\":8} for 60s"),
+            std::string::npos)
+      << e->message;
+  EXPECT_NE(e->message.find("mnist-worker-0 has stopped answering GET /status"), std::string::npos)
+      << e->message;
+}
+
+// Without the field a stalled step is never judged.
+TEST(Reconcile, WithoutAProgressDeadlineAStillStepIsLeftAlone) {
+  World w;
+  w.Running();
+  w.in.trainer_status["mnist-worker-0"] = {{"epoch", 0}, {"step", 7}};
+  Decision d = Reconcile(w.in);
+  w.Keep(d);
+  w.in.now = kT0 + std::chrono::hours(5);
+  d = Reconcile(w.in);
+  EXPECT_FALSE(d.job_restarted);
+  EXPECT_FALSE(StatusOf(d).progress_time.has_value());
+}
+
 }  // namespace
 }  // namespace tj::controller
