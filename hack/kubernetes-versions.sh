@@ -24,6 +24,9 @@ fi
 
 log() { echo "kubernetes-versions: $*" >&2; }
 OUT=$BUILD/kubernetes-versions.md
+# What is tested: the commit (and whether the tree had changes) as the run starts.
+commit=$(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo '+changes')
+started=$(date -u +%Y-%m-%dT%H:%MZ)
 rows=()
 failed=0
 for want in "${versions[@]}"; do
@@ -57,7 +60,7 @@ EOF
 done
 {
   echo "Kubernetes releases beside $KUBE_VERSION (CI's): \`hack/kubernetes-versions.sh\` on"
-  echo "$(hostname) ($(nproc) cores), commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo '+changes'), $(date -u +%Y-%m-%dT%H:%MZ)."
+  echo "$(hostname) ($(nproc) cores), commit $commit, from $started."
   echo
   echo "| Kubernetes | suite | result | seconds |"
   echo "|---|---|---|---|"
