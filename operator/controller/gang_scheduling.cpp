@@ -134,7 +134,8 @@ Status Ensure(kube::Client& client, const kube::ObjectCache* cache, const kube::
   auto created = client.Create(r, ref.ns, group);
   if (created.ok()) return Status::Ok();
   if (kube::IsAlreadyExists(created.error())) {
-    std::optional<json> seen = cache != nullptr ? cache->Get(ref.ns + "/" + name) : std::nullopt;
+    std::optional<json> seen =
+        cache != nullptr ? cache->Get(kube::ObjectKey(ref.ns, name)) : std::nullopt;
     if (!seen) {  // not watched, or not in the cache yet
       auto existing = client.Get(r, ref.ns, name);
       if (!existing.ok()) return existing.error().ToStatus().WithContext("reading " + what);
