@@ -346,24 +346,14 @@ std::optional<int> ConnectToApiServer(const Flags& f, tj::Clock* clock, tj::Even
   return std::nullopt;
 }
 
-// Whether the API server serves Kubernetes' own PodGroups (docs/gangs.md), said in the log.
-// Looked for once: a cluster that enables them later needs the operator restarted. A server
-// that does not answer the question is taken not to serve them.
-bool NativePodGroupsServed(tj::kube::Client* client, tj::EventLog& log) {
-  auto served = tj::controller::gang::NativePodGroupsServed(*client);
-  if (!served.ok()) {
-    log.Warn(served.status().message() + ": jobs get no native PodGroup");
-    return false;
-  }
-  log.Emit({{"event", "native_pod_groups"}, {"served", *served}});
-  return *served;
-}
-
 // The informers the operator adds where it may list what they watch (job_informers.h), said in
-// the log: Kueue's objects (with every queued job's Workload) and each kind of PodGroup. Looked
-// for once: Kueue or a scheduler installed (or the operator given the right) later needs the
-// operator restarted; until then those objects are read from the API server when a pass needs
-// them (a queued job's Workload on every pass, polled every 2 s).
+// the log: Kueue's objects (with every queued job's Workload) and each kind of PodGroup; and
+// whether the API server serves Kubernetes' own PodGroups (docs/gangs.md: jobs whose gang is
+// Auto get one), from the same discovery answer. Looked for once: Kueue or a scheduler
+// installed (or the operator given the right) later needs the operator restarted; until then
+// Kueue's objects are read from the API server when a pass needs them (a queued job's Workload
+// on every pass, polled every 2 s). A server that does not answer is taken to serve no
+// PodGroup.
 void WatchWherePermitted(tj::kube::Client* client, tj::Clock* clock, const std::string& ns,
                          tj::kube::WorkQueue* queue, tj::EventLog& log,
                          tj::controller::JobInformers* informers,
@@ -374,22 +364,26 @@ void WatchWherePermitted(tj::kube::Client* client, tj::Clock* clock, const std::
                        const std::vector<const tj::kube::Resource*>& resources) {
     auto w = tj::controller::Watchable(*client, resources, ns);
     if (!w.ok()) {
-      log.Warn(w.status().message() + ": " + what + " are read from the API server");
-      return false;
+      log.Warn(w.status().message() + ": " + what + " are not watched");
+      return tj::controller::Watchability{};
     }
     log.Emit(
         {{"event", "watch"}, {"what", what}, {"watched", w->watchable}, {"why_not", w->why_not}});
-    return w->watchable;
+    return *w;
   };
   if (watchable("kueue",
-                {&kueue::kWorkloads, &kueue::kResourceFlavors, &kueue::kWorkloadPriorityClasses})) {
+                {&kueue::kWorkloads, &kueue::kResourceFlavors, &kueue::kWorkloadPriorityClasses})
+          .watchable) {
     tj::controller::AddKueueInformers(informers, client, clock, ns, queue, &log);
     executor->set_kueue_caches(informers->Kueue());
   }
-  for (gang::Kind kind : {gang::Kind::kNative, gang::Kind::kVolcano, gang::Kind::kCoscheduling}) {
+  for (gang::Kind kind : gang::kKinds) {
     const tj::kube::Resource& r = gang::ResourceOf(kind);
-    if (watchable(r.plural + "." + r.api_version, {&r})) {
-      tj::controller::AddPodGroupInformer(informers, kind, client, clock, ns, &log);
+    const tj::controller::Watchability w = watchable(r.plural + "." + r.api_version, {&r});
+    if (w.watchable) tj::controller::AddPodGroupInformer(informers, kind, client, clock, ns, &log);
+    if (kind == gang::Kind::kNative) {
+      log.Emit({{"event", "native_pod_groups"}, {"served", w.served}});
+      executor->set_native_pod_groups(w.served);
     }
   }
   executor->set_pod_group_caches(informers->PodGroups());
@@ -672,7 +666,6 @@ int main(int argc, char** argv) {
   // After the flags' addresses are bound (a wrong one is said at once, whatever the API
   // server), before anything watches: /healthz answers while the server is waited for.
   if (auto code = CheckApiServerVersion(client, api.config.server, stop, log)) return *code;
-  executor.set_native_pod_groups(NativePodGroupsServed(client, log));
   WatchWherePermitted(client, clock, f.ns, &queue, log, &informers, &executor);
 
   if (!StartAndSync(informers, stop)) return 0;

@@ -363,14 +363,19 @@ Status ValidateJobName(const std::string& name, const TrainingJobSpec& spec) {
 
 namespace {
 
-// The lifecycle state shown by `kubectl get tj`, from the conditions.
+// The lifecycle state shown by `kubectl get tj`, from the conditions: Queued while Kueue has
+// not admitted a job that neither runs nor has ended.
 std::string StateOf(const std::vector<Condition>& conditions) {
+  auto holds = [&conditions](const char* type, const char* status) {
+    return std::any_of(conditions.begin(), conditions.end(),
+                       [&](const Condition& c) { return c.type == type && c.status == status; });
+  };
   for (const char* t : {condition::kFailed, condition::kSucceeded, condition::kSuspended,
-                        condition::kRestarting, condition::kRunning, condition::kCreated}) {
-    for (const auto& c : conditions) {
-      if (c.type == t && c.status == "True") return t;
-    }
+                        condition::kRestarting, condition::kRunning}) {
+    if (holds(t, "True")) return t;
   }
+  if (holds(condition::kAdmitted, "False")) return kQueuedState;
+  if (holds(condition::kCreated, "True")) return condition::kCreated;
   return "";
 }
 
@@ -524,6 +529,15 @@ bool TrainingJobStatus::SetCondition(const std::string& type, bool status,
   }
   if (!status) return false;  // a condition that never held is not written as False
   conditions.push_back({type, st, reason, message, t, t, observed_generation});
+  state = StateOf(conditions);
+  return true;
+}
+
+bool TrainingJobStatus::SetWaitingCondition(const std::string& type, const std::string& reason,
+                                            const std::string& message, kube::WallTime now) {
+  if (Find(type) != nullptr) return SetCondition(type, false, reason, message, now);
+  const std::string t = kube::FormatTime(now);
+  conditions.push_back({type, "False", reason, message, t, t, observed_generation});
   state = StateOf(conditions);
   return true;
 }

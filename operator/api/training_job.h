@@ -157,7 +157,14 @@ inline constexpr char kPodCreateRefused[] = "PodCreateRefused";
 // other pods of the cluster; the message says why and what to do. The create is tried again
 // (ReconcilerOptions::network_policy_retry). False (NetworkPolicyCreated) once it exists.
 inline constexpr char kNetworkPolicyRefused[] = "NetworkPolicyRefused";
+// A job queued in Kueue (label kueue.x-k8s.io/queue-name, docs/kueue.md): False while Kueue
+// decides, with Kueue's reason and message (the quota it lacks); True once it admitted the
+// gang. While it is False and no lifecycle condition holds, the job's state is Queued.
+inline constexpr char kAdmitted[] = "Admitted";
 }  // namespace condition
+
+// status.state of a job that waits for Kueue's admission (the State column of `kubectl get tj`).
+inline constexpr char kQueuedState[] = "Queued";
 
 struct Condition {
   std::string type;
@@ -220,6 +227,10 @@ struct TrainingJobStatus {
   // flips. Returns true when anything changed. Keeps `state` in step.
   bool SetCondition(const std::string& type, bool status, const std::string& reason,
                     const std::string& message, kube::WallTime now);
+  // SetCondition, but a False condition that never held is written too: one that says why
+  // the job waits (Admitted=False).
+  bool SetWaitingCondition(const std::string& type, const std::string& reason,
+                           const std::string& message, kube::WallTime now);
 };
 
 // Object metadata the operator needs.

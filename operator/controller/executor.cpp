@@ -22,12 +22,37 @@ using nlohmann::json;
 using std::chrono::milliseconds;
 
 // The cache of `r`'s objects; null for a resource the executor does not cache.
-const kube::ObjectCache* CacheOf(const OwnedObjectCaches& caches, const kube::Resource& r) {
+const kube::ObjectCache* CacheOf(const ExecutorDeps& deps, const kube::Resource& r) {
+  const OwnedObjectCaches& caches = deps.caches;
   if (r.plural == kube::resources::kPods.plural) return caches.pods;
   if (r.plural == kube::resources::kServices.plural) return caches.services;
   if (r.plural == kube::resources::kNetworkPolicies.plural) return caches.network_policies;
   if (r.plural == api::kTrainingJobs.plural) return caches.jobs;
+  if (r.plural == kueue::kWorkloads.plural && r.api_version == kueue::kWorkloads.api_version) {
+    return deps.kueue.workloads;
+  }
+  for (gang::Kind kind : gang::kKinds) {
+    if (r.api_version == gang::ResourceOf(kind).api_version && r.plural == "podgroups") {
+      return deps.pod_groups.Of(kind);
+    }
+  }
   return nullptr;
+}
+
+// The object `name` of `r` in `ns` from `cache` when it is watched (nullopt: none), else from
+// the API server (nullopt: 404).
+kube::Result<std::optional<json>> ReadFrom(kube::Client& client, const kube::ObjectCache* cache,
+                                           const kube::Resource& r, const std::string& ns,
+                                           const std::string& name) {
+  if (cache != nullptr) return cache->Get(kube::ObjectKey(ns, name));
+  auto got = client.Get(r, ns, name);
+  if (got.ok()) return std::optional<json>(std::move(*got));
+  if (kube::IsNotFound(got.error())) return std::optional<json>();
+  return got.error();
+}
+
+bool Among(const std::vector<int>& codes, int code) {
+  return std::find(codes.begin(), codes.end(), code) != codes.end();
 }
 
 // The owners of `object`, for a message: "TrainingJob mnist (uid u-1)", or "no owner".
@@ -48,19 +73,6 @@ std::string OwnersOf(const json& object) {
 void DropUnowned(Observed* in) {
   if (in->service && !IsOwnedBy(*in->service, in->job)) in->service.reset();
   if (in->network_policy && !IsOwnedBy(*in->network_policy, in->job)) in->network_policy.reset();
-}
-
-// `status` (a job's .status) with the condition NetworkPolicyRefused True saying `message`,
-// stamped now even when it said so already: the reconciler tries again
-// ReconcilerOptions::network_policy_retry after the last refusal.
-json WithNetworkPolicyRefused(const json& status, const std::string& message, kube::WallTime now) {
-  api::TrainingJobStatus st = api::TrainingJobStatus::FromJson(status);
-  st.SetCondition(api::condition::kNetworkPolicyRefused, true, "NetworkPolicyRefused", message,
-                  now);
-  for (auto& c : st.conditions) {
-    if (c.type == api::condition::kNetworkPolicyRefused) c.last_update_time = kube::FormatTime(now);
-  }
-  return st.ToJson();
 }
 
 }  // namespace
@@ -253,8 +265,8 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
   // events that bring it enqueue the key again, the TTL bounds the wait.
   const OwnedObjectCaches& caches = deps_.caches;
   auto wait =
-      expectations_.Pending(key, [&caches](const kube::Resource& r, const std::string& object_key) {
-        const kube::ObjectCache* cache = CacheOf(caches, r);
+      expectations_.Pending(key, [this](const kube::Resource& r, const std::string& object_key) {
+        const kube::ObjectCache* cache = CacheOf(deps_, r);
         return cache != nullptr ? cache->GetShared(object_key) : nullptr;
       });
   if (wait) {
@@ -297,32 +309,15 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
   ReadOwned(ns, name, &in);
   if (deps_.reported_backups != nullptr) in.reported_backup = deps_.reported_backups->Newest(key);
   if (deps_.departed_pods != nullptr) in.departed = deps_.departed_pods->Of(key, uid);
-  // A job labelled kueue.x-k8s.io/queue-name waits for Kueue's admission (kueue_admission.h).
-  auto gate = kueue::Gate(*c, deps_.kueue, deps_.recorder, &in);
-  if (!gate.ok()) return gate.status();
-  if (!gate->proceed) {
-    if (!gate->actions.empty()) {  // an evicted gang's pods deleted, its Events
-      Decision stop;
-      stop.actions = gate->actions;
-      TJ_RETURN_IF_ERROR(Apply(key, in.job, stop));
-    }
-    if (gate->status_changed || kept) {
-      TJ_RETURN_IF_ERROR(WriteStatus(key, in.job, in.job["status"]));
-    }
-    ForgetKept(key);
-    return gate->requeue_after;
-  }
+  if (!kueue::QueueName(in.job).empty()) TJ_RETURN_IF_ERROR(ReadQueue(ns, &in));
+  ReadPodGroups(ns, name, &in);
+  in.refused = TakeRefusals(key);
   if (deps_.random_key) in.new_rendezvous_key = deps_.random_key();
-
   if (!api::TrainingJobStatus::FinishedIn(in.job)) ReadTrainerProgress(ns, name, &in);
 
   Decision d = Reconcile(in, options_);
-  if (!d.status && gate->status_changed) d.status = in.job["status"];
-  // The gang's PodGroup before its pods, which name it (gang_scheduling.h).
-  TJ_RETURN_IF_ERROR(
-      gang::Prepare(*c, deps_.recorder, in.job, deps_.native_pod_groups, &d, deps_.pod_groups));
+
   if (Status applied = Apply(key, in.job, d); !applied.ok()) {
-    TakeNetworkPolicyRefusal(key);  // said once the pass goes through
     TJ_RETURN_IF_ERROR(WritePassRefusals(key, in.job));
     return applied;
   }
@@ -330,13 +325,6 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
   std::optional<json> status = d.status ? d.status
                                : kept   ? std::optional<json>(kept->status)
                                         : std::nullopt;
-  if (auto refused = TakeNetworkPolicyRefusal(key)) {
-    status = WithNetworkPolicyRefused(status ? *status : in.job.value("status", json::object()),
-                                      *refused, deps_.wall_clock());
-    if (deps_.recorder) {
-      deps_.recorder->RecordAsync(in.job, "Warning", "NetworkPolicyRefused", *refused);
-    }
-  }
   if (status) {
     const Clock::TimePoint now = clock_->Now();
     const Clock::TimePoint since = kept ? kept->since : now;
@@ -356,12 +344,110 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
     if (d.job_failed) deps_.metrics->JobFailed(ns);
     if (d.job_restarted) deps_.metrics->JobRestarted(ns);
   }
+  // A refusal of this pass is said by the next one, at once.
+  if (Refused(key)) return std::optional<milliseconds>(milliseconds(1));
   return d.requeue_after;
+}
+
+Status Executor::ReadQueue(const std::string& ns, Observed* in) {
+  QueueObserved q;
+  q.watched = deps_.kueue.workloads != nullptr;
+  kube::Client& client = *deps_.client;
+  const std::string name = kueue::WorkloadName(in->job);
+  auto workload = ReadFrom(client, deps_.kueue.workloads, kueue::kWorkloads, ns, name);
+  if (!workload.ok()) {
+    return workload.error().ToStatus().WithContext("reading Workload " + ns + "/" + name +
+                                                   " of TrainingJob " +
+                                                   kube::ObjectKey(ns, api::RefOf(in->job).name));
+  }
+  q.workload = std::move(*workload);
+  if (q.workload) {
+    for (const std::string& f : kueue::AssignedFlavors(*q.workload)) {
+      auto rf = ReadFrom(client, deps_.kueue.flavors, kueue::kResourceFlavors, "", f);
+      if (!rf.ok()) return rf.error().ToStatus().WithContext("reading ResourceFlavor " + f);
+      if (*rf) q.flavors[f] = std::move(**rf);  // a missing one: the rules name it
+    }
+  } else if (const std::string pc = kube::LabelOf(in->job, kueue::kPriorityClassLabel);
+             !pc.empty()) {
+    auto wpc =
+        ReadFrom(client, deps_.kueue.priority_classes, kueue::kWorkloadPriorityClasses, "", pc);
+    if (wpc.ok()) {
+      q.priority_class = std::move(*wpc);
+    } else if (wpc.error().code == 403) {
+      q.priority_class_error = wpc.error().message;
+    } else {
+      return wpc.error().ToStatus().WithContext("reading WorkloadPriorityClass " + pc);
+    }
+  }
+  in->queue = std::move(q);
+  return Status::Ok();
+}
+
+void Executor::ReadPodGroups(const std::string& ns, const std::string& name, Observed* in) const {
+  for (gang::Kind kind : gang::kKinds) {
+    const kube::ObjectCache* cache = deps_.pod_groups.Of(kind);
+    if (cache == nullptr) continue;
+    std::vector<json>& groups = in->pod_groups[gang::ResourceOf(kind).api_version];
+    for (auto& g : cache->ByIndex(kube::ObjectCache::kLabelIndex,
+                                  std::string(api::kLabelJobName) + "=" + name)) {
+      if (api::RefOf(g).ns == ns) groups.push_back(std::move(g));
+    }
+  }
+}
+
+void Executor::Refuse(const std::string& key, const std::string& plural, Refusal refusal) {
+  MutexLock lock(refusals_mu_);
+  refusals_[key][plural] = std::move(refusal);
+}
+
+bool Executor::Refused(const std::string& key) {
+  MutexLock lock(refusals_mu_);
+  return refusals_.count(key) > 0;
+}
+
+std::map<std::string, Refusal> Executor::TakeRefusals(const std::string& key) {
+  MutexLock lock(refusals_mu_);
+  auto it = refusals_.find(key);
+  if (it == refusals_.end()) return {};
+  std::map<std::string, Refusal> out = std::move(it->second);
+  refusals_.erase(it);
+  return out;
+}
+
+Status Executor::Send(const std::string& key, const json& job, const Action& a) {
+  const std::string ns = api::RefOf(job).ns;
+  const std::string object_key = ns + "/" + a.name;
+  kube::Client& client = *deps_.client;
+  const bool expect = a.kind == Action::Kind::kCreate && CacheOf(deps_, a.resource) != nullptr;
+  if (expect) expectations_.ExpectCreate(key, a.resource, object_key);
+  kube::Result<json> r =
+      a.kind == Action::Kind::kPatch
+          ? client.Patch(a.resource, ns, a.name, kube::PatchType::kMerge, a.object)
+      : a.kind == Action::Kind::kUpdateStatus ? client.UpdateStatus(a.resource, ns, a.object)
+                                              : client.Create(a.resource, ns, a.object);
+  if (r.ok()) return Status::Ok();
+  if (expect) expectations_.Forget(key, a.resource, object_key);
+  const kube::ApiError& e = r.error();
+  if (Among(a.tolerated, e.code)) return Status::Ok();
+  if (Among(a.refusable, e.code)) {
+    Refuse(key, a.resource.plural,
+           Refusal{e.code, tj::Utf8Prefix(e.message, 512), deps_.wall_clock()});
+    return Status::Ok();
+  }
+  const std::string what = a.what.empty() ? a.resource.plural + " " + object_key : a.what;
+  if (!a.warn_reason.empty()) {
+    if (deps_.recorder) {
+      deps_.recorder->RecordAsync(job, "Warning", a.warn_reason,
+                                  what + ": " + tj::Utf8Prefix(e.message, 512) + a.hint);
+    }
+    return Status::Ok();
+  }
+  return e.ToStatus().WithContext(what + a.hint);
 }
 
 StatusOr<std::optional<json>> Executor::ReadExisting(const kube::Resource& r, const std::string& ns,
                                                      const std::string& name) {
-  const kube::ObjectCache* cache = CacheOf(deps_.caches, r);
+  const kube::ObjectCache* cache = CacheOf(deps_, r);
   if (cache != nullptr) {
     if (auto cached = cache->Get(ns + "/" + name)) return std::optional<json>(std::move(*cached));
   }
@@ -422,15 +508,6 @@ Status Executor::WritePassRefused(const std::string& key, const json& job, const
   return WriteStatus(key, job, st.ToJson());
 }
 
-std::optional<std::string> Executor::TakeNetworkPolicyRefusal(const std::string& key) {
-  MutexLock lock(refusals_mu_);
-  auto it = network_policy_refusals_.find(key);
-  if (it == network_policy_refusals_.end()) return std::nullopt;
-  std::string message = std::move(it->second);
-  network_policy_refusals_.erase(it);
-  return message;
-}
-
 Status Executor::CreateNetworkPolicy(const std::string& key, const json& job, const Action& a) {
   const std::string ns = api::RefOf(job).ns;
   const std::string object_key = ns + "/" + a.name;
@@ -463,16 +540,7 @@ Status Executor::CreateNetworkPolicy(const std::string& key, const json& job, co
     return e.ToStatus().WithContext("creating networkpolicies " + object_key);
   }
   expectations_.Forget(key, a.resource, object_key);
-  const auto retry =
-      std::chrono::duration_cast<std::chrono::seconds>(options_.network_policy_retry);
-  MutexLock lock(refusals_mu_);
-  network_policy_refusals_[key] =
-      why +
-      "; the job runs, but its pods are not isolated: any pod that can reach them may connect "
-      "to their ports (each trainer port still admits only peers holding the job's key). Let "
-      "the operator create networkpolicies in this namespace (the chart's RBAC) or lift the "
-      "refusal; tried again every " +
-      std::to_string(retry.count()) + " s";
+  Refuse(key, a.resource.plural, Refusal{e.code, why, deps_.wall_clock()});
   return Status::Ok();
 }
 
@@ -482,8 +550,11 @@ Status Executor::Create(const std::string& key, const json& job, const Action& a
   if (a.resource.plural == kube::resources::kNetworkPolicies.plural) {
     return CreateNetworkPolicy(key, job, a);
   }
+  if (!a.refusable.empty() || !a.tolerated.empty()) return Send(key, job, a);
   const std::string object_key = ref.ns + "/" + a.name;
-  expectations_.ExpectCreate(key, a.resource, object_key);
+  // Waited for in the cache, where one shows it (a PodGroup of a kind not watched is not).
+  const bool expect = CacheOf(deps_, a.resource) != nullptr;
+  if (expect) expectations_.ExpectCreate(key, a.resource, object_key);
   std::string kind;
   auto r = [&] {
     // A pod is built now and dropped once sent (Action::build).
@@ -503,14 +574,14 @@ Status Executor::Create(const std::string& key, const json& job, const Action& a
     Status owned =
         existing.ok() ? CheckExistingIsOwned(kind, object_key, *existing, job) : existing.status();
     if (owned.ok()) return owned;
-    expectations_.Forget(key, a.resource, object_key);
+    if (expect) expectations_.Forget(key, a.resource, object_key);
     return owned;
   }
-  expectations_.Forget(key, a.resource, object_key);
+  if (expect) expectations_.Forget(key, a.resource, object_key);
   if (deps_.recorder) {
     deps_.recorder->RecordAsync(
         job, "Warning", "CreateFailed",
-        "creating " + a.resource.plural + " " + a.name + ": " + r.error().message);
+        "creating " + a.resource.plural + " " + a.name + ": " + r.error().message + a.hint);
   }
   if ((r.error().code == 403 || kube::IsInvalid(r.error())) &&
       a.resource.plural == kube::resources::kPods.plural) {
@@ -531,7 +602,8 @@ Status Executor::Create(const std::string& key, const json& job, const Action& a
                         "backoff"};
     }
   }
-  return r.error().ToStatus().WithContext("creating " + a.resource.plural + " " + object_key);
+  return r.error().ToStatus().WithContext("creating " + a.resource.plural + " " + object_key +
+                                          a.hint);
 }
 
 // A run of creates: the objects pods need (the Service, the Secret) together, then the pods
@@ -565,7 +637,7 @@ Status Executor::Apply(const std::string& key, const json& job, const Decision& 
       case Action::Kind::kDelete: {
         const std::string object_key = ref.ns + "/" + a.name;
         std::string uid;
-        const kube::ObjectCache* cache = CacheOf(deps_.caches, a.resource);
+        const kube::ObjectCache* cache = CacheOf(deps_, a.resource);
         if (auto cached = cache != nullptr ? cache->GetShared(object_key) : nullptr) {
           uid = api::RefOf(*cached).uid;
         }
@@ -591,6 +663,10 @@ Status Executor::Apply(const std::string& key, const json& job, const Decision& 
           deps_.log->Emit({{"event", "ttl_deleted"}, {"job", ref.ns + "/" + ref.name}});
         break;
       }
+      case Action::Kind::kPatch:
+      case Action::Kind::kUpdateStatus:
+        TJ_RETURN_IF_ERROR(Send(key, job, a));
+        break;
       case Action::Kind::kEvent: {
         if (deps_.log) {
           deps_.log->Emit({{"event", "job_event"},

@@ -1,10 +1,14 @@
-// The executor: reads one TrainingJob and what it owns from the informer caches, asks the pure
-// reconciler what to do, and applies it through kube::Client: creates and deletes, Events (in
-// the background), and the status through the /status subresource (409 -> re-read the job and
-// write again). A pass never acts on a cache that lags behind its own writes: until the caches
-// show the creates, deletes and status write of the previous pass (kube::Expectations), the
-// key waits. Thread-safe as long as one key is synced by one thread at a time (the work queue
-// guarantees it).
+// The executor: reads one TrainingJob and what it owns from the informer caches (with a queued
+// job's Kueue objects and the gang's PodGroups), asks the pure reconciler what to do, and
+// applies it through kube::Client: creates, deletes, patches and status writes of what the job
+// owns, Events (in the background), and the job's status through the /status subresource
+// (409 -> re-read the job and write again). Sync is read, reconcile, apply: nothing before the
+// reconciler edits what it observed, nothing after it edits what it decided. What the API
+// server refuses of an action (Action::refusable, a refused NetworkPolicy) is kept for the
+// job's next pass (Observed::refused), which says it in the job's status. A pass never acts on a
+// cache that lags behind its own writes: until the caches show the creates, deletes and status
+// write of the previous pass (kube::Expectations), the key waits. Thread-safe as long as one key is
+// synced by one thread at a time (the work queue guarantees it).
 //
 // Status writes give way to other work (ExecutorDeps::defer_status): while other keys are
 // queued or being synced, a pass keeps the status it computed instead of writing it and asks
@@ -15,6 +19,7 @@
 // Creates and deletes are never deferred.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <functional>
 #include <map>
@@ -51,6 +56,24 @@ struct OwnedObjectCaches {
   // (ReconcilerOptions::network_policy unset).
   const kube::ObjectCache* network_policies = nullptr;
   // No Secrets: the operator never reads them (Executor::CreateSecret).
+};
+
+// Kueue's objects as the operator watches them (informers on the Workloads labelled with a
+// job's name, on ResourceFlavors and WorkloadPriorityClasses: job_informers.h), else, each
+// null, read from the API server. Read from the caches, a pass of a queued job asks the API
+// server nothing; the creates, patches and status writes stay live.
+struct KueueCaches {
+  const kube::ObjectCache* workloads = nullptr;
+  const kube::ObjectCache* flavors = nullptr;
+  const kube::ObjectCache* priority_classes = nullptr;
+};
+
+// The jobs' PodGroups of each kind (gang_scheduling.h) as the operator watches them
+// (informers on those labelled with a job's name), indexed by gang::Kind; null where it does
+// not (the API is not served, or the operator may not list it).
+struct PodGroupCaches {
+  std::array<const kube::ObjectCache*, std::size(gang::kKinds)> by_kind{};
+  const kube::ObjectCache* Of(gang::Kind kind) const { return by_kind[static_cast<size_t>(kind)]; }
 };
 
 // How long a pass waits for the caches to show its own creates and deletes before it acts on
@@ -96,13 +119,10 @@ struct ExecutorDeps {
   // The last views of the job's pods that are gone, noted from the pod events
   // (departed_pods.h); may be null: a gone pod reads as deleted.
   DepartedPods* departed_pods = nullptr;
-  // The cluster serves Kubernetes' own PodGroups (gang_scheduling.h): jobs whose
-  // schedulingPolicy.gang is Auto get one per gang.
-  bool native_pod_groups = false;
-  // Kueue's objects as the operator watches them (kueue_admission.h); all null: read live.
-  kueue::KueueCaches kueue;
-  // The jobs' PodGroups as the operator watches them (gang_scheduling.h); null: read live.
-  gang::PodGroupCaches pod_groups;
+  // Kueue's objects as the operator watches them; all null: read live.
+  KueueCaches kueue;
+  // The jobs' PodGroups as the operator watches them; a kind not watched is not read.
+  PodGroupCaches pod_groups;
 };
 
 // What passes over large jobs may hold at once. A pass costs memory with its job's templates:
@@ -154,10 +174,11 @@ class Executor {
   // Returns how many were written; failures are logged and the rest still written.
   int WriteKeptStatuses();
 
-  // ExecutorDeps::native_pod_groups, once the API server has been asked; before the first Sync.
-  void set_native_pod_groups(bool served) { deps_.native_pod_groups = served; }
-  void set_kueue_caches(const kueue::KueueCaches& caches) { deps_.kueue = caches; }
-  void set_pod_group_caches(const gang::PodGroupCaches& caches) { deps_.pod_groups = caches; }
+  // ReconcilerOptions::native_pod_groups, once the API server has been asked; before the
+  // first Sync.
+  void set_native_pod_groups(bool served) { options_.native_pod_groups = served; }
+  void set_kueue_caches(const KueueCaches& caches) { deps_.kueue = caches; }
+  void set_pod_group_caches(const PodGroupCaches& caches) { deps_.pod_groups = caches; }
 
  private:
   // Fills in->trainer_status and in->final_evaluation from the pods in in->pods: the /status of
@@ -167,12 +188,27 @@ class Executor {
   // Fills in->pods and in->service of job `name` in `ns` from the caches (in->job set). A
   // Service of the job's name that in->job does not own is left out.
   void ReadOwned(const std::string& ns, const std::string& name, Observed* in);
+  // in->queue of a job labelled kueue.x-k8s.io/queue-name: its Workload, the flavors the
+  // Workload's admission assigns, and (while it has no Workload) its WorkloadPriorityClass,
+  // from the caches where they are watched, else from the API server.
+  Status ReadQueue(const std::string& ns, Observed* in);
+  // in->pod_groups: the job's PodGroups of each watched kind, from the caches.
+  void ReadPodGroups(const std::string& ns, const std::string& name, Observed* in) const;
   // The object `name` of `r` in `ns` as the cache shows it, else as the API server does;
   // nullopt when there is none.
   StatusOr<std::optional<nlohmann::json>> ReadExisting(const kube::Resource& r,
                                                        const std::string& ns,
                                                        const std::string& name);
   Status Apply(const std::string& key, const nlohmann::json& job, const Decision& d);
+  // A kPatch, a kUpdateStatus or a create the action judges itself (Action::tolerated,
+  // refusable, warn_reason).
+  Status Send(const std::string& key, const nlohmann::json& job, const Action& a);
+  // Keeps what the API server refused of key's pass for the next one (Observed::refused).
+  void Refuse(const std::string& key, const std::string& plural, Refusal refusal);
+  // Whether a refusal is kept for key.
+  bool Refused(const std::string& key);
+  // The refusals kept for key (forgotten).
+  std::map<std::string, Refusal> TakeRefusals(const std::string& key);
   Status Create(const std::string& key, const nlohmann::json& job, const Action& a);
   // Creates the rendezvous Secret; one of its name that exists already is this job's (the name
   // carries the job's UID) and is replaced, its key unknown to this pass.
@@ -193,12 +229,10 @@ class Executor {
                           const std::string& reason, const std::string& message);
   // Creates the job's NetworkPolicy. A refusal (400, 403 or 422: RBAC, an admission webhook;
   // or one of its name that no TrainingJob owns) does not stop the pass: the job runs without
-  // it, and Sync says so in the condition NetworkPolicyRefused (TakeNetworkPolicyRefusal).
+  // it, and the next pass says so in the condition NetworkPolicyRefused (Refuse).
   // Any other error (the server unreachable, one of its name that a deleted job of the same
   // name still owns) fails the pass, which is retried with backoff before any pod is made.
   Status CreateNetworkPolicy(const std::string& key, const nlohmann::json& job, const Action& a);
-  // The refusal CreateNetworkPolicy recorded for key in this pass, if any (forgotten).
-  std::optional<std::string> TakeNetworkPolicyRefusal(const std::string& key);
   Status CreateAll(const std::string& key, const nlohmann::json& job,
                    const std::vector<const Action*>& creates);
   Status WriteStatus(const std::string& key, const nlohmann::json& job,
@@ -226,8 +260,8 @@ class Executor {
   Mutex refusals_mu_;
   // Jobs whose pass had a pod create refused: key -> the refusal.
   std::map<std::string, CreateRefusal> create_refusals_ TJ_GUARDED_BY(refusals_mu_);
-  // Jobs whose pass had their NetworkPolicy refused: key -> the condition's message.
-  std::map<std::string, std::string> network_policy_refusals_ TJ_GUARDED_BY(refusals_mu_);
+  // Jobs whose pass had an action refused: key -> the resource's plural -> the refusal.
+  std::map<std::string, std::map<std::string, Refusal>> refusals_ TJ_GUARDED_BY(refusals_mu_);
 };
 
 // Whether a create that was answered AlreadyExists may count as done: Ok when `existing` (the

@@ -25,13 +25,8 @@
 #include <optional>
 #include <string>
 
-#include "common/status.h"
-#include "kube/client.h"
-#include "kube/event_recorder.h"
-#include "kube/object_cache.h"
 #include "kube/resource.h"
 #include "operator/api/training_job.h"
-#include "operator/controller/reconciler.h"
 
 namespace tj::controller::gang {
 
@@ -43,13 +38,10 @@ inline constexpr char kVolcanoGroupAnnotation[] = "scheduling.k8s.io/group-name"
 inline constexpr char kVolcanoSchedulerName[] = "volcano";
 inline constexpr char kCoschedulingGroupLabel[] = "scheduling.x-k8s.io/pod-group";
 
-// Whether the cluster serves the native PodGroup API (GET /apis/scheduling.k8s.io/v1beta1
-// lists podgroups). An error only when the API server does not answer; a 404 is false.
-StatusOr<bool> NativePodGroupsServed(kube::Client& client);
-
 // The scheduler a job's gang gets: spec's gang with Auto resolved (Native when `native_served`,
 // else None); nullopt for None.
 enum class Kind { kNative, kVolcano, kCoscheduling };
+inline constexpr Kind kKinds[] = {Kind::kNative, Kind::kVolcano, Kind::kCoscheduling};
 std::optional<Kind> KindFor(const api::TrainingJobSpec& spec, bool native_served);
 const kube::Resource& ResourceOf(Kind kind);
 
@@ -66,26 +58,5 @@ nlohmann::json BuildPodGroup(Kind kind, const nlohmann::json& job, const api::Tr
 // Makes `pod` (as BuildPod made it) a member of PodGroup `group`. Only chief and worker pods
 // are members: others are left as they are. True when it marked the pod.
 bool MarkMember(Kind kind, const std::string& group, nlohmann::json& pod);
-
-// The job's PodGroups of each kind as the operator watches them (informers on those labelled
-// with a job's name, job_informers.h); null where it does not (the API is not served, or the
-// operator may not list it): then they are read from the API server.
-struct PodGroupCaches {
-  const kube::ObjectCache* native = nullptr;
-  const kube::ObjectCache* volcano = nullptr;
-  const kube::ObjectCache* coscheduling = nullptr;
-  const kube::ObjectCache* Of(Kind kind) const;
-};
-
-// Before the pods of a pass are created: when the decision creates chief or worker pods and the
-// job's gang is scheduled together, marks them members of their gang's PodGroup and creates
-// that PodGroup (one the job already owns is kept; one of that name it does not own is an
-// error), then deletes the job's PodGroups of earlier gangs. An error (API server, RBAC, a
-// PodGroup API the cluster does not serve) is also a Warning Event on the job; the pods are
-// then not created, the pass is retried. Reads go to `caches` where they watch the kind: a
-// PodGroup that exists already and the groups of earlier gangs (a group the cache does not
-// show yet is read from the API server).
-Status Prepare(kube::Client& client, kube::EventRecorder* recorder, const nlohmann::json& job,
-               bool native_served, Decision* decision, const PodGroupCaches& caches = {});
 
 }  // namespace tj::controller::gang

@@ -95,16 +95,16 @@ StatusOr<Watchability> Watchable(kube::Client& client,
     // and logged (a 403 where the chart grants nothing of Kueue's).
     auto served = kube::Serves(client, *r);
     if (!served.ok()) return served.status();
-    if (!*served) return Watchability{false, "the API server serves no " + what};
+    if (!*served) return Watchability{false, false, "the API server serves no " + what};
     const std::string where = r->namespaced ? ns : "";
     auto got = client.Raw("GET", r->Path(where) + "?limit=1");
     if (got.ok()) continue;
     const kube::ApiError& e = got.error();
-    if (kube::IsNotFound(e)) return Watchability{false, "the API server serves no " + what};
-    if (e.code == 403) return Watchability{false, "the operator may not list " + what};
+    if (kube::IsNotFound(e)) return Watchability{false, false, "the API server serves no " + what};
+    if (e.code == 403) return Watchability{false, true, "the operator may not list " + what};
     return e.ToStatus().WithContext("listing " + what);
   }
-  return Watchability{true, ""};
+  return Watchability{true, true, ""};
 }
 
 namespace {
@@ -143,18 +143,8 @@ void AddKueueInformers(JobInformers* informers, kube::Client* client, Clock* clo
 
 void AddPodGroupInformer(JobInformers* informers, gang::Kind kind, kube::Client* client,
                          Clock* clock, const std::string& ns, EventLog* log) {
-  auto inf = MakeInformer(gang::ResourceOf(kind), api::kLabelJobName, client, clock, ns, log);
-  switch (kind) {
-    case gang::Kind::kNative:
-      informers->native_pod_groups = std::move(inf);
-      break;
-    case gang::Kind::kVolcano:
-      informers->volcano_pod_groups = std::move(inf);
-      break;
-    case gang::Kind::kCoscheduling:
-      informers->coscheduling_pod_groups = std::move(inf);
-      break;
-  }
+  informers->pod_groups[static_cast<size_t>(kind)] =
+      MakeInformer(gang::ResourceOf(kind), api::kLabelJobName, client, clock, ns, log);
 }
 
 }  // namespace tj::controller

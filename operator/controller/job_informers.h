@@ -6,6 +6,7 @@
 // Secret and never reads one.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,27 +28,32 @@ struct JobInformers {
   // Kueue's Workloads (those labelled with a job's name), ResourceFlavors and
   // WorkloadPriorityClasses: null unless AddKueueInformers made them.
   std::unique_ptr<kube::Informer> workloads, flavors, priority_classes;
-  // The jobs' PodGroups of each kind (gang_scheduling.h): null unless AddPodGroupInformer
-  // made it.
-  std::unique_ptr<kube::Informer> native_pod_groups, volcano_pod_groups, coscheduling_pod_groups;
+  // The jobs' PodGroups of each kind (gang_scheduling.h), indexed by gang::Kind: null unless
+  // AddPodGroupInformer made it.
+  std::array<std::unique_ptr<kube::Informer>, std::size(gang::kKinds)> pod_groups;
 
   OwnedObjectCaches Caches() const {
     return {&jobs->cache(), &pods->cache(), &services->cache(),
             network_policies ? &network_policies->cache() : nullptr};
   }
-  kueue::KueueCaches Kueue() const {
+  KueueCaches Kueue() const {
     if (!workloads) return {};
     return {&workloads->cache(), &flavors->cache(), &priority_classes->cache()};
   }
-  gang::PodGroupCaches PodGroups() const {
-    auto cache = [](const std::unique_ptr<kube::Informer>& i) { return i ? &i->cache() : nullptr; };
-    return {cache(native_pod_groups), cache(volcano_pod_groups), cache(coscheduling_pod_groups)};
+  PodGroupCaches PodGroups() const {
+    PodGroupCaches out;
+    for (size_t k = 0; k < pod_groups.size(); ++k) {
+      if (pod_groups[k]) out.by_kind[k] = &pod_groups[k]->cache();
+    }
+    return out;
   }
   std::vector<kube::Informer*> All() const {
     std::vector<kube::Informer*> all = {jobs.get(), pods.get(), services.get()};
-    for (const auto* more : {&network_policies, &workloads, &flavors, &priority_classes,
-                             &native_pod_groups, &volcano_pod_groups, &coscheduling_pod_groups}) {
+    for (const auto* more : {&network_policies, &workloads, &flavors, &priority_classes}) {
       if (*more) all.push_back(more->get());
+    }
+    for (const auto& i : pod_groups) {
+      if (i) all.push_back(i.get());
     }
     return all;
   }
@@ -69,6 +75,7 @@ JobInformers MakeJobInformers(kube::Client* client, Clock* clock, const std::str
 // are PodGroups.
 struct Watchability {
   bool watchable = false;
+  bool served = false;  // all of `resources` are served (listable or not)
   std::string why_not;
 };
 StatusOr<Watchability> Watchable(kube::Client& client,

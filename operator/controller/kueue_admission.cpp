@@ -43,10 +43,6 @@ void SetWorkloadCondition(json& status, const std::string& type, bool value,
   }
 }
 
-// Kueue holds the quota of an evicted Workload until its job has stopped; the gang's pods take
-// up to their grace period to back up and exit.
-constexpr std::chrono::seconds kStopPoll{1};
-
 bool IsTrue(const json& object, const std::string& type) {
   const json* c = FindCondition(object, type);
   return c != nullptr && kube::TextOf(*c, "status") == "True";
@@ -88,169 +84,32 @@ std::optional<api::ReplicaType> TypeOfPodSet(const std::string& name) {
   return std::nullopt;
 }
 
-bool HasActivePods(const Observed& in) {
-  return std::any_of(in.pods.begin(), in.pods.end(), [](const json& p) {
-    const std::string phase = p.contains("status") ? kube::TextOf(p["status"], "phase") : "";
-    return phase != "Succeeded" && phase != "Failed";
-  });
-}
-
-// The waiting job's status: Admitted=False with why, state Queued while no lifecycle state.
-bool SetWaiting(Observed* in, const std::string& reason, const std::string& message) {
-  json& status = in->job["status"];
-  if (!status.is_object()) status = json::object();
-  bool changed =
-      SetCondition(status, kAdmittedCondition, false, reason, message, kube::FormatTime(in->now));
-  if (kube::TextOf(status, "state").empty() || kube::TextOf(status, "state") == kQueuedState) {
-    if (kube::TextOf(status, "state") != kQueuedState) changed = true;
-    status["state"] = kQueuedState;
-  }
-  return changed;
-}
-
-// The object `name` of `r` in `ns` from `cache` when it is watched (nullopt: none), else from
-// the API server (nullopt: 404).
-kube::Result<std::optional<json>> Read(kube::Client& client, const kube::ObjectCache* cache,
-                                       const kube::Resource& r, const std::string& ns,
-                                       const std::string& name) {
-  if (cache != nullptr) return cache->Get(kube::ObjectKey(ns, name));
-  auto got = client.Get(r, ns, name);
-  if (got.ok()) return std::optional<json>(std::move(*got));
-  if (kube::IsNotFound(got.error())) return std::optional<json>();
-  return got.error();
-}
-
-GateResult Wait(bool changed, milliseconds poll) {
-  GateResult r;
-  r.proceed = false;
-  r.status_changed = changed;
-  r.requeue_after = poll;
-  return r;
-}
-
-void Record(kube::EventRecorder* recorder, const json& job, const std::string& type,
-            const std::string& reason, const std::string& message) {
-  if (recorder != nullptr) recorder->RecordAsync(job, type, reason, message);
-}
-
-// Marks the Workload Finished (Kueue then frees its quota), with the job's outcome.
-Status MarkFinished(kube::Client& client, const json& workload, const api::TrainingJobStatus& st,
-                    const std::string& now) {
-  json wl = workload;
-  const bool ok = st.IsTrue(api::condition::kSucceeded);
-  const api::Condition* c = st.Find(ok ? api::condition::kSucceeded : api::condition::kFailed);
-  const std::string message = c != nullptr && !c->message.empty()
-                                  ? c->message
-                                  : std::string("TrainingJob ") + (ok ? "succeeded" : "failed");
-  json& status = wl["status"];
-  if (!status.is_object()) status = json::object();
-  SetWorkloadCondition(status, "Finished", true, ok ? "Succeeded" : "Failed", message, now);
-  const api::ObjectRef ref = api::RefOf(wl);
-  auto r = client.UpdateStatus(kWorkloads, ref.ns, wl);
-  if (r.ok() || kube::IsNotFound(r.error())) return Status::Ok();
-  // 409: Kueue wrote meanwhile; the next pass reads it again.
-  return r.error().ToStatus().WithContext("marking Workload " + ref.ns + "/" + ref.name +
-                                          " Finished");
-}
-
-// A queued job without a Workload: makes it (the job then waits), or says why it cannot.
-StatusOr<GateResult> CreateWorkload(kube::Client& client, const KueueCaches& caches,
-                                    kube::EventRecorder* recorder, Observed* in,
-                                    const api::TrainingJobSpec& spec, const std::string& name) {
-  const api::ObjectRef ref = api::RefOf(in->job);
-  if (HasActivePods(*in)) {
-    // Labelled after its pods were made: the gang runs outside the queue; say so.
-    Record(recorder, in->job, "Warning", "NotQueued",
-           "the kueue.x-k8s.io/queue-name label was added while the job's pods ran; the "
-           "job runs without Kueue's admission (set the label when creating the job)");
-    return GateResult{};
-  }
-  json workload = BuildWorkload(in->job, spec);
-  if (const std::string pc = kube::LabelOf(in->job, kPriorityClassLabel); !pc.empty()) {
-    auto wpc = Read(client, caches.priority_classes, kWorkloadPriorityClasses, "", pc);
-    const bool forbidden = !wpc.ok() && wpc.error().code == 403;
-    if (!wpc.ok() && !forbidden) {
-      return wpc.error().ToStatus().WithContext("reading WorkloadPriorityClass " + pc);
-    }
-    Status priority = wpc.ok() && *wpc ? SetPriority(**wpc, workload) : Status::Ok();
-    if (!wpc.ok() || !*wpc || !priority.ok()) {
-      const std::string message =
-          !priority.ok() ? priority.message()
-          : forbidden    ? "the operator may not read WorkloadPriorityClass " + pc +
-                            " (Helm value kueue.enabled=true grants it): " + wpc.error().message
-                      : "WorkloadPriorityClass " + pc + " (label " + kPriorityClassLabel +
-                            ") does not exist: create it, or change the label";
-      const std::string reason = forbidden ? "WorkloadForbidden" : "PriorityClassNotFound";
-      const bool changed = SetWaiting(in, reason, message);
-      if (changed) Record(recorder, in->job, "Warning", reason, message);
-      return Wait(changed, std::chrono::seconds(10));
+// The flavor's node labels into the pod spec's nodeSelector and its tolerations appended; an
+// error when a node label contradicts the nodeSelector.
+Status PlaceOnFlavor(const std::string& flavor_name, const json& flavor, const std::string& pod_set,
+                     json& pod_spec) {
+  const json& fspec = flavor.value("spec", json::object());
+  if (fspec.contains("nodeLabels") && fspec["nodeLabels"].is_object()) {
+    json& sel = pod_spec["nodeSelector"];
+    if (!sel.is_object()) sel = json::object();
+    for (const auto& [k, v] : fspec["nodeLabels"].items()) {
+      if (sel.contains(k) && sel[k] != v) {
+        return Status::Error("ResourceFlavor " + flavor_name + " puts podSet " + pod_set +
+                             " on nodes labelled " + k + "=" + v.dump() +
+                             ", but its template's nodeSelector asks " + k + "=" + sel[k].dump() +
+                             ": change one of them");
+      }
+      sel[k] = v;
     }
   }
-  auto created = client.Create(kWorkloads, ref.ns, workload);
-  if (!created.ok() && !kube::IsAlreadyExists(created.error())) {
-    const kube::ApiError& e = created.error();
-    std::string reason = "WorkloadCreateFailed", message;
-    if (e.code == 404) {
-      reason = "KueueNotInstalled";
-      message =
-          "the API server has no workloads.kueue.x-k8s.io/v1beta2: install Kueue "
-          "(docs/kueue.md) or remove the kueue.x-k8s.io/queue-name label";
-    } else if (e.code == 403) {
-      reason = "WorkloadForbidden";
-      message =
-          "the operator may not create Kueue Workloads: install it with the Kueue "
-          "permissions (Helm value kueue.enabled=true): " +
-          e.message;
-    } else if (e.code == 422 || e.code == 400) {
-      message = "Kueue refused the job's Workload: " + e.message;
-    } else {
-      return e.ToStatus().WithContext("creating Workload " + ref.ns + "/" + name);
+  if (fspec.contains("tolerations") && fspec["tolerations"].is_array()) {
+    json& tol = pod_spec["tolerations"];
+    if (!tol.is_array()) tol = json::array();
+    for (const json& t : fspec["tolerations"]) {
+      if (std::find(tol.begin(), tol.end(), t) == tol.end()) tol.push_back(t);
     }
-    const bool changed = SetWaiting(in, reason, message);
-    if (changed) Record(recorder, in->job, "Warning", reason, message);
-    return Wait(changed, std::chrono::seconds(10));
   }
-  const bool changed = SetWaiting(
-      in, "Pending",
-      "waiting for Kueue to admit Workload " + name + " in LocalQueue " + QueueName(in->job));
-  if (changed) {
-    Record(recorder, in->job, "Normal", "Queued",
-           "created Workload " + name + " in LocalQueue " + QueueName(in->job) +
-               "; no pod starts before Kueue admits the whole gang");
-  }
-  return Wait(changed, caches.workloads != nullptr ? kWatchedWaitPoll : kWaitPoll);
-}
-
-// status.progress.lastBackup from what a stopped chief reported (NewestReportedBackup of the
-// pods, else as noted from their events: Observed::reported_backup) when it is newer; true when
-// the status changed.
-bool TakeReportedBackup(Observed* in) {
-  std::vector<PodView> pods;
-  for (const json& p : in->pods) {
-    if (IsOwnedBy(p, in->job)) pods.push_back(ViewOfPod(p));
-  }
-  bool took = false;
-  for (const json& reported : {NewestReportedBackup(pods), in->reported_backup}) {
-    if (reported.is_null()) continue;
-    json& status = in->job["status"];
-    if (!status.is_object()) status = json::object();
-    took = TakeNewerBackup(status["progress"], reported) || took;
-  }
-  return took;
-}
-
-// The job's last backup on its Workload, for whoever chooses a victim; a failure does not
-// hold the job up.
-void PublishLastBackup(kube::Client& client, kube::EventRecorder* recorder, const json& job,
-                       const json& workload, const std::string& name) {
-  auto patch = LastBackupPatch(job, workload);
-  if (!patch) return;
-  auto r = client.Patch(kWorkloads, api::RefOf(job).ns, name, kube::PatchType::kMerge, *patch);
-  if (!r.ok() && !kube::IsNotFound(r.error())) {
-    Record(recorder, job, "Warning", "LastBackupNotPublished",
-           "annotating Workload " + name + " with the last backup: " + r.error().message +
-               " (the operator needs patch on workloads: Helm value kueue.enabled=true)");
-  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -339,6 +198,19 @@ Status SetPriority(const json& wpc, json& workload) {
   return Status::Ok();
 }
 
+json MarkFinished(const json& workload, const api::TrainingJobStatus& st, const std::string& now) {
+  json wl = workload;
+  const bool ok = st.IsTrue(api::condition::kSucceeded);
+  const api::Condition* c = st.Find(ok ? api::condition::kSucceeded : api::condition::kFailed);
+  const std::string message = c != nullptr && !c->message.empty()
+                                  ? c->message
+                                  : std::string("TrainingJob ") + (ok ? "succeeded" : "failed");
+  json& status = wl["status"];
+  if (!status.is_object()) status = json::object();
+  SetWorkloadCondition(status, "Finished", true, ok ? "Succeeded" : "Failed", message, now);
+  return wl;
+}
+
 api::RestartCause CauseOfEviction(const std::string& kueue_reason) {
   if (kueue_reason == "Preempted") return api::RestartCause::kPreempted;
   if (kueue_reason == "NodeFailures") return api::RestartCause::kNodeLost;
@@ -346,10 +218,8 @@ api::RestartCause CauseOfEviction(const std::string& kueue_reason) {
 }
 
 std::optional<json> WithPodsReady(const json& workload, const json& job,
-                                  const api::TrainingJobSpec& spec, const std::vector<json>& pods,
-                                  const std::string& now) {
-  const int gang =
-      api::TrainingJobStatus::FromJson(job.value("status", json::object())).restart_count;
+                                  const api::TrainingJobSpec& spec, int gang,
+                                  const std::vector<json>& pods, const std::string& now) {
   int expected = 0;
   for (api::ReplicaType t :
        {api::ReplicaType::kChief, api::ReplicaType::kWorker, api::ReplicaType::kEvaluator}) {
@@ -434,71 +304,6 @@ json ClearAdmission(const json& workload, const std::string& now) {
   return wl;
 }
 
-std::vector<Action> StopEvictedGang(Observed* in, const WorkloadState& ws, bool* changed) {
-  std::vector<Action> actions;
-  api::TrainingJobStatus st =
-      api::TrainingJobStatus::FromJson(in->job.value("status", json::object()));
-  const std::string kueue_reason = ws.reason.empty() ? "NotAdmitted" : ws.reason;
-  const std::string kueue_said =
-      kueue_reason + (ws.message.empty() ? std::string() : ": " + ws.message);
-  bool current_gang = false;
-  for (const json& p : in->pods) {
-    if (!IsOwnedBy(p, in->job)) continue;
-    const PodView v = ViewOfPod(p);
-    const bool ended = v.phase == "Succeeded" || v.phase == "Failed";
-    // A gang that has ended (trained, or failed: the reconciler's to judge) is not restarted.
-    if (v.replica_type && *v.replica_type != api::ReplicaType::kEvaluator &&
-        v.gang == st.restart_count && !ended) {
-      current_gang = true;
-    }
-    if (v.being_deleted || ended) continue;
-    Action a;
-    a.kind = Action::Kind::kDelete;
-    a.resource = kube::resources::kPods;
-    a.name = v.name;
-    actions.push_back(std::move(a));
-  }
-  const std::string before = st.ToJson().dump();
-  if (current_gang) {
-    // Counted once: the next gang is restartCount + 1, so these pods are an earlier gang's.
-    const std::string cause = api::ToString(CauseOfEviction(ws.reason));
-    st.restart_count += 1;
-    st.created_generation = -1;
-    st.first_failure_time.reset();
-    st.restarts.by_cause[cause] += 1;
-    const std::string message =
-        "Kueue evicted the job's Workload (" + kueue_said + "); stopping the gang: each trainer " +
-        "backs up the step the gang reaches and exits. Restart " +
-        std::to_string(st.restart_count) + " (" + cause +
-        ", not counted against backoffLimit) starts from that backup when Kueue admits the " +
-        "job again";
-    st.SetCondition(api::condition::kRunning, false, cause, message, in->now);
-    st.SetCondition(api::condition::kRestarting, false, cause, message, in->now);
-    Action e;
-    e.kind = Action::Kind::kEvent;
-    e.event_type = "Warning";
-    e.reason = cause;
-    e.message = message;
-    actions.push_back(std::move(e));
-  }
-  json status = st.ToJson();
-  *changed = status.dump() != before;
-  status["state"] = kQueuedState;
-  if (kube::TextOf(in->job.value("status", json::object()), "state") != kQueuedState) {
-    *changed = true;
-  }
-  const std::string waiting =
-      "Kueue withdrew the admission (" + kueue_said +
-      "); waiting for the gang's pods to stop (its trainers back up and exit), then for Kueue "
-      "to admit the job again";
-  if (SetCondition(status, kAdmittedCondition, false, kueue_reason, waiting,
-                   kube::FormatTime(in->now))) {
-    *changed = true;
-  }
-  in->job["status"] = std::move(status);
-  return actions;
-}
-
 std::optional<json> LastBackupPatch(const json& job, const json& workload) {
   const json& st = job.value("status", json::object());
   const json& progress = st.is_object() ? st.value("progress", json::object()) : json::object();
@@ -542,7 +347,7 @@ std::vector<std::string> AssignedFlavors(const json& workload) {
 }
 
 Status ApplyAssignment(const json& workload, const std::map<std::string, json>& flavors,
-                       json& job) {
+                       api::TrainingJobSpec& spec) {
   const json& st = workload.value("status", json::object());
   const json& adm = st.is_object() ? st.value("admission", json::object()) : json::object();
   const json& psas =
@@ -552,13 +357,12 @@ Status ApplyAssignment(const json& workload, const std::map<std::string, json>& 
     if (!psa.is_object()) continue;
     const std::string name = kube::TextOf(psa, "name");
     const auto type = TypeOfPodSet(name);
-    if (!type) {
+    if (!type || spec.replica_specs.count(*type) == 0) {
       return Status::Error("Workload " + kube::ObjectKey(workload) + " assigns podSet '" + name +
                            "', which is not a replica type of this job (chief, worker, "
                            "evaluator); delete the Workload so that the operator makes it anew");
     }
-    json& rs = job["spec"]["replicaSpecs"][api::ToString(*type)];
-    json& tmpl = rs["template"];
+    json& tmpl = spec.replica_specs[*type].pod_template;
     if (!tmpl.is_object()) tmpl = json::object();
     json& labels = tmpl["metadata"]["labels"];
     if (!labels.is_object()) labels = json::object();
@@ -573,27 +377,7 @@ Status ApplyAssignment(const json& workload, const std::map<std::string, json>& 
         return Status::Error("ResourceFlavor " + flavor_name.get<std::string>() +
                              ", assigned to podSet " + name + ", was not found");
       }
-      const json& fspec = it->second.value("spec", json::object());
-      if (fspec.contains("nodeLabels") && fspec["nodeLabels"].is_object()) {
-        json& sel = pod_spec["nodeSelector"];
-        if (!sel.is_object()) sel = json::object();
-        for (const auto& [k, v] : fspec["nodeLabels"].items()) {
-          if (sel.contains(k) && sel[k] != v) {
-            return Status::Error("ResourceFlavor " + it->first + " puts podSet " + name +
-                                 " on nodes labelled " + k + "=" + v.dump() +
-                                 ", but its template's nodeSelector asks " + k + "=" +
-                                 sel[k].dump() + ": change one of them");
-          }
-          sel[k] = v;
-        }
-      }
-      if (fspec.contains("tolerations") && fspec["tolerations"].is_array()) {
-        json& tol = pod_spec["tolerations"];
-        if (!tol.is_array()) tol = json::array();
-        for (const json& t : fspec["tolerations"]) {
-          if (std::find(tol.begin(), tol.end(), t) == tol.end()) tol.push_back(t);
-        }
-      }
+      TJ_RETURN_IF_ERROR(PlaceOnFlavor(it->first, it->second, name, pod_spec));
     }
   }
   return Status::Ok();
@@ -624,164 +408,6 @@ bool SetCondition(json& status, const std::string& type, bool value, const std::
                    {"lastTransitionTime", now},
                    {"lastUpdateTime", now}});
   return true;
-}
-
-// runPolicy.suspend mapped to the Workload's spec.active (ActivePatch), `workload` (if any)
-// patched in place. True when the job is suspended: the reconciler then suspends it (its pods
-// deleted, Suspended), and once they are gone an admission Kueue has evicted (the Workload
-// deactivated) is released, so the quota goes back; a job suspended before its Workload exists
-// gets none until it is resumed.
-StatusOr<bool> FollowSuspend(kube::Client& client, kube::EventRecorder* recorder, Observed* in,
-                             const api::TrainingJobSpec& spec, const std::string& name,
-                             const std::string& now, std::optional<json>* workload) {
-  const api::ObjectRef ref = api::RefOf(in->job);
-  const bool suspended = spec.run_policy.suspend;
-  if (!*workload) return suspended;
-  if (auto patch = ActivePatch(**workload, suspended)) {
-    auto r = client.Patch(kWorkloads, ref.ns, name, kube::PatchType::kMerge, *patch);
-    if (!r.ok() && !kube::IsNotFound(r.error())) {
-      return r.error().ToStatus().WithContext(
-          std::string(suspended ? "deactivating" : "activating") + " Workload " + ref.ns + "/" +
-          name + " (the operator needs patch on workloads: Helm value kueue.enabled=true)");
-    }
-    Record(recorder, in->job, "Normal", suspended ? "WorkloadDeactivated" : "WorkloadActivated",
-           "Workload " + name +
-               (suspended ? " deactivated: the job is suspended, Kueue frees its quota"
-                          : " active again: the job is resumed and queued"));
-    if (r.ok()) *workload = std::move(*r);
-  }
-  if (!suspended || HasActivePods(*in)) return suspended;
-  const WorkloadState ws = StateOf(**workload);
-  if (ws.evicted && ws.quota_reserved) {
-    auto r = client.UpdateStatus(kWorkloads, ref.ns, ClearAdmission(**workload, now));
-    if (!r.ok() && !kube::IsConflict(r.error()) && !kube::IsNotFound(r.error())) {
-      return r.error().ToStatus().WithContext("clearing the admission of Workload " + ref.ns + "/" +
-                                              name);
-    }
-  }
-  return true;
-}
-
-StatusOr<GateResult> Gate(kube::Client& client, const KueueCaches& caches,
-                          kube::EventRecorder* recorder, Observed* in) {
-  if (QueueName(in->job).empty()) return GateResult{};
-  auto spec = api::ParseSpec(in->job.value("spec", json::object()));
-  if (!spec.ok()) return GateResult{};  // the reconciler reports an invalid spec
-  const api::ObjectRef ref = api::RefOf(in->job);
-  const api::TrainingJobStatus st =
-      api::TrainingJobStatus::FromJson(in->job.value("status", json::object()));
-  const std::string name = WorkloadName(in->job);
-  const std::string now = kube::FormatTime(in->now);
-
-  auto got = Read(client, caches.workloads, kWorkloads, ref.ns, name);
-  if (!got.ok()) {
-    return got.error().ToStatus().WithContext("reading Workload " + ref.ns + "/" + name +
-                                              " of TrainingJob " + ref.ns + "/" + ref.name);
-  }
-  std::optional<json> workload = std::move(*got);
-  if (workload && !IsOwnedBy(*workload, in->job)) {
-    return Status::Error("Workload " + ref.ns + "/" + name + " exists and is not owned by " +
-                         "TrainingJob " + ref.ns + "/" + ref.name + "; delete it");
-  }
-
-  if (st.Finished()) {  // the job is done: its quota goes back, its end is the reconciler's
-    if (workload && !StateOf(*workload).finished) {
-      TJ_RETURN_IF_ERROR(MarkFinished(client, *workload, st, now));
-    }
-    return GateResult{};
-  }
-
-  // runPolicy.suspend and the Workload's spec.active follow each other (ActivePatch).
-  auto suspended = FollowSuspend(client, recorder, in, *spec, name, now, &workload);
-  if (!suspended.ok()) return suspended.status();
-  if (*suspended) return GateResult{};  // the reconciler suspends the job
-
-  if (!workload) return CreateWorkload(client, caches, recorder, in, *spec, name);
-
-  const WorkloadState ws = StateOf(*workload);
-  if (ws.evicted || !ws.admitted) {
-    // The step the next gang resumes from, as the stopping chief reported it (its termination
-    // message): in the job's status and on the Workload, where Kueue and an admin look.
-    const bool took_backup = TakeReportedBackup(in);
-    PublishLastBackup(client, recorder, in->job, *workload, name);
-    if (HasActivePods(*in)) {
-      // Evicted (preempted, its queue stopped, deactivated) or not admitted while pods run:
-      // stop the gang losslessly and wait for its pods to go. Kueue holds the quota meanwhile.
-      bool changed = false;
-      std::vector<Action> stop = StopEvictedGang(in, ws, &changed);
-      GateResult r = Wait(changed || took_backup, kStopPoll);
-      r.actions = std::move(stop);
-      return r;
-    }
-    if (ws.evicted && ws.quota_reserved) {
-      // The gang has stopped: clear the admission, so that Kueue frees the quota and queues
-      // the Workload again (the job framework's contract).
-      auto r = client.UpdateStatus(kWorkloads, ref.ns, ClearAdmission(*workload, now));
-      if (!r.ok() && !kube::IsConflict(r.error()) && !kube::IsNotFound(r.error())) {
-        return r.error().ToStatus().WithContext("clearing the admission of Workload " + ref.ns +
-                                                "/" + name);
-      }
-      if (r.ok()) {
-        Record(recorder, in->job, "Normal", "AdmissionReleased",
-               "the gang has stopped; released Workload " + name +
-                   "'s quota: Kueue queues the job again");
-      }
-      return Wait(took_backup, kStopPoll);  // a 409: Kueue wrote meanwhile; read it again
-    }
-    const std::string reason = ws.reason.empty() ? "Pending" : ws.reason;
-    const std::string message =
-        ws.message.empty() ? "Kueue has not decided on Workload " + name +
-                                 " yet (if this lasts: is Kueue running, does LocalQueue " +
-                                 QueueName(in->job) + " exist?)"
-                           : ws.message;
-    bool changed = SetWaiting(in, reason, message);
-    if (changed) Record(recorder, in->job, "Normal", reason, message);
-    if (DeactivatedByOthers(*workload)) {
-      // Kueue's deactivation, the other way: the job is suspended while its Workload is.
-      changed = SetCondition(in->job["status"], "Suspended", true, "WorkloadDeactivated",
-                             "Workload " + name +
-                                 " is deactivated (spec.active: false, set outside this job): "
-                                 "the job waits until it is active again",
-                             now) ||
-                changed;
-    }
-    return Wait(changed || took_backup, caches.workloads != nullptr ? kWatchedWaitPoll : kWaitPoll);
-  }
-
-  std::map<std::string, json> flavors;
-  for (const std::string& f : AssignedFlavors(*workload)) {
-    auto rf = Read(client, caches.flavors, kResourceFlavors, "", f);
-    if (!rf.ok()) return rf.error().ToStatus().WithContext("reading ResourceFlavor " + f);
-    if (*rf) flavors[f] = std::move(**rf);  // a missing one: ApplyAssignment names it
-  }
-  if (Status applied = ApplyAssignment(*workload, flavors, in->job); !applied.ok()) {
-    // Admitted, but no pod could run where Kueue puts it: the job says why and waits (a
-    // changed flavor or template is read again on the next pass).
-    const std::string reason = "AssignmentNotApplicable";
-    const bool changed = SetWaiting(in, reason, applied.message());
-    if (changed) Record(recorder, in->job, "Warning", reason, applied.message());
-    return Wait(changed, std::chrono::seconds(10));
-  }
-  PublishLastBackup(client, recorder, in->job, *workload, name);
-  if (auto ready = WithPodsReady(*workload, in->job, *spec, in->pods, now)) {
-    auto r = client.UpdateStatus(kWorkloads, ref.ns, *ready);
-    // A 409 (Kueue wrote meanwhile) or a 404: the next pass, which a pod's change brings.
-    if (!r.ok() && !kube::IsConflict(r.error()) && !kube::IsNotFound(r.error())) {
-      Record(recorder, in->job, "Warning", "PodsReadyNotWritten",
-             "setting PodsReady on Workload " + name + ": " + r.error().message +
-                 " (the operator needs update on workloads/status: Helm value "
-                 "kueue.enabled=true)");
-    }
-  }
-  json& status = in->job["status"];
-  if (!status.is_object()) status = json::object();
-  const std::string message =
-      "admitted by ClusterQueue " + ws.cluster_queue + " (Workload " + name + ")";
-  GateResult r;
-  r.status_changed = SetCondition(status, kAdmittedCondition, true, "Admitted", message, now);
-  if (kube::TextOf(status, "state") == kQueuedState) status.erase("state");
-  if (r.status_changed) Record(recorder, in->job, "Normal", "Admitted", message);
-  return r;
 }
 
 }  // namespace tj::controller::kueue

@@ -1,16 +1,10 @@
 // Admission by Kueue (docs/kueue.md): a TrainingJob labelled kueue.x-k8s.io/queue-name starts no
 // pod until Kueue has admitted the whole gang. The operator owns one Kueue Workload per such job
 // (Kueue's external-framework contract): one podSet per replica type (chief, worker,
-// evaluator), with the requests of the pods it would create. Until the Workload is Admitted the
-// job waits, its condition Admitted=False says why (Kueue's own message, e.g. the quota it
-// lacks) and an Event says it when that changes; once admitted, the flavors' node labels and
-// tolerations reach the pods, and when the job ends the Workload is marked Finished, which
-// gives its quota back. When Kueue evicts the Workload (preemption by a higher-priority one, a
-// stopped queue), the gang stops losslessly: its pods are deleted, so each trainer gets SIGTERM,
-// backs up the step the gang agrees on and exits; the restart is counted by cause, never
-// against backoffLimit; once no pod is left the admission is cleared (Kueue then frees the
-// quota and requeues the Workload), and the readmitted gang resumes from that backup. Jobs
-// without the label are not touched.
+// evaluator), with the requests of the pods it would create. This file holds what the rules
+// read and write of Kueue's objects (the Workload built from a job, what its status says, the
+// patches and status writes the operator makes to it), all pure; the rules themselves, when a
+// job waits, proceeds or stops its gang, are the reconciler's (reconciler_admission.cpp).
 #pragma once
 
 #include <chrono>
@@ -21,12 +15,8 @@
 #include <vector>
 
 #include "common/status.h"
-#include "kube/client.h"
-#include "kube/event_recorder.h"
-#include "kube/object_cache.h"
 #include "kube/resource.h"
 #include "operator/api/training_job.h"
-#include "operator/controller/reconciler.h"
 
 namespace tj::controller::kueue {
 
@@ -44,10 +34,6 @@ inline constexpr char kLastBackupStepAnnotation[] = "tjo.dev/last-backup-step";
 inline constexpr char kDeactivatedForSuspendAnnotation[] = "tjo.dev/deactivated-for-suspend";
 // The job's WorkloadPriorityClass (Kueue's label, as on its own job kinds).
 inline constexpr char kPriorityClassLabel[] = "kueue.x-k8s.io/priority-class";
-// The job's condition while Kueue decides (False) and once it has admitted the gang (True).
-inline constexpr char kAdmittedCondition[] = "Admitted";
-// status.state of a job that waits for admission (the State column of `kubectl get tj`).
-inline constexpr char kQueuedState[] = "Queued";
 
 inline const kube::Resource kWorkloads{"kueue.x-k8s.io/v1beta2", "workloads"};
 inline const kube::Resource kResourceFlavors{"kueue.x-k8s.io/v1beta2", "resourceflavors", false};
@@ -108,12 +94,13 @@ std::optional<nlohmann::json> LastBackupPatch(const nlohmann::json& job,
 // its own kinds (what its waitForPodsReady reads: a Workload not ready within the timeout, or
 // not recovered within recoveryTimeout, is evicted and requeued): True, reason Started (or
 // Recovered after WaitForRecovery), when every pod the Workload counts (the current gang's
-// chief and workers, and the evaluator) runs or has succeeded; otherwise False, reason
-// WaitForRecovery once it was True, else WaitForStart. The Workload with the condition set, or
-// nullopt when it already says so (no condition says WaitForStart).
+// chief and workers, `gang` being its number, status.restartCount; and the evaluator) runs or
+// has succeeded; otherwise False, reason WaitForRecovery once it was True, else WaitForStart.
+// The Workload with the condition set, or nullopt when it already says so (no condition says
+// WaitForStart).
 std::optional<nlohmann::json> WithPodsReady(const nlohmann::json& workload,
                                             const nlohmann::json& job,
-                                            const api::TrainingJobSpec& spec,
+                                            const api::TrainingJobSpec& spec, int gang,
                                             const std::vector<nlohmann::json>& pods,
                                             const std::string& now);
 
@@ -130,13 +117,20 @@ bool DeactivatedByOthers(const nlohmann::json& workload);
 // The ResourceFlavors named in status.admission.podSetAssignments, each once.
 std::vector<std::string> AssignedFlavors(const nlohmann::json& workload);
 
-// Puts an admitted Workload's assignment into `job`'s pod templates (in memory, for the
+// Puts an admitted Workload's assignment into the pod templates of `spec` (in memory, for the
 // reconciler to build pods from): each assigned flavor's spec.nodeLabels into the template's
 // nodeSelector, its spec.tolerations appended, and the label kueue.x-k8s.io/podset. `flavors`
-// maps a flavor's name to the ResourceFlavor. An error when a flavor is missing, or when its
-// node label contradicts the template's nodeSelector (no node could run the pod).
+// maps a flavor's name to the ResourceFlavor. An error when a flavor is missing, when a podSet
+// is not a replica type of the job, or when a flavor's node label contradicts the template's
+// nodeSelector (no node could run the pod).
 Status ApplyAssignment(const nlohmann::json& workload,
-                       const std::map<std::string, nlohmann::json>& flavors, nlohmann::json& job);
+                       const std::map<std::string, nlohmann::json>& flavors,
+                       api::TrainingJobSpec& spec);
+
+// The Workload's Finished condition as the job's end says it (Succeeded or Failed, with the
+// job's message): the Workload to write to its status subresource, which gives the quota back.
+nlohmann::json MarkFinished(const nlohmann::json& workload, const api::TrainingJobStatus& status,
+                            const std::string& now);
 
 // Sets condition `type` of a status object (the TrainingJob's status as JSON, conditions
 // keyed by type) to status/reason/message; lastTransitionTime changes when status flips.
@@ -144,46 +138,14 @@ Status ApplyAssignment(const nlohmann::json& workload,
 bool SetCondition(nlohmann::json& status, const std::string& type, bool value,
                   const std::string& reason, const std::string& message, const std::string& now);
 
-// The outcome of Gate().
-struct GateResult {
-  bool proceed = true;  // false: the job waits; no reconcile, no pod
-  // The job's status changed (in->job["status"]): write it, whether or not it proceeds.
-  bool status_changed = false;
-  std::optional<std::chrono::milliseconds> requeue_after;  // when !proceed
-  // When !proceed: what to do before waiting (the evicted gang's pod deletions, Events).
-  std::vector<Action> actions;
-};
-
-// The step of an evicted job whose pods remain: deletes every pod of the job not yet being
-// deleted (each trainer gets SIGTERM and stops losslessly), and the first time (pods of the
-// current gang, status.restartCount, remain) counts a gang restart of CauseOfEviction(reason)
-// in status.restarts.byCause, not against backoffLimit, with an Event. The job's status says
-// why it waits: Admitted=False with Kueue's reason, Running=False, state Queued. Pure: changes
-// in->job["status"], returns the actions; true in `changed` when the status changed.
-std::vector<Action> StopEvictedGang(Observed* in, const WorkloadState& ws, bool* changed);
-
 // How often a waiting job looks at its Workload again: read from the API server, and read
-// from the cache of a watched Workload, whose every change enqueues its job anyway.
+// from the cache of a watched Workload, whose every change brings a pass anyway.
 inline constexpr std::chrono::seconds kWaitPoll{2};
 inline constexpr std::chrono::seconds kWatchedWaitPoll{30};
-
-// Where Gate reads Kueue's objects: the operator's caches where it watches them (informers on
-// the Workloads labelled with a job's name, on ResourceFlavors and WorkloadPriorityClasses:
-// job_informers.h), else, each null, the API server. Read from the caches, a pass of a queued
-// job asks the API server nothing; the creates, patches and status updates stay live.
-struct KueueCaches {
-  const kube::ObjectCache* workloads = nullptr;
-  const kube::ObjectCache* flavors = nullptr;
-  const kube::ObjectCache* priority_classes = nullptr;
-};
-
-// One pass of the admission gate for a job that is not another controller's: does nothing for
-// a job without the queue label. Otherwise creates the Workload when there is none, marks it
-// Finished when the job has finished, and lets the job's reconcile proceed only once the
-// Workload is admitted (with the assignment applied to in->job) or the job already runs or has
-// ended. Events go through `recorder` (may be null). Errors of the API server are returned; a
-// missing Kueue (no Workload API) or a forbidden create is a condition, not an error.
-StatusOr<GateResult> Gate(kube::Client& client, const KueueCaches& caches,
-                          kube::EventRecorder* recorder, Observed* in);
+// Kueue holds the quota of an evicted Workload until its job has stopped; the gang's pods take
+// up to their grace period to back up and exit.
+inline constexpr std::chrono::seconds kStopPoll{1};
+// How long a job whose Workload cannot be made or applied waits before it asks again.
+inline constexpr std::chrono::seconds kRefusedRetry{10};
 
 }  // namespace tj::controller::kueue

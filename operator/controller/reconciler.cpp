@@ -52,11 +52,13 @@ Decision Pass::Run() {
   }
   if (!ParseSpecOrFail()) return End();
   if (status_.Finished()) {
+    FinishWorkload();
     CleanUp();
     // replicaStatuses stay as they were when the job finished: cleanup deleting pods does
     // not rewrite how the replicas ended.
     return End();
   }
+  if (AwaitAdmission()) return End();
   MarkCreated();
   if (SuspendOrResume()) return EndCountingReplicas();
   if (!status_.start_time) status_.start_time = kube::FormatTime(observed_.now);
@@ -104,9 +106,15 @@ void Pass::Create(const kube::Resource& resource, json object) {
 }
 
 void Pass::CreatePod(ReplicaType type, int index, int gang) {
+  // A member of the gang's PodGroup (GroupTheGang) when it is of the gang: MarkMember leaves
+  // the evaluator out.
+  const std::optional<std::pair<gang::Kind, std::string>> group = gang_group_;
   auto build = [spec = std::shared_ptr<const api::TrainingJobSpec>(spec_holder_),
-                job = job_identity_, type, index, gang,
-                hash = key_hash_] { return BuildPod(*job, *spec, type, index, gang, hash); };
+                job = job_identity_, type, index, gang, hash = key_hash_, group] {
+    json pod = BuildPod(*job, *spec, type, index, gang, hash);
+    if (group) gang::MarkMember(group->first, group->second, pod);
+    return pod;
+  };
   // The view from the pod built from the templates as the view reads them (no copy of a
   // large template per replica).
   const json pod = BuildPod(*job_identity_, ViewSpec(), type, index, gang, key_hash_);
@@ -128,11 +136,14 @@ void Pass::CreatePod(ReplicaType type, int index, int gang) {
 }
 
 void Pass::DeletePod(const PodView& pod) {
-  if (pod.being_deleted) return;
+  if (!pod.being_deleted) Delete(kube::resources::kPods, pod.name);
+}
+
+void Pass::Delete(const kube::Resource& resource, const std::string& name) {
   Action a;
   a.kind = Action::Kind::kDelete;
-  a.resource = kube::resources::kPods;
-  a.name = pod.name;
+  a.resource = resource;
+  a.name = name;
   decision_.actions.push_back(std::move(a));
 }
 

@@ -41,6 +41,33 @@ struct ReconcilerOptions {
   // How long after the API server refused a job's NetworkPolicy (the condition
   // NetworkPolicyRefused) its create is tried again.
   std::chrono::milliseconds network_policy_retry{std::chrono::seconds(60)};
+  // The cluster serves Kubernetes' own PodGroups (gang_scheduling.h): a job whose
+  // schedulingPolicy.gang is Auto gets one per gang.
+  bool native_pod_groups = false;
+};
+
+// What the API server refused of an earlier pass's action (a create of the job's NetworkPolicy
+// or Kueue Workload): the executor keeps it and hands it to the job's next pass
+// (Observed::refused), whose rules say it in the job's status and decide when to ask again.
+struct Refusal {
+  int code = 0;         // the API server's answer: 400, 403, 404 (an API it does not serve), 422
+  std::string message;  // what it said, or why the operator took the answer as a refusal
+  kube::WallTime at{};
+};
+
+// Kueue's objects of a job queued in Kueue (kueue_admission.h), as the executor read them from
+// the operator's caches (informers on Workloads, ResourceFlavors, WorkloadPriorityClasses), or
+// from the API server where it does not watch them.
+struct QueueObserved {
+  std::optional<nlohmann::json> workload;  // kueue::WorkloadName(job), whoever owns it
+  // The ResourceFlavors the Workload's admission assigns, by name (one that is missing is not
+  // among them).
+  std::map<std::string, nlohmann::json> flavors;
+  // The WorkloadPriorityClass the job's label names, read while the job has no Workload;
+  // nullopt when there is none, or when `priority_class_error` says why it was not read.
+  std::optional<nlohmann::json> priority_class;
+  std::string priority_class_error;  // the API server's 403 message
+  bool watched = false;  // Workloads are watched: each change brings a pass, the poll is slow
 };
 
 // Copies a field of a trainer's /status answer (its documented schema, docs/tfjob.md) into the
@@ -82,6 +109,14 @@ struct Observed {
   // The last views of the job's pods that are gone from the API server (departed_pods.h): how
   // a gang pod that went while a failure waited for its gang ended.
   std::vector<PodView> departed;
+  // Set for a job labelled kueue.x-k8s.io/queue-name (kueue_admission.h).
+  std::optional<QueueObserved> queue;
+  // The job's PodGroups (labelled with its name, gang_scheduling.h), by the apiVersion of each
+  // PodGroup kind the operator watches; a kind it does not watch is absent.
+  std::map<std::string, std::vector<nlohmann::json>> pod_groups;
+  // Refusals of the job's earlier passes not yet said in its status, by the resource's plural
+  // (networkpolicies, workloads).
+  std::map<std::string, Refusal> refused;
   // Random, drawn for every pass; used when the rendezvous Secret has to be created. The
   // operator never reads Secrets: what it knows of the one it made is in the job's status
   // (rendezvousKeyHash), and a pod the kubelet cannot start without it says it is gone.
@@ -90,11 +125,13 @@ struct Observed {
 };
 
 struct Action {
-  enum class Kind { kCreate, kDelete, kEvent, kDeleteJob };
+  // kPatch: a merge patch (`object`) of `name`; kUpdateStatus: `object` written to the status
+  // subresource (its resourceVersion the precondition).
+  enum class Kind { kCreate, kDelete, kEvent, kDeleteJob, kPatch, kUpdateStatus };
   Kind kind = Kind::kEvent;
-  kube::Resource resource;  // kCreate, kDelete
-  std::string name;         // kDelete
-  nlohmann::json object;    // kCreate, but of a pod
+  kube::Resource resource;  // kCreate, kDelete, kPatch, kUpdateStatus
+  std::string name;         // kDelete, kPatch
+  nlohmann::json object;    // kCreate (but of a pod), kPatch, kUpdateStatus
   // kCreate of a pod: builds it (BuildPod from the pass's parsed spec, shared, not copied).
   // Pods are built when sent, so that a job of many replicas never has all of its pods in
   // memory at once; `object` then holds only the pod's name and its replica-type and
@@ -103,6 +140,17 @@ struct Action {
   std::string event_type;  // kEvent: Normal | Warning
   std::string reason;      // kEvent
   std::string message;     // kEvent
+  // What the API server's errors mean for kPatch, kUpdateStatus and the kCreate of a Kueue
+  // Workload (the executor's own rules judge the other creates and deletes):
+  //   tolerated: answers that leave the action as good as done (404: the object is gone; 409:
+  //     another writer came first, and its change brings the next pass);
+  //   refusable: answers kept as a Refusal for the job's next pass (Observed::refused);
+  //   warn_reason: set, any other error is a Warning Event of this reason and the pass goes
+  //     on; empty, it fails the pass (retried with backoff).
+  // `what` names the action in either ("marking Workload ns/w Finished"), `hint` says what to
+  // do about an error the operator's permissions may cause.
+  std::vector<int> tolerated, refusable;
+  std::string warn_reason, what, hint;
 };
 // The object a kCreate action creates (built now, for a pod).
 nlohmann::json ObjectOf(const Action& a);

@@ -213,10 +213,12 @@ bool Pass::WaitForTheGangToEnd(const GangCensus& census) {
   return true;
 }
 
-std::optional<std::string> Pass::ChargeGangRestart(api::RestartCause cause,
-                                                   const std::string& why) {
+std::optional<std::string> Pass::ChargeGangRestart(api::RestartCause cause, const std::string& why,
+                                                   bool never_counted) {
   std::string rule;
-  const api::FailureAction action = spec_.failure_policy.ActionFor(cause, &rule);
+  const api::FailureAction action = never_counted
+                                        ? api::FailureAction::kRestartJobAndIgnoreBackoffLimit
+                                        : spec_.failure_policy.ActionFor(cause, &rule);
   const std::string name = api::ToString(cause);
   const int limit = spec_.run_policy.backoff_limit;
   int32_t& used = status_.restarts.backoff_limit_used;
@@ -238,14 +240,15 @@ std::optional<std::string> Pass::ChargeGangRestart(api::RestartCause cause,
   return name + ", " + std::to_string(used) + " of backoffLimit " + std::to_string(limit);
 }
 
-void Pass::RestartGang(const std::string& message, const GangPods& current) {
+void Pass::RestartGang(const std::string& message, const GangPods& current,
+                       const std::string& reason, bool restarting) {
   status_.restart_count += 1;
   status_.created_generation = -1;
   status_.first_failure_time.reset();
   status_.progress_time.reset();
-  status_.SetCondition(cond::kRestarting, true, "GangRestart", message, observed_.now);
-  status_.SetCondition(cond::kRunning, false, "GangRestart", message, observed_.now);
-  Event("Warning", "GangRestart", message);
+  status_.SetCondition(cond::kRestarting, restarting, reason, message, observed_.now);
+  status_.SetCondition(cond::kRunning, false, reason, message, observed_.now);
+  Event("Warning", reason, message);
   decision_.job_restarted = true;
   for (const auto& [replica, pod] : current) DeletePod(*pod);
   RequeueAfter(std::chrono::seconds(1));
@@ -317,7 +320,7 @@ void Pass::CreateMissingPods(const Gang& gang, const GangCensus& census) {
     RequeueAfter(std::chrono::seconds(1));  // deletions also trigger a pass
   } else if (ready_at && observed_.now < *ready_at) {
     RequeueAt(*ready_at);
-  } else {
+  } else if (GroupTheGang(number)) {
     std::string names;
     for (const auto& [t, i] : census.missing) {
       CreatePod(t, i, number);

@@ -1,7 +1,8 @@
 // The job's NetworkPolicy (network_policy.h): made with the job's Service and Secret, made
-// again when it goes. A refusal never stops the job: the executor says it in the condition
-// NetworkPolicyRefused, and this pass waits ReconcilerOptions::network_policy_retry from
-// then before it asks again. Part of the reconcile pass (reconciler_pass.h).
+// again when it goes. A refusal never stops the job: the pass after it (Observed::refused)
+// says it in the condition NetworkPolicyRefused, and the job's passes wait
+// ReconcilerOptions::network_policy_retry from then before they ask again. Part of the
+// reconcile pass (reconciler_pass.h).
 #include <string>
 
 #include "operator/controller/network_policy.h"
@@ -32,6 +33,11 @@ void Pass::EnsureNetworkPolicy() {
                          observed_.now);
     return;
   }
+  if (auto r = observed_.refused.find(kube::resources::kNetworkPolicies.plural);
+      r != observed_.refused.end()) {
+    SayNetworkPolicyRefused(r->second);
+    return;
+  }
   if (const api::Condition* c = status_.Find(cond::kNetworkPolicyRefused);
       c != nullptr && c->status == "True") {
     const auto refused_at = kube::ParseTime(c->last_update_time);
@@ -42,6 +48,27 @@ void Pass::EnsureNetworkPolicy() {
   }
   Create(kube::resources::kNetworkPolicies,
          BuildNetworkPolicy(observed_.job, spec_, *options_.network_policy));
+}
+
+void Pass::SayNetworkPolicyRefused(const Refusal& refusal) {
+  const auto retry =
+      std::chrono::duration_cast<std::chrono::seconds>(options_.network_policy_retry);
+  const std::string message =
+      refusal.message +
+      "; the job runs, but its pods are not isolated: any pod that can reach them may connect "
+      "to their ports (each trainer port still admits only peers holding the job's key). Let "
+      "the operator create networkpolicies in this namespace (the chart's RBAC) or lift the "
+      "refusal; tried again every " +
+      std::to_string(retry.count()) + " s";
+  if (status_.SetCondition(cond::kNetworkPolicyRefused, true, "NetworkPolicyRefused", message,
+                           refusal.at)) {
+    Event("Warning", "NetworkPolicyRefused", message);
+  }
+  // Stamped with the refusal even when it said so already: the retry waits from the last one.
+  for (auto& c : status_.conditions) {
+    if (c.type == cond::kNetworkPolicyRefused) c.last_update_time = kube::FormatTime(refusal.at);
+  }
+  RequeueAt(refusal.at + options_.network_policy_retry);
 }
 
 }  // namespace tj::controller::reconcile

@@ -6,8 +6,11 @@
 //                                   the table of contents), the actions a pass emits
 //   reconciler_job.cpp              the job's life: spec, Created, suspend, deadlines, Running,
 //                                   Succeeded, Failed, cleanPodPolicy and TTL once finished
+//   reconciler_admission.cpp        Kueue's admission: the Workload made, the job queued until
+//                                   admitted, the assignment applied, an eviction's restart
 //   reconciler_gang.cpp             the gang: its pods sorted and counted, missing ones created,
 //                                   a failure charged to the failure policy, a gang restart
+//   reconciler_gang_group.cpp       the gang's PodGroup, made before its pods, which name it
 //   reconciler_rendezvous_key.cpp   the rendezvous Secret and the key the pods hold
 //   reconciler_network_policy.cpp   the job's NetworkPolicy, and what a refused one says
 //   reconciler_evaluator.cpp        the evaluator: supervised alone, its final evaluation awaited
@@ -29,6 +32,8 @@
 #include "kube/resource.h"
 #include "kube/time_format.h"
 #include "operator/api/training_job.h"
+#include "operator/controller/gang_scheduling.h"
+#include "operator/controller/kueue_admission.h"
 #include "operator/controller/pod_view.h"
 #include "operator/controller/reconciler.h"
 
@@ -86,6 +91,7 @@ class Pass {
   // replicas holds none of them.
   void CreatePod(ReplicaType type, int index, int gang);
   void DeletePod(const PodView& pod);
+  void Delete(const kube::Resource& resource, const std::string& name);
   void RequeueAfter(milliseconds delay);
   void RequeueAt(kube::WallTime time);
   // spec_ with each template reduced to what a pod's view reads (TemplateForView); made when
@@ -148,20 +154,76 @@ class Pass {
   // Charges a gang restart of `cause` (described by `why`) as spec.failurePolicy says: counts
   // it by cause and, when it counts, against backoffLimit. Returns how it was charged, for
   // the GangRestart message; nullopt after failing the job (the rule says FailJob, or the
-  // budget is spent).
-  std::optional<std::string> ChargeGangRestart(api::RestartCause cause, const std::string& why);
+  // budget is spent). `never_counted`: whatever the policy says, the restart neither counts
+  // nor fails the job (Kueue, not the job, decided it).
+  std::optional<std::string> ChargeGangRestart(api::RestartCause cause, const std::string& why,
+                                               bool never_counted = false);
   // runPolicy.progressDeadlineSeconds: while the whole gang runs, the chief's global step
   // (its /status) staying the same that long since status.progressTime restarts the gang
   // with the cause Stalled. A gang whose chief has reported no step is not judged; one whose
   // chief stops answering after it did is judged by the step it last reported. True: the pass
   // has decided.
   bool RestartIfStalled(const Gang& gang, const GangCensus& census);
-  // Starts gang status.restartCount + 1: deletes the `current` gang, says why (`message`).
-  void RestartGang(const std::string& message, const GangPods& current);
+  // Starts gang status.restartCount + 1: deletes the `current` gang, says why (`message`) in
+  // a Warning Event and the conditions Running=False and Restarting (`restarting`), of
+  // `reason`.
+  void RestartGang(const std::string& message, const GangPods& current,
+                   const std::string& reason = "GangRestart", bool restarting = true);
   // After the previous gang is gone and the restart backoff has passed.
   void CreateMissingPods(const Gang& gang, const GangCensus& census);
   // restart_backoff_base doubled `doublings` times, at most restart_backoff_max.
   milliseconds RestartBackoff(int doublings) const;
+
+  // --- The gang's PodGroup (reconciler_gang_group.cpp) ---
+  // Before gang `number`'s pods are created, when the job's gang is scheduled together
+  // (gang::KindFor): creates its PodGroup unless the job owns it already, has the pods built
+  // as its members (CreatePod), and deletes the job's PodGroups of earlier gangs. False when a
+  // PodGroup of the name exists that the job does not own: the pods are not created, and a
+  // Warning Event says what to do.
+  bool GroupTheGang(int number);
+
+  // --- Kueue's admission (reconciler_admission.cpp) ---
+  // For a job queued in Kueue (Observed::queue): true while it waits (no Workload yet, not
+  // admitted, evicted: its gang stopped and restarted through the restart rules), the job's
+  // Admitted condition saying why; false when the pass goes on: admitted (the assignment
+  // applied to spec_, PodsReady written on the Workload), suspended, or running outside the
+  // queue.
+  bool AwaitAdmission();
+  // A finished job's Workload marked Finished, which gives the quota back.
+  void FinishWorkload();
+  // runPolicy.suspend and the Workload's spec.active follow each other (kueue::ActivePatch);
+  // true when the job is suspended. Once its pods are gone, an admission Kueue evicted is
+  // released.
+  bool FollowSuspend(const std::optional<json>& workload);
+  // A job without its Workload: makes it (the job then waits), or says why it cannot (the
+  // refusal of the last create, a missing priority class). False: the job runs outside the
+  // queue (labelled after its pods were made).
+  bool QueueTheJob(const QueueObserved& q);
+  // A Workload not admitted, or evicted: stops the gang that runs, releases the admission once
+  // it has stopped, else says Kueue's reason. Always true.
+  bool WaitForAdmission(const QueueObserved& q, const kueue::WorkloadState& ws);
+  // An admitted Workload: its assignment onto the templates, PodsReady, Admitted=True. False
+  // when the assignment cannot be applied (the job waits, saying why).
+  bool ProceedAdmitted(const QueueObserved& q, const kueue::WorkloadState& ws);
+  // Kueue withdrew the admission while pods run: the current gang restarts under the cause
+  // of the eviction (never counted against backoffLimit), every other pod goes too.
+  void StopTheGangForKueue(const kueue::WorkloadState& ws);
+  // status.progress.lastBackup from what a stopped chief reported (its termination message,
+  // or as noted from the pod events) when newer; true when it changed.
+  bool TakeReportedBackup();
+  // The job's last backup on its Workload (kueue::LastBackupPatch), for whoever chooses whom
+  // to preempt.
+  void PublishLastBackup(const json& workload);
+  // A write of the job's Workload (a create, a merge patch, a status write) described as
+  // `what` in its errors; tolerates a 404. The action, to adjust before the next one is added.
+  Action& WriteWorkload(Action::Kind kind, const json& object, const std::string& what);
+  // Admitted=False saying why the job waits; true when that changed.
+  bool SetWaiting(const std::string& reason, const std::string& message);
+  // SetWaiting, an Event of `type` when it changed, and a look again after `poll`.
+  void WaitSaying(const std::string& type, const std::string& reason, const std::string& message,
+                  milliseconds poll);
+  // Whether any pod labelled with the job's name has not ended (owned or not).
+  bool HasActivePods() const;
 
   // --- The rendezvous key (reconciler_rendezvous_key.cpp) ---
   // The rendezvous Secret: created (with the observed new key, its hash recorded in
@@ -188,6 +250,10 @@ class Pass {
   // for the retry); NetworkPolicyRefused turns False once it exists. Without: nothing made,
   // and a NetworkPolicyRefused still True turns False.
   void EnsureNetworkPolicy();
+  // The refusal of the last create in the condition NetworkPolicyRefused (True, stamped with
+  // when it was refused) and, when that is new, a Warning Event; a look again once the retry
+  // is due.
+  void SayNetworkPolicyRefused(const Refusal& refusal);
 
   // --- The evaluator (reconciler_evaluator.cpp) ---
   // Created when missing, restarted alone when its restart policy says, with its own backoff
@@ -221,6 +287,8 @@ class Pass {
   std::vector<PodView> pods_;          // the job's own pods
   std::vector<PodView> created_pods_;  // by this pass: Pending, so active in replicaStatuses
   std::string key_hash_;               // of the rendezvous Secret's key, set by EnsureSecret
+  // Set by GroupTheGang: the PodGroup the chief and worker pods CreatePod makes are members of.
+  std::optional<std::pair<gang::Kind, std::string>> gang_group_;
   Decision decision_;
 };
 

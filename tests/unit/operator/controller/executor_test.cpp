@@ -256,6 +256,7 @@ class FakeClient : public testing::AcceptingClient {
   // namespace, 503 as an overloaded API server.
   int network_policy_error = 0;
   std::atomic<int> network_policy_creates{0};
+  int pod_group_error = 0;  // answered to every PodGroup create, when set
 
   kube::Result<json> Get(const kube::Resource& r, const std::string&,
                          const std::string& name) override {
@@ -280,6 +281,9 @@ class FakeClient : public testing::AcceptingClient {
       return network_policy_error == 403
                  ? Error(403, "Forbidden", "networkpolicies is forbidden: cannot create")
                  : Error(network_policy_error, "ServiceUnavailable", "try again later");
+    }
+    if (pod_group_error != 0 && r.plural == "podgroups") {
+      return Error(pod_group_error, "NotFound", "the server could not find the requested resource");
     }
     if (refuse_pods && r.plural == "pods") {
       return Error(refuse_code, refuse_code == 403 ? "Forbidden" : "Invalid", key + " refused");
@@ -353,13 +357,13 @@ class ExecutorPass : public ::testing::Test {
       deps.caches = OwnedObjectCaches{&jobs_, &pods_, &services_, &network_policies_};
       deps.kueue = kueue_;
       deps.pod_groups = pod_groups_;
-      deps.native_pod_groups = native_pod_groups_;
       deps.clock = &clock_;
       deps.status_poller = poller_;
       deps.defer_status = StatusDeferral{[this](const std::string&) { return busy_; },
                                          [this](const std::string& key, milliseconds latest) {
                                            write_later_.emplace_back(key, latest);
                                          }};
+      options_.native_pod_groups = native_pod_groups_;
       executor_ = std::make_unique<Executor>(std::move(deps), options_);
     }
     return *executor_;
@@ -402,12 +406,16 @@ class ExecutorPass : public ::testing::Test {
   }
 
   // After a pass that went through without the job's NetworkPolicy: its pods were made all the
-  // same, and the message of NetworkPolicyRefused (True) in the status it wrote, which says
-  // that they are not isolated.
+  // same, the next pass came at once and said it, and the message of NetworkPolicyRefused
+  // (True) in the status it wrote, which says that they are not isolated.
   std::string NetworkPolicyRefusalOfAPassThatWentOn(
       const StatusOr<std::optional<milliseconds>>& pass) {
     EXPECT_TRUE(pass.ok()) << pass.status().message();
     EXPECT_EQ(client_.CreatedPods().size(), 2u);  // the job runs without it
+    if (pass.ok()) EXPECT_EQ(*pass, std::optional<milliseconds>(milliseconds(1)));
+    CacheTheCreatedObjects();
+    auto next = Sync();
+    EXPECT_TRUE(next.ok()) << next.status().message();
     if (client_.status_writes.empty()) {
       ADD_FAILURE() << "no status written";
       return "";
@@ -441,8 +449,8 @@ class ExecutorPass : public ::testing::Test {
   TrainerStatusPoller* poller_ = nullptr;  // the executor's, when a test sets it
   // Kueue's objects and the PodGroups as watched (null: read live), and whether the cluster
   // serves native PodGroups.
-  kueue::KueueCaches kueue_;
-  gang::PodGroupCaches pod_groups_;
+  KueueCaches kueue_;
+  PodGroupCaches pod_groups_;
   bool native_pod_groups_ = false;
   std::unique_ptr<Executor> executor_;
 };
@@ -674,7 +682,7 @@ TEST_F(ExecutorPass, AQueuedGangJobsPassReadsNothingLive) {
   workloads.Upsert(wl);
   flavors.Upsert({{"metadata", {{"name", "f"}}}, {"spec", {{"nodeLabels", {{"pool", "a"}}}}}});
   kueue_ = {&workloads, &flavors, &classes};
-  pod_groups_ = {.native = &groups};
+  pod_groups_.by_kind[static_cast<size_t>(gang::Kind::kNative)] = &groups;
   native_pod_groups_ = true;  // schedulingPolicy.gang Auto: a native PodGroup per gang
   auto r = Sync();
   ASSERT_TRUE(r.ok()) << r.status().message();
@@ -682,6 +690,39 @@ TEST_F(ExecutorPass, AQueuedGangJobsPassReadsNothingLive) {
   EXPECT_EQ(std::count(client_.created.begin(), client_.created.end(), "podgroups/mnist-gang-0"),
             1);
   EXPECT_EQ(client_.reads, 0) << "a live read on a pass of a queued gang job";
+}
+
+// The gang's PodGroup is created before its pods, and a pod is not created without it: a
+// scheduler's API the cluster does not serve is an error that says what to do; a group of the
+// name that another owns (the kind not watched: its create's AlreadyExists read live) holds the
+// pods back too.
+TEST_F(ExecutorPass, AGangsPodGroupOfAnotherOwnerHoldsThePodsBack) {
+  json job = TestJob("uid-new");
+  job["spec"]["runPolicy"]["schedulingPolicy"] = {{"gang", "Volcano"}};
+  jobs_.Upsert(job);
+  client_.pod_group_error = 404;
+  auto r = Sync();
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("must serve scheduling.volcano.sh/v1beta1 podgroups"),
+            std::string::npos)
+      << r.status().message();
+  EXPECT_TRUE(client_.CreatedPods().empty());
+
+  client_.pod_group_error = 0;
+  json theirs = gang::BuildPodGroup(gang::Kind::kVolcano, job, *api::ParseSpec(job["spec"]), 0);
+  theirs["metadata"]["ownerReferences"][0]["uid"] = "someone-else";
+  client_.existing["podgroups/mnist-gang-0"] = theirs;
+  CacheTheCreatedObjects();
+  r = Sync();
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("mnist-gang-0 already exists and is not this job's"),
+            std::string::npos)
+      << r.status().message();
+  EXPECT_TRUE(client_.CreatedPods().empty());
+
+  client_.existing["podgroups/mnist-gang-0"]["metadata"]["ownerReferences"][0]["uid"] = "uid-new";
+  ASSERT_TRUE(Sync().ok());
+  EXPECT_EQ(client_.CreatedPods().size(), 2u) << "its own, made by an earlier pass";
 }
 
 // A namespace whose Pod Security Admission level (or a quota, a webhook) refuses the job's pods:

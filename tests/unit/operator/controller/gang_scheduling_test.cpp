@@ -1,15 +1,17 @@
 // The gang's PodGroups (operator/controller/gang_scheduling.h): what each scheduler's PodGroup
-// and the rendered pods carry, and what Prepare asks of the API server before the pods.
+// and the rendered pods carry, and the rules of a pass that creates a gang
+// (reconciler_gang_group.cpp): the group made before its pods, earlier ones deleted.
 #include "operator/controller/gang_scheduling.h"
 
 #include <gtest/gtest.h>
 
+#include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "operator/controller/job_informers.h"
 #include "operator/controller/job_resources.h"
-#include "tests/support/accepting_client.h"
+#include "operator/controller/reconciler.h"
 #include "tests/unit/operator/controller/test_job.h"
 
 namespace tj::controller::gang {
@@ -64,48 +66,39 @@ const json& PodNamed(const Decision& d, const std::string& name) {
   return kNone;
 }
 
-// Records creates, lists and deletes; Create answers `create_error` when set, Get `existing`.
-class RecordingClient : public tj::testing::AcceptingClient {
- public:
-  kube::Result<json> Create(const kube::Resource& r, const std::string& ns,
-                            const json& object) override {
-    created.push_back({{"resource", r.api_version + "/" + r.plural}, {"object", object}});
-    if (create_error) return *create_error;
-    return AcceptingClient::Create(r, ns, object);
-  }
-  kube::Result<json> Get(const kube::Resource& r, const std::string& ns,
-                         const std::string& name) override {
-    ++gets;
-    if (!existing.is_null()) return existing;
-    return AcceptingClient::Get(r, ns, name);
-  }
-  kube::Result<json> List(const kube::Resource&, const std::string&,
-                          const kube::ListOptions& o) override {
-    selectors.push_back(o.label_selector);
-    return json{{"items", listed}};
-  }
-  kube::Result<json> Delete(const kube::Resource& r, const std::string&, const std::string& name,
-                            const kube::DeleteOptions&) override {
-    deleted.push_back(r.api_version + "/" + r.plural + " " + name);
-    return json::object();
-  }
-  kube::Result<json> Raw(const std::string& method, const std::string& path,
-                         const std::optional<json>&) override {
-    raw.push_back(method + " " + path);
-    if (path.find("?limit=") != std::string::npos) {  // a list
-      if (list_error) return *list_error;
-      return json{{"items", json::array()}};
-    }
-    if (discovery.is_null()) return tj::testing::ApiErrorOf(404, "NotFound", "not found");
-    return discovery;
-  }
+// A pass of `job` whose gang `gang` is to be created (the earlier gang gone), with the job's
+// PodGroups of each watched kind as observed, on a cluster that serves native PodGroups or not.
+Decision PassCreatingGang(const json& job, int gang, bool native_served,
+                          std::map<std::string, std::vector<json>> watched = {}) {
+  Observed in;
+  in.job = job;
+  in.new_rendezvous_key = "k";
+  if (gang > 0) in.job["status"] = {{"restartCount", gang}};
+  in.pod_groups = std::move(watched);
+  ReconcilerOptions options;
+  options.native_pod_groups = native_served;
+  return Reconcile(in, options);
+}
 
-  std::vector<json> created;
-  std::vector<std::string> deleted, selectors, raw;
-  std::optional<kube::ApiError> create_error, list_error;
-  json existing, listed = json::array(), discovery;
-  int gets = 0;
-};
+// "<apiVersion>/<plural> <name>" of the decision's creates (pods aside) and deletes, in order.
+std::vector<std::string> GroupActions(const Decision& d) {
+  std::vector<std::string> out;
+  for (const Action& a : d.actions) {
+    if (a.resource.plural != "podgroups") continue;
+    out.push_back(std::string(a.kind == Action::Kind::kCreate ? "create " : "delete ") +
+                  a.resource.api_version + " " + a.name);
+  }
+  return out;
+}
+
+// The pods the decision creates, as sent.
+std::map<std::string, json> CreatedPods(const Decision& d) {
+  std::map<std::string, json> out;
+  for (const Action& a : d.actions) {
+    if (a.kind == Action::Kind::kCreate && a.resource.plural == "pods") out[a.name] = ObjectOf(a);
+  }
+  return out;
+}
 
 TEST(GangScheduling, TheNativePodGroupHoldsTheChiefAndWorkersAndIsOwnedByTheJob) {
   const json job = JobWith();
@@ -194,176 +187,95 @@ TEST(GangScheduling, RenderedPodsCarryWhatEachSchedulerReads) {
   }
 }
 
-// The reconciler's pod creates are built when sent (Action::build): Prepare reads their
-// placement labels without building them and marks each pod as it is built.
-TEST(GangScheduling, PrepareMarksThePodsTheReconcilerBuildsWhenSent) {
-  RecordingClient client;
-  Observed in;
-  in.job = JobWith();
-  in.new_rendezvous_key = "k";
-  Decision d = Reconcile(in);
-  ASSERT_TRUE(Prepare(client, nullptr, in.job, /*native_served=*/true, &d).ok());
-  ASSERT_EQ(client.created.size(), 1U);
-  EXPECT_EQ(client.created[0]["object"]["metadata"]["name"], "mnist-gang-0");
-  int members = 0, pods = 0;
-  for (const Action& a : d.actions) {
-    if (a.kind != Action::Kind::kCreate || a.resource.plural != "pods") continue;
-    ++pods;
-    ASSERT_TRUE(static_cast<bool>(a.build)) << a.name;
-    const json pod = ObjectOf(a);
-    EXPECT_EQ(pod["metadata"]["name"], a.name);
-    if (a.name == "mnist-evaluator-0") {
+// The pass that creates a gang's pods creates its PodGroup first (the executor sends the run of
+// creates' other objects before its pods, and none of the pods when the group fails), and the
+// pods, built when sent (Action::build), are its members: the evaluator is not.
+TEST(GangGroupPass, TheGroupComesBeforeThePodsItsMembers) {
+  const Decision d = PassCreatingGang(JobWith(), 0, /*native_served=*/true);
+  EXPECT_EQ(GroupActions(d),
+            std::vector<std::string>{"create scheduling.k8s.io/v1beta1 mnist-gang-0"});
+  size_t group = d.actions.size(), first_pod = d.actions.size();
+  for (size_t i = 0; i < d.actions.size(); ++i) {
+    const Action& a = d.actions[i];
+    if (a.kind != Action::Kind::kCreate) continue;
+    if (a.resource.plural == "podgroups") group = i;
+    if (a.resource.plural == "pods" && first_pod == d.actions.size()) first_pod = i;
+  }
+  EXPECT_LT(group, first_pod);
+  const auto pods = CreatedPods(d);
+  ASSERT_EQ(pods.size(), 4U);
+  for (const auto& [name, pod] : pods) {
+    if (name == "mnist-evaluator-0") {
       EXPECT_FALSE(pod["spec"].contains("schedulingGroup"));
     } else {
-      EXPECT_EQ(pod["spec"]["schedulingGroup"]["podGroupName"], "mnist-gang-0") << a.name;
-      ++members;
+      EXPECT_EQ(pod["spec"]["schedulingGroup"]["podGroupName"], "mnist-gang-0") << name;
     }
   }
-  EXPECT_EQ(pods, 4);
-  EXPECT_EQ(members, 3);
 }
 
-TEST(GangScheduling, PrepareCreatesTheGangsPodGroupAndMarksItsPods) {
-  RecordingClient client;
-  const json job = JobWith();
-  Decision d = CreatesGang(job, 0);
-  ASSERT_TRUE(Prepare(client, nullptr, job, /*native_served=*/true, &d).ok());
-  ASSERT_EQ(client.created.size(), 1U);
-  EXPECT_EQ(client.created[0]["resource"], "scheduling.k8s.io/v1beta1/podgroups");
-  EXPECT_EQ(client.created[0]["object"]["metadata"]["name"], "mnist-gang-0");
-  EXPECT_EQ(PodNamed(d, "mnist-worker-0")["spec"]["schedulingGroup"]["podGroupName"],
-            "mnist-gang-0");
-  EXPECT_TRUE(client.deleted.empty());  // the first gang: nothing earlier
-}
-
-TEST(GangScheduling, PrepareChangesNothingWithoutTheApiOrWithTheOptOut) {
+TEST(GangGroupPass, NothingWithoutTheApiOrWithTheOptOut) {
   for (const auto& [policy, served] :
        std::vector<std::pair<json, bool>>{{json(), false}, {{{"gang", "None"}}, true}}) {
-    RecordingClient client;
-    const json job = JobWith(policy);
-    Decision d = CreatesGang(job, 0);
-    const Decision before = d;
-    ASSERT_TRUE(Prepare(client, nullptr, job, served, &d).ok());
-    EXPECT_TRUE(client.created.empty());
-    for (size_t i = 0; i < d.actions.size(); ++i) {
-      EXPECT_EQ(d.actions[i].object, before.actions[i].object) << policy.dump();
+    const Decision d = PassCreatingGang(JobWith(policy), 0, served);
+    EXPECT_TRUE(GroupActions(d).empty()) << policy.dump();
+    for (const auto& [name, pod] : CreatedPods(d)) {
+      EXPECT_FALSE(pod["spec"].contains("schedulingGroup")) << name;
     }
   }
 }
 
-TEST(GangScheduling, ARestartMakesANewGroupAndDeletesTheEarlierOnes) {
-  RecordingClient client;
+// Watched: the job's own earlier groups are deleted (not another job's, nor one already
+// going), a group the job already owns is not created again.
+TEST(GangGroupPass, ARestartMakesANewGroupAndDeletesTheEarlierOnes) {
   const json job = JobWith();
   auto group = [&](int n, const std::string& uid) {
     json g = BuildPodGroup(Kind::kNative, job, SpecOf(job), n);
     g["metadata"]["ownerReferences"][0]["uid"] = uid;
     return g;
   };
-  client.listed = json::array(
-      {group(0, "uid-1"), group(1, "uid-1"), group(2, "uid-1"), group(0, "uid-of-another-job")});
-  Decision d = CreatesGang(job, 2);
-  ASSERT_TRUE(Prepare(client, nullptr, job, true, &d).ok());
-  EXPECT_EQ(client.created[0]["object"]["metadata"]["name"], "mnist-gang-2");
-  EXPECT_EQ(PodNamed(d, "mnist-chief-0")["spec"]["schedulingGroup"]["podGroupName"],
+  json going = group(1, "uid-1");
+  going["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z";
+  const std::string native = kNativePodGroups.api_version;
+  Decision d = PassCreatingGang(
+      job, 2, true, {{native, {group(0, "uid-1"), going, group(0, "uid-of-another-job")}}});
+  EXPECT_EQ(GroupActions(d),
+            (std::vector<std::string>{"create scheduling.k8s.io/v1beta1 mnist-gang-2",
+                                      "delete scheduling.k8s.io/v1beta1 mnist-gang-0"}));
+  EXPECT_EQ(CreatedPods(d)["mnist-chief-0"]["spec"]["schedulingGroup"]["podGroupName"],
             "mnist-gang-2");
-  EXPECT_EQ(client.selectors, std::vector<std::string>{"tjo.dev/job-name=mnist"});
-  EXPECT_EQ(client.deleted,
-            (std::vector<std::string>{"scheduling.k8s.io/v1beta1/podgroups mnist-gang-0",
-                                      "scheduling.k8s.io/v1beta1/podgroups mnist-gang-1"}));
+  d = PassCreatingGang(job, 2, true, {{native, {group(2, "uid-1")}}});
+  EXPECT_TRUE(GroupActions(d).empty()) << "made by an earlier pass: not made again";
+  EXPECT_EQ(CreatedPods(d).size(), 4U);
 }
 
-// Where the operator watches the kind's PodGroups, a gang restart reads the earlier groups and
-// an existing one from the cache: no list, no get (one the cache does not show yet is read).
-TEST(GangScheduling, WatchedPodGroupsAreReadFromTheCache) {
-  RecordingClient client;
+// Not watched (the operator may not list the kind): the previous gang's group is deleted by
+// name, and a group that exists already is the executor's to check (its create's
+// AlreadyExists: ExecutorPass.AGangsPodGroupOfAnotherOwnerHoldsThePodsBack).
+TEST(GangGroupPass, UnwatchedTheEarlierGroupIsDeletedByName) {
+  const Decision d = PassCreatingGang(JobWith({{"gang", "Volcano"}}), 3, false);
+  EXPECT_EQ(GroupActions(d),
+            (std::vector<std::string>{"create scheduling.volcano.sh/v1beta1 mnist-gang-3",
+                                      "delete scheduling.volcano.sh/v1beta1 mnist-gang-2"}));
+}
+
+TEST(GangGroupPass, AGroupOfTheNameThatIsNotTheJobsStopsThePods) {
   const json job = JobWith();
-  kube::ObjectCache cache;
-  json other = BuildPodGroup(Kind::kNative, job, SpecOf(job), 0);
-  other["metadata"]["namespace"] = "elsewhere";  // a job of the same name in another namespace
-  for (const json& g : {BuildPodGroup(Kind::kNative, job, SpecOf(job), 0),
-                        BuildPodGroup(Kind::kNative, job, SpecOf(job), 1), other}) {
-    cache.Upsert(g);
+  json theirs = BuildPodGroup(Kind::kNative, job, SpecOf(job), 0);
+  theirs["metadata"]["ownerReferences"][0]["uid"] = "someone-else";
+  const Decision d = PassCreatingGang(job, 0, true, {{kNativePodGroups.api_version, {theirs}}});
+  std::vector<std::string> pods;
+  for (const auto& [name, pod] : CreatedPods(d)) pods.push_back(name);
+  EXPECT_EQ(pods, std::vector<std::string>{"mnist-evaluator-0"}) << "no member of the gang";
+  EXPECT_TRUE(GroupActions(d).empty());
+  const Action* said = nullptr;
+  for (const Action& a : d.actions) {
+    if (a.kind == Action::Kind::kEvent && a.reason == "PodGroupFailed") said = &a;
   }
-  client.create_error = tj::testing::ApiErrorOf(409, "AlreadyExists", "exists");
-  Decision d = CreatesGang(job, 1);
-  ASSERT_TRUE(Prepare(client, nullptr, job, true, &d, PodGroupCaches{.native = &cache}).ok());
-  EXPECT_TRUE(client.selectors.empty()) << "a list of the PodGroups that are watched";
-  EXPECT_EQ(client.gets, 0);
-  EXPECT_EQ(client.deleted,
-            std::vector<std::string>{"scheduling.k8s.io/v1beta1/podgroups mnist-gang-0"});
-  // The cache does not show gang 2's group, made by a pass before: read from the API server.
-  client.existing = BuildPodGroup(Kind::kNative, job, SpecOf(job), 2);
-  Decision d2 = CreatesGang(job, 2);
-  ASSERT_TRUE(Prepare(client, nullptr, job, true, &d2, PodGroupCaches{.native = &cache}).ok());
-  EXPECT_EQ(client.gets, 1);
-}
-
-TEST(GangScheduling, AGroupOfTheNameThatIsNotTheJobsStopsThePods) {
-  RecordingClient client;
-  const json job = JobWith();
-  client.create_error = tj::testing::ApiErrorOf(409, "AlreadyExists", "exists");
-  client.existing = BuildPodGroup(Kind::kNative, job, SpecOf(job), 0);
-  {
-    Decision d = CreatesGang(job, 0);
-    EXPECT_TRUE(Prepare(client, nullptr, job, true, &d).ok()) << "its own, from an earlier pass";
-  }
-  client.existing["metadata"]["ownerReferences"][0]["uid"] = "someone-else";
-  Decision d = CreatesGang(job, 0);
-  const Status s = Prepare(client, nullptr, job, true, &d);
-  ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("mnist-gang-0 exists and this job does not own it"), std::string::npos)
-      << s.message();
-}
-
-TEST(GangScheduling, AnUnservedOrForbiddenPodGroupApiIsSaidPlainly) {
-  RecordingClient client;
-  const json job = JobWith({{"gang", "Volcano"}});
-  client.create_error = tj::testing::ApiErrorOf(404, "NotFound", "the server could not find");
-  Decision d = CreatesGang(job, 0);
-  Status s = Prepare(client, nullptr, job, false, &d);
-  EXPECT_NE(s.message().find("does not serve scheduling.volcano.sh/v1beta1 podgroups"),
+  ASSERT_NE(said, nullptr);
+  EXPECT_NE(said->message.find("mnist-gang-0 exists and this job does not own it"),
             std::string::npos)
-      << s.message();
-  client.create_error = tj::testing::ApiErrorOf(403, "Forbidden", "cannot create");
-  s = Prepare(client, nullptr, job, false, &d);
-  EXPECT_NE(s.message().find("forbidden"), std::string::npos) << s.message();
-  EXPECT_NE(s.message().find("podgroups of scheduling.volcano.sh"), std::string::npos);
-}
-
-TEST(GangScheduling, DiscoveryFindsPodGroupsInTheServedVersion) {
-  RecordingClient client;
-  auto served = NativePodGroupsServed(client);
-  ASSERT_TRUE(served.ok());
-  EXPECT_FALSE(*served);  // 404: the version is off
-  EXPECT_EQ(client.raw, std::vector<std::string>{"GET /apis/scheduling.k8s.io/v1beta1"});
-  client.discovery = {{"resources", json::array({{{"name", "workloads"}}})}};
-  EXPECT_FALSE(*NativePodGroupsServed(client));
-  client.discovery["resources"].push_back({{"name", "podgroups"}});
-  EXPECT_TRUE(*NativePodGroupsServed(client));
-}
-
-// The operator watches a kind of PodGroup only where the server serves it (discovery first: no
-// list of an unserved kind reaches the audit log) and lets it be listed.
-TEST(GangScheduling, APodGroupKindIsWatchedWhereServedAndListable) {
-  RecordingClient client;
-  const std::vector<const kube::Resource*> native = {&kNativePodGroups};
-  auto w = Watchable(client, native, "");
-  ASSERT_TRUE(w.ok());
-  EXPECT_FALSE(w->watchable);
-  EXPECT_EQ(w->why_not, "the API server serves no podgroups.scheduling.k8s.io/v1beta1");
-  EXPECT_EQ(client.raw, std::vector<std::string>{"GET /apis/scheduling.k8s.io/v1beta1"});
-  client.discovery = {{"resources", json::array({{{"name", "podgroups"}}})}};
-  client.list_error = tj::testing::ApiErrorOf(403, "Forbidden", "cannot list");
-  w = Watchable(client, native, "team-a");
-  ASSERT_TRUE(w.ok());
-  EXPECT_FALSE(w->watchable);
-  EXPECT_EQ(w->why_not, "the operator may not list podgroups.scheduling.k8s.io/v1beta1");
-  EXPECT_EQ(client.raw.back(),
-            "GET /apis/scheduling.k8s.io/v1beta1/namespaces/team-a/podgroups?limit=1");
-  client.list_error.reset();
-  w = Watchable(client, native, "");
-  ASSERT_TRUE(w.ok());
-  EXPECT_TRUE(w->watchable);
+      << said->message;
+  EXPECT_TRUE(d.requeue_after.has_value());
 }
 
 }  // namespace
