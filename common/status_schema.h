@@ -14,13 +14,14 @@
 //     "step": 120,                  // steps done in the epoch in progress
 //     "global_step": 420,           // optimizer steps done in all
 //     "loss": 0.41, "accuracy": 0.85, "images_per_sec": 1180.5,   // the last epoch's, or null
-//     "last_backup": {"epoch": 2, "step": 100},                    // the newest backup, or null
+//     "last_backup": {"epoch": 2, "step": 100, "global_step": 400}, // the newest backup, or null
 //     "evaluation": {"checkpoint": "ckpt-2", "epoch": 2,           // the evaluator's newest
 //                    "loss": 0.42, "accuracy": 0.84}               // result, or null
 //   }
 //
-// Every field is optional; the operator reads epoch, total_epochs, step (counts: integers in
-// [0, 2^31)), loss, accuracy, images_per_sec (numbers), last_backup.{epoch,step} (counts) from
+// Every field is optional; the operator reads epoch, total_epochs, step, global_step (counts:
+// integers in [0, 2^31)), loss, accuracy, images_per_sec (numbers),
+// last_backup.{epoch,step,global_step} (counts) from
 // the chief (else worker 0), and evaluation.{checkpoint (text), epoch, loss, accuracy} from the
 // evaluator. A field of another type is ignored; a whole answer over kMaxBytes, nested deeper
 // than kMaxNesting, not a JSON object, or not complete within the operator's timeout is ignored.

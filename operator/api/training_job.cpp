@@ -438,6 +438,7 @@ TrainingJobStatus TrainingJobStatus::FromJson(const json& j) {
       s.first_failure_time = j["firstFailureTime"];
     }
     if (j.contains("progress") && j["progress"].is_object()) s.progress = j["progress"];
+    if (j.contains("goodput")) s.goodput = Goodput::FromJson(j["goodput"]);
     if (j.contains("evaluation") && j["evaluation"].is_object()) s.evaluation = j["evaluation"];
   } catch (const json::exception&) {
     // A malformed field written by someone else: keep what parsed.
@@ -474,6 +475,7 @@ json TrainingJobStatus::ToJson() const {
   if (first_failure_time) j["firstFailureTime"] = *first_failure_time;
   if (progress_time) j["progressTime"] = *progress_time;
   if (progress.is_object()) j["progress"] = progress;
+  if (!goodput.Empty()) j["goodput"] = goodput.ToJson();
   if (evaluation.is_object()) j["evaluation"] = evaluation;
   const std::string st = StateOf(conditions);
   if (!st.empty()) j["state"] = st;

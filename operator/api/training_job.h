@@ -15,6 +15,7 @@
 #include "kube/resource.h"
 #include "kube/time_format.h"
 #include "operator/api/failure_policy.h"
+#include "operator/api/goodput.h"
 
 namespace tj::api {
 
@@ -206,6 +207,7 @@ struct TrainingJobStatus {
   // last seen to change, or first seen (RFC 3339); what runPolicy.progressDeadlineSeconds is
   // measured from. Cleared when the gang restarts.
   std::optional<std::string> progress_time;
+  Goodput goodput;            // status.goodput, written once it is not empty
   nlohmann::json progress;    // null or {epoch, totalEpochs, step, loss, accuracy, ...}
   nlohmann::json evaluation;  // null or {checkpoint, epoch, loss, accuracy}
   std::string state;          // the printer column: last true condition of the lifecycle

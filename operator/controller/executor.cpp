@@ -279,6 +279,7 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
   if (!cached) {
     expectations_.Clear(key);
     ForgetKept(key);
+    if (deps_.metrics) deps_.metrics->ForgetJob(ns, name);
     return std::optional<milliseconds>();  // deleted
   }
   // Another controller's job (spec.managedBy): not even its pods are read, nor its trainers
@@ -343,6 +344,11 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
     if (d.job_succeeded) deps_.metrics->JobSucceeded(ns);
     if (d.job_failed) deps_.metrics->JobFailed(ns);
     if (d.job_restarted) deps_.metrics->JobRestarted(ns);
+    for (const auto& [cause, lost] : d.work_lost) {
+      deps_.metrics->WorkLost(ns, cause, lost.seconds, lost.steps);
+    }
+    if (d.queued_seconds > 0) deps_.metrics->Queued(ns, d.queued_seconds);
+    if (d.goodput_ratio) deps_.metrics->SetGoodputRatio(ns, name, *d.goodput_ratio);
   }
   // A refusal of this pass is said by the next one, at once.
   if (Refused(key)) return std::optional<milliseconds>(milliseconds(1));

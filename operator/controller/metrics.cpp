@@ -62,6 +62,7 @@ std::string OperatorMetrics::Render(const QueueStats& queue, bool leader,
         o.Counter(kJobs[i].first, "", static_cast<double>(counts[i]), {{"namespace", ns}});
       }
     }
+    RenderGoodput(&o);
   }
   const PrometheusText::Labels q = {{"name", "trainingjob"}};
   o.Gauge("workqueue_depth", "Current depth of workqueue", static_cast<double>(queue.depth), q);
@@ -96,6 +97,58 @@ std::string OperatorMetrics::Render(const QueueStats& queue, bool leader,
   if (requests != nullptr) requests->Render(&o);
   RenderProcessMetrics(&o);
   return o.str();
+}
+
+void OperatorMetrics::WorkLost(const std::string& ns, const std::string& cause, double seconds,
+                               int64_t steps) {
+  MutexLock lock(mu_);
+  Lost& l = lost_[{ns, cause}];
+  l.seconds += seconds;
+  l.steps += static_cast<double>(steps);
+}
+
+void OperatorMetrics::Queued(const std::string& ns, double seconds) {
+  MutexLock lock(mu_);
+  queued_[ns] += seconds;
+}
+
+void OperatorMetrics::SetGoodputRatio(const std::string& ns, const std::string& name,
+                                      double ratio) {
+  MutexLock lock(mu_);
+  ratios_[{ns, name}] = ratio;
+}
+
+void OperatorMetrics::ForgetJob(const std::string& ns, const std::string& name) {
+  MutexLock lock(mu_);
+  ratios_.erase({ns, name});
+}
+
+void OperatorMetrics::RenderGoodput(PrometheusText* o) const {
+  o->Declare("tj_operator_lost_seconds_total",
+             "Time lost to gang restarts (the work since the last backup, and the recovery to "
+             "the next gang's first step), by namespace and restart cause",
+             "counter");
+  o->Declare("tj_operator_lost_steps_total",
+             "Global steps lost to gang restarts (reached beyond the last backup), by namespace "
+             "and restart cause",
+             "counter");
+  for (const auto& [key, l] : lost_) {
+    const PrometheusText::Labels labels = {{"namespace", key.first}, {"cause", key.second}};
+    o->Counter("tj_operator_lost_seconds_total", "", l.seconds, labels);
+    o->Counter("tj_operator_lost_steps_total", "", l.steps, labels);
+  }
+  o->Declare("tj_operator_queued_seconds_total",
+             "Time TrainingJobs waited for Kueue's admission, by namespace", "counter");
+  for (const auto& [ns, seconds] : queued_) {
+    o->Counter("tj_operator_queued_seconds_total", "", seconds, {{"namespace", ns}});
+  }
+  o->Declare("tj_operator_job_goodput_ratio",
+             "A TrainingJob's time trained over its time since creation (status.goodput.ratio)",
+             "gauge");
+  for (const auto& [key, ratio] : ratios_) {
+    o->Gauge("tj_operator_job_goodput_ratio", "", ratio,
+             {{"namespace", key.first}, {"job", key.second}});
+  }
 }
 
 }  // namespace tj::controller

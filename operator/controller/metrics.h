@@ -3,8 +3,10 @@
 // ..._errors_total, ..._time_seconds), client-go's work queue (workqueue_depth, _adds_total,
 // _retries_total, _queue_duration_seconds, _work_duration_seconds) and API-server client
 // (rest_client_*, kube/request_metrics.h), the process collector's process_*,
-// leader_election_master_status, a tj_operator_build_info gauge, and per-namespace job
-// counters (tj_operator_jobs_*_total{namespace}). Thread-safe.
+// leader_election_master_status, a tj_operator_build_info gauge, per-namespace job counters
+// (tj_operator_jobs_*_total{namespace}), what restarts and waiting cost by namespace and cause
+// (tj_operator_lost_seconds_total, tj_operator_lost_steps_total, tj_operator_queued_seconds_total)
+// and each running job's goodput (tj_operator_job_goodput_ratio{namespace,job}). Thread-safe.
 #pragma once
 
 #include <array>
@@ -14,6 +16,7 @@
 #include <string>
 
 #include "common/histogram.h"
+#include "common/prometheus_text.h"
 #include "common/thread_annotations.h"
 #include "kube/request_metrics.h"
 
@@ -37,6 +40,13 @@ class OperatorMetrics {
   void JobSucceeded(const std::string& ns) { CountJob(kSucceeded, ns); }
   void JobFailed(const std::string& ns) { CountJob(kFailed, ns); }
   void JobRestarted(const std::string& ns) { CountJob(kRestarted, ns); }
+  // What a pass added to a job's status.goodput: time and global steps lost to restarts of
+  // `cause`, time queued.
+  void WorkLost(const std::string& ns, const std::string& cause, double seconds, int64_t steps);
+  void Queued(const std::string& ns, double seconds);
+  // Job ns/name's status.goodput.ratio as last written; Forget drops it (the job is gone).
+  void SetGoodputRatio(const std::string& ns, const std::string& name, double ratio);
+  void ForgetJob(const std::string& ns, const std::string& name);
 
   struct QueueStats {
     size_t depth = 0;
@@ -58,6 +68,7 @@ class OperatorMetrics {
  private:
   enum JobCounter { kCreated, kSucceeded, kFailed, kRestarted, kNumJobCounters };
   void CountJob(JobCounter counter, const std::string& ns);
+  void RenderGoodput(PrometheusText* o) const TJ_REQUIRES(mu_);
 
   static constexpr std::array<double, 10> kBuckets = {0.005, 0.01, 0.025, 0.05, 0.1,
                                                       0.25,  0.5,  1,     2.5,  10};
@@ -72,6 +83,13 @@ class OperatorMetrics {
   double sum_ TJ_GUARDED_BY(mu_) = 0;
   // namespace -> count per JobCounter
   std::map<std::string, std::array<uint64_t, kNumJobCounters>> jobs_ TJ_GUARDED_BY(mu_);
+  struct Lost {
+    double seconds = 0;
+    double steps = 0;
+  };
+  std::map<std::pair<std::string, std::string>, Lost> lost_ TJ_GUARDED_BY(mu_);      // (ns, cause)
+  std::map<std::string, double> queued_ TJ_GUARDED_BY(mu_);                          // ns
+  std::map<std::pair<std::string, std::string>, double> ratios_ TJ_GUARDED_BY(mu_);  // (ns, job)
 };
 
 }  // namespace tj::controller

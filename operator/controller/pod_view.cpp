@@ -42,7 +42,8 @@ std::optional<WaitingContainer> WaitingOf(const json& container_status) {
   return WaitingContainer{TextOf(waiting, "reason"), TextOf(waiting, "message")};
 }
 
-// {epoch, step, time} of a termination message {"lastBackup": {...}}; null otherwise. The
+// {epoch, step, globalStep, time} of a termination message {"lastBackup": {...}} (globalStep and
+// time where it has them); null otherwise. The
 // message is the tenant's (at most 4096 bytes, the kubelet's cap): bounded before it is parsed,
 // and its counts read as the status schema reads them (CopyStatusField).
 json LastBackupOf(const std::string& message) {
@@ -59,6 +60,7 @@ json LastBackupOf(const std::string& message) {
       !CopyStatusField(b, status_schema::kStep, out, "step")) {
     return nullptr;
   }
+  CopyStatusField(b, status_schema::kGlobalStep, out, "globalStep");
   if (const json& time = Field(b, "time"); time.is_string()) {
     if (auto t = kube::ParseTime(time.get<std::string>())) out["time"] = kube::FormatTime(*t);
   }

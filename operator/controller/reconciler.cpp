@@ -76,6 +76,7 @@ Decision Pass::Run() {
   CreateMissingPods(gang, census);
   SuperviseEvaluator(gang);
   if (MarkRunningOrFailStartup(census)) return EndCountingReplicas();
+  NoteTrainingStep(census);
   if (RestartIfStalled(gang, census)) return EndCountingReplicas();
 
   CopyProgress();
@@ -179,7 +180,22 @@ Decision Pass::End() {
   // Every condition holds as of the spec this pass read: stamp them all with its generation.
   for (auto& c : status_.conditions) c.observed_generation = status_.observed_generation;
   json now = status_.ToJson();
-  if (now != original_status_) decision_.status = now;
+  if (now != original_status_) {
+    // Written anyway: the ratio is brought up to date with it (never a write of its own).
+    UpdateGoodputRatio();
+    decision_.status = status_.ToJson();
+    const api::Goodput was = api::Goodput::FromJson(original_status_.value("goodput", json()));
+    for (const auto& [cause, loss] : status_.goodput.lost) {
+      const api::GoodputLoss before =
+          was.lost.count(cause) ? was.lost.at(cause) : api::GoodputLoss{};
+      if (loss.seconds > before.seconds || loss.steps > before.steps) {
+        decision_.work_lost[cause] = {loss.restarts - before.restarts,
+                                      loss.seconds - before.seconds, loss.steps - before.steps};
+      }
+    }
+    decision_.queued_seconds = status_.goodput.queued_seconds - was.queued_seconds;
+    decision_.goodput_ratio = status_.goodput.ratio;
+  }
   return std::move(decision_);
 }
 

@@ -161,6 +161,11 @@ struct Decision {
   std::optional<std::chrono::milliseconds> requeue_after;
   // For the job counters.
   bool job_created = false, job_succeeded = false, job_failed = false, job_restarted = false;
+  // For the goodput metrics, when the status changed: what this pass added to status.goodput
+  // (time and steps lost, by cause; time queued) and its ratio.
+  std::map<std::string, api::GoodputLoss> work_lost;
+  double queued_seconds = 0;
+  std::optional<double> goodput_ratio;
 };
 
 Decision Reconcile(const Observed& in, const ReconcilerOptions& options = {});

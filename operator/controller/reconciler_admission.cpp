@@ -240,6 +240,7 @@ bool Pass::ProceedAdmitted(const QueueObserved& q, const kueue::WorkloadState& w
   }
   const std::string message =
       "admitted by ClusterQueue " + ws.cluster_queue + " (Workload " + name + ")";
+  NoteAdmitted();
   if (status_.SetCondition(cond::kAdmitted, true, "Admitted", message, observed_.now)) {
     Event("Normal", "Admitted", message);
   }

@@ -234,6 +234,7 @@ std::optional<std::string> Pass::ChargeGangRestart(api::RestartCause cause, cons
                                      std::to_string(limit) + ")");
     return std::nullopt;
   }
+  ChargeLostWork(name, /*lossless=*/never_counted);
   status_.restarts.by_cause[name] += 1;
   if (!counts) return name + ", not counted against backoffLimit " + std::to_string(limit);
   used += 1;

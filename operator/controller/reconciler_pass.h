@@ -182,6 +182,20 @@ class Pass {
   // Warning Event says what to do.
   bool GroupTheGang(int number);
 
+  // --- Goodput (reconciler_goodput.cpp) ---
+  // The job is admitted: the wait (since Admitted turned False) is added to the time queued.
+  void NoteAdmitted();
+  // The whole current gang runs and its chief reports a step: the gang trains from now on
+  // (status.goodput.trainingSince), the first such step times the job's start, and a recovery
+  // under way ends, its time charged to its restart's cause.
+  void NoteTrainingStep(const GangCensus& census);
+  // A gang restart of `cause`: counted, and charged the work since the last backup (none when
+  // `lossless`: a gang Kueue stops backs up as it stops) in time and in global steps; the
+  // recovery's timing starts.
+  void ChargeLostWork(const std::string& cause, bool lossless);
+  // status.goodput.ratio as of now (or the job's end).
+  void UpdateGoodputRatio();
+
   // --- Kueue's admission (reconciler_admission.cpp) ---
   // For a job queued in Kueue (Observed::queue): true while it waits (no Workload yet, not
   // admitted, evicted: its gang stopped and restarted through the restart rules), the job's

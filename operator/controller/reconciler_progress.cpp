@@ -62,6 +62,7 @@ void Pass::CopyProgress() {
     CopyStatusField(s, k::kEpoch, p, "epoch");
     CopyStatusField(s, k::kTotalEpochs, p, "totalEpochs");
     CopyStatusField(s, k::kStep, p, "step");
+    CopyStatusField(s, k::kGlobalStep, p, "globalStep");
     CopyStatusField(s, k::kLoss, p, "loss");
     CopyStatusField(s, k::kAccuracy, p, "accuracy");
     CopyStatusField(s, k::kImagesPerSec, p, "imagesPerSecond");
@@ -69,6 +70,7 @@ void Pass::CopyProgress() {
       json b = json::object();
       CopyStatusField(s[k::kLastBackup.key], k::kEpoch, b, "epoch");
       CopyStatusField(s[k::kLastBackup.key], k::kStep, b, "step");
+      CopyStatusField(s[k::kLastBackup.key], k::kGlobalStep, b, "globalStep");
       if (!b.empty()) {
         // When the operator first saw it (within one progress poll of its write): what a
         // scheduler weighs to preempt the job that loses least (docs/kueue.md).
@@ -172,6 +174,7 @@ bool TakeNewerBackup(json& progress, const json& backup) {
     return false;
   }
   json b = {{"epoch", *epoch}, {"step", *step}};
+  if (const auto global = count(backup, "globalStep")) b["globalStep"] = *global;
   if (backup.contains("time") && backup["time"].is_string()) b["time"] = backup["time"];
   progress["lastBackup"] = std::move(b);
   return true;

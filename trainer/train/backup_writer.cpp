@@ -35,8 +35,9 @@ Status BackupWriter::Wait() {
 
 Status BackupWriter::Submit(checkpoint::TrainingState state, int epoch, int64_t step) {
   TJ_RETURN_IF_ERROR(Wait());
-  pending_ =
-      std::async(std::launch::async, [this, state = std::move(state), epoch, step]() mutable {
+  const int64_t global_step = state.optimizer_iterations;
+  pending_ = std::async(
+      std::launch::async, [this, state = std::move(state), epoch, step, global_step]() mutable {
         auto start = RealClock::Get()->Now();
         const double cpu_start = ThreadCpuSeconds();
         Status s = backups_->Save(std::move(state));
@@ -54,6 +55,7 @@ Status BackupWriter::Submit(checkpoint::TrainingState state, int epoch, int64_t 
           p.last_backup =
               nlohmann::json{{status_schema::kEpoch.key, epoch},
                              {status_schema::kStep.key, step},
+                             {status_schema::kGlobalStep.key, global_step},
                              {"time", EventLog::FormatTime(std::chrono::system_clock::now())}};
         });
         return Status::Ok();

@@ -21,7 +21,8 @@ Status WriteTerminationMessage(const std::optional<nlohmann::json>& last_backup,
                                const std::string& path) {
   if (!last_backup || !last_backup->is_object()) return Status::Ok();
   nlohmann::json backup = nlohmann::json::object();
-  for (const char* key : {status_schema::kEpoch.key, status_schema::kStep.key, "time"}) {
+  for (const char* key : {status_schema::kEpoch.key, status_schema::kStep.key,
+                          status_schema::kGlobalStep.key, "time"}) {
     if (auto it = last_backup->find(key); it != last_backup->end()) backup[key] = *it;
   }
   const std::string text = nlohmann::json{{"lastBackup", backup}}.dump() + "\n";

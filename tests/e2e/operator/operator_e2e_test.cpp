@@ -92,6 +92,10 @@ TEST_F(OperatorE2E, WorkerDeletedMidTrainingRestartsTheGangAndResumes) {
   const std::string d = Kubectl(cluster_, "-n " + ns_ + " describe tj fmnist");
   EXPECT_NE(d.find("GangRestart"), std::string::npos) << d;
   EXPECT_NE(d.find("fmnist-worker-1 was deleted"), std::string::npos) << d;
+  // What the restart cost is in status.goodput, under its cause.
+  ASSERT_EQ(s.goodput.lost.count("Deleted"), 1U) << job.dump(2);
+  EXPECT_EQ(s.goodput.lost["Deleted"].restarts, 1) << job.dump(2);
+  if (s.goodput.ratio) EXPECT_LE(*s.goodput.ratio, 1.0);
 }
 
 // A finished training is never thrown away: worker 1 is deleted after the chief has trained

@@ -479,6 +479,16 @@ TEST_F(AdmissionPass, AnAdmittedJobProceedsWithItsAssignment) {
   EXPECT_EQ((*pod)["metadata"]["labels"][kPodSetLabel], "worker");
 }
 
+// The wait for Kueue's admission is counted in status.goodput, every wait added.
+TEST_F(AdmissionPass, TheTimeQueuedIsCountedOnAdmission) {
+  const kube::WallTime t0 = in_.now;
+  Pass();
+  in_.now = t0 + std::chrono::seconds(40);
+  AdmitOnFlavorF();
+  Pass();
+  EXPECT_EQ(in_.job["status"]["goodput"]["queuedSeconds"], 40.0) << in_.job["status"].dump();
+}
+
 TEST_F(AdmissionPass, AnAssignmentNoPodCouldRunUnderWaitsSayingWhy) {
   in_.job["spec"]["replicaSpecs"]["Worker"]["template"]["spec"]["nodeSelector"] = {
       {"pool", "mine"}};

@@ -29,7 +29,9 @@ TEST(Reconcile, StatusRoundTripsFromTheTrainersStatusServer) {
     p.loss = 0.25;
     p.accuracy = 0.875;
     p.images_per_sec = 1024.5;
-    p.last_backup = json{{status_schema::kEpoch.key, 2}, {status_schema::kStep.key, 10}};
+    p.last_backup = json{{status_schema::kEpoch.key, 2},
+                         {status_schema::kStep.key, 10},
+                         {status_schema::kGlobalStep.key, 110}};
   });
   evaluator.Update([](train::ProgressSnapshot& p) {
     p.role = "evaluator";
@@ -53,15 +55,18 @@ TEST(Reconcile, StatusRoundTripsFromTheTrainersStatusServer) {
     w.in.trainer_status[pod] = *got;
   }
   auto s = StatusOf(Reconcile(w.in));
-  EXPECT_EQ(
-      s.progress,
-      json({{"epoch", 2},
-            {"totalEpochs", 3},
-            {"step", 17},
-            {"loss", 0.25},
-            {"accuracy", 0.875},
-            {"imagesPerSecond", 1024.5},
-            {"lastBackup", {{"epoch", 2}, {"step", 10}, {"time", kube::FormatTime(w.in.now)}}}}));
+  EXPECT_EQ(s.progress, json({{"epoch", 2},
+                              {"totalEpochs", 3},
+                              {"step", 17},
+                              {"globalStep", 117},
+                              {"loss", 0.25},
+                              {"accuracy", 0.875},
+                              {"imagesPerSecond", 1024.5},
+                              {"lastBackup",
+                               {{"epoch", 2},
+                                {"step", 10},
+                                {"globalStep", 110},
+                                {"time", kube::FormatTime(w.in.now)}}}}));
   EXPECT_EQ(s.evaluation,
             json({{"checkpoint", "ckpt-1"}, {"epoch", 1}, {"loss", 0.5}, {"accuracy", 0.75}}));
 }
