@@ -281,6 +281,24 @@ std::optional<json> ActivePatch(const json& workload, bool suspended) {
   return std::nullopt;
 }
 
+int PriorityBoost(std::chrono::seconds unsaved, std::chrono::seconds per, int max) {
+  if (max <= 0 || per.count() <= 0 || unsaved.count() <= 0) return 0;
+  return static_cast<int>(std::min<int64_t>(max, unsaved.count() / per.count()));
+}
+
+std::optional<json> PriorityBoostPatch(const json& workload, int boost) {
+  const json& meta = kube::MetadataOf(workload);
+  const json annotations =
+      meta.is_object() ? meta.value("annotations", json::object()) : json::object();
+  const std::string have =
+      annotations.is_object() ? kube::TextOf(annotations, kPriorityBoostAnnotation) : "";
+  const std::string want = boost > 0 ? std::to_string(boost) : "";
+  if (have == want) return std::nullopt;
+  return json{
+      {"metadata",
+       {{"annotations", {{kPriorityBoostAnnotation, want.empty() ? json(nullptr) : json(want)}}}}}};
+}
+
 bool DeactivatedByOthers(const json& workload) {
   return !IsActive(workload) && !DeactivatedForSuspend(workload);
 }

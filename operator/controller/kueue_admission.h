@@ -34,6 +34,10 @@ inline constexpr char kLastBackupStepAnnotation[] = "tjo.dev/last-backup-step";
 inline constexpr char kDeactivatedForSuspendAnnotation[] = "tjo.dev/deactivated-for-suspend";
 // The job's WorkloadPriorityClass (Kueue's label, as on its own job kinds).
 inline constexpr char kPriorityClassLabel[] = "kueue.x-k8s.io/priority-class";
+// Kueue's effective priority of a Workload is its priority plus this annotation's integer
+// (Kueue 0.17+, its PriorityBoost feature gate): the operator sets it to what preempting the
+// job would lose (PriorityBoostPatch).
+inline constexpr char kPriorityBoostAnnotation[] = "kueue.x-k8s.io/priority-boost";
 
 inline const kube::Resource kWorkloads{"kueue.x-k8s.io/v1beta2", "workloads"};
 inline const kube::Resource kResourceFlavors{"kueue.x-k8s.io/v1beta2", "resourceflavors", false};
@@ -110,6 +114,14 @@ std::optional<nlohmann::json> WithPodsReady(const nlohmann::json& workload,
 // suspension that has ended; nullopt when the Workload already agrees, or when someone else
 // deactivated it (their decision stands: the job waits until it is active again).
 std::optional<nlohmann::json> ActivePatch(const nlohmann::json& workload, bool suspended);
+
+// The boost for a job that has trained `unsaved` since its last backup: one per `per`, at most
+// `max` (0 when max is 0).
+int PriorityBoost(std::chrono::seconds unsaved, std::chrono::seconds per, int max);
+
+// A merge patch that sets the Workload's kPriorityBoostAnnotation to `boost` (removes it for
+// 0); nullopt when it already says so.
+std::optional<nlohmann::json> PriorityBoostPatch(const nlohmann::json& workload, int boost);
 
 // Whether the Workload is deactivated (spec.active: false) by someone other than the operator.
 bool DeactivatedByOthers(const nlohmann::json& workload);

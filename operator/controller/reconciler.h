@@ -44,6 +44,13 @@ struct ReconcilerOptions {
   // The cluster serves Kubernetes' own PodGroups (gang_scheduling.h): a job whose
   // schedulingPolicy.gang is Auto gets one per gang.
   bool native_pod_groups = false;
+  // At most this much Kueue priority boost (kueue.x-k8s.io/priority-boost on an admitted
+  // job's Workload): one per kueue_priority_boost_per of work since the job's last backup, so
+  // that Kueue, choosing among jobs of one priority, preempts the one that loses least. 0: no
+  // boost. Keep it below the gaps between priority classes, or a boosted job is never
+  // preempted by the next class up (docs/kueue.md).
+  int kueue_priority_boost_max = 0;
+  std::chrono::seconds kueue_priority_boost_per{60};
 };
 
 // What the API server refused of an earlier pass's action (a create of the job's NetworkPolicy

@@ -230,6 +230,7 @@ bool Pass::ProceedAdmitted(const QueueObserved& q, const kueue::WorkloadState& w
     return false;
   }
   PublishLastBackup(workload);
+  PublishPreemptionCost(workload);
   const std::string now = kube::FormatTime(observed_.now);
   if (auto ready = kueue::WithPodsReady(workload, observed_.job, spec_, status_.restart_count,
                                         observed_.pods, now)) {
@@ -261,6 +262,34 @@ void Pass::PublishLastBackup(const json& workload) {
   // A failure does not hold the job up: it is said, and the next pass tries again.
   WriteWorkload(Action::Kind::kPatch, *patch, "annotating with the last backup").warn_reason =
       "LastBackupNotPublished";
+}
+
+void Pass::PublishPreemptionCost(const json& workload) {
+  // The work since the last backup (or since the gang's first step, from the backup it
+  // resumed), as ChargeLostWork would count it if Kueue stopped the gang without one.
+  std::chrono::seconds unsaved{0};
+  if (const auto since = status_.goodput.training_since
+                             ? kube::ParseTime(*status_.goodput.training_since)
+                             : std::nullopt) {
+    kube::WallTime from = *since;
+    const json backup = status_.progress.is_object()
+                            ? status_.progress.value("lastBackup", json::object())
+                            : json::object();
+    if (auto t = kube::ParseTime(backup.is_object() ? kube::TextOf(backup, "time") : "")) {
+      from = std::max(from, *t);
+    }
+    unsaved = std::chrono::duration_cast<std::chrono::seconds>(observed_.now - from);
+  }
+  const int boost = kueue::PriorityBoost(unsaved, options_.kueue_priority_boost_per,
+                                         options_.kueue_priority_boost_max);
+  if (auto patch = kueue::PriorityBoostPatch(workload, boost)) {
+    WriteWorkload(Action::Kind::kPatch, *patch, "setting the priority boost of").warn_reason =
+        "PriorityBoostNotSet";
+  }
+  // Looked at again when the boost would next grow.
+  if (boost < options_.kueue_priority_boost_max && status_.goodput.training_since) {
+    RequeueAfter(std::chrono::duration_cast<milliseconds>(options_.kueue_priority_boost_per));
+  }
 }
 
 void Pass::StopTheGangForKueue(const kueue::WorkloadState& ws) {

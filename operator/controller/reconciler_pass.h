@@ -228,6 +228,9 @@ class Pass {
   // The job's last backup on its Workload (kueue::LastBackupPatch), for whoever chooses whom
   // to preempt.
   void PublishLastBackup(const json& workload);
+  // Kueue's priority boost on an admitted job's Workload: what preempting it would lose
+  // (kueue::PriorityBoost of the work since its last backup, ReconcilerOptions).
+  void PublishPreemptionCost(const json& workload);
   // A write of the job's Workload (a create, a merge patch, a status write) described as
   // `what` in its errors; tolerates a 404. The action, to adjust before the next one is added.
   Action& WriteWorkload(Action::Kind kind, const json& object, const std::string& what);

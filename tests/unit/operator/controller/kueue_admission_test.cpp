@@ -304,7 +304,7 @@ class AdmissionPass : public ::testing::Test {
   Result Pass() {
     Observe();
     Result r;
-    r.decision = Reconcile(in_);
+    r.decision = Reconcile(in_, options_);
     for (const Action& a : r.decision.actions) Act(a);
     r.status_changed = r.decision.status.has_value();
     if (r.decision.status) in_.job["status"] = *r.decision.status;
@@ -355,6 +355,7 @@ class AdmissionPass : public ::testing::Test {
   std::vector<json> created_, status_updates_;
   std::vector<std::pair<std::string, json>> patches_;  // "<plural>/<name>", the patch
   bool watched_ = false;
+  ReconcilerOptions options_;
   Observed in_;
 
  private:
@@ -639,6 +640,56 @@ TEST_F(AdmissionPass, AWorkloadDeactivatedBySomeoneElseSuspendsTheJobUntilItIsAc
                               c["reason"] == "WorkloadDeactivated");
   }
   EXPECT_TRUE(suspended) << in_.job["status"].dump(2);
+}
+
+TEST(PriorityBoost, OnePerPeriodOfUnsavedWorkAtMostTheMax) {
+  using std::chrono::seconds;
+  EXPECT_EQ(PriorityBoost(seconds(3600), seconds(60), 0), 0) << "off";
+  EXPECT_EQ(PriorityBoost(seconds(59), seconds(60), 9), 0);
+  EXPECT_EQ(PriorityBoost(seconds(150), seconds(60), 9), 2);
+  EXPECT_EQ(PriorityBoost(seconds(3600), seconds(60), 9), 9);
+  const json wl = {{"metadata", {{"name", "w"}}}};
+  auto set = PriorityBoostPatch(wl, 2);
+  ASSERT_TRUE(set.has_value());
+  EXPECT_EQ((*set)["metadata"]["annotations"][kPriorityBoostAnnotation], "2");
+  json boosted = wl;
+  boosted.merge_patch(*set);
+  EXPECT_FALSE(PriorityBoostPatch(boosted, 2).has_value()) << "already says so";
+  auto cleared = PriorityBoostPatch(boosted, 0);
+  ASSERT_TRUE(cleared.has_value());
+  EXPECT_TRUE((*cleared)["metadata"]["annotations"][kPriorityBoostAnnotation].is_null());
+  EXPECT_FALSE(PriorityBoostPatch(wl, 0).has_value());
+}
+
+// A running job's Workload carries what preempting it would lose: the minutes of work since
+// its last backup (or since its gang's first step), so that Kueue, choosing among jobs of one
+// priority, preempts the one that loses least.
+TEST_F(AdmissionPass, ARunningJobsWorkloadIsBoostedByItsWorkSinceTheLastBackup) {
+  options_.kueue_priority_boost_max = 5;
+  Pass();
+  AdmitOnFlavorF();
+  const kube::WallTime t0 = in_.now;
+  in_.pods = RunningPods(in_.job, 0);
+  in_.job["status"]["goodput"]["trainingSince"] = kube::FormatTime(t0 - std::chrono::seconds(600));
+  in_.job["status"]["progress"]["lastBackup"] = {
+      {"epoch", 1}, {"step", 10}, {"time", kube::FormatTime(t0 - std::chrono::seconds(150))}};
+  patches_.clear();
+  Result r = Pass();
+  std::vector<std::string> boosts;
+  for (const auto& [key, patch] : patches_) {
+    const json& a = patch["metadata"]["annotations"];
+    if (a.contains(kPriorityBoostAnnotation)) boosts.push_back(a[kPriorityBoostAnnotation].dump());
+  }
+  EXPECT_EQ(boosts, std::vector<std::string>{"\"2\""}) << "150 s since the backup";
+  ASSERT_TRUE(r.requeue_after.has_value());
+  EXPECT_LE(*r.requeue_after, std::chrono::milliseconds(std::chrono::seconds(60)));
+  // A new backup: the boost falls back.
+  in_.job["status"]["progress"]["lastBackup"]["time"] = kube::FormatTime(t0);
+  patches_.clear();
+  Pass();
+  ASSERT_EQ(patches_.size(), 2U) << "the new backup published, the boost removed";
+  EXPECT_TRUE(patches_[1].second["metadata"]["annotations"].contains(kPriorityBoostAnnotation));
+  EXPECT_TRUE(patches_[1].second["metadata"]["annotations"][kPriorityBoostAnnotation].is_null());
 }
 
 // Kueue's waitForPodsReady reads PodsReady on the Workload: the operator sets it as Kueue's job
