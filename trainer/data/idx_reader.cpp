@@ -4,7 +4,9 @@
 
 #include <filesystem>
 #include <memory>
+#include <string_view>
 
+#include "common/big_endian.h"
 #include "common/sha256.h"
 
 namespace tj::data {
@@ -44,10 +46,6 @@ StatusOr<std::vector<uint8_t>> ReadAll(const std::string& path) {
   return out;
 }
 
-uint32_t BigEndian32(const uint8_t* p) {
-  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
-}
-
 }  // namespace
 
 StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
@@ -83,8 +81,9 @@ StatusOr<IdxArray> ReadIdxFile(const std::string& path) {
   uint64_t total = 1;
   bool overflow = false;
   bool has_zero = false;
+  const std::string_view dims(reinterpret_cast<const char*>(b.data()) + 4, header - 4);
   for (int i = 0; i < ndims; ++i) {
-    out.dims.push_back(BigEndian32(&b[4 + 4 * i]));
+    out.dims.push_back(LoadBigEndian<uint32_t>(dims, 4 * static_cast<size_t>(i)));
     has_zero = has_zero || out.dims.back() == 0;
     overflow = __builtin_mul_overflow(total, uint64_t{out.dims.back()}, &total) || overflow;
   }
