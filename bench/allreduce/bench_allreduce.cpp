@@ -35,8 +35,8 @@
 
 #include "common/event_log.h"
 #include "tests/support/subprocess.h"
-#include "trainer/cluster/socket.h"
-#include "trainer/cluster/tf_config.h"
+#include "trainer/cluster/config/tf_config.h"
+#include "trainer/cluster/net/socket.h"
 #include "trainer/collective/gloo_communicator.h"
 
 namespace {
@@ -105,7 +105,7 @@ int RunCommunicator(const Flags& f, const std::vector<std::string>& workers, int
   tj::collective::GlooOptions o;
   o.config = *config;
   o.rendezvous_timeout = std::chrono::milliseconds(20000);
-  o.rendezvous_key = "tj-bench-allreduce";  // the rendezvous requires one; all ranks are ours
+  o.identity.job_key = "tj-bench-allreduce";  // the rendezvous requires one; all ranks are ours
   o.log = &log;
   o.ring_allreduce = f.algorithm == "ring";
   o.allreduce_wire = *wire;

@@ -1,4 +1,4 @@
-// Fuzz target: CheckLinkClientHello (trainer/cluster/peer_handshake.h), what a ring or
+// Fuzz target: CheckLinkClientHello (trainer/cluster/wire/link_protocol.h), what a ring or
 // peer-health port makes of the bytes a connection sends before it is authenticated. Every
 // prefix of the input is checked as the acceptor checks what has arrived so far: any bytes
 // give "wait for more", a refusal with a reason, or an acceptance, never a crash; an acceptance
@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "tests/fuzz/fuzz_check.h"
-#include "trainer/cluster/peer_handshake.h"
+#include "trainer/cluster/wire/link_protocol.h"
 
 using tj::cluster::Channel;
 using tj::cluster::CheckLinkClientHello;
@@ -32,10 +32,10 @@ Nonce ServerNonce() {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view in(reinterpret_cast<const char*>(data), size);
   const Nonce server_nonce = ServerNonce();
+  const tj::cluster::GangIdentity self{.gang = kGang, .job_key = kKey};
   for (size_t n = 0; n <= in.size() && n <= kLinkClientHelloBytes + 1; ++n) {
     const std::string_view part = in.substr(0, n);
-    const HelloCheck c =
-        CheckLinkClientHello(part, kKey, kGang, Channel::kRing, kOwnRank, server_nonce);
+    const HelloCheck c = CheckLinkClientHello(part, self, Channel::kRing, kOwnRank, server_nonce);
     if (!c.refusal.ok()) {
       TJ_FUZZ_CHECK(!c.refusal.message().empty());
       continue;

@@ -1,8 +1,8 @@
-// Fuzz target: the rendezvous server's wire protocol (trainer/cluster/rendezvous.h), fed as
-// a client would feed it: each input goes over a fresh loopback TCP connection to a real
-// RendezvousServer, the harness half-closes the connection and drains the replies. There
-// is no parsing function to call directly: the server decodes straight from the socket.
-// The first input byte picks a mode:
+// Fuzz target: the rendezvous server's wire protocol
+// (trainer/cluster/rendezvous/rendezvous_server.h), fed as a client would feed it: each input goes
+// over a fresh loopback TCP connection to a real RendezvousServer, the harness half-closes the
+// connection and drains the replies. There is no parsing function to call directly: the server
+// decodes straight from the socket. The first input byte picks a mode:
 //   0: the rest is everything the client sends, hello included, before authenticating (the
 //      handshake parser, the refusal path);
 //   1: the harness authenticates properly with the key, then reads the rest as request
@@ -26,8 +26,8 @@
 #include "common/event_log.h"
 #include "common/sha256.h"
 #include "tests/fuzz/fuzz_check.h"
-#include "trainer/cluster/rendezvous.h"
-#include "trainer/cluster/socket.h"
+#include "trainer/cluster/net/socket.h"
+#include "trainer/cluster/rendezvous/rendezvous_server.h"
 
 namespace {
 
@@ -58,7 +58,7 @@ class Servers {
       RendezvousServerOptions o;
       o.bind_host = "127.0.0.1";
       o.port = 0;
-      o.key = kKey;
+      o.identity.job_key = kKey;
       o.chief_task = kChiefTask;
       o.io_timeout = milliseconds(200);
       o.handshake_timeout = milliseconds(200);

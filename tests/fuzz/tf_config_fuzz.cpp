@@ -1,4 +1,4 @@
-// Fuzz target: ParseTfConfig (trainer/cluster/tf_config.h), the parser of the TF_CONFIG
+// Fuzz target: ParseTfConfig (trainer/cluster/config/tf_config.h), the parser of the TF_CONFIG
 // environment variable. Any bytes must give a TfConfig or an error, never a crash; an
 // accepted TfConfig must keep the contract the trainer relies on (its own task exists, ranks
 // and addresses are consistent, every address parses).
@@ -6,7 +6,7 @@
 #include <string_view>
 
 #include "tests/fuzz/fuzz_check.h"
-#include "trainer/cluster/tf_config.h"
+#include "trainer/cluster/config/tf_config.h"
 
 using tj::cluster::ParseHostPort;
 using tj::cluster::ParseTfConfig;

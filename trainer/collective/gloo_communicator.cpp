@@ -17,20 +17,16 @@
 #include <thread>
 #include <vector>
 
-#include "trainer/cluster/rendezvous.h"
-#include "trainer/cluster/socket.h"
+#include "common/duration_text.h"
+#include "trainer/cluster/config/host_port.h"
+#include "trainer/cluster/net/socket.h"
+#include "trainer/cluster/rendezvous/rendezvous.h"
 #include "trainer/collective/peer_health.h"
 
 namespace tj::collective {
 namespace {
 
 using cluster::TfConfig;
-
-std::string Seconds(std::chrono::milliseconds d) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%g s", static_cast<double>(d.count()) / 1000.0);
-  return buf;
-}
 
 // Time kept back from each collective's timeout to probe the peers after a failure, so the
 // whole failure is reported within the collective timeout.
@@ -91,7 +87,7 @@ class GlooStore final : public gloo::rendezvous::Store {
     }
     if (missing.empty()) throw std::runtime_error(st.message());
     throw std::runtime_error("peer " + missing + " did not arrive at the rendezvous within " +
-                             Seconds(t) + " (" + st.message() + ")");
+                             FormatSeconds(t) + " (" + st.message() + ")");
   }
 
  private:
@@ -113,7 +109,6 @@ class GlooCommunicator final : public Communicator {
                    std::map<int, std::string> peer_health_addresses,
                    std::unique_ptr<RingAllReduce> ring, GlooMesh gloo)
       : options_(o),
-        auth_{o.rendezvous_key, o.gang},
         device_(std::move(gloo.device)),
         context_(std::move(gloo.context)),
         responder_(std::move(responder)),
@@ -184,8 +179,8 @@ class GlooCommunicator final : public Communicator {
       const int self = rank();
       for (const auto& [peer, address] : peer_health_addresses_) {
         probes.emplace_back([&, peer = peer, address = address] {
-          PeerState s =
-              ProbePeer(address, self, peer, auth_, ProbeTimeout(options_.collective_timeout));
+          PeerState s = ProbePeer(address, self, peer, options_.identity,
+                                  ProbeTimeout(options_.collective_timeout));
           std::lock_guard<std::mutex> lock(mu);
           states[peer] = s;
         });
@@ -217,7 +212,7 @@ class GlooCommunicator final : public Communicator {
       message += "peer " + hung + " does not respond (hung, stopped or unreachable)";
       if (timed_out) {
         message += "; no progress within the collective timeout of " +
-                   Seconds(options_.collective_timeout);
+                   FormatSeconds(options_.collective_timeout);
       }
     } else {
       std::string all;
@@ -225,7 +220,7 @@ class GlooCommunicator final : public Communicator {
         if (r != rank()) all += (all.empty() ? "" : ", ") + Peer(c, r);
       }
       message += timed_out ? "no progress within the collective timeout of " +
-                                 Seconds(options_.collective_timeout) +
+                                 FormatSeconds(options_.collective_timeout) +
                                  "; every peer still answers (" + all + "): one is too slow"
                            : "a connection to a peer broke (peers: " + all + ")";
     }
@@ -235,7 +230,6 @@ class GlooCommunicator final : public Communicator {
   }
 
   GlooOptions options_;
-  cluster::GangKey auth_;
   std::shared_ptr<gloo::transport::Device> device_;     // null unless Gloo's all-reduce
   std::shared_ptr<gloo::rendezvous::Context> context_;  // null unless Gloo's all-reduce
   std::unique_ptr<PeerHealthResponder> responder_;
@@ -259,8 +253,7 @@ StatusOr<std::unique_ptr<Communicator>> ConnectGloo(const GlooOptions& o) {
 
   const std::string me = c.task_name() + " (" + c.own_address() + ")";
   cluster::RendezvousOptions ro = cluster::RendezvousOptionsFor(c);
-  ro.key = o.rendezvous_key;
-  ro.gang = o.gang;
+  ro.identity = o.identity;
   ro.bind_host = o.rendezvous_bind_host;
   ro.rendezvous_timeout = o.rendezvous_timeout;
   ro.io_timeout = o.io_timeout;
@@ -280,10 +273,9 @@ StatusOr<std::unique_ptr<Communicator>> ConnectGloo(const GlooOptions& o) {
     return Status::Error("Gloo's own all-reduce sends float32 only; use the ring for " +
                          std::string(WireTypeName(o.allreduce_wire)));
   }
-  const cluster::GangKey auth{o.rendezvous_key, o.gang};
   cluster::KeyValueStore& kv = (*rendezvous)->store();
   StatusOr<std::unique_ptr<PeerHealthResponder>> responder =
-      PeerHealthResponder::Start(*ip, c.rank(), auth, o.log);
+      PeerHealthResponder::Start(*ip, c.rank(), o.identity, o.log);
   if (!responder.ok()) return responder.status();
   const std::string health_prefix = "health/";
   TJ_RETURN_IF_ERROR(kv.Set(health_prefix + std::to_string(c.rank()), (*responder)->address()));
@@ -302,10 +294,10 @@ StatusOr<std::unique_ptr<Communicator>> ConnectGloo(const GlooOptions& o) {
     if (missing.empty()) return why.WithContext("connecting the collective as " + me);
     return Status::Error("connecting the collective as " + me + ": peer " + missing +
                          " did not arrive at the rendezvous within " +
-                         Seconds(o.rendezvous_timeout) + " (" + why.message() + ")");
+                         FormatSeconds(o.rendezvous_timeout) + " (" + why.message() + ")");
   };
   RingAuth ring_auth;
-  ring_auth.gang = auth;
+  ring_auth.identity = o.identity;
   ring_auth.log = o.log;
   StatusOr<std::unique_ptr<RingAllReduce>> ring = RingAllReduce::Connect(
       kv, c.rank(), c.collective_size(), *ip, ring_auth, o.allreduce_wire, o.rendezvous_timeout);

@@ -1,11 +1,11 @@
 // The CPU backend, bootstrapped through the chief's rendezvous store
-// (trainer/cluster/rendezvous.h): every collective (all-reduce, broadcast, barrier) runs over
-// the ring of ring_allreduce.h, whose connections are authenticated with the job's key and
-// the gang's number, as are the peer-health probes (peer_health.h). The chief starts the
-// rendezvous server on its TF_CONFIG port and keeps serving it, from a background thread, for
-// as long as the communicator lives (so a late peer with a wrong key is refused without
-// disturbing training). Gloo (its TCP full mesh) is used only for its own all-reduce, on
-// request (ring_allreduce = false): its pairs are NOT authenticated.
+// (trainer/cluster/rendezvous/rendezvous.h): every collective (all-reduce, broadcast, barrier) runs
+// over the ring of ring_allreduce.h, whose connections are authenticated with the job's key and the
+// gang's number, as are the peer-health probes (peer_health.h). The chief starts the rendezvous
+// server on its TF_CONFIG port and keeps serving it, from a background thread, for as long as the
+// communicator lives (so a late peer with a wrong key is refused without disturbing training). Gloo
+// (its TCP full mesh) is used only for its own all-reduce, on request (ring_allreduce = false): its
+// pairs are NOT authenticated.
 //
 // (The names keep "Gloo" from when Gloo carried every collective.)
 #pragma once
@@ -16,7 +16,8 @@
 
 #include "common/event_log.h"
 #include "common/status.h"
-#include "trainer/cluster/tf_config.h"
+#include "trainer/cluster/config/gang_identity.h"
+#include "trainer/cluster/config/tf_config.h"
 #include "trainer/collective/communicator.h"
 #include "trainer/collective/ring_allreduce.h"
 
@@ -24,11 +25,9 @@ namespace tj::collective {
 
 struct GlooOptions {
   cluster::TfConfig config;
-  // The job's rendezvous key (TJ_RENDEZVOUS_KEY): required with more than one member.
-  std::string rendezvous_key;
-  // The gang's number (TJ_RESTART_COUNT; -1 when run by hand): bound into every handshake,
-  // so that a task of another gang cannot join.
-  int64_t gang = -1;
+  // The job's key (required with more than one member) and the gang's number: bound into
+  // every handshake, so that a task without the key or of another gang cannot join.
+  cluster::GangIdentity identity;
   // How long to keep trying to reach the chief, and to wait for every peer to arrive.
   std::chrono::milliseconds rendezvous_timeout{300000};
   // The longest any collective may wait on a peer (Gloo's context timeout).

@@ -5,22 +5,22 @@
 #include <thread>
 
 #include "common/backoff.h"
-#include "trainer/cluster/tf_config.h"
+#include "trainer/cluster/config/host_port.h"
 
 namespace tj::collective {
 
 StatusOr<std::unique_ptr<PeerHealthResponder>> PeerHealthResponder::Start(
-    const std::string& host, int rank, const cluster::GangKey& auth, EventLog* log) {
+    const std::string& host, int rank, const cluster::GangIdentity& identity, EventLog* log) {
   std::unique_ptr<PeerHealthResponder> r(new PeerHealthResponder());
   StatusOr<cluster::Socket> listener = cluster::ListenTcp(host, 0);
   if (!listener.ok()) return listener.status().WithContext("peer health responder on " + host);
   r->listener_ = std::move(listener).value();
-  r->address_ = cluster::LinkAddress(host, cluster::LocalPort(r->listener_));
+  r->address_ = cluster::FormatHostPort(host, cluster::LocalPort(r->listener_));
   r->rank_ = rank;
   cluster::LinkAcceptorOptions ao;
   ao.channel = cluster::Channel::kHealth;
   ao.own_rank = rank;
-  ao.auth = auth;
+  ao.identity = identity;
   ao.handshake_timeout = std::chrono::milliseconds(2000);
   ao.log = log;
   r->acceptor_ = std::make_unique<cluster::LinkAcceptor>(&r->listener_, ao);
@@ -49,7 +49,7 @@ void PeerHealthResponder::Loop() {
 }
 
 PeerState ProbePeer(const std::string& address, int own_rank, int peer_rank,
-                    const cluster::GangKey& auth, std::chrono::milliseconds timeout) {
+                    const cluster::GangIdentity& identity, std::chrono::milliseconds timeout) {
   StatusOr<cluster::HostPort> hp = cluster::ParseHostPort(address, "peer health address");
   if (!hp.ok()) return PeerState::kUnknown;
   const cluster::Deadline deadline = cluster::DeadlineIn(timeout);
@@ -66,7 +66,7 @@ PeerState ProbePeer(const std::string& address, int own_rank, int peer_rank,
       return closed_unanswered ? PeerState::kBusy : PeerState::kNotResponding;
     }
     StatusOr<cluster::Socket> answered = cluster::LinkHandshake(
-        std::move(s).value(), cluster::Channel::kHealth, own_rank, peer_rank, auth, deadline);
+        std::move(s).value(), cluster::Channel::kHealth, own_rank, peer_rank, identity, deadline);
     if (answered.ok()) return PeerState::kAlive;
     // No answer in time: hung.
     if (answered.status().code() == StatusCode::kDeadlineExceeded) {

@@ -1,6 +1,6 @@
 // Telling a dead peer from a hung one after a collective fails. Every rank runs a
 // PeerHealthResponder: a listening socket whose background thread answers each
-// authenticated probe (trainer/cluster/peer_handshake.h: a rank of this gang, with the job's
+// authenticated probe (trainer/cluster/net/link_handshake.h: a rank of this gang, with the job's
 // key) with its own proof. A rank whose collective failed probes the others: a refused
 // connection means the peer is gone; no answer within the probe timeout means it hangs (a
 // SIGSTOPped or wedged process still has its socket, but no thread to answer); an answer that
@@ -18,17 +18,18 @@
 
 #include "common/event_log.h"
 #include "common/status.h"
-#include "trainer/cluster/peer_handshake.h"
-#include "trainer/cluster/socket.h"
+#include "trainer/cluster/config/gang_identity.h"
+#include "trainer/cluster/net/link_handshake.h"
+#include "trainer/cluster/net/socket.h"
 
 namespace tj::collective {
 
 class PeerHealthResponder {
  public:
-  // Listens on host (a numeric address), on a free port, as rank `rank` of the gang `auth`
-  // names. `log` (may be null) gets the refused connections, rate-limited.
+  // Listens on host (a numeric address), on a free port, as rank `rank` of the gang
+  // `identity` names. `log` (may be null) gets the refused connections, rate-limited.
   static StatusOr<std::unique_ptr<PeerHealthResponder>> Start(const std::string& host, int rank,
-                                                              const cluster::GangKey& auth,
+                                                              const cluster::GangIdentity& identity,
                                                               EventLog* log = nullptr);
   ~PeerHealthResponder();
   PeerHealthResponder(const PeerHealthResponder&) = delete;
@@ -52,6 +53,6 @@ enum class PeerState { kAlive, kGone, kNotResponding, kBusy, kUnknown };
 // Probes rank `peer_rank`'s responder at "host:port" for up to `timeout`, as rank `own_rank`,
 // trying again while it closes the probe unanswered (a backoff of 20 to 200 ms).
 PeerState ProbePeer(const std::string& address, int own_rank, int peer_rank,
-                    const cluster::GangKey& auth, std::chrono::milliseconds timeout);
+                    const cluster::GangIdentity& identity, std::chrono::milliseconds timeout);
 
 }  // namespace tj::collective

@@ -13,7 +13,8 @@
 #include <thread>
 
 #include "common/backoff.h"
-#include "trainer/cluster/peer_handshake.h"
+#include "trainer/cluster/config/host_port.h"
+#include "trainer/cluster/net/link_handshake.h"
 
 namespace tj::collective {
 namespace {
@@ -60,7 +61,7 @@ void NoDelay(const Socket& s) {
 // fails (a listener busy with strangers may have closed this connection among them) until
 // the deadline. A refused connect fails at once: nothing listens there any more.
 StatusOr<Socket> ConnectNext(const Endpoint& next_end, int rank, int next,
-                             const cluster::GangKey& auth, Deadline deadline) {
+                             const cluster::GangIdentity& identity, Deadline deadline) {
   ExponentialBackoff backoff(std::chrono::milliseconds(20), std::chrono::milliseconds(500));
   Status last;
   while (true) {
@@ -71,8 +72,8 @@ StatusOr<Socket> ConnectNext(const Endpoint& next_end, int rank, int next,
     if (!s.ok()) {
       reached = false;
     } else {
-      s = cluster::LinkHandshake(std::move(s).value(), cluster::Channel::kRing, rank, next, auth,
-                                 attempt);
+      s = cluster::LinkHandshake(std::move(s).value(), cluster::Channel::kRing, rank, next,
+                                 identity, attempt);
     }
     if (s.ok()) return s;
     last = s.status();
@@ -83,7 +84,7 @@ StatusOr<Socket> ConnectNext(const Endpoint& next_end, int rank, int next,
         std::min<std::chrono::steady_clock::duration>(backoff.Next(), left));
   }
   return last.WithContext("ring all-reduce: connecting to rank " + std::to_string(next) + " at " +
-                          cluster::LinkAddress(next_end.host, next_end.port));
+                          cluster::FormatHostPort(next_end.host, next_end.port));
 }
 
 // One transfer of a segment: sent to the next rank or received from the previous one.
@@ -328,7 +329,7 @@ StatusOr<std::unique_ptr<RingAllReduce>> RingAllReduce::Connect(cluster::KeyValu
     return Status::Error("ring all-reduce: rank " + std::to_string(rank) + " of " +
                          std::to_string(size) + " (needs at least 2 ranks)");
   }
-  if (auth.gang.key.empty()) {
+  if (auth.identity.job_key.empty()) {
     return Status::Error(StatusCode::kPermissionDenied,
                          "ring all-reduce: no key (TJ_RENDEZVOUS_KEY) to authenticate the ring's "
                          "connections with");
@@ -347,7 +348,7 @@ StatusOr<std::unique_ptr<RingAllReduce>> RingAllReduce::Connect(cluster::KeyValu
   cluster::LinkAcceptorOptions ao;
   ao.channel = cluster::Channel::kRing;
   ao.own_rank = rank;
-  ao.auth = auth.gang;
+  ao.identity = auth.identity;
   ao.handshake_timeout = auth.handshake_timeout;
   ao.log = auth.log;
   cluster::LinkAcceptor acceptor(&*listener, ao);
@@ -368,7 +369,7 @@ StatusOr<std::unique_ptr<RingAllReduce>> RingAllReduce::Connect(cluster::KeyValu
     if (!next_value.ok()) return next_value.status();
     StatusOr<Endpoint> next_end = ParseEndpoint(*next_value, next);
     if (!next_end.ok()) return next_end.status();
-    return ConnectNext(*next_end, rank, next, auth.gang, deadline);
+    return ConnectNext(*next_end, rank, next, auth.identity, deadline);
   }();
   if (!to_next.ok()) stop.store(true);
   accept_thread.join();

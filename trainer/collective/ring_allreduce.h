@@ -11,7 +11,7 @@
 //
 // The same two connections carry the broadcasts and barriers of the CPU collective.
 //
-// The connections are authenticated when they are made (trainer/cluster/peer_handshake.h):
+// The connections are authenticated when they are made (trainer/cluster/net/link_handshake.h):
 // the previous rank proves it holds the job's key, for this gang, as that rank; the next rank
 // proves the same back. Strangers at a rank's ring port are handled alongside the real peer
 // and closed, never ahead of it; once the ring is formed the port is closed. Errors (a closed
@@ -28,9 +28,10 @@
 
 #include "common/event_log.h"
 #include "common/status.h"
-#include "trainer/cluster/peer_handshake.h"
-#include "trainer/cluster/rendezvous.h"
-#include "trainer/cluster/socket.h"
+#include "trainer/cluster/config/gang_identity.h"
+#include "trainer/cluster/net/link_handshake.h"
+#include "trainer/cluster/net/socket.h"
+#include "trainer/cluster/rendezvous/key_value_store.h"
 
 namespace tj::collective {
 
@@ -54,7 +55,7 @@ Span ChunkOf(size_t count, int ranks, int chunk);
 
 // How the ring's connections are authenticated.
 struct RingAuth {
-  cluster::GangKey gang;  // the job's key (required) and this task's gang
+  cluster::GangIdentity identity;  // the job's key (required) and this task's gang
   // Each connection at the ring port must complete its handshake this long after it was
   // accepted.
   std::chrono::milliseconds handshake_timeout{5000};

@@ -1,6 +1,6 @@
 #include "trainer/train/observability.h"
 
-#include "trainer/cluster/tf_config.h"
+#include "trainer/cluster/config/tf_config.h"
 #include "trainer/observe/status_server.h"
 #include "trainer/observe/tensorboard_writer.h"
 

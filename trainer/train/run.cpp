@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "common/version.h"
-#include "trainer/cluster/tf_config.h"
+#include "trainer/cluster/config/tf_config.h"
 #include "trainer/collective/gloo_communicator.h"
 #ifdef TJ_HAVE_NCCL
 #include "trainer/collective/nccl_communicator.h"
@@ -82,8 +82,7 @@ int ConnectCollective(const Options& o, const std::optional<cluster::TfConfig>& 
   }
   collective::GlooOptions go;
   go.config = *tf_config;
-  go.rendezvous_key = o.rendezvous_key;
-  go.gang = o.gang;
+  go.identity = {o.job_uid, o.gang, o.rendezvous_key};
   go.rendezvous_bind_host = cluster::PodListenAddress();
   go.rendezvous_timeout = o.rendezvous_timeout;
   go.collective_timeout = o.collective_timeout;

@@ -19,7 +19,7 @@
 #include "common/event_log.h"
 #include "common/sha256.h"
 #include "tests/support/noise.h"
-#include "trainer/cluster/tf_config.h"
+#include "trainer/cluster/config/tf_config.h"
 #include "trainer/collective/gloo_communicator.h"
 
 using ::tj::testing::Noise;
@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
     } else if (flag == "--algorithm") {
       options.ring_allreduce = value == "ring";
     } else if (flag == "--key") {
-      options.rendezvous_key = value;
+      options.identity.job_key = value;
     } else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;

@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "tests/integration/trainer/trainer_harness.h"
-#include "trainer/cluster/socket.h"
+#include "trainer/cluster/net/socket.h"
 
 namespace tj::testing {
 namespace {

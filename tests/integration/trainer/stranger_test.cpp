@@ -21,8 +21,8 @@
 #include <thread>
 
 #include "tests/integration/trainer/trainer_harness.h"
-#include "trainer/cluster/peer_handshake.h"
-#include "trainer/cluster/socket.h"
+#include "trainer/cluster/net/socket.h"
+#include "trainer/cluster/wire/link_protocol.h"
 
 namespace tj::testing {
 namespace {

@@ -10,7 +10,7 @@
 #include "operator/api/training_job.h"
 #include "operator/controller/job_resources.h"
 #include "operator/controller/reconciler.h"
-#include "trainer/cluster/tf_config.h"
+#include "trainer/cluster/config/tf_config.h"
 
 namespace tj::controller {
 namespace {

@@ -17,7 +17,8 @@
 
 #include "tests/support/loopback_flood.h"
 #include "tests/support/subprocess.h"
-#include "trainer/cluster/socket.h"
+#include "trainer/cluster/config/host_port.h"
+#include "trainer/cluster/net/socket.h"
 
 namespace tj::collective {
 namespace {
@@ -31,7 +32,7 @@ using cluster::Socket;
 using std::chrono::milliseconds;
 using tj::testing::FreePort;  // a port on which nothing listens
 
-const cluster::GangKey kAuth{"health-test-key", 3};
+const cluster::GangIdentity kAuth{.gang = 3, .job_key = "health-test-key"};
 
 TEST(SocketCodes, RefusedTimedOutAndClosedAreTellable) {
   auto refused = ConnectTcp("127.0.0.1", FreePort(), DeadlineIn(milliseconds(1000)));
@@ -92,9 +93,11 @@ TEST(ProbePeer, TheResponderAnswersOnlyTheGangAndStrangersDoNotDelayIt) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(500));
   // Without the key, or of another gang, or to the wrong rank: no answer that proves anything
   // (the responder closes each try unanswered until the probe's time is up).
-  EXPECT_EQ(ProbePeer(address, 0, 1, cluster::GangKey{"other-key", 3}, milliseconds(300)),
+  EXPECT_EQ(ProbePeer(address, 0, 1, cluster::GangIdentity{.gang = 3, .job_key = "other-key"},
+                      milliseconds(300)),
             PeerState::kBusy);
-  EXPECT_EQ(ProbePeer(address, 0, 1, cluster::GangKey{"health-test-key", 2}, milliseconds(300)),
+  EXPECT_EQ(ProbePeer(address, 0, 1, cluster::GangIdentity{.gang = 2, .job_key = "health-test-key"},
+                      milliseconds(300)),
             PeerState::kBusy);
   EXPECT_EQ(ProbePeer(address, 0, 2, kAuth, milliseconds(300)), PeerState::kBusy);
 }
@@ -105,7 +108,7 @@ TEST(ProbePeer, TheResponderAnswersOnlyTheGangAndStrangersDoNotDelayIt) {
 // collective's error blamed a live replica.
 TEST(ProbePeer, AProbeClosedUnansweredIsRetriedAndNeverCalledGone) {
   Socket listener = std::move(ListenTcp("127.0.0.1", 0)).value();
-  const std::string address = cluster::LinkAddress("127.0.0.1", LocalPort(listener));
+  const std::string address = cluster::FormatHostPort("127.0.0.1", LocalPort(listener));
   // Closes the first `closes` connections after a server hello, as an acceptor at its bound
   // does (until *stop); then, when `then_answer`, serves the real handshake.
   std::atomic<bool> stop{false};
@@ -124,7 +127,7 @@ TEST(ProbePeer, AProbeClosedUnansweredIsRetriedAndNeverCalledGone) {
       cluster::LinkAcceptorOptions ao;
       ao.channel = cluster::Channel::kHealth;
       ao.own_rank = 1;
-      ao.auth = kAuth;
+      ao.identity = kAuth;
       cluster::LinkAcceptor acceptor(&listener, ao);
       (void)acceptor.Next(
           DeadlineIn(milliseconds(5000)), [](int r) { return r == 0; }, &stop);

@@ -25,7 +25,7 @@ using std::chrono::milliseconds;
 
 RingAuth TestAuth(int64_t gang = 7) {
   RingAuth a;
-  a.gang = {"ring-test-key", gang};
+  a.identity = {.gang = gang, .job_key = "ring-test-key"};
   a.handshake_timeout = milliseconds(1000);
   return a;
 }

@@ -1,4 +1,4 @@
-#include "trainer/cluster/handshake_acceptor.h"
+#include "trainer/cluster/net/handshake_acceptor.h"
 
 #include <poll.h>
 #include <sys/socket.h>
@@ -11,6 +11,8 @@
 #include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "common/duration_text.h"
 
 namespace tj::cluster {
 
@@ -32,9 +34,41 @@ bool SendNow(const Socket& socket, std::string_view bytes) {
 
 HandshakeAcceptor::HandshakeAcceptor(Socket* listener, HandshakeAcceptorOptions options,
                                      HandshakeProtocol protocol)
-    : listener_(listener), options_(options), protocol_(std::move(protocol)) {
+    : listener_(listener), options_(std::move(options)), protocol_(std::move(protocol)) {
   options_.max_pending = std::max(options_.max_pending, 1);
   options_.accept_batch = std::max(options_.accept_batch, 1);
+}
+
+void HandshakeAcceptor::Warn(const std::string& line) {
+  if (options_.log == nullptr) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - warn_window_start_ >= std::chrono::minutes(1)) {
+    if (suppressed_in_window_ > 0) {
+      options_.log->Warn(options_.log_prefix + ": " + std::to_string(suppressed_in_window_) +
+                         " more connections closed unauthenticated in the last minute (not "
+                         "logged one by one)");
+    }
+    warn_window_start_ = now;
+    warned_in_window_ = 0;
+    suppressed_in_window_ = 0;
+  }
+  if (warned_in_window_ >= options_.warnings_per_minute) {
+    ++suppressed_in_window_;
+    return;
+  }
+  ++warned_in_window_;
+  options_.log->Warn(options_.log_prefix + ": " + line +
+                     (warned_in_window_ == options_.warnings_per_minute
+                          ? " (more are not logged this minute)"
+                          : ""));
+}
+
+void HandshakeAcceptor::Closed(const PendingHandshake& p, const HandshakeStep& step) {
+  const bool refused = step.kind == HandshakeStep::Kind::kRefused;
+  (refused ? refused_ : dropped_).fetch_add(1);
+  const std::string who = p.peer + (step.claimed.empty() ? "" : " " + step.claimed);
+  last_closed_ = who + ": " + (refused ? "refused: " : "") + step.reason;
+  Warn("connection from " + last_closed_ + "; connection closed");
 }
 
 void HandshakeAcceptor::ExpireDue() {
@@ -44,9 +78,29 @@ void HandshakeAcceptor::ExpireDue() {
       ++it;
       continue;
     }
-    protocol_.dropped(&*it, HandshakeDrop::kTimedOut, "");
+    Closed(*it, HandshakeStep::Dropped("sent no complete hello within the handshake timeout (" +
+                                       FormatSeconds(options_.handshake_timeout) + ")"));
     it = pending_.erase(it);
   }
+}
+
+HandshakeStep HandshakeAcceptor::Advance(PendingHandshake& p) {
+  // At most one byte more than the longest hello: a connection that sends more than a hello
+  // before its answer is closed.
+  char buf[4096];
+  const size_t room = protocol_.max_hello_bytes + 1 - p.received.size();
+  const ssize_t n = ::recv(p.socket.fd(), buf, std::min(room, sizeof buf), 0);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+    return HandshakeStep::Waiting();
+  }
+  if (n == 0) return HandshakeStep::Dropped("closed before completing its handshake");
+  if (n < 0) return HandshakeStep::Dropped(std::string("read: ") + std::strerror(errno));
+  p.received.append(buf, static_cast<size_t>(n));
+  HandshakeStep step = protocol_.judge(p);
+  if (step.kind == HandshakeStep::Kind::kWaiting && p.received.size() > protocol_.max_hello_bytes) {
+    return HandshakeStep::Dropped("sent more than a hello before the answer");
+  }
+  return step;
 }
 
 Status HandshakeAcceptor::ServeOnce(Deadline until, const std::atomic<bool>* stop) {
@@ -69,10 +123,13 @@ Status HandshakeAcceptor::ServeOnce(Deadline until, const std::atomic<bool>* sto
   }
   for (size_t i = 1; i < fds.size(); ++i) {
     if (fds[i].revents == 0) continue;
-    const HandshakeProtocol::Step step = protocol_.advance(*polled[i - 1]);
-    if (step == HandshakeProtocol::Step::kWaiting) continue;
+    PendingHandshake& p = *polled[i - 1];
+    const HandshakeStep step = Advance(p);
+    using Kind = HandshakeStep::Kind;
+    if (step.kind == Kind::kWaiting) continue;
+    if (step.kind == Kind::kRefused || step.kind == Kind::kDropped) Closed(p, step);
     pending_.erase(polled[i - 1]);
-    if (step == HandshakeProtocol::Step::kFinishedReturn) return Status::Ok();
+    if (step.kind == Kind::kDoneReturn) return Status::Ok();
   }
   if (fds[0].revents != 0) AcceptBatch(stop);
   return Status::Ok();
@@ -88,7 +145,9 @@ void HandshakeAcceptor::PushOutOne() {
   for (const PendingHandshake& p : pending_) most = std::max(most, ++held[p.source]);
   auto victim = std::find_if(pending_.begin(), pending_.end(),
                              [&](const PendingHandshake& p) { return held[p.source] == most; });
-  protocol_.dropped(&*victim, HandshakeDrop::kPushedOut, "");
+  Closed(*victim,
+         HandshakeStep::Dropped("closed unauthenticated: " + std::to_string(options_.max_pending) +
+                                " handshakes were waiting (a flood?)"));
   pending_.erase(victim);
 }
 
@@ -99,11 +158,11 @@ void HandshakeAcceptor::AcceptBatch(const std::atomic<bool>* stop) {
       // Out of descriptors (EMFILE): the oldest waiting handshake gives its one up; with none
       // waiting, a short pause instead of a busy loop on the still readable listener.
       if (pending_.empty()) {
-        protocol_.dropped(nullptr, HandshakeDrop::kOutOfDescriptors, accepted.status().message());
+        Warn(accepted.status().message());
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       } else {
-        protocol_.dropped(&pending_.front(), HandshakeDrop::kOutOfDescriptors,
-                          accepted.status().message());
+        Closed(pending_.front(), HandshakeStep::Dropped("closed unauthenticated (" +
+                                                        accepted.status().message() + ")"));
         pending_.pop_front();
       }
       return;
@@ -117,12 +176,12 @@ void HandshakeAcceptor::AcceptBatch(const std::atomic<bool>* stop) {
     p.deadline = std::chrono::steady_clock::now() + options_.handshake_timeout;
     StatusOr<Nonce> nonce = NewNonce();
     if (!nonce.ok()) {
-      protocol_.dropped(&p, HandshakeDrop::kNoNonce, nonce.status().message());
+      Closed(p, HandshakeStep::Dropped("not served: " + nonce.status().message()));
       continue;  // closes the connection
     }
     p.nonce = *nonce;
     if (!SendNow(p.socket, protocol_.hello(p.nonce))) {
-      protocol_.dropped(&p, HandshakeDrop::kGoneBeforeHello, "");
+      Closed(p, HandshakeStep::Dropped("gone before the hello"));
       continue;
     }
     pending_.push_back(std::move(p));

@@ -8,7 +8,7 @@
 // MultiWorkerMirroredStrategy's checks (tensorflow/python/distribute/multi_worker_util.py,
 // _validate_cluster_spec: task type chief/worker/evaluator/ps, the task's type in the cluster,
 // at most one chief and one evaluator, task_id below the job's task count).
-#include "trainer/cluster/tf_config.h"
+#include "trainer/cluster/config/tf_config.h"
 
 #include <gtest/gtest.h>
 

@@ -2,7 +2,7 @@
 // client on loopback, and the attacks: wrong and empty keys, an impostor chief, replayed,
 // spliced and injected messages, a flood of idle and garbage connections; timeouts that bound
 // every wait.
-#include "trainer/cluster/rendezvous.h"
+#include "trainer/cluster/rendezvous/rendezvous.h"
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>
@@ -96,13 +96,13 @@ class RendezvousTest : public ::testing::Test {
     log_ = std::make_unique<EventLog>(LogFormat::kJson, stdout, err_);
     RendezvousServerOptions o;
     o.bind_host = "127.0.0.1";
-    o.key = key;
+    o.identity.job_key = key;
     o.chief_task = "worker 0";
     o.io_timeout = milliseconds(1000);
     o.handshake_timeout = handshake_timeout;
     o.max_pending = max_pending;
     o.max_sessions = max_sessions;
-    o.gang = gang;
+    o.identity.gang = gang;
     o.log = log_.get();
     auto s = RendezvousServer::Start(o);
     ASSERT_TRUE(s.ok()) << s.status().message();
@@ -117,7 +117,7 @@ class RendezvousTest : public ::testing::Test {
     o.chief_address = "127.0.0.1:" + std::to_string(server_->port());
     o.chief_name = "worker 0";
     o.task_name = task;
-    o.key = key;
+    o.identity.job_key = key;
     o.rendezvous_timeout = milliseconds(2000);
     o.io_timeout = milliseconds(1000);
     return o;
@@ -246,7 +246,7 @@ RendezvousClientOptions ClientOf(int port) {
   o.chief_address = "127.0.0.1:" + std::to_string(port);
   o.chief_name = "worker 0";
   o.task_name = "worker 1";
-  o.key = "k";
+  o.identity.job_key = "k";
   return o;
 }
 
@@ -396,7 +396,7 @@ TEST_F(RendezvousTest, AnEmptyKeyIsRefusedWithAClearMessage) {
 TEST(RendezvousClient, AnImpostorChiefWithoutTheKeyIsDetected) {
   ImpostorChief impostor;
   RendezvousClientOptions o = ClientOf(impostor.port());
-  o.key = "the-job-key";
+  o.identity.job_key = "the-job-key";
   o.rendezvous_timeout = milliseconds(800);
   o.io_timeout = milliseconds(500);
   ExpectConnectFails(o,
@@ -411,7 +411,7 @@ TEST(RendezvousClient, ARefusalIsRetriedUntilTheRealChiefAnswers) {
   auto impostor = std::make_unique<ImpostorChief>();
   const int port = impostor->port();
   RendezvousClientOptions o = ClientOf(port);
-  o.key = "the-job-key";
+  o.identity.job_key = "the-job-key";
   o.rendezvous_timeout = milliseconds(10000);
   o.io_timeout = milliseconds(500);
   std::unique_ptr<RendezvousServer> real;
@@ -421,7 +421,7 @@ TEST(RendezvousClient, ARefusalIsRetriedUntilTheRealChiefAnswers) {
     RendezvousServerOptions so;
     so.bind_host = "127.0.0.1";
     so.port = port;
-    so.key = "the-job-key";
+    so.identity.job_key = "the-job-key";
     so.chief_task = "worker 0";
     auto s = RendezvousServer::Start(so);
     ASSERT_TRUE(s.ok()) << s.status().message();
@@ -479,7 +479,7 @@ TEST_F(RendezvousTest, ATaskOfAnOlderGangIsRefusedAtOnceAndANewerOneWaitsForItsC
   StartServer("k", 1024, milliseconds(1000), 256, /*gang=*/5);
   // Gang 4's task: the operator replaced its gang. Told so at once, with the chief's proof.
   RendezvousClientOptions old = ClientOptions("k", "worker 1");
-  old.gang = 4;
+  old.identity.gang = 4;
   old.rendezvous_timeout = milliseconds(10000);
   const auto start = std::chrono::steady_clock::now();
   auto refused = RendezvousClient::Connect(old);
@@ -494,7 +494,7 @@ TEST_F(RendezvousTest, ATaskOfAnOlderGangIsRefusedAtOnceAndANewerOneWaitsForItsC
   // Gang 6's task reached a chief of gang 5 still running: it waits for its own, until the
   // timeout.
   RendezvousClientOptions newer = ClientOptions("k", "worker 1");
-  newer.gang = 6;
+  newer.identity.gang = 6;
   newer.rendezvous_timeout = milliseconds(800);
   auto waited = RendezvousClient::Connect(newer);
   ASSERT_FALSE(waited.ok());
@@ -504,7 +504,7 @@ TEST_F(RendezvousTest, ATaskOfAnOlderGangIsRefusedAtOnceAndANewerOneWaitsForItsC
       << waited.status().message();
   // Without the key, the gang it claims does not matter: a wrong key.
   RendezvousClientOptions stranger = ClientOptions("other", "worker 1");
-  stranger.gang = 4;
+  stranger.identity.gang = 4;
   stranger.rendezvous_timeout = milliseconds(300);
   auto wrong = RendezvousClient::Connect(stranger);
   ASSERT_FALSE(wrong.ok());
@@ -512,7 +512,7 @@ TEST_F(RendezvousTest, ATaskOfAnOlderGangIsRefusedAtOnceAndANewerOneWaitsForItsC
       << wrong.status().message();
   // The chief's own gang joins.
   RendezvousClientOptions same = ClientOptions("k", "worker 1");
-  same.gang = 5;
+  same.identity.gang = 5;
   auto good = RendezvousClient::Connect(same);
   ASSERT_TRUE(good.ok()) << good.status().message();
   EXPECT_TRUE((*good)->Set("a", "b").ok());
@@ -681,7 +681,7 @@ TEST(RendezvousServer, PortInUseIsAClearError) {
   Socket taken = std::move(ListenTcp("127.0.0.1", 0)).value();
   RendezvousServerOptions o;
   o.bind_host = "127.0.0.1";
-  o.key = "k";
+  o.identity.job_key = "k";
   o.port = LocalPort(taken);
   auto s = RendezvousServer::Start(o);
   ASSERT_FALSE(s.ok());

@@ -1,4 +1,4 @@
-#include "trainer/cluster/socket.h"
+#include "trainer/cluster/net/socket.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -11,10 +11,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
 #include "common/backoff.h"
+#include "trainer/cluster/config/host_port.h"
 
 namespace tj::cluster {
 namespace {
@@ -55,9 +57,9 @@ std::string SockaddrName(const sockaddr* sa) {
                     NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
     return "unknown peer";
   }
-  std::string h = host;
-  if (h.rfind("::ffff:", 0) == 0) h = h.substr(7);  // IPv4-mapped
-  return (h.find(':') != std::string::npos ? "[" + h + "]" : h) + ":" + serv;
+  std::string_view h = host;
+  if (h.starts_with("::ffff:")) h.remove_prefix(7);  // IPv4-mapped
+  return FormatHostPort(h, std::atoi(serv));
 }
 
 }  // namespace

@@ -4,7 +4,7 @@
 // silent connections at their deadline, keeps at most max_pending (closing one of the address
 // that holds the most first, so a flood cannot push the real peer out) and hands over the
 // authenticated peer.
-#include "trainer/cluster/peer_handshake.h"
+#include "trainer/cluster/net/link_handshake.h"
 
 #include <gtest/gtest.h>
 
@@ -20,7 +20,7 @@ namespace {
 
 using std::chrono::milliseconds;
 
-const GangKey kAuth{"handshake-test-key", 4};
+const GangIdentity kAuth{.gang = 4, .job_key = "handshake-test-key"};
 
 LinkTranscript SomeTranscript() {
   LinkTranscript t;
@@ -54,10 +54,10 @@ TEST(LinkProofs, BindTheKeyTheGangTheChannelBothRanksAndBothNonces) {
 
 TEST(CheckLinkClientHello, RefusesGarbageAtOnceWaitsForMoreAcceptsTheKeyHoldersHello) {
   const LinkTranscript t = SomeTranscript();
-  const std::string hello = *LinkClientHello(kAuth.key, t);
+  const std::string hello = *LinkClientHello(kAuth.job_key, t);
   ASSERT_EQ(hello.size(), kLinkClientHelloBytes);
   auto check = [&](std::string_view in) {
-    return CheckLinkClientHello(in, kAuth.key, kAuth.gang, Channel::kRing, 3, t.server_nonce);
+    return CheckLinkClientHello(in, kAuth, Channel::kRing, 3, t.server_nonce);
   };
   // Every prefix of the real hello: wait for more.
   for (size_t n = 0; n < hello.size(); ++n) {
@@ -82,15 +82,14 @@ TEST(CheckLinkClientHello, RefusesGarbageAtOnceWaitsForMoreAcceptsTheKeyHoldersH
             std::string::npos);
   LinkTranscript older = t;
   older.gang = 3;
-  EXPECT_NE(check(*LinkClientHello(kAuth.key, older))
+  EXPECT_NE(check(*LinkClientHello(kAuth.job_key, older))
                 .refusal.message()
                 .find("claims gang 3, this task is of gang 4"),
             std::string::npos);
   // A hello made for another connection's nonce (replayed) does not verify.
   Nonce other_nonce = t.server_nonce;
   other_nonce[5] ^= 1;
-  EXPECT_FALSE(CheckLinkClientHello(hello, kAuth.key, kAuth.gang, Channel::kRing, 3, other_nonce)
-                   .refusal.ok());
+  EXPECT_FALSE(CheckLinkClientHello(hello, kAuth, Channel::kRing, 3, other_nonce).refusal.ok());
 }
 
 // An acceptor for rank 1 on a loopback listener, served on a thread until it accepts rank 0.
@@ -100,7 +99,7 @@ struct AcceptorRun {
     LinkAcceptorOptions o;
     o.channel = Channel::kRing;
     o.own_rank = 1;
-    o.auth = kAuth;
+    o.identity = kAuth;
     o.max_pending = max_pending;
     o.handshake_timeout = handshake_timeout;
     acceptor = std::make_unique<LinkAcceptor>(&listener, o);
@@ -183,7 +182,7 @@ TEST(LinkAcceptor, AFloodOfPartialHellosFromManyAddressesCannotPushOutThePeer) {
   LinkAcceptorOptions o;
   o.channel = Channel::kRing;
   o.own_rank = 1;
-  o.auth = kAuth;
+  o.identity = kAuth;
   o.max_pending = 16;
   o.handshake_timeout = milliseconds(5000);
   LinkAcceptor acceptor(&listener, o);

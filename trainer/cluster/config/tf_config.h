@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "trainer/cluster/config/host_port.h"
 
 namespace tj::cluster {
 
@@ -18,15 +19,6 @@ enum class TaskType { kChief, kWorker, kPs, kEvaluator };
 
 // "chief", "worker", "ps", "evaluator".
 std::string_view TaskTypeName(TaskType type);
-
-// A "host:port" (or "[v6addr]:port") address split into its parts.
-struct HostPort {
-  std::string host;
-  int port = 0;
-};
-
-// Splits and checks "host:port"; the error names `what` (e.g. "TF_CONFIG.cluster.worker[1]").
-StatusOr<HostPort> ParseHostPort(std::string_view address, std::string_view what);
 
 // A validated TF_CONFIG. Plain value; immutable after parsing in practice.
 struct TfConfig {

@@ -1,6 +1,6 @@
 // Name resolution of the trainer's sockets: a pod's own DNS name appears a few seconds after the
 // pod starts, so resolving it waits until a deadline rather than failing at once.
-#include "trainer/cluster/socket.h"
+#include "trainer/cluster/net/socket.h"
 
 #include <gtest/gtest.h>
 
