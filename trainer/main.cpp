@@ -156,19 +156,20 @@ bool ReadEnvironment(const CLI::App& app, tj::train::Options& o) {
   // Checked against this CPU by the run, which knows the targets.
   if (!Env("TJ_CPU_TARGET").empty()) o.cpu_target = Env("TJ_CPU_TARGET");
   o.tf_config = Env("TF_CONFIG");
-  o.rendezvous_key = Env("TJ_RENDEZVOUS_KEY");
-  // Set by the operator for its pods: the backups' scope and fence.
-  o.job_uid = Env("TJ_JOB_UID");
-  if (!o.job_uid.empty() && !tj::checkpoint::BackupManager::ValidJobUid(o.job_uid)) {
+  // Set by the operator for its pods: which job and gang this process belongs to.
+  tj::cluster::GangIdentity& identity = o.identity;
+  identity.job_key = Env("TJ_RENDEZVOUS_KEY");
+  identity.job_uid = Env("TJ_JOB_UID");
+  if (!identity.job_uid.empty() && !tj::checkpoint::BackupManager::ValidJobUid(identity.job_uid)) {
     std::fprintf(stderr,
                  "error: TJ_JOB_UID=%s: expected a Kubernetes UID (letters, digits and '-', at "
                  "most 128)\n",
-                 o.job_uid.c_str());
+                 identity.job_uid.c_str());
     return false;
   }
-  if (!EnvInt("TJ_RESTART_COUNT", 0, 1 << 30, "the gang number (0, 1, ...)", o.gang)) {
-    return false;
-  }
+  int gang = -1;
+  if (!EnvInt("TJ_RESTART_COUNT", 0, 1 << 30, "the gang number (0, 1, ...)", gang)) return false;
+  identity.gang = gang;
   return true;
 }
 

@@ -42,12 +42,12 @@ int64_t GangOfState(const TrainingState& state) {
 
 }  // namespace
 
-BackupManager::BackupManager(std::string dir, EventLog* log, BackupScope scope)
-    : dir_(scope.job_uid.empty() ? std::move(dir)
-                                 : (fs::path(dir) / ("job-" + scope.job_uid)).string()),
+BackupManager::BackupManager(std::string dir, EventLog* log, cluster::GangIdentity identity)
+    : dir_(identity.job_uid.empty() ? std::move(dir)
+                                    : (fs::path(dir) / ("job-" + identity.job_uid)).string()),
       log_(log),
-      scope_(std::move(scope)),
-      writer_(WriterName(scope_.gang)) {}
+      identity_(std::move(identity)),
+      writer_(WriterName(identity_.gang)) {}
 
 bool BackupManager::ValidJobUid(std::string_view uid) {
   if (uid.empty() || uid.size() > 128) return false;
@@ -77,9 +77,9 @@ StatusOr<BackupManager::Fence> BackupManager::ReadFence() const {
 }
 
 Status BackupManager::CheckNotFencedOut(const Fence& fence) const {
-  if (scope_.gang < 0 || fence.gang <= scope_.gang) return Status::Ok();
+  if (identity_.gang < 0 || fence.gang <= identity_.gang) return Status::Ok();
   return Status::Error("backups in " + dir_ + " belong to gang " + std::to_string(fence.gang) +
-                       " of this job; this process is of gang " + std::to_string(scope_.gang) +
+                       " of this job; this process is of gang " + std::to_string(identity_.gang) +
                        ", an older one, and must not write or restore them (a stale chief: the "
                        "job has moved on)");
 }
@@ -102,11 +102,11 @@ StatusOr<BackupManager::Fence> BackupManager::PrepareToWrite() const {
 }
 
 Status BackupManager::Claim() {
-  if (scope_.gang < 0) return Status::Ok();
+  if (identity_.gang < 0) return Status::Ok();
   std::error_code ec;
   StatusOr<Fence> fence = PrepareToWrite();
   if (!fence.ok()) return fence.status();
-  if (fence->gang == scope_.gang) return Status::Ok();  // claimed by this gang already
+  if (fence->gang == identity_.gang) return Status::Ok();  // claimed by this gang already
   auto backups = ListBackups();
   if (!backups.ok()) return backups.status();
   // The base is the newest backup of this job's own (signed with its key): a file planted
@@ -115,7 +115,7 @@ Status BackupManager::Claim() {
   for (const auto& [seq, path] : *backups) {  // newest first
     const bool after_last_claim = fence->gang >= 0 && seq > fence->base_seq;
     if (!after_last_claim && base > 0) break;  // older than a backup of the job's own
-    StatusOr<TrainingState> state = ReadStateFile(path, scope_.key);
+    StatusOr<TrainingState> state = ReadStateFile(path, identity_.job_key);
     if (!state.ok()) continue;  // it stays: Restore skips it with its reason
     if (after_last_claim && !Restorable(*fence, seq, GangOfState(*state))) {
       Warn("removing backup " + path + ": written by gang " + std::to_string(GangOfState(*state)) +
@@ -126,9 +126,9 @@ Status BackupManager::Claim() {
     }
     base = std::max(base, seq);
   }
-  const nlohmann::json j = {{"gang", scope_.gang}, {"base_seq", base}};
+  const nlohmann::json j = {{"gang", identity_.gang}, {"base_seq", base}};
   return WriteFileAtomically((fs::path(dir_) / kFenceName).string(), j.dump() + "\n", {}, writer_)
-      .WithContext("claiming the backup directory for gang " + std::to_string(scope_.gang));
+      .WithContext("claiming the backup directory for gang " + std::to_string(identity_.gang));
 }
 
 std::string BackupManager::FileName(int64_t seq) { return NumberedName(kPrefix, seq); }
@@ -173,11 +173,11 @@ Status BackupManager::Save(TrainingState state) {
   if (!backups.ok()) return backups.status();
   const int64_t next = backups->empty() ? 1 : backups->front().first + 1;
   const std::string path = (fs::path(dir_) / FileName(next)).string();
-  if (scope_.gang >= 0) {
+  if (identity_.gang >= 0) {
     if (!state.extra.is_object()) state.extra = nlohmann::json::object();
-    state.extra[kGangField] = scope_.gang;
+    state.extra[kGangField] = identity_.gang;
   }
-  StatusOr<std::string> bytes = EncodeState(state, scope_.key);
+  StatusOr<std::string> bytes = EncodeState(state, identity_.job_key);
   if (!bytes.ok()) return bytes.status().WithContext("saving backup " + path);
   TJ_RETURN_IF_ERROR(WriteFileAtomically(path, *bytes, "backup.before_rename", writer_)
                          .WithContext("saving backup"));
@@ -205,7 +205,7 @@ StatusOr<std::optional<TrainingState>> BackupManager::Restore(
   std::string reasons;
   size_t fenced_out = 0, foreign = 0;
   for (const auto& [seq, path] : *backups) {
-    StatusOr<TrainingState> state = ReadStateFile(path, scope_.key);
+    StatusOr<TrainingState> state = ReadStateFile(path, identity_.job_key);
     if (!state.ok()) {
       if (state.status().code() == StatusCode::kPermissionDenied) ++foreign;
       Warn("skipping backup " + state.status().message() +
@@ -239,12 +239,12 @@ StatusOr<std::optional<TrainingState>> BackupManager::Restore(
          "those backups is lost");
     return std::optional<TrainingState>();
   }
-  if (fence->gang >= 0 && fence->gang == scope_.gang && fence->base_seq == 0) {
+  if (fence->gang >= 0 && fence->gang == identity_.gang && fence->base_seq == 0) {
     // This gang claimed a directory that held no backup of this job's own, so these files are
     // not its progress: planted, or debris of something else. A fresh start, said loudly; the
     // files stay until this run's own backups outnumber them.
     Warn("no backup in " + dir_ + " is this job's (none signed with its key was there when gang " +
-         std::to_string(scope_.gang) + " claimed the directory); skipping " +
+         std::to_string(identity_.gang) + " claimed the directory); skipping " +
          std::to_string(backups->size()) + " unreadable file(s):" + reasons +
          "\nStarting afresh; remove them if they are in the way");
     return std::optional<TrainingState>();
@@ -267,7 +267,7 @@ Status BackupManager::Delete() {
   TJ_RETURN_IF_ERROR(RemoveTempFiles(dir_, [&](std::string_view writer) {
                        return writer == writer_;
                      }).WithContext("deleting backups"));
-  if (!scope_.job_uid.empty()) fs::remove(dir_, ec);  // this job's own directory, when empty
+  if (!identity_.job_uid.empty()) fs::remove(dir_, ec);  // this job's own directory, when empty
   return Status::Ok();
 }
 

@@ -34,23 +34,19 @@
 #include "common/event_log.h"
 #include "common/status.h"
 #include "trainer/checkpoint/state_file.h"
+#include "trainer/cluster/config/gang_identity.h"
 
 namespace tj::checkpoint {
-
-// Which job and gang a process belongs to (TJ_JOB_UID, TJ_RESTART_COUNT).
-struct BackupScope {
-  std::string job_uid;  // empty: the backups live in the directory itself (a run by hand)
-  int64_t gang = -1;    // the gang number; negative: not fenced (a run by hand)
-  // The job's key (TJ_RENDEZVOUS_KEY) that every backup is authenticated with; a backup under
-  // another key is skipped like a corrupt one. Empty: integrity only (a run by hand).
-  std::string key;
-};
 
 class BackupManager {
  public:
   // `log` receives warnings (a skipped corrupt backup); not owned, may be null (then stderr).
-  // `scope.job_uid` must be letters, digits and '-' (a Kubernetes UID); see ValidJobUid.
-  BackupManager(std::string dir, EventLog* log, BackupScope scope = {});
+  // `identity` says whose backups these are: its job_uid (letters, digits and '-', a
+  // Kubernetes UID; see ValidJobUid) names the job's own subdirectory (none when empty: the
+  // directory itself, a run by hand); its gang fences them (none when negative); every backup
+  // is authenticated with its job_key, and a backup under another key is skipped like a
+  // corrupt one (an empty key: integrity only).
+  BackupManager(std::string dir, EventLog* log, cluster::GangIdentity identity = {});
   BackupManager(const BackupManager&) = delete;
   BackupManager& operator=(const BackupManager&) = delete;
 
@@ -61,7 +57,7 @@ class BackupManager {
   // The chief of a gang, before Restore: claims the directory for its gang. Fails (and the
   // process must not write or restore backups) when a newer gang claimed it already. Removes
   // the backups that an older gang's stale chief wrote after the previous claim. Without a
-  // gang (scope.gang < 0) it does nothing.
+  // gang (identity.gang < 0) it does nothing.
   Status Claim();
 
   // Writes the next backup-<seq> (creating the directory if needed), then removes all but the
@@ -72,7 +68,7 @@ class BackupManager {
 
   // The newest valid backup:
   //  - no directory, or no backup-* files in it: nullopt (a fresh start);
-  //  - the newest is missing/torn/truncated/corrupt, not signed with scope.key, too large or
+  //  - the newest is missing/torn/truncated/corrupt, not signed with identity.job_key, too large or
   //    nested too deep: a warning naming the file and the reason, then the previous one is
   //    tried, and so on;
   //  - backups present but none valid: an error listing each file and its reason; except when
@@ -115,7 +111,7 @@ class BackupManager {
 
   std::string dir_;
   EventLog* log_;
-  BackupScope scope_;
+  cluster::GangIdentity identity_;
   std::string writer_;  // this writer's part of its temporary files' names: g<gang>-<random>
 };
 

@@ -35,7 +35,7 @@ int RunEvaluator(const EvaluatorContext& c) {
   });
   checkpoint::CheckpointWatcherOptions wo;
   wo.poll_interval = o.eval_poll_interval;
-  wo.key = o.rendezvous_key;
+  wo.key = o.identity.job_key;
   checkpoint::CheckpointWatcher watcher(o.checkpoint_dir, RealClock::Get(), c.log, wo);
   auto evaluate = [&](const checkpoint::TrainingState& state, const std::string& name) -> Status {
     const std::vector<float>* w = state.FindTensor("weights");

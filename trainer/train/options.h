@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/event_log.h"
+#include "trainer/cluster/config/gang_identity.h"
 #include "trainer/collective/ring_allreduce.h"
 
 namespace tj::train {
@@ -44,8 +45,14 @@ struct Options {
   Role role = Role::kAuto;
 
   // Multi-worker (TF_CONFIG).
-  std::string tf_config;       // the TF_CONFIG environment variable, empty when unset
-  std::string rendezvous_key;  // TJ_RENDEZVOUS_KEY
+  std::string tf_config;  // the TF_CONFIG environment variable, empty when unset
+  // The job's UID (TJ_JOB_UID), key (TJ_RENDEZVOUS_KEY) and the gang's number
+  // (TJ_RESTART_COUNT, the job's status.restartCount), set by the operator: every connection
+  // between the tasks proves the key for the gang; backups live in a directory of the job's
+  // own, are fenced by gang and, like checkpoints, signed with the key. Unset (a run by hand):
+  // no UID (the backup directory as given), gang -1 (no fencing), and the key the user gives
+  // every task.
+  cluster::GangIdentity identity;
   std::chrono::milliseconds rendezvous_timeout{300000};
   std::chrono::milliseconds collective_timeout{60000};
   // The gradients' type on the wire of the CPU all-reduce (--allreduce-dtype). The GPU's
@@ -56,12 +63,6 @@ struct Options {
 
   // BackupAndRestore, checkpoints, export.
   std::string backup_dir;
-  // The job's UID (TJ_JOB_UID) and the gang number (TJ_RESTART_COUNT, the job's
-  // status.restartCount), both set by the operator: backups live in a directory of the job's
-  // own and are fenced by gang. Empty / -1 when unset (a run by hand): the backup directory as
-  // given, no fencing.
-  std::string job_uid;
-  int gang = -1;
   int save_freq_steps = 0;  // 0 = "epoch"; N = every N steps
   bool keep_backup = false;
   std::string checkpoint_dir;

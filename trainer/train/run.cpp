@@ -82,7 +82,7 @@ int ConnectCollective(const Options& o, const std::optional<cluster::TfConfig>& 
   }
   collective::GlooOptions go;
   go.config = *tf_config;
-  go.identity = {o.job_uid, o.gang, o.rendezvous_key};
+  go.identity = o.identity;
   go.rendezvous_bind_host = cluster::PodListenAddress();
   go.rendezvous_timeout = o.rendezvous_timeout;
   go.collective_timeout = o.collective_timeout;

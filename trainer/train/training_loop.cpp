@@ -75,15 +75,14 @@ class Trainer {
       backend_ = own_backend_.get();
     }
     if (!options_.backup_dir.empty()) {
-      backups_ = std::make_unique<checkpoint::BackupManager>(
-          options_.backup_dir, c.log,
-          checkpoint::BackupScope{options_.job_uid, options_.gang, options_.rendezvous_key});
+      backups_ = std::make_unique<checkpoint::BackupManager>(options_.backup_dir, c.log,
+                                                             options_.identity);
       if (c.is_chief)
         backup_writer_ = std::make_unique<BackupWriter>(backups_.get(), c.log, c.progress);
     }
     if (!options_.checkpoint_dir.empty())
       checkpoints_ = std::make_unique<checkpoint::CheckpointManager>(
-          options_.checkpoint_dir, options_.keep_checkpoints, options_.rendezvous_key);
+          options_.checkpoint_dir, options_.keep_checkpoints, options_.identity.job_key);
   }
 
   TrainingOutcome Run();
@@ -236,7 +235,7 @@ TrainingOutcome Trainer::RestoreOrInitialise() {
       state->extra = {{"epoch_totals", TotalsJson({})}};
       restored_path.clear();
     }
-    auto bytes = checkpoint::EncodeState(*state, options_.rendezvous_key);
+    auto bytes = checkpoint::EncodeState(*state, options_.identity.job_key);
     if (error.ok() && !bytes.ok()) error = bytes.status();
     // A negative size tells the workers that the chief could not restore: they stop too,
     // with a message pointing at the chief, instead of waiting for a broadcast.
@@ -261,7 +260,7 @@ TrainingOutcome Trainer::RestoreOrInitialise() {
   size_t newline = encoded.find('\n');
   restored_path = encoded.substr(0, newline);
   auto state = checkpoint::DecodeState(encoded.substr(newline + 1), "the chief's broadcast",
-                                       options_.rendezvous_key);
+                                       options_.identity.job_key);
   if (!state.ok()) return Failed(state.status());
   const auto* weights = state->FindTensor("weights");
   const auto* m = state->FindTensor("adam_m");

@@ -358,7 +358,7 @@ namespace tj::checkpoint {
 namespace {
 
 // Backups lie on a volume that others may write: only what the job's key wrote is restored.
-const BackupScope kKeyed{"uid-1", 0, "the job's key"};
+const cluster::GangIdentity kKeyed{"uid-1", 0, "the job's key"};
 
 TEST(BackupAuthentication, APlantedBackupIsSkippedAndThePreviousRestored) {
   TempDir dir;

@@ -42,7 +42,7 @@ TrainingState StateAt(int64_t epoch) {
   return s;
 }
 
-BackupScope Gang(int64_t gang) { return BackupScope{kUid, gang, kKey}; }
+cluster::GangIdentity Gang(int64_t gang) { return cluster::GangIdentity{kUid, gang, kKey}; }
 
 std::string JobDir(const TempDir& dir) { return dir.Join(std::string("job-") + kUid); }
 
