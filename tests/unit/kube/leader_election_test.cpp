@@ -1,95 +1,26 @@
 // The leader's renew deadline against an API server that stops answering: a Lease "server" in
-// memory whose calls can be made to hang, as those of a paused kube-apiserver do. The real
-// API server paused with SIGSTOP: tests/integration/kube/restart_test.cpp.
+// memory (FakeClient) whose calls can be made to hang, as those of a paused kube-apiserver do. The
+// real API server paused with SIGSTOP: tests/integration/kube/restart_test.cpp.
 #include "kube/leader_election.h"
 
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 #include <thread>
 
+#include "tests/support/fake_client.h"
 #include "tests/support/leader_term.h"
 
 namespace tj::kube {
 namespace {
 
-using nlohmann::json;
 using std::chrono::milliseconds;
 using Steady = std::chrono::steady_clock;
-
-// One Lease; every call waits while `Stall(true)` holds (until `Stall(false)`).
-class StallingLeaseClient : public Client {
- public:
-  void Stall(bool on) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stalled_ = on;
-    }
-    cv_.notify_all();
-  }
-  int calls_while_stalled() const { return calls_while_stalled_.load(); }
-
-  Result<json> Get(const Resource&, const std::string&, const std::string&) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    WaitWhileStalled(lock);
-    if (lease_.is_null()) return ApiError{404, "NotFound", "lease not found", "GET", 0};
-    return lease_;
-  }
-  Result<json> Create(const Resource&, const std::string&, const json& object) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    WaitWhileStalled(lock);
-    lease_ = object;
-    lease_["metadata"]["resourceVersion"] = "1";
-    return lease_;
-  }
-  Result<json> Update(const Resource&, const std::string&, const json& object) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    WaitWhileStalled(lock);
-    lease_ = object;
-    lease_["metadata"]["resourceVersion"] =
-        std::to_string(std::stoi(lease_["metadata"].value("resourceVersion", "1")) + 1);
-    return lease_;
-  }
-  Result<json> List(const Resource&, const std::string&, const ListOptions&) override {
-    return json::object();
-  }
-  Result<json> UpdateStatus(const Resource&, const std::string&, const json& o) override {
-    return o;
-  }
-  Result<json> Patch(const Resource&, const std::string&, const std::string&, PatchType,
-                     const json& patch, const PatchOptions&) override {
-    return patch;
-  }
-  Result<json> Delete(const Resource&, const std::string&, const std::string&,
-                      const DeleteOptions&) override {
-    return json::object();
-  }
-  Result<WatchSummary> Watch(const Resource&, const std::string&, const WatchOptions&,
-                             const std::function<bool(WatchEvent&)>&, std::stop_token) override {
-    return WatchSummary{};
-  }
-  Result<json> Raw(const std::string&, const std::string&, const std::optional<json>&) override {
-    return json::object();
-  }
-
- private:
-  void WaitWhileStalled(std::unique_lock<std::mutex>& lock) {
-    if (stalled_) ++calls_while_stalled_;
-    cv_.wait(lock, [this] { return !stalled_; });
-  }
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stalled_ = false;  // GUARDED_BY(mu_)
-  json lease_;            // GUARDED_BY(mu_)
-  std::atomic<int> calls_while_stalled_{0};
-};
+using tj::testing::FakeClient;
 
 TEST(LeaderElection, StopsLeadingAtTheRenewDeadlineWhileARenewalHangs) {
-  StallingLeaseClient client;
+  FakeClient client;  // one Lease, kept; its calls hang while stalled
+  client.keep_writes = true;
   LeaderElectionConfig c;
   c.lease_namespace = "ns";
   c.lease_name = "lease";
@@ -102,7 +33,7 @@ TEST(LeaderElection, StopsLeadingAtTheRenewDeadlineWhileARenewalHangs) {
   Status result;
   std::jthread run([&](const std::stop_token& stop) { result = elector.Run(stop); });
   struct Unstall {  // before `run` joins, also when an assertion ends the test early
-    StallingLeaseClient* client;
+    FakeClient* client;
     ~Unstall() { client->Stall(false); }
   } unstall{&client};
   for (int i = 0; i < 200 && !term.leading(); ++i) std::this_thread::sleep_for(milliseconds(10));

@@ -33,7 +33,7 @@
 #include "operator/controller/metrics.h"
 #include "operator/controller/reconcile_workers.h"
 #include "operator/controller/tenant_reads.h"
-#include "tests/support/accepting_client.h"
+#include "tests/support/fake_client.h"
 #include "tests/unit/operator/controller/test_job.h"
 
 namespace tj::controller {
@@ -231,100 +231,9 @@ TEST(CheckExistingIsOwned, RefusesAnotherJobsOrAnUnownedPodServiceOrSecret) {
   EXPECT_NE(gone.message().find("deleted meanwhile"), std::string::npos) << gone.message();
 }
 
-kube::ApiError Error(int code, std::string reason, std::string message) {
-  return testing::ApiErrorOf(code, std::move(reason), std::move(message));
-}
-
-// Answers Create with AlreadyExists for the objects in `existing` (by "plural/name"), Get from
-// them, and every other call as a server that accepts it. Records the creates (which the
-// executor sends concurrently).
-class FakeClient : public testing::AcceptingClient {
- public:
-  std::map<std::string, json> existing;  // "services/mnist" -> the object on the server
-  std::vector<std::string> created;      // "services/mnist", in the order they came
-  std::vector<json> created_objects;     // the same, whole
-  std::vector<json> status_writes;       // each UpdateStatus's .status
-  std::vector<std::string> deleted;      // "secrets/mnist-rendezvous", in order
-  std::atomic<int> gets{0};              // Gets of Secrets
-  std::atomic<int> reads{0};             // every Get and List
-  // A server that keeps what is created (a second create of it is AlreadyExists) and refuses
-  // pods (as while a namespace's ServiceAccount is not made yet).
-  bool keep_created = false;
-  bool refuse_pods = false;
-  int refuse_code = 403;  // Forbidden; 422: Invalid
-  // Answered to every NetworkPolicy create, when set: 403 as without RBAC for them in the
-  // namespace, 503 as an overloaded API server.
-  int network_policy_error = 0;
-  std::atomic<int> network_policy_creates{0};
-  int pod_group_error = 0;  // answered to every PodGroup create, when set
-
-  kube::Result<json> Get(const kube::Resource& r, const std::string&,
-                         const std::string& name) override {
-    if (r.plural == "secrets") ++gets;
-    ++reads;
-    auto it = existing.find(r.plural + "/" + name);
-    if (it == existing.end()) return Error(404, "NotFound", name + " not found");
-    return it->second;
-  }
-  kube::Result<json> List(const kube::Resource&, const std::string&,
-                          const kube::ListOptions&) override {
-    ++reads;
-    return json{{"items", json::array()}};
-  }
-  kube::Result<json> Create(const kube::Resource& r, const std::string&,
-                            const json& object) override {
-    const std::string key = r.plural + "/" + object["metadata"].value("name", "");
-    std::lock_guard<std::mutex> lock(mu_);
-    if (existing.contains(key)) return Error(409, "AlreadyExists", key + " exists");
-    if (r.plural == "networkpolicies") ++network_policy_creates;
-    if (network_policy_error != 0 && r.plural == "networkpolicies") {
-      return network_policy_error == 403
-                 ? Error(403, "Forbidden", "networkpolicies is forbidden: cannot create")
-                 : Error(network_policy_error, "ServiceUnavailable", "try again later");
-    }
-    if (pod_group_error != 0 && r.plural == "podgroups") {
-      return Error(pod_group_error, "NotFound", "the server could not find the requested resource");
-    }
-    if (refuse_pods && r.plural == "pods") {
-      return Error(refuse_code, refuse_code == 403 ? "Forbidden" : "Invalid", key + " refused");
-    }
-    if (keep_created) existing[key] = object;
-    created.push_back(key);
-    created_objects.push_back(object);
-    return object;
-  }
-  kube::Result<json> Update(const kube::Resource&, const std::string&, const json& o) override {
-    return o;
-  }
-  kube::Result<json> UpdateStatus(const kube::Resource&, const std::string&,
-                                  const json& o) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    status_writes.push_back(o.value("status", json()));
-    return o;
-  }
-  kube::Result<json> Patch(const kube::Resource&, const std::string&, const std::string&,
-                           kube::PatchType, const json& patch, const kube::PatchOptions&) override {
-    return patch;
-  }
-  kube::Result<json> Delete(const kube::Resource& r, const std::string&, const std::string& name,
-                            const kube::DeleteOptions&) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    deleted.push_back(r.plural + "/" + name);
-    existing.erase(r.plural + "/" + name);
-    return json::object();
-  }
-  // The pods created, "pods/<name>" (after a pass: no other thread is creating).
-  std::vector<std::string> CreatedPods() const {
-    std::vector<std::string> out;
-    for (const auto& c : created) {
-      if (c.rfind("pods/", 0) == 0) out.push_back(c);
-    }
-    return out;
-  }
-
- private:
-  std::mutex mu_;
-};
+using testing::ApiErrorOf;
+using testing::FakeClient;
+using Verb = FakeClient::Verb;
 
 // One pass of job ns/mnist (uid-new) with informer caches, as the operator runs it.
 // The message of the condition `type` of a written status, which must hold with `status` and
@@ -372,7 +281,7 @@ class ExecutorPass : public ::testing::Test {
   // The created objects cached, and their pods running (as the kubelet would start them).
   void StartTheCreatedPods() {
     CacheTheCreatedObjects();
-    for (const json& created : client_.created_objects) {
+    for (const json& created : client_.Bodies(Verb::kCreate)) {
       if (created.value("kind", "") != "Pod") continue;
       json pod = created;
       pod["status"] = {{"phase", "Running"}, {"podIP", "10.0.0.5"}};
@@ -382,7 +291,7 @@ class ExecutorPass : public ::testing::Test {
 
   // What the informers would show after the creates so far.
   void CacheTheCreatedObjects() {
-    for (const json& o : client_.created_objects) {
+    for (const json& o : client_.Bodies(Verb::kCreate)) {
       const std::string kind = o.value("kind", "");
       if (kind == "Pod") pods_.Upsert(o);
       if (kind == "Service") services_.Upsert(o);  // Secrets: never cached, never read
@@ -411,18 +320,18 @@ class ExecutorPass : public ::testing::Test {
   std::string NetworkPolicyRefusalOfAPassThatWentOn(
       const StatusOr<std::optional<milliseconds>>& pass) {
     EXPECT_TRUE(pass.ok()) << pass.status().message();
-    EXPECT_EQ(client_.CreatedPods().size(), 2u);  // the job runs without it
+    EXPECT_EQ(CreatedPods().size(), 2u);  // the job runs without it
     if (pass.ok()) EXPECT_EQ(*pass, std::optional<milliseconds>(milliseconds(1)));
     CacheTheCreatedObjects();
     auto next = Sync();
     EXPECT_TRUE(next.ok()) << next.status().message();
-    if (client_.status_writes.empty()) {
+    if (StatusWrites().empty()) {
       ADD_FAILURE() << "no status written";
       return "";
     }
     std::string message =
-        ConditionMessage(client_.status_writes.back(), api::condition::kNetworkPolicyRefused,
-                         "True", "NetworkPolicyRefused");
+        ConditionMessage(StatusWrites().back(), api::condition::kNetworkPolicyRefused, "True",
+                         "NetworkPolicyRefused");
     EXPECT_NE(message.find("not isolated"), std::string::npos) << message;
     return message;
   }
@@ -432,7 +341,47 @@ class ExecutorPass : public ::testing::Test {
   void ThePolicyIsNotAskedForAgain() {
     CacheTheCreatedObjects();
     ASSERT_TRUE(Sync().ok());
-    EXPECT_EQ(client_.network_policy_creates.load(), 1);
+    EXPECT_EQ(client_.Count(Verb::kCreate, "networkpolicies"), 1);
+  }
+
+  // The .status of each status write, in order.
+  std::vector<json> StatusWrites() const {
+    std::vector<json> out;
+    for (const json& o : client_.Bodies(Verb::kUpdateStatus)) {
+      out.push_back(o.value("status", json()));
+    }
+    return out;
+  }
+  // The objects created ("services/mnist"), the pods created ("pods/<name>") and the objects
+  // deleted, in order.
+  std::vector<std::string> Created() const { return client_.Keys(Verb::kCreate); }
+  std::vector<std::string> CreatedPods() const { return client_.Keys(Verb::kCreate, "pods"); }
+  std::vector<std::string> Deleted() const { return client_.Keys(Verb::kDelete); }
+
+  // Every pod create is refused with `code`: 403 Forbidden (as by a namespace's Pod Security
+  // Admission level) or 422 Invalid.
+  void RefusePods(int code = 403) {
+    client_.refuse = [code](const FakeClient::Call& c) -> std::optional<kube::ApiError> {
+      if (c.verb != Verb::kCreate || c.resource.plural != "pods") return std::nullopt;
+      return ApiErrorOf(code, code == 403 ? "Forbidden" : "Invalid", c.Key() + " refused");
+    };
+  }
+  // Every NetworkPolicy create is answered with `code`: 403 as without RBAC for them in the
+  // namespace, 503 as an overloaded API server.
+  void FailNetworkPolicies(int code) {
+    client_.refuse = FakeClient::Refusing(
+        Verb::kCreate,
+        code == 403 ? ApiErrorOf(403, "Forbidden", "networkpolicies is forbidden: cannot create")
+                    : ApiErrorOf(code, "ServiceUnavailable", "try again later"),
+        "networkpolicies");
+  }
+  // Every PodGroup create is answered with `code`, as by a cluster that does not serve the
+  // scheduler's API.
+  void FailPodGroups(int code) {
+    client_.refuse = FakeClient::Refusing(
+        Verb::kCreate,
+        ApiErrorOf(code, "NotFound", "the server could not find the requested resource"),
+        "podgroups");
   }
 
   static std::string PluralOf(const std::string& kind) {
@@ -459,11 +408,12 @@ TEST_F(ExecutorPass, CreatesTheServiceAndSecretItFindsNotThere) {
   auto r = Sync();
   ASSERT_TRUE(r.ok()) << r.status().message();
   // The Service and the Secret (together) before any pod.
-  ASSERT_GE(client_.created.size(), 2u);
-  std::set<std::string> first(client_.created.begin(), client_.created.begin() + 2);
+  const std::vector<std::string> created = Created();
+  ASSERT_GE(created.size(), 2u);
+  std::set<std::string> first(created.begin(), created.begin() + 2);
   EXPECT_EQ(first, (std::set<std::string>{"services/mnist", "secrets/mnist-rendezvous-uidnew"}))
-      << ::testing::PrintToString(client_.created);
-  EXPECT_EQ(client_.CreatedPods().size(), client_.created.size() - 2);
+      << ::testing::PrintToString(created);
+  EXPECT_EQ(CreatedPods().size(), created.size() - 2);
 }
 
 // The jobs' cache keeps templates as text (CompactTrainingJob): a pass reads them parsed and
@@ -478,7 +428,7 @@ TEST_F(ExecutorPass, BuildsTheSamePodsFromACompactCachedJob) {
   auto spec = api::ParseSpec(whole["spec"]);
   ASSERT_TRUE(spec.ok());
   int pods = 0;
-  for (const json& o : client_.created_objects) {
+  for (const json& o : client_.Bodies(Verb::kCreate)) {
     if (o.value("kind", "") != "Pod") continue;
     const int index = std::stoi(o["metadata"]["labels"].value(api::kLabelReplicaIndex, "0"));
     const json expected = BuildPod(whole, *spec, api::ReplicaType::kWorker, index, 0);
@@ -492,23 +442,24 @@ TEST_F(ExecutorPass, BuildsTheSamePodsFromACompactCachedJob) {
 TEST_F(ExecutorPass, MakesTheJobsNetworkPolicyBeforeItsPods) {
   WithNetworkPolicies();
   ASSERT_TRUE(Sync().ok());
-  std::set<std::string> first(client_.created.begin(), client_.created.begin() + 3);
+  const std::vector<std::string> created = Created();
+  std::set<std::string> first(created.begin(), created.begin() + 3);
   EXPECT_EQ(first, (std::set<std::string>{"services/mnist", "secrets/mnist-rendezvous-uidnew",
                                           "networkpolicies/mnist-pods"}))
-      << ::testing::PrintToString(client_.created);
+      << ::testing::PrintToString(created);
   // Once the cache shows it, it is not asked for again.
   ThePolicyIsNotAskedForAgain();
 }
 
 TEST_F(ExecutorPass, ARefusedNetworkPolicyLeavesTheJobRunningAndSaysWhatToDo) {
   WithNetworkPolicies();
-  client_.network_policy_error = 403;
+  FailNetworkPolicies(403);
   const std::string message = NetworkPolicyRefusalOfAPassThatWentOn(Sync());
   EXPECT_NE(message.find("refused NetworkPolicy ns/mnist-pods"), std::string::npos) << message;
   EXPECT_NE(message.find("networkpolicies"), std::string::npos) << message;
   // The next passes, within the retry time, do not ask again.
   json job = TestJob("uid-new");
-  job["status"] = client_.status_writes.back();
+  job["status"] = StatusWrites().back();
   job["metadata"]["resourceVersion"] = "2";
   jobs_.Upsert(job);
   ThePolicyIsNotAskedForAgain();
@@ -517,19 +468,19 @@ TEST_F(ExecutorPass, ARefusedNetworkPolicyLeavesTheJobRunningAndSaysWhatToDo) {
 // Not a refusal: the pass fails and is retried, and no pod is made without its policy.
 TEST_F(ExecutorPass, ANetworkPolicyCreateThatFailsForNowHoldsThePodsBack) {
   WithNetworkPolicies();
-  client_.network_policy_error = 503;
+  FailNetworkPolicies(503);
   auto r = Sync();
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("networkpolicies ns/mnist-pods"), std::string::npos)
       << r.status().message();
-  EXPECT_TRUE(client_.CreatedPods().empty());
-  for (const json& s : client_.status_writes) {
+  EXPECT_TRUE(CreatedPods().empty());
+  for (const json& s : StatusWrites()) {
     EXPECT_EQ(s.dump().find("NetworkPolicyRefused"), std::string::npos) << s.dump();
   }
-  client_.network_policy_error = 0;
+  client_.refuse = nullptr;
   CacheTheCreatedObjects();  // the Service and Secret it made
   ASSERT_TRUE(Sync().ok());
-  EXPECT_EQ(client_.CreatedPods().size(), 2u);
+  EXPECT_EQ(CreatedPods().size(), 2u);
 }
 
 // A deleted job's policy of the same name (the garbage collector has yet to remove it) is
@@ -546,7 +497,7 @@ TEST_F(ExecutorPass, AnEarlierJobsNetworkPolicyIsWaitedForAUsersIsARefusal) {
   EXPECT_NE(r.status().message().find("NetworkPolicy ns/mnist-pods already exists"),
             std::string::npos)
       << r.status().message();
-  EXPECT_TRUE(client_.CreatedPods().empty());
+  EXPECT_TRUE(CreatedPods().empty());
 
   earlier["metadata"].erase("ownerReferences");
   client_.existing["networkpolicies/mnist-pods"] = earlier;
@@ -563,9 +514,9 @@ TEST_F(ExecutorPass, SendsNothingForAJobManagedByAnotherController) {
   auto r = Sync();
   ASSERT_TRUE(r.ok()) << r.status().message();
   EXPECT_FALSE(*r);  // no requeue: the field is immutable
-  EXPECT_TRUE(client_.created.empty()) << ::testing::PrintToString(client_.created);
-  EXPECT_TRUE(client_.status_writes.empty());
-  EXPECT_TRUE(client_.deleted.empty());
+  EXPECT_TRUE(Created().empty()) << ::testing::PrintToString(Created());
+  EXPECT_TRUE(StatusWrites().empty());
+  EXPECT_TRUE(Deleted().empty());
   EXPECT_TRUE(write_later_.empty());
 }
 
@@ -578,7 +529,7 @@ TEST_F(ExecutorPass, TakesItsOwnServiceWhenTheCacheLagsBehind) {
   }
   auto r = Sync();
   ASSERT_TRUE(r.ok()) << r.status().message();
-  EXPECT_FALSE(client_.created.empty());  // its pods
+  EXPECT_FALSE(Created().empty());  // its pods
 }
 
 TEST_F(ExecutorPass, DoesNotTakeADeletedJobsCachedServiceAsItsOwn) {
@@ -589,7 +540,7 @@ TEST_F(ExecutorPass, DoesNotTakeADeletedJobsCachedServiceAsItsOwn) {
             std::string::npos)
       << r.status().message();
   // Its own Secret may be created alongside; no pod is created while the Service is another's.
-  EXPECT_TRUE(client_.CreatedPods().empty()) << ::testing::PrintToString(client_.created);
+  EXPECT_TRUE(CreatedPods().empty()) << ::testing::PrintToString(Created());
 }
 
 // A Secret of the rendezvous Secret's name that the job's status does not record: made by a
@@ -602,11 +553,11 @@ TEST_F(ExecutorPass, ReplacesASecretOfItsNameThatItsStatusDoesNotRecord) {
       BuildSecret(TestJob("uid-new"), "a key of a pass that wrote no status");
   auto r = Sync();
   ASSERT_TRUE(r.ok()) << r.status().message();
-  EXPECT_EQ(client_.deleted, std::vector<std::string>{"secrets/mnist-rendezvous-uidnew"});
-  EXPECT_EQ(client_.CreatedPods().size(), 2u);
-  EXPECT_EQ(client_.gets, 0) << "a Get: the operator may not read Secrets";
-  ASSERT_FALSE(client_.status_writes.empty());
-  api::TrainingJobStatus st = api::TrainingJobStatus::FromJson(client_.status_writes.back());
+  EXPECT_EQ(Deleted(), std::vector<std::string>{"secrets/mnist-rendezvous-uidnew"});
+  EXPECT_EQ(CreatedPods().size(), 2u);
+  EXPECT_EQ(client_.Count(Verb::kGet, "secrets"), 0) << "a Get: the operator may not read Secrets";
+  ASSERT_FALSE(StatusWrites().empty());
+  api::TrainingJobStatus st = api::TrainingJobStatus::FromJson(StatusWrites().back());
   EXPECT_EQ(st.rendezvous_key_hash, KeyHash("key"));
   EXPECT_EQ(st.Find(api::condition::kRendezvousSecretConflict), nullptr);
 }
@@ -619,8 +570,8 @@ TEST_F(ExecutorPass, MakesItsOwnSecretBesideADeletedJobsOfTheSameName) {
   ASSERT_EQ(client_.existing.count("secrets/mnist-rendezvous-uidold"), 1u);
   auto r = Sync();
   ASSERT_TRUE(r.ok()) << r.status().message();
-  EXPECT_TRUE(client_.deleted.empty()) << client_.deleted.front();
-  EXPECT_EQ(client_.CreatedPods().size(), 2u);
+  EXPECT_TRUE(Deleted().empty()) << Deleted().front();
+  EXPECT_EQ(CreatedPods().size(), 2u);
   EXPECT_EQ(client_.existing.count("secrets/mnist-rendezvous-uidold"), 1u);
 }
 
@@ -636,27 +587,27 @@ TEST_F(ExecutorPass, DropsTheRendezvousSecretConflictOfAnOlderOperator) {
                     {"lastTransitionTime", "2026-01-01T00:00:00Z"}}});
   jobs_.Upsert(job);
   ASSERT_TRUE(Sync().ok());
-  ASSERT_FALSE(client_.status_writes.empty());
-  api::TrainingJobStatus st = api::TrainingJobStatus::FromJson(client_.status_writes.back());
+  ASSERT_FALSE(StatusWrites().empty());
+  api::TrainingJobStatus st = api::TrainingJobStatus::FromJson(StatusWrites().back());
   EXPECT_EQ(st.Find(api::condition::kRendezvousSecretConflict), nullptr);
 }
 
 // A pass that made the Secret and then failed (its pods refused) wrote no status: the next
 // pass finds the Secret it made itself for this job, replaces it with the new key and goes on.
 TEST_F(ExecutorPass, ReplacesTheSecretItMadeWhenItsPassFailedBeforeTheStatus) {
-  client_.keep_created = true;
-  client_.refuse_pods = true;
+  client_.keep_writes = true;
+  RefusePods();
   auto r = Sync();
   ASSERT_FALSE(r.ok()) << "the pods were refused";
-  EXPECT_TRUE(client_.CreatedPods().empty());
+  EXPECT_TRUE(CreatedPods().empty());
   CacheTheCreatedObjects();  // the informers catch up (the Service)
-  client_.refuse_pods = false;
+  client_.refuse = nullptr;
   r = Sync();
   ASSERT_TRUE(r.ok()) << r.status().message();
-  EXPECT_EQ(client_.deleted, std::vector<std::string>{"secrets/mnist-rendezvous-uidnew"});
-  EXPECT_EQ(client_.CreatedPods().size(), 2u);
-  ASSERT_FALSE(client_.status_writes.empty());
-  api::TrainingJobStatus st = api::TrainingJobStatus::FromJson(client_.status_writes.back());
+  EXPECT_EQ(Deleted(), std::vector<std::string>{"secrets/mnist-rendezvous-uidnew"});
+  EXPECT_EQ(CreatedPods().size(), 2u);
+  ASSERT_FALSE(StatusWrites().empty());
+  api::TrainingJobStatus st = api::TrainingJobStatus::FromJson(StatusWrites().back());
   EXPECT_EQ(st.rendezvous_key_hash, KeyHash("key"));
 }
 
@@ -686,10 +637,11 @@ TEST_F(ExecutorPass, AQueuedGangJobsPassReadsNothingLive) {
   native_pod_groups_ = true;  // schedulingPolicy.gang Auto: a native PodGroup per gang
   auto r = Sync();
   ASSERT_TRUE(r.ok()) << r.status().message();
-  EXPECT_EQ(client_.CreatedPods().size(), 2u);
-  EXPECT_EQ(std::count(client_.created.begin(), client_.created.end(), "podgroups/mnist-gang-0"),
-            1);
-  EXPECT_EQ(client_.reads, 0) << "a live read on a pass of a queued gang job";
+  EXPECT_EQ(CreatedPods().size(), 2u);
+  const std::vector<std::string> created = Created();
+  EXPECT_EQ(std::count(created.begin(), created.end(), "podgroups/mnist-gang-0"), 1);
+  EXPECT_EQ(client_.Count(Verb::kGet) + client_.Count(Verb::kList), 0)
+      << "a live read on a pass of a queued gang job";
 }
 
 // The gang's PodGroup is created before its pods, and a pod is not created without it: a
@@ -700,15 +652,15 @@ TEST_F(ExecutorPass, AGangsPodGroupOfAnotherOwnerHoldsThePodsBack) {
   json job = TestJob("uid-new");
   job["spec"]["runPolicy"]["schedulingPolicy"] = {{"gang", "Volcano"}};
   jobs_.Upsert(job);
-  client_.pod_group_error = 404;
+  FailPodGroups(404);
   auto r = Sync();
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("must serve scheduling.volcano.sh/v1beta1 podgroups"),
             std::string::npos)
       << r.status().message();
-  EXPECT_TRUE(client_.CreatedPods().empty());
+  EXPECT_TRUE(CreatedPods().empty());
 
-  client_.pod_group_error = 0;
+  client_.refuse = nullptr;
   json theirs = gang::BuildPodGroup(gang::Kind::kVolcano, job, *api::ParseSpec(job["spec"]), 0);
   theirs["metadata"]["ownerReferences"][0]["uid"] = "someone-else";
   client_.existing["podgroups/mnist-gang-0"] = theirs;
@@ -718,24 +670,24 @@ TEST_F(ExecutorPass, AGangsPodGroupOfAnotherOwnerHoldsThePodsBack) {
   EXPECT_NE(r.status().message().find("mnist-gang-0 already exists and is not this job's"),
             std::string::npos)
       << r.status().message();
-  EXPECT_TRUE(client_.CreatedPods().empty());
+  EXPECT_TRUE(CreatedPods().empty());
 
   client_.existing["podgroups/mnist-gang-0"]["metadata"]["ownerReferences"][0]["uid"] = "uid-new";
   ASSERT_TRUE(Sync().ok());
-  EXPECT_EQ(client_.CreatedPods().size(), 2u) << "its own, made by an earlier pass";
+  EXPECT_EQ(CreatedPods().size(), 2u) << "its own, made by an earlier pass";
 }
 
 // A namespace whose Pod Security Admission level (or a quota, a webhook) refuses the job's pods:
 // the refusal is the PodCreateRefused condition, with the API server's message, written once;
 // the pass fails (the queue's backoff paces the retries). Before, only an Event said so.
 TEST_F(ExecutorPass, APodCreateRefusedIsAConditionWrittenOnce) {
-  client_.refuse_pods = true;
+  RefusePods();
   auto r = Sync();
   ASSERT_FALSE(r.ok()) << "the pods were refused";
-  EXPECT_TRUE(client_.CreatedPods().empty());
-  ASSERT_EQ(client_.status_writes.size(), 1u);
-  const std::string message = ConditionMessage(
-      client_.status_writes[0], api::condition::kPodCreateRefused, "True", "Forbidden");
+  EXPECT_TRUE(CreatedPods().empty());
+  ASSERT_EQ(StatusWrites().size(), 1u);
+  const std::string message =
+      ConditionMessage(StatusWrites()[0], api::condition::kPodCreateRefused, "True", "Forbidden");
   EXPECT_NE(message.find("the API server refused pod ns/mnist-worker-0: pods/mnist-worker-0 "
                          "refused (the namespace's Pod Security Admission level"),
             std::string::npos)
@@ -744,18 +696,18 @@ TEST_F(ExecutorPass, APodCreateRefusedIsAConditionWrittenOnce) {
   // Refused again: the same condition, nothing written (no write, no watch event, no pass).
   CacheTheCreatedObjects();  // the informers catch up (the Service)
   json job = TestJob("uid-new");
-  job["status"] = client_.status_writes.back();
+  job["status"] = StatusWrites().back();
   jobs_.Upsert(job);
   r = Sync();
   EXPECT_FALSE(r.ok());
-  EXPECT_EQ(client_.status_writes.size(), 1u);
+  EXPECT_EQ(StatusWrites().size(), 1u);
 
   // Accepted (the namespace's label changed): the pods are made and the condition turns False.
-  client_.refuse_pods = false;
+  client_.refuse = nullptr;
   r = Sync();
   ASSERT_TRUE(r.ok()) << r.status().message();
-  EXPECT_EQ(client_.CreatedPods().size(), 2u);
-  ConditionMessage(client_.status_writes.back(), api::condition::kPodCreateRefused, "False",
+  EXPECT_EQ(CreatedPods().size(), 2u);
+  ConditionMessage(StatusWrites().back(), api::condition::kPodCreateRefused, "False",
                    "PodsCreated");
 }
 
@@ -803,9 +755,9 @@ TEST_F(ExecutorPass, APassNeverWaitsForAChiefThatDoesNotAnswer) {
     EXPECT_EQ(requeued.front(), "ns/mnist");
   }
   ASSERT_TRUE(Sync().ok());
-  ASSERT_FALSE(client_.status_writes.empty());
-  const json progress = client_.status_writes.back().value("progress", json::object());
-  EXPECT_EQ(progress.value("epoch", -1), 2) << client_.status_writes.back().dump();
+  ASSERT_FALSE(StatusWrites().empty());
+  const json progress = StatusWrites().back().value("progress", json::object());
+  EXPECT_EQ(progress.value("epoch", -1), 2) << StatusWrites().back().dump();
   executor_.reset();  // before the poller it points to
   poller_ = nullptr;
 }
@@ -827,18 +779,18 @@ TEST_F(ExecutorPass, ARunningJobIsPolledAndItsStatusWrittenOncePerPeriod) {
   poller_ = poller.get();
   ASSERT_TRUE(Sync().ok());
   StartTheCreatedPods();
-  const size_t writes_before = client_.status_writes.size();
+  const size_t writes_before = StatusWrites().size();
   int passes = 0;
   auto due = clock_.Now();
   for (int tick = 0; tick < 600; ++tick) {  // 60 s in steps of 100 ms
     if (requeued.exchange(false) || clock_.Now() >= due) {
-      const size_t written = client_.status_writes.size();
+      const size_t written = StatusWrites().size();
       auto r = Sync();
       ASSERT_TRUE(r.ok()) << r.status().message();
       ++passes;
-      if (client_.status_writes.size() > written) {  // what the job informer then shows
+      if (StatusWrites().size() > written) {  // what the job informer then shows
         json job = TestJob("uid-new");
-        job["status"] = client_.status_writes.back();
+        job["status"] = StatusWrites().back();
         jobs_.Upsert(job);
       }
       due = *r ? clock_.Now() + **r : Clock::TimePoint::max();
@@ -853,14 +805,14 @@ TEST_F(ExecutorPass, ARunningJobIsPolledAndItsStatusWrittenOncePerPeriod) {
   // 12 periods in a minute, and the first poll at once.
   EXPECT_GE(poller->polls(), 11u);
   EXPECT_LE(poller->polls(), 13u);
-  const size_t writes = client_.status_writes.size() - writes_before;
+  const size_t writes = StatusWrites().size() - writes_before;
   EXPECT_GE(writes, 10u);
   EXPECT_LE(writes, 14u);
   EXPECT_LE(passes, 2 * 13 + 2);  // the period's pass and the one its answer brings
-  ASSERT_FALSE(client_.status_writes.empty());
-  const json progress = client_.status_writes.back().value("progress", json::object());
+  ASSERT_FALSE(StatusWrites().empty());
+  const json progress = StatusWrites().back().value("progress", json::object());
   EXPECT_EQ(progress.value("step", -1), step.load()) << progress.dump();
-  EXPECT_EQ(client_.status_writes.back().dump().find("xxxx"), std::string::npos);
+  EXPECT_EQ(StatusWrites().back().dump().find("xxxx"), std::string::npos);
   executor_.reset();  // before the poller it points to
   poller_ = nullptr;
 }
@@ -868,12 +820,11 @@ TEST_F(ExecutorPass, ARunningJobIsPolledAndItsStatusWrittenOncePerPeriod) {
 // A pod the cluster's validation refuses (a privileged container where the API server does not
 // allow them: "disallowed by cluster policy") is said the same way, reason Invalid.
 TEST_F(ExecutorPass, AnInvalidPodIsAConditionToo) {
-  client_.refuse_pods = true;
-  client_.refuse_code = 422;
+  RefusePods(422);
   ASSERT_FALSE(Sync().ok());
-  ASSERT_EQ(client_.status_writes.size(), 1u);
-  const std::string message = ConditionMessage(
-      client_.status_writes[0], api::condition::kPodCreateRefused, "True", "Invalid");
+  ASSERT_EQ(StatusWrites().size(), 1u);
+  const std::string message =
+      ConditionMessage(StatusWrites()[0], api::condition::kPodCreateRefused, "True", "Invalid");
   EXPECT_NE(message.find("pods/mnist-worker-0 refused (the pod template, as this cluster "
                          "validates it)"),
             std::string::npos)
@@ -884,8 +835,8 @@ TEST_F(ExecutorPass, AnInvalidPodIsAConditionToo) {
 TEST_F(ExecutorPass, WritesTheStatusAtOnceWhenNothingElseIsWaiting) {
   auto r = Sync();
   ASSERT_TRUE(r.ok()) << r.status().message();
-  ASSERT_EQ(client_.status_writes.size(), 1u);
-  EXPECT_EQ(client_.status_writes[0].value("createdGeneration", -1), 0);
+  ASSERT_EQ(StatusWrites().size(), 1u);
+  EXPECT_EQ(StatusWrites()[0].value("createdGeneration", -1), 0);
   EXPECT_TRUE(write_later_.empty());
 }
 
@@ -893,8 +844,8 @@ TEST_F(ExecutorPass, KeepsTheStatusWhileBusyAndWritesItOnceIdle) {
   busy_ = true;
   auto r = Sync();
   ASSERT_TRUE(r.ok()) << r.status().message();
-  EXPECT_EQ(client_.CreatedPods().size(), 2u) << "creates are never deferred";
-  EXPECT_TRUE(client_.status_writes.empty());
+  EXPECT_EQ(CreatedPods().size(), 2u) << "creates are never deferred";
+  EXPECT_TRUE(StatusWrites().empty());
   ASSERT_EQ(write_later_.size(), 1u);
   EXPECT_EQ(write_later_[0].first, "ns/mnist");
   EXPECT_LE(write_later_[0].second, kMaxStatusDelay + milliseconds(1));
@@ -906,8 +857,8 @@ TEST_F(ExecutorPass, KeepsTheStatusWhileBusyAndWritesItOnceIdle) {
   clock_.Advance(std::chrono::seconds(1));
   r = Sync();
   ASSERT_TRUE(r.ok()) << r.status().message();
-  EXPECT_TRUE(client_.status_writes.empty());
-  EXPECT_EQ(client_.CreatedPods().size(), 2u);
+  EXPECT_TRUE(StatusWrites().empty());
+  EXPECT_EQ(CreatedPods().size(), 2u);
   ASSERT_EQ(write_later_.size(), 2u);
   EXPECT_LE(write_later_[1].second, kMaxStatusDelay - std::chrono::seconds(1) + milliseconds(1))
       << "the latest time counts from the first kept status";
@@ -915,8 +866,8 @@ TEST_F(ExecutorPass, KeepsTheStatusWhileBusyAndWritesItOnceIdle) {
   busy_ = false;
   r = Sync();
   ASSERT_TRUE(r.ok()) << r.status().message();
-  ASSERT_EQ(client_.status_writes.size(), 1u);
-  const auto st = api::TrainingJobStatus::FromJson(client_.status_writes[0]);
+  ASSERT_EQ(StatusWrites().size(), 1u);
+  const auto st = api::TrainingJobStatus::FromJson(StatusWrites()[0]);
   EXPECT_TRUE(st.IsTrue(api::condition::kCreated));
   EXPECT_EQ(st.created_generation, 0);
 }
@@ -924,21 +875,21 @@ TEST_F(ExecutorPass, KeepsTheStatusWhileBusyAndWritesItOnceIdle) {
 TEST_F(ExecutorPass, WritesAKeptStatusAfterTheLongestDelayEvenWhileBusy) {
   busy_ = true;
   ASSERT_TRUE(Sync().ok());
-  EXPECT_TRUE(client_.status_writes.empty());
+  EXPECT_TRUE(StatusWrites().empty());
   CacheTheCreatedObjects();
   clock_.Advance(kMaxStatusDelay);
   auto r = Sync();
   ASSERT_TRUE(r.ok()) << r.status().message();
-  EXPECT_EQ(client_.status_writes.size(), 1u);
+  EXPECT_EQ(StatusWrites().size(), 1u);
 }
 
 TEST_F(ExecutorPass, WritesTheKeptStatusesAtShutdown) {
   busy_ = true;
   ASSERT_TRUE(Sync().ok());
-  EXPECT_TRUE(client_.status_writes.empty());
+  EXPECT_TRUE(StatusWrites().empty());
   EXPECT_EQ(executor().WriteKeptStatuses(), 1);
-  ASSERT_EQ(client_.status_writes.size(), 1u);
-  EXPECT_EQ(client_.status_writes[0].value("createdGeneration", -1), 0);
+  ASSERT_EQ(StatusWrites().size(), 1u);
+  EXPECT_EQ(StatusWrites()[0].value("createdGeneration", -1), 0);
   EXPECT_EQ(executor().WriteKeptStatuses(), 0);  // nothing kept twice
 }
 
@@ -948,7 +899,7 @@ TEST_F(ExecutorPass, DropsTheKeptStatusOfADeletedJob) {
   jobs_.Remove("ns/mnist");
   ASSERT_TRUE(Sync().ok());
   EXPECT_EQ(executor().WriteKeptStatuses(), 0);
-  EXPECT_TRUE(client_.status_writes.empty());
+  EXPECT_TRUE(StatusWrites().empty());
 }
 
 // What reconcile workers run with in a test: a log into a temporary file, metrics, a queue.
@@ -989,13 +940,13 @@ TEST_F(ExecutorPass, AnExceptionInAPassIsAnErrorNotTheEndOfTheWorker) {
     auto workers =
         StartReconcileWorkers(1, &rig.queue, &executor(), &rig.metrics, &rig.log, &rig.leading);
     rig.queue.Add("ns/mnist");
-    for (int i = 0; i < 500 && client_.CreatedPods().empty(); ++i) {
+    for (int i = 0; i < 500 && CreatedPods().empty(); ++i) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     rig.queue.ShutDown();
   }
   EXPECT_EQ(calls.load(), 3);
-  EXPECT_FALSE(client_.CreatedPods().empty()) << "the third pass, after two that threw, creates";
+  EXPECT_FALSE(CreatedPods().empty()) << "the third pass, after two that threw, creates";
   const std::string text = rig.Logged();
   EXPECT_NE(text.find("reconciling ns/mnist: internal error (please report it): no entropy"),
             std::string::npos)
