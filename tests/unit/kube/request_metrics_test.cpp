@@ -6,46 +6,12 @@
 
 #include <string>
 
+#include "tests/support/fake_transport.h"
+
 namespace tj::kube {
 namespace {
 
-// Answers with a set status after advancing the clock by a set time; 0: a transport error.
-class ScriptedTransport final : public HttpTransport {
- public:
-  explicit ScriptedTransport(FakeClock* clock) : clock_(clock) {}
-  int status = 200;
-  std::chrono::milliseconds takes{0};
-  Result<HttpResponse> Send(const HttpRequest&) override {
-    clock_->Advance(takes);
-    if (status == 0) {
-      ApiError e;
-      e.message = "connection refused";
-      return e;
-    }
-    HttpResponse r;
-    r.status = status;
-    return r;
-  }
-  Result<HttpResponse> Stream(const HttpRequest&,
-                              const std::function<bool(std::string_view)>& on_data,
-                              std::stop_token) override {
-    clock_->Advance(takes);
-    if (status != 200) {
-      HttpResponse r;
-      r.status = status;
-      return r;
-    }
-    on_data("{\"type\":\"ADDED\"}\n");
-    clock_->Advance(std::chrono::minutes(5));  // the watch stays open: not latency
-    on_data("{\"type\":\"MODIFIED\"}\n");
-    HttpResponse r;
-    r.status = 200;
-    return r;
-  }
-
- private:
-  FakeClock* clock_;
-};
+using tj::testing::FakeTransport;
 
 TEST(RequestMetrics, HostOfServer) {
   EXPECT_EQ(RequestMetrics::HostOf("https://10.0.0.1:6443"), "10.0.0.1:6443");
@@ -56,8 +22,11 @@ TEST(RequestMetrics, HostOfServer) {
 TEST(RequestMetrics, CountsCodesMethodsAndLatencyLikeClientGo) {
   FakeClock clock;
   RequestMetrics metrics("10.0.0.1:6443");
-  auto inner = std::make_unique<ScriptedTransport>(&clock);
-  ScriptedTransport* script = inner.get();
+  auto inner = std::make_unique<FakeTransport>(&clock);
+  FakeTransport* script = inner.get();
+  script->otherwise = FakeTransport::Answer(200);
+  // A watch's events five minutes apart: it stays open, which is not latency.
+  script->between_lines = std::chrono::minutes(5);
   MeteredTransport t(std::move(inner), &metrics, &clock);
   HttpRequest get, post;
   get.method = "GET";
@@ -67,11 +36,11 @@ TEST(RequestMetrics, CountsCodesMethodsAndLatencyLikeClientGo) {
   script->takes = std::chrono::milliseconds(20);
   ASSERT_TRUE(t.Send(get).ok());
   ASSERT_TRUE(t.Send(get).ok());
-  script->status = 409;
+  script->otherwise = FakeTransport::Answer(409);
   ASSERT_TRUE(t.Send(post).ok());
-  script->status = 0;
+  script->otherwise = FakeTransport::NoAnswer("connection refused");
   ASSERT_FALSE(t.Send(post).ok());
-  script->status = 200;
+  script->otherwise = FakeTransport::Answer(200, "{\"type\":\"ADDED\"}\n{\"type\":\"MODIFIED\"}\n");
   script->takes = std::chrono::milliseconds(3);
   ASSERT_TRUE(t.Stream(get, [](std::string_view) { return true; }, {}).ok());
 

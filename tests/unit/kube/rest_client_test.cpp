@@ -5,40 +5,16 @@
 
 #include <gtest/gtest.h>
 
-#include <deque>
 #include <filesystem>
 #include <fstream>
+
+#include "tests/support/fake_transport.h"
 
 namespace tj::kube {
 namespace {
 
 using nlohmann::json;
-
-class ScriptedTransport : public HttpTransport {
- public:
-  std::deque<Result<HttpResponse>> answers;
-  std::vector<HttpRequest> requests;
-
-  Result<HttpResponse> Send(const HttpRequest& r) override {
-    requests.push_back(r);
-    if (answers.empty()) return ApiError{0, "", "script exhausted", "", 0};
-    auto a = answers.front();
-    answers.pop_front();
-    return a;
-  }
-  Result<HttpResponse> Stream(const HttpRequest& r,
-                              const std::function<bool(std::string_view)>& on_data,
-                              std::stop_token) override {
-    requests.push_back(r);
-    auto a = answers.front();
-    answers.pop_front();
-    if (a.ok() && a->status == 200) {
-      on_data(a->body);
-      return HttpResponse{200, "", {}};
-    }
-    return a;
-  }
-};
+using tj::testing::FakeTransport;
 
 HttpResponse Resp(int status, const json& body, std::map<std::string, std::string> headers = {}) {
   return HttpResponse{status, body.dump(), std::move(headers)};
@@ -50,7 +26,7 @@ json StatusBody(int code, const std::string& reason, const std::string& message)
 
 struct Fixture {
   FakeClock clock;
-  ScriptedTransport* t = new ScriptedTransport;
+  FakeTransport* t = new FakeTransport;
   std::unique_ptr<RestClient> client;
   explicit Fixture(RestConfig c = {}) {
     c.server = "https://x";

@@ -19,6 +19,7 @@
 #include "operator/controller/executor.h"
 #include "operator/controller/pod_view.h"
 #include "operator/controller/tenant_reads.h"
+#include "tests/support/fake_transport.h"
 
 namespace tj::controller {
 namespace {
@@ -260,26 +261,7 @@ TEST(LastEvaluation, ALineWhoseEventIsNotAStringIsSkipped) {
 namespace tj::controller {
 namespace {
 
-// Records the one request it is sent; answers 200 with a fixed body.
-class RecordingTransport final : public kube::HttpTransport {
- public:
-  explicit RecordingTransport(std::string* path) : path_(path) {}
-  kube::Result<kube::HttpResponse> Send(const kube::HttpRequest& r) override {
-    *path_ = r.path_and_query;
-    kube::HttpResponse out;
-    out.status = 200;
-    out.body = "log";
-    return out;
-  }
-  kube::Result<kube::HttpResponse> Stream(const kube::HttpRequest&,
-                                          const std::function<bool(std::string_view)>&,
-                                          std::stop_token) override {
-    return kube::HttpResponse{};
-  }
-
- private:
-  std::string* path_;
-};
+using tj::testing::FakeTransport;
 
 // A pod with a sidecar: the API server answers a log request that names no container with 400
 // ("a container name must be specified"), so the operator names the TF_CONFIG container.
@@ -292,10 +274,13 @@ TEST(PodLogRead, NamesTheTrainerContainerOfAPodWithSidecars) {
   const PodView v = ViewOfPod(pod);
   EXPECT_EQ(v.trainer_container, "tensorflow");
 
-  std::string path;
-  PodLogReader reader(kube::RestConfig{}, std::make_unique<RecordingTransport>(&path));
+  auto transport = std::make_unique<FakeTransport>();
+  FakeTransport* sent = transport.get();
+  sent->otherwise = FakeTransport::Answer(200, "log");
+  PodLogReader reader(kube::RestConfig{}, std::move(transport));
   ASSERT_EQ(reader.Read("ns", v.name, v.trainer_container), "log");
-  EXPECT_EQ(path,
+  ASSERT_FALSE(sent->requests.empty());
+  EXPECT_EQ(sent->requests.back().path_and_query,
             "/api/v1/namespaces/ns/pods/j-worker-0/log?tailLines=50&limitBytes=65536"
             "&container=tensorflow");
 }
