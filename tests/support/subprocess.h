@@ -13,7 +13,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <random>
@@ -21,6 +20,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "tests/support/temp_dir.h"
 
 namespace tj::testing {
 
@@ -84,8 +85,8 @@ class Subprocess {
     return exit_code_;
   }
 
-  std::string Stdout() const { return ReadFile(out_path_); }
-  std::string Stderr() const { return ReadFile(err_path_); }
+  std::string Stdout() const { return ReadBytes(out_path_); }
+  std::string Stderr() const { return ReadBytes(err_path_); }
   std::vector<std::string> StdoutLines() const {
     std::vector<std::string> lines;
     std::istringstream in(Stdout());
@@ -112,12 +113,6 @@ class Subprocess {
     if (::waitpid(pid_, &status, WNOHANG) == pid_) {
       exit_code_ = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     }
-  }
-  static std::string ReadFile(const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
   }
 
   std::string out_path_, err_path_;

@@ -34,6 +34,7 @@
 #include "operator/controller/reconcile_workers.h"
 #include "operator/controller/tenant_reads.h"
 #include "tests/support/fake_client.h"
+#include "tests/support/temp_dir.h"
 #include "tests/unit/operator/controller/test_job.h"
 
 namespace tj::controller {
@@ -911,13 +912,7 @@ struct WorkerRig {
   WorkerRig(const WorkerRig&) = delete;
   WorkerRig& operator=(const WorkerRig&) = delete;
   // Everything logged so far.
-  std::string Logged() {
-    std::fflush(out);
-    std::rewind(out);
-    std::string text;
-    for (int c; (c = std::fgetc(out)) != EOF;) text += static_cast<char>(c);
-    return text;
-  }
+  std::string Logged() { return testing::ReadAll(out); }
 
   FILE* out;
   EventLog log;

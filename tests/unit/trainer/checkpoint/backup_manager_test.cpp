@@ -7,8 +7,8 @@
 #include <filesystem>
 
 #include "common/sha256.h"
-#include "tests/unit/trainer/checkpoint/planted_file.h"
-#include "tests/unit/trainer/checkpoint/temp_dir.h"
+#include "tests/support/captured_log.h"
+#include "tests/support/temp_dir.h"
 
 namespace tj::checkpoint {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <filesystem>
 
-#include "tests/unit/trainer/checkpoint/temp_dir.h"
+#include "tests/support/temp_dir.h"
 
 namespace tj::checkpoint {
 namespace {

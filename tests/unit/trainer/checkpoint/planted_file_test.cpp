@@ -1,7 +1,7 @@
 // Files planted on the shared volume where a trainer reads (a FIFO, a directory, a link, an
 // oversized file, garbage, an unsigned final marker): each costs at most what
 // docs/reliability.md says ("The shared volume is a trust boundary"), never a hang.
-#include "tests/unit/trainer/checkpoint/planted_file.h"
+#include "tests/support/planted_file.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -11,7 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/clock.h"
-#include "tests/unit/trainer/checkpoint/temp_dir.h"
+#include "tests/support/captured_log.h"
+#include "tests/support/temp_dir.h"
 #include "trainer/checkpoint/backup_manager.h"
 #include "trainer/checkpoint/checkpoint_manager.h"
 #include "trainer/checkpoint/checkpoint_watcher.h"

@@ -6,7 +6,7 @@
 #include <filesystem>
 
 #include "common/sha256.h"
-#include "tests/unit/trainer/checkpoint/temp_dir.h"
+#include "tests/support/temp_dir.h"
 #include "trainer/checkpoint/atomic_file.h"
 
 namespace tj::checkpoint {

@@ -5,8 +5,8 @@
 #include <chrono>
 #include <filesystem>
 
-#include "tests/unit/trainer/checkpoint/planted_file.h"
-#include "tests/unit/trainer/checkpoint/temp_dir.h"
+#include "tests/support/planted_file.h"
+#include "tests/support/temp_dir.h"
 
 namespace tj::checkpoint {
 namespace {

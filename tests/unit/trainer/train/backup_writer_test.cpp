@@ -8,29 +8,21 @@
 #include <cstdio>
 #include <string>
 
-#include "tests/unit/trainer/checkpoint/temp_dir.h"
+#include "tests/support/temp_dir.h"
 
 namespace tj::train {
 namespace {
 
 using checkpoint::BackupManager;
 using checkpoint::TrainingState;
-using checkpoint::testing::SmallTmpfs;
+using tj::testing::ReadAll;
+using tj::testing::SmallTmpfs;
 
 TrainingState StateOf(int64_t epoch, size_t floats) {
   TrainingState s;
   s.fingerprint = {{"model", "cnn"}};
   s.epoch = epoch;
   s.tensors = {{"weights", std::vector<float>(floats, static_cast<float>(epoch))}};
-  return s;
-}
-
-std::string ReadAll(FILE* f) {
-  std::fflush(f);
-  std::rewind(f);
-  std::string s;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) s.append(buf, n);
   return s;
 }
 
@@ -72,8 +64,8 @@ TEST(BackupWriter, OutOfSpaceIsRetriedAtTheNextSavePointNotAFailure) {
 }
 
 TEST(BackupWriter, OtherErrorsStillEndTheRun) {
-  checkpoint::testing::TempDir dir;
-  checkpoint::testing::WriteBytes(dir.Join("file"), "x");
+  tj::testing::TempDir dir;
+  tj::testing::WriteBytes(dir.Join("file"), "x");
   FILE* sink = std::tmpfile();
   EventLog log(LogFormat::kJson, sink, sink);
   Progress progress;

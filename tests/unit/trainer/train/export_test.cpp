@@ -7,8 +7,8 @@
 #include <chrono>
 #include <filesystem>
 
-#include "tests/unit/trainer/checkpoint/planted_file.h"
-#include "tests/unit/trainer/checkpoint/temp_dir.h"
+#include "tests/support/planted_file.h"
+#include "tests/support/temp_dir.h"
 #include "trainer/nn/model.h"
 
 namespace tj::train {
@@ -16,10 +16,10 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
-using checkpoint::testing::PlantFifo;
-using checkpoint::testing::ReturnsWithin;
-using checkpoint::testing::TempDir;
-using checkpoint::testing::WriteBytes;
+using tj::testing::PlantFifo;
+using tj::testing::ReturnsWithin;
+using tj::testing::TempDir;
+using tj::testing::WriteBytes;
 
 TEST(ExportedModel, RoundTrips) {
   TempDir dir;
@@ -51,7 +51,7 @@ TEST(ExportedModel, AWeightsFileOutsideTheDirectoryOrOfTheWrongTypeIsRefused) {
   TempDir dir;
   ASSERT_TRUE(ExportModel(dir.path(), std::vector<float>(nn::Layout::kCount, 0.5f), 1).ok());
   nlohmann::json arch =
-      nlohmann::json::parse(checkpoint::testing::ReadBytes(dir.Join("architecture.json")));
+      nlohmann::json::parse(tj::testing::ReadBytes(dir.Join("architecture.json")));
   for (const nlohmann::json& weights_file :
        {nlohmann::json("../elsewhere/weights.tjckpt"), nlohmann::json(".."), nlohmann::json(7)}) {
     arch["weights_file"] = weights_file;

@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "tests/unit/trainer/checkpoint/temp_dir.h"
+#include "tests/support/temp_dir.h"
 #include "trainer/checkpoint/backup_manager.h"
 #include "trainer/train/training_loop.h"
 
@@ -23,8 +23,8 @@ namespace tj::train {
 namespace {
 
 namespace fs = std::filesystem;
-using checkpoint::testing::TempDir;
 using tj::testing::ReadAll;
+using tj::testing::TempDir;
 
 // A synthetic training set: `count` images of noise, labels i % 10.
 data::Dataset SmallDataset(int count) {

@@ -13,8 +13,8 @@ namespace tj::train {
 namespace {
 
 using nlohmann::json;
-using testing::ReadBytes;
-using testing::TempDir;
+using tj::testing::ReadBytes;
+using tj::testing::TempDir;
 
 TEST(TerminationMessage, NamesTheBackupTheChiefEndedWith) {
   TempDir dir;

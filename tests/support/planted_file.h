@@ -1,5 +1,5 @@
-// Test helpers for files planted on the shared volume: a FIFO, and a deadline on a call that
-// could wait on one, so that a test of a reader that blocks fails instead of hanging.
+// Files planted on a shared volume, for tests of what reads them: a FIFO, and a deadline on a
+// call that could wait on one, so that a test of a reader that blocks fails instead of hanging.
 #pragma once
 
 #include <fcntl.h>
@@ -8,15 +8,11 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
 #include <future>
 #include <string>
 #include <vector>
 
-#include "common/event_log.h"
-#include "tests/support/temp_dir.h"
-
-namespace tj::checkpoint::testing {
+namespace tj::testing {
 
 // Makes a FIFO at `path`.
 inline void PlantFifo(const std::string& path) {
@@ -44,23 +40,4 @@ bool ReturnsWithin(std::chrono::milliseconds deadline, const std::vector<std::st
   return false;
 }
 
-// Captures what an EventLog writes to stderr.
-class CapturedLog {
- public:
-  CapturedLog() : out_(std::tmpfile()), err_(std::tmpfile()), log_(LogFormat::kJson, out_, err_) {}
-  ~CapturedLog() {
-    std::fclose(out_);
-    std::fclose(err_);
-  }
-  CapturedLog(const CapturedLog&) = delete;
-  CapturedLog& operator=(const CapturedLog&) = delete;
-  EventLog* log() { return &log_; }
-  std::string Stderr() { return ::tj::testing::ReadAll(err_); }
-
- private:
-  FILE* out_;
-  FILE* err_;
-  EventLog log_;
-};
-
-}  // namespace tj::checkpoint::testing
+}  // namespace tj::testing
