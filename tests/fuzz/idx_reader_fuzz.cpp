@@ -4,45 +4,27 @@
 // (raw IDX, or gzip if the fuzzer makes one); bit 0 set gzips them first, so the fuzzer
 // explores IDX headers behind zlib too. Any bytes must give an array or an error, never a
 // crash; an accepted array must hold exactly the product of its dimensions.
-#include <unistd.h>
 #include <zlib.h>
 
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
 #include <string>
 
 #include "tests/fuzz/fuzz_check.h"
+#include "tests/support/temp_dir.h"
 #include "trainer/data/idx_reader.h"
 
 namespace {
 
-class TempFile {
- public:
-  TempFile() {
-    const char* dir = std::getenv("TMPDIR");
-    path_ = std::string(dir != nullptr && *dir != '\0' ? dir : "/tmp") + "/tj-idx-fuzz-XXXXXX";
-    const int fd = mkstemp(path_.data());
-    TJ_FUZZ_CHECK(fd >= 0);
-    close(fd);
-  }
-  ~TempFile() { std::remove(path_.c_str()); }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
-const TempFile& File() {
-  static const TempFile file;  // one file for every input; removed at exit
-  return file;
+// The one file every input is written to, in a directory removed at exit.
+const std::string& InputPath() {
+  static const tj::testing::TempDir dir("tj-idx-fuzz");
+  static const std::string path = dir.Join("input");
+  return path;
 }
 
 void WriteRaw(const std::string& path, const uint8_t* data, size_t size) {
-  FILE* f = std::fopen(path.c_str(), "wb");
-  TJ_FUZZ_CHECK(f != nullptr);
-  TJ_FUZZ_CHECK(size == 0 || std::fwrite(data, 1, size, f) == size);
-  TJ_FUZZ_CHECK(std::fclose(f) == 0);
+  const std::string bytes(reinterpret_cast<const char*>(data), size);
+  TJ_FUZZ_CHECK(tj::testing::WriteBytes(path, bytes));
 }
 
 void WriteGzip(const std::string& path, const uint8_t* data, size_t size) {
@@ -57,7 +39,7 @@ void WriteGzip(const std::string& path, const uint8_t* data, size_t size) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  const std::string& path = File().path();
+  const std::string& path = InputPath();
   if ((data[0] & 1) != 0) {
     WriteGzip(path, data + 1, size - 1);
   } else {

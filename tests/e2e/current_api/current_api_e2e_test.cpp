@@ -18,8 +18,6 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <filesystem>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <set>
@@ -31,6 +29,7 @@
 #include "kube/server_version.h"
 #include "tests/e2e/support/e2e_support.h"
 #include "tests/support/subprocess.h"
+#include "tests/support/temp_dir.h"
 
 namespace tj::kube {
 namespace {
@@ -62,7 +61,7 @@ class CurrentApi : public testing::JobTest {
   // The job as a file in this test's directory, for kubectl.
   std::string File(const json& job, const std::string& suffix) {
     std::string path = log_path_ + "-" + suffix + ".json";
-    std::ofstream(path) << job.dump();
+    ::tj::testing::WriteBytes(path, job.dump());
     return path;
   }
 
@@ -296,8 +295,7 @@ TEST(OperatorVersionCheck, RefusesAnOlderServerAndGarbageSayingWhatToDo) {
        {"runs Kubernetes v1.20.2-gke.1", "needs Kubernetes 1.30 or newer"}},
       {{{"gitVersion", "garbage"}}, {"GET /version names no version"}},
   };
-  const std::string dir = ::testing::TempDir() + "/operator-version-check";
-  std::filesystem::create_directories(dir);
+  const ::tj::testing::TempDir dir("tj-operator-version-check");
   for (const Case& c : cases) {
     const int port = FreePort();
     ASSERT_GT(port, 0);
@@ -307,15 +305,16 @@ TEST(OperatorVersionCheck, RefusesAnOlderServerAndGarbageSayingWhatToDo) {
          }}};
     HttpServer server("127.0.0.1", port, handlers);
     ASSERT_TRUE(server.Start().ok());
-    const std::string kubeconfig = dir + "/kubeconfig";
-    std::ofstream(kubeconfig) << "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n"
-                                 "    server: http://127.0.0.1:"
-                              << port
-                              << "\ncontexts:\n- name: c\n  context: {cluster: c, user: u}\n"
-                                 "current-context: c\nusers:\n- name: u\n  user: {}\n";
+    const std::string kubeconfig =
+        dir.Write("kubeconfig",
+                  "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n"
+                  "    server: http://127.0.0.1:" +
+                      std::to_string(port) +
+                      "\ncontexts:\n- name: c\n  context: {cluster: c, user: u}\n"
+                      "current-context: c\nusers:\n- name: u\n  user: {}\n");
     ::tj::testing::Subprocess op({bin, "--kubeconfig", kubeconfig, "--metrics-bind-address", "0",
                                   "--health-probe-bind-address", "0"},
-                                 {}, dir + "/operator");
+                                 {}, dir.Join("operator"));
     const std::optional<int> code = op.Wait(std::chrono::seconds(20));
     ASSERT_TRUE(code.has_value()) << "still running against " << c.answer << "\n" << op.Stdout();
     EXPECT_EQ(*code, 1) << op.Stdout() << op.Stderr();

@@ -9,11 +9,11 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <fstream>
 #include <iostream>
 #include <string>
 
 #include "tests/e2e/support/e2e_support.h"
+#include "tests/support/temp_dir.h"
 
 namespace tj::kube {
 namespace {
@@ -46,10 +46,10 @@ class Disruption : public testing::JobTest {
   // Evicts a pod through the Eviction API, as kubectl drain does; the API server's answer.
   std::string Evict(const std::string& pod) {
     const std::string body = log_path_ + "-eviction-" + pod + ".json";
-    std::ofstream(body) << json{{"apiVersion", "policy/v1"},
-                                {"kind", "Eviction"},
-                                {"metadata", {{"name", pod}, {"namespace", ns_}}}}
-                               .dump();
+    ::tj::testing::WriteBytes(body, json{{"apiVersion", "policy/v1"},
+                                         {"kind", "Eviction"},
+                                         {"metadata", {{"name", pod}, {"namespace", ns_}}}}
+                                        .dump());
     return Kubectl(cluster_, "create --raw /api/v1/namespaces/" + ns_ + "/pods/" + pod +
                                  "/eviction -f " + body);
   }

@@ -13,16 +13,15 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 #include <map>
 #include <mutex>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "kube/informer.h"
 #include "tests/e2e/support/e2e_support.h"
+#include "tests/support/temp_dir.h"
 
 namespace tj::kube {
 namespace {
@@ -33,6 +32,7 @@ using testing::Eventually;
 using testing::Kubectl;
 using testing::OperatorProcess;
 using testing::TrainerPids;
+using tj::testing::ReadBytes;
 
 // Each backup write held this long (see PaceFailpoint): long enough for a fault to land in
 // training.
@@ -43,13 +43,6 @@ constexpr char kJob[] = "fmnist";
 constexpr char kChief[] = "fmnist-worker-0";  // no Chief replica: worker 0 is the chief
 const seconds kStartTimeout(240);             // from creation to the first backup
 const seconds kFinishTimeout(480);            // from the fault to the end, restarts included
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // Every uid the API server ever gave to an object of a kind, by name, as seen by a watch
 // (an informer) from before the job exists: an object created twice shows two uids.
@@ -211,7 +204,7 @@ TEST_F(FaultControlPlane, NodeAgentKilledMidJobAdoptsThePods) {
   }
   ExpectSucceededWithReferenceWeights(kJob, kChief, reference, 0, kFinishTimeout,
                                       /*expect_no_trainer_left=*/true);
-  EXPECT_NE(ReadFile(cluster_->dir() + "/logs/tj-process-node.log").find("container_adopted"),
+  EXPECT_NE(ReadBytes(cluster_->dir() + "/logs/tj-process-node.log").find("container_adopted"),
             std::string::npos);
 }
 

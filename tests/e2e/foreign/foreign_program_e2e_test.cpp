@@ -11,7 +11,6 @@
 #include <iostream>
 #include <map>
 #include <random>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <utility>
@@ -19,6 +18,7 @@
 
 #include "operator/api/yaml_json.h"
 #include "tests/e2e/support/e2e_support.h"
+#include "tests/support/temp_dir.h"
 
 namespace tj::kube {
 namespace {
@@ -175,11 +175,8 @@ TEST_F(ForeignProgramE2E, KilledAtRandomMomentsRestartsAndSucceeds) {
 // image and command swapped for this test's program, through `tj-operator convert` and
 // kubectl apply: Succeeded.
 TEST_F(ForeignProgramE2E, TfJobManifestConvertedRunsToSucceeded) {
-  std::ifstream in(std::string(TJ_SOURCE_DIR) +
-                   "/tests/unit/operator/api/testdata/tfjob-mnist.yaml");
-  std::stringstream text;
-  text << in.rdbuf();
-  auto docs = api::ParseManifests(text.str());
+  auto docs = api::ParseManifests(::tj::testing::ReadBytes(
+      std::string(TJ_SOURCE_DIR) + "/tests/unit/operator/api/testdata/tfjob-mnist.yaml"));
   ASSERT_TRUE(docs.ok() && docs->size() == 1);
   json tfjob = docs->front();
   tfjob["metadata"].erase("namespace");  // this test's
@@ -192,7 +189,7 @@ TEST_F(ForeignProgramE2E, TfJobManifestConvertedRunsToSucceeded) {
     for (const char* k : {"image", "command", "args"}) c[k] = program[k];
   }
   const std::string file = cluster_->dir() + "/tfjob-" + ns_ + ".json";
-  { std::ofstream(file) << tfjob.dump(); }
+  ASSERT_TRUE(::tj::testing::WriteBytes(file, tfjob.dump()));
   const std::string converted = file + ".converted";
   // The TrainingJob on stdout, the notes on stderr.
   const std::string notes =

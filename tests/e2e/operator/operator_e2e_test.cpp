@@ -9,13 +9,13 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <fstream>
 #include <set>
 #include <sstream>
 #include <thread>
 
 #include "kube/server_version.h"
 #include "tests/e2e/support/e2e_support.h"
+#include "tests/support/temp_dir.h"
 
 namespace tj::kube {
 namespace {
@@ -237,7 +237,7 @@ TEST_F(OperatorE2E, InvalidSpecs) {
   typo["metadata"]["name"] = "typo";
   typo["spec"]["replicaSpecs"]["Evaluater"] = typo["spec"]["replicaSpecs"]["Evaluator"];
   const std::string typo_file = cluster_->dir() + "/typo-" + ns_ + ".json";
-  { std::ofstream(typo_file) << typo.dump(); }
+  ASSERT_TRUE(::tj::testing::WriteBytes(typo_file, typo.dump()));
   std::string out;
   ASSERT_TRUE(Eventually(
       [&] {

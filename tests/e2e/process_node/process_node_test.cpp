@@ -8,10 +8,10 @@
 
 #include <array>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
+#include <filesystem>
 
 #include "tests/integration/kube/local_cluster.h"
+#include "tests/support/temp_dir.h"
 
 namespace tj::kube {
 namespace {
@@ -19,6 +19,8 @@ namespace {
 using nlohmann::json;
 using testing::Eventually;
 using testing::LocalCluster;
+using tj::testing::ReadBytes;
+using tj::testing::WriteBytes;
 
 json ShPod(const std::string& name, const std::string& script,
            const std::string& restart_policy = "Never") {
@@ -154,12 +156,8 @@ TEST(ProcessNode, GracefulDeletionSendsSigtermThenRemovesThePod) {
       },
       std::chrono::seconds(30)));
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));  // < grace period
-  FILE* f = fopen(log.c_str(), "r");
-  ASSERT_NE(f, nullptr) << log;
-  char buf[256] = {0};
-  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-  fclose(f);
-  EXPECT_EQ(std::string(buf, n), "up\ngot TERM\n");
+  ASSERT_TRUE(std::filesystem::exists(log)) << log;
+  EXPECT_EQ(ReadBytes(log), "up\ngot TERM\n");
 }
 
 TEST(ProcessNode, PodsResolveEachOthersNamesAndGetEnvFromTheApi) {
@@ -382,16 +380,9 @@ TEST(ProcessNode, LivenessRestartsAndReadinessGatesReady) {
 
 // --- Restarts of the node agent ------------------------------------------------------------
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // A live (not zombie) process with this pid: its /proc/<pid>/stat state is not Z.
 bool Alive(pid_t pid) {
-  const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  const std::string stat = ReadBytes("/proc/" + std::to_string(pid) + "/stat");
   auto close = stat.rfind(')');
   return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] != 'Z';
 }
@@ -423,7 +414,7 @@ json RunningPod(LocalCluster* cluster, Client* client, const std::string& ns,
   json pod = WaitForPhase(client, ns, name, "Running");
   const std::string state_file =
       cluster->dir() + "/node/pods/" + pod["metadata"].value("uid", "") + "/state.json";
-  json state = json::parse(ReadFile(state_file), nullptr, false);
+  json state = json::parse(ReadBytes(state_file), nullptr, false);
   EXPECT_TRUE(state.is_object()) << state_file;
   *pid = state.is_object() ? state["containers"][0].value("pid", 0) : 0;
   return pod;
@@ -436,7 +427,7 @@ json WaitForFilePod(const std::string& name) {
 }
 
 void Release(LocalCluster* cluster, const json& pod) {
-  std::ofstream(cluster->dir() + "/node/pods/" + pod["metadata"].value("uid", "") + "/release");
+  WriteBytes(cluster->dir() + "/node/pods/" + pod["metadata"].value("uid", "") + "/release", "");
 }
 
 TEST(ProcessNodeRestart, KilledAgentAdoptsRunningPodsAndReportsTheirExit) {
@@ -459,11 +450,11 @@ TEST(ProcessNodeRestart, KilledAgentAdoptsRunningPodsAndReportsTheirExit) {
   ASSERT_TRUE(Eventually(
       [&] {
         after = GetPod(client.get(), ns, "waiter");
-        return ReadFile(cluster->dir() + "/logs/tj-process-node.log").find("container_adopted") !=
+        return ReadBytes(cluster->dir() + "/logs/tj-process-node.log").find("container_adopted") !=
                std::string::npos;
       },
       std::chrono::seconds(30)))
-      << ReadFile(cluster->dir() + "/logs/tj-process-node.log");
+      << ReadBytes(cluster->dir() + "/logs/tj-process-node.log");
   EXPECT_EQ(Phase(after), "Running");
   EXPECT_EQ(after["status"]["podIP"], before["status"]["podIP"]);
   const json& cs = after["status"]["containerStatuses"][0];
@@ -489,7 +480,7 @@ TEST(ProcessNodeRestart, PodDeletedWhileTheAgentIsDownIsKilledWhenItComesBack) {
   pid_t pid = 0;
   json pod = RunningPod(cluster, client.get(), ns, "orphan", &pid);
   ASSERT_GT(pid, 0);
-  const pid_t agent = std::atoi(ReadFile(cluster->dir() + "/pids/tj-process-node").c_str());
+  const pid_t agent = std::atoi(ReadBytes(cluster->dir() + "/pids/tj-process-node").c_str());
   ASSERT_GT(agent, 0);
   ASSERT_EQ(kill(agent, SIGKILL), 0);
   ASSERT_TRUE(Eventually([&] { return !Alive(agent); }));

@@ -3,33 +3,27 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <sstream>
 #include <stdexcept>
+
+#include "tests/support/temp_dir.h"
 
 namespace tj::kube::testing {
 namespace {
 
 using nlohmann::json;
 namespace fs = std::filesystem;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using ::tj::testing::ReadBytes;
 
 // The NUL-separated entries of /proc/<pid>/environ.
 std::vector<std::string> EnvironOf(pid_t pid) {
   std::vector<std::string> out;
-  std::istringstream in(ReadFile("/proc/" + std::to_string(pid) + "/environ"));
+  std::istringstream in(ReadBytes("/proc/" + std::to_string(pid) + "/environ"));
   for (std::string e; std::getline(in, e, '\0');) out.push_back(e);
   return out;
 }
@@ -79,7 +73,7 @@ std::string CriPodLog(const std::string& ns, const std::string& pod, const std::
   // Lines "<time> <stream> <P|F> <text>": P is a part of a line continued by the next.
   std::string out;
   for (const auto& [n, file] : files) {
-    std::istringstream in(ReadFile(file.string()));
+    std::istringstream in(ReadBytes(file.string()));
     for (std::string line; std::getline(in, line);) {
       const size_t a = line.find(' ');
       const size_t b = a == std::string::npos ? a : line.find(' ', a + 1);
@@ -93,22 +87,16 @@ std::string CriPodLog(const std::string& ns, const std::string& pod, const std::
 }
 
 std::string Sh(const std::string& cmd, std::chrono::seconds timeout) {
-  static std::atomic<int> counter{0};
-  const std::string prefix = (fs::temp_directory_path() / ("tj-e2e-sh-" + std::to_string(getpid()) +
-                                                           "-" + std::to_string(counter++)))
-                                 .string();
+  const ::tj::testing::TempDir dir("tj-e2e-sh");  // removed after the command, with its output
   std::string out;
   {
-    ::tj::testing::Subprocess p({"/bin/sh", "-c", cmd + " 2>&1"}, {}, prefix);
+    ::tj::testing::Subprocess p({"/bin/sh", "-c", cmd + " 2>&1"}, {}, dir.Join("sh"));
     if (!p.Wait(timeout)) {
       out =
           "[killed: `" + cmd + "` still running after " + std::to_string(timeout.count()) + " s]\n";
     }
     out = p.Stdout() + p.Stderr() + out;
   }  // the destructor kills and reaps a command that is still running
-  std::error_code ec;
-  fs::remove(prefix + ".out", ec);
-  fs::remove(prefix + ".err", ec);
   return out;
 }
 
@@ -186,7 +174,8 @@ api::TrainingJobStatus StatusOf(const json& job) {
 OperatorProcess::OperatorProcess(const LocalCluster* c, const std::string& ns,
                                  const std::string& log_path, bool keep_previous_log,
                                  std::vector<std::string> extra) {
-  if (keep_previous_log) previous_log_ = ReadFile(log_path + ".out") + ReadFile(log_path + ".err");
+  if (keep_previous_log)
+    previous_log_ = ReadBytes(log_path + ".out") + ReadBytes(log_path + ".err");
   std::vector<std::string> args = {std::string(TJ_BIN_DIR) + "/tj-operator",
                                    "--kubeconfig",
                                    c->kubeconfig(),
@@ -315,11 +304,11 @@ std::vector<json> JobTest::Pods(const std::string& job) {
 std::string JobTest::PodLog(const std::string& pod) {
   const std::string dir = cluster_->dir() + "/logs/pods/";
   const std::string prefix = ns_ + "_" + pod + "_";
-  if (fs::exists(dir + prefix + "trainer.log")) return ReadFile(dir + prefix + "trainer.log");
+  if (fs::exists(dir + prefix + "trainer.log")) return ReadBytes(dir + prefix + "trainer.log");
   // A user's container of another name ("tensorflow"): the pod's one log.
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    if (it->path().filename().string().rfind(prefix, 0) == 0) return ReadFile(it->path());
+    if (it->path().filename().string().rfind(prefix, 0) == 0) return ReadBytes(it->path());
   }
   // A real node: the kubelet's files of the pod as it is now (its uid).
   auto got = client_->Get(resources::kPods, ns_, pod);

@@ -12,7 +12,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -20,6 +19,7 @@
 #include <vector>
 
 #include "tests/support/subprocess.h"
+#include "tests/support/temp_dir.h"
 
 namespace {
 
@@ -29,22 +29,14 @@ using std::chrono::milliseconds;
 const std::string kPeer = std::string(TJ_BIN_DIR) + "/tj-collective-test-peer";
 
 using ::tj::testing::FreePort;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using ::tj::testing::ReadBytes;
 
 // One child process running the peer helper, stdout and stderr captured in files.
 class Peer {
  public:
   Peer(const std::string& name, const std::string& tf_config, std::vector<std::string> args) {
-    char dir[] = "/tmp/tj-collective-XXXXXX";
-    dir_ = ::mkdtemp(dir);
-    out_ = dir_ + "/" + name + ".out";
-    err_ = dir_ + "/" + name + ".err";
+    out_ = dir_.Join(name + ".out");
+    err_ = dir_.Join(name + ".err");
     started_ = Clock::now();
     pid_ = ::fork();
     if (pid_ == 0) {
@@ -64,7 +56,6 @@ class Peer {
       ::kill(pid_, SIGKILL);
       ::waitpid(pid_, nullptr, 0);
     }
-    std::system(("rm -rf " + dir_).c_str());
   }
 
   // Waits up to `limit` for the process to exit; returns its exit code, or -1 on timeout and
@@ -89,8 +80,8 @@ class Peer {
   double Seconds() const { return std::chrono::duration<double>(ended_ - started_).count(); }
   void Signal(int sig) { ::kill(pid_, sig); }
 
-  std::string Stdout() const { return ReadFile(out_); }
-  std::string Stderr() const { return ReadFile(err_); }
+  std::string Stdout() const { return ReadBytes(out_); }
+  std::string Stderr() const { return ReadBytes(err_); }
   // The events printed so far with the given name.
   std::vector<nlohmann::json> Events(const std::string& name) const {
     std::vector<nlohmann::json> events;
@@ -112,7 +103,8 @@ class Peer {
   }
 
  private:
-  std::string dir_, out_, err_;
+  tj::testing::TempDir dir_{"tj-collective"};  // removed after the process is reaped
+  std::string out_, err_;
   pid_t pid_ = -1;
   bool exited_ = false;
   int code_ = -1;

@@ -6,9 +6,9 @@
 #include <sys/stat.h>
 
 #include <filesystem>
-#include <fstream>
 
 #include "tests/integration/trainer/trainer_harness.h"
+#include "tests/support/temp_dir.h"
 
 namespace tj::testing {
 namespace {
@@ -43,7 +43,7 @@ TEST(PlantedVolumeTest, AFifoOrGarbageWhereAFreshJobsFirstBackupWouldBeIsSkipped
     if (what == "a FIFO") {
       ASSERT_EQ(::mkfifo(planted.c_str(), 0644), 0);
     } else {
-      std::ofstream(planted) << "not a backup at all\n";
+      WriteBytes(planted, "not a backup at all\n");
     }
     auto p = StartTrainer(BackedUpRun(dir, "", /*epochs=*/1, /*steps_per_epoch=*/20,
                                       /*save_freq=*/10),

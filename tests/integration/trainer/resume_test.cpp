@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "tests/integration/trainer/trainer_harness.h"
+#include "tests/support/temp_dir.h"
 
 namespace tj::testing {
 namespace {
@@ -92,8 +93,8 @@ TEST(ResumeTest, TornNewestBackupFallsBackToThePreviousOne) {
   ASSERT_NO_FATAL_FAILURE(KillAfter(dir, R"("epoch":2,"step":30)"));
   auto files = BackupFiles(dir / "backup");
   ASSERT_GE(files.size(), 2u);
-  fs::resize_file(files.back(), fs::file_size(files.back()) / 2);         // torn
-  std::ofstream(dir / "backup/.backup-99.tmp.abc123") << "half a write";  // debris
+  fs::resize_file(files.back(), fs::file_size(files.back()) / 2);    // torn
+  WriteBytes(dir / "backup/.backup-99.tmp.abc123", "half a write");  // debris
   auto second = StartTrainer(Flags(dir), "", dir / "second");
   ASSERT_EQ(second->Wait(180s), 0) << second->Stderr();
   EXPECT_NE(second->Stderr().find(files.back()), std::string::npos) << second->Stderr();

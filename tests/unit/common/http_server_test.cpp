@@ -7,8 +7,6 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <thread>
 #include <vector>
@@ -16,6 +14,7 @@
 #include "tests/support/http_fetch.h"
 #include "tests/support/loopback_flood.h"
 #include "tests/support/subprocess.h"
+#include "tests/support/temp_dir.h"
 
 namespace tj {
 namespace {
@@ -292,32 +291,30 @@ TEST(HttpServer, APrefixHandlerGetsThePathAndTheDecodedQuery) {
 // A self-signed certificate for 127.0.0.1 and its key, made by the openssl program.
 struct Certificate {
   Certificate() {
-    dir = ::testing::TempDir() + "/http_server_tls_" + std::to_string(::getpid());
-    std::filesystem::create_directories(dir);
-    cert = dir + "/cert.pem";
-    key = dir + "/key.pem";
+    cert = dir.Join("cert.pem");
+    key = dir.Join("key.pem");
     tj::testing::Subprocess openssl(
         {"/usr/bin/openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
          "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
          "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", key, "-out", cert},
-        {}, dir + "/openssl");
+        {}, dir.Join("openssl"));
     ok = openssl.Wait(30s) == 0;
   }
-  ~Certificate() { std::filesystem::remove_all(dir); }
-  std::string dir, cert, key;
+  const tj::testing::TempDir dir{"tj-http-server-tls"};
+  std::string cert, key;
   bool ok = false;
 };
 
 TEST(HttpServer, ServesHttpsWithTheCertificateAndKeyFiles) {
   Certificate c;
-  ASSERT_TRUE(c.ok) << "openssl could not make a certificate in " << c.dir;
+  ASSERT_TRUE(c.ok) << "openssl could not make a certificate in " << c.dir.path();
   const int port = FreePort();
   HttpServer server("127.0.0.1", port, Ok());
   server.UseTls(c.cert, c.key);
   ASSERT_TRUE(server.Start().ok());
   tj::testing::Subprocess curl({"/usr/bin/curl", "-sS", "--max-time", "10", "--cacert", c.cert,
                                 "https://127.0.0.1:" + std::to_string(port) + "/ok"},
-                               {}, c.dir + "/curl");
+                               {}, c.dir.Join("curl"));
   ASSERT_EQ(curl.Wait(20s), 0) << curl.Stderr();
   EXPECT_EQ(curl.Stdout(), "fine\n");
   EXPECT_NE(Fetch(port, "GET", "/ok").code, 200);  // plain HTTP is not served
@@ -332,9 +329,8 @@ TEST(HttpServer, ATlsFileThatCannotBeReadOrUsedIsAnErrorNamingIt) {
   EXPECT_FALSE(missing.running());
 
   Certificate c;
-  ASSERT_TRUE(c.ok) << "openssl could not make a certificate in " << c.dir;
-  const std::string not_a_key = c.dir + "/not-a-key.pem";
-  std::ofstream(not_a_key) << "not a key\n";
+  ASSERT_TRUE(c.ok) << "openssl could not make a certificate in " << c.dir.path();
+  const std::string not_a_key = c.dir.Write("not-a-key.pem", "not a key\n");
   HttpServer wrong("127.0.0.1", FreePort(), Ok());
   wrong.UseTls(c.cert, not_a_key);
   s = wrong.Start();

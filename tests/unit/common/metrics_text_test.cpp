@@ -4,12 +4,12 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
 #include <string>
 
 #include "common/histogram.h"
 #include "common/process_metrics.h"
 #include "common/prometheus_text.h"
+#include "tests/support/temp_dir.h"
 
 namespace tj {
 namespace {
@@ -43,17 +43,9 @@ TEST(PrometheusText, HistogramLinesAndDeclarationsWithoutSamples) {
 
 class FakeProc : public ::testing::Test {
  protected:
-  void SetUp() override {
-    root_ = std::filesystem::temp_directory_path() /
-            ("tj-proc-" + std::to_string(getpid()) + "-" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::create_directories(root_ / "42" / "fd");
-  }
-  void TearDown() override { std::filesystem::remove_all(root_); }
-  void Write(const std::string& rel, const std::string& text) {
-    std::ofstream(root_ / rel) << text;
-  }
-  std::filesystem::path root_;
+  void SetUp() override { std::filesystem::create_directories(root_.Join("42/fd")); }
+  void Write(const std::string& rel, const std::string& text) { root_.Write(rel, text); }
+  const tj::testing::TempDir root_{"tj-proc"};
 };
 
 TEST_F(FakeProc, ReadsCpuMemoryFdsAndStartTime) {
@@ -70,7 +62,7 @@ TEST_F(FakeProc, ReadsCpuMemoryFdsAndStartTime) {
         "Max open files            1024                 4096                 files\n");
   for (const char* fd : {"0", "1", "2"}) Write(std::string("42/fd/") + fd, "");
   PrometheusText t;
-  RenderProcessMetrics(&t, root_.string(), "42");
+  RenderProcessMetrics(&t, root_.path(), "42");
   const std::string& m = t.str();
   auto value = [&](const std::string& name) {
     auto at = m.find("\n" + name + " ");
@@ -88,7 +80,7 @@ TEST_F(FakeProc, ReadsCpuMemoryFdsAndStartTime) {
 TEST_F(FakeProc, LeavesOutWhatProcfsDoesNotGive) {
   Write("42/stat", "garbage");
   PrometheusText t;
-  RenderProcessMetrics(&t, root_.string(), "42");
+  RenderProcessMetrics(&t, root_.path(), "42");
   EXPECT_EQ(t.str().find("process_cpu_seconds_total"), std::string::npos) << t.str();
   EXPECT_NE(t.str().find("process_open_fds 0"), std::string::npos) << t.str();
 }

@@ -5,16 +5,18 @@
 
 #include <gtest/gtest.h>
 
-#include <filesystem>
-#include <fstream>
+#include <string>
 
 #include "tests/support/fake_transport.h"
+#include "tests/support/temp_dir.h"
 
 namespace tj::kube {
 namespace {
 
 using nlohmann::json;
 using tj::testing::FakeTransport;
+using tj::testing::TempDir;
+using tj::testing::WriteBytes;
 
 HttpResponse Resp(int status, const json& body, std::map<std::string, std::string> headers = {}) {
   return HttpResponse{status, body.dump(), std::move(headers)};
@@ -140,21 +142,20 @@ TEST(RestClient, PatchAndDeleteShapes) {
 }
 
 TEST(RestClient, TokenFileIsReReadWhenItRotates) {
-  auto path = std::filesystem::temp_directory_path() / ("tj-token-" + std::to_string(::getpid()));
-  std::ofstream(path) << "first\n";
+  const TempDir dir("tj-token");
+  const std::string path = dir.Write("token", "first\n");
   RestConfig c;
-  c.token_file = path.string();
+  c.token_file = path;
   Fixture f(c);
   for (int i = 0; i < 4; ++i) f.t->answers.push_back(Resp(200, json::object()));
   ASSERT_TRUE(f.client->Get(resources::kPods, "ns", "p").ok());
-  std::ofstream(path) << "second\n";
+  WriteBytes(path, "second\n");
   ASSERT_TRUE(f.client->Get(resources::kPods, "ns", "p").ok());  // cached for a minute
   f.clock.Advance(std::chrono::seconds(61));
   ASSERT_TRUE(f.client->Get(resources::kPods, "ns", "p").ok());
   EXPECT_EQ(f.t->requests[0].authorization, "Bearer first");
   EXPECT_EQ(f.t->requests[1].authorization, "Bearer first");
   EXPECT_EQ(f.t->requests[2].authorization, "Bearer second");
-  std::filesystem::remove(path);
 }
 
 TEST(RestClient, WatchReportsGoneAsHttpStatus) {

@@ -5,14 +5,17 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <thread>
+
+#include "tests/support/temp_dir.h"
 
 namespace tj::processnode {
 namespace {
 
 namespace fs = std::filesystem;
+using tj::testing::ReadBytes;
+using tj::testing::TempDir;
 
 ExitInfo WaitExit(pid_t pid) {
   ExitInfo info;
@@ -22,18 +25,11 @@ ExitInfo WaitExit(pid_t pid) {
   return info;
 }
 
-std::string Read(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // Processes of process group `pgid` that are not zombies.
 int LiveMembers(pid_t pgid) {
   int n = 0;
   for (const auto& e : fs::directory_iterator("/proc")) {
-    std::string stat = Read(e.path().string() + "/stat");
+    std::string stat = ReadBytes(e.path().string() + "/stat");
     auto close = stat.rfind(')');
     if (close == std::string::npos) continue;
     std::istringstream rest(stat.substr(close + 2));
@@ -45,7 +41,8 @@ int LiveMembers(pid_t pgid) {
 }
 
 TEST(Process, ExitCodeEnvAndLog) {
-  std::string log = fs::temp_directory_path() / ("tj-proc-" + std::to_string(getpid()) + ".log");
+  const TempDir dir("tj-proc");
+  const std::string log = dir.Join("run.log");
   ProcessSpec spec;
   spec.argv = {"sh", "-c", "echo hello $GREETING; echo err >&2; exit 3"};
   spec.env = {"GREETING=world", "PATH=/usr/bin:/bin"};
@@ -56,8 +53,7 @@ TEST(Process, ExitCodeEnvAndLog) {
   ExitInfo info = WaitExit(*pid);
   EXPECT_TRUE(info.exited);
   EXPECT_EQ(info.code, 3);
-  EXPECT_EQ(Read(log), "hello world\nerr\n");
-  fs::remove(log);
+  EXPECT_EQ(ReadBytes(log), "hello world\nerr\n");
 }
 
 TEST(Process, SignalReachesTheWholeGroup) {
@@ -78,15 +74,15 @@ TEST(Process, SignalReachesTheWholeGroup) {
 }
 
 TEST(Process, MissingExecutableExits127WithTheReasonInTheLog) {
-  std::string log = fs::temp_directory_path() / ("tj-proc-missing-" + std::to_string(getpid()));
+  const TempDir dir("tj-proc");
+  const std::string log = dir.Join("missing.log");
   ProcessSpec spec;
   spec.argv = {"/nonexistent/binary"};
   spec.log_file = log;
   auto pid = StartProcess(spec);
   ASSERT_TRUE(pid.ok());
   EXPECT_EQ(WaitExit(*pid).code, 127);
-  EXPECT_NE(Read(log).find("/nonexistent/binary"), std::string::npos);
-  fs::remove(log);
+  EXPECT_NE(ReadBytes(log).find("/nonexistent/binary"), std::string::npos);
 }
 
 // Supervised processes (ProcessSpec::exit_file): the outcome survives the parent.
@@ -100,21 +96,18 @@ ExitInfo WaitSupervised(pid_t pid, unsigned long long start, const std::string& 
   return info;
 }
 
-std::string TempPath(const std::string& what) {
-  return fs::temp_directory_path() / ("tj-proc-" + what + "-" + std::to_string(getpid()));
-}
-
 TEST(SupervisedProcess, ForwardsSigtermAndRecordsTheSignal) {
-  const std::string exit_file = TempPath("term.exit");
+  const TempDir dir("tj-proc");
+  const std::string exit_file = dir.Join("term.exit");
   ProcessSpec spec;
   spec.argv = {"sh", "-c", "echo up; exec sleep 30"};
-  spec.log_file = TempPath("term.log");
+  spec.log_file = dir.Join("term.log");
   spec.exit_file = exit_file;
   auto pid = StartProcess(spec);
   ASSERT_TRUE(pid.ok()) << pid.status().message();
   const auto start = ProcessStartTime(*pid);
   ASSERT_NE(start, 0u);
-  for (int i = 0; i < 200 && Read(spec.log_file) != "up\n"; ++i) {
+  for (int i = 0; i < 200 && ReadBytes(spec.log_file) != "up\n"; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(25));
   }
   kill(*pid, SIGTERM);  // to the supervisor, as the agent's graceful stop sends it
@@ -124,15 +117,14 @@ TEST(SupervisedProcess, ForwardsSigtermAndRecordsTheSignal) {
   EXPECT_FALSE(lost);
   EXPECT_EQ(info.signal, SIGTERM);
   EXPECT_EQ(info.code, 128 + SIGTERM);
-  EXPECT_EQ(Read(exit_file), "143 15\n");
-  fs::remove(exit_file);
-  fs::remove(spec.log_file);
+  EXPECT_EQ(ReadBytes(exit_file), "143 15\n");
 }
 
 TEST(SupervisedProcess, ExitCodeOfAProcessThatIsNotOurChild) {
   // A short-lived intermediate process starts it and exits, as an agent that died would:
   // the supervisor is then nobody's child here, like after a restart of the agent.
-  const std::string exit_file = TempPath("adopt.exit"), release = TempPath("adopt.release");
+  const TempDir dir("tj-proc");
+  const std::string exit_file = dir.Join("adopt.exit"), release = dir.Join("adopt.release");
   ProcessSpec spec;
   spec.argv = {"sh", "-c", "while [ ! -f '" + release + "' ]; do sleep 0.05; done; exit 7"};
   spec.log_file = "/dev/null";
@@ -159,21 +151,20 @@ TEST(SupervisedProcess, ExitCodeOfAProcessThatIsNotOurChild) {
   bool lost = false;
   EXPECT_FALSE(PollSupervised(pid, start, exit_file, &info, &lost));  // still running
   // Another start time is another process: the one recorded is gone (pid reuse guard).
-  EXPECT_TRUE(PollSupervised(pid, start + 1, TempPath("none.exit"), &info, &lost));
+  EXPECT_TRUE(PollSupervised(pid, start + 1, dir.Join("none.exit"), &info, &lost));
   EXPECT_TRUE(lost);
   EXPECT_EQ(info.code, 137);
-  std::ofstream(release).put('x');
+  tj::testing::WriteBytes(release, "x");
   info = WaitSupervised(pid, start, exit_file, &lost);
   EXPECT_TRUE(info.exited);
   EXPECT_FALSE(lost);
   EXPECT_EQ(info.code, 7);
   EXPECT_EQ(info.signal, 0);
-  fs::remove(exit_file);
-  fs::remove(release);
 }
 
 TEST(SupervisedProcess, KilledSupervisorWithoutExitFileIsReportedAsLostOrSignalled) {
-  const std::string exit_file = TempPath("killed.exit");
+  const TempDir dir("tj-proc");
+  const std::string exit_file = dir.Join("killed.exit");
   ProcessSpec spec;
   spec.argv = {"sleep", "30"};
   spec.log_file = "/dev/null";

@@ -4,13 +4,13 @@
 // CRD schema refuses first at `kubectl apply`; DocumentedInReliabilityMd keeps the two equal.
 #include <gtest/gtest.h>
 
-#include <fstream>
+#include <filesystem>
 #include <functional>
-#include <sstream>
 
 #include "operator/api/training_job.h"
 #include "operator/controller/job_resources.h"
 #include "operator/controller/reconciler.h"
+#include "tests/support/temp_dir.h"
 
 namespace tj::api {
 namespace {
@@ -253,11 +253,10 @@ TEST(BadTrainingJobTable, MissingClaimFailsAtTheStartupDeadlineNamingTheClaim) {
 
 // docs/reliability.md renders this table: every row's message is there, in backquotes.
 TEST(BadTrainingJobTable, DocumentedInReliabilityMd) {
-  std::ifstream f(std::string(TJ_SOURCE_DIR) + "/docs/reliability.md");
-  ASSERT_TRUE(f) << "docs/reliability.md not found under " << TJ_SOURCE_DIR;
-  std::stringstream ss;
-  ss << f.rdbuf();
-  const std::string doc = ss.str();
+  const std::string path = std::string(TJ_SOURCE_DIR) + "/docs/reliability.md";
+  ASSERT_TRUE(std::filesystem::exists(path))
+      << "docs/reliability.md not found under " << TJ_SOURCE_DIR;
+  const std::string doc = tj::testing::ReadBytes(path);
   const size_t section = doc.find("\n## Bad TrainingJobs");
   ASSERT_NE(section, std::string::npos) << "docs/reliability.md has no '## Bad TrainingJobs'";
   const std::string table = doc.substr(section, doc.find("\n## ", section + 1) - section);

@@ -7,12 +7,12 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
-#include <fstream>
 #include <functional>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
+
+#include "tests/support/temp_dir.h"
 
 namespace {
 
@@ -122,14 +122,9 @@ TEST(CrdSchema, TrainingCategoryAndWidePrinterColumns) {
 }
 
 TEST(CrdSchema, TheChartShipsTheSameCrd) {
-  auto read = [](const std::string& path) {
-    std::ifstream in(path);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  };
-  EXPECT_EQ(read(kCrd),
-            read(std::string(TJ_SOURCE_DIR) + "/helm/tj-operator/crds/trainingjob.yaml"))
+  EXPECT_EQ(tj::testing::ReadBytes(kCrd),
+            tj::testing::ReadBytes(std::string(TJ_SOURCE_DIR) +
+                                   "/helm/tj-operator/crds/trainingjob.yaml"))
       << "run hack/generate-manifests.sh";
 }
 

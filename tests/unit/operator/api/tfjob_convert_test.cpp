@@ -5,14 +5,13 @@
 
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <functional>
-#include <sstream>
 #include <utility>
 #include <vector>
 
 #include "operator/api/training_job.h"
 #include "operator/api/yaml_json.h"
+#include "tests/support/temp_dir.h"
 
 namespace tj::api {
 namespace {
@@ -20,10 +19,8 @@ namespace {
 using nlohmann::json;
 
 json Load(const std::string& name) {
-  std::ifstream in(std::string(TJ_SOURCE_DIR) + "/tests/unit/operator/api/testdata/" + name);
-  std::stringstream text;
-  text << in.rdbuf();
-  auto docs = ParseManifests(text.str());
+  auto docs = ParseManifests(tj::testing::ReadBytes(std::string(TJ_SOURCE_DIR) +
+                                                    "/tests/unit/operator/api/testdata/" + name));
   EXPECT_TRUE(docs.ok() && docs->size() == 1) << name;
   return docs.ok() && !docs->empty() ? docs->front() : json();
 }

@@ -4,27 +4,17 @@
 #include <gtest/gtest.h>
 #include <zlib.h>
 
-#include <filesystem>
-#include <fstream>
+#include <string>
+#include <vector>
 
+#include "tests/support/temp_dir.h"
 #include "trainer/data/epoch_order.h"
 
 namespace tj::data {
 namespace {
 
-namespace fs = std::filesystem;
-
 class IdxReaderTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("tj-idx-" + std::to_string(::getpid()) + "-" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   static std::string Header(uint8_t type, const std::vector<uint32_t>& dims) {
     std::string h = {0, 0, static_cast<char>(type), static_cast<char>(dims.size())};
     for (uint32_t d : dims) {
@@ -33,13 +23,13 @@ class IdxReaderTest : public ::testing::Test {
     return h;
   }
   std::string Write(const std::string& name, const std::string& bytes, bool gzip) {
-    std::string path = (dir_ / name).string();
+    std::string path = dir_.Join(name);
     if (gzip) {
       gzFile f = gzopen(path.c_str(), "wb");
       gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size()));
       gzclose(f);
     } else {
-      std::ofstream(path, std::ios::binary) << bytes;
+      tj::testing::WriteBytes(path, bytes);
     }
     return path;
   }
@@ -53,7 +43,7 @@ class IdxReaderTest : public ::testing::Test {
     Write(prefix + "-images-idx3-ubyte" + ext, images, gzip);
     Write(prefix + "-labels-idx1-ubyte" + ext, labels, gzip);
   }
-  fs::path dir_;
+  const tj::testing::TempDir dir_{"tj-idx"};
 };
 
 TEST_F(IdxReaderTest, ReadsRawAndGzip) {
@@ -91,7 +81,7 @@ TEST_F(IdxReaderTest, BadFilesNameTheFileAndTheProblem) {
     EXPECT_NE(r.status().message().find(c.expected), std::string::npos)
         << c.name << ": " << r.status().message();
   }
-  auto missing = ReadIdxFile((dir_ / "nope.gz").string());
+  auto missing = ReadIdxFile(dir_.Join("nope.gz"));
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("file not found"), std::string::npos);
 }
@@ -99,11 +89,7 @@ TEST_F(IdxReaderTest, BadFilesNameTheFileAndTheProblem) {
 TEST_F(IdxReaderTest, CorruptGzipStreamIsAnError) {
   // A real gzip file cut in the middle of its deflate stream.
   std::string path = Write("full.gz", Header(8, {4096}) + std::string(4096, 'x'), true);
-  std::string bytes;
-  {
-    std::ifstream in(path, std::ios::binary);
-    bytes.assign(std::istreambuf_iterator<char>(in), {});
-  }
+  const std::string bytes = tj::testing::ReadBytes(path);
   std::string cut = Write("cut.gz", bytes.substr(0, bytes.size() / 2), false);
   auto r = ReadIdxFile(cut);
   ASSERT_FALSE(r.ok());
@@ -113,7 +99,7 @@ TEST_F(IdxReaderTest, CorruptGzipStreamIsAnError) {
 TEST_F(IdxReaderTest, LoadsADatasetDirectory) {
   WriteSplit("train", 20, true);
   WriteSplit("t10k", 10, false);
-  auto d = LoadDataset(dir_.string());
+  auto d = LoadDataset(dir_.path());
   ASSERT_TRUE(d.ok()) << d.status().message();
   EXPECT_EQ(d->train.count, 20);
   EXPECT_EQ(d->test.count, 10);
@@ -127,10 +113,10 @@ TEST_F(IdxReaderTest, DatasetMismatchesAreErrors) {
   // Labels count differs from images.
   Write("t10k-images-idx3-ubyte", Header(8, {3, 28, 28}) + std::string(3 * 784, 'a'), false);
   Write("t10k-labels-idx1-ubyte", Header(8, {2}) + std::string("\x01\x02"), false);
-  auto d = LoadDataset(dir_.string());
+  auto d = LoadDataset(dir_.path());
   ASSERT_FALSE(d.ok());
   EXPECT_NE(d.status().message().find("3 images"), std::string::npos) << d.status().message();
-  auto none = LoadDataset((dir_ / "absent").string());
+  auto none = LoadDataset(dir_.Join("absent"));
   ASSERT_FALSE(none.ok());
   EXPECT_NE(none.status().message().find("does not exist"), std::string::npos);
 }
@@ -139,7 +125,7 @@ TEST_F(IdxReaderTest, LabelOutOfRange) {
   WriteSplit("train", 20, true);
   Write("t10k-images-idx3-ubyte", Header(8, {1, 28, 28}) + std::string(784, 'a'), false);
   Write("t10k-labels-idx1-ubyte", Header(8, {1}) + std::string("\x0c"), false);
-  auto d = LoadDataset(dir_.string());
+  auto d = LoadDataset(dir_.path());
   ASSERT_FALSE(d.ok());
   EXPECT_NE(d.status().message().find("label 12 at index 0"), std::string::npos)
       << d.status().message();

@@ -5,8 +5,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "tests/support/temp_dir.h"
 #include "trainer/observe/crc32c.h"
@@ -156,7 +154,7 @@ TEST(TensorBoardTest, TwoWritersInTheSameSecondGetDistinctFiles) {
 
 TEST(TensorBoardTest, UnwritableDirectoryIsAnErrorNamingIt) {
   TempDir dir;
-  std::ofstream(dir.path() + "/file") << "x";
+  dir.Write("file", "x");
   auto w = ScalarWriter::Open(dir.path() + "/file/train");
   ASSERT_FALSE(w.ok());
   EXPECT_NE(w.status().message().find(dir.path() + "/file/train"), std::string::npos);
