@@ -47,6 +47,7 @@
 #include "operator/controller/slow_start.h"
 #include "tests/integration/kube/local_cluster.h"
 #include "tests/support/subprocess.h"
+#include "tests/support/temp_dir.h"
 
 namespace tj::kube {
 namespace {
@@ -268,8 +269,7 @@ ProcessUsage UsageOf(pid_t pid) {
   for (std::string line; std::getline(status, line);) {
     if (line.rfind("VmHWM:", 0) == 0) u.peak_rss_mib = std::atof(line.c_str() + 6) / 1024;
   }
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string all((std::istreambuf_iterator<char>(stat)), {});
+  const std::string all = ::tj::testing::ReadBytes("/proc/" + std::to_string(pid) + "/stat");
   // Fields after the command name (which may hold spaces): state is field 3, utime 14.
   std::istringstream rest(all.substr(all.rfind(')') + 2));
   std::vector<std::string> f;

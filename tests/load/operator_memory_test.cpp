@@ -36,7 +36,6 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
-#include <iterator>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -48,6 +47,7 @@
 #include "tests/e2e/support/e2e_support.h"
 #include "tests/integration/kube/local_cluster.h"
 #include "tests/support/subprocess.h"
+#include "tests/support/temp_dir.h"
 
 namespace tj::kube {
 namespace {
@@ -149,8 +149,7 @@ double PeakRssMiB(pid_t pid) {
 
 // User and system CPU seconds of `pid`.
 double CpuSeconds(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string all((std::istreambuf_iterator<char>(stat)), {});
+  const std::string all = ::tj::testing::ReadBytes("/proc/" + std::to_string(pid) + "/stat");
   if (all.rfind(')') == std::string::npos) return 0;
   std::istringstream rest(all.substr(all.rfind(')') + 2));  // after the command name
   std::vector<std::string> f;
