@@ -14,8 +14,10 @@
 
 #include <chrono>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -143,11 +145,20 @@ inline int ListenOnFreePort(uint32_t address, int* port, int backlog = 16) {
 // listening on it once. A port the kernel picks (port 0) would be of that range, where every
 // outgoing connection of the machine (another test's, a stranger test's flood) takes its
 // local port, and could be taken before the process binds it ("Address already in use").
+// A port is handed out once per process: the check closes its socket at once, so without
+// that two calls before either process binds could draw the same port (a chief and a worker
+// given one host:port, which the trainer refuses).
 inline int FreePort() {
   static thread_local std::mt19937 rng{std::random_device{}()};
+  static std::mutex handed_out_mutex;
+  static std::set<int> handed_out;
   std::uniform_int_distribution<int> draw(20000, 32767);
   for (int attempt = 0; attempt < 200; ++attempt) {
     const int port = draw(rng);
+    {
+      std::lock_guard<std::mutex> lock(handed_out_mutex);
+      if (!handed_out.insert(port).second) continue;
+    }
     const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) return 0;
     sockaddr_in addr{};

@@ -95,7 +95,9 @@ TEST_F(OperatorE2E, WorkerDeletedMidTrainingRestartsTheGangAndResumes) {
   // What the restart cost is in status.goodput, under its cause.
   ASSERT_EQ(s.goodput.lost.count("Deleted"), 1U) << job.dump(2);
   EXPECT_EQ(s.goodput.lost["Deleted"].restarts, 1) << job.dump(2);
-  if (s.goodput.ratio) EXPECT_LE(*s.goodput.ratio, 1.0);
+  if (s.goodput.ratio) {
+    EXPECT_LE(*s.goodput.ratio, 1.0);
+  }
 }
 
 // A finished training is never thrown away: worker 1 is deleted after the chief has trained

@@ -322,7 +322,9 @@ class ExecutorPass : public ::testing::Test {
       const StatusOr<std::optional<milliseconds>>& pass) {
     EXPECT_TRUE(pass.ok()) << pass.status().message();
     EXPECT_EQ(CreatedPods().size(), 2u);  // the job runs without it
-    if (pass.ok()) EXPECT_EQ(*pass, std::optional<milliseconds>(milliseconds(1)));
+    if (pass.ok()) {
+      EXPECT_EQ(*pass, std::optional<milliseconds>(milliseconds(1)));
+    }
     CacheTheCreatedObjects();
     auto next = Sync();
     EXPECT_TRUE(next.ok()) << next.status().message();

@@ -131,7 +131,7 @@ TEST(CheckpointWatcherTest, EvaluatesNewestSkipsIntermediatesAndExitsAfterFinal)
   TempDir dir;
   CheckpointManager writer(dir.path(), 10);
   FakeClock clock;
-  CheckpointWatcher watcher(dir.path(), &clock, nullptr, {std::chrono::seconds(5), 3, 0});
+  CheckpointWatcher watcher(dir.path(), &clock, nullptr, {std::chrono::seconds(5), 3, 0, ""});
   Recorder rec;
 
   auto d = watcher.PollOnce(rec.Fn());
@@ -158,7 +158,7 @@ TEST(CheckpointWatcherTest, EvaluatesNewestSkipsIntermediatesAndExitsAfterFinal)
 TEST(CheckpointWatcherTest, WaitsThePollIntervalBetweenEmptyPolls) {
   TempDir dir;
   FakeClock clock;
-  CheckpointWatcher watcher(dir.path(), &clock, nullptr, {std::chrono::seconds(5), 3, 0});
+  CheckpointWatcher watcher(dir.path(), &clock, nullptr, {std::chrono::seconds(5), 3, 0, ""});
   Recorder rec;
   int rounds = 0;
   auto result = watcher.Run(rec.Fn(), [&] { return ++rounds > 4; });
@@ -176,7 +176,7 @@ TEST(CheckpointWatcherTest, RetriesACheckpointStillBeingWrittenUntilItIsComplete
   ASSERT_TRUE(writer.WriteFinalMarker(1).ok());
 
   FakeClock clock;
-  CheckpointWatcher watcher(dir.path(), &clock, nullptr, {std::chrono::seconds(1), 5, 0});
+  CheckpointWatcher watcher(dir.path(), &clock, nullptr, {std::chrono::seconds(1), 5, 0, ""});
   Recorder rec;
   int rounds = 0;
   auto result = watcher.Run(rec.Fn(), [&] {
@@ -200,7 +200,7 @@ TEST(CheckpointWatcherTest, SkipsACorruptCheckpointAfterBoundedRetriesWithAWarni
   FILE* err = std::tmpfile();
   EventLog log(LogFormat::kJson, stdout, err);
   FakeClock clock;
-  CheckpointWatcher watcher(dir.path(), &clock, &log, {std::chrono::seconds(1), 3, 0});
+  CheckpointWatcher watcher(dir.path(), &clock, &log, {std::chrono::seconds(1), 3, 0, ""});
   Recorder rec;
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(watcher.PollOnce(rec.Fn()).ok());
   auto d = watcher.PollOnce(rec.Fn());
@@ -227,7 +227,7 @@ TEST(CheckpointWatcherTest, UnreadableFinalCheckpointEndsWithAnError) {
   CheckpointManager writer(dir.path(), 10);
   ASSERT_TRUE(writer.WriteFinalMarker(7).ok());  // marker names a checkpoint that never comes
   FakeClock clock;
-  CheckpointWatcher watcher(dir.path(), &clock, nullptr, {std::chrono::seconds(1), 4, 0});
+  CheckpointWatcher watcher(dir.path(), &clock, nullptr, {std::chrono::seconds(1), 4, 0, ""});
   Recorder rec;
   auto result = watcher.Run(rec.Fn());
   ASSERT_FALSE(result.ok());
@@ -254,7 +254,7 @@ TEST(CheckpointWatcherTest, StopsAfterMaxEvaluations) {
   CheckpointManager writer(dir.path(), 10);
   ASSERT_TRUE(writer.Save(Epoch(1)).ok());
   FakeClock clock;
-  CheckpointWatcher watcher(dir.path(), &clock, nullptr, {std::chrono::seconds(1), 3, 1});
+  CheckpointWatcher watcher(dir.path(), &clock, nullptr, {std::chrono::seconds(1), 3, 1, ""});
   Recorder rec;
   auto result = watcher.Run(rec.Fn());
   ASSERT_TRUE(result.ok());
