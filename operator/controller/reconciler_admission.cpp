@@ -265,20 +265,11 @@ void Pass::PublishLastBackup(const json& workload) {
 }
 
 void Pass::PublishPreemptionCost(const json& workload) {
-  // The work since the last backup (or since the gang's first step, from the backup it
-  // resumed), as ChargeLostWork would count it if Kueue stopped the gang without one.
+  // The unsaved work, as ChargeLostWork would count it if Kueue stopped the gang without a
+  // backup.
   std::chrono::seconds unsaved{0};
-  if (const auto since = status_.goodput.training_since
-                             ? kube::ParseTime(*status_.goodput.training_since)
-                             : std::nullopt) {
-    kube::WallTime from = *since;
-    const json backup = status_.progress.is_object()
-                            ? status_.progress.value("lastBackup", json::object())
-                            : json::object();
-    if (auto t = kube::ParseTime(backup.is_object() ? kube::TextOf(backup, "time") : "")) {
-      from = std::max(from, *t);
-    }
-    unsaved = std::chrono::duration_cast<std::chrono::seconds>(observed_.now - from);
+  if (const auto from = UnsavedSince()) {
+    unsaved = std::chrono::duration_cast<std::chrono::seconds>(observed_.now - *from);
   }
   const int boost = kueue::PriorityBoost(unsaved, options_.kueue_priority_boost_per,
                                          options_.kueue_priority_boost_max);

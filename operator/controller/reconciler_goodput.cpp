@@ -30,6 +30,14 @@ std::optional<kube::WallTime> TimeAt(const std::optional<std::string>& text) {
   return text ? kube::ParseTime(*text) : std::nullopt;
 }
 
+// status.progress.lastBackup, or an empty object.
+nlohmann::json LastBackupOf(const nlohmann::json& progress) {
+  using nlohmann::json;
+  const json backup =
+      progress.is_object() ? progress.value("lastBackup", json::object()) : json::object();
+  return backup.is_object() ? backup : json::object();
+}
+
 // An integer field of status.progress (or of its lastBackup), if any.
 std::optional<int64_t> CountAt(const nlohmann::json& object, const char* key) {
   if (!object.is_object()) return std::nullopt;
@@ -90,19 +98,13 @@ void Pass::ChargeLostWork(const std::string& cause, bool lossless) {
   }
   api::GoodputLoss& loss = g.lost[cause];
   loss.restarts += 1;
-  const std::optional<kube::WallTime> trained_from = TimeAt(g.training_since);
-  if (trained_from && !lossless) {
+  if (g.training_since && !lossless) {
     TakeReportedBackup();  // the backup a stopped chief ended with is newer than any poll
-    // The work since the last backup (or since the gang started, from the backup it resumed)
-    // is done again by the next gang.
-    const json backup = status_.progress.is_object()
-                            ? status_.progress.value("lastBackup", json::object())
-                            : json::object();
-    kube::WallTime from = *trained_from;
-    if (auto t = kube::ParseTime(backup.is_object() ? kube::TextOf(backup, "time") : "")) {
-      from = std::max(from, *t);
+    // The unsaved work is done again by the next gang.
+    if (auto from = UnsavedSince()) {
+      loss.seconds = Rounded(loss.seconds + SecondsBetween(*from, observed_.now));
     }
-    loss.seconds = Rounded(loss.seconds + SecondsBetween(from, observed_.now));
+    const json backup = LastBackupOf(status_.progress);
     const auto reached = CountAt(status_.progress, "globalStep");
     const auto saved = CountAt(backup, "globalStep");
     if (reached && saved && *reached > *saved) loss.steps += *reached - *saved;
@@ -110,6 +112,16 @@ void Pass::ChargeLostWork(const std::string& cause, bool lossless) {
   g.training_since.reset();
   g.recovering_cause = cause;
   g.recovering_since = kube::FormatTime(observed_.now);
+}
+
+std::optional<kube::WallTime> Pass::UnsavedSince() const {
+  const std::optional<kube::WallTime> trained_from = TimeAt(status_.goodput.training_since);
+  if (!trained_from) return std::nullopt;
+  const json backup = LastBackupOf(status_.progress);
+  if (auto t = kube::ParseTime(backup.is_object() ? kube::TextOf(backup, "time") : "")) {
+    return std::max(*trained_from, *t);
+  }
+  return trained_from;
 }
 
 void Pass::UpdateGoodputRatio() {

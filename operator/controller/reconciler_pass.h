@@ -193,6 +193,10 @@ class Pass {
   // `lossless`: a gang Kueue stops backs up as it stops) in time and in global steps; the
   // recovery's timing starts.
   void ChargeLostWork(const std::string& cause, bool lossless);
+  // Since when the current gang's work is unsaved: its last backup's time, or its first step
+  // when it has backed up nothing since (it resumed from an earlier backup); none while no
+  // gang trains. What a restart now would lose.
+  std::optional<kube::WallTime> UnsavedSince() const;
   // status.goodput.ratio as of now (or the job's end).
   void UpdateGoodputRatio();
 
@@ -239,7 +243,11 @@ class Pass {
   // SetWaiting, an Event of `type` when it changed, and a look again after `poll`.
   void WaitSaying(const std::string& type, const std::string& reason, const std::string& message,
                   milliseconds poll);
-  // Whether any pod labelled with the job's name has not ended (owned or not).
+  // Whether any pod labelled with the job's name has not ended (owned or not). Read from the
+  // raw pods, not the census of the job's own: Kueue's quota is released only once nothing
+  // that could still be using it runs, and a pod of the job's label that another owner holds
+  // (a copy adopted from a deleted job of the name, a pod a user made) uses the node all the
+  // same.
   bool HasActivePods() const;
 
   // --- The rendezvous key (reconciler_rendezvous_key.cpp) ---
