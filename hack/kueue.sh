@@ -23,7 +23,9 @@
 #     that timeout and recoveryTimeout (Kueue evicts an admitted Workload whose PodsReady
 #     condition is not True in time); with TJ_KUEUE_DEVICE_CLASSES=<resource>=<class>[,...]
 #     at install, Kueue's DynamicResourceAllocation gate and resources.deviceClassMappings, so
-#     that the devices a pod's resource claims ask for of <class> count as <resource>.
+#     that the devices a pod's resource claims ask for of <class> count as <resource>;
+#     with TJ_KUEUE_FEATURE_GATES=<Gate>=true[,...] at install, those gates too (e.g.
+#     PriorityBoost=true, for the operator's --kueue-priority-boost-max).
 # The manager talks to the API server with the cluster's admin kubeconfig; Kueue's RBAC is
 # installed as upstream ships it.
 #
@@ -159,7 +161,7 @@ cmd_install() {
   "$KUBECTL" wait --for=condition=Established --timeout=60s "${crds[@]}" >/dev/null
   # The visibility API (an aggregated API server) is off: nothing here would route to it.
   KUBECONFIG=$STATE_DIR/kubeconfig setsid "$bin" --config="$KUEUE_DIR/config.yaml" \
-    --feature-gates="VisibilityOnDemand=false${TJ_KUEUE_DEVICE_CLASSES:+,DynamicResourceAllocation=true}" \
+    --feature-gates="VisibilityOnDemand=false${TJ_KUEUE_DEVICE_CLASSES:+,DynamicResourceAllocation=true}${TJ_KUEUE_FEATURE_GATES:+,$TJ_KUEUE_FEATURE_GATES}" \
     >"$STATE_DIR/logs/kueue.log" 2>&1 </dev/null &
   echo $! >"$STATE_DIR/pids/kueue"
   log "started the manager (pid $!, log $STATE_DIR/logs/kueue.log)"

@@ -163,6 +163,7 @@ struct Flags {
   std::string log_format = "json";
   int evaluator_grace_s = 300, progress_poll_s = 5, backoff_base_ms = 1000, failure_settle_s = 30;
   int kueue_priority_boost_max = 0;
+  int kueue_priority_boost_seconds = 60;
   std::string convert_file;  // the convert subcommand's file, when it was given
   bool convert = false;
   // A NetworkPolicy per job (operator/controller/network_policy.h), admitting the operator's
@@ -237,9 +238,14 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags& f) {
       ->check(CLI::Range(0, 3600));
   app.add_option("--kueue-priority-boost-max", f.kueue_priority_boost_max,
                  "at most this Kueue priority boost (kueue.x-k8s.io/priority-boost) on an "
-                 "admitted job's Workload, one per minute of work since its last backup; 0: none")
+                 "admitted job's Workload, one per --kueue-priority-boost-seconds of work since "
+                 "its last backup; 0: none")
       ->capture_default_str()
       ->check(CLI::Range(0, 1000000));
+  app.add_option("--kueue-priority-boost-seconds", f.kueue_priority_boost_seconds,
+                 "seconds of work since a job's last backup that add one to its priority boost")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 86400));
   app.add_option("--restart-backoff-ms", f.backoff_base_ms,
                  "first gang-restart backoff; doubles per restart, at most 60 s")
       ->capture_default_str()
@@ -561,6 +567,7 @@ tj::controller::ReconcilerOptions ReconcilerOptionsOf(const Flags& f) {
   o.restart_backoff_base = std::chrono::milliseconds(f.backoff_base_ms);
   o.failure_settle = std::chrono::seconds(f.failure_settle_s);
   o.kueue_priority_boost_max = f.kueue_priority_boost_max;
+  o.kueue_priority_boost_per = std::chrono::seconds(f.kueue_priority_boost_seconds);
   if (f.network_policy) o.network_policy = f.network_policy_settings;
   return o;
 }

@@ -11,10 +11,13 @@
 //     a high-priority job evicts a running low-priority one. The low job's trainers back up the
 //     step they stop at and exit; it waits Queued, its restart counted as Preempted and not
 //     against backoffLimit (0 here: a counted restart would fail it); once the high job has
-//     finished Kueue admits it again and it resumes from exactly that step, and succeeds.
+//     finished Kueue admits it again and it resumes from exactly that step, and succeeds;
+//   - the priority boost: of two running jobs of one priority, Kueue preempts the one with
+//     the least work since its last backup, though it was admitted first.
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <iostream>
 #include <map>
 #include <string>
@@ -81,8 +84,9 @@ class Kueue : public testing::JobTest {
     const std::string out =
         Sh("TJ_LOCAL_CLUSTER_DIR='" + cluster->dir() +
                "' TJ_KUEUE_WAIT_FOR_PODS_READY=" + std::to_string(kPodsReadyTimeout.count()) +
-               "s TJ_KUEUE_DEVICE_CLASSES=" + kGpuResource + "=" + kGpuClass + " bash '" +
-               TJ_SOURCE_DIR + "/hack/kueue.sh' install 2>&1; echo rc=$?",
+               "s TJ_KUEUE_DEVICE_CLASSES=" + kGpuResource + "=" + kGpuClass +
+               " TJ_KUEUE_FEATURE_GATES=PriorityBoost=true bash '" + TJ_SOURCE_DIR +
+               "/hack/kueue.sh' install 2>&1; echo rc=$?",
            seconds(3600));
     if (out.find("rc=0") == std::string::npos) return "hack/kueue.sh install failed:\n" + out;
     return "";
@@ -530,6 +534,67 @@ TEST_F(Kueue, APreemptedJobStopsLosslesslyWaitsUncountedAndResumesFromTheExactSt
             << stopped.value("step", 0) << ", resumed at epoch " << resumed.value("epoch", 0)
             << " step " << resumed.value("step", 0) << "; status.restarts "
             << done["status"]["restarts"].dump() << "\n";
+}
+
+// Kueue preempts, among jobs of one priority, the one admitted last: here the one that has
+// backed up nothing yet. With the operator's priority boost (one per 3 s of work since the
+// last backup, Kueue's PriorityBoost gate on) it preempts the job that loses least instead.
+TEST_F(Kueue, AmongJobsOfOnePriorityThePreemptedOneIsTheOneWithTheLeastWorkUnsaved) {
+  op_.reset();
+  op_ = std::make_unique<testing::OperatorProcess>(
+      cluster_, ns_, log_path_, /*keep_previous_log=*/true,
+      std::vector<std::string>{"--kueue-priority-boost-max", "50", "--kueue-priority-boost-seconds",
+                               "3"});
+  // 600m: two gangs of 300m fit, a third does not.
+  MakeQueues("600m", /*hold=*/false, /*preempt=*/true);
+  const std::string low_class = MakePriorityClass("low", 100);
+  const std::string high_class = MakePriorityClass("high", 1000);
+  // Both train for minutes (a step held 200 ms): "saves" backs up every step and is admitted
+  // first; "hoards" backs up once an epoch (hundreds of steps) and is admitted second.
+  auto low_job = [&](const std::string& name, int save_freq) {
+    json job = QueuedJob(name, 2000, save_freq);
+    job["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = low_class;
+    testing::SetEnv(job, "Worker", "TJ_FAILPOINTS", "train.step=sleep:200");
+    return job;
+  };
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, low_job("saves", 1)).ok());
+  ASSERT_TRUE(FirstBackup("saves-worker-0", seconds(180)).is_object());
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, low_job("hoards", 2000)).ok());
+  auto boost = [&](const std::string& job) {
+    const json wl = Workload(job);
+    if (!wl.is_object()) return -1;
+    const json a = wl["metadata"].value("annotations", json::object());
+    const std::string v = a.is_object() ? a.value("kueue.x-k8s.io/priority-boost", "0") : "0";
+    return std::atoi(v.c_str());
+  };
+  // The boost grows on the job that has not backed up and stays 0 on the one that has.
+  ASSERT_TRUE(Eventually([&] { return boost("hoards") >= 3; }, seconds(240)))
+      << Workload("hoards").dump(2) << "\n"
+      << Kubectl(cluster_, "-n " + ns_ + " get tj,pods,workloads.kueue.x-k8s.io -o wide");
+  ASSERT_EQ(boost("saves"), 0) << Workload("saves").dump(2);
+  std::cout << "boost when the preemptor comes: hoards " << boost("hoards") << ", saves 0\n";
+
+  json high = QueuedJob("high", 6, 6);
+  high["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = high_class;
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, high).ok());
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const auto s = StatusOf(Get("saves"));
+        auto it = s.restarts.by_cause.find("Preempted");
+        return it != s.restarts.by_cause.end() && it->second == 1;
+      },
+      seconds(180)))
+      << Get("saves")["status"].dump(2) << "\n"
+      << Workload("saves").dump(2);
+  // The high job runs in the quota "saves" gave back; "hoards" was never stopped.
+  const json high_done = WaitFinished("high", seconds(600));
+  EXPECT_TRUE(StatusOf(high_done).IsTrue(api::condition::kSucceeded)) << high_done.dump(2);
+  const json hoards = Get("hoards");
+  EXPECT_EQ(StatusOf(hoards).restart_count, 0) << hoards["status"].dump(2);
+  EXPECT_NE(ConditionOf(Workload("hoards"), "Evicted", "status"), "True")
+      << Workload("hoards").dump(2);
+  EXPECT_EQ(ConditionOf(Workload("hoards"), "Admitted", "status"), "True")
+      << Workload("hoards").dump(2);
 }
 
 }  // namespace
