@@ -164,6 +164,8 @@ struct Flags {
   int evaluator_grace_s = 300, progress_poll_s = 5, backoff_base_ms = 1000, failure_settle_s = 30;
   int kueue_priority_boost_max = 0;
   int kueue_priority_boost_seconds = 60;
+  // auto: gang pods restart in place on Kubernetes 1.36+ (RestartAllContainers); never.
+  std::string restart_in_place = "auto";
   std::string convert_file;  // the convert subcommand's file, when it was given
   bool convert = false;
   // A NetworkPolicy per job (operator/controller/network_policy.h), admitting the operator's
@@ -242,6 +244,12 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags& f) {
                  "its last backup; 0: none")
       ->capture_default_str()
       ->check(CLI::Range(0, 1000000));
+  app.add_option("--restart-in-place", f.restart_in_place,
+                 "auto: on a Kubernetes 1.36+ API server, a gang whose trainer fails as its "
+                 "restartPolicy retries restarts its containers in place, pods kept; never: "
+                 "the operator always makes the gang's pods again")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "never"}));
   app.add_option("--kueue-priority-boost-seconds", f.kueue_priority_boost_seconds,
                  "seconds of work since a job's last backup that add one to its priority boost")
       ->capture_default_str()
@@ -406,7 +414,8 @@ void WatchWherePermitted(tj::kube::Client* client, tj::Clock* clock, const std::
 // be read. The client retries transport errors and 5xx answers for about half a minute; an
 // unreachable server is tried for two minutes in all.
 std::optional<int> CheckApiServerVersion(tj::kube::Client* client, const std::string& server,
-                                         const std::stop_source& stop, tj::EventLog& log) {
+                                         const std::stop_source& stop, tj::EventLog& log,
+                                         tj::kube::ServerVersion* out) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::minutes(2);
   auto answer = client->Raw("GET", "/version");
   while (!answer.ok() && std::chrono::steady_clock::now() < deadline && !stop.stop_requested()) {
@@ -429,7 +438,26 @@ std::optional<int> CheckApiServerVersion(tj::kube::Client* client, const std::st
     return 1;
   }
   log.Emit({{"event", "api_server_version"}, {"server", server}, {"version", version->text}});
+  *out = *version;
   return std::nullopt;
+}
+
+// The first Kubernetes whose kubelet restarts a pod's containers in place on a container
+// restart rule's RestartAllContainers action by default (its feature gate beta, on).
+constexpr int kInPlaceRestartMinor = 36;
+
+// Whether gang pods restart in place (--restart-in-place, the server's version), said in the
+// log either way.
+bool DecideRestartInPlace(const Flags& f, const tj::kube::ServerVersion& server,
+                          tj::EventLog& log) {
+  const bool recent = server >= tj::kube::ServerVersion{1, kInPlaceRestartMinor, 0, ""};
+  const bool on = f.restart_in_place == "auto" && recent;
+  const std::string why =
+      f.restart_in_place == "never" ? "--restart-in-place=never"
+      : recent                      ? "the API server is " + server.text + " (1.36+)"
+               : "the API server is " + server.text + ", older than 1.36: its kubelets cannot";
+  log.Emit({{"event", "restart_in_place"}, {"enabled", on}, {"why", why}});
+  return on;
 }
 
 // --leader-elect: the Lease renewed through a client of its own, an elector and its thread.
@@ -679,7 +707,11 @@ int main(int argc, char** argv) {
   }
   // After the flags' addresses are bound (a wrong one is said at once, whatever the API
   // server), before anything watches: /healthz answers while the server is waited for.
-  if (auto code = CheckApiServerVersion(client, api.config.server, stop, log)) return *code;
+  tj::kube::ServerVersion server_version;
+  if (auto code = CheckApiServerVersion(client, api.config.server, stop, log, &server_version)) {
+    return *code;
+  }
+  executor.set_restart_in_place(DecideRestartInPlace(f, server_version, log));
   WatchWherePermitted(client, clock, f.ns, &queue, log, &informers, &executor);
 
   if (!StartAndSync(informers, stop)) return 0;

@@ -154,6 +154,8 @@ RestartCounts RestartCounts::FromJson(const json& status, int32_t restart_count)
   }
   if (auto used = count(*it, "backoffLimitUsed")) r.backoff_limit_used = *used;
   if (auto used = count(*it, "evaluatorBackoffLimitUsed")) r.evaluator_backoff_limit_used = *used;
+  if (auto n = count(*it, "inPlace")) r.in_place = *n;
+  if (auto n = count(*it, "inPlaceOfGang")) r.in_place_of_gang = *n;
   if (auto by = it->find("byCause"); by != it->end() && by->is_object()) {
     for (RestartCause c : kAllRestartCauses) {
       if (auto n = count(*by, ToString(c).c_str()); n && *n > 0) r.by_cause[ToString(c)] = *n;
@@ -162,10 +164,14 @@ RestartCounts RestartCounts::FromJson(const json& status, int32_t restart_count)
   return r;
 }
 
-json RestartCounts::ToJson(int32_t total) const {
+json RestartCounts::ToJson(int32_t gangs_made_again) const {
   json by = json::object();
   for (const auto& [cause, n] : by_cause) by[cause] = n;
-  json j = {{"total", total}, {"backoffLimitUsed", backoff_limit_used}, {"byCause", by}};
+  json j = {{"total", gangs_made_again + in_place},
+            {"backoffLimitUsed", backoff_limit_used},
+            {"byCause", by}};
+  if (in_place > 0) j["inPlace"] = in_place;
+  if (in_place_of_gang > 0) j["inPlaceOfGang"] = in_place_of_gang;
   if (evaluator_backoff_limit_used > 0) {
     j["evaluatorBackoffLimitUsed"] = evaluator_backoff_limit_used;
   }

@@ -66,18 +66,23 @@ inline constexpr size_t kMaxFailurePolicyRules = 32;
 StatusOr<FailurePolicy> ParseFailurePolicy(const nlohmann::json& spec);
 
 // status.restarts: every gang restart, how many counted against backoffLimit, and by cause.
-// status.restartCount stays the total (it is also the gang number, the pods'
-// tjo.dev/restart-count).
+// A gang restarts by being made again (status.restartCount, the gang number, the pods'
+// tjo.dev/restart-count) or in place (its pods kept, their containers restarted by the
+// kubelet: docs/reliability.md, "In-place restarts"); the total is both.
 struct RestartCounts {
   int32_t backoff_limit_used = 0;
   std::map<std::string, int32_t> by_cause;  // ToString(cause) -> gang restarts of that cause
   int32_t evaluator_backoff_limit_used = 0;
+  int32_t in_place = 0;  // gang restarts in place, over the job's life
+  // Of those, the current gang's (its pods' containers' restarts already counted).
+  int32_t in_place_of_gang = 0;
 
   // Reads status.restarts; a status written before it existed (only restartCount and
   // evaluatorRestarts): every restart so far is taken as counted.
   static RestartCounts FromJson(const nlohmann::json& status, int32_t restart_count);
-  // {total, backoffLimitUsed, byCause, evaluatorBackoffLimitUsed}.
-  nlohmann::json ToJson(int32_t total) const;
+  // {total: `gangs_made_again` + in_place, backoffLimitUsed, byCause, inPlace, inPlaceOfGang,
+  // evaluatorBackoffLimitUsed}.
+  nlohmann::json ToJson(int32_t gangs_made_again) const;
 };
 
 }  // namespace tj::api

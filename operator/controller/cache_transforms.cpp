@@ -79,10 +79,10 @@ void KeepTellingConditions(json& status) {
   }
 }
 
-// Of a container's state what a PodView reads: why it waits, how it ended. A running
-// container's start time is never read.
+// Of a container's state what a PodView reads: why it waits, how it ended, how often it was
+// restarted in place. A running container's start time is never read.
 void KeepEndingState(json& container_status) {
-  KeepOnly(container_status, {"name", "state"});
+  KeepOnly(container_status, {"name", "state", "restartCount"});
   auto state = container_status.find("state");
   if (state == container_status.end()) return;
   KeepOnly(*state, {"waiting", "terminated"});

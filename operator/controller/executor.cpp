@@ -259,7 +259,6 @@ void Executor::ReadOwned(const std::string& ns, const std::string& name, Observe
 
 StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
   const auto [ns, name] = kube::SplitObjectKey(key);
-  kube::Client* c = deps_.client;
 
   // Wait until the caches show what the previous pass created and deleted; the informer
   // events that bring it enqueue the key again, the TTL bounds the wait.

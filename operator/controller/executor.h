@@ -177,6 +177,9 @@ class Executor {
   // ReconcilerOptions::native_pod_groups, once the API server has been asked; before the
   // first Sync.
   void set_native_pod_groups(bool served) { options_.native_pod_groups = served; }
+  // ReconcilerOptions::restart_in_place, once the API server's version is known; before the
+  // first Sync.
+  void set_restart_in_place(bool on) { options_.restart_in_place = on; }
   void set_kueue_caches(const KueueCaches& caches) { deps_.kueue = caches; }
   void set_pod_group_caches(const PodGroupCaches& caches) { deps_.pod_groups = caches; }
 

@@ -291,8 +291,27 @@ void ApplySecurityDefaults(json& pod_spec) {
   }
 }
 
+json InPlaceRestartRules(api::RestartPolicy policy) {
+  json codes;
+  switch (policy) {
+    case api::RestartPolicy::kNever:
+      return nullptr;
+    case api::RestartPolicy::kExitCode:
+      codes = {{"operator", "In"}, {"values", json::array({75})}};
+      for (int code = 128; code <= 255; ++code) codes["values"].push_back(code);
+      break;
+    case api::RestartPolicy::kOnFailure:
+    case api::RestartPolicy::kAlways:
+      codes = {{"operator", "NotIn"}, {"values", json::array({0})}};
+      break;
+  }
+  return {{"restartPolicy", "Never"},
+          {"restartPolicyRules",
+           json::array({{{"action", "RestartAllContainers"}, {"exitCodes", codes}}})}};
+}
+
 json BuildPod(const json& job, const api::TrainingJobSpec& spec, api::ReplicaType type, int index,
-              int gang, const std::string& key_hash) {
+              int gang, const std::string& key_hash, bool restart_in_place) {
   const api::ObjectRef r = api::RefOf(job);
   const api::ReplicaSpec& rs = spec.replica_specs.at(type);
   const json& tmpl = rs.pod_template;
@@ -333,6 +352,10 @@ json BuildPod(const json& job, const api::TrainingJobSpec& spec, api::ReplicaTyp
     SetEnv(c, {{"name", "TF_CONFIG"}, {"value", TfConfig(r, spec, type, index).dump()}});
     SetEnv(c, {{"name", "TJ_JOB_NAME"}, {"value", r.name}});
     SetEnv(c, {{"name", "TJ_RESTART_COUNT"}, {"value", std::to_string(gang)}});
+    if (restart_in_place && !c.contains("restartPolicy") && !c.contains("restartPolicyRules")) {
+      const json rules = InPlaceRestartRules(rs.restart_policy);
+      if (rules.is_object()) c.update(rules);
+    }
     SetEnv(c, {{"name", "TJ_JOB_UID"}, {"value", r.uid}});  // scopes the job's backups
     SetEnv(c, {{"name", "TJ_RENDEZVOUS_KEY"},
                {"valueFrom",

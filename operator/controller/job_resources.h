@@ -71,10 +71,19 @@ nlohmann::json BuildService(const nlohmann::json& job, const api::TrainingJobSpe
 nlohmann::json BuildSecret(const nlohmann::json& job, const std::string& key);
 // `key_hash`: the KeyHash of the Secret's key the pod will read (its kKeyHashAnnotation); ""
 // leaves the annotation out. `gang`: the gang number the pod belongs to (status.restartCount;
-// its label tjo.dev/restart-count and env TJ_RESTART_COUNT).
+// its label tjo.dev/restart-count and env TJ_RESTART_COUNT). `restart_in_place`: the TF_CONFIG
+// container gets InPlaceRestartRules (unless its template sets a restartPolicy of its own).
 nlohmann::json BuildPod(const nlohmann::json& job, const api::TrainingJobSpec& spec,
                         api::ReplicaType type, int index, int gang,
-                        const std::string& key_hash = "");
+                        const std::string& key_hash = "", bool restart_in_place = false);
+
+// The container-level restartPolicy and restartPolicyRules (Kubernetes 1.35+, the action
+// RestartAllContainers 1.36+) with which the kubelet restarts every container of a gang pod in
+// place when its trainer exits as `policy` retries (ExitCode: 75, the trainer's "peer lost",
+// and 128+n, a signal; OnFailure and Always: any code but 0). Every pod of the gang restarts:
+// the one whose trainer failed, and the others, whose trainers then lose a peer and exit 75.
+// Null for Never, which restarts nothing.
+nlohmann::json InPlaceRestartRules(api::RestartPolicy policy);
 
 // The container that gets TF_CONFIG, found as TFJob finds it: the one named "tensorflow", else
 // the one named "trainer" (this operator's own name), else the only one; -1 if none.

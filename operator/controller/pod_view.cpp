@@ -160,6 +160,10 @@ PodView ViewOfPod(const json& pod) {
   const json& trainer = TrainerStatus(pod, statuses);
   v.trainer_waiting = WaitingOf(trainer);
   v.trainer_terminated = TerminatedOf(trainer);
+  if (const json& n = Field(trainer, "restartCount"); n.is_number_integer()) {
+    const auto c = n.get<int64_t>();
+    if (c > 0 && c <= INT32_MAX) v.trainer_restarts = static_cast<int>(c);
+  }
   return v;
 }
 

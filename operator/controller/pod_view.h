@@ -66,6 +66,9 @@ struct PodView {
   // The TF_CONFIG container's state (found as TrainerContainerIndex finds it in the spec).
   std::optional<WaitingContainer> trainer_waiting;
   std::optional<TerminatedContainer> trainer_terminated;
+  // The TF_CONFIG container's restartCount: restarts in place (the kubelet's, by the
+  // restartPolicyRules BuildPod gives a gang pod where the server allows it).
+  int trainer_restarts = 0;
 
   // Pending, Running or Unknown, and not being deleted.
   bool Active() const;

@@ -72,6 +72,7 @@ Decision Pass::Run() {
   const GangCensus census = TakeCensus(gang);
   NoteWholeGangCreated(gang, census);
   if (SucceedOnceTrained(gang, census)) return EndCountingReplicas();
+  if (ChargeInPlaceRestarts(gang)) return EndCountingReplicas();
   if (FailOrRestartGang(gang, census)) return EndCountingReplicas();
   CreateMissingPods(gang, census);
   SuperviseEvaluator(gang);
@@ -110,9 +111,10 @@ void Pass::CreatePod(ReplicaType type, int index, int gang) {
   // A member of the gang's PodGroup (GroupTheGang) when it is of the gang: MarkMember leaves
   // the evaluator out.
   const std::optional<std::pair<gang::Kind, std::string>> group = gang_group_;
+  const bool in_place = options_.restart_in_place && type != ReplicaType::kEvaluator;
   auto build = [spec = std::shared_ptr<const api::TrainingJobSpec>(spec_holder_),
-                job = job_identity_, type, index, gang, hash = key_hash_, group] {
-    json pod = BuildPod(*job, *spec, type, index, gang, hash);
+                job = job_identity_, type, index, gang, hash = key_hash_, group, in_place] {
+    json pod = BuildPod(*job, *spec, type, index, gang, hash, in_place);
     if (group) gang::MarkMember(group->first, group->second, pod);
     return pod;
   };

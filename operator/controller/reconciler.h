@@ -51,6 +51,11 @@ struct ReconcilerOptions {
   // preempted by the next class up (docs/kueue.md).
   int kueue_priority_boost_max = 0;
   std::chrono::seconds kueue_priority_boost_per{60};
+  // Gang pods get InPlaceRestartRules (job_resources.h): a retryable failure restarts the
+  // gang's containers in place, its pods, IPs, volumes and images kept, and the operator only
+  // counts it (ChargeInPlaceRestarts). Chosen at start from the API server's version
+  // (--restart-in-place, docs/reliability.md).
+  bool restart_in_place = false;
 };
 
 // What the API server refused of an earlier pass's action (a create of the job's NetworkPolicy

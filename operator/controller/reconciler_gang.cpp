@@ -186,6 +186,43 @@ bool Pass::FailOrRestartGang(const Gang& gang, const GangCensus& census) {
   return true;
 }
 
+bool Pass::ChargeInPlaceRestarts(const Gang& gang) {
+  int most = 0;
+  const PodView* restarted = nullptr;
+  ReplicaType type = ReplicaType::kWorker;
+  for (const auto& [replica, pod] : gang.current) {
+    if (pod->trainer_restarts > most) {
+      most = pod->trainer_restarts;
+      restarted = pod;
+      type = replica.first;
+    }
+  }
+  int32_t& counted = status_.restarts.in_place_of_gang;
+  if (restarted == nullptr || most <= counted) return false;
+  const std::string policy = api::ToString(spec_.replica_specs.at(type).restart_policy);
+  while (counted < most) {
+    const std::string why = "the kubelet restarted the gang's containers in place (" +
+                            restarted->name + "'s trainer restarted " +
+                            std::to_string(counted + 1) + (counted == 0 ? " time" : " times") +
+                            "): a trainer exited with a code restartPolicy " + policy + " retries";
+    auto budget = ChargeGangRestart(api::RestartCause::kFailed, why);
+    if (!budget) {
+      for (const auto& [replica, pod] : gang.current) {
+        if (!pod->being_deleted) DeletePod(*pod);
+      }
+      return true;
+    }
+    counted += 1;
+    status_.restarts.in_place += 1;
+    Event("Warning", "GangRestartedInPlace",
+          "restart in place " + std::to_string(status_.restarts.in_place) + " (" + *budget +
+              "): " + why);
+  }
+  status_.progress_time.reset();  // the restarted gang is judged afresh
+  CopyProgress();
+  return false;
+}
+
 bool Pass::WaitForTheGangToEnd(const GangCensus& census) {
   if (census.still_running.empty() || options_.failure_settle <= milliseconds(0)) return false;
   std::optional<kube::WallTime> since =
@@ -244,6 +281,7 @@ std::optional<std::string> Pass::ChargeGangRestart(api::RestartCause cause, cons
 void Pass::RestartGang(const std::string& message, const GangPods& current,
                        const std::string& reason, bool restarting) {
   status_.restart_count += 1;
+  status_.restarts.in_place_of_gang = 0;  // the new gang's pods start with no restarts
   status_.created_generation = -1;
   status_.first_failure_time.reset();
   status_.progress_time.reset();

@@ -147,6 +147,13 @@ class Pass {
   // as the failure policy says. Later failures are its consequences, whatever their exit code.
   // True: the pass has decided.
   bool FailOrRestartGang(const Gang& gang, const GangCensus& census);
+  // The gang restarted in place (its pods' trainer containers restarted by the kubelet, the
+  // most restarts of any being more than status.restarts.inPlaceOfGang): each such restart
+  // counted and charged as a failure of the program (cause Failed: the kubelet removes the
+  // containers and keeps no exit code), with an Event. When the budget is spent the job fails
+  // and the gang's pods are deleted whatever cleanPodPolicy says (the kubelet would restart
+  // them again). True: the job has failed.
+  bool ChargeInPlaceRestarts(const Gang& gang);
   // True while a failure waits for pods of the gang that still run, at most
   // options_.failure_settle from status.firstFailureTime (recorded, with an Event, by the
   // first pass that sees a failure).

@@ -482,6 +482,13 @@ TrainingOutcome Trainer::Run() {
       if (Status st = backend_->ApplyUpdate(); !st.ok()) return Failed(st);
       ++steps_this_run_;
       ++iterations_;
+      // This process's first step: after a restart, the moment the job trains again.
+      if (steps_this_run_ == 1) {
+        context_.log->Emit({{"event", "first_step"},
+                            {"epoch", epoch},
+                            {"step", step + 1},
+                            {"global_step", iterations_}});
+      }
       epoch_images_ += plan_.GlobalBatch();
       images_this_run += plan_.GlobalBatch();
       context_.progress->Update([&](ProgressSnapshot& p) {

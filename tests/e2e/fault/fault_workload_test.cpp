@@ -16,11 +16,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "kube/server_version.h"
 #include "operator/controller/job_resources.h"
 #include "tests/e2e/support/e2e_support.h"
 
@@ -78,6 +80,51 @@ TEST_F(FaultWorkload, WorkerKilledMidStepRestartsTheGangWithEqualWeights) {
   const std::string d = Describe();
   EXPECT_NE(d.find("GangRestart"), std::string::npos) << d;
   EXPECT_NE(d.find(kWorker1), std::string::npos) << d;
+}
+
+// On Kubernetes 1.36+ (--restart-in-place=auto) the same fault restarts the gang in place:
+// the kubelet restarts the killed worker's containers and, once its trainer has lost its peer
+// and exited 75, the chief's; the pods (their UIDs, IPs and claims) stay, the operator counts
+// one gang restart of the program, and the job ends with the reference weights.
+TEST_F(FaultWorkload, WorkerKilledRestartsTheGangInPlaceWithEqualWeights) {
+  auto server = kube::ReadServerVersion(client_.get());
+  ASSERT_TRUE(server.ok()) << server.status().message();
+  if (*server < kube::ServerVersion{1, 36, 0, ""}) {
+    GTEST_SKIP() << "the API server is " << server->text << ": in-place restarts need 1.36+";
+  }
+  op_.reset();
+  op_ = std::make_unique<testing::OperatorProcess>(
+      cluster_, ns_, log_path_, /*keep_previous_log=*/true,
+      std::vector<std::string>{"--restart-in-place=auto"});
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, FaultJob(kPace)).ok());
+  ASSERT_TRUE(FirstBackup().is_object());
+  auto uid_of = [&](const std::string& pod) {
+    auto p = client_->Get(kube::resources::kPods, ns_, pod);
+    return p.ok() ? (*p)["metadata"].value("uid", "") : "";
+  };
+  const std::string chief_uid = uid_of(kChief), worker_uid = uid_of(kWorker1);
+  const pid_t killed = SignalTrainer(kWorker1, SIGKILL);
+  ASSERT_GT(killed, 0);
+  // Gang 0 again, in new processes of the same pods, resumed from a backup.
+  ASSERT_TRUE(Eventually(
+      [&] {
+        const std::vector<pid_t> now = TrainerPids(ns_, kWorker1, 0);
+        return now.size() == 1 && now[0] != killed;
+      },
+      seconds(120)))
+      << Kubectl(cluster_, "-n " + ns_ + " get pods -o wide");
+  const json restored = WaitResumed(0);
+  ASSERT_TRUE(restored.is_object());
+  EXPECT_EQ(uid_of(kChief), chief_uid);
+  EXPECT_EQ(uid_of(kWorker1), worker_uid);
+  ExpectSucceededWithReferenceWeights(kJob, kChief, ReferenceSha(), 0, kFinishTimeout);
+  const json done = Get(kJob);
+  const auto st = StatusOf(done);
+  EXPECT_EQ(st.restarts.in_place, 1) << done.dump(2);
+  EXPECT_EQ(st.restarts.by_cause, (std::map<std::string, int32_t>{{"Failed", 1}})) << done.dump(2);
+  EXPECT_EQ(done["status"]["restarts"].value("total", -1), 1) << done.dump(2);
+  const std::string d = Describe();
+  EXPECT_NE(d.find("GangRestartedInPlace"), std::string::npos) << d;
 }
 
 TEST_F(FaultWorkload, ChiefKilledWhileWritingABackupResumesFromThePreviousOne) {

@@ -125,7 +125,8 @@ for flag in ("--leader-elect", "--leader-election-namespace=tj-system",
 known = ("--kubeconfig", "--namespace", "--leader-elect", "--leader-election-namespace",
          "--leader-election-id", "--metrics-bind-address", "--health-probe-bind-address",
          "--workers", "--kube-api-qps", "--kube-api-burst", "--log-format", "--network-policy",
-         "--network-policy-operator-namespace", "--network-policy-operator-labels")
+         "--network-policy-operator-namespace", "--network-policy-operator-labels",
+         "--restart-in-place", "--kueue-priority-boost-max", "--kueue-priority-boost-seconds")
 check(all(a.split("=")[0] in known for a in args), "every flag is one tj-operator has: %s" % args)
 env = {e["name"]: e.get("value") for e in c["env"]}
 check(env.get("TJ_LOG_LEVEL") == "info", "TJ_LOG_LEVEL from logLevel")

@@ -27,6 +27,7 @@ TEST(TrimPodForCache, KeepsWhatTheReconcilerReads) {
                             {"reason", "Unschedulable"},
                             {"message", "0/1 nodes are available"}};
   const json ended = {{"name", "trainer"},
+                      {"restartCount", 2},  // restarts in place, which the reconciler counts
                       {"state",
                        {{"terminated",
                          {{"exitCode", 3},
@@ -37,7 +38,6 @@ TEST(TrimPodForCache, KeepsWhatTheReconcilerReads) {
   pending_as_sent["lastTransitionTime"] = "2026-01-01T00:00:00Z";
   json ended_as_sent = ended;
   ended_as_sent["ready"] = false;
-  ended_as_sent["restartCount"] = 0;
   json ready = {
       {"type", "Ready"}, {"status", "True"}, {"lastTransitionTime", "2026-01-01T00:00:00Z"}};
   json running = {{"name", "sidecar"},
