@@ -109,7 +109,7 @@ void TrimPodForCache(json& pod) {
     }
   }
   if (auto spec = pod.find("spec"); spec != pod.end()) {
-    KeepOnly(*spec, {"containers"});
+    KeepOnly(*spec, {"containers", "nodeName", "tolerations"});
     if (auto cs = spec->find("containers"); cs != spec->end() && cs->is_array()) {
       for (auto& c : *cs) {
         if (c.is_object()) c = ContainerAsCached(c);
@@ -172,17 +172,47 @@ json TemplateForView(const json& pod_template) {
   }
   const std::string hash = KeyHashOf(pod_template);
   if (!hash.empty()) meta["annotations"] = {{kKeyHashAnnotation, hash}};
-  json containers = json::array();
+  json spec_out = {{"containers", json::array()}};
   if (pod_template.is_object()) {
     auto spec = pod_template.find("spec");
     if (spec != pod_template.end() && spec->is_object()) {
       auto cs = spec->find("containers");
       if (cs != spec->end() && cs->is_array()) {
-        for (const auto& c : *cs) containers.push_back(ContainerAsCached(c));
+        for (const auto& c : *cs) spec_out["containers"].push_back(ContainerAsCached(c));
+      }
+      for (const char* k : {"nodeName", "tolerations"}) {
+        if (auto it = spec->find(k); it != spec->end()) spec_out[k] = *it;
       }
     }
   }
-  return {{"metadata", std::move(meta)}, {"spec", {{"containers", std::move(containers)}}}};
+  return {{"metadata", std::move(meta)}, {"spec", std::move(spec_out)}};
+}
+
+void TrimNodeForCache(json& node) {
+  if (!node.is_object()) return;
+  KeepOnly(node, {"apiVersion", "kind", "metadata", "spec", "status"});
+  if (auto md = node.find("metadata"); md != node.end()) {
+    KeepOnly(*md, {"name", "uid", "resourceVersion"});
+  }
+  if (auto spec = node.find("spec"); spec != node.end()) {
+    KeepOnly(*spec, {"taints", "unschedulable"});
+  }
+  if (auto st = node.find("status"); st != node.end()) {
+    KeepOnly(*st, {"conditions"});
+    auto conds = st->find("conditions");
+    if (conds == st->end()) return;
+    json ready = json::array();
+    if (conds->is_array()) {
+      for (auto& c : *conds) {
+        if (kube::TextOf(c, "type") != "Ready") continue;
+        // Not lastHeartbeatTime: a heartbeat that changes nothing else is no reason for a pass.
+        KeepOnly(c, {"type", "status", "reason", "lastTransitionTime"});
+        ready.push_back(std::move(c));
+        break;
+      }
+    }
+    *conds = std::move(ready);
+  }
 }
 
 namespace {

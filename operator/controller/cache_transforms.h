@@ -12,10 +12,10 @@ namespace tj::controller {
 // A pod as the operator reads it (pod_view.h): metadata without managedFields, annotations
 // (but the rendezvous key's hash, kKeyHashAnnotation) and labels other than tjo.dev/...; of the
 // spec only each container's name, --status-port argument and TJ_STATUS_PORT env (the status
-// port); of the status the phase, reason, podIP, conditions (the scheduler's reason for a
-// pending pod, DisruptionTarget) and each container status's name and state. Drops the rest
-// of the args and env (TF_CONFIG), volumes and everything else: what stays of a pod does not
-// grow with its template.
+// port), the node it is bound to and its tolerations; of the status the phase, reason, podIP,
+// conditions (the scheduler's reason for a pending pod, DisruptionTarget) and each container
+// status's name and state. Drops the rest of the args and env (TF_CONFIG), volumes and everything
+// else: what stays of a pod does not grow with its template.
 void TrimPodForCache(nlohmann::json& pod);
 
 // What the cache keeps of a container: its name, a --status-port argument (as
@@ -23,10 +23,18 @@ void TrimPodForCache(nlohmann::json& pod);
 nlohmann::json ContainerAsCached(const nlohmann::json& container);
 
 // A pod template reduced to what the view (pod_view.h) of a pod built from it reads: its
-// containers as cached, of its metadata the timestamps, tjo.dev/... labels and the key hash.
+// containers as cached, its nodeName and tolerations, of its metadata the timestamps,
+// tjo.dev/... labels and the key hash.
 // BuildPod from it gives a pod whose view equals that of the pod built from the whole
 // template, without copying the template (the reconciler's view of the pods it creates).
 nlohmann::json TemplateForView(const nlohmann::json& pod_template);
+
+// A Node as the operator reads it (node_view.h): its name, uid and resourceVersion, its taints
+// and spec.unschedulable, and of its status only the Ready condition's type, status, reason and
+// lastTransitionTime. Its images, addresses, capacity and the heartbeat times of its
+// conditions, most of a Node's bytes, are dropped; so a node informer's update that leaves what
+// stays alone changes only the resourceVersion (OnlyVersionChanged).
+void TrimNodeForCache(nlohmann::json& node);
 
 // Whether `object` has a controller ownerReference to a TrainingJob (kind TrainingJob,
 // apiVersion tjo.dev/...). The pod and Service informers keep nothing else

@@ -126,10 +126,13 @@ std::string PodView::PendingReason() const {
 
 PodView ViewOfPod(const json& pod) {
   PodView v;
-  v.name = api::RefOf(pod).name;
+  const api::ObjectRef ref = api::RefOf(pod);
+  v.name = ref.name;
+  v.uid = ref.uid;
   v.being_deleted = kube::IsBeingDeleted(pod);
   v.created = TimeOf(kube::MetadataOf(pod), "creationTimestamp");
   v.deleted_at = TimeOf(kube::MetadataOf(pod), "deletionTimestamp");
+  v.grace_ends = v.deleted_at;
   // The API server sets deletionTimestamp to when the grace period ends: the deletion was
   // asked for that many seconds before.
   const json& grace = Field(kube::MetadataOf(pod), "deletionGracePeriodSeconds");
@@ -145,6 +148,8 @@ PodView ViewOfPod(const json& pod) {
     v.trainer_container = TextOf(pod["spec"]["containers"][i], "name");
   }
   v.status_port = StatusPortOf(pod);
+  v.node_name = NodeNameOf(pod);
+  v.tolerations = TolerationsOf(Field(Field(pod, "spec"), "tolerations"));
 
   const json& status = Field(pod, "status");
   if (std::string phase = TextOf(status, "phase"); !phase.empty()) v.phase = std::move(phase);
@@ -166,5 +171,7 @@ PodView ViewOfPod(const json& pod) {
   }
   return v;
 }
+
+std::string NodeNameOf(const json& pod) { return TextOf(Field(pod, "spec"), "nodeName"); }
 
 }  // namespace tj::controller

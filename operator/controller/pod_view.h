@@ -15,6 +15,7 @@
 
 #include "kube/time_format.h"
 #include "operator/api/training_job.h"
+#include "operator/controller/node_view.h"
 
 namespace tj::controller {
 
@@ -41,9 +42,12 @@ struct TerminatedContainer {
 struct PodView {
   // metadata
   std::string name;
+  std::string uid;
   bool being_deleted = false;  // deletionTimestamp is set
   // When its deletion was asked for: deletionTimestamp less deletionGracePeriodSeconds.
   std::optional<kube::WallTime> deleted_at;
+  // deletionTimestamp itself: when its grace period ends and its kubelet kills what still runs.
+  std::optional<kube::WallTime> grace_ends;
   std::optional<kube::WallTime> created;
   std::optional<api::ReplicaType> replica_type;  // tjo.dev/replica-type
   int replica_index = -1;                        // tjo.dev/replica-index; -1: absent or not a count
@@ -53,6 +57,8 @@ struct PodView {
   // (StatusPortOf)
   std::string trainer_container;
   std::optional<int> status_port;
+  std::string node_name;                // spec.nodeName: the node it is bound to ("": none yet)
+  std::vector<Toleration> tolerations;  // spec.tolerations
   // status
   std::string phase = "Pending";  // Pending when the kubelet has not said
   std::string reason;             // status.reason: Evicted, Preempting, Shutdown, ...
@@ -81,5 +87,9 @@ struct PodView {
 };
 
 PodView ViewOfPod(const nlohmann::json& pod);
+
+// spec.nodeName: the node the pod is bound to; "" when none (or not a string). PodView's
+// node_name, for those that read a raw pod (the node index of the pod cache).
+std::string NodeNameOf(const nlohmann::json& pod);
 
 }  // namespace tj::controller

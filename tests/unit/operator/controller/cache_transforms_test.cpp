@@ -130,6 +130,11 @@ TEST(TemplateForView, GivesThePodsViewWithoutTheTemplate) {
     json& tmpl = job["spec"]["replicaSpecs"]["Worker"]["template"];
     tmpl["spec"]["containers"] = containers;
     for (json& c : tmpl["spec"]["containers"]) c["image"] = "tj-trainer";
+    tmpl["spec"]["tolerations"] = json::array({{{"key", "gpu"},
+                                                {"operator", "Exists"},
+                                                {"effect", "NoExecute"},
+                                                {"tolerationSeconds", 60}}});
+    tmpl["spec"]["nodeName"] = "node-7";
     tmpl["metadata"] = {{"labels", {{"team", "a"}, {"tjo.dev/job-name", "other"}}},
                         {"annotations", {{"big", std::string(1000, 'x')}}}};
     auto spec = api::ParseSpec(job["spec"]);

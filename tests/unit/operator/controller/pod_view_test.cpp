@@ -33,6 +33,13 @@ json WholePod(int index, const json& status) {
   md["managedFields"] = json::array({{{"manager", "tj-operator"}, {"operation", "Update"}}});
   md["annotations"]["kubectl.kubernetes.io/last-applied-configuration"] = "{}";
   pod["spec"]["nodeName"] = "node-1";
+  // What the DefaultTolerationSeconds admission plugin adds to every pod.
+  for (const char* key : {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}) {
+    pod["spec"]["tolerations"].push_back({{"key", key},
+                                          {"operator", "Exists"},
+                                          {"effect", "NoExecute"},
+                                          {"tolerationSeconds", 300}});
+  }
   pod["spec"]["serviceAccountName"] = "default";
   pod["spec"]["volumes"].push_back({{"name", "kube-api-access"}, {"projected", json::object()}});
   pod["status"] = status;
@@ -151,6 +158,10 @@ TEST_P(PodViewTest, TheCachedPodReadsAsTheWholeOne) {
   EXPECT_EQ(cached.waiting, whole.waiting);
   EXPECT_EQ(cached.trainer_terminated, whole.trainer_terminated);
   EXPECT_EQ(cached.being_deleted, whole.being_deleted);
+  EXPECT_EQ(cached.uid, whole.uid);
+  EXPECT_EQ(cached.grace_ends, whole.grace_ends);
+  EXPECT_EQ(cached.node_name, whole.node_name);
+  EXPECT_EQ(cached.tolerations, whole.tolerations);
 }
 
 INSTANTIATE_TEST_SUITE_P(Table, PodViewTest, ::testing::ValuesIn(Cases()),
@@ -179,6 +190,21 @@ TEST(PodView, ReadsTheOperatorsLabelsAndAnnotations) {
   EXPECT_EQ(v.pod_ip, "10.1.0.7");
   EXPECT_TRUE(v.Active());
   EXPECT_EQ(v.PendingReason(), "");
+}
+
+// What the lost-node rules read of a pod: its uid (a force deletion's precondition), the node
+// it is bound to, its tolerations, and when its grace period ends.
+TEST(PodView, ReadsItsNodeTolerationsAndGracePeriod) {
+  const PodView running = ViewOfPod(CaseNamed("Running"));
+  EXPECT_EQ(running.uid, "pod-uid-0");
+  EXPECT_EQ(running.node_name, "node-1");
+  ASSERT_EQ(running.tolerations.size(), 2u);
+  EXPECT_EQ(running.tolerations[1],
+            (Toleration{"node.kubernetes.io/unreachable", "Exists", "", "NoExecute", 300}));
+  EXPECT_FALSE(running.grace_ends);
+  const PodView deleting = ViewOfPod(CaseNamed("Deleting"));
+  EXPECT_EQ(deleting.grace_ends, kube::ParseTime(kFinished));
+  EXPECT_EQ(deleting.deleted_at, *kube::ParseTime(kFinished) - std::chrono::seconds(30));
 }
 
 TEST(PodView, SaysWhyAPodIsPending) {
