@@ -43,10 +43,16 @@ Pass::Pass(const Observed& observed, const ReconcilerOptions& options)
     if (!IsOwnedBy(p, observed.job)) continue;  // a foreign pod wearing our label: not ours
     pods_.push_back(ViewOfPod(p));
   }
+  if (observed.nodes) {
+    for (const auto& [name, node] : *observed.nodes) nodes_[name] = ViewOfNode(node);
+  }
 }
 
 // The rules, in the order they apply. A step that returns true has decided the pass.
 Decision Pass::Run() {
+  // Whatever else holds: a pod stuck terminating on a lost node keeps its name from the next
+  // gang, and a job deleted in the foreground waits for it.
+  ForceDeletePodsOfLostNodes();
   if (kube::IsBeingDeleted(observed_.job)) {
     return std::move(decision_);  // the garbage collector removes what it owns
   }
@@ -68,11 +74,13 @@ Decision Pass::Run() {
   if (FailPastActiveDeadline()) return EndCountingReplicas();
 
   const Gang gang = SortPodsAndDeleteStale();
+  ReplaceEvaluatorOnLostNode(gang);
   if (RestartForANewKey(gang)) return EndCountingReplicas();
   const GangCensus census = TakeCensus(gang);
   NoteWholeGangCreated(gang, census);
   if (SucceedOnceTrained(gang, census)) return EndCountingReplicas();
   if (ChargeInPlaceRestarts(gang)) return EndCountingReplicas();
+  if (RestartForLostNodes(gang, census)) return EndCountingReplicas();
   if (FailOrRestartGang(gang, census)) return EndCountingReplicas();
   CreateMissingPods(gang, census);
   SuperviseEvaluator(gang);

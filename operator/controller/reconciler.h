@@ -8,6 +8,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
@@ -56,6 +57,11 @@ struct ReconcilerOptions {
   // counts it (ChargeInPlaceRestarts). Chosen at start from the API server's version
   // (--restart-in-place, docs/reliability.md).
   bool restart_in_place = false;
+  // A pod of the job being deleted on a lost node that is not Ready (node_view.h), whose
+  // kubelet is not there to confirm its end, is force-deleted (gracePeriodSeconds 0, its UID
+  // the precondition) this long after the later of its grace period's end (deletionTimestamp)
+  // and the node's loss; 0: never (it stays until its node comes back, or an admin deletes it).
+  std::chrono::milliseconds lost_node_force_delete{std::chrono::seconds(30)};
 };
 
 // What the API server refused of an earlier pass's action (a create of the job's NetworkPolicy
@@ -126,6 +132,11 @@ struct Observed {
   // The job's PodGroups (labelled with its name, gang_scheduling.h), by the apiVersion of each
   // PodGroup kind the operator watches; a kind it does not watch is absent.
   std::map<std::string, std::vector<nlohmann::json>> pod_groups;
+  // The nodes the job's pods are bound to (spec.nodeName), by name, as the operator watches
+  // them (TrimNodeForCache); a node it does not know (deleted, or not in its cache yet) is
+  // absent. nullopt when the operator does not watch nodes (it may not list them): no rule
+  // then judges a node.
+  std::optional<std::map<std::string, nlohmann::json>> nodes;
   // Refusals of the job's earlier passes not yet said in its status, by the resource's plural
   // (networkpolicies, workloads).
   std::map<std::string, Refusal> refused;
@@ -149,6 +160,10 @@ struct Action {
   // memory at once; `object` then holds only the pod's name and its replica-type and
   // restart-count labels. ObjectOf() gives the object to send either way.
   std::function<nlohmann::json()> build;
+  // kDelete: gracePeriodSeconds (none: the object's own), and a precondition on the object's
+  // UID ("": none), so that a force deletion never removes a newer object of the same name.
+  std::optional<int64_t> grace_period_seconds;
+  std::string precondition_uid;
   std::string event_type;  // kEvent: Normal | Warning
   std::string reason;      // kEvent
   std::string message;     // kEvent

@@ -163,14 +163,7 @@ bool Pass::FailOrRestartGang(const Gang& gang, const GangCensus& census) {
     return tie_rank(a) < tie_rank(b);
   });
   const Failure& cause = *order.front();
-  // The consequences, the first few by name (a gang of 512 fails 511 times after its cause).
-  std::string then;
-  for (size_t i = 1; i < order.size() && i <= kNamedConsequences; ++i) {
-    then += (then.empty() ? "; then " : ", ") + Describe(order[i]->pod, order[i]->outcome);
-  }
-  if (order.size() > kNamedConsequences + 1) {
-    then += " and " + std::to_string(order.size() - kNamedConsequences - 1) + " more";
-  }
+  const std::string then = Consequences(order, 1);
   if (!cause.retryable) {
     Fail(cause.policy == api::RestartPolicy::kNever ? "PodFailed" : "NonRetryableExitCode",
          Describe(cause.pod, cause.outcome) + ", which restartPolicy " +
@@ -221,6 +214,17 @@ bool Pass::ChargeInPlaceRestarts(const Gang& gang) {
   status_.progress_time.reset();  // the restarted gang is judged afresh
   CopyProgress();
   return false;
+}
+
+std::string Pass::Consequences(const std::vector<const Failure*>& order, size_t from) {
+  std::string then;
+  for (size_t i = from; i < order.size() && i < from + kNamedConsequences; ++i) {
+    then += (then.empty() ? "; then " : ", ") + Describe(order[i]->pod, order[i]->outcome);
+  }
+  if (order.size() > from + kNamedConsequences) {
+    then += " and " + std::to_string(order.size() - from - kNamedConsequences) + " more";
+  }
+  return then;
 }
 
 bool Pass::WaitForTheGangToEnd(const GangCensus& census) {

@@ -10,6 +10,8 @@
 //                                   admitted, the assignment applied, an eviction's restart
 //   reconciler_gang.cpp             the gang: its pods sorted and counted, missing ones created,
 //                                   a failure charged to the failure policy, a gang restart
+//   reconciler_lost_node.cpp        lost nodes: a gang pod there restarts the gang at once, a
+//                                   pod stuck terminating there is force-deleted
 //   reconciler_gang_group.cpp       the gang's PodGroup, made before its pods, which name it
 //   reconciler_rendezvous_key.cpp   the rendezvous Secret and the key the pods hold
 //   reconciler_network_policy.cpp   the job's NetworkPolicy, and what a refused one says
@@ -34,6 +36,7 @@
 #include "operator/api/training_job.h"
 #include "operator/controller/gang_scheduling.h"
 #include "operator/controller/kueue_admission.h"
+#include "operator/controller/node_view.h"
 #include "operator/controller/pod_view.h"
 #include "operator/controller/reconciler.h"
 
@@ -154,6 +157,10 @@ class Pass {
   // and the gang's pods are deleted whatever cleanPodPolicy says (the kubelet would restart
   // them again). True: the job has failed.
   bool ChargeInPlaceRestarts(const Gang& gang);
+  // "; then pod x exited with code 75, pod y ... and 3 more": the failures of `order` from
+  // `from` on, the first few by name (a gang of 512 fails 511 times after its cause); "" when
+  // there are none.
+  static std::string Consequences(const std::vector<const Failure*>& order, size_t from);
   // True while a failure waits for pods of the gang that still run, at most
   // options_.failure_settle from status.firstFailureTime (recorded, with an Event, by the
   // first pass that sees a failure).
@@ -180,6 +187,28 @@ class Pass {
   void CreateMissingPods(const Gang& gang, const GangCensus& census);
   // restart_backoff_base doubled `doublings` times, at most restart_backoff_max.
   milliseconds RestartBackoff(int doublings) const;
+
+  // --- Lost nodes (reconciler_lost_node.cpp) ---
+  // How the node `pod` is bound to stands for it (JudgeNode, as of now): nullopt when it is
+  // not lost, when the pod is not bound, when its node is unknown, or when the operator does
+  // not watch nodes. A node the pod will lose later (a tolerated taint's tolerationSeconds
+  // running out) brings a pass then.
+  std::optional<NodeLoss> LossOf(const PodView& pod);
+  // Every pod of the job being deleted on a lost node that is not Ready: force-deleted
+  // (gracePeriodSeconds 0, its UID the precondition; Event ForceDeleted naming the node)
+  // options_.lost_node_force_delete after the later of its grace period's end and the node's
+  // loss, or a pass then. Its kubelet will never confirm its end, and the pods of the next
+  // gang take the same names. Never a pod whose node is Ready.
+  void ForceDeletePodsOfLostNodes();
+  // A chief or worker pod of the gang that has not ended, bound to a lost node, restarts the
+  // gang now (cause NodeLost, charged as spec.failurePolicy says; Event NodeLost naming the
+  // node and the pod), without waiting for Kubernetes to evict it. A failure of the gang that
+  // came before the node was lost (other than a peer's lost-peer exit 75, the loss's
+  // consequence) is judged first, by FailOrRestartGang. True: the pass has decided.
+  bool RestartForLostNodes(const Gang& gang, const GangCensus& census);
+  // The evaluator, running on a lost node, is deleted (Event NodeLost): once it is gone (the
+  // force deletion above) SuperviseEvaluator makes it again, uncounted. The gang goes on.
+  void ReplaceEvaluatorOnLostNode(const Gang& gang);
 
   // --- The gang's PodGroup (reconciler_gang_group.cpp) ---
   // Before gang `number`'s pods are created, when the job's gang is scheduled together
@@ -316,9 +345,10 @@ class Pass {
   std::unique_ptr<api::TrainingJobSpec> view_spec_;  // ViewSpec()
   api::TrainingJobStatus status_;
   json original_status_;
-  std::vector<PodView> pods_;          // the job's own pods
-  std::vector<PodView> created_pods_;  // by this pass: Pending, so active in replicaStatuses
-  std::string key_hash_;               // of the rendezvous Secret's key, set by EnsureSecret
+  std::vector<PodView> pods_;              // the job's own pods
+  std::map<std::string, NodeView> nodes_;  // Observed::nodes, read
+  std::vector<PodView> created_pods_;      // by this pass: Pending, so active in replicaStatuses
+  std::string key_hash_;                   // of the rendezvous Secret's key, set by EnsureSecret
   // Set by GroupTheGang: the PodGroup the chief and worker pods CreatePod makes are members of.
   std::optional<std::pair<gang::Kind, std::string>> gang_group_;
   Decision decision_;
