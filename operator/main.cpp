@@ -1,5 +1,6 @@
 // tj-operator: flags and wiring. Informers on TrainingJobs and the pods, services and (with
-// --network-policy) NetworkPolicies they own (never Secrets: it only creates them) feed a
+// --network-policy) NetworkPolicies they own (never Secrets: it only creates them), and on
+// Kueue's objects, PodGroups and Nodes where the operator may list them, feed a
 // rate-limited work queue; --workers threads sync keys through the executor
 // (operator/controller/executor.h), only while this instance leads when --leader-elect.
 #include <malloc.h>
@@ -162,6 +163,7 @@ struct Flags {
   int burst = 1000;
   std::string log_format = "json";
   int evaluator_grace_s = 300, progress_poll_s = 5, backoff_base_ms = 1000, failure_settle_s = 30;
+  int lost_node_force_delete_s = 30;
   int kueue_priority_boost_max = 0;
   int kueue_priority_boost_seconds = 60;
   // auto: gang pods restart in place on Kubernetes 1.36+ (RestartAllContainers); never.
@@ -238,6 +240,12 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags& f) {
                  "judged (the first failure decides)")
       ->capture_default_str()
       ->check(CLI::Range(0, 3600));
+  app.add_option("--lost-node-force-delete-seconds", f.lost_node_force_delete_s,
+                 "a job's pod still terminating on a node that is not Ready this long after the "
+                 "later of its grace period's end and the node's loss is force-deleted "
+                 "(gracePeriodSeconds 0), so the next gang can take its name; 0: never")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 86400));
   app.add_option("--kueue-priority-boost-max", f.kueue_priority_boost_max,
                  "at most this Kueue priority boost (kueue.x-k8s.io/priority-boost) on an "
                  "admitted job's Workload, one per --kueue-priority-boost-seconds of work since "
@@ -367,13 +375,14 @@ std::optional<int> ConnectToApiServer(const Flags& f, tj::Clock* clock, tj::Even
 }
 
 // The informers the operator adds where it may list what they watch (job_informers.h), said in
-// the log: Kueue's objects (with every queued job's Workload) and each kind of PodGroup; and
-// whether the API server serves Kubernetes' own PodGroups (docs/gangs.md: jobs whose gang is
-// Auto get one), from the same discovery answer. Looked for once: Kueue or a scheduler
-// installed (or the operator given the right) later needs the operator restarted; until then
-// Kueue's objects are read from the API server when a pass needs them (a queued job's Workload
-// on every pass, polled every 2 s). A server that does not answer is taken to serve no
-// PodGroup.
+// the log: Kueue's objects (with every queued job's Workload), each kind of PodGroup, and the
+// cluster's Nodes (the lost-node rules: without them, one warning says what is missing and no
+// pass judges a node); and whether the API server serves Kubernetes' own PodGroups
+// (docs/gangs.md: jobs whose gang is Auto get one), from the same discovery answer. Looked for
+// once: Kueue or a scheduler installed (or the operator given the right) later needs the
+// operator restarted; until then Kueue's objects are read from the API server when a pass
+// needs them (a queued job's Workload on every pass, polled every 2 s). A server that does not
+// answer is taken to serve no PodGroup.
 void WatchWherePermitted(tj::kube::Client* client, tj::Clock* clock, const std::string& ns,
                          tj::kube::WorkQueue* queue, tj::EventLog& log,
                          tj::controller::JobInformers* informers,
@@ -407,6 +416,16 @@ void WatchWherePermitted(tj::kube::Client* client, tj::Clock* clock, const std::
     }
   }
   executor->set_pod_group_caches(informers->PodGroups());
+  const tj::controller::Watchability nodes = watchable("nodes", {&tj::kube::resources::kNodes});
+  if (nodes.watchable) {
+    tj::controller::AddNodeInformer(informers, client, clock, queue, &log);
+    executor->set_node_cache(&informers->nodes->cache());
+  } else if (nodes.served) {  // forbidden (an error of the server was said above)
+    log.Warn(nodes.why_not +
+             " (grant list and watch on nodes, cluster-wide): lost nodes are not noticed; a "
+             "job's pod on one waits for Kubernetes' eviction, and a pod stuck terminating "
+             "there keeps the job's next gang from starting");
+  }
 }
 
 // The API server's version, read once (GET /version): an exit code, said in the log, when it
@@ -596,6 +615,7 @@ tj::controller::ReconcilerOptions ReconcilerOptionsOf(const Flags& f) {
   o.failure_settle = std::chrono::seconds(f.failure_settle_s);
   o.kueue_priority_boost_max = f.kueue_priority_boost_max;
   o.kueue_priority_boost_per = std::chrono::seconds(f.kueue_priority_boost_seconds);
+  o.lost_node_force_delete = std::chrono::seconds(f.lost_node_force_delete_s);
   if (f.network_policy) o.network_policy = f.network_policy_settings;
   return o;
 }

@@ -311,6 +311,7 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
   if (deps_.departed_pods != nullptr) in.departed = deps_.departed_pods->Of(key, uid);
   if (!kueue::QueueName(in.job).empty()) TJ_RETURN_IF_ERROR(ReadQueue(ns, &in));
   ReadPodGroups(ns, name, &in);
+  ReadNodes(&in);
   in.refused = TakeRefusals(key);
   if (deps_.random_key) in.new_rendezvous_key = deps_.random_key();
   if (!api::TrainingJobStatus::FinishedIn(in.job)) ReadTrainerProgress(ns, name, &in);
@@ -397,6 +398,16 @@ void Executor::ReadPodGroups(const std::string& ns, const std::string& name, Obs
                                   std::string(api::kLabelJobName) + "=" + name)) {
       if (api::RefOf(g).ns == ns) groups.push_back(std::move(g));
     }
+  }
+}
+
+void Executor::ReadNodes(Observed* in) const {
+  if (deps_.nodes == nullptr) return;
+  in->nodes.emplace();
+  for (const json& pod : in->pods) {
+    const std::string node = NodeNameOf(pod);
+    if (node.empty() || in->nodes->contains(node)) continue;
+    if (auto n = deps_.nodes->Get(node)) (*in->nodes)[node] = std::move(*n);
   }
 }
 
@@ -647,8 +658,14 @@ Status Executor::Apply(const std::string& key, const json& job, const Decision& 
           uid = api::RefOf(*cached).uid;
         }
         expectations_.ExpectDelete(key, a.resource, object_key, uid);
-        auto r = c->Delete(a.resource, ref.ns, a.name);
-        if (!r.ok() && !kube::IsNotFound(r.error())) {
+        kube::DeleteOptions o;
+        o.grace_period_seconds = a.grace_period_seconds;
+        if (!a.precondition_uid.empty()) o.precondition_uid = a.precondition_uid;
+        auto r = c->Delete(a.resource, ref.ns, a.name, o);
+        // 409 with a UID precondition: the object of that name is another one by now; the
+        // one meant is gone.
+        const bool replaced = !r.ok() && !a.precondition_uid.empty() && kube::IsConflict(r.error());
+        if (!r.ok() && !kube::IsNotFound(r.error()) && !replaced) {
           expectations_.Forget(key, a.resource, object_key);
           return r.error().ToStatus().WithContext("deleting " + a.resource.plural + " " + ref.ns +
                                                   "/" + a.name);

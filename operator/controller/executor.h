@@ -123,6 +123,9 @@ struct ExecutorDeps {
   KueueCaches kueue;
   // The jobs' PodGroups as the operator watches them; a kind not watched is not read.
   PodGroupCaches pod_groups;
+  // The cluster's Nodes as the operator watches them (TrimNodeForCache); null when it does not
+  // (it may not list them): no pass then judges a node (Observed::nodes).
+  const kube::ObjectCache* nodes = nullptr;
 };
 
 // What passes over large jobs may hold at once. A pass costs memory with its job's templates:
@@ -182,6 +185,7 @@ class Executor {
   void set_restart_in_place(bool on) { options_.restart_in_place = on; }
   void set_kueue_caches(const KueueCaches& caches) { deps_.kueue = caches; }
   void set_pod_group_caches(const PodGroupCaches& caches) { deps_.pod_groups = caches; }
+  void set_node_cache(const kube::ObjectCache* nodes) { deps_.nodes = nodes; }
 
  private:
   // Fills in->trainer_status and in->final_evaluation from the pods in in->pods: the /status of
@@ -197,6 +201,9 @@ class Executor {
   Status ReadQueue(const std::string& ns, Observed* in);
   // in->pod_groups: the job's PodGroups of each watched kind, from the caches.
   void ReadPodGroups(const std::string& ns, const std::string& name, Observed* in) const;
+  // in->nodes: the nodes in->pods are bound to, from the node cache (nothing when nodes are not
+  // watched).
+  void ReadNodes(Observed* in) const;
   // The object `name` of `r` in `ns` as the cache shows it, else as the API server does;
   // nullopt when there is none.
   StatusOr<std::optional<nlohmann::json>> ReadExisting(const kube::Resource& r,

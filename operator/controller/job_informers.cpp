@@ -2,10 +2,12 @@
 
 #include <vector>
 
+#include "kube/object_meta.h"
 #include "kube/server_version.h"
 #include "operator/api/training_job.h"
 #include "operator/controller/cache_transforms.h"
 #include "operator/controller/kueue_admission.h"
+#include "operator/controller/pod_view.h"
 
 namespace tj::controller {
 
@@ -57,6 +59,12 @@ JobInformers MakeJobInformers(kube::Client* client, Clock* clock, const std::str
     o.keep = OwnedByATrainingJob;
     o.transform = pods ? TrimPodForCache : KeepIdentity;
     auto inf = std::make_unique<kube::Informer>(client, clock, o, log);
+    if (pods) {
+      inf->cache().AddIndex(kPodNodeIndex, [](const json& pod) {
+        const std::string node = NodeNameOf(pod);
+        return node.empty() ? std::vector<std::string>{} : std::vector<std::string>{node};
+      });
+    }
     auto note = [=](const json& pod) {
       if (pods && reported_backups != nullptr) reported_backups->Note(pod);
     };
@@ -139,6 +147,26 @@ void AddKueueInformers(JobInformers* informers, kube::Client* client, Clock* clo
   // change to one reaches the jobs admitted after it, as with live reads.
   informers->flavors = make(kueue::kResourceFlavors, "");
   informers->priority_classes = make(kueue::kWorkloadPriorityClasses, "");
+}
+
+void AddNodeInformer(JobInformers* informers, kube::Client* client, Clock* clock,
+                     kube::WorkQueue* queue, EventLog* log) {
+  kube::InformerOptions o;
+  o.resource = kube::resources::kNodes;
+  o.transform = TrimNodeForCache;
+  informers->nodes = std::make_unique<kube::Informer>(client, clock, o, log);
+  const kube::ObjectCache* pods = &informers->pods->cache();
+  auto enqueue_jobs_on = [queue, pods](const json& node) {
+    for (const json& pod :
+         pods->ByIndex(kPodNodeIndex, kube::TextOf(kube::MetadataOf(node), "name"))) {
+      EnqueueLabelledJob(queue, pod);
+    }
+  };
+  informers->nodes->AddHandlers({enqueue_jobs_on,
+                                 [=](const json& old_obj, const json& n) {
+                                   if (!OnlyVersionChanged(old_obj, n)) enqueue_jobs_on(n);
+                                 },
+                                 enqueue_jobs_on});
 }
 
 void AddPodGroupInformer(JobInformers* informers, gang::Kind kind, kube::Client* client,

@@ -1,9 +1,9 @@
 // The operator's informers: TrainingJobs, and the pods, Services and (when jobs get one)
 // NetworkPolicies labelled with a job's name and owned by a TrainingJob (others never enter
-// the caches). Every event that matters
-// enqueues the job's key; events that change nothing the reconciler reads (a resourceVersion, a
-// pod's scheduling condition) do not. No informer on Secrets: the operator creates the rendezvous
-// Secret and never reads one.
+// the caches); where the operator may list them, Kueue's objects, PodGroups and Nodes. Every
+// event that matters enqueues the job's key; events that change nothing the reconciler reads
+// (a resourceVersion, a pod's scheduling condition, a node's heartbeat) do not. No informer on
+// Secrets: the operator creates the rendezvous Secret and never reads one.
 #pragma once
 
 #include <array>
@@ -31,6 +31,8 @@ struct JobInformers {
   // The jobs' PodGroups of each kind (gang_scheduling.h), indexed by gang::Kind: null unless
   // AddPodGroupInformer made it.
   std::array<std::unique_ptr<kube::Informer>, std::size(gang::kKinds)> pod_groups;
+  // The cluster's Nodes: null unless AddNodeInformer made it.
+  std::unique_ptr<kube::Informer> nodes;
 
   OwnedObjectCaches Caches() const {
     return {&jobs->cache(), &pods->cache(), &services->cache(),
@@ -49,7 +51,7 @@ struct JobInformers {
   }
   std::vector<kube::Informer*> All() const {
     std::vector<kube::Informer*> all = {jobs.get(), pods.get(), services.get()};
-    for (const auto* more : {&network_policies, &workloads, &flavors, &priority_classes}) {
+    for (const auto* more : {&network_policies, &workloads, &flavors, &priority_classes, &nodes}) {
       if (*more) all.push_back(more->get());
     }
     for (const auto& i : pod_groups) {
@@ -58,6 +60,9 @@ struct JobInformers {
     return all;
   }
 };
+
+// The index of the pod cache by the node a pod is bound to (spec.nodeName; none when unbound).
+inline constexpr char kPodNodeIndex[] = "node";
 
 // Informers on `ns` ("" for all namespaces) feeding `queue`; not started. The pod events also
 // go to `reported_backups` and `departed` (either may be null). `network_policies`: also the
@@ -86,6 +91,13 @@ StatusOr<Watchability> Watchable(kube::Client& client,
 // whose name it is labelled with, so a queued job learns of its admission at once.
 void AddKueueInformers(JobInformers* informers, kube::Client* client, Clock* clock,
                        const std::string& ns, kube::WorkQueue* queue, EventLog* log);
+
+// Adds an informer on the cluster's Nodes to `informers` (not started), kept as
+// TrimNodeForCache trims them: a change of what the lost-node rules read of a node (its Ready
+// condition, its taints) enqueues every job with a pod bound to it (the pod cache's
+// kPodNodeIndex). Needs list and watch on nodes, cluster-wide.
+void AddNodeInformer(JobInformers* informers, kube::Client* client, Clock* clock,
+                     kube::WorkQueue* queue, EventLog* log);
 
 // Adds an informer on the PodGroups of `kind` labelled with a job's name to `informers` (not
 // started).

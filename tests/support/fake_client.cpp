@@ -31,10 +31,13 @@ FakeClient::Call CallOf(FakeClient::Verb verb, const kube::Resource& r, const st
   return c;
 }
 
-std::string NameOf(const json& object) {
+// metadata[key] of `object`, "" when it has none.
+std::string MetadataText(const json& object, const char* key) {
   const auto m = object.find("metadata");
-  return m != object.end() && m->is_object() ? m->value("name", "") : "";
+  return m != object.end() && m->is_object() ? m->value(key, "") : "";
 }
+
+std::string NameOf(const json& object) { return MetadataText(object, "name"); }
 
 }  // namespace
 
@@ -185,10 +188,25 @@ kube::Result<json> FakeClient::Patch(const kube::Resource& r, const std::string&
 }
 
 kube::Result<json> FakeClient::Delete(const kube::Resource& r, const std::string& ns,
-                                      const std::string& name, const kube::DeleteOptions&) {
-  const Call call = CallOf(Verb::kDelete, r, ns, name);
+                                      const std::string& name, const kube::DeleteOptions& options) {
+  Call call = CallOf(Verb::kDelete, r, ns, name);
+  // The options as the DeleteOptions body carries them, those that are set.
+  if (!options.propagation_policy.empty()) {
+    call.body["propagationPolicy"] = options.propagation_policy;
+  }
+  if (options.precondition_uid) call.body["preconditions"]["uid"] = *options.precondition_uid;
+  if (options.grace_period_seconds) call.body["gracePeriodSeconds"] = *options.grace_period_seconds;
   return Serve<json>(call, [&]() -> kube::Result<json> {
-    existing.erase(call.Key());
+    const auto it = existing.find(call.Key());
+    if (it != existing.end() && options.precondition_uid) {
+      const std::string uid = MetadataText(it->second, "uid");
+      if (uid != *options.precondition_uid) {
+        return ApiErrorOf(409, "Conflict",
+                          "Precondition failed: UID in precondition: " + *options.precondition_uid +
+                              ", UID in object meta: " + uid);
+      }
+    }
+    if (it != existing.end()) existing.erase(it);
     return json::object();
   });
 }

@@ -33,8 +33,8 @@ class FakeClient : public kube::Client {
     Verb verb = Verb::kGet;
     kube::Resource resource;  // none for Raw
     std::string ns;
-    std::string name;            // Create, Update, UpdateStatus: the object's metadata.name
-    json body;                   // the object, the patch or Raw's body; null where none
+    std::string name;  // Create, Update, UpdateStatus: the object's metadata.name
+    json body;         // the object, the patch, Raw's body or Delete's options set; null where none
     std::string label_selector;  // List, Watch
     std::string request;         // Raw: "GET /apis/...?limit=1"
     bool ok = false;             // whether it was answered with success
@@ -50,7 +50,8 @@ class FakeClient : public kube::Client {
   //
   // The objects on the server by "<plural>/<name>", whatever their namespace. Get answers from
   // here (404 NotFound when absent), a Create of one of them is 409 AlreadyExists, and Delete
-  // removes it (and succeeds when there was none).
+  // removes it (and succeeds when there was none; 409 Conflict when a UID precondition names
+  // another uid than the object's).
   std::map<std::string, json> existing;
   // Whether a Create or an Update keeps the object in `existing`. A status write or a patch
   // never changes it, and no write sets a resourceVersion.

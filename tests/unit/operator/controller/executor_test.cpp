@@ -267,6 +267,7 @@ class ExecutorPass : public ::testing::Test {
       deps.caches = OwnedObjectCaches{&jobs_, &pods_, &services_, &network_policies_};
       deps.kueue = kueue_;
       deps.pod_groups = pod_groups_;
+      deps.nodes = nodes_;
       deps.clock = &clock_;
       deps.status_poller = poller_;
       deps.defer_status = StatusDeferral{[this](const std::string&) { return busy_; },
@@ -404,6 +405,7 @@ class ExecutorPass : public ::testing::Test {
   KueueCaches kueue_;
   PodGroupCaches pod_groups_;
   bool native_pod_groups_ = false;
+  const kube::ObjectCache* nodes_ = nullptr;  // the Nodes as watched (null: not watched)
   std::unique_ptr<Executor> executor_;
 };
 
@@ -645,6 +647,42 @@ TEST_F(ExecutorPass, AQueuedGangJobsPassReadsNothingLive) {
   EXPECT_EQ(std::count(created.begin(), created.end(), "podgroups/mnist-gang-0"), 1);
   EXPECT_EQ(client_.Count(Verb::kGet) + client_.Count(Verb::kList), 0)
       << "a live read on a pass of a queued gang job";
+}
+
+// A pod of the job stuck terminating on a node that is not Ready: the pass reads the node from
+// the node cache and force-deletes the pod, gracePeriodSeconds 0 and its UID the precondition.
+// A 409 of that precondition (the name is a newer pod's by now) leaves the pass going on.
+TEST_F(ExecutorPass, ForceDeletesAPodStuckOnALostNodeWithItsUidAsThePrecondition) {
+  const auto now = std::chrono::system_clock::now();
+  const json job = TestJob("uid-new");
+  json pod = BuildPod(job, *api::ParseSpec(job["spec"]), api::ReplicaType::kWorker, 1, 0);
+  pod["metadata"]["uid"] = "pod-uid-1";
+  pod["metadata"]["deletionTimestamp"] = kube::FormatTime(now - std::chrono::minutes(10));
+  pod["metadata"]["deletionGracePeriodSeconds"] = 30;
+  pod["spec"]["nodeName"] = "node-b";
+  TrimPodForCache(pod);
+  pods_.Upsert(pod);
+  json node = {
+      {"metadata", {{"name", "node-b"}}},
+      {"status",
+       {{"conditions",
+         json::array({{{"type", "Ready"},
+                       {"status", "Unknown"},
+                       {"lastTransitionTime", kube::FormatTime(now - std::chrono::hours(1))}}})}}}};
+  kube::ObjectCache nodes;
+  nodes.Upsert(node);
+  nodes_ = &nodes;
+  client_.existing["pods/mnist-worker-1"] = {
+      {"metadata", {{"name", "mnist-worker-1"}, {"uid", "a-newer-pod"}}}};
+  auto r = Sync();
+  ASSERT_TRUE(r.ok()) << r.status().message();
+  const std::vector<FakeClient::Call> deletes = client_.Calls(Verb::kDelete, "pods");
+  ASSERT_EQ(deletes.size(), 1u);
+  EXPECT_EQ(deletes[0].name, "mnist-worker-1");
+  EXPECT_EQ(deletes[0].body,
+            (json{{"gracePeriodSeconds", 0}, {"preconditions", {{"uid", "pod-uid-1"}}}}));
+  EXPECT_FALSE(deletes[0].ok) << "409: another pod of the name";
+  EXPECT_TRUE(client_.existing.contains("pods/mnist-worker-1")) << "the newer pod stays";
 }
 
 // The gang's PodGroup is created before its pods, and a pod is not created without it: a

@@ -64,5 +64,22 @@ TEST(Watchable, AKindIsWatchedWhereServedAndListable) {
   EXPECT_TRUE(w->served);
 }
 
+// Nodes, cluster-scoped: listed without a namespace whatever the operator watches; one the
+// operator may not list is served and not watched (the lost-node rules are off).
+TEST(Watchable, NodesAreListedClusterWide) {
+  FakeClient client;
+  client.AnswerRaw("GET /api/v1", {{"resources", json::array({{{"name", "nodes"}}})}});
+  client.AnswerRaw("GET /api/v1/nodes?limit=1", ApiErrorOf(403, "Forbidden", "cannot list"));
+  auto w = Watchable(client, {&kube::resources::kNodes}, "team-a");
+  ASSERT_TRUE(w.ok());
+  EXPECT_FALSE(w->watchable);
+  EXPECT_TRUE(w->served);
+  EXPECT_EQ(w->why_not, "the operator may not list nodes.v1");
+  client.AnswerRaw("GET /api/v1/nodes?limit=1", {{"items", json::array()}});
+  w = Watchable(client, {&kube::resources::kNodes}, "team-a");
+  ASSERT_TRUE(w.ok());
+  EXPECT_TRUE(w->watchable);
+}
+
 }  // namespace
 }  // namespace tj::controller
