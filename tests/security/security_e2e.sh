@@ -306,10 +306,11 @@ for g in ("scheduling.k8s.io", "scheduling.volcano.sh", "scheduling.x-k8s.io"):
     for v in ("create", "delete", "get", "list", "watch"):
         NOT_EXERCISED[(g, "podgroups", v)] = (
             "a gang's PodGroup, where the cluster schedules gangs (docs/gangs.md)")
-# The only requests the operator sends without a namespace: its informers' lists and watches.
-# Everything else names the job's namespace (or the Lease's).
+# The only requests the operator sends without a namespace: its informers' lists and watches
+# (nodes are cluster-scoped: the lost-node rules watch them). Everything else names the job's
+# namespace (or the Lease's).
 CLUSTER_WIDE = {(g, r, v) for g, r in (("tjo.dev", "trainingjobs"), ("", "pods"), ("", "services"),
-                                       ("networking.k8s.io", "networkpolicies"))
+                                       ("networking.k8s.io", "networkpolicies"), ("", "nodes"))
                 for v in ("list", "watch")}
 used, denied, wide = {}, set(), set()
 for line in open(audit):
@@ -373,7 +374,7 @@ if not used:
     print("FAIL no request of %s in the audit log" % sa); bad += 1
 sys.exit(1 if bad else 0)
 EOF
-  ok "RBAC: the chart grants exactly what the operator uses (plus the documented exceptions), reads cluster-wide only TrainingJobs, pods and Services, and no Secret"
+  ok "RBAC: the chart grants exactly what the operator uses (plus the documented exceptions), reads cluster-wide only TrainingJobs, pods, Services and nodes, and no Secret"
 else
   fail "RBAC is not least privilege (see above)"
 fi

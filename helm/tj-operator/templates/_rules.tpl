@@ -8,7 +8,8 @@ The operator's permissions, shared by the ClusterRole and the per-namespace Role
   OwnerReferencesPermissionEnforcement admission plugin where a cluster enables it;
 - pods, services: what a job owns (one Pod per replica, the headless Service): listed,
   watched and created, never updated; pods are never read one by one (no get); only pods are
-  deleted (gang restarts, cleanPodPolicy), the Service goes with the job (garbage collector);
+  deleted (gang restarts, cleanPodPolicy, and with gracePeriodSeconds 0 one stuck terminating
+  on a lost node), the Service goes with the job (garbage collector);
 - secrets: created (the job's rendezvous key) and deleted (one of the job's name whose key the
   operator did not record is replaced), never read: no get, list or watch, so the operator
   cannot read any Secret of the cluster; it tracks the key by its hash in the job's status;
@@ -24,6 +25,11 @@ The operator's permissions, shared by the ClusterRole and the per-namespace Role
   operator reads them from where the cluster serves the kind), read when one of its name
   exists that the informer does not show yet (get), deleted (the groups of a job's earlier
   gangs, at a gang restart);
+- nodes (cluster-wide only, in the ClusterRole; a Role cannot grant a cluster-scoped
+  resource): listed and watched, never read one by one, never written: the nodes the jobs'
+  pods run on, so a pod on a lost node (NotReady, or an untolerated NoExecute taint) restarts
+  its gang at once and a pod stuck terminating there is force-deleted (docs/reliability.md,
+  "Lost nodes"). With watchNamespaces the operator runs without it and says so once in its log;
 - with kueue.enabled (docs/kueue.md): Kueue's workloads, one per queued job, watched (list,
   watch: the informer a queued job's pass reads from; get where they are not watched) and
   created, annotated with the job's last backup (patch), marked Finished and their admission
@@ -59,6 +65,11 @@ The operator's permissions, shared by the ClusterRole and the per-namespace Role
 - apiGroups: ["scheduling.k8s.io", "scheduling.volcano.sh", "scheduling.x-k8s.io"]
   resources: ["podgroups"]
   verbs: ["get", "list", "watch", "create", "delete"]
+{{- if not .Values.watchNamespaces }}
+- apiGroups: [""]
+  resources: ["nodes"]
+  verbs: ["list", "watch"]
+{{- end }}
 {{- if .Values.networkPolicy.enabled }}
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]

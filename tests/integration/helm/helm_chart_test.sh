@@ -199,6 +199,8 @@ allowed = {
     ("", "services"): {"get", "list", "watch", "create", "delete"},
     ("", "secrets"): {"get", "list", "watch", "create", "delete"},
     ("", "events"): {"create", "patch"},
+    # The nodes the jobs' pods run on, watched: a lost one restarts its gangs at once.
+    ("", "nodes"): {"list", "watch"},
     ("coordination.k8s.io", "leases"): {"get", "create", "update"},
     # One per job (networkPolicy.enabled): made, watched, read when its name is taken.
     ("networking.k8s.io", "networkpolicies"): {"get", "list", "watch", "create"},
@@ -245,6 +247,12 @@ off = load(sys.argv[4])
 check(not any(a.startswith("--network-policy") for a in args_of(off)) and
       not np_rule(off, "create") and not np_rule(off, "list"),
       "networkPolicy.enabled=false: no flag, no networkpolicies in the RBAC")
+
+node_rule = lambda docs, kind: any(g == "" and "nodes" in r["resources"] and
+                                   {"list", "watch"} <= set(r["verbs"])
+                                   for r in rules(docs, kind) for g in r["apiGroups"])
+check(node_rule(default, "ClusterRole") and not node_rule(full, "Role"),
+      "nodes listed and watched in the ClusterRole; not in a namespace's Role, where they mean nothing")
 
 # Per-namespace mode: nothing cluster-wide, a Role and RoleBinding per watched namespace.
 check(not operator_roles(full, "ClusterRole") and not by_kind(full, "ClusterRoleBinding"),
