@@ -30,6 +30,10 @@
 #   hack/local-cluster.sh restart-node [--graceful]   (process node) kill the node agent (SIGKILL, as a crash:
 #                                  pods keep running and the new agent adopts them; with
 #                                  --graceful SIGTERM, a node shutdown) and start it again
+#   hack/local-cluster.sh stop-node     (process node) SIGKILL the node agent and leave it
+#                                  dead: the node goes NotReady after the node monitor's
+#                                  grace period (a lost node); its pods' processes run on
+#   hack/local-cluster.sh start-node    (process node) start the agent that stop-node killed
 #
 # Binaries: Kubernetes (KUBE_VERSION of hack/versions.env: the control plane, kubelet,
 # kube-proxy and kubectl), the etcd it is tested with and, for the real node, containerd,
@@ -54,6 +58,11 @@
 # TJ_LOCAL_NODE_BIN=PATH: the process node's agent to run instead of build/bin/tj-process-node
 # (a path that does not exist: a cluster without a node). Both variables keep the names they
 # had when tj-process-node was called tj-local-node.
+#
+# TJ_NODE_MONITOR_GRACE_PERIOD=DURATION at `up` (e.g. 15s): the controller manager's
+# --node-monitor-grace-period, how long a node's silence lasts before it is marked NotReady
+# (Kubernetes' default, 50 s, when unset). Tests of lost nodes shorten it for their own cluster;
+# the process node renews its Lease every 5 s.
 #
 # TJ_FEATURE_GATES=Gate=true,... at `up`: kube-apiserver, kube-controller-manager and
 # kube-scheduler run with --feature-gates=$TJ_FEATURE_GATES (default: none, the release's own
@@ -307,8 +316,10 @@ EOF
     exit 1
   fi
   local kc=$STATE_DIR/kubeconfig
-  local gate_flags=() qps_flags=()
+  local gate_flags=() qps_flags=() monitor_flags=()
   [ -z "${TJ_FEATURE_GATES:-}" ] || gate_flags=(--feature-gates="$TJ_FEATURE_GATES")
+  [ -z "${TJ_NODE_MONITOR_GRACE_PERIOD:-}" ] ||
+    monitor_flags=(--node-monitor-grace-period="$TJ_NODE_MONITOR_GRACE_PERIOD")
   if [ "$TJ_NODE" = kwok ]; then
     local qps=${TJ_KWOK_CONTROL_PLANE_QPS:-500}
     qps_flags=(--kube-api-qps="$qps" --kube-api-burst=$((qps * 2)))
@@ -338,7 +349,7 @@ EOF
       --authentication-kubeconfig="$kc" --authorization-kubeconfig="$kc" \
       --service-account-private-key-file="$STATE_DIR/certs/sa.key" \
       --root-ca-file="$STATE_DIR/certs/ca.crt" \
-      --controllers="$controllers" "${gate_flags[@]}" "${qps_flags[@]}" \
+      --controllers="$controllers" "${gate_flags[@]}" "${qps_flags[@]}" "${monitor_flags[@]}" \
       --leader-elect=false --bind-address=127.0.0.1 --secure-port="$port_c"
     # The ServiceAccount admission plugin rejects pods whose ServiceAccount does not exist
     # yet: return only once the serviceaccount controller runs (it has created `default`).
@@ -430,27 +441,30 @@ free_pod_network() {
   echo $((RANDOM % 239 + 1))
 }
 
-# Stops the node agent, SIGKILL (a crash; the pods' processes live on and the next agent
-# adopts them) or, with --graceful, SIGTERM (a node shutdown: the agent stops the pods), and
-# starts it again; returns when it has registered again. The previous log is kept as
-# tj-process-node.log.<n>.
-cmd_restart_node() {
-  local f=$STATE_DIR/pids/tj-process-node sig=KILL
-  case "${1:-}" in
-    --graceful) sig=TERM ;;
-    "") ;;
-    *) die "restart-node: unknown option '$1' (only --graceful)" ;;
-  esac
+# Stops the node agent with SIG$1 (KILL: a crash, the pods' processes live on and the next
+# agent adopts them; TERM: a node shutdown, the agent stops the pods) and waits for it to end.
+kill_node_agent() {  # kill_node_agent KILL|TERM
+  local f=$STATE_DIR/pids/tj-process-node pid
   { [ -f "$f" ] && [ -f "$STATE_DIR/node.env" ]; } ||
     die "no tj-process-node recorded in $STATE_DIR: run up first (with tj-process-node built)"
-  local pid
   pid=$(cat "$f")
   if pid_alive "$pid"; then
-    kill "-$sig" "$pid"
+    kill "-$1" "$pid"
     local deadline=$((SECONDS + 30))
     while pid_alive "$pid" && [ $SECONDS -lt $deadline ]; do sleep 0.1; done
-    pid_alive "$pid" && die "tj-process-node (pid $pid) still runs 30 s after SIG$sig"
+    pid_alive "$pid" && die "tj-process-node (pid $pid) still runs 30 s after SIG$1"
   fi
+  return 0
+}
+
+# Starts the node agent again; returns when it has registered. The previous log is kept as
+# tj-process-node.log.<n>.
+cmd_start_node() {
+  local f=$STATE_DIR/pids/tj-process-node
+  [ -f "$STATE_DIR/node.env" ] ||
+    die "no tj-process-node recorded in $STATE_DIR: run up first (with tj-process-node built)"
+  ! { [ -f "$f" ] && pid_alive "$(cat "$f")"; } ||
+    die "tj-process-node (pid $(cat "$f")) runs already: stop-node first"
   local n=1
   while [ -e "$STATE_DIR/logs/tj-process-node.log.$n" ]; do n=$((n + 1)); done
   mv "$STATE_DIR/logs/tj-process-node.log" "$STATE_DIR/logs/tj-process-node.log.$n" 2>/dev/null || true
@@ -458,7 +472,29 @@ cmd_restart_node() {
   # Ready alone could be the old heartbeat: wait for the new agent's own announcement.
   wait_for "$HEALTH_TIMEOUT_S" "node agent" grep -q node_ready "$STATE_DIR/logs/tj-process-node.log" ||
     die "tj-process-node did not come back; see $STATE_DIR/logs/tj-process-node.log"
-  log "tj-process-node restarted after SIG$sig (pid $(cat "$f"))"
+  log "tj-process-node started (pid $(cat "$f"))"
+}
+
+# SIGKILLs the node agent and leaves it dead: the node stops renewing its Lease and status, and
+# the node controller marks it NotReady after its grace period (TJ_NODE_MONITOR_GRACE_PERIOD).
+cmd_stop_node() {
+  kill_node_agent KILL
+  log "tj-process-node stopped (SIGKILL); start-node starts it again"
+}
+
+# Stops the node agent, SIGKILL (a crash; the pods' processes live on and the next agent
+# adopts them) or, with --graceful, SIGTERM (a node shutdown: the agent stops the pods), and
+# starts it again; returns when it has registered again.
+cmd_restart_node() {
+  local sig=KILL
+  case "${1:-}" in
+    --graceful) sig=TERM ;;
+    "") ;;
+    *) die "restart-node: unknown option '$1' (only --graceful)" ;;
+  esac
+  kill_node_agent "$sig"
+  cmd_start_node
+  log "tj-process-node restarted after SIG$sig"
 }
 
 # The scale cluster's nodes: kwok plays TJ_KWOK_NODES Node objects created here (annotated
@@ -723,5 +759,7 @@ case "${1:-}" in
   restart-apiserver) cmd_restart_apiserver ;;
   compact) cmd_compact ;;
   restart-node) cmd_restart_node "${2:-}" ;;
-  *) sed -n '2,40p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  stop-node) cmd_stop_node ;;
+  start-node) cmd_start_node ;;
+  *) sed -n '2,44p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
