@@ -26,6 +26,13 @@ class Communicator {
   // the same result. Fails (never hangs) within the collective timeout when a peer dies or
   // hangs; the message names the peer(s) (task name and TF_CONFIG address) when known.
   virtual Status AllReduceSum(float* data, size_t count) = 0;
+  // Elastic training: sums shards_per_rank x size() buffers of `count` floats, this rank's
+  // being shards[0..shards_per_rank), in the one order the ring of ring_allreduce.h takes
+  // with one buffer per rank (SumInRingOrder), whatever size() is; the result lands in
+  // shards[0] on every rank, the other buffers are overwritten. So the sum of S shards is
+  // bitwise the same on 1, 2, ... S ranks (every size that divides S). Communicators that
+  // cannot keep that order (Gloo's own all-reduce, NCCL) return an error.
+  virtual Status AllReduceShardsSum(float* const* shards, int shards_per_rank, size_t count);
   // Copies `bytes` bytes at `data` from rank `root` to every other rank.
   virtual Status Broadcast(void* data, size_t bytes, int root) = 0;
   // Returns once every rank has entered the barrier.

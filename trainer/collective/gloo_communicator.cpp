@@ -146,6 +146,20 @@ class GlooCommunicator final : public Communicator {
     return Status::Ok();
   }
 
+  Status AllReduceShardsSum(float* const* shards, int shards_per_rank, size_t count) override {
+    if (!broken_.ok()) return broken_;
+    if (context_) return Communicator::AllReduceShardsSum(shards, shards_per_rank, count);
+    // A caller's error moves nothing: the ring is still fine.
+    const bool callers_error =
+        shards_per_rank < 1 || (shards_per_rank > 1 && ring_->wire() != WireType::kFloat32);
+    Status s = ring_->SumShards(shards, shards_per_rank, count,
+                                cluster::DeadlineIn(OpTimeout(options_.collective_timeout)));
+    if (s.ok() || callers_error) return s;
+    return Broken("all-reduce of " + std::to_string(shards_per_rank) + " shards of " +
+                      std::to_string(count) + " floats",
+                  s.message(), "ring");
+  }
+
   Status Broadcast(void* data, size_t bytes, int root) override {
     if (!broken_.ok()) return broken_;
     Status s = ring_->Broadcast(data, bytes, root,

@@ -89,41 +89,94 @@ StatusOr<Socket> ConnectNext(const Endpoint& next_end, int rank, int next,
 
 // One transfer of a segment: sent to the next rank or received from the previous one.
 struct Op {
-  size_t begin = 0;  // element range in the user's buffer
+  size_t begin = 0;  // element range in the buffers
   size_t end = 0;
+  int shard = 0;           // sends: the buffer sent from (receives always write shard 0)
   bool add = false;        // receives: add into the buffer (reduce-scatter) or copy (all-gather)
+  int fold = 1;            // receives that add: the rank's first `fold` shards are added in turn
   bool round_own = false;  // sends, bfloat16: the rank's own reduced chunk, rounded in place
   long depends_on = -1;    // sends: the receive that must be complete first
 };
 
 struct Schedule {
   std::vector<Op> sends, recvs;  // each in the order it happens on its connection
+  // Before anything moves: chunk `span` of shards [first, end) added, left to right, into
+  // shard `first`, for the chunks whose sum starts on this rank at a shard other than its last.
+  struct Fold {
+    Span span;
+    int first = 0;
+    int end = 0;
+  };
+  std::vector<Fold> folds;
 };
 
-// The ring's 2 (p - 1) steps for `rank`: in step t it sends one chunk and receives another,
-// segment by segment. A send of the chunk received in the step before waits, per segment,
-// for that segment's receive.
-Schedule PlanRing(int rank, int p, size_t count, bool bf16) {
+// The ring of p ranks carrying the sum of p x m virtual ranks, rank r holding virtual ranks
+// [r m, (r + 1) m) as its shards 0..m-1: the buffer is cut into p m chunks; chunk c's sum
+// starts at virtual rank c, on rank c / m, with that rank's shards from c onward, then
+// passes round the ring, every rank adding its shards in order, until virtual rank c - 1 has
+// added its own: p - 1 hops when c is a rank's first shard, p otherwise (back on rank c / m,
+// which adds its shards before c). The rank that adds last owns the sum and starts the
+// all-gather, p - 1 hops more. Message h (1-based) of a chunk goes from the rank h - 1 hops
+// past the start to the next, at step h - 1; each connection carries its messages in
+// (step, chunk) order, the same order on both ends. A send of step t waits only for a
+// receive of step t - 1, so no rank waits on another in a cycle.
+//
+// With m = 1 this is the plain ring: in step t each rank sends one chunk and receives
+// another, 2 (p - 1) steps, chunk c summed from rank c on.
+Schedule PlanRing(int rank, int p, int m, size_t count, bool bf16) {
+  struct Message {
+    int step = 0;
+    int chunk = 0;
+    int hop = 0;  // 1-based
+  };
+  const int shards = p * m;
+  std::vector<Message> sends, recvs;
   Schedule s;
-  std::vector<long> previous_step_recvs;
-  for (int t = 0; t < 2 * (p - 1); ++t) {
-    const bool scatter = t < p - 1;
-    const int send_chunk = ((scatter ? rank - t : rank + 1 - (t - (p - 1))) % p + p) % p;
-    const int recv_chunk = ((scatter ? rank - t - 1 : rank - (t - (p - 1))) % p + p) % p;
-    const Span sc = ChunkOf(count, p, send_chunk), rc = ChunkOf(count, p, recv_chunk);
-    size_t k = 0;
-    for (size_t b = sc.begin; b < sc.end; b += kSegmentElements, ++k) {
-      Op op{b, std::min(sc.end, b + kSegmentElements)};
-      op.round_own = bf16 && t == p - 1;
-      if (t > 0) op.depends_on = previous_step_recvs[k];
-      s.sends.push_back(op);
+  for (int c = 0; c < shards; ++c) {
+    const int start = c / m, j = c % m;
+    const int reduce_hops = j == 0 ? p - 1 : p;
+    if (start == rank && j + 1 < m) s.folds.push_back({ChunkOf(count, shards, c), j, m});
+    for (int h = 1; h <= reduce_hops + p - 1; ++h) {
+      if ((start + h - 1) % p == rank) sends.push_back({h - 1, c, h});
+      if ((start + h) % p == rank) recvs.push_back({h - 1, c, h});
     }
-    previous_step_recvs.clear();
-    for (size_t b = rc.begin; b < rc.end; b += kSegmentElements) {
-      previous_step_recvs.push_back(static_cast<long>(s.recvs.size()));
-      Op op{b, std::min(rc.end, b + kSegmentElements)};
-      op.add = scatter;
+  }
+  auto by_step = [](const Message& a, const Message& b) {
+    return a.step != b.step ? a.step < b.step : a.chunk < b.chunk;
+  };
+  std::sort(sends.begin(), sends.end(), by_step);
+  std::sort(recvs.begin(), recvs.end(), by_step);
+  // The first receive op of (chunk, hop), for the sends that wait on it.
+  std::vector<std::vector<long>> first_recv(static_cast<size_t>(shards));
+  for (const Message& msg : recvs) {
+    const int j = msg.chunk % m;
+    const int reduce_hops = j == 0 ? p - 1 : p;
+    auto& of_chunk = first_recv[static_cast<size_t>(msg.chunk)];
+    of_chunk.resize(2 * static_cast<size_t>(p), -1);
+    of_chunk[static_cast<size_t>(msg.hop)] = static_cast<long>(s.recvs.size());
+    const Span span = ChunkOf(count, shards, msg.chunk);
+    for (size_t b = span.begin; b < span.end; b += kSegmentElements) {
+      Op op{b, std::min(span.end, b + kSegmentElements)};
+      op.add = msg.hop <= reduce_hops;
+      // Back on the rank it started from, a chunk takes only the shards before it.
+      op.fold = msg.hop == p && j > 0 ? j : m;
       s.recvs.push_back(op);
+    }
+  }
+  for (const Message& msg : sends) {
+    const int j = msg.chunk % m;
+    const int reduce_hops = j == 0 ? p - 1 : p;
+    const Span span = ChunkOf(count, shards, msg.chunk);
+    long k = 0;
+    for (size_t b = span.begin; b < span.end; b += kSegmentElements, ++k) {
+      Op op{b, std::min(span.end, b + kSegmentElements)};
+      op.shard = msg.hop == 1 ? j : 0;
+      op.round_own = bf16 && msg.hop == reduce_hops + 1;
+      if (msg.hop > 1) {
+        op.depends_on =
+            first_recv[static_cast<size_t>(msg.chunk)][static_cast<size_t>(msg.hop - 1)] + k;
+      }
+      s.sends.push_back(op);
     }
   }
   return s;
@@ -133,9 +186,10 @@ Schedule PlanRing(int rank, int p, size_t count, bool bf16) {
 // moving whatever the sockets take and waiting in poll(2) only when nothing moves.
 class Transfer {
  public:
-  Transfer(float* data, Schedule schedule, bool bf16, int next_fd, int prev_fd,
+  Transfer(float* const* shards, Schedule schedule, bool bf16, int next_fd, int prev_fd,
            std::vector<uint8_t>& send_stage, std::vector<uint8_t>& recv_stage)
-      : data_(data),
+      : shards_(shards),
+        data_(shards[0]),
         schedule_(std::move(schedule)),
         bf16_(bf16),
         elem_bytes_(bf16 ? 2 : 4),
@@ -150,6 +204,7 @@ class Transfer {
   // Ok, or what failed ("rank N closed the connection", "timed out: ..."); the caller adds
   // the ranks' names.
   StatusOr<bool> Run(Deadline deadline) {
+    for (const Schedule::Fold& f : schedule_.folds) FoldOwnShards(f);
     while (next_send_ < schedule_.sends.size() || next_recv_ < schedule_.recvs.size()) {
       bool progressed = false;
       TJ_RETURN_IF_ERROR(PumpSends(&progressed));
@@ -168,7 +223,7 @@ class Transfer {
     const Op& op = schedule_.sends[next_send_];
     const size_t n = op.end - op.begin;
     if (!bf16_) {
-      send_ptr_ = reinterpret_cast<const uint8_t*>(data_ + op.begin);
+      send_ptr_ = reinterpret_cast<const uint8_t*>(shards_[op.shard] + op.begin);
     } else {
       auto* out = reinterpret_cast<uint16_t*>(send_stage_.data());
       for (size_t i = 0; i < n; ++i) {
@@ -221,9 +276,16 @@ class Transfer {
       } else {
         for (size_t i = 0; i < n; ++i) dst[i] = FromBfloat16(in[i]);
       }
-    } else if (op.add) {
+    } else if (op.add && op.fold == 1) {
       const auto* in = reinterpret_cast<const float*>(recv_stage_.data());
       for (size_t i = 0; i < n; ++i) dst[i] = in[i] + dst[i];
+    } else if (op.add) {
+      const auto* in = reinterpret_cast<const float*>(recv_stage_.data());
+      for (size_t i = 0; i < n; ++i) {
+        float sum = in[i] + dst[i];
+        for (int k = 1; k < op.fold; ++k) sum += shards_[k][op.begin + i];
+        dst[i] = sum;
+      }
     }
     ++next_recv_;
     received_ = 0;
@@ -267,7 +329,17 @@ class Transfer {
     return Status::Ok();
   }
 
-  float* data_;
+  void FoldOwnShards(const Schedule::Fold& f) {
+    float* dst = shards_[f.first];
+    for (size_t i = f.span.begin; i < f.span.end; ++i) {
+      float sum = dst[i];
+      for (int k = f.first + 1; k < f.end; ++k) sum += shards_[k][i];
+      dst[i] = sum;
+    }
+  }
+
+  float* const* shards_;
+  float* data_;  // shards_[0]: every receive lands here
   Schedule schedule_;
   bool bf16_;
   size_t elem_bytes_;
@@ -395,15 +467,36 @@ StatusOr<std::unique_ptr<RingAllReduce>> RingAllReduce::Connect(cluster::KeyValu
 }
 
 Status RingAllReduce::Sum(float* data, size_t count, Deadline deadline) {
-  if (count == 0) return Status::Ok();
+  return SumShards(&data, 1, count, deadline);
+}
+
+Status RingAllReduce::SumShards(float* const* shards, int shards_per_rank, size_t count,
+                                Deadline deadline) {
   const bool bf16 = wire_ == WireType::kBfloat16;
-  Transfer transfer(data, PlanRing(rank_, size_, count, bf16), bf16, next_.fd(), prev_.fd(),
-                    send_stage_, recv_stage_);
+  if (shards_per_rank < 1 || (bf16 && shards_per_rank > 1)) {
+    return Status::Error("ring all-reduce of " + std::to_string(shards_per_rank) +
+                         " shards per rank: needs at least one, and float32 on the wire for "
+                         "more than one");
+  }
+  if (count == 0) return Status::Ok();
+  Transfer transfer(shards, PlanRing(rank_, size_, shards_per_rank, count, bf16), bf16, next_.fd(),
+                    prev_.fd(), send_stage_, recv_stage_);
   StatusOr<bool> done = transfer.Run(deadline);
   if (done.ok()) return Status::Ok();
-  return Failed("ring all-reduce (" + std::string(WireTypeName(wire_)) + ", " +
-                    std::to_string(count) + " floats)",
-                done.status());
+  std::string what = std::string(WireTypeName(wire_)) + ", " + std::to_string(count) + " floats";
+  if (shards_per_rank > 1) what += " x " + std::to_string(shards_per_rank) + " shards";
+  return Failed("ring all-reduce (" + what + ")", done.status());
+}
+
+void SumInRingOrder(float* const* shards, int count_of_shards, size_t count) {
+  for (int c = 0; c < count_of_shards; ++c) {
+    const Span span = ChunkOf(count, count_of_shards, c);
+    for (size_t i = span.begin; i < span.end; ++i) {
+      float sum = shards[c][i];
+      for (int k = 1; k < count_of_shards; ++k) sum += shards[(c + k) % count_of_shards][i];
+      shards[0][i] = sum;
+    }
+  }
 }
 
 Status RingAllReduce::Failed(const std::string& op, const Status& status) const {

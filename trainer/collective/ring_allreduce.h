@@ -53,6 +53,12 @@ struct Span {
 };
 Span ChunkOf(size_t count, int ranks, int chunk);
 
+// In one process, the sum the ring of `count_of_shards` ranks makes of their buffers: chunk c
+// (ChunkOf(count, count_of_shards, c)) is shards[c] + shards[c + 1] + ... + shards[c - 1],
+// wrapping round, added left to right, into shards[0]; the other buffers are left as they
+// were. The order RingAllReduce::SumShards keeps at every number of ranks.
+void SumInRingOrder(float* const* shards, int count_of_shards, size_t count);
+
 // How the ring's connections are authenticated.
 struct RingAuth {
   cluster::GangIdentity identity;  // the job's key (required) and this task's gang
@@ -75,6 +81,14 @@ class RingAllReduce {
   // Sums data[0..count) over all ranks in place. Fails when a connection closes or no byte
   // moves before the deadline; after a failure the ring must not be used again.
   Status Sum(float* data, size_t count, cluster::Deadline deadline);
+  // The sum of shards_per_rank x size() buffers ("shards", the replicas of elastic training),
+  // this rank holding shards [rank x m, (rank + 1) x m) as shards[0..m): bitwise what Sum
+  // gives on a ring of that many ranks, one shard each (SumInRingOrder), at every size that
+  // divides the count of shards. The result lands in shards[0] on every rank; the other
+  // shards' buffers are overwritten with partial sums. float32 on the wire only when m > 1.
+  // Fails as Sum fails.
+  Status SumShards(float* const* shards, int shards_per_rank, size_t count,
+                   cluster::Deadline deadline);
   // Copies `bytes` bytes at `data` from rank `root` to every other rank, round the ring.
   Status Broadcast(void* data, size_t bytes, int root, cluster::Deadline deadline);
   // Returns once every rank has entered the barrier (a sum of one float per rank).

@@ -16,6 +16,7 @@
 #include <mutex>
 #include <thread>
 
+#include "tests/support/loopback_ring.h"
 #include "tests/support/noise.h"
 
 namespace tj::collective {
@@ -30,37 +31,7 @@ RingAuth TestAuth(int64_t gang = 7) {
   return a;
 }
 
-class MemoryStore final : public cluster::KeyValueStore {
- public:
-  Status Set(const std::string& key, const std::string& value) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    values_[key] = value;
-    cv_.notify_all();
-    return Status::Ok();
-  }
-  StatusOr<std::string> Get(const std::string& key) override {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = values_.find(key);
-    if (it == values_.end()) return Status::Error("no key " + key);
-    return it->second;
-  }
-  Status Wait(const std::vector<std::string>& keys, milliseconds timeout) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    const bool all = cv_.wait_for(lock, timeout, [&] {
-      for (const auto& k : keys) {
-        if (values_.count(k) == 0) return false;
-      }
-      return true;
-    });
-    return all ? Status::Ok() : Status::Error("keys not set in time");
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::map<std::string, std::string> values_;
-};
-
+using ::tj::testing::MemoryStore;
 using ::tj::testing::Noise;
 
 // The documented order: chunk c is summed along the ring from rank c, each hop adding its
@@ -84,24 +55,7 @@ std::vector<float> Reference(int ranks, size_t count, WireType wire) {
 // Connects `ranks` rings through one store, one thread per rank.
 std::vector<std::unique_ptr<RingAllReduce>> ConnectAll(int ranks, WireType wire,
                                                        MemoryStore& store) {
-  std::vector<std::unique_ptr<RingAllReduce>> rings(ranks);
-  std::vector<std::thread> threads;
-  threads.reserve(static_cast<size_t>(ranks));
-  std::vector<Status> errors(ranks);
-  for (int r = 0; r < ranks; ++r) {
-    threads.emplace_back([&, r] {
-      auto ring = RingAllReduce::Connect(store, r, ranks, "127.0.0.1", TestAuth(), wire,
-                                         milliseconds(10000));
-      if (ring.ok()) {
-        rings[r] = std::move(ring).value();
-      } else {
-        errors[r] = ring.status();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < ranks; ++r) EXPECT_TRUE(errors[r].ok()) << r << ": " << errors[r].message();
-  return rings;
+  return ::tj::testing::ConnectLoopbackRings(ranks, wire, store, TestAuth());
 }
 
 // Every rank sums its Noise values; returns each rank's result and status.
@@ -173,6 +127,91 @@ INSTANTIATE_TEST_SUITE_P(RanksAndWires, RingSum,
                            return std::to_string(info.param.ranks) + "ranks_" +
                                   WireTypeName(info.param.wire);
                          });
+
+// Elastic training: p ranks holding m shards each sum them bitwise as p x m ranks of one shard
+// each would (the reference order above), whatever p is.
+struct ShardCase {
+  int ranks;
+  int shards_per_rank;
+};
+
+class RingShardSum : public ::testing::TestWithParam<ShardCase> {};
+
+TEST_P(RingShardSum, EveryRankEndsWithTheBitsOfOneShardPerRank) {
+  const ShardCase c = GetParam();
+  const int shards = c.ranks * c.shards_per_rank;
+  MemoryStore store;
+  auto rings = ConnectAll(c.ranks, WireType::kFloat32, store);
+  ASSERT_EQ(rings.size(), static_cast<size_t>(c.ranks));
+  for (const auto& r : rings) ASSERT_NE(r, nullptr);
+  // Sizes: the trainer's fused buffer, chunks of more than one segment, a size that does not
+  // divide, fewer floats than shards, one float, none.
+  for (size_t count :
+       {size_t{347149}, size_t{1200007}, size_t{100003}, size_t{5}, size_t{1}, size_t{0}}) {
+    // data[r][k]: rank r's shard k, virtual rank r m + k's values.
+    std::vector<std::vector<std::vector<float>>> data(c.ranks);
+    std::vector<Status> statuses(c.ranks);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < c.ranks; ++r) {
+      data[r].assign(c.shards_per_rank, std::vector<float>(count));
+      for (int k = 0; k < c.shards_per_rank; ++k) {
+        for (size_t i = 0; i < count; ++i) data[r][k][i] = Noise(r * c.shards_per_rank + k, i);
+      }
+      threads.emplace_back([&, r] {
+        std::vector<float*> mine;
+        for (auto& shard : data[r]) mine.push_back(shard.data());
+        statuses[r] = rings[r]->SumShards(mine.data(), c.shards_per_rank, count,
+                                          cluster::DeadlineIn(milliseconds(20000)));
+      });
+    }
+    for (auto& t : threads) t.join();
+    const std::vector<float> want = Reference(shards, count, WireType::kFloat32);
+    for (int r = 0; r < c.ranks; ++r) {
+      ASSERT_TRUE(statuses[r].ok()) << statuses[r].message();
+      ASSERT_TRUE(count == 0 ||
+                  std::memcmp(data[r][0].data(), want.data(), count * sizeof(float)) == 0)
+          << "rank " << r << " of " << c.ranks << " x " << c.shards_per_rank << " shards, " << count
+          << " floats";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(RanksAndShards, RingShardSum,
+                         ::testing::Values(ShardCase{2, 1}, ShardCase{2, 2}, ShardCase{2, 3},
+                                           ShardCase{3, 2}, ShardCase{4, 2}, ShardCase{3, 3}),
+                         [](const auto& info) {
+                           return std::to_string(info.param.ranks) + "ranks_" +
+                                  std::to_string(info.param.shards_per_rank) + "shards";
+                         });
+
+TEST(RingAllReduce, SumInRingOrderIsTheRingsOrderInOneProcess) {
+  for (int shards = 1; shards <= 5; ++shards) {
+    for (size_t count : {size_t{100003}, size_t{3}, size_t{0}}) {
+      std::vector<std::vector<float>> data(shards, std::vector<float>(count));
+      std::vector<float*> pointers;
+      for (int k = 0; k < shards; ++k) {
+        for (size_t i = 0; i < count; ++i) data[k][i] = Noise(k, i);
+        pointers.push_back(data[k].data());
+      }
+      SumInRingOrder(pointers.data(), shards, count);
+      const std::vector<float> want = Reference(shards, count, WireType::kFloat32);
+      ASSERT_TRUE(count == 0 ||
+                  std::memcmp(data[0].data(), want.data(), count * sizeof(float)) == 0)
+          << shards << " shards, " << count << " floats";
+    }
+  }
+}
+
+TEST(RingAllReduce, SeveralShardsPerRankNeedFloat32OnTheWire) {
+  MemoryStore store;
+  auto rings = ConnectAll(2, WireType::kBfloat16, store);
+  std::vector<float> a(10, 1.0f), b(10, 2.0f);
+  float* shards[] = {a.data(), b.data()};
+  const Status s =
+      rings[0]->SumShards(shards, 2, a.size(), cluster::DeadlineIn(milliseconds(1000)));
+  EXPECT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("float32"), std::string::npos) << s.message();
+}
 
 TEST(RingAllReduce, TwoRanksMatchTheOrderFreeSum) {
   // With two ranks each element is a + b, which is b + a: the ring's result is bitwise the
