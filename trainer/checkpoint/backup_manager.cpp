@@ -195,6 +195,19 @@ Status BackupManager::Save(TrainingState state) {
 
 StatusOr<std::optional<TrainingState>> BackupManager::Restore(
     const nlohmann::json& expected_fingerprint, std::string* restored_path) {
+  return Restore(
+      [&](const nlohmann::json& found) -> std::optional<std::string> {
+        auto diff = DescribeMismatch(expected_fingerprint, found);
+        if (!diff) return std::nullopt;
+        return "was written by a run with another configuration: " + *diff +
+               ". Resume with the original configuration, or point --backup-dir at an empty "
+               "directory to start over";
+      },
+      restored_path);
+}
+
+StatusOr<std::optional<TrainingState>> BackupManager::Restore(const FingerprintCheck& check,
+                                                              std::string* restored_path) {
   StatusOr<Fence> fence = ReadFence();
   if (!fence.ok()) return fence.status();
   TJ_RETURN_IF_ERROR(CheckNotFencedOut(*fence));
@@ -220,11 +233,8 @@ StatusOr<std::optional<TrainingState>> BackupManager::Restore(
       ++fenced_out;
       continue;
     }
-    if (auto diff = DescribeMismatch(expected_fingerprint, state->fingerprint)) {
-      return Status::Error("backup " + path +
-                           " was written by a run with another configuration: " + *diff +
-                           ". Resume with the original configuration, or point --backup-dir at "
-                           "an empty directory to start over");
+    if (auto refusal = check(state->fingerprint)) {
+      return Status::Error("backup " + path + " " + *refusal);
     }
     if (restored_path != nullptr) *restored_path = path;
     return std::optional<TrainingState>(std::move(state).value());

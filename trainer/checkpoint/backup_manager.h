@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -82,6 +83,14 @@ class BackupManager {
   // `restored_path`, when given, receives the path of the backup restored.
   // Read-only: safe to call from every worker at once.
   StatusOr<std::optional<TrainingState>> Restore(const nlohmann::json& expected_fingerprint,
+                                                 std::string* restored_path = nullptr);
+
+  // Whether a backup of fingerprint `found` may be restored: nullopt when it may, else why
+  // not and what to do, a clause that follows "backup <path> ".
+  using FingerprintCheck = std::function<std::optional<std::string>(const nlohmann::json& found)>;
+  // Restore, with `check` deciding on the newest valid backup's fingerprint instead of
+  // equality with an expected one.
+  StatusOr<std::optional<TrainingState>> Restore(const FingerprintCheck& check,
                                                  std::string* restored_path = nullptr);
 
   // Removes every backup, the fence and this writer's temporary files (after training
