@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <string>
 #include <utility>
 
 #include "common/random.h"
@@ -23,6 +24,17 @@ int ShardPlan::StepsPerEpoch(int count) const {
   int steps = count / GlobalBatch();
   if (steps_cap > 0) steps = std::min(steps, steps_cap);
   return steps;
+}
+
+std::string ShardLayoutError(int shards, int replicas) {
+  if (shards >= 1 && replicas >= 1 && shards % replicas == 0) return "";
+  std::string divisors;
+  for (int n = 1; n <= shards; ++n) {
+    if (shards % n == 0) divisors += (divisors.empty() ? "" : ", ") + std::to_string(n);
+  }
+  return std::to_string(shards) + " elastic shards cannot be split among " +
+         std::to_string(replicas) + " workers: the worker count must divide the shard count (" +
+         (divisors.empty() ? std::string("none") : divisors) + ")";
 }
 
 }  // namespace tj::data

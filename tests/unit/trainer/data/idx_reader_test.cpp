@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "tests/support/temp_dir.h"
-#include "trainer/data/epoch_order.h"
 
 namespace tj::data {
 namespace {
@@ -129,25 +128,6 @@ TEST_F(IdxReaderTest, LabelOutOfRange) {
   ASSERT_FALSE(d.ok());
   EXPECT_NE(d.status().message().find("label 12 at index 0"), std::string::npos)
       << d.status().message();
-}
-
-TEST(EpochOrderTest, PurePermutationOfSeedAndEpoch) {
-  auto a = EpochOrder(1, 1, 1000), b = EpochOrder(1, 1, 1000), c = EpochOrder(1, 2, 1000);
-  EXPECT_EQ(a, b);
-  EXPECT_NE(a, c);
-  std::vector<uint32_t> sorted = a;
-  std::sort(sorted.begin(), sorted.end());
-  for (uint32_t i = 0; i < 1000; ++i) ASSERT_EQ(sorted[i], i);
-}
-
-TEST(EpochOrderTest, ShardPlanSlices) {
-  ShardPlan plan{.batch_per_replica = 32, .replicas = 2, .rank = 1};
-  EXPECT_EQ(plan.GlobalBatch(), 64);
-  EXPECT_EQ(plan.StepsPerEpoch(60000), 937);
-  EXPECT_EQ(plan.SliceStart(0), 32);
-  EXPECT_EQ(plan.SliceStart(3), 3 * 64 + 32);
-  plan.steps_cap = 10;
-  EXPECT_EQ(plan.StepsPerEpoch(60000), 10);
 }
 
 }  // namespace
