@@ -1,6 +1,6 @@
 // Everything a tj-trainer run is configured with: the command-line flags (main.cpp parses
 // them) and what the environment adds (TF_CONFIG, TJ_RENDEZVOUS_KEY, TJ_JOB_UID,
-// TJ_RESTART_COUNT).
+// TJ_RESTART_COUNT, TJ_ELASTIC_SHARDS).
 #pragma once
 
 #include <chrono>
@@ -29,7 +29,7 @@ enum class Role { kAuto, kEvaluator };
 struct Options {
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   int epochs = 12;
-  int batch_size = 64;      // per replica
+  int batch_size = 64;      // per replica; in elastic mode per shard
   int steps_per_epoch = 0;  // a cap; 0 = the whole epoch
   uint64_t seed = 42;
   int threads = 0;  // 0 = every core the process may use
@@ -60,6 +60,11 @@ struct Options {
   collective::WireType allreduce_wire = collective::WireType::kFloat32;
   // The CPU all-reduce: the trainer's ring (true) or Gloo's own (--allreduce-algorithm gloo).
   bool ring_allreduce = true;
+  // Elastic mode (--elastic-shards, TJ_ELASTIC_SHARDS): the global batch is this many shards
+  // of batch_size images at every worker count that divides it, summed in one order, so the
+  // run's results do not depend on the worker count and a backup resumes at another one.
+  // 0: off (the global batch is batch_size x workers).
+  int elastic_shards = 0;
 
   // BackupAndRestore, checkpoints, export.
   std::string backup_dir;

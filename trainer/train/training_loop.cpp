@@ -215,10 +215,13 @@ TrainingOutcome Trainer::RestoreOrInitialise() {
       // The chief claims the backups for its gang first: an older gang's chief, if one still
       // runs, can no longer write one that this gang or a later one restores.
       Status claimed = backups_->Claim();
-      auto r = claimed.ok()
-                   ? backups_->Restore(TrainingFingerprint(options_, plan_.replicas, data_),
-                                       &restored_path)
-                   : StatusOr<std::optional<TrainingState>>(claimed);
+      const nlohmann::json fingerprint = TrainingFingerprint(options_, plan_.replicas, data_);
+      auto r =
+          claimed.ok()
+              ? backups_->Restore(
+                    [&](const nlohmann::json& found) { return ResumeRefusal(fingerprint, found); },
+                    &restored_path)
+              : StatusOr<std::optional<TrainingState>>(claimed);
       if (!r.ok()) {
         error = r.status();
       } else {
@@ -525,17 +528,6 @@ TrainingOutcome Trainer::Run() {
 }
 
 }  // namespace
-
-nlohmann::json TrainingFingerprint(const Options& options, int replicas,
-                                   const data::Dataset& dataset) {
-  return {{"model", nn::ArchitectureJson()["name"]},
-          {"parameters", nn::Layout::kCount},
-          {"batch_size", options.batch_size},
-          {"workers", replicas},
-          {"steps_per_epoch_cap", options.steps_per_epoch},
-          {"seed", options.seed},
-          {"dataset_sha256", dataset.digest}};
-}
 
 TrainingOutcome RunTrainingLoop(const TrainingContext& context) {
   Trainer trainer(context);

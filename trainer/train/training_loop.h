@@ -2,7 +2,8 @@
 // per step compute the gradients of this replica's slice, all-reduce them (one fused call,
 // with the step's loss and accuracy counters riding along), apply Adam; per epoch report,
 // checkpoint and back up. Every replica runs the same loop and ends with bitwise the same
-// weights.
+// weights. In elastic mode (Options::elastic_shards) a replica's slice is one or more shards
+// of the global batch, and the weights are bitwise the same at every worker count.
 #pragma once
 
 #include <functional>
@@ -16,6 +17,7 @@
 #include "trainer/data/idx_reader.h"
 #include "trainer/nn/cpu_kernels.h"
 #include "trainer/nn/thread_pool.h"
+#include "trainer/train/fingerprint.h"
 #include "trainer/train/options.h"
 #include "trainer/train/progress.h"
 #include "trainer/train/step_backend.h"
@@ -52,10 +54,6 @@ struct TrainingOutcome {
   Status status;
   int exit_code = kExitOk;  // kExitPeerLost when the collective failed or a stop was asked
 };
-
-// The configuration fingerprint a backup must match to be restored.
-nlohmann::json TrainingFingerprint(const Options& options, int replicas,
-                                   const data::Dataset& dataset);
 
 // The training loop alone, on a context the caller has set up (the data loaded, the collective
 // connected): restore, train every epoch, report, checkpoint, back up. The whole tj-trainer
