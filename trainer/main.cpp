@@ -44,7 +44,8 @@ void DefineFlags(CLI::App& app, tj::train::Options& o, RawFlags& f) {
   app.add_option("--epochs", o.epochs, "Epochs to train")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
-  app.add_option("--batch-size", o.batch_size, "Images per replica per step")
+  app.add_option("--batch-size", o.batch_size,
+                 "Images per replica per step (in elastic mode: per shard)")
       ->capture_default_str()
       ->check(CLI::Range(1, 65536));
   app.add_option("--steps-per-epoch", o.steps_per_epoch, "Cap on steps per epoch (0: whole epoch)")
@@ -83,6 +84,12 @@ void DefineFlags(CLI::App& app, tj::train::Options& o, RawFlags& f) {
                  "connections NOT authenticated)")
       ->capture_default_str()
       ->check(CLI::IsMember({"ring", "gloo"}));
+  app.add_option("--elastic-shards", o.elastic_shards,
+                 "Elastic mode: the global batch is this many shards of --batch-size images at "
+                 "every worker count that divides it, with bitwise the same results, and a "
+                 "backup resumes at another worker count (0: off; default: $TJ_ELASTIC_SHARDS, "
+                 "else 0; see docs/trainer.md)")
+      ->check(CLI::Range(0, 65536));
   app.add_option("--backup-dir", o.backup_dir, "BackupAndRestore directory (shared by the job)");
   app.add_option("--save-freq", f.save_freq, "epoch, or a number of steps between backups")
       ->capture_default_str();
@@ -139,8 +146,9 @@ bool ApplyFlags(const RawFlags& f, tj::train::Options& o) {
 }
 
 // What the environment adds: LOCAL_RANK, TJ_STATUS_PORT (unless --status-port was given),
-// TJ_CPU_TARGET, TF_CONFIG, TJ_RENDEZVOUS_KEY, TJ_JOB_UID, TJ_RESTART_COUNT. False (after a message
-// on stderr) on a malformed value.
+// TJ_ELASTIC_SHARDS (unless --elastic-shards was given), TJ_CPU_TARGET, TF_CONFIG,
+// TJ_RENDEZVOUS_KEY, TJ_JOB_UID, TJ_RESTART_COUNT. False (after a message on stderr) on a
+// malformed value.
 bool ReadEnvironment(const CLI::App& app, tj::train::Options& o) {
   if (!EnvInt("LOCAL_RANK", 0, 1023, "the index of this process's GPU on its machine (0, 1, ...)",
               o.local_rank)) {
@@ -151,6 +159,13 @@ bool ReadEnvironment(const CLI::App& app, tj::train::Options& o) {
   if (app.count("--status-port") == 0 &&
       !EnvInt("TJ_STATUS_PORT", 0, 65535, "a port number 0-65535 (0: no status endpoint)",
               o.status_port)) {
+    return false;
+  }
+  // The operator sets the shard count of an elastic job (its largest gang) the same way.
+  if (app.count("--elastic-shards") == 0 &&
+      !EnvInt("TJ_ELASTIC_SHARDS", 0, 65536,
+              "the shard count of elastic mode, 0-65536 (0: off; the job's largest worker count)",
+              o.elastic_shards)) {
     return false;
   }
   // Checked against this CPU by the run, which knows the targets.

@@ -1,5 +1,8 @@
 // The CPU backend: nn::CpuStep and nn::Adam on host vectors, in the order the training loop
-// ran them before the backend seam existed (so results are bitwise the same).
+// ran them before the backend seam existed (so results are bitwise the same). In elastic mode
+// a step is several shards, each a batch of its own with its own gradient buffer, computed
+// one after the other exactly as a replica of one shard computes it.
+#include <algorithm>
 #include <string>
 
 #include "trainer/nn/adam.h"
@@ -13,7 +16,7 @@ namespace {
 class CpuBackend final : public StepBackend {
  public:
   CpuBackend(const data::Dataset& dataset, int batch_size, nn::ThreadPool* pool,
-             const nn::cpu::Kernels& kernels)
+             const nn::cpu::Kernels& kernels, int shards)
       : data_(dataset),
         batch_size_(batch_size),
         pool_(pool),
@@ -21,7 +24,8 @@ class CpuBackend final : public StepBackend {
         step_(batch_size, pool, kernels),
         adam_(nn::Layout::kCount, nn::AdamConfig{}, kernels),
         params_(nn::Layout::kCount, 0.0f),
-        grad_(kReduceFloatsOnHost, 0.0f) {}
+        grads_(static_cast<size_t>(std::max(1, shards)),
+               std::vector<float>(kReduceFloatsOnHost, 0.0f)) {}
 
   std::string description() const override {
     return "cpu (" + std::to_string(pool_->size()) + " threads, " + kernels_.target + ")";
@@ -64,21 +68,30 @@ class CpuBackend final : public StepBackend {
   }
 
   Status ComputeGradients(float scale) override {
-    if (slice_ < 0 || slice_ + batch_size_ > static_cast<int64_t>(order_.size())) {
+    const int64_t rows = int64_t{batch_size_} * shards();
+    if (slice_ < 0 || slice_ + rows > static_cast<int64_t>(order_.size())) {
       return Status::Error("CPU backend: step past the end of the epoch's order");
     }
-    nn::Batch batch{data_.train.images.data(), data_.train.labels.data(), order_.data() + slice_,
-                    batch_size_};
-    nn::BatchStats s = step_.ComputeGradients(params_.data(), batch, scale, grad_.data());
-    grad_[nn::Layout::kCount] = static_cast<float>(s.loss_sum);
-    grad_[nn::Layout::kCount + 1] = static_cast<float>(s.correct);
+    for (int shard = 0; shard < shards(); ++shard) {
+      std::vector<float>& grad = grads_[static_cast<size_t>(shard)];
+      nn::Batch batch{data_.train.images.data(), data_.train.labels.data(),
+                      order_.data() + slice_ + int64_t{shard} * batch_size_, batch_size_};
+      nn::BatchStats s = step_.ComputeGradients(params_.data(), batch, scale, grad.data());
+      grad[nn::Layout::kCount] = static_cast<float>(s.loss_sum);
+      grad[nn::Layout::kCount + 1] = static_cast<float>(s.correct);
+    }
     return Status::Ok();
   }
-  float* reduce_buffer() override { return grad_.data(); }
+  float* reduce_buffer() override { return grads_[0].data(); }
+  int shards() const override { return static_cast<int>(grads_.size()); }
+  float* shard_buffer(int shard) override {
+    return shard >= 0 && shard < shards() ? grads_[static_cast<size_t>(shard)].data() : nullptr;
+  }
   Status ApplyUpdate() override {
-    loss_sum_ += grad_[nn::Layout::kCount];
-    correct_ += grad_[nn::Layout::kCount + 1];
-    adam_.Apply(params_.data(), grad_.data(), learning_rate_, pool_);
+    const std::vector<float>& grad = grads_[0];  // the sum of every replica's shards
+    loss_sum_ += grad[nn::Layout::kCount];
+    correct_ += grad[nn::Layout::kCount + 1];
+    adam_.Apply(params_.data(), grad.data(), learning_rate_, pool_);
     slice_ += slice_stride_;
     return Status::Ok();
   }
@@ -92,7 +105,8 @@ class CpuBackend final : public StepBackend {
   nn::CpuStep step_;
   nn::Adam adam_;
   std::vector<float> params_;
-  std::vector<float> grad_;  // gradients, the batch's loss sum and correct count, a stop vote
+  // Per shard: gradients, the batch's loss sum and correct count, a stop vote.
+  std::vector<std::vector<float>> grads_;
   std::vector<uint32_t> order_;
   int64_t slice_ = 0;
   int64_t slice_stride_ = 0;
@@ -104,8 +118,9 @@ class CpuBackend final : public StepBackend {
 }  // namespace
 
 std::unique_ptr<StepBackend> MakeCpuBackend(const data::Dataset& dataset, int batch_size,
-                                            nn::ThreadPool* pool, const nn::cpu::Kernels& kernels) {
-  return std::make_unique<CpuBackend>(dataset, batch_size, pool, kernels);
+                                            nn::ThreadPool* pool, const nn::cpu::Kernels& kernels,
+                                            int shards) {
+  return std::make_unique<CpuBackend>(dataset, batch_size, pool, kernels, shards);
 }
 
 }  // namespace tj::train

@@ -102,6 +102,50 @@ int ConnectCollective(const Options& o, const std::optional<cluster::TfConfig>& 
   return kExitOk;
 }
 
+// Every replica must step on the same kind of device (their all-reduces must match).
+// kExitOk, or the exit code after the error is logged.
+int AgreeOnTheDevice(collective::Communicator& comm, StepBackend& backend, EventLog& log) {
+  if (comm.size() == 1) return kExitOk;
+  float on_gpu = backend.device_buffers() ? 1.0f : 0.0f;
+  if (Status s = comm.AllReduceSum(&on_gpu, 1); !s.ok()) {
+    log.Error(s.WithContext("agreeing on the device").message());
+    return kExitPeerLost;
+  }
+  if (on_gpu != 0.0f && on_gpu != static_cast<float>(comm.size())) {
+    log.Error(std::to_string(static_cast<int>(on_gpu)) + " of " + std::to_string(comm.size()) +
+              " replicas train on a GPU and the others on the CPU (this one: " +
+              backend.description() + "); give every replica the same --device");
+    return kExitFailure;
+  }
+  return kExitOk;
+}
+
+// Empty when the options allow elastic mode (or do not ask for it), else why not. Elastic mode
+// keeps one order of summation at every worker count: the trainer's ring in float32 on the
+// CPU. Gloo's all-reduce and NCCL sum in orders of their own, bfloat16 rounds at every hop.
+std::string ElasticModeError(const Options& o) {
+  if (o.elastic_shards <= 0) return "";
+  const std::string mode =
+      "elastic mode (--elastic-shards " + std::to_string(o.elastic_shards) + ") ";
+  if (o.device == Device::kGpu) {
+    return mode +
+           "runs on the CPU: the GPU backend computes one batch per step and NCCL sums in "
+           "an order of its own; use --device cpu or auto";
+  }
+  if (!o.ring_allreduce) {
+    return mode +
+           "needs the ring all-reduce, whose order of summation it keeps at every worker "
+           "count; drop --allreduce-algorithm gloo";
+  }
+  if (o.allreduce_wire != collective::WireType::kFloat32) {
+    return mode +
+           "sums in float32 (bfloat16 rounds at every hop, differently at every worker "
+           "count); drop --allreduce-dtype " +
+           collective::WireTypeName(o.allreduce_wire);
+  }
+  return "";
+}
+
 }  // namespace
 
 int RunTrainerProgram(const Options& o, StopRequest* stop) {
@@ -162,9 +206,15 @@ int RunTrainerProgram(const Options& o, StopRequest* stop) {
   }
   if (evaluator) return RunEvaluator({&o, &*dataset, &pool, cpu, &log, &progress, scalars});
 
-  // The device: auto takes the GPU when one is visible (and the build has CUDA).
+  if (std::string e = ElasticModeError(o); !e.empty()) {
+    log.Error(e);
+    return kExitUsage;
+  }
+  // The device: auto takes the GPU when one is visible (and the build has CUDA), except in
+  // elastic mode, which runs on the CPU.
   std::unique_ptr<StepBackend> backend;
-  if (o.device == Device::kGpu || (o.device == Device::kAuto && gpus > 0)) {
+  if (o.device == Device::kGpu ||
+      (o.device == Device::kAuto && gpus > 0 && o.elastic_shards == 0)) {
     auto gpu = MakeGpuBackend(*dataset, o.batch_size, o.local_rank);
     if (!gpu.ok()) {
       log.Error("--device " + std::string(o.device == Device::kGpu ? "gpu" : "auto") + ": " +
@@ -172,26 +222,19 @@ int RunTrainerProgram(const Options& o, StopRequest* stop) {
       return kExitFailure;
     }
     backend = std::move(*gpu);
-  } else {
-    backend = MakeCpuBackend(*dataset, o.batch_size, &pool, *cpu);
   }
 
   std::unique_ptr<collective::Communicator> comm;
   if (int code = ConnectCollective(o, tf_config, log, &comm); code != kExitOk) return code;
-  // Every replica must step on the same kind of device (their all-reduces must match).
-  if (comm->size() > 1) {
-    float on_gpu = backend->device_buffers() ? 1.0f : 0.0f;
-    if (Status s = comm->AllReduceSum(&on_gpu, 1); !s.ok()) {
-      log.Error(s.WithContext("agreeing on the device").message());
-      return kExitPeerLost;
-    }
-    if (on_gpu != 0.0f && on_gpu != static_cast<float>(comm->size())) {
-      log.Error(std::to_string(static_cast<int>(on_gpu)) + " of " + std::to_string(comm->size()) +
-                " replicas train on a GPU and the others on the CPU (this one: " +
-                backend->description() + "); give every replica the same --device");
-      return kExitFailure;
-    }
+  if (!backend) {
+    // In elastic mode each worker computes its share of the shards (the training loop stops
+    // every worker when the worker count does not divide the shard count).
+    const int shards = o.elastic_shards > 0 && o.elastic_shards % comm->size() == 0
+                           ? o.elastic_shards / comm->size()
+                           : 1;
+    backend = MakeCpuBackend(*dataset, o.batch_size, &pool, *cpu, shards);
   }
+  if (int code = AgreeOnTheDevice(*comm, *backend, log); code != kExitOk) return code;
   // Device buffers are all-reduced by NCCL, bootstrapped through the Gloo communicator.
   std::unique_ptr<collective::Communicator> gradient_comm;
   if (backend->device_buffers() && comm->size() > 1) {

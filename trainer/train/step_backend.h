@@ -52,17 +52,23 @@ class StepBackend {
   virtual Status GetEpochSums(double* loss_sum, double* correct) = 0;
 
   // Starts an epoch: its image order, the offset of this replica's first row of the next step
-  // in it, how far a step moves on (the global batch), and the learning rate.
+  // in it, how far a step moves on (the global batch), and the learning rate. With several
+  // shards, shard i's rows start i x batch size after the first.
   virtual Status BeginEpoch(const std::vector<uint32_t>& order, int64_t first_slice,
                             int64_t slice_stride, double learning_rate) = 0;
   // This replica's gradients of (sum of losses) x scale into reduce_buffer()[0..kCount), the
-  // batch's loss sum and number correct into its last two floats. May return before the
-  // device is done.
+  // batch's loss sum and number correct into its last two floats; with several shards, each
+  // shard's into its own shard_buffer(). May return before the device is done.
   virtual Status ComputeGradients(float scale) = 0;
   // The floats to all-reduce between ComputeGradients and ApplyUpdate: kCount + 2 on a
   // device; kReduceFloatsOnHost in host memory, where the training loop fills the last one
   // (its stop vote) itself.
   virtual float* reduce_buffer() = 0;
+  // Elastic mode: the shards this replica computes per step, each a batch of its own with a
+  // buffer of kReduceFloatsOnHost floats; shard_buffer(0) is reduce_buffer(), where the sum
+  // of every replica's shards lands. One outside elastic mode, and on a device.
+  virtual int shards() const { return 1; }
+  virtual float* shard_buffer(int shard) { return shard == 0 ? reduce_buffer() : nullptr; }
   // Adds the (reduced) loss and correct to the epoch sums, applies Adam, moves the slice on.
   virtual Status ApplyUpdate() = 0;
   // Returns once every step queued so far has finished (at once on the CPU), with the first
@@ -71,10 +77,11 @@ class StepBackend {
 };
 
 // The CPU backend over `pool` (borrowed) with `kernels` (one SIMD target's): the dataset stays
-// where `dataset` holds it.
+// where `dataset` holds it. Each step computes `shards` batches of `batch_size` (elastic
+// mode; 1 otherwise), one after the other, each with its own gradients.
 std::unique_ptr<StepBackend> MakeCpuBackend(
     const data::Dataset& dataset, int batch_size, nn::ThreadPool* pool,
-    const nn::cpu::Kernels& kernels = nn::cpu::BestKernels());
+    const nn::cpu::Kernels& kernels = nn::cpu::BestKernels(), int shards = 1);
 
 // The GPU backend on CUDA device `device`: copies the training set there once. Fails when the
 // build has no CUDA ("built without CUDA") or the device cannot be used.

@@ -63,7 +63,7 @@ class Trainer {
         options_(*c.options),
         data_(*c.dataset),
         plan_{.batch_per_shard = options_.batch_size,
-              .shards = c.comm->size(),
+              .shards = options_.elastic_shards > 0 ? options_.elastic_shards : c.comm->size(),
               .replicas = c.comm->size(),
               .rank = c.comm->rank(),
               .steps_cap = options_.steps_per_epoch},
@@ -72,7 +72,8 @@ class Trainer {
     if (c.backend) {
       backend_ = c.backend;
     } else {
-      own_backend_ = MakeCpuBackend(data_, options_.batch_size, c.pool, *c.kernels);
+      own_backend_ = MakeCpuBackend(data_, options_.batch_size, c.pool, *c.kernels,
+                                    std::max(1, plan_.ShardsPerReplica()));
       backend_ = own_backend_.get();
     }
     if (!options_.backup_dir.empty()) {
@@ -118,6 +119,9 @@ class Trainer {
   // throughput counts only those).
   Status EndOfEpoch(int epoch, int steps, double seconds, double images_this_run);
   Status Finish();
+  // Elastic mode: the worker count divides the shard count and the backend computes this
+  // replica's shards; announces the layout. Ok at once without elastic mode.
+  Status CheckShardLayout();
   // This step's all-reduce with this replica's stop vote riding along: true when any replica
   // voted, so that every replica stops after this same step.
   StatusOr<bool> AllReduceStepAndStopVotes();
@@ -134,6 +138,9 @@ class Trainer {
   collective::Communicator* gradient_comm_;
   std::unique_ptr<StepBackend> own_backend_;
   StepBackend* backend_ = nullptr;
+  // The backend's shard buffers, when it computes more than one shard per step (elastic mode
+  // with fewer workers than shards): all-reduced in the order of one shard per replica.
+  std::vector<float*> shard_buffers_;
   int64_t iterations_ = 0;       // optimizer steps so far, mirrored here so that no step syncs
   double epoch_images_ = 0.0;    // the loss and correct sums of the epoch live in the backend
   double images_per_sec_ = 0.0;  // over the whole run, for train_end
@@ -296,8 +303,14 @@ TrainingOutcome Trainer::RestoreOrInitialise() {
     int epoch =
         state->step == 0 ? static_cast<int>(state->epoch) : static_cast<int>(state->epoch) + 1;
     int64_t step = state->step == 0 ? steps : state->step;
-    context_.log->Emit(
-        {{"event", "restored"}, {"epoch", epoch}, {"step", step}, {"path", restored_path}});
+    nlohmann::json restored = {
+        {"event", "restored"}, {"epoch", epoch}, {"step", step}, {"path", restored_path}};
+    if (options_.elastic_shards > 0) {
+      restored["elastic_shards"] = options_.elastic_shards;
+      restored["workers"] = plan_.replicas;
+      restored["backup_workers"] = state->fingerprint.value("workers", 0);
+    }
+    context_.log->Emit(restored);
   }
   return {};
 }
@@ -408,7 +421,15 @@ StatusOr<bool> Trainer::AllReduceStepAndStopVotes() {
   float* buffer = backend_->reduce_buffer();
   if (!backend_->device_buffers()) {
     buffer[kReduceFloatsOnHost - 1] = vote;
-    TJ_RETURN_IF_ERROR(gradient_comm_->AllReduceSum(buffer, kReduceFloatsOnHost));
+    if (shard_buffers_.size() <= 1) {
+      TJ_RETURN_IF_ERROR(gradient_comm_->AllReduceSum(buffer, kReduceFloatsOnHost));
+    } else {
+      // Elastic mode, several shards here: the vote rides in the first shard only.
+      for (size_t i = 1; i < shard_buffers_.size(); ++i)
+        shard_buffers_[i][kReduceFloatsOnHost - 1] = 0.0f;
+      TJ_RETURN_IF_ERROR(gradient_comm_->AllReduceShardsSum(
+          shard_buffers_.data(), static_cast<int>(shard_buffers_.size()), kReduceFloatsOnHost));
+    }
     return buffer[kReduceFloatsOnHost - 1] > 0.0f;
   }
   TJ_RETURN_IF_ERROR(gradient_comm_->AllReduceSum(buffer, nn::Layout::kCount + 2));
@@ -437,7 +458,32 @@ TrainingOutcome Trainer::StopOnRequest(int epoch, int64_t step, bool backed_up) 
   return {Status::Ok(), context_.stop ? context_.stop->exit_code() : kExitPeerLost};
 }
 
+Status Trainer::CheckShardLayout() {
+  if (options_.elastic_shards <= 0) return Status::Ok();
+  if (std::string e = data::ShardLayoutError(plan_.shards, plan_.replicas); !e.empty()) {
+    return Status::Error("--elastic-shards (TJ_ELASTIC_SHARDS): " + e);
+  }
+  if (backend_->shards() != plan_.ShardsPerReplica()) {
+    return Status::Error("elastic mode: " + std::to_string(plan_.shards) + " shards on " +
+                         std::to_string(plan_.replicas) + " workers take " +
+                         std::to_string(plan_.ShardsPerReplica()) + " per worker, and " +
+                         backend_->description() + " computes " +
+                         std::to_string(backend_->shards()) + " per step");
+  }
+  if (backend_->shards() > 1) {
+    for (int i = 0; i < backend_->shards(); ++i)
+      shard_buffers_.push_back(backend_->shard_buffer(i));
+  }
+  context_.log->Emit({{"event", "elastic"},
+                      {"elastic_shards", plan_.shards},
+                      {"workers", plan_.replicas},
+                      {"shards_per_worker", plan_.ShardsPerReplica()},
+                      {"global_batch", plan_.GlobalBatch()}});
+  return Status::Ok();
+}
+
 TrainingOutcome Trainer::Run() {
+  if (Status s = CheckShardLayout(); !s.ok()) return Failed(s);
   if (plan_.StepsPerEpoch(data_.train.count) < 1) {
     return Failed(Status::Error("the global batch (" + std::to_string(plan_.GlobalBatch()) +
                                 ") is larger than the training set (" +

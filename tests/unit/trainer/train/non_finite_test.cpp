@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/synthetic_dataset.h"
 #include "tests/support/temp_dir.h"
 #include "trainer/checkpoint/backup_manager.h"
 #include "trainer/train/training_loop.h"
@@ -25,21 +26,6 @@ namespace {
 namespace fs = std::filesystem;
 using tj::testing::ReadAll;
 using tj::testing::TempDir;
-
-// A synthetic training set: `count` images of noise, labels i % 10.
-data::Dataset SmallDataset(int count) {
-  data::Dataset d;
-  for (data::Split* split : {&d.train, &d.test}) {
-    split->count = count;
-    split->images.resize(static_cast<size_t>(count) * data::kImagePixels);
-    for (size_t i = 0; i < split->images.size(); ++i)
-      split->images[i] = static_cast<float>((i * 2654435761u) % 256) / 255.0f;
-    split->labels.resize(static_cast<size_t>(count));
-    for (int i = 0; i < count; ++i) split->labels[i] = static_cast<uint8_t>(i % 10);
-  }
-  d.digest = "synthetic";
-  return d;
-}
 
 // Sums across the threads of one test, in rank order (so every rank gets bitwise the same
 // floats, as the real collectives guarantee). A fake of the collective for this logic test.
@@ -173,7 +159,7 @@ struct ReplicaResult {
 };
 
 const data::Dataset& Dataset() {
-  static const data::Dataset dataset = SmallDataset(64);
+  static const data::Dataset dataset = tj::testing::SyntheticDataset(64);
   return dataset;
 }
 
