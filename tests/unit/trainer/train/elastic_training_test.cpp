@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/forwarding_backend.h"
 #include "tests/support/loopback_ring.h"
 #include "tests/support/synthetic_dataset.h"
 #include "tests/support/temp_dir.h"
@@ -48,38 +49,17 @@ class RingCommunicator final : public collective::Communicator {
 
 // The real CPU backend, asking `stop` to stop at its `stop_at`-th step (1-based; 0: never),
 // as a SIGTERM during that step would.
-class StoppingBackend final : public StepBackend {
+class StoppingBackend final : public tj::testing::ForwardingBackend {
  public:
   StoppingBackend(std::unique_ptr<StepBackend> real, StopRequest* stop, int64_t stop_at)
-      : real_(std::move(real)), stop_(stop), stop_at_(stop_at) {}
+      : ForwardingBackend(std::move(real)), stop_(stop), stop_at_(stop_at) {}
 
-  std::string description() const override { return real_->description(); }
-  bool device_buffers() const override { return false; }
-  void* device_stream() override { return nullptr; }
-  Status SetState(const ModelState& state) override { return real_->SetState(state); }
-  StatusOr<ModelState> GetState() override { return real_->GetState(); }
-  Status SetEpochSums(double loss_sum, double correct) override {
-    return real_->SetEpochSums(loss_sum, correct);
-  }
-  Status GetEpochSums(double* loss_sum, double* correct) override {
-    return real_->GetEpochSums(loss_sum, correct);
-  }
-  Status BeginEpoch(const std::vector<uint32_t>& order, int64_t first_slice, int64_t slice_stride,
-                    double learning_rate) override {
-    return real_->BeginEpoch(order, first_slice, slice_stride, learning_rate);
-  }
   Status ComputeGradients(float scale) override {
     if (++steps_ == stop_at_) stop_->Request();
-    return real_->ComputeGradients(scale);
+    return ForwardingBackend::ComputeGradients(scale);
   }
-  float* reduce_buffer() override { return real_->reduce_buffer(); }
-  int shards() const override { return real_->shards(); }
-  float* shard_buffer(int shard) override { return real_->shard_buffer(shard); }
-  Status ApplyUpdate() override { return real_->ApplyUpdate(); }
-  Status WaitForSteps() override { return real_->WaitForSteps(); }
 
  private:
-  std::unique_ptr<StepBackend> real_;
   StopRequest* stop_;
   int64_t stop_at_;
   int64_t steps_ = 0;
@@ -150,17 +130,18 @@ std::vector<Replica> Train(const Options& o, int replicas, int64_t stop_at = 0) 
       {
         EventLog log(LogFormat::kJson, out, out);
         Progress progress;
-        TrainingContext c;
-        c.options = &o;
-        c.dataset = &Dataset();
-        c.comm = comm.get();
-        c.pool = &pool;
-        c.log = &log;
-        c.progress = &progress;
-        c.is_chief = r == 0;
-        c.backend = &backend;
-        c.stop = &stop;
-        results[r].outcome = RunTrainingLoop(c);
+        results[r].outcome = RunTrainingLoop({.options = &o,
+                                              .dataset = &Dataset(),
+                                              .comm = comm.get(),
+                                              .pool = &pool,
+                                              .kernels = &nn::cpu::BestKernels(),
+                                              .log = &log,
+                                              .progress = &progress,
+                                              .is_chief = r == 0,
+                                              .scalars = {},
+                                              .backend = &backend,
+                                              .gradient_comm = nullptr,
+                                              .stop = &stop});
       }
       const std::string text = ReadAll(out);
       std::fclose(out);

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <initializer_list>
 #include <string>
 
 #include "tests/support/temp_dir.h"
@@ -35,6 +36,13 @@ nlohmann::json Fingerprint(int workers, int elastic_shards, int batch_size = 64)
 
 bool Has(const std::optional<std::string>& refusal, const std::string& part) {
   return refusal && refusal->find(part) != std::string::npos;
+}
+
+// A refusal that says every one of `parts`.
+void ExpectRefusalSays(const std::optional<std::string>& refusal,
+                       std::initializer_list<const char*> parts) {
+  ASSERT_TRUE(refusal.has_value());
+  for (const char* part : parts) EXPECT_TRUE(Has(refusal, part)) << part << "\n" << *refusal;
 }
 
 TEST(TrainingFingerprintTest, WithoutElasticModeItIsWhatItWas) {
@@ -74,46 +82,37 @@ TEST(ResumeRefusalTest, EitherModeResumesTheOthersBackupOfTheSameShards) {
 }
 
 TEST(ResumeRefusalTest, WithoutElasticModeAnotherWorkerCountIsRefusedNamingBoth) {
-  const auto r = ResumeRefusal(Fingerprint(1, 0), Fingerprint(2, 0));
-  EXPECT_TRUE(Has(r,
-                  "was written by 2 workers without elastic mode (global batch 128) and this "
-                  "run has 1 worker without elastic mode (global batch 64)"))
-      << r.value_or("");
-  EXPECT_TRUE(Has(r, "Run 2 workers")) << r.value_or("");
-  EXPECT_TRUE(Has(r, "--elastic-shards 2")) << r.value_or("");
-  EXPECT_TRUE(Has(r, "empty directory")) << r.value_or("");
+  ExpectRefusalSays(ResumeRefusal(Fingerprint(1, 0), Fingerprint(2, 0)),
+                    {"was written by 2 workers without elastic mode (global batch 128) and this "
+                     "run has 1 worker without elastic mode (global batch 64)",
+                     "Run 2 workers", "--elastic-shards 2", "empty directory"});
 }
 
 TEST(ResumeRefusalTest, AnElasticBackupIsRefusedWithoutElasticModeAtAnotherCount) {
-  const auto r = ResumeRefusal(Fingerprint(1, 0), Fingerprint(2, 4));
-  EXPECT_TRUE(Has(r, "4 elastic shards on 2 workers (global batch 256)")) << r.value_or("");
-  EXPECT_TRUE(Has(r, "1 worker without elastic mode")) << r.value_or("");
-  EXPECT_TRUE(Has(r, "--elastic-shards 4 (or TJ_ELASTIC_SHARDS=4)")) << r.value_or("");
-  EXPECT_TRUE(Has(r, "or with 4 workers")) << r.value_or("");
+  ExpectRefusalSays(
+      ResumeRefusal(Fingerprint(1, 0), Fingerprint(2, 4)),
+      {"4 elastic shards on 2 workers (global batch 256)", "1 worker without elastic mode",
+       "--elastic-shards 4 (or TJ_ELASTIC_SHARDS=4)", "or with 4 workers"});
 }
 
 TEST(ResumeRefusalTest, AnotherShardCountIsRefusedInElasticMode) {
-  const auto r = ResumeRefusal(Fingerprint(2, 2), Fingerprint(2, 4));
-  EXPECT_TRUE(Has(r,
-                  "4 elastic shards on 2 workers (global batch 256) and this run has 2 "
-                  "elastic shards on 2 workers (global batch 128)"))
-      << r.value_or("");
-  EXPECT_TRUE(Has(r, "the shard count fixes the global batch")) << r.value_or("");
-  EXPECT_TRUE(Has(r, "Resume with --elastic-shards 4")) << r.value_or("");
+  ExpectRefusalSays(ResumeRefusal(Fingerprint(2, 2), Fingerprint(2, 4)),
+                    {"4 elastic shards on 2 workers (global batch 256) and this run has 2 "
+                     "elastic shards on 2 workers (global batch 128)",
+                     "the shard count fixes the global batch", "Resume with --elastic-shards 4"});
 }
 
 TEST(ResumeRefusalTest, AnotherGlobalBatchIsRefused) {
-  const auto r = ResumeRefusal(Fingerprint(2, 2, 32), Fingerprint(2, 2, 64));
-  EXPECT_TRUE(Has(r, "batch_size: backup has 64, this run has 32")) << r.value_or("");
-  EXPECT_TRUE(Has(r, "Resume with the original configuration")) << r.value_or("");
+  ExpectRefusalSays(
+      ResumeRefusal(Fingerprint(2, 2, 32), Fingerprint(2, 2, 64)),
+      {"batch_size: backup has 64, this run has 32", "Resume with the original configuration"});
 }
 
 TEST(ResumeRefusalTest, OtherFieldsAndTheLayoutAreBothNamed) {
   nlohmann::json backup = Fingerprint(2, 0);
   backup["seed"] = 7;
-  const auto r = ResumeRefusal(Fingerprint(1, 0), backup);
-  EXPECT_TRUE(Has(r, "seed: backup has 7, this run has 42")) << r.value_or("");
-  EXPECT_TRUE(Has(r, "Run 2 workers")) << r.value_or("");
+  ExpectRefusalSays(ResumeRefusal(Fingerprint(1, 0), backup),
+                    {"seed: backup has 7, this run has 42", "Run 2 workers"});
 }
 
 // A backup a two-worker run wrote before elastic mode existed (a real one, its tensors cut to
@@ -131,9 +130,9 @@ TEST(ResumeRefusalTest, ABackupWrittenBeforeElasticModeStillResumes) {
   EXPECT_EQ(state->fingerprint, Fingerprint(2, 0));
   EXPECT_EQ(ResumeRefusal(Fingerprint(2, 0), state->fingerprint), std::nullopt);
   EXPECT_EQ(ResumeRefusal(Fingerprint(1, 2), state->fingerprint), std::nullopt);
-  EXPECT_TRUE(Has(ResumeRefusal(Fingerprint(1, 0), state->fingerprint), "Run 2 workers"));
-  EXPECT_TRUE(
-      Has(ResumeRefusal(Fingerprint(1, 4), state->fingerprint), "Resume with --elastic-shards 2"));
+  ExpectRefusalSays(ResumeRefusal(Fingerprint(1, 0), state->fingerprint), {"Run 2 workers"});
+  ExpectRefusalSays(ResumeRefusal(Fingerprint(1, 4), state->fingerprint),
+                    {"Resume with --elastic-shards 2"});
 }
 
 }  // namespace

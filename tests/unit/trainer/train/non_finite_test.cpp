@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/forwarding_backend.h"
 #include "tests/support/synthetic_dataset.h"
 #include "tests/support/temp_dir.h"
 #include "trainer/checkpoint/backup_manager.h"
@@ -117,38 +118,21 @@ struct Poison {
 
 // The real CPU backend; at optimizer step `poison.step` this replica's gradient at index 7
 // (or its loss) becomes `poison.value` before the all-reduce.
-class PoisoningBackend final : public StepBackend {
+class PoisoningBackend final : public tj::testing::ForwardingBackend {
  public:
   PoisoningBackend(std::unique_ptr<StepBackend> real, Poison poison)
-      : real_(std::move(real)), poison_(poison) {}
+      : ForwardingBackend(std::move(real)), poison_(poison) {}
 
-  std::string description() const override { return real_->description(); }
   bool device_buffers() const override { return poison_.device; }
   void* device_stream() override { return nullptr; }
-  Status SetState(const ModelState& state) override { return real_->SetState(state); }
-  StatusOr<ModelState> GetState() override { return real_->GetState(); }
-  Status SetEpochSums(double loss_sum, double correct) override {
-    return real_->SetEpochSums(loss_sum, correct);
-  }
-  Status GetEpochSums(double* loss_sum, double* correct) override {
-    return real_->GetEpochSums(loss_sum, correct);
-  }
-  Status BeginEpoch(const std::vector<uint32_t>& order, int64_t first_slice, int64_t slice_stride,
-                    double learning_rate) override {
-    return real_->BeginEpoch(order, first_slice, slice_stride, learning_rate);
-  }
   Status ComputeGradients(float scale) override {
-    TJ_RETURN_IF_ERROR(real_->ComputeGradients(scale));
+    TJ_RETURN_IF_ERROR(ForwardingBackend::ComputeGradients(scale));
     if (++steps_ == poison_.step)
       reduce_buffer()[poison_.loss ? nn::Layout::kCount : 7] = poison_.value;
     return Status::Ok();
   }
-  float* reduce_buffer() override { return real_->reduce_buffer(); }
-  Status ApplyUpdate() override { return real_->ApplyUpdate(); }
-  Status WaitForSteps() override { return real_->WaitForSteps(); }
 
  private:
-  std::unique_ptr<StepBackend> real_;
   Poison poison_;
   int64_t steps_ = 0;
 };
