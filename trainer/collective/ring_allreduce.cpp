@@ -87,6 +87,11 @@ StatusOr<Socket> ConnectNext(const Endpoint& next_end, int rank, int next,
                           cluster::FormatHostPort(next_end.host, next_end.port));
 }
 
+// sum[i] = sum[i] + add[i]: one pass of a left-to-right sum, which the compiler vectorises.
+void AddInto(float* sum, const float* add, size_t n) {
+  for (size_t i = 0; i < n; ++i) sum[i] += add[i];
+}
+
 // One transfer of a segment: sent to the next rank or received from the previous one.
 struct Op {
   size_t begin = 0;  // element range in the buffers
@@ -280,12 +285,10 @@ class Transfer {
       const auto* in = reinterpret_cast<const float*>(recv_stage_.data());
       for (size_t i = 0; i < n; ++i) dst[i] = in[i] + dst[i];
     } else if (op.add) {
+      // One pass per shard, each element still summed left to right.
       const auto* in = reinterpret_cast<const float*>(recv_stage_.data());
-      for (size_t i = 0; i < n; ++i) {
-        float sum = in[i] + dst[i];
-        for (int k = 1; k < op.fold; ++k) sum += shards_[k][op.begin + i];
-        dst[i] = sum;
-      }
+      for (size_t i = 0; i < n; ++i) dst[i] = in[i] + dst[i];
+      for (int k = 1; k < op.fold; ++k) AddInto(dst, shards_[k] + op.begin, n);
     }
     ++next_recv_;
     received_ = 0;
@@ -330,12 +333,9 @@ class Transfer {
   }
 
   void FoldOwnShards(const Schedule::Fold& f) {
-    float* dst = shards_[f.first];
-    for (size_t i = f.span.begin; i < f.span.end; ++i) {
-      float sum = dst[i];
-      for (int k = f.first + 1; k < f.end; ++k) sum += shards_[k][i];
-      dst[i] = sum;
-    }
+    const size_t n = f.span.end - f.span.begin;
+    for (int k = f.first + 1; k < f.end; ++k)
+      AddInto(shards_[f.first] + f.span.begin, shards_[k] + f.span.begin, n);
   }
 
   float* const* shards_;
@@ -490,12 +490,13 @@ Status RingAllReduce::SumShards(float* const* shards, int shards_per_rank, size_
 
 void SumInRingOrder(float* const* shards, int count_of_shards, size_t count) {
   for (int c = 0; c < count_of_shards; ++c) {
+    // Chunk c's sum builds up in shard c, one pass per shard, then lands in shard 0.
     const Span span = ChunkOf(count, count_of_shards, c);
-    for (size_t i = span.begin; i < span.end; ++i) {
-      float sum = shards[c][i];
-      for (int k = 1; k < count_of_shards; ++k) sum += shards[(c + k) % count_of_shards][i];
-      shards[0][i] = sum;
-    }
+    const size_t n = span.end - span.begin;
+    float* sum = shards[c] + span.begin;
+    for (int k = 1; k < count_of_shards; ++k)
+      AddInto(sum, shards[(c + k) % count_of_shards] + span.begin, n);
+    if (c != 0) std::memcpy(shards[0] + span.begin, sum, n * sizeof(float));
   }
 }
 

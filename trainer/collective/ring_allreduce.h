@@ -55,8 +55,8 @@ Span ChunkOf(size_t count, int ranks, int chunk);
 
 // In one process, the sum the ring of `count_of_shards` ranks makes of their buffers: chunk c
 // (ChunkOf(count, count_of_shards, c)) is shards[c] + shards[c + 1] + ... + shards[c - 1],
-// wrapping round, added left to right, into shards[0]; the other buffers are left as they
-// were. The order RingAllReduce::SumShards keeps at every number of ranks.
+// wrapping round, added left to right, into shards[0]; the other buffers are overwritten with
+// partial sums. The order RingAllReduce::SumShards keeps at every number of ranks.
 void SumInRingOrder(float* const* shards, int count_of_shards, size_t count);
 
 // How the ring's connections are authenticated.
