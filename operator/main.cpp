@@ -167,7 +167,7 @@ struct Flags {
   int kueue_priority_boost_max = 0;
   int kueue_priority_boost_seconds = 60;
   // auto: gang pods restart in place on Kubernetes 1.36+ (RestartAllContainers); never.
-  std::string restart_in_place = "auto";
+  std::string restart_in_place = "never";
   std::string convert_file;  // the convert subcommand's file, when it was given
   bool convert = false;
   // A NetworkPolicy per job (operator/controller/network_policy.h), admitting the operator's
@@ -254,8 +254,9 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags& f) {
       ->check(CLI::Range(0, 1000000));
   app.add_option("--restart-in-place", f.restart_in_place,
                  "auto: on a Kubernetes 1.36+ API server, a gang whose trainer fails as its "
-                 "restartPolicy retries restarts its containers in place, pods kept; never: "
-                 "the operator always makes the gang's pods again")
+                 "restartPolicy retries restarts its containers in place, pods kept (every node "
+                 "must declare RestartAllContainersOnContainerExits, or the gang's pods stay "
+                 "Pending); never: the operator always makes the gang's pods again")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "never"}));
   app.add_option("--kueue-priority-boost-seconds", f.kueue_priority_boost_seconds,
@@ -477,6 +478,17 @@ bool DecideRestartInPlace(const Flags& f, const tj::kube::ServerVersion& server,
                : "the API server is " + server.text + ", older than 1.36: its kubelets cannot";
   log.Emit({{"event", "restart_in_place"}, {"enabled", on}, {"why", why}});
   return on;
+}
+
+// The API server's version checked (CheckApiServerVersion: an exit code when it will not do)
+// and what follows from it for the executor: whether gang pods restart in place.
+std::optional<int> AdaptToApiServer(tj::kube::Client* client, const Flags& f,
+                                    const std::string& server, const std::stop_source& stop,
+                                    tj::EventLog& log, tj::controller::Executor* executor) {
+  tj::kube::ServerVersion version;
+  if (auto code = CheckApiServerVersion(client, server, stop, log, &version)) return code;
+  executor->set_restart_in_place(DecideRestartInPlace(f, version, log));
+  return std::nullopt;
 }
 
 // --leader-elect: the Lease renewed through a client of its own, an elector and its thread.
@@ -727,11 +739,9 @@ int main(int argc, char** argv) {
   }
   // After the flags' addresses are bound (a wrong one is said at once, whatever the API
   // server), before anything watches: /healthz answers while the server is waited for.
-  tj::kube::ServerVersion server_version;
-  if (auto code = CheckApiServerVersion(client, api.config.server, stop, log, &server_version)) {
+  if (auto code = AdaptToApiServer(client, f, api.config.server, stop, log, &executor)) {
     return *code;
   }
-  executor.set_restart_in_place(DecideRestartInPlace(f, server_version, log));
   WatchWherePermitted(client, clock, f.ns, &queue, log, &informers, &executor);
 
   if (!StartAndSync(informers, stop)) return 0;
