@@ -200,9 +200,7 @@ bool Pass::ChargeInPlaceRestarts(const Gang& gang) {
                             "): a trainer exited with a code restartPolicy " + policy + " retries";
     auto budget = ChargeGangRestart(api::RestartCause::kFailed, why);
     if (!budget) {
-      for (const auto& [replica, pod] : gang.current) {
-        if (!pod->being_deleted) DeletePod(*pod);
-      }
+      for (const auto& [replica, pod] : gang.current) DeletePod(*pod);
       return true;
     }
     counted += 1;
