@@ -37,11 +37,13 @@ TEST(SingleProcessTest, EventsAndBitwiseDeterminism) {
   ASSERT_EQ(epochs.size(), 2u);
   const std::vector<std::string> keys = {"event",    "epoch", "steps",   "loss",
                                          "accuracy", "lr",    "seconds", "images_per_sec"};
-  // The first line is the start line (the version, the CPU target); then the epochs.
+  // The first line is the start line (the version, the CPU target), then the first step
+  // (the time to first step the operator reports), then the epochs.
   const std::vector<std::string> lines = a->StdoutLines();
-  ASSERT_GE(lines.size(), 2u);
+  ASSERT_GE(lines.size(), 3u);
   EXPECT_EQ(lines[0].rfind(R"({"event":"start",)", 0), 0u) << lines[0];
-  const std::string& first = lines[1];
+  EXPECT_EQ(lines[1].rfind(R"({"event":"first_step",)", 0), 0u) << lines[1];
+  const std::string& first = lines[2];
   size_t pos = 0;
   for (const std::string& k : keys) {  // fields in the documented order
     size_t at = first.find("\"" + k + "\":", pos);
@@ -63,8 +65,10 @@ TEST(SingleProcessTest, TextLogFormat) {
                         dir / "p");
   ASSERT_EQ(p->Wait(60s), 0) << p->Stderr();
   EXPECT_EQ(p->StdoutLines().at(0).rfind("start version=", 0), 0u) << p->StdoutLines().at(0);
-  EXPECT_EQ(p->StdoutLines().at(1).rfind("epoch_end epoch=1 steps=3 loss=", 0), 0u)
+  EXPECT_EQ(p->StdoutLines().at(1).rfind("first_step epoch=1 step=1 global_step=1", 0), 0u)
       << p->StdoutLines().at(1);
+  EXPECT_EQ(p->StdoutLines().at(2).rfind("epoch_end epoch=1 steps=3 loss=", 0), 0u)
+      << p->StdoutLines().at(2);
 }
 
 struct BadRun {
