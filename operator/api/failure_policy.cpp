@@ -11,9 +11,13 @@ Status FieldError(const std::string& field, const std::string& what) {
   return Status::Error(field + ": " + what);
 }
 
+// The causes a rule may name: all but Resized, which is no failure.
+constexpr size_t kRuleCauses = std::size(kAllRestartCauses) - 1;
 std::string CauseList() {
   std::string all;
-  for (RestartCause c : kAllRestartCauses) all += (all.empty() ? "" : ", ") + ToString(c);
+  for (RestartCause c : kAllRestartCauses) {
+    if (c != RestartCause::kResized) all += (all.empty() ? "" : ", ") + ToString(c);
+  }
   return all;
 }
 
@@ -46,16 +50,15 @@ StatusOr<FailurePolicyRule> ParseRule(const json& r, const std::string& path) {
                                             "RestartJobAndIgnoreBackoffLimit, FailJob");
   }
   auto causes = r.find("onCauses");
-  if (causes == r.end() || !causes->is_array() || causes->empty() ||
-      causes->size() > std::size(kAllRestartCauses)) {
+  if (causes == r.end() || !causes->is_array() || causes->empty() || causes->size() > kRuleCauses) {
     return FieldError(path + ".onCauses", "required: a list of 1 to " +
-                                              std::to_string(std::size(kAllRestartCauses)) +
-                                              " causes out of " + CauseList());
+                                              std::to_string(kRuleCauses) + " causes out of " +
+                                              CauseList());
   }
   for (size_t i = 0; i < causes->size(); ++i) {
     const json& c = (*causes)[i];
     auto cause = c.is_string() ? ParseRestartCause(c.get<std::string>()) : std::nullopt;
-    if (!cause) {
+    if (!cause || *cause == RestartCause::kResized) {
       return FieldError(path + ".onCauses[" + std::to_string(i) + "]",
                         "must be one of " + CauseList());
     }
@@ -82,6 +85,8 @@ std::string ToString(RestartCause c) {
       return "Failed";
     case RestartCause::kStalled:
       return "Stalled";
+    case RestartCause::kResized:
+      return "Resized";
   }
   return "Failed";
 }

@@ -24,11 +24,13 @@ enum class RestartCause {
   kOperatorRestart,  // the operator restarted the gang itself
   kFailed,           // the program failed: an exit code or a signal (OOM kill ...) of its own
   kStalled,          // the job's step stopped advancing (runPolicy.progressDeadlineSeconds)
+  kResized,          // an elastic job's gang went on with fewer workers (spec.elasticPolicy);
+                     // never counted, and no failure-policy rule names it
 };
 inline constexpr RestartCause kAllRestartCauses[] = {
     RestartCause::kEvicted, RestartCause::kPreempted,       RestartCause::kNodeLost,
     RestartCause::kDeleted, RestartCause::kOperatorRestart, RestartCause::kFailed,
-    RestartCause::kStalled};
+    RestartCause::kStalled, RestartCause::kResized};
 std::string ToString(RestartCause c);  // "Evicted", "Preempted", ... (the spec's spelling)
 std::optional<RestartCause> ParseRestartCause(const std::string& s);
 

@@ -1,6 +1,7 @@
 #include "operator/api/training_job.h"
 
 #include <algorithm>
+#include <numeric>
 #include <utility>
 
 #include "common/utf8.h"
@@ -217,7 +218,73 @@ Status ParseSchedulingPolicy(const json& run, TrainingJobSpec& out) {
   return Status::Ok();
 }
 
+// spec.elasticPolicy into out.elastic (the replica specs parsed). The Worker replicas, when
+// given, must be maxReplicas: an elastic job asks for its largest gang.
+Status ParseElasticPolicy(const json& spec, TrainingJobSpec& out) {
+  const std::string path = "spec.elasticPolicy";
+  if (!spec.contains("elasticPolicy") || spec["elasticPolicy"].is_null()) return Status::Ok();
+  const json& ep = spec["elasticPolicy"];
+  if (!ep.is_object()) return FieldError(path, "must be an object {minReplicas, maxReplicas}");
+  const json& worker = spec["replicaSpecs"]["Worker"];
+  const bool replicas_given = worker.contains("replicas") && !worker["replicas"].is_null();
+  ElasticPolicy e;
+  std::optional<int64_t> v;
+  TJ_RETURN_IF_ERROR(ReadInt(ep, "maxReplicas", path, 1, kMaxWorkers, &v));
+  if (!v && !replicas_given) {
+    return FieldError(path + ".maxReplicas", "required: the most workers the gang may have");
+  }
+  e.max_replicas = v ? static_cast<int32_t>(*v) : out.Replicas(ReplicaType::kWorker);
+  if (replicas_given && out.Replicas(ReplicaType::kWorker) != e.max_replicas) {
+    return FieldError(path + ".maxReplicas",
+                      std::to_string(e.max_replicas) + " differs from spec.replicaSpecs.Worker." +
+                          "replicas (" + std::to_string(out.Replicas(ReplicaType::kWorker)) +
+                          "): an elastic job runs maxReplicas workers when it can; omit one of "
+                          "them or make them equal");
+  }
+  v.reset();
+  TJ_RETURN_IF_ERROR(ReadInt(ep, "minReplicas", path, 1, e.max_replicas, &v));
+  if (!v) return FieldError(path + ".minReplicas", "required: the fewest workers to go on with");
+  e.min_replicas = static_cast<int32_t>(*v);
+  std::optional<int64_t> timeout;
+  TJ_RETURN_IF_ERROR(ReadDurationSeconds(ep, "scheduleTimeoutSeconds", path, 1, &timeout));
+  if (timeout) e.schedule_timeout_seconds = *timeout;
+  const int32_t chiefs = out.Replicas(ReplicaType::kChief);
+  v.reset();
+  TJ_RETURN_IF_ERROR(ReadInt(ep, "shards", path, 1, kMaxElasticShards, &v));
+  e.shards = v ? static_cast<int32_t>(*v) : e.max_replicas + chiefs;
+  if (!e.Trains(e.max_replicas, chiefs)) {
+    return FieldError(path + ".shards",
+                      std::to_string(e.shards) + " is not a multiple of the full gang's " +
+                          std::to_string(e.max_replicas + chiefs) +
+                          " replicas: every size the gang takes must divide the shards");
+  }
+  if (e.min_replicas < e.max_replicas &&
+      e.LargestSizeUpTo(e.max_replicas - 1, chiefs) == std::nullopt) {
+    return FieldError(path + ".shards",
+                      "no worker count from minReplicas (" + std::to_string(e.min_replicas) +
+                          ") below maxReplicas trains " + std::to_string(e.shards) +
+                          " shards (its replicas" + (chiefs > 0 ? ", with the chief," : "") +
+                          " must divide them): set shards to a multiple of each size the gang "
+                          "may take, e.g. " +
+                          std::to_string(std::lcm(e.min_replicas + chiefs, e.shards)));
+  }
+  out.replica_specs[ReplicaType::kWorker].replicas = e.max_replicas;
+  out.elastic = e;
+  return Status::Ok();
+}
+
 }  // namespace
+
+bool ElasticPolicy::Trains(int32_t workers, int32_t chiefs) const {
+  return workers >= 1 && shards % (workers + chiefs) == 0;
+}
+
+std::optional<int32_t> ElasticPolicy::LargestSizeUpTo(int32_t at_most, int32_t chiefs) const {
+  for (int32_t w = std::min(at_most, max_replicas); w >= min_replicas; --w) {
+    if (Trains(w, chiefs)) return w;
+  }
+  return std::nullopt;
+}
 
 int32_t TrainingJobSpec::Replicas(ReplicaType t) const {
   auto it = replica_specs.find(t);
@@ -311,6 +378,7 @@ StatusOr<TrainingJobSpec> ParseSpec(const json& spec) {
     out.run_policy.suspend = run["suspend"].get<bool>();
   }
 
+  TJ_RETURN_IF_ERROR(ParseElasticPolicy(spec, out));
   TJ_RETURN_IF_ERROR(ParseSchedulingPolicy(run, out));
 
   std::optional<std::string> success;
@@ -439,6 +507,12 @@ TrainingJobStatus TrainingJobStatus::FromJson(const json& j) {
     }
     if (j.contains("progress") && j["progress"].is_object()) s.progress = j["progress"];
     if (j.contains("goodput")) s.goodput = Goodput::FromJson(j["goodput"]);
+    if (auto e = j.find("elastic"); e != j.end() && e->is_object()) {
+      if (auto w = e->find("workers"); w != e->end() && w->is_number_integer() &&
+                                       w->get<int64_t>() >= 1 && w->get<int64_t>() <= kMaxWorkers) {
+        s.elastic_workers = w->get<int32_t>();
+      }
+    }
     if (j.contains("evaluation") && j["evaluation"].is_object()) s.evaluation = j["evaluation"];
   } catch (const json::exception&) {
     // A malformed field written by someone else: keep what parsed.
@@ -476,6 +550,7 @@ json TrainingJobStatus::ToJson() const {
   if (progress_time) j["progressTime"] = *progress_time;
   if (progress.is_object()) j["progress"] = progress;
   if (!goodput.Empty()) j["goodput"] = goodput.ToJson();
+  if (elastic_workers) j["elastic"] = {{"workers", *elastic_workers}};
   if (evaluation.is_object()) j["evaluation"] = evaluation;
   const std::string st = StateOf(conditions);
   if (!st.empty()) j["state"] = st;

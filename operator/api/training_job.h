@@ -41,6 +41,8 @@ inline constexpr char kLabelReplicaType[] = "tjo.dev/replica-type";
 inline constexpr char kLabelReplicaIndex[] = "tjo.dev/replica-index";
 // The gang number (status.restartCount when the pod was made): which gang a pod belongs to.
 inline constexpr char kLabelRestartCount[] = "tjo.dev/restart-count";
+// On an elastic job's capacity probe (docs/elastic.md): the worker index it holds room for.
+inline constexpr char kLabelCapacityProbe[] = "tjo.dev/capacity-probe";
 
 // Ordered as TensorFlow lists them in TF_CONFIG.
 enum class ReplicaType { kChief, kWorker, kEvaluator };
@@ -106,8 +108,30 @@ struct RunPolicy {
   SchedulingPolicy scheduling_policy;
 };
 
+// spec.elasticPolicy (docs/elastic.md): the workers a gang may have. The gang runs maxReplicas
+// workers (the Worker replicas) when they can be scheduled; when some cannot within
+// scheduleTimeoutSeconds, or a node is lost and they cannot be placed again, the gang restarts
+// with fewer, never below minReplicas, and returns to maxReplicas at its next restart. The
+// trainer keeps the global batch at `shards` shards whatever the size (TJ_ELASTIC_SHARDS): a
+// size trains only when its replica count (workers, plus a chief) divides `shards`.
+struct ElasticPolicy {
+  int32_t min_replicas = 1;
+  int32_t max_replicas = 1;
+  int64_t schedule_timeout_seconds = 60;
+  int32_t shards = 1;  // default: maxReplicas plus the chief
+
+  // Whether a gang of `workers` workers (and `chiefs` chiefs) trains the shards.
+  bool Trains(int32_t workers, int32_t chiefs) const;
+  // The largest worker count in [minReplicas, at_most] that trains the shards; nullopt: none.
+  std::optional<int32_t> LargestSizeUpTo(int32_t at_most, int32_t chiefs) const;
+};
+
+// The most shards an elastic job may ask for: each is a batch every step computes.
+inline constexpr int32_t kMaxElasticShards = 4096;
+
 struct TrainingJobSpec {
   std::map<ReplicaType, ReplicaSpec> replica_specs;  // Worker always present once parsed
+  std::optional<ElasticPolicy> elastic;              // spec.elasticPolicy
   RunPolicy run_policy;
   SuccessPolicy success_policy = SuccessPolicy::kChief;
   int32_t port = 2222;
@@ -207,6 +231,9 @@ struct TrainingJobStatus {
   // last seen to change, or first seen (RFC 3339); what runPolicy.progressDeadlineSeconds is
   // measured from. Cleared when the gang restarts.
   std::optional<std::string> progress_time;
+  // status.elastic.workers: the worker count of the current gang of an elastic job (its
+  // pods, TF_CONFIG and PodGroup have that many); unset: spec.elasticPolicy.maxReplicas.
+  std::optional<int32_t> elastic_workers;
   Goodput goodput;            // status.goodput, written once it is not empty
   nlohmann::json progress;    // null or {epoch, totalEpochs, step, loss, accuracy, ...}
   nlohmann::json evaluation;  // null or {checkpoint, epoch, loss, accuracy}

@@ -310,6 +310,36 @@ json InPlaceRestartRules(api::RestartPolicy policy) {
            json::array({{{"action", "RestartAllContainers"}, {"exitCodes", codes}}})}};
 }
 
+std::string CapacityProbeName(const std::string& job, int index) {
+  return job + "-probe-" + std::to_string(index);
+}
+
+json BuildCapacityProbe(const json& job, const api::TrainingJobSpec& spec, int index) {
+  json pod = BuildPod(job, spec, api::ReplicaType::kWorker, index, 0);
+  json& meta = pod["metadata"];
+  meta["name"] = CapacityProbeName(api::RefOf(job).name, index);
+  json& labels = meta["labels"];
+  for (const char* key :
+       {api::kLabelReplicaType, api::kLabelReplicaIndex, api::kLabelRestartCount}) {
+    labels.erase(key);
+  }
+  labels[api::kLabelCapacityProbe] = std::to_string(index);
+  if (meta.contains("annotations") && meta["annotations"].is_object()) {
+    meta["annotations"].erase(kStatusPortAnnotation);
+  }
+  json& spec_json = pod["spec"];
+  for (const char* key : {"hostname", "subdomain", "initContainers"}) spec_json.erase(key);
+  spec_json["terminationGracePeriodSeconds"] = 0;
+  for (json& c : spec_json["containers"]) {
+    for (const char* key : {"args", "env", "envFrom", "livenessProbe", "readinessProbe",
+                            "startupProbe", "lifecycle", "restartPolicy", "restartPolicyRules"}) {
+      c.erase(key);
+    }
+    c["command"] = json::array({"sleep", "infinity"});
+  }
+  return pod;
+}
+
 json BuildPod(const json& job, const api::TrainingJobSpec& spec, api::ReplicaType type, int index,
               int gang, const std::string& key_hash, bool restart_in_place) {
   const api::ObjectRef r = api::RefOf(job);
@@ -352,6 +382,10 @@ json BuildPod(const json& job, const api::TrainingJobSpec& spec, api::ReplicaTyp
     SetEnv(c, {{"name", "TF_CONFIG"}, {"value", TfConfig(r, spec, type, index).dump()}});
     SetEnv(c, {{"name", "TJ_JOB_NAME"}, {"value", r.name}});
     SetEnv(c, {{"name", "TJ_RESTART_COUNT"}, {"value", std::to_string(gang)}});
+    // An elastic job's global batch: the same shards at every size (docs/elastic.md).
+    if (spec.elastic) {
+      SetEnv(c, {{"name", "TJ_ELASTIC_SHARDS"}, {"value", std::to_string(spec.elastic->shards)}});
+    }
     if (restart_in_place && !c.contains("restartPolicy") && !c.contains("restartPolicyRules")) {
       const json rules = InPlaceRestartRules(rs.restart_policy);
       if (rules.is_object()) c.update(rules);
@@ -367,7 +401,11 @@ json BuildPod(const json& job, const api::TrainingJobSpec& spec, api::ReplicaTyp
       // pod its own network namespace, the process node's pods share the host's.
       int ordinal = index;
       if (type != api::ReplicaType::kChief) ordinal += spec.Replicas(api::ReplicaType::kChief);
-      if (type == api::ReplicaType::kEvaluator) ordinal += spec.Replicas(api::ReplicaType::kWorker);
+      // The evaluator outlives the gangs of an elastic job: after the largest one.
+      if (type == api::ReplicaType::kEvaluator) {
+        ordinal +=
+            spec.elastic ? spec.elastic->max_replicas : spec.Replicas(api::ReplicaType::kWorker);
+      }
       SetEnv(c,
              {{"name", kStatusPortEnv}, {"value", std::to_string(kDefaultStatusPort + ordinal)}});
     }

@@ -77,6 +77,15 @@ nlohmann::json BuildPod(const nlohmann::json& job, const api::TrainingJobSpec& s
                         api::ReplicaType type, int index, int gang,
                         const std::string& key_hash = "", bool restart_in_place = false);
 
+// An elastic job's capacity probe for worker `index` (docs/elastic.md): `<job>-probe-<index>`,
+// the worker's pod as BuildPod makes it, asking the scheduler for the same room (resources,
+// node selection, affinity, tolerations, volumes, host ports, priority) and running nothing:
+// its containers sleep, without the trainer's environment; no init containers, no probes, no
+// grace period, no gang membership. Labelled kLabelCapacityProbe, not as a replica.
+nlohmann::json BuildCapacityProbe(const nlohmann::json& job, const api::TrainingJobSpec& spec,
+                                  int index);
+std::string CapacityProbeName(const std::string& job, int index);
+
 // The container-level restartPolicy and restartPolicyRules (Kubernetes 1.35+, the action
 // RestartAllContainers 1.36+) with which the kubelet restarts every container of a gang pod in
 // place when its trainer exits as `policy` retries (ExitCode: 75, the trainer's "peer lost",

@@ -141,11 +141,20 @@ json BuildWorkload(const json& job, const api::TrainingJobSpec& spec) {
     json tmpl_labels = json::object();
     const json& meta = kube::MetadataOf(rs.pod_template);
     if (meta.contains("labels") && meta["labels"].is_object()) tmpl_labels = meta["labels"];
-    pod_sets.push_back(
-        {{"name", api::TaskName(type)},
-         {"count", rs.replicas},
-         {"template",
-          {{"metadata", {{"labels", tmpl_labels}}}, {"spec", SchedulingPart(pod["spec"])}}}});
+    json pod_set = {
+        {"name", api::TaskName(type)},
+        {"count", rs.replicas},
+        {"template",
+         {{"metadata", {{"labels", tmpl_labels}}}, {"spec", SchedulingPart(pod["spec"])}}}};
+    // An elastic job asks for its largest gang and takes what Kueue's partial admission
+    // grants down to minReplicas (ApplyAssignment), whatever size its current gang has.
+    if (type == api::ReplicaType::kWorker && spec.elastic) {
+      pod_set["count"] = spec.elastic->max_replicas;
+      if (spec.elastic->min_replicas < spec.elastic->max_replicas) {
+        pod_set["minCount"] = spec.elastic->min_replicas;
+      }
+    }
+    pod_sets.push_back(std::move(pod_set));
   }
   return {{"apiVersion", kWorkloads.api_version},
           {"kind", "Workload"},
@@ -379,6 +388,22 @@ Status ApplyAssignment(const json& workload, const std::map<std::string, json>& 
       return Status::Error("Workload " + kube::ObjectKey(workload) + " assigns podSet '" + name +
                            "', which is not a replica type of this job (chief, worker, "
                            "evaluator); delete the Workload so that the operator makes it anew");
+    }
+    // Kueue's partial admission (podSet minCount) granted an elastic job fewer workers.
+    if (auto count = psa.find("count"); *type == api::ReplicaType::kWorker && spec.elastic &&
+                                        count != psa.end() && count->is_number_integer()) {
+      const int64_t granted = count->get<int64_t>();
+      const int32_t chiefs = spec.Replicas(api::ReplicaType::kChief);
+      const std::optional<int32_t> size =
+          granted >= 1 && granted <= spec.elastic->max_replicas
+              ? spec.elastic->LargestSizeUpTo(static_cast<int32_t>(granted), chiefs)
+              : std::nullopt;
+      if (!size) {
+        return Status::Error("Workload " + kube::ObjectKey(workload) + " admits " + count->dump() +
+                             " workers, which spec.elasticPolicy cannot train");
+      }
+      int32_t& replicas = spec.replica_specs[*type].replicas;
+      replicas = std::min(replicas, *size);
     }
     json& tmpl = spec.replica_specs[*type].pod_template;
     if (!tmpl.is_object()) tmpl = json::object();

@@ -143,6 +143,7 @@ PodView ViewOfPod(const json& pod) {
   v.replica_type = api::ParseReplicaType(kube::LabelOf(pod, api::kLabelReplicaType));
   v.replica_index = CountLabel(pod, api::kLabelReplicaIndex);
   v.gang = CountLabel(pod, api::kLabelRestartCount);
+  v.probe_index = CountLabel(pod, api::kLabelCapacityProbe);
   v.key_hash = KeyHashOf(pod);
   if (const int i = TrainerContainerIndex(Field(pod, "spec")); i >= 0) {
     v.trainer_container = TextOf(pod["spec"]["containers"][i], "name");

@@ -51,8 +51,9 @@ struct PodView {
   std::optional<kube::WallTime> created;
   std::optional<api::ReplicaType> replica_type;  // tjo.dev/replica-type
   int replica_index = -1;                        // tjo.dev/replica-index; -1: absent or not a count
-  int gang = -1;                                 // tjo.dev/restart-count: the gang it belongs to
-  std::string key_hash;                          // of the rendezvous key it was started with
+  int probe_index = -1;  // tjo.dev/capacity-probe: the worker an elastic job's probe stands for
+  int gang = -1;         // tjo.dev/restart-count: the gang it belongs to
+  std::string key_hash;  // of the rendezvous key it was started with
   // spec: its TF_CONFIG container's name (TrainerContainerIndex; "" when none) and /status port
   // (StatusPortOf)
   std::string trainer_container;

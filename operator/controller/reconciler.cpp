@@ -57,7 +57,9 @@ Decision Pass::Run() {
     return std::move(decision_);  // the garbage collector removes what it owns
   }
   if (!ParseSpecOrFail()) return End();
+  SizeTheGang();
   if (status_.Finished()) {
+    DeleteCapacityProbes();  // whatever cleanPodPolicy says: they hold room and do nothing
     FinishWorkload();
     CleanUp();
     // replicaStatuses stay as they were when the job finished: cleanup deleting pods does
@@ -65,6 +67,7 @@ Decision Pass::Run() {
     return End();
   }
   if (AwaitAdmission()) return End();
+  NoteAdmittedSize();
   MarkCreated();
   if (SuspendOrResume()) return EndCountingReplicas();
   if (!status_.start_time) status_.start_time = kube::FormatTime(observed_.now);
@@ -84,7 +87,9 @@ Decision Pass::Run() {
   if (FailOrRestartGang(gang, census)) return EndCountingReplicas();
   CreateMissingPods(gang, census);
   SuperviseEvaluator(gang);
+  if (ShrinkWhenUnschedulable(gang, census)) return EndCountingReplicas();
   if (MarkRunningOrFailStartup(census)) return EndCountingReplicas();
+  if (GrowWhenThereIsRoom(gang, census)) return EndCountingReplicas();
   NoteTrainingStep(census);
   if (RestartIfStalled(gang, census)) return EndCountingReplicas();
 

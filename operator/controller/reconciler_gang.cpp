@@ -41,7 +41,9 @@ Pass::Gang Pass::SortPodsAndDeleteStale() {
     const std::optional<ReplicaType> t = p.replica_type;
     const int index = p.replica_index;
     const bool in_spec = t && index >= 0 && index < spec_.Replicas(*t);
-    if (in_spec && *t == ReplicaType::kEvaluator && g.evaluator == nullptr) {
+    if (!t && p.probe_index >= 0) {
+      g.probes.push_back(&p);  // GrowWhenThereIsRoom keeps or deletes them
+    } else if (in_spec && *t == ReplicaType::kEvaluator && g.evaluator == nullptr) {
       g.evaluator = &p;
     } else if (!in_spec || *t == ReplicaType::kEvaluator || p.gang != g.number) {
       g.stale.push_back(&p);  // outside the spec, a second evaluator, or of an earlier gang
@@ -287,6 +289,7 @@ void Pass::RestartGang(const std::string& message, const GangPods& current,
   status_.created_generation = -1;
   status_.first_failure_time.reset();
   status_.progress_time.reset();
+  if (spec_.elastic) status_.elastic_workers = spec_.elastic->max_replicas;
   status_.SetCondition(cond::kRestarting, restarting, reason, message, observed_.now);
   status_.SetCondition(cond::kRunning, false, reason, message, observed_.now);
   Event("Warning", reason, message);

@@ -61,6 +61,7 @@ class Pass {
     GangPods current;                   // chief and workers of this gang
     std::vector<const PodView*> stale;  // earlier gangs, removed replicas
     const PodView* evaluator = nullptr;
+    std::vector<const PodView*> probes;  // an elastic job's capacity probes
   };
   struct Failure {
     std::string pod;
@@ -180,7 +181,7 @@ class Pass {
   bool RestartIfStalled(const Gang& gang, const GangCensus& census);
   // Starts gang status.restartCount + 1: deletes the `current` gang, says why (`message`) in
   // a Warning Event and the conditions Running=False and Restarting (`restarting`), of
-  // `reason`.
+  // `reason`. An elastic job's next gang is full-size: it grows back at every restart.
   void RestartGang(const std::string& message, const GangPods& current,
                    const std::string& reason = "GangRestart", bool restarting = true);
   // After the previous gang is gone and the restart backoff has passed.
@@ -209,6 +210,28 @@ class Pass {
   // The evaluator, running on a lost node, is deleted (Event NodeLost): once it is gone (the
   // force deletion above) SuperviseEvaluator makes it again, uncounted. The gang goes on.
   void ReplaceEvaluatorOnLostNode(const Gang& gang);
+
+  // --- Elastic gangs (reconciler_elastic.cpp) ---
+  // An elastic job's gang has status.elastic.workers workers (spec.elasticPolicy.maxReplicas
+  // when unset, or when the spec no longer allows it): the pass reads spec_ with that many
+  // Worker replicas, so that the census, the pods, TF_CONFIG and the PodGroup follow it.
+  void SizeTheGang();
+  // Kueue admitted fewer workers (partial admission, ApplyAssignment): the status says so.
+  void NoteAdmittedSize();
+  // A pod of the gang the scheduler has not placed spec.elasticPolicy.scheduleTimeoutSeconds
+  // after it was made: the gang restarts (cause Resized, never counted) with as many workers
+  // as there was room for (the chief's place kept), or one size fewer when none was placed,
+  // never fewer than minReplicas and only at a size that trains the shards. True: the pass
+  // has decided.
+  bool ShrinkWhenUnschedulable(const Gang& gang, const GangCensus& census);
+  // While the whole gang of an elastic job runs with fewer than maxReplicas workers (and
+  // Kueue does not size it): a capacity probe (BuildCapacityProbe) per missing worker; once
+  // the scheduler has placed probes for a larger size that trains the shards, the gang
+  // restarts at that size (cause Resized, never counted; its trainers back up as they stop)
+  // and the probes go. Otherwise probes are deleted. True: the pass has decided.
+  bool GrowWhenThereIsRoom(const Gang& gang, const GangCensus& census);
+  // Every capacity probe of the job deleted (a finished job).
+  void DeleteCapacityProbes();
 
   // --- The gang's PodGroup (reconciler_gang_group.cpp) ---
   // Before gang `number`'s pods are created, when the job's gang is scheduled together
