@@ -16,6 +16,7 @@ import gzip
 import json
 import os
 import struct
+import sys
 
 import numpy as np
 import tensorflow as tf
@@ -150,7 +151,12 @@ def add_training_args(parser):
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--steps-per-epoch", type=int, default=0,
                         help="steps per epoch (0: the whole training set, 60000 / global batch)")
-    parser.add_argument("--batch-size", type=int, default=64, help="images per worker per step")
+    parser.add_argument("--batch-size", type=int, default=64,
+                        help="images per worker per step (the global batch is this times the "
+                             "workers, or times $TJ_ELASTIC_SHARDS where that is set)")
+    parser.add_argument("--global-batch", type=int, default=0,
+                        help="images per step over all workers, whatever their number (0: from "
+                             "--batch-size); each takes an equal share (batch_sizes())")
     parser.add_argument("--threads", type=int, default=0,
                         help="TensorFlow's intra- and inter-op threads (0: TensorFlow's choice)")
     parser.add_argument("--seed", type=int, default=42)
@@ -169,7 +175,8 @@ def check_training_args(parser, args):
     for flag in ("epochs", "batch_size"):
         if getattr(args, flag) <= 0:
             parser.error(f"--{flag.replace('_', '-')} must be positive")
-    for flag in ("steps_per_epoch", "threads", "step_delay", "fill_memory_at_step"):
+    for flag in ("global_batch", "steps_per_epoch", "threads", "step_delay",
+                 "fill_memory_at_step"):
         if getattr(args, flag) < 0:
             parser.error(f"--{flag.replace('_', '-')} must not be negative")
 
@@ -194,13 +201,28 @@ def fill_memory_if_due(args, steps_run):
 
 
 Run = collections.namedtuple("Run", "strategy task_type task_index has_chief chief workers "
-                                    "global_batch steps_per_epoch")
+                                    "global_batch per_replica_batch steps_per_epoch")
+
+
+def batch_sizes(args, replicas):
+    """(asked, global, per replica): the batches at `replicas` replicas. The global batch asked
+    for is --global-batch, else --batch-size times $TJ_ELASTIC_SHARDS (the operator sets it to
+    the job's largest number of training replicas, so it stays the same when the job shrinks),
+    else --batch-size times the replicas (the tutorials' rule: it changes with the size). Each
+    replica takes an equal share, asked // replicas: where the replicas do not divide it the
+    global batch is that share times the replicas, up to replicas - 1 images fewer."""
+    shards = int(os.environ.get("TJ_ELASTIC_SHARDS") or 0)
+    asked = args.global_batch or args.batch_size * (shards or replicas)
+    per_replica = asked // replicas
+    if per_replica == 0:
+        raise ValueError(f"a global batch of {asked} cannot be split among {replicas} replicas")
+    return asked, per_replica * replicas, per_replica
 
 
 def start(args):
     """Threads and seed from the flags, then MultiWorkerMirroredStrategy (it reads TF_CONFIG and
-    waits for every worker); logs the `start` line. The global batch is the per-worker batch
-    times the workers, as in TensorFlow's tutorials."""
+    waits for every worker); logs the `start` line. The batches follow batch_sizes(); the steps
+    per epoch and the learning rate depend on the global batch asked for, not on the workers."""
     if args.threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
         tf.config.threading.set_inter_op_parallelism_threads(args.threads)
@@ -209,9 +231,13 @@ def start(args):
     task_type, task_index, has_chief = task()
     chief = is_chief(task_type, task_index, has_chief)
     workers = strategy.num_replicas_in_sync
-    global_batch = args.batch_size * workers
-    steps = args.steps_per_epoch or 60000 // global_batch
+    asked, global_batch, per_replica = batch_sizes(args, workers)
+    steps = args.steps_per_epoch or 60000 // asked
+    if global_batch != asked:
+        print(f"warning: a global batch of {asked} does not divide among {workers} replicas: "
+              f"{per_replica} each, {global_batch} a step", file=sys.stderr, flush=True)
     log("start", task=f"{task_type}:{task_index}", chief=chief, workers=workers,
         keras=keras_flavour(), tensorflow=tf.__version__, global_batch=global_batch,
-        steps_per_epoch=steps)
-    return Run(strategy, task_type, task_index, has_chief, chief, workers, global_batch, steps)
+        per_replica_batch=per_replica, steps_per_epoch=steps)
+    return Run(strategy, task_type, task_index, has_chief, chief, workers, global_batch,
+               per_replica, steps)

@@ -14,6 +14,13 @@ differ it says so (docs/tensorflow.md has the whole list):
   * A backup taken mid-epoch (--save-freq N): tf-keras resumes at the next step; Keras 3
     resumes at the start of the epoch the backup was taken in, with the backup's weights.
 
+Elastic: a backup resumes at another number of workers (a job that shrinks and grows back).
+tf-keras' backup is the chief's, and any worker count restores it; what must not change is the
+training itself, so the global batch is fixed (--global-batch, or --batch-size times
+$TJ_ELASTIC_SHARDS, which the operator sets) and split evenly among whichever workers there
+are; the steps per epoch depend on the global batch alone, the learning rate on the epoch alone
+(fmnist_setup's batch_sizes() has the rule where the workers do not divide the batch).
+
 The tj_status callback (tj_status.py, optional) serves the progress that `kubectl get tj`
 shows; without it (or outside the operator) nothing changes.
 """
