@@ -19,7 +19,8 @@ tf-keras' backup is the chief's, and any worker count restores it; what must not
 training itself, so the global batch is fixed (--global-batch, or --batch-size times
 $TJ_ELASTIC_SHARDS, which the operator sets) and split evenly among whichever workers there
 are; the steps per epoch depend on the global batch alone, the learning rate on the epoch alone
-(fmnist_setup's batch_sizes() has the rule where the workers do not divide the batch).
+(fmnist_setup's batch_sizes() has the rule where the workers do not divide the batch). A
+resumed run's input skips the batches the backup has trained, which tf-keras does not do.
 
 The tj_status callback (tj_status.py, optional) serves the progress that `kubectl get tj`
 shows; without it (or outside the operator) nothing changes.
@@ -96,6 +97,17 @@ class Report(tf.keras.callbacks.Callback):
                          images_per_sec=self.steps * self.global_batch / seconds)
 
 
+def steps_done(backup_dir):
+    """The steps trained by the newest tf-keras backup in backup_dir (the chief's, in
+    <backup_dir>/chief, which every worker reads), 0 without one."""
+    newest = tf.train.latest_checkpoint(os.path.join(backup_dir, "chief"))
+    if not newest:
+        return 0
+    steps = tf.train.load_checkpoint(newest).get_tensor("train_counter/.ATTRIBUTES/VARIABLE_VALUE")
+    fmnist_setup.log("input_skipped", backup=os.path.basename(newest), steps=int(steps))
+    return int(steps)
+
+
 def main(argv):
     a = parse_args(argv)
     run = fmnist_setup.start(a)  # TF_CONFIG, the strategy; blocks until every worker is up
@@ -105,6 +117,11 @@ def main(argv):
     legacy = fmnist_setup.keras_flavour().startswith("tf-keras")
 
     train = fmnist_setup.train_dataset(a.data_dir, global_batch, seed=a.seed)
+    if a.backup_dir and legacy:
+        # fit restores the step from the backup but starts the input at its first batch: skip
+        # the batches already trained, so a resumed run (at any size) trains on what an
+        # uninterrupted one would.
+        train = train.skip(steps_done(a.backup_dir))
     with strategy.scope():
         model = fmnist_setup.build_and_compile_model()
 
