@@ -164,6 +164,29 @@ std::vector<json> ObjectCache::ByIndex(const std::string& index, const std::stri
   return v;
 }
 
+size_t ObjectCache::CountByIndex(const std::string& index, const std::string& value) const {
+  MutexLock lock(mu_);
+  auto idx = indexes_.find(index);
+  if (idx == indexes_.end()) return 0;
+  auto keys = idx->second.find(value);
+  return keys == idx->second.end() ? 0 : keys->second.size();
+}
+
+std::vector<std::string> ObjectCache::KeysByIndex(const std::string& index,
+                                                  const std::string& value, size_t at_most) const {
+  MutexLock lock(mu_);
+  std::vector<std::string> v;
+  auto idx = indexes_.find(index);
+  if (idx == indexes_.end()) return v;
+  auto keys = idx->second.find(value);
+  if (keys == idx->second.end()) return v;
+  for (const auto& k : keys->second) {
+    if (v.size() >= at_most) break;
+    v.push_back(k);
+  }
+  return v;
+}
+
 size_t ObjectCache::size() const {
   MutexLock lock(mu_);
   return objects_.size();

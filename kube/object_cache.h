@@ -57,6 +57,12 @@ class ObjectCache {
   std::vector<json> List() const;
   // Objects whose index `index` has `value`; empty for an unknown index.
   std::vector<json> ByIndex(const std::string& index, const std::string& value) const;
+  // How many objects index `index` has under `value`, and the keys of the first `at_most` of
+  // them (in key order): for readers that count without copying (0 / none for an unknown
+  // index).
+  size_t CountByIndex(const std::string& index, const std::string& value) const;
+  std::vector<std::string> KeysByIndex(const std::string& index, const std::string& value,
+                                       size_t at_most) const;
   // The cached objects themselves (null / empty when absent): no copy.
   Ptr GetShared(const std::string& key) const;
   std::vector<Ptr> ListShared() const;

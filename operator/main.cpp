@@ -166,7 +166,8 @@ struct Flags {
   int lost_node_force_delete_s = 30;
   int kueue_priority_boost_max = 0;
   int kueue_priority_boost_seconds = 60;
-  // auto: gang pods restart in place on Kubernetes 1.36+ (RestartAllContainers); never.
+  // auto: gang pods restart in place on Kubernetes 1.36+ (RestartAllContainers) where every
+  // node that takes new pods declares the feature; never.
   std::string restart_in_place = "never";
   std::string convert_file;  // the convert subcommand's file, when it was given
   bool convert = false;
@@ -253,10 +254,11 @@ std::optional<int> ParseFlags(int argc, char** argv, Flags& f) {
       ->capture_default_str()
       ->check(CLI::Range(0, 1000000));
   app.add_option("--restart-in-place", f.restart_in_place,
-                 "auto: on a Kubernetes 1.36+ API server, a gang whose trainer fails as its "
-                 "restartPolicy retries restarts its containers in place, pods kept (every node "
-                 "must declare RestartAllContainersOnContainerExits, or the gang's pods stay "
-                 "Pending); never: the operator always makes the gang's pods again")
+                 "auto: on a Kubernetes 1.36+ API server, a gang made while every ready, "
+                 "schedulable node declares RestartAllContainersOnContainerExits (read from the "
+                 "nodes: needs list and watch on them) restarts its containers in place, pods "
+                 "kept, when its trainer fails as its restartPolicy retries; otherwise, and with "
+                 "never, the operator makes the gang's pods again")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "never"}));
   app.add_option("--kueue-priority-boost-seconds", f.kueue_priority_boost_seconds,
@@ -466,18 +468,22 @@ std::optional<int> CheckApiServerVersion(tj::kube::Client* client, const std::st
 // restart rule's RestartAllContainers action by default (its feature gate beta, on).
 constexpr int kInPlaceRestartMinor = 36;
 
-// Whether gang pods restart in place (--restart-in-place, the server's version), said in the
-// log either way.
+// Whether gangs may restart in place (--restart-in-place, the server's version). When they may
+// not, the log says why now; when they may, each gang's choice reads the nodes (ChooseInPlace),
+// and the executor says what they allow once the informers have synced, and whenever that
+// changes (Executor::SayInPlaceChoice).
 bool DecideRestartInPlace(const Flags& f, const tj::kube::ServerVersion& server,
                           tj::EventLog& log) {
   const bool recent = server >= tj::kube::ServerVersion{1, kInPlaceRestartMinor, 0, ""};
-  const bool on = f.restart_in_place == "auto" && recent;
-  const std::string why =
-      f.restart_in_place == "never" ? "--restart-in-place=never"
-      : recent                      ? "the API server is " + server.text + " (1.36+)"
-               : "the API server is " + server.text + ", older than 1.36: its kubelets cannot";
-  log.Emit({{"event", "restart_in_place"}, {"enabled", on}, {"why", why}});
-  return on;
+  const bool may = f.restart_in_place == "auto" && recent;
+  if (!may) {
+    const std::string why =
+        f.restart_in_place == "never"
+            ? "--restart-in-place=never"
+            : "the API server is " + server.text + ", older than 1.36: its kubelets cannot";
+    log.Emit({{"event", "restart_in_place"}, {"enabled", false}, {"why", why}});
+  }
+  return may;
 }
 
 // The API server's version checked (CheckApiServerVersion: an exit code when it will not do)
@@ -746,6 +752,7 @@ int main(int argc, char** argv) {
 
   if (!StartAndSync(informers, stop)) return 0;
   synced = true;
+  executor.SayInPlaceChoice();  // the nodes read: whether new gangs restart in place
   log.Emit({{"event", "operator_started"},
             {"identity", identity},
             {"namespace", f.ns.empty() ? "(all)" : f.ns},

@@ -1,11 +1,13 @@
 #include "operator/controller/cache_transforms.h"
 
+#include <algorithm>
 #include <initializer_list>
 #include <string>
 
 #include "kube/object_meta.h"
 #include "operator/api/training_job.h"
 #include "operator/controller/job_resources.h"
+#include "operator/controller/node_view.h"
 
 namespace tj::controller {
 namespace {
@@ -198,7 +200,18 @@ void TrimNodeForCache(json& node) {
     KeepOnly(*spec, {"taints", "unschedulable"});
   }
   if (auto st = node.find("status"); st != node.end()) {
-    KeepOnly(*st, {"conditions"});
+    KeepOnly(*st, {"conditions", "declaredFeatures"});
+    // Of the features its kubelet declares, only the one the operator reads (node_view.h): the
+    // list grows with each Kubernetes release, and one that comes or goes is no reason for a
+    // pass.
+    if (auto features = st->find("declaredFeatures"); features != st->end()) {
+      if (features->is_array() && std::find(features->begin(), features->end(),
+                                            kRestartAllContainersFeature) != features->end()) {
+        *features = json::array({kRestartAllContainersFeature});
+      } else {
+        st->erase(features);
+      }
+    }
     auto conds = st->find("conditions");
     if (conds == st->end()) return;
     json ready = json::array();

@@ -31,9 +31,11 @@ nlohmann::json TemplateForView(const nlohmann::json& pod_template);
 
 // A Node as the operator reads it (node_view.h): its name, uid and resourceVersion, its taints
 // and spec.unschedulable, and of its status only the Ready condition's type, status, reason and
-// lastTransitionTime. Its images, addresses, capacity and the heartbeat times of its
-// conditions, most of a Node's bytes, are dropped; so a node informer's update that leaves what
-// stays alone changes only the resourceVersion (OnlyVersionChanged).
+// lastTransitionTime, and of status.declaredFeatures only kRestartAllContainersFeature (the list
+// dropped when it does not hold it). Its images, addresses, capacity, its other declared
+// features and the heartbeat times of its conditions, most of a Node's bytes, are dropped; so a
+// node informer's update that leaves what stays alone changes only the resourceVersion
+// (OnlyVersionChanged).
 void TrimNodeForCache(nlohmann::json& node);
 
 // Whether `object` has a controller ownerReference to a TrainingJob (kind TrainingJob,

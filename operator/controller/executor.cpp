@@ -312,6 +312,7 @@ StatusOr<std::optional<milliseconds>> Executor::Sync(const std::string& key) {
   if (!kueue::QueueName(in.job).empty()) TJ_RETURN_IF_ERROR(ReadQueue(ns, &in));
   ReadPodGroups(ns, name, &in);
   ReadNodes(&in);
+  SayInPlaceChoice(in.in_place_nodes);
   in.refused = TakeRefusals(key);
   if (deps_.random_key) in.new_rendezvous_key = deps_.random_key();
   if (!api::TrainingJobStatus::FinishedIn(in.job)) ReadTrainerProgress(ns, name, &in);
@@ -401,8 +402,46 @@ void Executor::ReadPodGroups(const std::string& ns, const std::string& name, Obs
   }
 }
 
+void IndexNodesForInPlace(kube::ObjectCache& nodes) {
+  nodes.AddIndex(kNodeInPlaceIndex, [](const json& node) {
+    const NodeView v = ViewOfNode(node);
+    if (!TakesNewPods(v)) return std::vector<std::string>{};
+    return std::vector<std::string>{v.restarts_all_containers ? kNodeDeclares : kNodeLacks};
+  });
+}
+
+InPlaceNodes CountInPlaceNodes(const kube::ObjectCache& nodes) {
+  InPlaceNodes n;
+  n.declaring = static_cast<int64_t>(nodes.CountByIndex(kNodeInPlaceIndex, kNodeDeclares));
+  n.lacking = static_cast<int64_t>(nodes.CountByIndex(kNodeInPlaceIndex, kNodeLacks));
+  for (std::string& name : nodes.KeysByIndex(kNodeInPlaceIndex, kNodeLacks, 1)) {
+    n.a_lacking = std::move(name);
+  }
+  return n;
+}
+
+void Executor::SayInPlaceChoice() {
+  if (!options_.restart_in_place) return;
+  SayInPlaceChoice(deps_.nodes != nullptr ? std::optional(CountInPlaceNodes(*deps_.nodes))
+                                          : std::nullopt);
+}
+
+void Executor::SayInPlaceChoice(const std::optional<InPlaceNodes>& nodes) {
+  if (!options_.restart_in_place) return;
+  const InPlaceChoice choice = ChooseInPlace(nodes);
+  {
+    MutexLock lock(in_place_mu_);
+    if (in_place_said_ == choice.because) return;
+    in_place_said_ = choice.because;
+  }
+  if (deps_.log != nullptr) {
+    deps_.log->Emit({{"event", "restart_in_place"}, {"enabled", choice.on}, {"why", choice.why}});
+  }
+}
+
 void Executor::ReadNodes(Observed* in) const {
   if (deps_.nodes == nullptr) return;
+  if (options_.restart_in_place) in->in_place_nodes = CountInPlaceNodes(*deps_.nodes);
   in->nodes.emplace();
   for (const json& pod : in->pods) {
     const std::string node = NodeNameOf(pod);

@@ -123,10 +123,23 @@ struct ExecutorDeps {
   KueueCaches kueue;
   // The jobs' PodGroups as the operator watches them; a kind not watched is not read.
   PodGroupCaches pod_groups;
-  // The cluster's Nodes as the operator watches them (TrimNodeForCache); null when it does not
-  // (it may not list them): no pass then judges a node (Observed::nodes).
+  // The cluster's Nodes as the operator watches them (TrimNodeForCache), indexed by
+  // IndexNodesForInPlace; null when it does not (it may not list them): no pass then judges a
+  // node (Observed::nodes), and no gang restarts in place (Observed::in_place_nodes).
   const kube::ObjectCache* nodes = nullptr;
 };
+
+// The index of the node cache by how a node stands for in-place restarts: kNodeDeclares for a
+// node that takes new pods (TakesNewPods) and declares kRestartAllContainersFeature, kNodeLacks
+// for one that takes them and does not, none for the others; so a pass counts them
+// (CountInPlaceNodes) without reading every node.
+inline constexpr char kNodeInPlaceIndex[] = "in-place";
+inline constexpr char kNodeDeclares[] = "declares";
+inline constexpr char kNodeLacks[] = "lacks";
+// Adds that index to `nodes`, before the first node goes in (AddNodeInformer does).
+void IndexNodesForInPlace(kube::ObjectCache& nodes);
+// Observed::in_place_nodes of a cache so indexed.
+InPlaceNodes CountInPlaceNodes(const kube::ObjectCache& nodes);
 
 // What passes over large jobs may hold at once. A pass costs memory with its job's templates:
 // it parses them, builds each pod from them, sends it and reads the answer, each a JSON tree
@@ -183,6 +196,10 @@ class Executor {
   // ReconcilerOptions::restart_in_place, once the API server's version is known; before the
   // first Sync.
   void set_restart_in_place(bool on) { options_.restart_in_place = on; }
+  // Where gangs may restart in place (ReconcilerOptions::restart_in_place): what the nodes now
+  // allow (ChooseInPlace), said in the log (event restart_in_place) when it is not what was
+  // last said; every pass does the same with what it read. Nothing otherwise.
+  void SayInPlaceChoice();
   void set_kueue_caches(const KueueCaches& caches) { deps_.kueue = caches; }
   void set_pod_group_caches(const PodGroupCaches& caches) { deps_.pod_groups = caches; }
   void set_node_cache(const kube::ObjectCache* nodes) { deps_.nodes = nodes; }
@@ -202,8 +219,10 @@ class Executor {
   // in->pod_groups: the job's PodGroups of each watched kind, from the caches.
   void ReadPodGroups(const std::string& ns, const std::string& name, Observed* in) const;
   // in->nodes: the nodes in->pods are bound to, from the node cache (nothing when nodes are not
-  // watched).
+  // watched); in->in_place_nodes where gangs may restart in place.
   void ReadNodes(Observed* in) const;
+  // SayInPlaceChoice of what a pass read.
+  void SayInPlaceChoice(const std::optional<InPlaceNodes>& nodes);
   // The object `name` of `r` in `ns` as the cache shows it, else as the API server does;
   // nullopt when there is none.
   StatusOr<std::optional<nlohmann::json>> ReadExisting(const kube::Resource& r,
@@ -272,6 +291,9 @@ class Executor {
   std::map<std::string, CreateRefusal> create_refusals_ TJ_GUARDED_BY(refusals_mu_);
   // Jobs whose pass had an action refused: key -> the resource's plural -> the refusal.
   std::map<std::string, std::map<std::string, Refusal>> refusals_ TJ_GUARDED_BY(refusals_mu_);
+  Mutex in_place_mu_;
+  // Why gangs do or do not restart in place, as last said in the log (SayInPlaceChoice).
+  std::optional<InPlaceChoice::Because> in_place_said_ TJ_GUARDED_BY(in_place_mu_);
 };
 
 // Whether a create that was answered AlreadyExists may count as done: Ok when `existing` (the

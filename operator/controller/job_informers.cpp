@@ -155,6 +155,7 @@ void AddNodeInformer(JobInformers* informers, kube::Client* client, Clock* clock
   o.resource = kube::resources::kNodes;
   o.transform = TrimNodeForCache;
   informers->nodes = std::make_unique<kube::Informer>(client, clock, o, log);
+  IndexNodesForInPlace(informers->nodes->cache());
   const kube::ObjectCache* pods = &informers->pods->cache();
   auto enqueue_jobs_on = [queue, pods](const json& node) {
     for (const json& pod :

@@ -93,9 +93,9 @@ void AddKueueInformers(JobInformers* informers, kube::Client* client, Clock* clo
                        const std::string& ns, kube::WorkQueue* queue, EventLog* log);
 
 // Adds an informer on the cluster's Nodes to `informers` (not started), kept as
-// TrimNodeForCache trims them: a change of what the lost-node rules read of a node (its Ready
-// condition, its taints) enqueues every job with a pod bound to it (the pod cache's
-// kPodNodeIndex). Needs list and watch on nodes, cluster-wide.
+// TrimNodeForCache trims them and indexed by IndexNodesForInPlace: a change of what the
+// lost-node rules read of a node (its Ready condition, its taints) enqueues every job with a pod
+// bound to it (the pod cache's kPodNodeIndex). Needs list and watch on nodes, cluster-wide.
 void AddNodeInformer(JobInformers* informers, kube::Client* client, Clock* clock,
                      kube::WorkQueue* queue, EventLog* log);
 

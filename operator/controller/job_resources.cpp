@@ -358,6 +358,7 @@ json BuildPod(const json& job, const api::TrainingJobSpec& spec, api::ReplicaTyp
   labels[api::kLabelReplicaType] = api::TaskName(type);
   labels[api::kLabelReplicaIndex] = std::to_string(index);
   labels[api::kLabelRestartCount] = std::to_string(gang);
+  if (restart_in_place) labels[kLabelRestartInPlace] = "true";
   if (!key_hash.empty()) {
     json& annotations = meta["annotations"];
     if (!annotations.is_object()) annotations = json::object();

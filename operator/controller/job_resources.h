@@ -28,6 +28,10 @@ inline constexpr char kRendezvousKeyField[] = "key";
 // (KeyHash), so that a gang never runs with two keys (the reconciler restarts a gang whose
 // pods carry another hash than the Secret).
 inline constexpr char kKeyHashAnnotation[] = "tjo.dev/rendezvous-key-hash";
+// On a chief or worker pod built with InPlaceRestartRules (BuildPod's `restart_in_place`), value
+// "true": its gang chose to restart in place (ChooseInPlace), and a pod of the gang made later
+// (one whose create failed) is made the same way, whatever the nodes say then.
+inline constexpr char kLabelRestartInPlace[] = "tjo.dev/restart-in-place";
 // The group of the pods' volumes unless the template sets one: the tj-trainer image's user.
 inline constexpr int kDefaultFsGroup = 65532;
 
@@ -71,8 +75,9 @@ nlohmann::json BuildService(const nlohmann::json& job, const api::TrainingJobSpe
 nlohmann::json BuildSecret(const nlohmann::json& job, const std::string& key);
 // `key_hash`: the KeyHash of the Secret's key the pod will read (its kKeyHashAnnotation); ""
 // leaves the annotation out. `gang`: the gang number the pod belongs to (status.restartCount;
-// its label tjo.dev/restart-count and env TJ_RESTART_COUNT). `restart_in_place`: the TF_CONFIG
-// container gets InPlaceRestartRules (unless its template sets a restartPolicy of its own).
+// its label tjo.dev/restart-count and env TJ_RESTART_COUNT). `restart_in_place`: the pod gets
+// the label kLabelRestartInPlace, and its TF_CONFIG container InPlaceRestartRules (unless its
+// template sets a restartPolicy of its own).
 nlohmann::json BuildPod(const nlohmann::json& job, const api::TrainingJobSpec& spec,
                         api::ReplicaType type, int index, int gang,
                         const std::string& key_hash = "", bool restart_in_place = false);

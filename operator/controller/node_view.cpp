@@ -65,7 +65,12 @@ NodeView ViewOfNode(const json& node) {
           {TextOf(t, "key"), TextOf(t, "value"), TextOf(t, "effect"), TimeOf(t, "timeAdded")});
     }
   }
-  if (const json& conditions = Field(Field(node, "status"), "conditions"); conditions.is_array()) {
+  const json& status = Field(node, "status");
+  if (const json& features = Field(status, "declaredFeatures"); features.is_array()) {
+    v.restarts_all_containers =
+        std::find(features.begin(), features.end(), kRestartAllContainersFeature) != features.end();
+  }
+  if (const json& conditions = Field(status, "conditions"); conditions.is_array()) {
     for (const json& c : conditions) {
       if (TextOf(c, "type") != "Ready") continue;
       v.ready = TextOf(c, "status");
@@ -75,6 +80,46 @@ NodeView ViewOfNode(const json& node) {
     }
   }
   return v;
+}
+
+bool TakesNewPods(const NodeView& node) { return node.ready == "True" && !node.unschedulable; }
+
+InPlaceChoice ChooseInPlace(const std::optional<InPlaceNodes>& nodes) {
+  using Because = InPlaceChoice::Because;
+  const std::string feature = kRestartAllContainersFeature;
+  if (!nodes) {
+    return {false, Because::kNodesNotWatched,
+            "the operator does not watch nodes (it may not list them), so it cannot tell "
+            "whether they declare " +
+                feature + ": gangs are made again"};
+  }
+  const int64_t all = nodes->declaring + nodes->lacking;
+  const std::string of_all =
+      std::to_string(all) + (all == 1 ? " ready, schedulable node" : " ready, schedulable nodes");
+  if (all == 0) {
+    return {false, Because::kNoNodes,
+            "no node is ready and schedulable, so none is known to declare " + feature +
+                ": gangs are made again"};
+  }
+  if (nodes->declaring == 0) {
+    return {false, Because::kNoneDeclares,
+            (all == 1 ? "the " + of_all + " (" + nodes->a_lacking + ") does not declare "
+                      : "none of the " + of_all + " declares ") +
+                feature + ": gangs are made again"};
+  }
+  if (nodes->lacking > 0) {
+    const std::string others =
+        nodes->lacking == 1 ? "" : " and " + std::to_string(nodes->lacking - 1) + " more";
+    return {false, Because::kSomeLack,
+            "node " + nodes->a_lacking + others + " of the " + of_all + " do" +
+                (nodes->lacking == 1 ? "es" : "") + " not declare " + feature +
+                " (the scheduler would place no gang pod with an in-place rule there): gangs "
+                "are made again"};
+  }
+  return {
+      true, Because::kAllDeclare,
+      (all == 1 ? "the " + of_all + " declares " : "every one of the " + of_all + " declares ") +
+          feature + ": gangs restart in place"};
 }
 
 NodeJudgement JudgeNode(const NodeView& node, const std::vector<Toleration>& tolerations,

@@ -1,7 +1,9 @@
 // What the operator reads of a Node, and how a pod's tolerations meet the node's taints as
 // Kubernetes matches them: enough to tell whether the node a job's pod is bound to is lost
 // (its Ready condition False or Unknown, or a NoExecute taint the pod does not tolerate), and
-// since when. The lost-node rules (reconciler_lost_node.cpp) read nodes only through this view.
+// since when; and whether the nodes that take new pods all declare the feature in-place
+// restarts need (ChooseInPlace). The lost-node rules (reconciler_lost_node.cpp) and the
+// choice of a gang's restarts read nodes only through this view.
 // A Node's status is written by its kubelet and the node controller, its taints by anyone who
 // may patch nodes, a pod's tolerations by a tenant: a field that is missing or of another type
 // reads as absent, never throws. Pure.
@@ -46,6 +48,11 @@ bool Tolerates(const Toleration& toleration, const Taint& taint);
 // A pod's spec.tolerations (an array; anything else reads as none).
 std::vector<Toleration> TolerationsOf(const nlohmann::json& tolerations);
 
+// The feature a kubelet declares (status.declaredFeatures, Kubernetes 1.36+) when it restarts
+// every container of a pod in place on a container restart rule's RestartAllContainers action.
+// The scheduler places a pod carrying such a rule only on a node that declares it.
+inline constexpr char kRestartAllContainersFeature[] = "RestartAllContainersOnContainerExits";
+
 struct NodeView {
   std::string name;
   // The Ready condition: True, False or Unknown ("" when the node has none), its reason
@@ -55,10 +62,50 @@ struct NodeView {
   std::optional<kube::WallTime> ready_since;
   std::vector<Taint> taints;
   bool unschedulable = false;  // spec.unschedulable: cordoned (not lost: its pods run on)
+  // status.declaredFeatures lists kRestartAllContainersFeature.
+  bool restarts_all_containers = false;
   bool operator==(const NodeView&) const = default;
 };
 
 NodeView ViewOfNode(const nlohmann::json& node);
+
+// Whether the scheduler may place a new pod on `node`: Ready True and not cordoned. Its taints
+// are not looked at: a pod may tolerate them, so a tainted node still counts.
+bool TakesNewPods(const NodeView& node);
+
+// The nodes that take new pods (TakesNewPods), as the operator watches them, by whether they
+// declare kRestartAllContainersFeature.
+struct InPlaceNodes {
+  int64_t declaring = 0;
+  int64_t lacking = 0;
+  std::string a_lacking;  // the name of one that does not declare it; "" when none
+  bool operator==(const InPlaceNodes&) const = default;
+};
+
+// Whether a new gang's chief and worker pods get the in-place restart rules
+// (InPlaceRestartRules), where the operator may give them (--restart-in-place=auto on a 1.36+
+// API server), and why.
+struct InPlaceChoice {
+  enum class Because {
+    kNodesNotWatched,  // the operator does not watch nodes (it may not list them)
+    kNoNodes,          // no node takes new pods
+    kNoneDeclares,     // none of those that do declares the feature
+    kSomeLack,         // some of them do not
+    kAllDeclare,       // every one of them does
+  };
+  bool on = false;
+  Because because = Because::kNodesNotWatched;
+  std::string why;  // "every one of the 3 ready, schedulable nodes declares ..."
+};
+
+// On only when every node that takes new pods declares kRestartAllContainersFeature, and there
+// is one: the scheduler places a pod with the rules on no other node, so a gang made with them
+// while one node lacks it could stay Pending where it would otherwise run. `nodes` is nullopt
+// when the operator does not watch nodes: it cannot tell, and the gang is made without (a
+// failure makes it again). The scheduler may read other things (a node selector, affinity,
+// taints): every node counts, whatever the gang's pods ask, so the choice errs toward making
+// the gang again.
+InPlaceChoice ChooseInPlace(const std::optional<InPlaceNodes>& nodes);
 
 // Why a pod's node is lost to it, and since when.
 struct NodeLoss {

@@ -145,6 +145,7 @@ PodView ViewOfPod(const json& pod) {
   v.gang = CountLabel(pod, api::kLabelRestartCount);
   v.probe_index = CountLabel(pod, api::kLabelCapacityProbe);
   v.key_hash = KeyHashOf(pod);
+  v.restarts_in_place = kube::LabelOf(pod, kLabelRestartInPlace) == "true";
   if (const int i = TrainerContainerIndex(Field(pod, "spec")); i >= 0) {
     v.trainer_container = TextOf(pod["spec"]["containers"][i], "name");
   }

@@ -54,6 +54,7 @@ struct PodView {
   int probe_index = -1;  // tjo.dev/capacity-probe: the worker an elastic job's probe stands for
   int gang = -1;         // tjo.dev/restart-count: the gang it belongs to
   std::string key_hash;  // of the rendezvous key it was started with
+  bool restarts_in_place = false;  // labelled kLabelRestartInPlace=true (job_resources.h)
   // spec: its TF_CONFIG container's name (TrainerContainerIndex; "" when none) and /status port
   // (StatusPortOf)
   std::string trainer_container;

@@ -120,11 +120,11 @@ void Pass::Create(const kube::Resource& resource, json object) {
   decision_.actions.push_back(std::move(a));
 }
 
-void Pass::CreatePod(ReplicaType type, int index, int gang) {
+void Pass::CreatePod(ReplicaType type, int index, int gang, bool in_place) {
   // A member of the gang's PodGroup (GroupTheGang) when it is of the gang: MarkMember leaves
   // the evaluator out.
   const std::optional<std::pair<gang::Kind, std::string>> group = gang_group_;
-  const bool in_place = options_.restart_in_place && type != ReplicaType::kEvaluator;
+  in_place = in_place && type != ReplicaType::kEvaluator;
   auto build = [spec = std::shared_ptr<const api::TrainingJobSpec>(spec_holder_),
                 job = job_identity_, type, index, gang, hash = key_hash_, group, in_place] {
     json pod = BuildPod(*job, *spec, type, index, gang, hash, in_place);
@@ -133,7 +133,7 @@ void Pass::CreatePod(ReplicaType type, int index, int gang) {
   };
   // The view from the pod built from the templates as the view reads them (no copy of a
   // large template per replica).
-  const json pod = BuildPod(*job_identity_, ViewSpec(), type, index, gang, key_hash_);
+  const json pod = BuildPod(*job_identity_, ViewSpec(), type, index, gang, key_hash_, in_place);
   created_pods_.push_back(ViewOfPod(pod));
   Action a;
   a.kind = Action::Kind::kCreate;

@@ -21,6 +21,7 @@
 #include "kube/time_format.h"
 #include "operator/api/training_job.h"
 #include "operator/controller/network_policy.h"
+#include "operator/controller/node_view.h"
 #include "operator/controller/pod_view.h"
 
 namespace tj::controller {
@@ -52,10 +53,11 @@ struct ReconcilerOptions {
   // preempted by the next class up (docs/kueue.md).
   int kueue_priority_boost_max = 0;
   std::chrono::seconds kueue_priority_boost_per{60};
-  // Gang pods get InPlaceRestartRules (job_resources.h): a retryable failure restarts the
-  // gang's containers in place, its pods, IPs, volumes and images kept, and the operator only
-  // counts it (ChargeInPlaceRestarts). Chosen at start from the API server's version
-  // (--restart-in-place, docs/reliability.md).
+  // Gangs may restart in place: a new gang's chief and worker pods get InPlaceRestartRules
+  // (job_resources.h) when the nodes allow (Observed::in_place_nodes, ChooseInPlace), and then a
+  // retryable failure restarts the gang's containers in place, its pods, IPs, volumes and images
+  // kept, and the operator only counts it (ChargeInPlaceRestarts). Set at start from
+  // --restart-in-place=auto and the API server's version (1.36+; docs/reliability.md).
   bool restart_in_place = false;
   // A pod of the job being deleted on a lost node that is not Ready (node_view.h), whose
   // kubelet is not there to confirm its end, is force-deleted (gracePeriodSeconds 0, its UID
@@ -137,6 +139,11 @@ struct Observed {
   // absent. nullopt when the operator does not watch nodes (it may not list them): no rule
   // then judges a node.
   std::optional<std::map<std::string, nlohmann::json>> nodes;
+  // The cluster's nodes that take new pods, as the operator watches them, by whether they
+  // declare the feature in-place restarts need (node_view.h): what a new gang's choice reads
+  // (ChooseInPlace). nullopt when the operator does not watch nodes, or when
+  // ReconcilerOptions::restart_in_place is off (it is not read then).
+  std::optional<InPlaceNodes> in_place_nodes;
   // Refusals of the job's earlier passes not yet said in its status, by the resource's plural
   // (networkpolicies, workloads).
   std::map<std::string, Refusal> refused;

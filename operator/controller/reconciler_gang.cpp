@@ -365,9 +365,10 @@ void Pass::CreateMissingPods(const Gang& gang, const GangCensus& census) {
   } else if (ready_at && observed_.now < *ready_at) {
     RequeueAt(*ready_at);
   } else if (GroupTheGang(number)) {
+    const bool in_place = GangRestartsInPlace(gang);
     std::string names;
     for (const auto& [t, i] : census.missing) {
-      CreatePod(t, i, number);
+      CreatePod(t, i, number, in_place);
       names += (names.empty() ? "" : ", ") + PodName(ref_.name, t, i);
     }
     status_.created_generation = number;
@@ -375,6 +376,12 @@ void Pass::CreateMissingPods(const Gang& gang, const GangCensus& census) {
     Event("Normal", "CreatedPods",
           "created " + names + (number > 0 ? " (restart " + std::to_string(number) + ")" : ""));
   }
+}
+
+bool Pass::GangRestartsInPlace(const Gang& gang) const {
+  if (!options_.restart_in_place) return false;
+  if (!gang.current.empty()) return gang.current.begin()->second->restarts_in_place;
+  return ChooseInPlace(observed_.in_place_nodes).on;
 }
 
 std::chrono::milliseconds Pass::RestartBackoff(int doublings) const {

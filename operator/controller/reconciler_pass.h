@@ -92,8 +92,9 @@ class Pass {
   void Event(const std::string& type, const std::string& reason, const std::string& message);
   void Create(const kube::Resource& resource, json object);
   // The action builds the pod when it is sent (Action::build): a pass of a job of many
-  // replicas holds none of them.
-  void CreatePod(ReplicaType type, int index, int gang);
+  // replicas holds none of them. `in_place`: a chief or worker pod gets the in-place restart
+  // rules (GangRestartsInPlace); never the evaluator.
+  void CreatePod(ReplicaType type, int index, int gang, bool in_place = false);
   void DeletePod(const PodView& pod);
   void Delete(const kube::Resource& resource, const std::string& name);
   void RequeueAfter(milliseconds delay);
@@ -186,6 +187,11 @@ class Pass {
                    const std::string& reason = "GangRestart", bool restarting = true);
   // After the previous gang is gone and the restart backoff has passed.
   void CreateMissingPods(const Gang& gang, const GangCensus& census);
+  // Whether the pods CreateMissingPods makes for `gang` get the in-place restart rules, decided
+  // once per gang: never unless options_.restart_in_place; as the gang's pods already made were
+  // (kLabelRestartInPlace), so that every pod of a gang is alike; else, for the gang's first
+  // pods, as the nodes allow (ChooseInPlace of Observed::in_place_nodes).
+  bool GangRestartsInPlace(const Gang& gang) const;
   // restart_backoff_base doubled `doublings` times, at most restart_backoff_max.
   milliseconds RestartBackoff(int doublings) const;
 

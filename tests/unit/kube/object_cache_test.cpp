@@ -58,6 +58,32 @@ TEST(ObjectCache, IndexesFollowUpsertsAndRemovals) {
   EXPECT_EQ(c.Get("b/p1").value()["metadata"]["resourceVersion"], "3");
 }
 
+// Counting by an index, and the first keys under a value, copy no object; they follow the
+// objects as they change and go, a relist included.
+TEST(ObjectCache, CountsAndKeysByIndex) {
+  ObjectCache c;
+  c.Upsert(Pod("a", "p2", "1", {{"app", "x"}}));
+  c.Upsert(Pod("a", "p1", "2", {{"app", "x"}}));
+  c.Upsert(Pod("b", "p3", "3", {{"app", "y"}}));
+  EXPECT_EQ(c.CountByIndex(ObjectCache::kLabelIndex, "app=x"), 2u);
+  EXPECT_EQ(c.KeysByIndex(ObjectCache::kLabelIndex, "app=x", 1),
+            (std::vector<std::string>{"a/p1"}));  // in key order
+  EXPECT_EQ(c.KeysByIndex(ObjectCache::kLabelIndex, "app=x", 5),
+            (std::vector<std::string>{"a/p1", "a/p2"}));
+  EXPECT_TRUE(c.KeysByIndex(ObjectCache::kLabelIndex, "app=x", 0).empty());
+  c.Upsert(Pod("a", "p1", "4", {{"app", "y"}}));
+  EXPECT_EQ(c.CountByIndex(ObjectCache::kLabelIndex, "app=x"), 1u);
+  EXPECT_EQ(c.CountByIndex(ObjectCache::kLabelIndex, "app=y"), 2u);
+  c.Remove("a/p2");
+  EXPECT_EQ(c.CountByIndex(ObjectCache::kLabelIndex, "app=x"), 0u);
+  EXPECT_TRUE(c.KeysByIndex(ObjectCache::kLabelIndex, "app=x", 5).empty());
+  c.Replace({Pod("c", "p9", "5", {{"app", "y"}})});
+  EXPECT_EQ(c.KeysByIndex(ObjectCache::kLabelIndex, "app=y", 5),
+            (std::vector<std::string>{"c/p9"}));
+  EXPECT_EQ(c.CountByIndex("no-such-index", "x"), 0u);
+  EXPECT_TRUE(c.KeysByIndex("no-such-index", "x", 5).empty());
+}
+
 TEST(ObjectCache, ReplaceReportsTheDifference) {
   ObjectCache c;
   c.Upsert(Pod("a", "keep", "1"));

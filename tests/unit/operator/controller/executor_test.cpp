@@ -33,6 +33,7 @@
 #include "operator/controller/metrics.h"
 #include "operator/controller/reconcile_workers.h"
 #include "operator/controller/tenant_reads.h"
+#include "tests/support/captured_log.h"
 #include "tests/support/fake_client.h"
 #include "tests/support/temp_dir.h"
 #include "tests/unit/operator/controller/test_job.h"
@@ -268,6 +269,7 @@ class ExecutorPass : public ::testing::Test {
       deps.kueue = kueue_;
       deps.pod_groups = pod_groups_;
       deps.nodes = nodes_;
+      deps.log = log_;
       deps.clock = &clock_;
       deps.status_poller = poller_;
       deps.defer_status = StatusDeferral{[this](const std::string&) { return busy_; },
@@ -406,6 +408,7 @@ class ExecutorPass : public ::testing::Test {
   PodGroupCaches pod_groups_;
   bool native_pod_groups_ = false;
   const kube::ObjectCache* nodes_ = nullptr;  // the Nodes as watched (null: not watched)
+  EventLog* log_ = nullptr;
   std::unique_ptr<Executor> executor_;
 };
 
@@ -683,6 +686,140 @@ TEST_F(ExecutorPass, ForceDeletesAPodStuckOnALostNodeWithItsUidAsThePrecondition
             (json{{"gracePeriodSeconds", 0}, {"preconditions", {{"uid", "pod-uid-1"}}}}));
   EXPECT_FALSE(deletes[0].ok) << "409: another pod of the name";
   EXPECT_TRUE(client_.existing.contains("pods/mnist-worker-1")) << "the newer pod stays";
+}
+
+// A Node as the node cache keeps it: Ready `ready`, cordoned or not, declaring the in-place
+// restart feature or not.
+json CachedNode(const std::string& name, const std::string& ready, bool declares,
+                bool unschedulable = false) {
+  json node = {{"metadata", {{"name", name}}},
+               {"spec", {{"unschedulable", unschedulable}}},
+               {"status",
+                {{"conditions", json::array({{{"type", "Ready"}, {"status", ready}}})},
+                 {"declaredFeatures", json::array({"SidecarContainers"})}}}};
+  if (declares) node["status"]["declaredFeatures"].push_back(kRestartAllContainersFeature);
+  TrimNodeForCache(node);
+  return node;
+}
+
+// Only the nodes that take new pods count, by whether they declare the feature; the index
+// follows a node's changes.
+TEST(CountInPlaceNodes, CountsTheNodesThatTakeNewPodsByWhetherTheyDeclareTheFeature) {
+  kube::ObjectCache nodes;
+  IndexNodesForInPlace(nodes);
+  EXPECT_EQ(CountInPlaceNodes(nodes), (InPlaceNodes{0, 0, ""}));
+  nodes.Upsert(CachedNode("node-a", "True", true));
+  nodes.Upsert(CachedNode("node-b", "True", true));
+  nodes.Upsert(CachedNode("node-c", "Unknown", false));     // lost: takes no pod
+  nodes.Upsert(CachedNode("node-d", "True", false, true));  // cordoned
+  EXPECT_EQ(CountInPlaceNodes(nodes), (InPlaceNodes{2, 0, ""}));
+  nodes.Upsert(CachedNode("node-d", "True", false));  // uncordoned
+  nodes.Upsert(CachedNode("node-e", "True", false));
+  EXPECT_EQ(CountInPlaceNodes(nodes), (InPlaceNodes{2, 2, "node-d"}));
+  nodes.Upsert(CachedNode("node-b", "False", true));
+  nodes.Remove("node-d");
+  EXPECT_EQ(CountInPlaceNodes(nodes), (InPlaceNodes{1, 1, "node-e"}));
+}
+
+// Where gangs may restart in place (--restart-in-place=auto on 1.36+), a pass reads the node
+// cache: a gang is made with the in-place rules when every node that takes new pods declares
+// the feature, and without when one does not. The log says which once, and again when it
+// changes; an operator that does not watch nodes makes its gangs again and says why.
+class InPlacePass : public ExecutorPass {
+ protected:
+  InPlacePass() {
+    log_ = captured_.log();
+    options_.restart_in_place = true;
+    IndexNodesForInPlace(nodes_cache_);
+    nodes_ = &nodes_cache_;
+  }
+  // Whether the created pod `pod` has the in-place rules.
+  bool RulesOf(const std::string& pod) {
+    for (const json& b : client_.Bodies(Verb::kCreate)) {
+      if (b["metadata"].value("name", "") == pod) {
+        return b["spec"]["containers"][0].contains("restartPolicyRules");
+      }
+    }
+    ADD_FAILURE() << "no pod " << pod << " created";
+    return false;
+  }
+  // The restart_in_place lines of the log so far.
+  std::vector<std::string> Said() {
+    std::vector<std::string> lines;
+    std::string out = captured_.Stdout();
+    for (size_t at = 0, end; at < out.size(); at = end + 1) {
+      end = out.find('\n', at);
+      if (end == std::string::npos) end = out.size();
+      std::string line = out.substr(at, end - at);
+      if (line.find(R"("event":"restart_in_place")") != std::string::npos) lines.push_back(line);
+    }
+    return lines;
+  }
+  testing::CapturedLog captured_;
+  kube::ObjectCache nodes_cache_;
+};
+
+TEST_F(InPlacePass, AGangIsMadeAgainWhereANodeLacksTheFeature) {
+  nodes_cache_.Upsert(CachedNode("node-a", "True", true));
+  nodes_cache_.Upsert(CachedNode("node-b", "True", false));
+  executor().SayInPlaceChoice();  // as the operator does once its informers have synced
+  ASSERT_TRUE(Sync().ok());
+  CacheTheCreatedObjects();
+  ASSERT_TRUE(Sync().ok());
+  EXPECT_EQ(CreatedPods().size(), 2u);
+  EXPECT_FALSE(RulesOf("mnist-worker-0"));
+  EXPECT_FALSE(RulesOf("mnist-worker-1"));
+  const std::vector<std::string> said = Said();
+  ASSERT_EQ(said.size(), 1u) << "once, not on every pass";
+  EXPECT_NE(said[0].find(R"("enabled":false)"), std::string::npos) << said[0];
+  EXPECT_NE(said[0].find("node node-b of the 2 ready, schedulable nodes does not declare "
+                         "RestartAllContainersOnContainerExits"),
+            std::string::npos)
+      << said[0];
+}
+
+TEST_F(InPlacePass, AGangRestartsInPlaceWhereEveryNodeDeclaresTheFeature) {
+  nodes_cache_.Upsert(CachedNode("node-a", "True", true));
+  nodes_cache_.Upsert(CachedNode("node-b", "True", true));
+  nodes_cache_.Upsert(CachedNode("node-c", "True", false, /*unschedulable=*/true));
+  ASSERT_TRUE(Sync().ok());
+  EXPECT_TRUE(RulesOf("mnist-worker-0"));
+  EXPECT_TRUE(RulesOf("mnist-worker-1"));
+  std::vector<std::string> said = Said();
+  ASSERT_EQ(said.size(), 1u);
+  EXPECT_NE(said[0].find(R"("enabled":true,"why":"every one of the 2 ready, schedulable nodes)"),
+            std::string::npos)
+      << said[0];
+  // node-c uncordoned, without the feature: the next pass says so.
+  nodes_cache_.Upsert(CachedNode("node-c", "True", false));
+  CacheTheCreatedObjects();
+  ASSERT_TRUE(Sync().ok());
+  said = Said();
+  ASSERT_EQ(said.size(), 2u);
+  EXPECT_NE(said[1].find(R"("enabled":false)"), std::string::npos) << said[1];
+  EXPECT_NE(said[1].find("node node-c of the 3"), std::string::npos) << said[1];
+}
+
+TEST_F(InPlacePass, WithoutTheNodesGangsAreMadeAgain) {
+  nodes_ = nullptr;  // the operator may not list them
+  ASSERT_TRUE(Sync().ok());
+  CacheTheCreatedObjects();
+  ASSERT_TRUE(Sync().ok());
+  EXPECT_FALSE(RulesOf("mnist-worker-0"));
+  const std::vector<std::string> said = Said();
+  ASSERT_EQ(said.size(), 1u);
+  EXPECT_NE(said[0].find(R"("enabled":false,"why":"the operator does not watch nodes)"),
+            std::string::npos)
+      << said[0];
+}
+
+TEST_F(ExecutorPass, SaysNothingOfNodesWhereGangsMayNotRestartInPlace) {
+  testing::CapturedLog captured;
+  log_ = captured.log();
+  executor().SayInPlaceChoice();
+  ASSERT_TRUE(Sync().ok());
+  EXPECT_EQ(captured.Stdout().find("restart_in_place"), std::string::npos) << captured.Stdout();
+  EXPECT_FALSE(client_.Bodies(Verb::kCreate).empty());
 }
 
 // The gang's PodGroup is created before its pods, and a pod is not created without it: a

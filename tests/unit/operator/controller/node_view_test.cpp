@@ -141,9 +141,93 @@ TEST(NodeView, AHeartbeatAloneChangesNothingTheCacheKeeps) {
 TEST(NodeView, MistypedFieldsReadAsAbsent) {
   const NodeView v = ViewOfNode({{"metadata", {{"name", "n"}}},
                                  {"spec", {{"taints", "none"}, {"unschedulable", "yes"}}},
-                                 {"status", {{"conditions", {{"type", "Ready"}}}}}});
-  EXPECT_EQ(v, (NodeView{"n", "", "", std::nullopt, {}, false}));
+                                 {"status",
+                                  {{"conditions", {{"type", "Ready"}}},
+                                   {"declaredFeatures", kRestartAllContainersFeature}}}});
+  EXPECT_EQ(v, (NodeView{"n", "", "", std::nullopt, {}, false, false}));
   EXPECT_EQ(ViewOfNode(json("node")), NodeView{});
+}
+
+// A kubelet 1.36+ lists the features it declares (status.declaredFeatures); the cache keeps
+// only the one the operator reads, so the view of the cached node is the whole one's, and a
+// feature of no interest that comes or goes changes nothing it keeps.
+TEST(NodeView, OfTheDeclaredFeaturesTheCacheKeepsTheInPlaceRestartOne) {
+  json whole = WholeNode("True", kNow);
+  whole["status"]["declaredFeatures"] = {"GuaranteedQoSPodCPUResize", kRestartAllContainersFeature,
+                                         "SidecarContainers"};
+  json trimmed = whole;
+  TrimNodeForCache(trimmed);
+  EXPECT_EQ(trimmed["status"]["declaredFeatures"], json::array({kRestartAllContainersFeature}));
+  EXPECT_TRUE(ViewOfNode(whole).restarts_all_containers);
+  EXPECT_EQ(ViewOfNode(trimmed), ViewOfNode(whole));
+  json more = whole;
+  more["metadata"]["resourceVersion"] = "8";
+  more["status"]["declaredFeatures"].push_back("SomethingNew");
+  TrimNodeForCache(more);
+  EXPECT_TRUE(OnlyVersionChanged(trimmed, more));
+
+  // Without it (an older kubelet, the feature gate off, a node agent that declares nothing),
+  // or mistyped, the list is not kept.
+  for (const json& features :
+       {json::array({"SidecarContainers"}), json::array(), json("RestartAll"), json(7)}) {
+    json other = WholeNode("True", kNow);
+    other["status"]["declaredFeatures"] = features;
+    json cached = other;
+    TrimNodeForCache(cached);
+    EXPECT_FALSE(cached["status"].contains("declaredFeatures")) << features.dump();
+    EXPECT_FALSE(ViewOfNode(other).restarts_all_containers) << features.dump();
+    EXPECT_EQ(ViewOfNode(cached), ViewOfNode(other)) << features.dump();
+  }
+}
+
+TEST(TakesNewPods, AReadyNodeNotCordoned) {
+  NodeView v = ViewOfNode(WholeNode("True", kNow));
+  EXPECT_TRUE(TakesNewPods(v));
+  // A taint does not keep it out: a gang's pods may tolerate it.
+  v.taints.push_back({"dedicated", "gpu", "NoSchedule", std::nullopt});
+  EXPECT_TRUE(TakesNewPods(v));
+  v.unschedulable = true;
+  EXPECT_FALSE(TakesNewPods(v));
+  for (const char* ready : {"False", "Unknown"}) {
+    EXPECT_FALSE(TakesNewPods(ViewOfNode(WholeNode(ready, kNow)))) << ready;
+  }
+  EXPECT_FALSE(TakesNewPods(NodeView{})) << "no Ready condition yet";
+}
+
+TEST(ChooseInPlace, OnlyWhenEveryNodeThatTakesPodsDeclaresTheFeature) {
+  using Because = InPlaceChoice::Because;
+  struct Case {
+    std::optional<InPlaceNodes> nodes;
+    bool on;
+    Because because;
+    const char* why;
+  };
+  const std::vector<Case> cases = {
+      {InPlaceNodes{3, 0, ""}, true, Because::kAllDeclare,
+       "every one of the 3 ready, schedulable nodes declares "
+       "RestartAllContainersOnContainerExits: gangs restart in place"},
+      {InPlaceNodes{1, 0, ""}, true, Because::kAllDeclare,
+       "the 1 ready, schedulable node declares RestartAllContainersOnContainerExits"},
+      {InPlaceNodes{2, 1, "node-c"}, false, Because::kSomeLack,
+       "node node-c of the 3 ready, schedulable nodes does not declare "
+       "RestartAllContainersOnContainerExits"},
+      {InPlaceNodes{1, 3, "node-b"}, false, Because::kSomeLack,
+       "node node-b and 2 more of the 4 ready, schedulable nodes do not declare"},
+      {InPlaceNodes{0, 2, "node-a"}, false, Because::kNoneDeclares,
+       "none of the 2 ready, schedulable nodes declares RestartAllContainersOnContainerExits: "
+       "gangs are made again"},
+      {InPlaceNodes{0, 1, "node-a"}, false, Because::kNoneDeclares,
+       "the 1 ready, schedulable node (node-a) does not declare"},
+      {InPlaceNodes{}, false, Because::kNoNodes, "no node is ready and schedulable"},
+      {std::nullopt, false, Because::kNodesNotWatched,
+       "the operator does not watch nodes (it may not list them)"},
+  };
+  for (const Case& c : cases) {
+    const InPlaceChoice choice = ChooseInPlace(c.nodes);
+    EXPECT_EQ(choice.on, c.on) << c.why;
+    EXPECT_EQ(choice.because, c.because) << c.why;
+    EXPECT_NE(choice.why.find(c.why), std::string::npos) << choice.why;
+  }
 }
 
 // The default tolerations Kubernetes gives every pod (DefaultTolerationSeconds).

@@ -1,7 +1,11 @@
 // Gang restarts in place (ReconcilerOptions::restart_in_place): the restart rules a gang pod
-// is built with, and how the reconciler counts the restarts the kubelet does
-// (Pass::ChargeInPlaceRestarts in reconciler_gang.cpp).
+// is built with, the choice of each gang from the nodes (Pass::GangRestartsInPlace, ChooseInPlace),
+// and how the reconciler counts the restarts the kubelet does (Pass::ChargeInPlaceRestarts in
+// reconciler_gang.cpp).
 #include <gtest/gtest.h>
+
+#include <map>
+#include <string>
 
 #include "operator/controller/job_resources.h"
 #include "operator/controller/reconciler.h"
@@ -15,6 +19,9 @@ ReconcilerOptions InPlace() {
   o.restart_in_place = true;
   return o;
 }
+
+// Three nodes that take new pods, `lacking` of them without the feature.
+InPlaceNodes Nodes(int64_t lacking) { return {3 - lacking, lacking, lacking > 0 ? "node-c" : ""}; }
 
 // Pod `i` of `w`'s gang with its trainer container restarted `n` times in place.
 void RestartedInPlace(World& w, size_t i, int n) {
@@ -62,6 +69,7 @@ TEST(InPlaceRules, OnTheGangsTrainersOnlyAndNeverOverATemplatesOwnPolicy) {
                    .contains("restartPolicyRules"));
   // The reconciler asks for them for the chief and workers, not for the evaluator.
   World fresh;
+  fresh.in.in_place_nodes = Nodes(0);
   Decision d = Reconcile(fresh.in, InPlace());
   int with_rules = 0, created = 0;
   for (const Action& a : d.actions) {
@@ -74,6 +82,96 @@ TEST(InPlaceRules, OnTheGangsTrainersOnlyAndNeverOverATemplatesOwnPolicy) {
   }
   EXPECT_EQ(created, 3);
   EXPECT_EQ(with_rules, 2);
+}
+
+// The pods a pass creates, by name: whether each has the in-place rules and the label.
+struct Made {
+  bool rules = false, label = false;
+  bool operator==(const Made&) const = default;
+};
+std::map<std::string, Made> PodsMade(const Decision& d) {
+  std::map<std::string, Made> out;
+  for (const Action& a : d.actions) {
+    if (a.kind != Action::Kind::kCreate || a.resource.plural != "pods") continue;
+    const json pod = ObjectOf(a);
+    out[a.name] = {TrainerOf(pod).contains("restartPolicyRules"),
+                   pod["metadata"]["labels"].value(kLabelRestartInPlace, "") == "true"};
+  }
+  return out;
+}
+
+const Made kInPlace{true, true}, kMadeAgain{false, false};
+
+TEST(InPlaceChoice, ANewGangRestartsInPlaceOnlyWhenEveryNodeThatTakesPodsDeclaresTheFeature) {
+  struct Case {
+    const char* name;
+    bool allowed;                       // ReconcilerOptions::restart_in_place
+    std::optional<InPlaceNodes> nodes;  // Observed::in_place_nodes
+    bool in_place;
+  };
+  const std::vector<Case> cases = {
+      {"EveryNodeDeclares", true, Nodes(0), true},
+      {"OneNodeLacks", true, Nodes(1), false},
+      {"NoNodeDeclares", true, Nodes(3), false},
+      {"NoNodeTakesPods", true, InPlaceNodes{}, false},
+      {"NodesNotWatched", true, std::nullopt, false},
+      {"NotAllowed", false, Nodes(0), false},
+  };
+  for (const Case& c : cases) {
+    World w;
+    w.in.in_place_nodes = c.nodes;
+    ReconcilerOptions o = InPlace();
+    o.restart_in_place = c.allowed;
+    const Made gang = c.in_place ? kInPlace : kMadeAgain;
+    EXPECT_EQ(
+        PodsMade(Reconcile(w.in, o)),
+        (std::map<std::string, Made>{
+            {"mnist-evaluator-0", kMadeAgain}, {"mnist-worker-0", gang}, {"mnist-worker-1", gang}}))
+        << c.name;
+  }
+}
+
+// A gang whose pods were not all made at once (a create refused, the operator restarted) gets
+// its other pods as its first ones were made, whatever the nodes say now: every pod of a gang
+// is alike.
+TEST(InPlaceChoice, TheRestOfAGangIsMadeAsItsFirstPodsWere) {
+  for (bool first_in_place : {true, false}) {
+    World w;
+    w.Running();
+    w.in.job["status"].erase("createdGeneration");  // the pass that made worker 0 said nothing
+    auto spec = api::ParseSpec(w.in.job["spec"]);
+    ASSERT_TRUE(spec.ok());
+    json worker0 =
+        BuildPod(w.in.job, *spec, ReplicaType::kWorker, 0, 0, KeyHash("k"), first_in_place);
+    worker0["status"] = {{"phase", "Pending"}};
+    w.in.pods = {worker0, w.in.pods[2]};                  // worker 0 and the evaluator
+    w.in.in_place_nodes = Nodes(first_in_place ? 1 : 0);  // the nodes would say otherwise now
+    const std::map<std::string, Made> made = PodsMade(Reconcile(w.in, InPlace()));
+    EXPECT_EQ(
+        made,
+        (std::map<std::string, Made>{{"mnist-worker-1", first_in_place ? kInPlace : kMadeAgain}}))
+        << "first in place: " << first_in_place;
+  }
+}
+
+// Each gang chooses anew when it is made: one made again after a node without the feature
+// joined restarts by being made again.
+TEST(InPlaceChoice, AGangMadeAgainChoosesAfresh) {
+  World w;
+  w.Running();
+  for (int i : {0, 1}) w.in.pods[i]["metadata"]["labels"][kLabelRestartInPlace] = "true";
+  w.in.pods.erase(w.in.pods.begin() + 1);  // worker 1 deleted: the gang is made again
+  w.in.in_place_nodes = Nodes(1);
+  Decision d = Reconcile(w.in, InPlace());
+  ASSERT_EQ(StatusOf(d).restart_count, 1);
+  w.Keep(d);
+  w.in.pods.erase(w.in.pods.begin());  // the old gang gone, the evaluator left
+  w.in.now += seconds(120);            // the backoff passed
+  EXPECT_EQ(PodsMade(Reconcile(w.in, InPlace())),
+            (std::map<std::string, Made>{{"mnist-worker-0", kMadeAgain},
+                                         {"mnist-worker-1", kMadeAgain}}));
+  w.in.in_place_nodes = Nodes(0);
+  EXPECT_EQ(PodsMade(Reconcile(w.in, InPlace()))["mnist-worker-0"], kInPlace);
 }
 
 TEST(InPlace, ARestartTheKubeletDidIsCountedOnceAsAGangRestartOfTheProgram) {
