@@ -168,7 +168,7 @@ struct Flags {
   int kueue_priority_boost_seconds = 60;
   // auto: gang pods restart in place on Kubernetes 1.36+ (RestartAllContainers) where every
   // node that takes new pods declares the feature; never.
-  std::string restart_in_place = "never";
+  std::string restart_in_place = "auto";
   std::string convert_file;  // the convert subcommand's file, when it was given
   bool convert = false;
   // A NetworkPolicy per job (operator/controller/network_policy.h), admitting the operator's

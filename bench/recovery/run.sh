@@ -10,8 +10,9 @@
 # the old pods' deletion) -> its container started (scheduling, sandbox, image, volume) -> the
 # trainer's start -> restored (rendezvous, backup read) -> first step.
 #   sudo bash bench/recovery/run.sh [ROUNDS]
-# In place: first `helm upgrade tj-operator helm/tj-operator -n tj-system --reuse-values
-# --set restartInPlace=auto --wait` (the real node's kubelet declares the feature).
+# In place is the chart's default (restartInPlace: auto; the real node's kubelet declares the
+# feature); made again: first `helm upgrade tj-operator helm/tj-operator -n tj-system
+# --reuse-values --set restartInPlace=never --wait`.
 # Writes bench/recovery/RESULTS-<mode>.md, mode = how the operator restarted the gang, as seen:
 # `in-place` when the chief pod is the same one (its containers restarted: Kubernetes 1.36+,
 # --restart-in-place=auto, docs/reliability.md), else `recreate` (its pods made again).

@@ -29,7 +29,9 @@ The operator's permissions, shared by the ClusterRole and the per-namespace Role
   resource): listed and watched, never read one by one, never written: the nodes the jobs'
   pods run on, so a pod on a lost node (NotReady, or an untolerated NoExecute taint) restarts
   its gang at once and a pod stuck terminating there is force-deleted (docs/reliability.md,
-  "Lost nodes"). With watchNamespaces the operator runs without it and says so once in its log;
+  "Lost nodes"); and whether every node declares the feature in-place restarts need
+  (restartInPlace: auto). With watchNamespaces the operator runs without it and says so once
+  in its log;
 - with kueue.enabled (docs/kueue.md): Kueue's workloads, one per queued job, watched (list,
   watch: the informer a queued job's pass reads from; get where they are not watched) and
   created, annotated with the job's last backup (patch), marked Finished and their admission

@@ -196,7 +196,9 @@ OperatorProcess::OperatorProcess(const LocalCluster* c, const std::string& ns,
     metrics = metrics || e == "--metrics-bind-address";
     in_place = in_place || e.starts_with("--restart-in-place");
   }
-  // The tests count gangs by their pods made again; the in-place tests ask for it.
+  // The tests count gangs by their pods made again: never, unless a test asks. (The default,
+  // auto, would restart them in place on the real node, whose kubelet declares the feature;
+  // on the process node, which declares nothing, it makes them again all the same.)
   if (!in_place) args.push_back("--restart-in-place=never");
   if (!metrics) {
     for (const char* a : {"--metrics-bind-address", "0", "--health-probe-bind-address", "0"}) {

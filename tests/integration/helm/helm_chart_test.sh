@@ -131,6 +131,7 @@ check(all(a.split("=")[0] in known for a in args), "every flag is one tj-operato
 env = {e["name"]: e.get("value") for e in c["env"]}
 check(env.get("TJ_LOG_LEVEL") == "info", "TJ_LOG_LEVEL from logLevel")
 check("--log-format=json" in args, "--log-format=json by default")
+check("--restart-in-place=auto" in args, "--restart-in-place=auto by default")
 fargs0 = by_kind(full, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
 check("--log-format=text" in fargs0, "--log-format=text from logFormat")
 
