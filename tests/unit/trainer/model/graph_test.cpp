@@ -161,9 +161,9 @@ TEST(KerasModelTest, InitialValuesFollowKerasInitializers) {
 json SmallCnn() {
   return Sequential(
       {Input(8, 8, 2),
-       testing::Layer("Conv2D", {{"name", "conv"}, {"filters", 4}, {"kernel_size", {3, 3}}}),
-       testing::Layer("Flatten", {{"name", "flatten"}}),
-       testing::Layer("Dense", {{"name", "dense"}, {"units", 3}})});
+       testing::KerasLayer("Conv2D", {{"name", "conv"}, {"filters", 4}, {"kernel_size", {3, 3}}}),
+       testing::KerasLayer("Flatten", {{"name", "flatten"}}),
+       testing::KerasLayer("Dense", {{"name", "dense"}, {"units", 3}})});
 }
 
 json Residual() {
@@ -333,7 +333,7 @@ TEST(KerasModelTest, RefusalsNameTheLayerAndTheProblem) {
          json m = SmallCnn();
          m["config"]["layers"].insert(
              m["config"]["layers"].begin() + 2,
-             testing::Layer("BatchNormalization", {{"name", "bn"}, {"axis", 1}}));
+             testing::KerasLayer("BatchNormalization", {{"name", "bn"}, {"axis", 1}}));
          return m;
        },
        {"layer BatchNormalization 'bn'", "axis 1"}},

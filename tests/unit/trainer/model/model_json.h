@@ -13,12 +13,12 @@ namespace tj::model::testing {
 
 using nlohmann::json;
 
-inline json Layer(const std::string& class_name, json config) {
+inline json KerasLayer(const std::string& class_name, json config) {
   return {{"class_name", class_name}, {"config", std::move(config)}};
 }
 
 inline json Input(int h, int w, int c) {
-  return Layer("InputLayer", {{"name", "input"}, {"batch_shape", {nullptr, h, w, c}}});
+  return KerasLayer("InputLayer", {{"name", "input"}, {"batch_shape", {nullptr, h, w, c}}});
 }
 
 inline json Sequential(std::vector<json> layers) {
@@ -29,7 +29,7 @@ inline json Sequential(std::vector<json> layers) {
 // A Functional model's layer: `inputs` name the layers whose outputs it takes.
 inline json Node(const std::string& class_name, json config,
                  const std::vector<std::string>& inputs) {
-  json layer = Layer(class_name, std::move(config));
+  json layer = KerasLayer(class_name, std::move(config));
   layer["name"] = layer["config"]["name"];
   json tensors = json::array();
   for (const std::string& name : inputs) {
