@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "common/random.h"
 #include "trainer/model/layer_kernels.h"
@@ -41,22 +42,95 @@ struct Node {
   std::vector<uint8_t> winners;  // on the pool: which of the 4 window positions won
 };
 
-float ActivationOf(const Layer& layer, float y) {
-  if (layer.activation != Activation::kRelu) return y;
-  return y > 0.0f ? (y < layer.relu_max ? y : layer.relu_max) : 0.0f;
-}
-
-void Activate(const Layer& layer, float* y, size_t n) {
-  if (layer.activation != Activation::kRelu) return;
-  for (size_t i = 0; i < n; ++i) y[i] = ActivationOf(layer, y[i]);
-}
-
-// d loss / d pre-activation from d loss / d output, in place: ReLU passes where its output is
-// inside (0, max).
-void ActivationBackward(const Layer& layer, const float* y, float* dy, size_t n) {
-  if (layer.activation != Activation::kRelu) return;
+// y = the layer's activation of x (x may be y). Branch-free with the parameters in locals, so
+// that the compiler vectorises it.
+void Activate(const Layer& layer, const float* x, float* y, size_t n) {
+  if (layer.activation != Activation::kRelu) {
+    if (x != y) std::copy(x, x + n, y);
+    return;
+  }
+  const float cap = layer.relu_max;
   for (size_t i = 0; i < n; ++i) {
-    if (!(y[i] > 0.0f && y[i] < layer.relu_max)) dy[i] = 0.0f;
+    const float v = x[i] > 0.0f ? x[i] : 0.0f;
+    y[i] = v < cap ? v : cap;
+  }
+}
+
+// d loss / d input of the activation from d loss / d output, into dx (added when `add`):
+// ReLU passes where `at` (its output, or its input) lies inside (0, max).
+void ActivationBackward(const Layer& layer, const float* at, const float* dy, float* dx, size_t n,
+                        bool add) {
+  const bool relu = layer.activation == Activation::kRelu;
+  const float cap = relu ? layer.relu_max : std::numeric_limits<float>::infinity();
+  const float floor = relu ? 0.0f : -std::numeric_limits<float>::infinity();
+  // Every operand loaded whatever the test says (no short-circuit): the loops vectorise
+  // instead of branching on each element's sign.
+  if (add) {
+    for (size_t i = 0; i < n; ++i) {
+      const float d = dy[i], v = at[i];
+      dx[i] += static_cast<int>(v > floor) & static_cast<int>(v < cap) ? d : 0.0f;
+    }
+  } else {
+    for (size_t i = 0; i < n; ++i) {
+      const float d = dy[i], v = at[i];
+      dx[i] = static_cast<int>(v > floor) & static_cast<int>(v < cap) ? d : 0.0f;
+    }
+  }
+}
+
+// s[c] = the sum over the positions of x[p][c], or, with a centre, of (x[p][c] - centre[c])^2,
+// in double, positions in order.
+void ChannelSums(const float* __restrict__ x, size_t positions, int channels,
+                 const double* __restrict__ centre, double* __restrict__ s) {
+  std::fill(s, s + channels, 0.0);
+  for (size_t p = 0; p < positions; ++p) {
+    const float* xp = x + p * channels;
+    if (centre == nullptr) {
+      for (int c = 0; c < channels; ++c) s[c] += xp[c];
+    } else {
+      for (int c = 0; c < channels; ++c) {
+        const double d = xp[c] - centre[c];
+        s[c] += d * d;
+      }
+    }
+  }
+}
+
+// BatchNormalization's backward sums of one row: s[c] = sum dy, s[C + c] = sum dy * xhat with
+// xhat = (x - mean) * invstd, in double.
+void BatchNormSums(const float* __restrict__ x, const float* __restrict__ dy, size_t positions,
+                   int channels, const float* __restrict__ mean, const float* __restrict__ invstd,
+                   double* __restrict__ s) {
+  std::fill(s, s + 2 * channels, 0.0);
+  for (size_t p = 0; p < positions; ++p) {
+    const float* xp = x + p * channels;
+    const float* gp = dy + p * channels;
+    for (int c = 0; c < channels; ++c) {
+      const double xhat = (static_cast<double>(xp[c]) - mean[c]) * invstd[c];
+      s[c] += gp[c];
+      s[channels + c] += gp[c] * xhat;
+    }
+  }
+}
+
+// y += x (x may not be y).
+void AddTo(const float* __restrict__ x, float* __restrict__ y, size_t n) {
+  for (size_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
+// dst[j * dst_stride + i] = src[i * src_stride + j] for i in [i0, i1), j in [j0, j1), in tiles
+// that stay in the L1 cache.
+void TransposeTiles(const float* __restrict__ src, size_t src_stride, float* __restrict__ dst,
+                    size_t dst_stride, size_t i0, size_t i1, size_t j0, size_t j1) {
+  constexpr size_t kTile = 16;
+  for (size_t ib = i0; ib < i1; ib += kTile) {
+    const size_t ie = std::min(ib + kTile, i1);
+    for (size_t jb = j0; jb < j1; jb += kTile) {
+      const size_t je = std::min(jb + kTile, j1);
+      for (size_t j = jb; j < je; ++j) {
+        for (size_t i = ib; i < ie; ++i) dst[j * dst_stride + i] = src[i * src_stride + j];
+      }
+    }
   }
 }
 
@@ -138,7 +212,7 @@ struct CpuEngine::Plan {
   }
 
   void Build(bool fuse);
-  void PackWeights();
+  void Pack(Node& n);
   void Forward(const nn::Batch& batch, LayerTimes* times);
   void Backward(LayerTimes* times);
   void ForwardLayer(int index, const nn::Batch& batch);
@@ -244,20 +318,13 @@ void CpuEngine::Plan::Build(bool fuse) {
   row_correct.assign(rows, 0);
 }
 
-// The kernels of Conv2D and Dense, out x kp: wt[o][k] = kernel[k * out + o] (Keras' (K, out)).
-void CpuEngine::Plan::PackWeights() {
-  for (Node& n : nodes) {
-    const Layer& l = *n.layer;
-    if (n.wt.empty() || n.fused_away) continue;
-    const float* kernel = Param(l, l.kernel);
-    const int outputs = l.filters;
-    ForRange(outputs, [&](size_t o0, size_t o1) {
-      for (size_t o = o0; o < o1; ++o) {
-        float* row = n.wt.data() + o * n.kp;
-        for (int k = 0; k < n.k; ++k) row[k] = kernel[static_cast<size_t>(k) * outputs + o];
-      }
-    });
-  }
+// The layer's kernel packed out x kp: wt[o][k] = kernel[k * out + o] (Keras' (K, out)).
+void CpuEngine::Plan::Pack(Node& n) {
+  const float* kernel = Param(*n.layer, n.layer->kernel);
+  const size_t outputs = n.layer->filters;
+  ForRange(outputs, [&](size_t o0, size_t o1) {
+    TransposeTiles(kernel, outputs, n.wt.data(), n.kp, 0, n.k, o0, o1);
+  });
 }
 
 template <typename Source>
@@ -272,6 +339,7 @@ void CpuEngine::Plan::SumRows(size_t count, size_t stride, const Source& source,
 }
 
 void CpuEngine::Plan::ConvForward(Node& n) {
+  Pack(n);
   const Layer& l = *n.layer;
   const Node& in = nodes[l.inputs[0]];
   const Window w = WindowOf(l);
@@ -297,7 +365,7 @@ void CpuEngine::Plan::ConvForward(Node& n) {
           }
         }
       }
-      if (!fused_relu) Activate(l, y, n.size);
+      if (!fused_relu) Activate(l, y, y, n.size);
     }
   });
 }
@@ -317,7 +385,7 @@ void CpuEngine::Plan::ConvBackward(Node& n, float* grad_out) {
     for (int r = r0; r < r1; ++r) {
       const float* x = in.out.data() + r * in.size;
       float* dy = n.dout.data() + r * n.size;
-      ActivationBackward(l, n.out.data() + r * n.size, dy, n.size);
+      ActivationBackward(l, n.out.data() + r * n.size, dy, dy, n.size, false);
       float* part = partials.data() + r * stride;
       float* dbias = part + static_cast<size_t>(outputs) * n.kp;
       std::fill(dbias, dbias + outputs, 0.0f);
@@ -359,6 +427,7 @@ void CpuEngine::Plan::ConvBackward(Node& n, float* grad_out) {
 }
 
 void CpuEngine::Plan::DenseForward(Node& n) {
+  Pack(n);
   const Layer& l = *n.layer;
   const Node& in = nodes[l.inputs[0]];
   const float* bias = l.bias >= 0 ? Param(l, l.bias) : zeros.data();
@@ -374,7 +443,7 @@ void CpuEngine::Plan::DenseForward(Node& n) {
     }
     float* y = n.out.data() + r0 * n.size;
     kernels.dense_forward(x, r1 - r0, n.kp, n.wt.data(), bias, l.filters, fused_relu, y);
-    if (!fused_relu) Activate(l, y, (r1 - r0) * n.size);
+    if (!fused_relu) Activate(l, y, y, (r1 - r0) * n.size);
   });
 }
 
@@ -384,7 +453,7 @@ void CpuEngine::Plan::DenseBackward(Node& n, float* grad_out) {
   const int outputs = l.filters;
   ForRows([&](int member, int r0, int r1) {
     float* dy = n.dout.data() + r0 * n.size;
-    ActivationBackward(l, n.out.data() + r0 * n.size, dy, (r1 - r0) * n.size);
+    ActivationBackward(l, n.out.data() + r0 * n.size, dy, dy, (r1 - r0) * n.size, false);
     float* dx = GradTarget(l.inputs[0], r0, r1);
     if (dx == nullptr) return;
     float* dxp = dcol[member].data();  // kDenseChunk rows of kp floats
@@ -412,11 +481,7 @@ void CpuEngine::Plan::DenseBackward(Node& n, float* grad_out) {
     const int o0 = b0 * 8, o1 = std::min(b1 * 8, outputs);
     if (o0 >= o1) return;
     kernels.dense_backward_weights(n.dout.data(), rows, outputs, x, n.kp, o0, o1, dwt);
-    for (int k = 0; k < n.k; ++k) {
-      for (int o = o0; o < o1; ++o) {
-        dkernel[static_cast<size_t>(k) * outputs + o] = dwt[static_cast<size_t>(o) * n.kp + k];
-      }
-    }
+    TransposeTiles(dwt, n.kp, dkernel, outputs, o0, o1, 0, n.k);
     if (dbias == nullptr) return;
     for (int o = o0; o < o1; ++o) dbias[o] = 0.0f;
     for (int r = 0; r < rows; ++r) {
@@ -434,7 +499,7 @@ void CpuEngine::Plan::DepthwiseForward(Node& n) {
       float* y = n.out.data() + r * n.size;
       kernels::DepthwiseForward(in.out.data() + r * in.size, w, l.depth_multiplier,
                                 Param(l, l.kernel), Param(l, l.bias), dcol[member].data(), y);
-      Activate(l, y, n.size);
+      Activate(l, y, y, n.size);
     }
   });
 }
@@ -450,7 +515,7 @@ void CpuEngine::Plan::DepthwiseBackward(Node& n, float* grad_out) {
     float* scratch = dcol[member].data();  // d input when no one needs it
     for (int r = r0; r < r1; ++r) {
       float* dy = n.dout.data() + r * n.size;
-      ActivationBackward(l, n.out.data() + r * n.size, dy, n.size);
+      ActivationBackward(l, n.out.data() + r * n.size, dy, dy, n.size, false);
       float* part = partials.data() + r * stride;
       float* target = dx != nullptr ? dx + r * in.size : scratch;
       if (dx == nullptr) std::fill(scratch, scratch + in.size, 0.0f);
@@ -488,15 +553,8 @@ void CpuEngine::Plan::BatchNormForward(Node& n) {
     for (int pass = 0; pass < 2; ++pass) {
       ForRows([&](int, int r0, int r1) {
         for (int r = r0; r < r1; ++r) {
-          double* s = row_stats.data() + static_cast<size_t>(r) * C;
-          std::fill(s, s + C, 0.0);
-          const float* x = in.out.data() + r * in.size;
-          for (size_t p = 0; p < positions; ++p) {
-            for (int c = 0; c < C; ++c) {
-              const double v = x[p * C + c];
-              s[c] += pass == 0 ? v : (v - mean[c]) * (v - mean[c]);
-            }
-          }
+          ChannelSums(in.out.data() + r * in.size, positions, C, pass == 0 ? nullptr : mean.data(),
+                      row_stats.data() + static_cast<size_t>(r) * C);
         }
       });
       std::vector<double>& total = pass == 0 ? mean : sq;
@@ -526,11 +584,13 @@ void CpuEngine::Plan::BatchNormForward(Node& n) {
     shift[c] = (beta != nullptr ? beta[c] : 0.0f) - n.mean[c] * n.inv[c];
   }
   ForRows([&](int, int r0, int r1) {
+    const float* __restrict__ inv = n.inv.data();
+    const float* __restrict__ add = shift.data();
     for (int r = r0; r < r1; ++r) {
-      const float* x = in.out.data() + r * in.size;
-      float* y = n.out.data() + r * n.size;
+      const float* __restrict__ x = in.out.data() + r * in.size;
+      float* __restrict__ y = n.out.data() + r * n.size;
       for (size_t p = 0; p < positions; ++p) {
-        for (int c = 0; c < C; ++c) y[p * C + c] = x[p * C + c] * n.inv[c] + shift[c];
+        for (int c = 0; c < C; ++c) y[p * C + c] = x[p * C + c] * inv[c] + add[c];
       }
     }
   });
@@ -538,7 +598,8 @@ void CpuEngine::Plan::BatchNormForward(Node& n) {
 
 // d beta = sum dy, d gamma = sum dy * xhat (xhat = (x - mean) * invstd), per row in double
 // then over rows in order. Training: dx = inv / M * (M dy - d beta - xhat d gamma), through
-// the batch's statistics; inference: dx = inv * dy.
+// the batch's statistics, computed as inv dy - (a + b (x - mean)) with a = inv d beta / M and
+// b = inv invstd d gamma / M; inference: dx = inv dy.
 void CpuEngine::Plan::BatchNormBackward(Node& n, float* grad_out) {
   const Layer& l = *n.layer;
   const Node& in = nodes[l.inputs[0]];
@@ -546,17 +607,9 @@ void CpuEngine::Plan::BatchNormBackward(Node& n, float* grad_out) {
   const size_t positions = n.size / C;
   ForRows([&](int, int r0, int r1) {
     for (int r = r0; r < r1; ++r) {
-      double* s = row_stats.data() + static_cast<size_t>(r) * 2 * C;
-      std::fill(s, s + 2 * C, 0.0);
-      const float* x = in.out.data() + r * in.size;
-      const float* dy = n.dout.data() + r * n.size;
-      for (size_t p = 0; p < positions; ++p) {
-        for (int c = 0; c < C; ++c) {
-          const double xhat = (static_cast<double>(x[p * C + c]) - n.mean[c]) * n.invstd[c];
-          s[c] += dy[p * C + c];
-          s[C + c] += dy[p * C + c] * xhat;
-        }
-      }
+      BatchNormSums(in.out.data() + r * in.size, n.dout.data() + r * n.size, positions, C,
+                    n.mean.data(), n.invstd.data(),
+                    row_stats.data() + static_cast<size_t>(r) * 2 * C);
     }
   });
   std::vector<double> dbeta(C, 0.0), dgamma(C, 0.0);
@@ -576,24 +629,24 @@ void CpuEngine::Plan::BatchNormBackward(Node& n, float* grad_out) {
     for (int c = 0; c < C; ++c) b[c] = static_cast<float>(dbeta[c]);
   }
   const double count = static_cast<double>(rows) * positions;
-  const bool training = options.training;
+  std::vector<float> a(C, 0.0f), b(C, 0.0f);
+  for (int c = 0; c < C && options.training; ++c) {
+    a[c] = static_cast<float>(n.inv[c] * dbeta[c] / count);
+    b[c] = static_cast<float>(static_cast<double>(n.inv[c]) * n.invstd[c] * dgamma[c] / count);
+  }
   ForRows([&](int, int r0, int r1) {
     float* dx = GradTarget(l.inputs[0], r0, r1);
     if (dx == nullptr) return;
+    const float* __restrict__ inv = n.inv.data();
+    const float* __restrict__ mean = n.mean.data();
     for (int r = r0; r < r1; ++r) {
-      const float* x = in.out.data() + r * in.size;
-      const float* dy = n.dout.data() + r * n.size;
-      float* target = dx + r * in.size;
+      const float* __restrict__ x = in.out.data() + r * in.size;
+      const float* __restrict__ dy = n.dout.data() + r * n.size;
+      float* __restrict__ target = dx + r * in.size;
       for (size_t p = 0; p < positions; ++p) {
         for (int c = 0; c < C; ++c) {
           const size_t i = p * C + c;
-          if (!training) {
-            target[i] += dy[i] * n.inv[c];
-            continue;
-          }
-          const double xhat = (static_cast<double>(x[i]) - n.mean[c]) * n.invstd[c];
-          target[i] += static_cast<float>(static_cast<double>(n.inv[c]) / count *
-                                          (count * dy[i] - dbeta[c] - xhat * dgamma[c]));
+          target[i] += inv[c] * dy[i] - (a[c] + b[c] * (x[i] - mean[c]));
         }
       }
     }
@@ -626,9 +679,7 @@ void CpuEngine::Plan::SeedsConvPoolBackward(Node& p, float* grad_out) {
       // The pooled gradient, zero where the pooled ReLU output is 0 (as the kernel expects).
       float* g = p.dout.data() + r * p.size;
       const float* pooled = p.out.data() + r * p.size;
-      for (size_t i = 0; i < p.size; ++i) {
-        if (!(pooled[i] > 0.0f)) g[i] = 0.0f;
-      }
+      for (size_t i = 0; i < p.size; ++i) g[i] = pooled[i] > 0.0f ? g[i] : 0.0f;
       const float* image = in.out.data() + r * in.size;
       const uint8_t* winners = p.winners.data() + r * p.size;
       float* part = partials.data() + r * kStride;
@@ -676,7 +727,7 @@ void CpuEngine::Plan::SimpleForward(Node& n, int index, const nn::Batch& batch) 
           for (size_t i = 0; i < n.size; ++i) y[i] = xr[i] * l.rescale + l.offset;
           break;
         case LayerType::kActivation:
-          for (size_t i = 0; i < n.size; ++i) y[i] = ActivationOf(l, xr[i]);
+          Activate(l, xr, y, n.size);
           break;
         case LayerType::kMaxPool:
           kernels::MaxPoolForward(xr, w, y, n.argmax.data() + r * n.size);
@@ -713,8 +764,7 @@ void CpuEngine::Plan::SimpleForward(Node& n, int index, const nn::Batch& batch) 
         case LayerType::kAdd:
           std::copy(xr, xr + n.size, y);
           for (size_t j = 1; j < l.inputs.size(); ++j) {
-            const float* other = In(n, static_cast<int>(j)) + r * n.size;
-            for (size_t i = 0; i < n.size; ++i) y[i] += other[i];
+            AddTo(In(n, static_cast<int>(j)) + r * n.size, y, n.size);
           }
           break;
         default:
@@ -743,9 +793,7 @@ void CpuEngine::Plan::SimpleBackward(Node& n) {
             for (size_t i = 0; i < n.size; ++i) d[i] += dy[i] * l.rescale;
             break;
           case LayerType::kActivation:
-            for (size_t i = 0; i < n.size; ++i) {
-              if (xr[i] > 0.0f && xr[i] < l.relu_max) d[i] += dy[i];
-            }
+            ActivationBackward(l, xr, dy, d, n.size, /*add=*/true);
             break;
           case LayerType::kMaxPool:
             kernels::MaxPoolBackwardAdd(dy, n.argmax.data() + r * n.size, n.size, d);
@@ -770,7 +818,7 @@ void CpuEngine::Plan::SimpleBackward(Node& n) {
             [[fallthrough]];
           case LayerType::kFlatten:
           case LayerType::kAdd:
-            for (size_t i = 0; i < n.size; ++i) d[i] += dy[i];
+            AddTo(dy, d, n.size);
             break;
           default:
             break;
@@ -822,7 +870,6 @@ double Seconds(std::chrono::steady_clock::time_point since) {
 }
 
 void CpuEngine::Plan::Forward(const nn::Batch& batch, LayerTimes* times) {
-  PackWeights();
   for (int index : graph.order) {
     const auto start = std::chrono::steady_clock::now();
     ForwardLayer(index, batch);

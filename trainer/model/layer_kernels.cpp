@@ -44,8 +44,8 @@ void Im2Col(const float* x, const Window& w, int c0, int group_channels, int str
   }
 }
 
-void Col2ImAdd(const float* dcol, const Window& w, int c0, int group_channels, int stride,
-               float* dx) {
+void Col2ImAdd(const float* __restrict__ dcol, const Window& w, int c0, int group_channels,
+               int stride, float* __restrict__ dx) {
   for (int oy = 0; oy < w.out_h; ++oy) {
     for (int ox = 0; ox < w.out_w; ++ox) {
       const float* row = dcol + static_cast<size_t>(oy * w.out_w + ox) * stride;
@@ -64,7 +64,8 @@ void Col2ImAdd(const float* dcol, const Window& w, int c0, int group_channels, i
   }
 }
 
-void MaxPoolForward(const float* x, const Window& w, float* y, int32_t* argmax) {
+void MaxPoolForward(const float* __restrict__ x, const Window& w, float* __restrict__ y,
+                    int32_t* __restrict__ argmax) {
   const int C = w.channels;
   for (int oy = 0; oy < w.out_h; ++oy) {
     const int y0 = std::max(oy * w.sh - w.pad_top, 0);
@@ -72,8 +73,8 @@ void MaxPoolForward(const float* x, const Window& w, float* y, int32_t* argmax) 
     for (int ox = 0; ox < w.out_w; ++ox) {
       const int x0 = std::max(ox * w.sw - w.pad_left, 0);
       const int x1 = std::min(ox * w.sw - w.pad_left + w.kw, w.in_w);
-      float* out = y + static_cast<size_t>(oy * w.out_w + ox) * C;
-      int32_t* arg = argmax + static_cast<size_t>(oy * w.out_w + ox) * C;
+      float* __restrict__ out = y + static_cast<size_t>(oy * w.out_w + ox) * C;
+      int32_t* __restrict__ arg = argmax + static_cast<size_t>(oy * w.out_w + ox) * C;
       const int32_t first = (y0 * w.in_w + x0) * C;
       for (int c = 0; c < C; ++c) {
         out[c] = x[first + c];
@@ -83,10 +84,9 @@ void MaxPoolForward(const float* x, const Window& w, float* y, int32_t* argmax) 
         for (int ix = x0; ix < x1; ++ix) {
           const int32_t base = (iy * w.in_w + ix) * C;
           for (int c = 0; c < C; ++c) {
-            if (x[base + c] > out[c]) {
-              out[c] = x[base + c];
-              arg[c] = base + c;
-            }
+            const bool better = x[base + c] > out[c];
+            out[c] = better ? x[base + c] : out[c];
+            arg[c] = better ? base + c : arg[c];
           }
         }
       }
@@ -98,7 +98,7 @@ void MaxPoolBackwardAdd(const float* dy, const int32_t* argmax, size_t outputs, 
   for (size_t i = 0; i < outputs; ++i) dx[argmax[i]] += dy[i];
 }
 
-void AvgPoolForward(const float* x, const Window& w, float* y) {
+void AvgPoolForward(const float* __restrict__ x, const Window& w, float* __restrict__ y) {
   const int C = w.channels;
   for (int oy = 0; oy < w.out_h; ++oy) {
     const int y0 = std::max(oy * w.sh - w.pad_top, 0);
@@ -120,7 +120,7 @@ void AvgPoolForward(const float* x, const Window& w, float* y) {
   }
 }
 
-void AvgPoolBackwardAdd(const float* dy, const Window& w, float* dx) {
+void AvgPoolBackwardAdd(const float* __restrict__ dy, const Window& w, float* __restrict__ dx) {
   const int C = w.channels;
   for (int oy = 0; oy < w.out_h; ++oy) {
     const int y0 = std::max(oy * w.sh - w.pad_top, 0);
