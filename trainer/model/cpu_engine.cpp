@@ -219,21 +219,21 @@ struct CpuEngine::Plan {
   void BackwardLayer(int index);
 
   void ConvForward(Node& n);
-  void ConvBackward(Node& n, float* grad);
+  void ConvBackward(Node& n, float* grad_out);
   void DenseForward(Node& n);
-  void DenseBackward(Node& n, float* grad);
+  void DenseBackward(Node& n, float* grad_out);
   void DepthwiseForward(Node& n);
-  void DepthwiseBackward(Node& n, float* grad);
+  void DepthwiseBackward(Node& n, float* grad_out);
   void BatchNormForward(Node& n);
-  void BatchNormBackward(Node& n, float* grad);
-  void SeedsConvPoolForward(Node& pool_node);
-  void SeedsConvPoolBackward(Node& pool_node, float* grad);
+  void BatchNormBackward(Node& n, float* grad_out);
+  void SeedsConvPoolForward(Node& p);
+  void SeedsConvPoolBackward(Node& p, float* grad_out);
   void SimpleForward(Node& n, int index, const nn::Batch& batch);
   void SimpleBackward(Node& n);
-  // grad[e] (e in [0, count)) = the sum over rows, in row order, of partials[r * stride +
+  // out[e] (e in [0, count)) = the sum over rows, in row order, of partials[r * stride +
   // source(e)].
   template <typename Source>
-  void SumRows(size_t count, size_t stride, const Source& source, float* grad);
+  void SumRows(size_t count, size_t stride, const Source& source, float* out);
 
   float* grad = nullptr;
 };

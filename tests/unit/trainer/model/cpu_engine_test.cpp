@@ -86,7 +86,7 @@ struct Case {
   bool training = true;
 };
 
-json Conv(const char* name, int filters, int k, json extra = json::object()) {
+json Conv(const char* name, int filters, int k, const json& extra = json::object()) {
   json c = {{"name", name}, {"filters", filters}, {"kernel_size", {k, k}}};
   c.update(extra);
   return Layer("Conv2D", c);
