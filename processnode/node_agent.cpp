@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <set>
+#include <thread>
 
 #include "kube/config.h"
 #include "kube/object_meta.h"
@@ -295,6 +296,10 @@ void NodeAgent::RewriteHostsFiles(const std::string& ns) {
     fs::create_directories(fs::path(w->hosts_file()).parent_path(), ec);
     WriteFileInPlace(w->hosts_file(), HostsFile(w->pod_ip(), w->hostname(), entries));
   }
+  // A pod worker's thread calls this too (PodWorkerContext): when its pod was deleted
+  // meanwhile, `same_ns` may hold the last reference to it, whose destructor joins its
+  // thread. Released off every worker's thread, as OnPodDeleted does.
+  std::thread([workers = std::move(same_ns)] {}).detach();
 }
 
 void NodeAgent::ProvisionClaim(const json& pvc) {

@@ -218,29 +218,19 @@ Status ParseSchedulingPolicy(const json& run, TrainingJobSpec& out) {
   return Status::Ok();
 }
 
-// spec.elasticPolicy into out.elastic (the replica specs parsed). The Worker replicas, when
-// given, must be maxReplicas: an elastic job asks for its largest gang.
+// spec.elasticPolicy into out.elastic (the replica specs parsed). The Worker replicas (the
+// API server defaults them to 1) are the first gang's size, between minReplicas and
+// maxReplicas.
 Status ParseElasticPolicy(const json& spec, TrainingJobSpec& out) {
   const std::string path = "spec.elasticPolicy";
   if (!spec.contains("elasticPolicy") || spec["elasticPolicy"].is_null()) return Status::Ok();
   const json& ep = spec["elasticPolicy"];
   if (!ep.is_object()) return FieldError(path, "must be an object {minReplicas, maxReplicas}");
-  const json& worker = spec["replicaSpecs"]["Worker"];
-  const bool replicas_given = worker.contains("replicas") && !worker["replicas"].is_null();
   ElasticPolicy e;
   std::optional<int64_t> v;
   TJ_RETURN_IF_ERROR(ReadInt(ep, "maxReplicas", path, 1, kMaxWorkers, &v));
-  if (!v && !replicas_given) {
-    return FieldError(path + ".maxReplicas", "required: the most workers the gang may have");
-  }
-  e.max_replicas = v ? static_cast<int32_t>(*v) : out.Replicas(ReplicaType::kWorker);
-  if (replicas_given && out.Replicas(ReplicaType::kWorker) != e.max_replicas) {
-    return FieldError(path + ".maxReplicas",
-                      std::to_string(e.max_replicas) + " differs from spec.replicaSpecs.Worker." +
-                          "replicas (" + std::to_string(out.Replicas(ReplicaType::kWorker)) +
-                          "): an elastic job runs maxReplicas workers when it can; omit one of "
-                          "them or make them equal");
-  }
+  if (!v) return FieldError(path + ".maxReplicas", "required: the most workers the gang may have");
+  e.max_replicas = static_cast<int32_t>(*v);
   v.reset();
   TJ_RETURN_IF_ERROR(ReadInt(ep, "minReplicas", path, 1, e.max_replicas, &v));
   if (!v) return FieldError(path + ".minReplicas", "required: the fewest workers to go on with");
@@ -268,7 +258,16 @@ Status ParseElasticPolicy(const json& spec, TrainingJobSpec& out) {
                           "may take, e.g. " +
                           std::to_string(std::lcm(e.min_replicas + chiefs, e.shards)));
   }
-  out.replica_specs[ReplicaType::kWorker].replicas = e.max_replicas;
+  const int32_t first = out.Replicas(ReplicaType::kWorker);
+  if (first < e.min_replicas || first > e.max_replicas || !e.Trains(first, chiefs)) {
+    return FieldError("spec.replicaSpecs.Worker.replicas",
+                      std::to_string(first) +
+                          " is not a size the elastic gang may take: the first gang's workers, "
+                          "between spec.elasticPolicy.minReplicas (" +
+                          std::to_string(e.min_replicas) + ") and maxReplicas (" +
+                          std::to_string(e.max_replicas) + "), whose replicas divide the " +
+                          std::to_string(e.shards) + " shards (1 when not given)");
+  }
   out.elastic = e;
   return Status::Ok();
 }

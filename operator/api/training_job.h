@@ -108,12 +108,13 @@ struct RunPolicy {
   SchedulingPolicy scheduling_policy;
 };
 
-// spec.elasticPolicy (docs/elastic.md): the workers a gang may have. The gang runs maxReplicas
-// workers (the Worker replicas) when they can be scheduled; when some cannot within
-// scheduleTimeoutSeconds, or a node is lost and they cannot be placed again, the gang restarts
-// with fewer, never below minReplicas, and returns to maxReplicas at its next restart. The
-// trainer keeps the global batch at `shards` shards whatever the size (TJ_ELASTIC_SHARDS): a
-// size trains only when its replica count (workers, plus a chief) divides `shards`.
+// spec.elasticPolicy (docs/elastic.md): the workers a gang may have. The first gang has the
+// Worker replicas; a gang whose pods cannot all be scheduled within scheduleTimeoutSeconds
+// restarts with fewer, never below minReplicas; while it has fewer than maxReplicas, capacity
+// probes find when there is room for more, and the gang restarts larger (as it does at any
+// other restart, up to maxReplicas). The trainer keeps the global batch at `shards` shards
+// whatever the size (TJ_ELASTIC_SHARDS): a size trains only when its replica count (workers,
+// plus a chief) divides `shards`.
 struct ElasticPolicy {
   int32_t min_replicas = 1;
   int32_t max_replicas = 1;

@@ -17,11 +17,12 @@ void Pass::SizeTheGang() {
   if (!spec_.elastic) return;
   const api::ElasticPolicy& e = *spec_.elastic;
   const int32_t chiefs = spec_.Replicas(ReplicaType::kChief);
-  int32_t size = status_.elastic_workers.value_or(e.max_replicas);
-  // A size the spec (edited since) no longer allows: the full gang.
-  if (size < e.min_replicas || size > e.max_replicas || !e.Trains(size, chiefs)) {
-    size = e.max_replicas;
-  }
+  // The first gang: the Worker replicas (validated by ParseSpec); in Kueue, what it admits
+  // (ApplyAssignment takes the gang down to that).
+  const int32_t first = observed_.queue ? e.max_replicas : spec_.Replicas(ReplicaType::kWorker);
+  int32_t size = status_.elastic_workers.value_or(first);
+  // A size the spec (edited since) no longer allows: the first gang's.
+  if (size < e.min_replicas || size > e.max_replicas || !e.Trains(size, chiefs)) size = first;
   spec_.replica_specs[ReplicaType::kWorker].replicas = size;
   status_.elastic_workers = size;
 }

@@ -218,8 +218,8 @@ class Pass {
   void ReplaceEvaluatorOnLostNode(const Gang& gang);
 
   // --- Elastic gangs (reconciler_elastic.cpp) ---
-  // An elastic job's gang has status.elastic.workers workers (spec.elasticPolicy.maxReplicas
-  // when unset, or when the spec no longer allows it): the pass reads spec_ with that many
+  // An elastic job's gang has status.elastic.workers workers (the Worker replicas when unset,
+  // or when the spec no longer allows it): the pass reads spec_ with that many
   // Worker replicas, so that the census, the pods, TF_CONFIG and the PodGroup follow it.
   void SizeTheGang();
   // Kueue admitted fewer workers (partial admission, ApplyAssignment): the status says so.

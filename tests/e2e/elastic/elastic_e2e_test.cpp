@@ -36,7 +36,7 @@ const seconds kFinishTimeout(600);
 // slot when `slot`.
 json ElasticJob(bool slot, const std::string& failpoints) {
   json job = testing::FaultJob(failpoints);
-  job["spec"]["replicaSpecs"]["Worker"].erase("replicas");
+  job["spec"]["replicaSpecs"]["Worker"]["replicas"] = 2;  // the first gang: both
   job["spec"]["elasticPolicy"] = {
       {"minReplicas", 1}, {"maxReplicas", 2}, {"scheduleTimeoutSeconds", 10}};
   if (slot) {
@@ -115,7 +115,9 @@ TEST_F(Elastic, AGangThatOnlyHalfFitsGoesOnWithOneWorkerAndGrowsBackWithEqualWei
   EXPECT_EQ(st.restarts.backoff_limit_used, 0);
   ASSERT_TRUE(Eventually([&] { return !EventMessages("GangResized").empty(); }, seconds(30)));
   const std::string shrink = EventMessages("GangResized").front();
-  EXPECT_NE(shrink.find("pod fmnist-worker-1 found no node in 10s"), std::string::npos) << shrink;
+  // Either worker may be the one the scheduler placed.
+  EXPECT_NE(shrink.find(" found no node in 10s"), std::string::npos) << shrink;
+  EXPECT_NE(shrink.find("1 of the gang's 2 pods were placed"), std::string::npos) << shrink;
   EXPECT_NE(shrink.find(kSlot), std::string::npos) << shrink;  // the scheduler's words
   EXPECT_NE(shrink.find("restarting the gang with 1 of its 2 workers"), std::string::npos)
       << shrink;

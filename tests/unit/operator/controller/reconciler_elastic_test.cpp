@@ -19,10 +19,9 @@ namespace {
 
 constexpr auto npos = std::string::npos;
 
-// World's job made elastic: `max` workers (the Worker replicas left out), `min` at least.
+// World's job made elastic: `max` workers first and at most, `min` at least.
 json ElasticJob(int min, int max, json extra = json::object()) {
-  json job = Job(2, false);
-  job["spec"]["replicaSpecs"]["Worker"].erase("replicas");
+  json job = Job(max, false);
   job["spec"]["elasticPolicy"] = {{"minReplicas", min}, {"maxReplicas", max}};
   job["spec"]["elasticPolicy"].update(extra);
   return job;
@@ -42,18 +41,22 @@ TEST(Elastic, TheSpecSaysWhichSizesTheGangMayTake) {
   EXPECT_EQ(spec->elastic->LargestSizeUpTo(3, 0), 2);  // 3 does not divide 4 shards
   EXPECT_EQ(spec->elastic->LargestSizeUpTo(1, 0), 1);
 
-  json with_replicas = ElasticJob(1, 3);
-  with_replicas["spec"]["replicaSpecs"]["Worker"]["replicas"] = 2;
-  EXPECT_NE(ParseError(with_replicas)
-                .find("spec.elasticPolicy.maxReplicas: 3 differs from "
-                      "spec.replicaSpecs.Worker.replicas (2)"),
-            npos);
-  json max_from_replicas = ElasticJob(1, 3);
-  max_from_replicas["spec"]["elasticPolicy"].erase("maxReplicas");
-  max_from_replicas["spec"]["replicaSpecs"]["Worker"]["replicas"] = 2;
-  spec = api::ParseSpec(max_from_replicas["spec"]);
+  // The Worker replicas (the API server's default: 1) are the first gang's size.
+  json smaller_first = ElasticJob(1, 4);
+  smaller_first["spec"]["replicaSpecs"]["Worker"]["replicas"] = 1;
+  spec = api::ParseSpec(smaller_first["spec"]);
   ASSERT_TRUE(spec.ok()) << spec.status().message();
-  EXPECT_EQ(spec->elastic->max_replicas, 2);
+  EXPECT_EQ(spec->Replicas(ReplicaType::kWorker), 1);
+  EXPECT_EQ(spec->elastic->max_replicas, 4);
+  smaller_first["spec"]["replicaSpecs"]["Worker"]["replicas"] = 3;  // 3 does not divide 4
+  EXPECT_NE(ParseError(smaller_first)
+                .find("spec.replicaSpecs.Worker.replicas: 3 is not a size the elastic gang may "
+                      "take"),
+            npos)
+      << ParseError(smaller_first);
+  json no_max = ElasticJob(1, 2);
+  no_max["spec"]["elasticPolicy"].erase("maxReplicas");
+  EXPECT_NE(ParseError(no_max).find("spec.elasticPolicy.maxReplicas: required"), npos);
 
   json no_min = ElasticJob(1, 2);
   no_min["spec"]["elasticPolicy"].erase("minReplicas");
