@@ -20,7 +20,7 @@ namespace {
 constexpr auto npos = std::string::npos;
 
 // World's job made elastic: `max` workers first and at most, `min` at least.
-json ElasticJob(int min, int max, json extra = json::object()) {
+json ElasticJob(int min, int max, const json& extra = json::object()) {
   json job = Job(max, false);
   job["spec"]["elasticPolicy"] = {{"minReplicas", min}, {"maxReplicas", max}};
   job["spec"]["elasticPolicy"].update(extra);
