@@ -46,10 +46,9 @@ std::optional<nlohmann::json> TrainerStatusPoller::Latest(const std::string& key
   }
   Entry& e = entries_[id];
   e.asked = now;
-  const bool due = !e.started || now - *e.started >= period_;
+  const bool due = !e.ended || now - *e.ended >= period_;
   if (!e.polling && due && in_flight_ < max_in_flight_) {
     e.polling = true;
-    e.started = now;
     ++in_flight_;
     ++polls_;
     // Detached: the destructor waits for in_flight_ to reach 0, and the thread touches this
@@ -74,6 +73,7 @@ void TrainerStatusPoller::Poll(const std::string& key, const std::string& entry,
     auto it = entries_.find(entry);
     if (it != entries_.end()) {
       it->second.polling = false;
+      it->second.ended = clock_->Now();
       if (answer && answer != it->second.answer) {
         it->second.answer = std::move(answer);
         changed = true;

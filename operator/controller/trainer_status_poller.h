@@ -44,7 +44,7 @@ class TrainerStatusPoller {
 
   // Never blocks on the network: what the reconciler copies of the last answer of `pod` (of
   // job `key`, at its current IP) if one came, and a poll of it started, unless one is in
-  // flight already, the last one started less than a period ago, or max_in_flight are in
+  // flight already, the last one ended less than a period ago, or max_in_flight are in
   // flight (then a later pass asks again). Answers not asked for in 10 minutes are forgotten.
   // Thread-safe.
   std::optional<nlohmann::json> Latest(const std::string& key, const PodView& pod);
@@ -59,7 +59,10 @@ class TrainerStatusPoller {
     std::optional<nlohmann::json> answer;
     bool polling = false;
     Clock::TimePoint asked;
-    std::optional<Clock::TimePoint> started;  // the last poll's start
+    // When the last poll ended: the next starts a period later, so that the trainer sees two
+    // reads at least a period apart however late a poll's thread started or its request
+    // arrived (a loaded node delays one, not the next).
+    std::optional<Clock::TimePoint> ended;
   };
   // On its own thread (the arguments are its copies).
   void Poll(const std::string& key, const std::string& entry, const PodView& pod);

@@ -163,12 +163,16 @@ finished() {
 }
 wait_until 400 "job sec to finish" finished || true
 state=$(kubectl -n "$NS" get tj sec -o jsonpath='{.status.state}')
-restarts=$(kubectl -n "$NS" get tj sec -o jsonpath='{.status.restartCount}')
-step "job sec: $state, restartCount $restarts"
-if [ "$state" = Succeeded ] && [ "${restarts:-0}" -ge 2 ]; then
-  ok "job sec succeeded after two gang restarts (a lost worker, a new key)"
+# Gang restarts of every kind: made again (restartCount) or, where the nodes allow it, in place
+# (the chart's restartInPlace: auto). The lost worker and the new key may be one restart or two,
+# depending on whether the new gang was made before or after the new Secret; that the last gang
+# holds the new key is checked below.
+restarts=$(kubectl -n "$NS" get tj sec -o jsonpath='{.status.restarts.total}')
+step "job sec: $state, restarts.total $restarts"
+if [ "$state" = Succeeded ] && [ "${restarts:-0}" -ge 1 ]; then
+  ok "job sec succeeded after its gang restarted (a lost worker, a new key)"
 else
-  fail "job sec: state '$state', restartCount '$restarts' (want Succeeded after >= 2 restarts)"
+  fail "job sec: state '$state', restarts.total '$restarts' (want Succeeded after a restart)"
 fi
 
 # --- non-root: every pod the operator created (cleanPodPolicy Running keeps finished ones).

@@ -312,6 +312,38 @@ TEST_F(Kueue, TwoJobsBeyondTheQuotaRunOneAfterTheOther) {
   EXPECT_EQ(ConditionOf(second, "Admitted", "status"), "True");
 }
 
+// An elastic job (1 to 2 workers) whose queue has room for one worker: its Workload asks for
+// two with minCount 1, Kueue's partial admission grants one, and the job trains with one worker
+// and succeeds, where a fixed-size gang would wait for quota that never comes.
+TEST_F(Kueue, AnElasticJobTakesThePartialAdmissionKueueGrants) {
+  // 200m: the evaluator and one worker (100m each), not the second worker.
+  MakeQueues("200m", /*hold=*/false);
+  json job = QueuedJob("elastic", 6, 6);
+  job["spec"]["replicaSpecs"]["Worker"]["replicas"] = 2;
+  job["spec"]["elasticPolicy"] = {{"minReplicas", 1}, {"maxReplicas", 2}};
+  ASSERT_TRUE(client_->Create(api::kTrainingJobs, ns_, job).ok());
+  json wl;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        wl = Workload("elastic");
+        return ConditionOf(wl, "Admitted", "status") == "True";
+      },
+      seconds(120)))
+      << wl.dump(2);
+  for (const json& ps : wl["spec"]["podSets"]) {
+    if (ps.value("name", "") != "worker") continue;
+    EXPECT_EQ(ps.value("count", 0), 2) << ps.dump();
+    EXPECT_EQ(ps.value("minCount", 0), 1) << ps.dump();
+  }
+  for (const json& psa : wl["status"]["admission"]["podSetAssignments"]) {
+    if (psa.value("name", "") == "worker") EXPECT_EQ(psa.value("count", 0), 1) << psa.dump();
+  }
+  const json done = WaitFinished("elastic", seconds(600));
+  EXPECT_TRUE(StatusOf(done).IsTrue(api::condition::kSucceeded)) << done.dump(2);
+  EXPECT_EQ(StatusOf(done).elastic_workers, 1);
+  EXPECT_EQ(StatusOf(done).restart_count, 0);
+}
+
 // Kueue's waitForPodsReady (here 20 s) evicts an admitted Workload whose PodsReady condition is
 // not True in time. The operator sets it as Kueue's job framework does for its own kinds, so a
 // job that trains well past the timeout runs to the end in one gang. Before, it set none: Kueue
