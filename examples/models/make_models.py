@@ -82,8 +82,27 @@ def mobilenet_block():
     return keras.Model(inputs, outputs, name="mobilenet_v2_block")
 
 
+def bn_dropout_cnn():
+    """A small CNN with BatchNormalization and two Dropouts, for the trainer's tests of
+    declared models (moving statistics in backups, Dropout masks per step and shard): a strided
+    convolution without bias, BatchNormalization, ReLU, max pooling, then dense layers with
+    Dropout before each, softmax on the output (folded into the loss)."""
+    return keras.Sequential([
+        keras.Input(shape=(28, 28, 1)),
+        layers.Conv2D(16, 3, strides=2, padding="same", use_bias=False, name="conv"),
+        layers.BatchNormalization(name="bn"),
+        layers.ReLU(name="relu"),
+        layers.MaxPooling2D(2, name="pool"),
+        layers.Flatten(name="flatten"),
+        layers.Dropout(0.25, name="dropout1"),
+        layers.Dense(32, activation="relu", name="dense1"),
+        layers.Dropout(0.25, name="dropout2"),
+        layers.Dense(10, activation="softmax", name="dense2"),
+    ], name="bn_dropout_cnn")
+
+
 MODELS = {"seeds_cnn": seeds_cnn, "resnet_block": resnet_block,
-          "mobilenet_v2_block": mobilenet_block}
+          "mobilenet_v2_block": mobilenet_block, "bn_dropout_cnn": bn_dropout_cnn}
 
 
 def main():
