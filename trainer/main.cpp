@@ -41,6 +41,10 @@ struct RawFlags {
 void DefineFlags(CLI::App& app, tj::train::Options& o, RawFlags& f) {
   app.add_option("--data-dir", o.data_dir, "Directory with the four MNIST-format IDX files")
       ->capture_default_str();
+  app.add_option("--model-config", o.model_config,
+                 "A Keras model's JSON (model.to_json()) to train, evaluate or export instead of "
+                 "the built-in CNN, on the CPU (default: $TJ_MODEL_CONFIG, else the built-in "
+                 "model; see docs/trainer.md)");
   app.add_option("--epochs", o.epochs, "Epochs to train")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
@@ -146,7 +150,8 @@ bool ApplyFlags(const RawFlags& f, tj::train::Options& o) {
 }
 
 // What the environment adds: LOCAL_RANK, TJ_STATUS_PORT (unless --status-port was given),
-// TJ_ELASTIC_SHARDS (unless --elastic-shards was given), TJ_CPU_TARGET, TF_CONFIG,
+// TJ_ELASTIC_SHARDS (unless --elastic-shards was given), TJ_MODEL_CONFIG (unless
+// --model-config was given), TJ_CPU_TARGET, TF_CONFIG,
 // TJ_RENDEZVOUS_KEY, TJ_JOB_UID, TJ_RESTART_COUNT. False (after a message on stderr) on a
 // malformed value.
 bool ReadEnvironment(const CLI::App& app, tj::train::Options& o) {
@@ -168,6 +173,8 @@ bool ReadEnvironment(const CLI::App& app, tj::train::Options& o) {
               o.elastic_shards)) {
     return false;
   }
+  // A job's pods all take the same model file (a ConfigMap, say) through the environment.
+  if (app.count("--model-config") == 0) o.model_config = Env("TJ_MODEL_CONFIG");
   // Checked against this CPU by the run, which knows the targets.
   if (!Env("TJ_CPU_TARGET").empty()) o.cpu_target = Env("TJ_CPU_TARGET");
   o.tf_config = Env("TF_CONFIG");
@@ -194,7 +201,8 @@ int main(int argc, char** argv) {
   tj::train::Options o;
   RawFlags f;
   CLI::App app{
-      "tj-trainer: synchronous data-parallel training of the seeds' CNN on MNIST-format data.\n"
+      "tj-trainer: synchronous data-parallel training of the seeds' CNN, or of a model declared "
+      "in Keras JSON, on MNIST-format data.\n"
       "Single process without TF_CONFIG; one replica per process with it (MultiWorkerMirrored).\n"
       "Prints one JSON object per line on stdout; errors on stderr."};
   DefineFlags(app, o, f);

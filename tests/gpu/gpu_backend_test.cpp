@@ -51,7 +51,7 @@ struct SyntheticEpoch {
 
 ModelState FreshState(uint64_t seed) {
   return {nn::InitialParameters(seed), std::vector<float>(nn::Layout::kCount, 0.0f),
-          std::vector<float>(nn::Layout::kCount, 0.0f), 0};
+          std::vector<float>(nn::Layout::kCount, 0.0f), 0, {}};
 }
 
 // Runs `steps` steps of one epoch from `first_step`; returns the epoch's loss sum after each

@@ -19,6 +19,8 @@ class ForwardingBackend : public train::StepBackend {
   std::string description() const override { return real_->description(); }
   bool device_buffers() const override { return real_->device_buffers(); }
   void* device_stream() override { return real_->device_stream(); }
+  size_t parameter_count() const override { return real_->parameter_count(); }
+  size_t reduce_floats() const override { return real_->reduce_floats(); }
   Status SetState(const train::ModelState& state) override { return real_->SetState(state); }
   StatusOr<train::ModelState> GetState() override { return real_->GetState(); }
   Status SetEpochSums(double loss_sum, double correct) override {

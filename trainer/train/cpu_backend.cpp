@@ -44,7 +44,7 @@ class CpuBackend final : public StepBackend {
     return Status::Ok();
   }
   StatusOr<ModelState> GetState() override {
-    return ModelState{params_, adam_.m(), adam_.v(), adam_.iterations()};
+    return ModelState{params_, adam_.m(), adam_.v(), adam_.iterations(), {}};
   }
 
   Status SetEpochSums(double loss_sum, double correct) override {

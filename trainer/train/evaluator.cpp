@@ -11,13 +11,40 @@
 namespace tj::train {
 namespace {
 
-nn::BatchStats EvaluateTestSet(const EvaluatorContext& c, const std::vector<float>& weights) {
+constexpr int kEvaluationRows = 256;
+
+nn::BatchStats EvaluateTestSet(const EvaluatorContext& c, const std::vector<float>& weights,
+                               const std::vector<float>& state) {
+  if (c.model != nullptr) {
+    return EvaluateDeclaredModel(*c.model, weights, state, c.dataset->test, kEvaluationRows,
+                                 c.pool, *c.kernels);
+  }
   const data::Split& test = c.dataset->test;
   std::vector<uint32_t> all(static_cast<size_t>(test.count));
   std::iota(all.begin(), all.end(), 0u);
-  nn::CpuStep step(256, c.pool, *c.kernels);
+  nn::CpuStep step(kEvaluationRows, c.pool, *c.kernels);
   return step.Evaluate(weights.data(),
                        {test.images.data(), test.labels.data(), all.data(), test.count});
+}
+
+// Empty when `fingerprint` (a checkpoint's) is of the model being evaluated, else why not
+// and what to do.
+std::string OtherModel(const EvaluatorContext& c, const nlohmann::json& fingerprint) {
+  const auto sha = fingerprint.is_object() ? fingerprint.find("model_sha256") : fingerprint.end();
+  const bool declared = sha != fingerprint.end() && sha->is_string();
+  const std::string theirs =
+      declared ? "the declared model '" + fingerprint.value("model", std::string("?")) +
+                     "' (model_sha256 " + sha->get<std::string>() + ")"
+               : "the built-in seeds-cnn";
+  if (c.model == nullptr) {
+    if (!declared) return "";
+    return "was written by a run that trains " + theirs +
+           ": give the evaluator the trainers' --model-config (or TJ_MODEL_CONFIG)";
+  }
+  if (declared && sha->get<std::string>() == c.model->sha256) return "";
+  return "was written by a run that trains " + theirs + ", and this evaluator's --model-config " +
+         c.model->path + " is '" + c.model->graph.name + "' (model_sha256 " + c.model->sha256 +
+         "): give the evaluator the trainers' model (or none for the built-in one)";
 }
 
 }  // namespace
@@ -38,12 +65,20 @@ int RunEvaluator(const EvaluatorContext& c) {
   wo.key = o.identity.job_key;
   checkpoint::CheckpointWatcher watcher(o.checkpoint_dir, RealClock::Get(), c.log, wo);
   auto evaluate = [&](const checkpoint::TrainingState& state, const std::string& name) -> Status {
+    if (std::string other = OtherModel(c, state.fingerprint); !other.empty()) {
+      return Status::Error("checkpoint " + o.checkpoint_dir + "/" + name + " " + other);
+    }
     const std::vector<float>* w = state.FindTensor("weights");
-    if (w == nullptr || w->size() != nn::Layout::kCount) {
+    const std::vector<float>* model_state = state.FindTensor(kModelStateTensor);
+    const size_t count = c.model ? c.model->graph.parameter_count : nn::Layout::kCount;
+    const size_t state_count = c.model ? c.model->graph.state_count : 0;
+    if (w == nullptr || w->size() != count ||
+        (model_state ? model_state->size() : 0) != state_count) {
       return Status::Error("checkpoint " + o.checkpoint_dir + "/" + name +
                            " holds no weights of this model");
     }
-    nn::BatchStats s = EvaluateTestSet(c, *w);
+    nn::BatchStats s =
+        EvaluateTestSet(c, *w, model_state ? *model_state : std::vector<float>{});
     const double loss = s.loss_sum / s.rows, accuracy = static_cast<double>(s.correct) / s.rows;
     nlohmann::ordered_json ev = {{"event", "evaluation"},
                                  {"checkpoint", name},
@@ -75,17 +110,28 @@ int RunEvaluator(const EvaluatorContext& c) {
 }
 
 int EvaluateExportedModel(const EvaluatorContext& c) {
-  auto weights = LoadExportedModel(c.options->model_dir);
-  if (!weights.ok()) {
-    c.log->Error(weights.status().message());
-    return kExitFailure;
+  DeclaredWeights loaded;
+  if (c.model != nullptr) {
+    auto read = LoadExportedDeclaredModel(c.options->model_dir, *c.model);
+    if (!read.ok()) {
+      c.log->Error(read.status().message());
+      return kExitFailure;
+    }
+    loaded = std::move(*read);
+  } else {
+    auto weights = LoadExportedModel(c.options->model_dir);
+    if (!weights.ok()) {
+      c.log->Error(weights.status().message());
+      return kExitFailure;
+    }
+    loaded.weights = std::move(*weights);
   }
-  nn::BatchStats s = EvaluateTestSet(c, *weights);
+  nn::BatchStats s = EvaluateTestSet(c, loaded.weights, loaded.state);
   c.log->Emit({{"event", "evaluation"},
                {"model", c.options->model_dir},
                {"loss", s.loss_sum / s.rows},
                {"accuracy", static_cast<double>(s.correct) / s.rows},
-               {"weights_sha256", nn::WeightsDigest(weights->data())}});
+               {"weights_sha256", nn::WeightsDigest(loaded.weights.data(), loaded.weights.size())}});
   return kExitOk;
 }
 

@@ -7,6 +7,7 @@
 #include "trainer/data/idx_reader.h"
 #include "trainer/nn/cpu_kernels.h"
 #include "trainer/nn/thread_pool.h"
+#include "trainer/train/declared_model.h"
 #include "trainer/train/options.h"
 #include "trainer/train/progress.h"
 #include "trainer/train/training_loop.h"
@@ -21,9 +22,12 @@ struct EvaluatorContext {
   EventLog* log = nullptr;
   Progress* progress = nullptr;
   ScalarSink scalars;  // may be empty
+  // The declared model to evaluate (--model-config), borrowed; null: the built-in seeds' CNN.
+  const DeclaredModel* model = nullptr;
 };
 
-// Returns the exit code: 0 after the final checkpoint was evaluated.
+// Returns the exit code: 0 after the final checkpoint was evaluated. A checkpoint of another
+// model than the context's is an error naming both.
 int RunEvaluator(const EvaluatorContext& context);
 
 // --evaluate-only: one evaluation of the exported model in options.model_dir.

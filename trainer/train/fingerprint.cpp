@@ -74,7 +74,7 @@ nlohmann::json WithoutLayout(nlohmann::json fingerprint) {
 }  // namespace
 
 nlohmann::json TrainingFingerprint(const Options& options, int replicas,
-                                   const data::Dataset& dataset) {
+                                   const data::Dataset& dataset, const DeclaredModel* model) {
   nlohmann::json f = {{"model", nn::ArchitectureJson()["name"]},
                       {"parameters", nn::Layout::kCount},
                       {"batch_size", options.batch_size},
@@ -82,6 +82,11 @@ nlohmann::json TrainingFingerprint(const Options& options, int replicas,
                       {"steps_per_epoch_cap", options.steps_per_epoch},
                       {"seed", options.seed},
                       {"dataset_sha256", dataset.digest}};
+  if (model != nullptr) {
+    f["model"] = model->graph.name;
+    f["model_sha256"] = model->sha256;
+    f["parameters"] = model->graph.parameter_count;
+  }
   if (options.elastic_shards > 0) {
     f["elastic_shards"] = options.elastic_shards;
     f["global_batch"] = int64_t{options.elastic_shards} * options.batch_size;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "trainer/data/idx_reader.h"
+#include "trainer/train/declared_model.h"
 #include "trainer/train/options.h"
 
 namespace tj::train {
@@ -15,9 +16,11 @@ namespace tj::train {
 // The configuration fingerprint of a run with `replicas` replicas. Without elastic mode it is
 // what it was before elastic mode existed: {model, parameters, batch_size, workers,
 // steps_per_epoch_cap, seed, dataset_sha256}. In elastic mode it adds elastic_shards and
-// global_batch; workers then only says who wrote the backup.
+// global_batch; workers then only says who wrote the backup. A declared model (`model`, null
+// for the built-in one) adds model_sha256, and model is its name.
 nlohmann::json TrainingFingerprint(const Options& options, int replicas,
-                                   const data::Dataset& dataset);
+                                   const data::Dataset& dataset,
+                                   const DeclaredModel* model = nullptr);
 
 // nullopt when a run of fingerprint `run` may resume a backup of fingerprint `backup`; else
 // why not and what to do (a clause that follows "backup <path> "). A fingerprint's shards are

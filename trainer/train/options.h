@@ -1,6 +1,6 @@
 // Everything a tj-trainer run is configured with: the command-line flags (main.cpp parses
 // them) and what the environment adds (TF_CONFIG, TJ_RENDEZVOUS_KEY, TJ_JOB_UID,
-// TJ_RESTART_COUNT, TJ_ELASTIC_SHARDS).
+// TJ_RESTART_COUNT, TJ_ELASTIC_SHARDS, TJ_MODEL_CONFIG).
 #pragma once
 
 #include <chrono>
@@ -28,6 +28,10 @@ enum class Role { kAuto, kEvaluator };
 
 struct Options {
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  // A declared model (--model-config, TJ_MODEL_CONFIG): the path of a Keras model's JSON
+  // (`model.to_json()`) to train, evaluate or export instead of the built-in seeds' CNN, on
+  // the CPU. Empty: the built-in model.
+  std::string model_config;
   int epochs = 12;
   int batch_size = 64;      // per replica; in elastic mode per shard
   int steps_per_epoch = 0;  // a cap; 0 = the whole epoch

@@ -10,6 +10,7 @@
 #include "common/version.h"
 #include "trainer/cluster/config/tf_config.h"
 #include "trainer/collective/gloo_communicator.h"
+#include "trainer/train/declared_model.h"
 #ifdef TJ_HAVE_NCCL
 #include "trainer/collective/nccl_communicator.h"
 #endif
@@ -120,6 +121,35 @@ int AgreeOnTheDevice(collective::Communicator& comm, StepBackend& backend, Event
   return kExitOk;
 }
 
+// Every replica must train the same model (their all-reduces must match): the chief's
+// identity (the built-in model's name, or a declared model's SHA-256) goes to every replica,
+// and all of them stop when any differs. kExitOk, or the exit code after the error is logged.
+int AgreeOnTheModel(collective::Communicator& comm, const DeclaredModel* model, EventLog& log) {
+  if (comm.size() == 1) return kExitOk;
+  const std::string mine = model ? model->sha256 : std::string(64, '-');
+  std::string chiefs = mine;
+  chiefs.resize(64, ' ');
+  if (Status s = comm.Broadcast(chiefs.data(), chiefs.size(), 0); !s.ok()) {
+    log.Error(s.WithContext("agreeing on the model").message());
+    return kExitPeerLost;
+  }
+  float differ = chiefs == mine ? 0.0f : 1.0f;
+  if (Status s = comm.AllReduceSum(&differ, 1); !s.ok()) {
+    log.Error(s.WithContext("agreeing on the model").message());
+    return kExitPeerLost;
+  }
+  if (differ == 0.0f) return kExitOk;
+  auto describe = [](const std::string& id) {
+    return id == std::string(64, '-') ? std::string("the built-in seeds-cnn")
+                                      : "a declared model of model_sha256 " + id;
+  };
+  log.Error(std::to_string(static_cast<int>(differ)) + " of " + std::to_string(comm.size()) +
+            " replicas were given another model than the chief (the chief trains " +
+            describe(chiefs) + ", this replica " + describe(mine) +
+            "); give every replica the same --model-config (or TJ_MODEL_CONFIG), or none");
+  return kExitFailure;
+}
+
 // Empty when the options allow elastic mode (or do not ask for it), else why not. Elastic mode
 // keeps one order of summation at every worker count: the trainer's ring in float32 on the
 // CPU. Gloo's all-reduce and NCCL sum in orders of their own, bfloat16 rounds at every hop.
@@ -150,6 +180,12 @@ std::string ElasticModeError(const Options& o) {
 
 int RunTrainerProgram(const Options& o, StopRequest* stop) {
   EventLog log(o.log_format);
+  if (!o.model_config.empty() && o.device == Device::kGpu) {
+    log.Error("--device gpu: declared models (--model-config " + o.model_config +
+              ") train on the CPU for now; use --device cpu, or auto (which takes the CPU for "
+              "them)");
+    return kExitUsage;
+  }
   const int gpus = o.device == Device::kCpu ? 0 : VisibleGpus();
   if (o.device == Device::kGpu && gpus == 0) {
     const std::string build = kBuiltWithCuda ? "" : "; this tj-trainer was built without CUDA";
@@ -201,20 +237,42 @@ int RunTrainerProgram(const Options& o, StopRequest* stop) {
   }
   ScalarSink scalars = (*observability)->Scalars();
 
-  if (o.evaluate_only) {
-    return EvaluateExportedModel({&o, &*dataset, &pool, cpu, &log, &progress, scalars});
+  std::optional<DeclaredModel> declared;
+  if (!o.model_config.empty()) {
+    auto loaded = LoadDeclaredModel(o.model_config);
+    Status fits = loaded.ok() ? CheckModelFitsDataset(*loaded, o.data_dir) : loaded.status();
+    if (!fits.ok()) {
+      log.Error(fits.message());
+      return kExitUsage;
+    }
+    declared = std::move(*loaded);
+    nlohmann::ordered_json event = {{"event", "model"}, {"model_config", declared->path}};
+    const nlohmann::json identity = DeclaredModelIdentity(*declared);
+    for (const auto& [key, value] : identity.items()) event[key] = value;
+    event["layers"] = declared->graph.layers.size();
+    log.Emit(event);
   }
-  if (evaluator) return RunEvaluator({&o, &*dataset, &pool, cpu, &log, &progress, scalars});
+  const DeclaredModel* model = declared ? &*declared : nullptr;
+
+  if (o.evaluate_only) {
+    return EvaluateExportedModel({&o, &*dataset, &pool, cpu, &log, &progress, scalars, model});
+  }
+  if (evaluator) return RunEvaluator({&o, &*dataset, &pool, cpu, &log, &progress, scalars, model});
 
   if (std::string e = ElasticModeError(o); !e.empty()) {
     log.Error(e);
     return kExitUsage;
   }
   // The device: auto takes the GPU when one is visible (and the build has CUDA), except in
-  // elastic mode, which runs on the CPU.
+  // elastic mode and for a declared model, which run on the CPU.
+  if (model && o.device == Device::kAuto && gpus > 0) {
+    log.Warn("--device auto: " + std::to_string(gpus) +
+             " GPU(s) visible, but declared models (--model-config) train on the CPU for now: "
+             "training on the CPU");
+  }
   std::unique_ptr<StepBackend> backend;
   if (o.device == Device::kGpu ||
-      (o.device == Device::kAuto && gpus > 0 && o.elastic_shards == 0)) {
+      (o.device == Device::kAuto && gpus > 0 && o.elastic_shards == 0 && !model)) {
     auto gpu = MakeGpuBackend(*dataset, o.batch_size, o.local_rank);
     if (!gpu.ok()) {
       log.Error("--device " + std::string(o.device == Device::kGpu ? "gpu" : "auto") + ": " +
@@ -232,9 +290,16 @@ int RunTrainerProgram(const Options& o, StopRequest* stop) {
     const int shards = o.elastic_shards > 0 && o.elastic_shards % comm->size() == 0
                            ? o.elastic_shards / comm->size()
                            : 1;
-    backend = MakeCpuBackend(*dataset, o.batch_size, &pool, *cpu, shards);
+    backend = model ? MakeDeclaredCpuBackend(
+                          *model, *dataset, o.batch_size, &pool, *cpu,
+                          {.first = comm->rank() * shards,
+                           .count = shards,
+                           .total = o.elastic_shards > 0 ? o.elastic_shards : comm->size()},
+                          o.seed)
+                    : MakeCpuBackend(*dataset, o.batch_size, &pool, *cpu, shards);
   }
   if (int code = AgreeOnTheDevice(*comm, *backend, log); code != kExitOk) return code;
+  if (int code = AgreeOnTheModel(*comm, model, log); code != kExitOk) return code;
   // Device buffers are all-reduced by NCCL, bootstrapped through the Gloo communicator.
   std::unique_ptr<collective::Communicator> gradient_comm;
   if (backend->device_buffers() && comm->size() > 1) {
@@ -251,7 +316,8 @@ int RunTrainerProgram(const Options& o, StopRequest* stop) {
   }
   TrainingContext context{&o,      &*dataset,     comm.get(),          &pool,
                           cpu,     &log,          &progress,           is_chief,
-                          scalars, backend.get(), gradient_comm.get(), stop};
+                          scalars, backend.get(), gradient_comm.get(), stop,
+                          model};
   TrainingOutcome outcome = RunTrainingLoop(context);
   if (!outcome.status.ok()) {
     progress.Update([](ProgressSnapshot& p) { p.state = "failed"; });

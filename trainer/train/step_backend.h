@@ -1,8 +1,9 @@
 // Where the training step runs: the seam between the training loop (which drives epochs,
 // all-reduces, backups and reports) and a device that holds the model and computes. The CPU
 // backend wraps nn::CpuStep and nn::Adam unchanged (bitwise the results of before the seam);
-// the GPU backend (built with CUDA) wraps cuda::GpuStep. Not thread-safe: the training thread
-// only.
+// the GPU backend (built with CUDA) wraps cuda::GpuStep; the declared-model backend trains a
+// model read from Keras JSON (--model-config) with model::CpuEngine on the CPU. Not
+// thread-safe: the training thread only.
 #pragma once
 
 #include <cstdint>
@@ -18,17 +19,23 @@
 
 namespace tj::train {
 
-// A host reduce_buffer(): the gradients, the batch's loss sum and correct count, and a float
-// the backend leaves alone (the training loop's stop vote, training_loop.cpp).
+struct DeclaredModel;  // declared_model.h
+
+// The built-in model's host reduce_buffer(): the gradients, the batch's loss sum and correct
+// count, and a float the backend leaves alone (the training loop's stop vote,
+// training_loop.cpp). A declared model's is reduce_floats() long.
 inline constexpr size_t kReduceFloatsOnHost = nn::Layout::kCount + 3;
 
-// The model and optimizer state as host vectors (Layout::kCount floats each), for backups,
-// checkpoints, exports and the broadcast of a restored state.
+// The model and optimizer state as host vectors (parameter_count() floats each, but
+// model_state), for backups, checkpoints, exports and the broadcast of a restored state.
 struct ModelState {
   std::vector<float> params;
   std::vector<float> adam_m;
   std::vector<float> adam_v;
   int64_t iterations = 0;
+  // What the model keeps that is not trained: a declared model's BatchNormalization moving
+  // statistics (graph.h's state vector). Empty for the built-in model.
+  std::vector<float> model_state;
 };
 
 class StepBackend {
@@ -41,6 +48,12 @@ class StepBackend {
   virtual bool device_buffers() const = 0;
   // The cudaStream_t (as void*) the steps run on, for NCCL; null on the CPU.
   virtual void* device_stream() = 0;
+  // The model's trainable parameters: the gradients' part of reduce_buffer(), from its start.
+  virtual size_t parameter_count() const { return nn::Layout::kCount; }
+  // Floats of a host reduce_buffer(): the gradients, what else the replicas sum (a declared
+  // model's moving statistics), the loss sum, the correct count and the stop vote, in that
+  // order; the last three are always its last three floats.
+  virtual size_t reduce_floats() const { return kReduceFloatsOnHost; }
 
   virtual Status SetState(const ModelState& state) = 0;
   // Copies the state to the host (synchronises with the device).
@@ -56,17 +69,18 @@ class StepBackend {
   // shards, shard i's rows start i x batch size after the first.
   virtual Status BeginEpoch(const std::vector<uint32_t>& order, int64_t first_slice,
                             int64_t slice_stride, double learning_rate) = 0;
-  // This replica's gradients of (sum of losses) x scale into reduce_buffer()[0..kCount), the
-  // batch's loss sum and number correct into its last two floats; with several shards, each
-  // shard's into its own shard_buffer(). May return before the device is done.
+  // This replica's gradients of (sum of losses) x scale into
+  // reduce_buffer()[0..parameter_count()), the batch's loss sum and number correct into the
+  // two floats before the stop vote; with several shards, each shard's into its own
+  // shard_buffer(). May return before the device is done.
   virtual Status ComputeGradients(float scale) = 0;
   // The floats to all-reduce between ComputeGradients and ApplyUpdate: kCount + 2 on a
-  // device; kReduceFloatsOnHost in host memory, where the training loop fills the last one
-  // (its stop vote) itself.
+  // device; reduce_floats() in host memory, where the training loop fills the last one (its
+  // stop vote) itself.
   virtual float* reduce_buffer() = 0;
   // Elastic mode: the shards this replica computes per step, each a batch of its own with a
-  // buffer of kReduceFloatsOnHost floats; shard_buffer(0) is reduce_buffer(), where the sum
-  // of every replica's shards lands. One outside elastic mode, and on a device.
+  // buffer of reduce_floats() floats; shard_buffer(0) is reduce_buffer(), where the sum of
+  // every replica's shards lands. One outside elastic mode, and on a device.
   virtual int shards() const { return 1; }
   virtual float* shard_buffer(int shard) { return shard == 0 ? reduce_buffer() : nullptr; }
   // Adds the (reduced) loss and correct to the epoch sums, applies Adam, moves the slice on.
@@ -82,6 +96,28 @@ class StepBackend {
 std::unique_ptr<StepBackend> MakeCpuBackend(
     const data::Dataset& dataset, int batch_size, nn::ThreadPool* pool,
     const nn::cpu::Kernels& kernels = nn::cpu::BestKernels(), int shards = 1);
+
+// Which shards of each step a declared-model backend computes: `count` of them, the first being
+// shard `first` of the global batch's `total` (rank x count in elastic mode; the rank, of as
+// many as replicas, without it). The Dropout masks and the moving statistics depend on these.
+struct ShardRange {
+  int first = 0;
+  int count = 1;
+  int total = 1;
+};
+
+// The declared model's CPU backend: `model` (borrowed) trained by model::CpuEngine on `pool`
+// with nn::Adam and `kernels`. Each shard's Dropout masks are seeded by (seed, the global step,
+// the shard's index in the global batch), so a step's masks do not depend on how many
+// workers or threads compute it. Each shard updates BatchNormalization's moving statistics
+// from its own batch, as Keras does, starting from the step's; the updated statistics ride in
+// the reduce buffer after the gradients, and the step's new statistics are their sum over the
+// global batch's shards divided by the shard count: every replica holds the same bits.
+std::unique_ptr<StepBackend> MakeDeclaredCpuBackend(const DeclaredModel& model,
+                                                    const data::Dataset& dataset, int batch_size,
+                                                    nn::ThreadPool* pool,
+                                                    const nn::cpu::Kernels& kernels,
+                                                    ShardRange shards, uint64_t seed);
 
 // The GPU backend on CUDA device `device`: copies the training set there once. Fails when the
 // build has no CUDA ("built without CUDA") or the device cannot be used.

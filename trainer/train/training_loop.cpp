@@ -13,6 +13,7 @@
 #include "trainer/checkpoint/backup_manager.h"
 #include "trainer/checkpoint/checkpoint_manager.h"
 #include "trainer/data/epoch_order.h"
+#include "trainer/model/graph.h"
 #include "trainer/nn/adam.h"
 #include "trainer/nn/cpu_step.h"
 #include "trainer/nn/model.h"
@@ -61,6 +62,7 @@ class Trainer {
   explicit Trainer(const TrainingContext& c)
       : context_(c),
         options_(*c.options),
+        model_(c.model),
         data_(*c.dataset),
         plan_{.batch_per_shard = options_.batch_size,
               .shards = options_.elastic_shards > 0 ? options_.elastic_shards : c.comm->size(),
@@ -71,6 +73,12 @@ class Trainer {
         gradient_comm_(c.gradient_comm ? c.gradient_comm : c.comm) {
     if (c.backend) {
       backend_ = c.backend;
+    } else if (c.model) {
+      const int shards = std::max(1, plan_.ShardsPerReplica());
+      own_backend_ = MakeDeclaredCpuBackend(
+          *c.model, data_, options_.batch_size, c.pool, *c.kernels,
+          {.first = plan_.rank * shards, .count = shards, .total = plan_.shards}, options_.seed);
+      backend_ = own_backend_.get();
     } else {
       own_backend_ = MakeCpuBackend(data_, options_.batch_size, c.pool, *c.kernels,
                                     std::max(1, plan_.ShardsPerReplica()));
@@ -111,6 +119,10 @@ class Trainer {
   // The chief restores the newest valid backup and broadcasts it, so every replica starts
   // from the same bits; a fresh run broadcasts the chief's initial weights.
   TrainingOutcome RestoreOrInitialise();
+  // The parameters and state a fresh run starts from: the model's initial values for the seed.
+  ModelState InitialState() const;
+  // The test set's loss and correct count for `model`'s parameters (and state).
+  nn::BatchStats EvaluateTestSet(const ModelState& model);
   // The state to save: the model state (from the backend), the epoch's totals, the position.
   StatusOr<TrainingState> CurrentState(int completed_epochs, int64_t step);
   TrainingState StateOf(ModelState model, int completed_epochs, int64_t step) const;
@@ -132,6 +144,7 @@ class Trainer {
 
   const TrainingContext& context_;
   const Options& options_;
+  const DeclaredModel* model_;  // null: the built-in seeds' CNN
   const data::Dataset& data_;
   data::ShardPlan plan_;
   nn::CpuStep eval_step_;  // the final test-set evaluation, on the CPU for every backend
@@ -162,7 +175,7 @@ nlohmann::json TotalsJson(const EpochTotals& t) {
 
 TrainingState Trainer::StateOf(ModelState model, int completed_epochs, int64_t step) const {
   TrainingState s;
-  s.fingerprint = TrainingFingerprint(options_, plan_.replicas, data_);
+  s.fingerprint = TrainingFingerprint(options_, plan_.replicas, data_, model_);
   s.epoch = completed_epochs;
   s.step = step;
   s.optimizer_iterations = model.iterations;
@@ -170,7 +183,37 @@ TrainingState Trainer::StateOf(ModelState model, int completed_epochs, int64_t s
   s.tensors = {{"weights", std::move(model.params)},
                {"adam_m", std::move(model.adam_m)},
                {"adam_v", std::move(model.adam_v)}};
+  if (!model.model_state.empty())
+    s.tensors.emplace_back(kModelStateTensor, std::move(model.model_state));
   return s;
+}
+
+ModelState Trainer::InitialState() const {
+  if (model_ == nullptr) {
+    return {.params = nn::InitialParameters(options_.seed),
+            .adam_m = std::vector<float>(nn::Layout::kCount, 0.0f),
+            .adam_v = std::vector<float>(nn::Layout::kCount, 0.0f),
+            .iterations = 0,
+            .model_state = {}};
+  }
+  const size_t count = model_->graph.parameter_count;
+  return {.params = model::InitialParameters(model_->graph, options_.seed),
+          .adam_m = std::vector<float>(count, 0.0f),
+          .adam_v = std::vector<float>(count, 0.0f),
+          .iterations = 0,
+          .model_state = model::InitialState(model_->graph)};
+}
+
+nn::BatchStats Trainer::EvaluateTestSet(const ModelState& model) {
+  if (model_ != nullptr) {
+    return EvaluateDeclaredModel(*model_, model.params, model.model_state, data_.test,
+                                 options_.batch_size, context_.pool, *context_.kernels);
+  }
+  nn::Batch test{data_.test.images.data(), data_.test.labels.data(), nullptr, data_.test.count};
+  std::vector<uint32_t> all(static_cast<size_t>(data_.test.count));
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint32_t>(i);
+  test.index = all.data();
+  return eval_step_.Evaluate(model.params.data(), test);
 }
 
 Status Trainer::NonFinite(const std::string& where, const std::string& what) {
@@ -222,7 +265,8 @@ TrainingOutcome Trainer::RestoreOrInitialise() {
       // The chief claims the backups for its gang first: an older gang's chief, if one still
       // runs, can no longer write one that this gang or a later one restores.
       Status claimed = backups_->Claim();
-      const nlohmann::json fingerprint = TrainingFingerprint(options_, plan_.replicas, data_);
+      const nlohmann::json fingerprint =
+          TrainingFingerprint(options_, plan_.replicas, data_, model_);
       auto r =
           claimed.ok()
               ? backups_->Restore(
@@ -238,11 +282,7 @@ TrainingOutcome Trainer::RestoreOrInitialise() {
     if (!state) {
       // A fresh start: an old run's final marker must not stop the evaluator early.
       if (error.ok() && checkpoints_) error = checkpoints_->ClearFinalMarker();
-      ModelState fresh{.params = nn::InitialParameters(options_.seed),
-                       .adam_m = std::vector<float>(nn::Layout::kCount, 0.0f),
-                       .adam_v = std::vector<float>(nn::Layout::kCount, 0.0f),
-                       .iterations = 0};
-      state = StateOf(std::move(fresh), 0, 0);
+      state = StateOf(InitialState(), 0, 0);
       state->extra = {{"epoch_totals", TotalsJson({})}};
       restored_path.clear();
     }
@@ -276,13 +316,20 @@ TrainingOutcome Trainer::RestoreOrInitialise() {
   const auto* weights = state->FindTensor("weights");
   const auto* m = state->FindTensor("adam_m");
   const auto* v = state->FindTensor("adam_v");
-  if (!weights || !m || !v || weights->size() != nn::Layout::kCount ||
-      m->size() != nn::Layout::kCount || v->size() != nn::Layout::kCount) {
-    return Failed(Status::Error("backup " + restored_path +
-                                " lacks the tensors weights, adam_m and adam_v of this model"));
+  const auto* model_state = state->FindTensor(kModelStateTensor);
+  const size_t count = backend_->parameter_count();
+  const size_t state_count = model_ ? model_->graph.state_count : 0;
+  if (!weights || !m || !v || weights->size() != count || m->size() != count ||
+      v->size() != count || (model_state ? model_state->size() : 0) != state_count) {
+    return Failed(Status::Error(
+        "backup " + restored_path + " lacks the tensors weights, adam_m and adam_v" +
+        (state_count > 0 ? std::string(" and ") + kModelStateTensor : std::string()) +
+        " of this model"));
   }
   iterations_ = state->optimizer_iterations;
-  if (Status s = backend_->SetState({*weights, *m, *v, iterations_}); !s.ok()) {
+  if (Status s = backend_->SetState({*weights, *m, *v, iterations_,
+                                     model_state ? *model_state : std::vector<float>{}});
+      !s.ok()) {
     return Failed(s.WithContext("loading the state into " + backend_->description()));
   }
   const int steps = plan_.StepsPerEpoch(data_.train.count);
@@ -368,7 +415,8 @@ Status Trainer::EndOfEpoch(int epoch, int steps, double seconds, double images_t
   if (context_.is_chief && checkpoints_) {
     auto state = CurrentState(epoch, 0);
     if (!state.ok()) return state.status();
-    state->tensors.resize(1);  // weights only: checkpoints are for evaluation
+    // Weights (and a declared model's state) only: checkpoints are for evaluation.
+    std::erase_if(state->tensors, [](const auto& t) { return t.first.rfind("adam_", 0) == 0; });
     auto path = checkpoints_->Save(*state);
     if (!path.ok())
       return path.status().WithContext("writing checkpoint for epoch " + std::to_string(epoch));
@@ -387,15 +435,14 @@ Status Trainer::Finish() {
     return NonFinite("the end of training",
                      FirstNonFinite(params.data(), params.size(), "weights"));
   }
-  nn::Batch test{data_.test.images.data(), data_.test.labels.data(), nullptr, data_.test.count};
-  std::vector<uint32_t> all(static_cast<size_t>(data_.test.count));
-  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint32_t>(i);
-  test.index = all.data();
-  nn::BatchStats s = eval_step_.Evaluate(params.data(), test);
+  nn::BatchStats s = EvaluateTestSet(*model);
   if (context_.is_chief) {
     if (checkpoints_) TJ_RETURN_IF_ERROR(checkpoints_->WriteFinalMarker(options_.epochs));
-    if (!options_.export_dir.empty())
-      TJ_RETURN_IF_ERROR(ExportModel(options_.export_dir, params, options_.epochs));
+    if (!options_.export_dir.empty()) {
+      TJ_RETURN_IF_ERROR(model_ ? ExportDeclaredModel(options_.export_dir, *model_, params,
+                                                      model->model_state, options_.epochs)
+                                : ExportModel(options_.export_dir, params, options_.epochs));
+    }
     if (backup_writer_) TJ_RETURN_IF_ERROR(backup_writer_->Wait());
     if (backups_ && !options_.keep_backup) TJ_RETURN_IF_ERROR(backups_->Delete());
   }
@@ -405,7 +452,7 @@ Status Trainer::Finish() {
        {"device", backend_->description()},
        {"test_loss", s.loss_sum / s.rows},
        {"test_accuracy", static_cast<double>(s.correct) / s.rows},
-       {"weights_sha256", nn::WeightsDigest(params.data())},
+       {"weights_sha256", nn::WeightsDigest(params.data(), params.size())},
        {"images_per_sec", images_per_sec_},
        {"train_seconds", train_seconds_},
        {"step_ms", steps_this_run_ ? 1e3 * train_seconds_ / steps_this_run_ : 0.0},
@@ -420,17 +467,17 @@ StatusOr<bool> Trainer::AllReduceStepAndStopVotes() {
   const float vote = context_.stop && context_.stop->requested() ? 1.0f : 0.0f;
   float* buffer = backend_->reduce_buffer();
   if (!backend_->device_buffers()) {
-    buffer[kReduceFloatsOnHost - 1] = vote;
+    const size_t floats = backend_->reduce_floats();
+    buffer[floats - 1] = vote;
     if (shard_buffers_.size() <= 1) {
-      TJ_RETURN_IF_ERROR(gradient_comm_->AllReduceSum(buffer, kReduceFloatsOnHost));
+      TJ_RETURN_IF_ERROR(gradient_comm_->AllReduceSum(buffer, floats));
     } else {
       // Elastic mode, several shards here: the vote rides in the first shard only.
-      for (size_t i = 1; i < shard_buffers_.size(); ++i)
-        shard_buffers_[i][kReduceFloatsOnHost - 1] = 0.0f;
+      for (size_t i = 1; i < shard_buffers_.size(); ++i) shard_buffers_[i][floats - 1] = 0.0f;
       TJ_RETURN_IF_ERROR(gradient_comm_->AllReduceShardsSum(
-          shard_buffers_.data(), static_cast<int>(shard_buffers_.size()), kReduceFloatsOnHost));
+          shard_buffers_.data(), static_cast<int>(shard_buffers_.size()), floats));
     }
-    return buffer[kReduceFloatsOnHost - 1] > 0.0f;
+    return buffer[floats - 1] > 0.0f;
   }
   TJ_RETURN_IF_ERROR(gradient_comm_->AllReduceSum(buffer, nn::Layout::kCount + 2));
   // Device buffers hold no host float: the votes take the host communicator.
@@ -519,14 +566,21 @@ TrainingOutcome Trainer::Run() {
       // The summed gradients, loss and correct count, the same floats on every replica: a
       // non-finite one stops every replica here, before Adam applies it and anything saves it.
       if (!backend_->device_buffers()) {
+        // The gradients, what else rides along (a declared model's moving statistics), the
+        // loss and the correct count: all but the stop vote.
         const float* reduced = backend_->reduce_buffer();
-        if (!AllFinite(reduced, nn::Layout::kCount + 2)) {
+        const size_t checked = backend_->reduce_floats() - 1;
+        if (!AllFinite(reduced, checked)) {
           const std::string where =
               "step " + std::to_string(step + 1) + " of epoch " + std::to_string(epoch);
-          const bool loss = !std::isfinite(reduced[nn::Layout::kCount]);
+          const size_t loss_at = checked - 2, params = backend_->parameter_count();
+          const bool loss = !std::isfinite(reduced[loss_at]);
+          const bool gradient = !AllFinite(reduced, params);
           return Failed(NonFinite(
-              where, loss ? "the summed loss is " + std::to_string(reduced[nn::Layout::kCount])
-                          : FirstNonFinite(reduced, nn::Layout::kCount, "the summed gradient")));
+              where, loss       ? "the summed loss is " + std::to_string(reduced[loss_at])
+                     : gradient ? FirstNonFinite(reduced, params, "the summed gradient")
+                                : FirstNonFinite(reduced + params, loss_at - params,
+                                                 "the summed moving statistics")));
         }
       }
       if (Status st = backend_->ApplyUpdate(); !st.ok()) return Failed(st);

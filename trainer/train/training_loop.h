@@ -17,6 +17,7 @@
 #include "trainer/data/idx_reader.h"
 #include "trainer/nn/cpu_kernels.h"
 #include "trainer/nn/thread_pool.h"
+#include "trainer/train/declared_model.h"
 #include "trainer/train/fingerprint.h"
 #include "trainer/train/options.h"
 #include "trainer/train/progress.h"
@@ -48,6 +49,9 @@ struct TrainingContext {
   // replica's request is set: the chief backs that step up, the outcome's code is the
   // request's exit code.
   StopRequest* stop = nullptr;
+  // The declared model to train (--model-config), borrowed; null: the built-in seeds' CNN.
+  // With a model and no `backend`, the loop makes the declared model's CPU backend.
+  const DeclaredModel* model = nullptr;
 };
 
 struct TrainingOutcome {

@@ -1,0 +1,168 @@
+// The declared model's CPU backend (step_backend.h, MakeDeclaredCpuBackend): model::CpuEngine
+// and nn::Adam on host vectors, shard after shard as the built-in CPU backend computes them.
+// The reduce buffer is the gradients (parameter_count floats), the moving statistics each
+// shard updated (state_count floats), the loss sum, the correct count and the stop vote.
+#include <algorithm>
+#include <string>
+
+#include "common/random.h"
+#include "trainer/model/cpu_engine.h"
+#include "trainer/nn/adam.h"
+#include "trainer/train/declared_model.h"
+#include "trainer/train/step_backend.h"
+
+namespace tj::train {
+namespace {
+
+// The stream of the Dropout masks: far from the epoch orders' (DeriveSeed(seed, epoch)) and
+// the initial values' (DeriveSeed(seed, 1001 + k)).
+constexpr uint64_t kDropoutStream = 0x44524f504f555453ULL;  // "DROPOUTS"
+
+// The Dropout seed of `shard` (of the global batch) in optimizer step `global_step` (from 0).
+uint64_t DropoutSeed(uint64_t seed, int64_t global_step, int shard) {
+  return DeriveSeed(DeriveSeed(DeriveSeed(seed, kDropoutStream), static_cast<uint64_t>(global_step)),
+                    static_cast<uint64_t>(shard));
+}
+
+class DeclaredCpuBackend final : public StepBackend {
+ public:
+  DeclaredCpuBackend(const DeclaredModel& model, const data::Dataset& dataset, int batch_size,
+                     nn::ThreadPool* pool, const nn::cpu::Kernels& kernels, ShardRange shards,
+                     uint64_t seed)
+      : graph_(model.graph),
+        data_(dataset),
+        batch_size_(batch_size),
+        pool_(pool),
+        kernels_(kernels),
+        shard_range_(shards),
+        seed_(seed),
+        params_count_(model.graph.parameter_count),
+        state_count_(model.graph.state_count),
+        engine_(model.graph, batch_size, pool, kernels),
+        adam_(params_count_, nn::AdamConfig{}, kernels),
+        params_(params_count_, 0.0f),
+        state_(state_count_, 0.0f),
+        shard_state_(state_count_, 0.0f),
+        grads_(static_cast<size_t>(std::max(1, shards.count)),
+               std::vector<float>(params_count_ + state_count_ + 3, 0.0f)) {}
+
+  std::string description() const override {
+    return "cpu (" + std::to_string(pool_->size()) + " threads, " + kernels_.target + ")";
+  }
+  bool device_buffers() const override { return false; }
+  void* device_stream() override { return nullptr; }
+  size_t parameter_count() const override { return params_count_; }
+  size_t reduce_floats() const override { return params_count_ + state_count_ + 3; }
+
+  Status SetState(const ModelState& state) override {
+    if (state.params.size() != params_count_ || state.adam_m.size() != params_count_ ||
+        state.adam_v.size() != params_count_ || state.model_state.size() != state_count_) {
+      return Status::Error("declared model " + graph_.name + ": the state's tensors do not have " +
+                           "the model's " + std::to_string(params_count_) +
+                           " parameters and " + std::to_string(state_count_) +
+                           " floats of moving statistics");
+    }
+    params_ = state.params;
+    state_ = state.model_state;
+    adam_.Restore(state.adam_m, state.adam_v, state.iterations);
+    return Status::Ok();
+  }
+  StatusOr<ModelState> GetState() override {
+    return ModelState{params_, adam_.m(), adam_.v(), adam_.iterations(), state_};
+  }
+
+  Status SetEpochSums(double loss_sum, double correct) override {
+    loss_sum_ = loss_sum;
+    correct_ = correct;
+    return Status::Ok();
+  }
+  Status GetEpochSums(double* loss_sum, double* correct) override {
+    *loss_sum = loss_sum_;
+    *correct = correct_;
+    return Status::Ok();
+  }
+
+  Status BeginEpoch(const std::vector<uint32_t>& order, int64_t first_slice, int64_t slice_stride,
+                    double learning_rate) override {
+    order_ = order;
+    slice_ = first_slice;
+    slice_stride_ = slice_stride;
+    learning_rate_ = learning_rate;
+    return Status::Ok();
+  }
+
+  Status ComputeGradients(float scale) override {
+    const int64_t rows = int64_t{batch_size_} * shards();
+    if (slice_ < 0 || slice_ + rows > static_cast<int64_t>(order_.size())) {
+      return Status::Error("declared-model backend: step past the end of the epoch's order");
+    }
+    for (int shard = 0; shard < shards(); ++shard) {
+      std::vector<float>& buffer = grads_[static_cast<size_t>(shard)];
+      nn::Batch batch{data_.train.images.data(), data_.train.labels.data(),
+                      order_.data() + slice_ + int64_t{shard} * batch_size_, batch_size_};
+      model::StepOptions options;
+      options.dropout_seed = DropoutSeed(seed_, adam_.iterations(), shard_range_.first + shard);
+      // Every shard updates the step's statistics from its own batch; their sum rides along.
+      std::copy(state_.begin(), state_.end(), shard_state_.begin());
+      nn::BatchStats s = engine_.ComputeGradients(params_.data(), shard_state_.data(), batch,
+                                                  scale, buffer.data(), options);
+      std::copy(shard_state_.begin(), shard_state_.end(),
+                buffer.begin() + static_cast<std::ptrdiff_t>(params_count_));
+      buffer[params_count_ + state_count_] = static_cast<float>(s.loss_sum);
+      buffer[params_count_ + state_count_ + 1] = static_cast<float>(s.correct);
+    }
+    return Status::Ok();
+  }
+  float* reduce_buffer() override { return grads_[0].data(); }
+  int shards() const override { return static_cast<int>(grads_.size()); }
+  float* shard_buffer(int shard) override {
+    return shard >= 0 && shard < shards() ? grads_[static_cast<size_t>(shard)].data() : nullptr;
+  }
+  Status ApplyUpdate() override {
+    const std::vector<float>& sum = grads_[0];  // the sum of every replica's shards
+    loss_sum_ += sum[params_count_ + state_count_];
+    correct_ += sum[params_count_ + state_count_ + 1];
+    const auto total = static_cast<float>(shard_range_.total);
+    for (size_t i = 0; i < state_count_; ++i) state_[i] = sum[params_count_ + i] / total;
+    adam_.Apply(params_.data(), sum.data(), learning_rate_, pool_);
+    slice_ += slice_stride_;
+    return Status::Ok();
+  }
+  Status WaitForSteps() override { return Status::Ok(); }
+
+ private:
+  const model::Graph& graph_;
+  const data::Dataset& data_;
+  int batch_size_;
+  nn::ThreadPool* pool_;
+  const nn::cpu::Kernels& kernels_;
+  ShardRange shard_range_;
+  uint64_t seed_;
+  size_t params_count_, state_count_;
+  model::CpuEngine engine_;
+  nn::Adam adam_;
+  std::vector<float> params_;
+  std::vector<float> state_;        // the moving statistics, the same on every replica
+  std::vector<float> shard_state_;  // one shard's update of them
+  // Per shard: gradients, updated statistics, the batch's loss sum and correct count, a vote.
+  std::vector<std::vector<float>> grads_;
+  std::vector<uint32_t> order_;
+  int64_t slice_ = 0;
+  int64_t slice_stride_ = 0;
+  double learning_rate_ = 0.0;
+  double loss_sum_ = 0.0;
+  double correct_ = 0.0;
+};
+
+}  // namespace
+
+std::unique_ptr<StepBackend> MakeDeclaredCpuBackend(const DeclaredModel& model,
+                                                    const data::Dataset& dataset, int batch_size,
+                                                    nn::ThreadPool* pool,
+                                                    const nn::cpu::Kernels& kernels,
+                                                    ShardRange shards, uint64_t seed) {
+  return std::make_unique<DeclaredCpuBackend>(model, dataset, batch_size, pool, kernels, shards,
+                                              seed);
+}
+
+}  // namespace tj::train
