@@ -20,8 +20,9 @@ constexpr uint64_t kDropoutStream = 0x44524f504f555453ULL;  // "DROPOUTS"
 
 // The Dropout seed of `shard` (of the global batch) in optimizer step `global_step` (from 0).
 uint64_t DropoutSeed(uint64_t seed, int64_t global_step, int shard) {
-  return DeriveSeed(DeriveSeed(DeriveSeed(seed, kDropoutStream), static_cast<uint64_t>(global_step)),
-                    static_cast<uint64_t>(shard));
+  return DeriveSeed(
+      DeriveSeed(DeriveSeed(seed, kDropoutStream), static_cast<uint64_t>(global_step)),
+      static_cast<uint64_t>(shard));
 }
 
 class DeclaredCpuBackend final : public StepBackend {
@@ -58,9 +59,8 @@ class DeclaredCpuBackend final : public StepBackend {
     if (state.params.size() != params_count_ || state.adam_m.size() != params_count_ ||
         state.adam_v.size() != params_count_ || state.model_state.size() != state_count_) {
       return Status::Error("declared model " + graph_.name + ": the state's tensors do not have " +
-                           "the model's " + std::to_string(params_count_) +
-                           " parameters and " + std::to_string(state_count_) +
-                           " floats of moving statistics");
+                           "the model's " + std::to_string(params_count_) + " parameters and " +
+                           std::to_string(state_count_) + " floats of moving statistics");
     }
     params_ = state.params;
     state_ = state.model_state;
@@ -104,8 +104,8 @@ class DeclaredCpuBackend final : public StepBackend {
       options.dropout_seed = DropoutSeed(seed_, adam_.iterations(), shard_range_.first + shard);
       // Every shard updates the step's statistics from its own batch; their sum rides along.
       std::copy(state_.begin(), state_.end(), shard_state_.begin());
-      nn::BatchStats s = engine_.ComputeGradients(params_.data(), shard_state_.data(), batch,
-                                                  scale, buffer.data(), options);
+      nn::BatchStats s = engine_.ComputeGradients(params_.data(), shard_state_.data(), batch, scale,
+                                                  buffer.data(), options);
       std::copy(shard_state_.begin(), shard_state_.end(),
                 buffer.begin() + static_cast<std::ptrdiff_t>(params_count_));
       buffer[params_count_ + state_count_] = static_cast<float>(s.loss_sum);

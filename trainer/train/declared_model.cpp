@@ -94,8 +94,8 @@ Status CheckModelFitsDataset(const DeclaredModel& model, const std::string& data
 nlohmann::json DeclaredModelIdentity(const DeclaredModel& model) {
   const model::Graph& g = model.graph;
   const model::Shape& in = g.input_shape();
-  nlohmann::json input = in.flat ? nlohmann::json::array({in.c})
-                                 : nlohmann::json::array({in.h, in.w, in.c});
+  nlohmann::json input =
+      in.flat ? nlohmann::json::array({in.c}) : nlohmann::json::array({in.h, in.w, in.c});
   return {{"name", g.name},
           {"format", "keras"},
           {"model_sha256", model.sha256},

@@ -16,8 +16,8 @@ constexpr int kEvaluationRows = 256;
 nn::BatchStats EvaluateTestSet(const EvaluatorContext& c, const std::vector<float>& weights,
                                const std::vector<float>& state) {
   if (c.model != nullptr) {
-    return EvaluateDeclaredModel(*c.model, weights, state, c.dataset->test, kEvaluationRows,
-                                 c.pool, *c.kernels);
+    return EvaluateDeclaredModel(*c.model, weights, state, c.dataset->test, kEvaluationRows, c.pool,
+                                 *c.kernels);
   }
   const data::Split& test = c.dataset->test;
   std::vector<uint32_t> all(static_cast<size_t>(test.count));
@@ -32,10 +32,10 @@ nn::BatchStats EvaluateTestSet(const EvaluatorContext& c, const std::vector<floa
 std::string OtherModel(const EvaluatorContext& c, const nlohmann::json& fingerprint) {
   const auto sha = fingerprint.is_object() ? fingerprint.find("model_sha256") : fingerprint.end();
   const bool declared = sha != fingerprint.end() && sha->is_string();
-  const std::string theirs =
-      declared ? "the declared model '" + fingerprint.value("model", std::string("?")) +
-                     "' (model_sha256 " + sha->get<std::string>() + ")"
-               : "the built-in seeds-cnn";
+  const std::string theirs = declared ? "the declared model '" +
+                                            fingerprint.value("model", std::string("?")) +
+                                            "' (model_sha256 " + sha->get<std::string>() + ")"
+                                      : "the built-in seeds-cnn";
   if (c.model == nullptr) {
     if (!declared) return "";
     return "was written by a run that trains " + theirs +
@@ -77,8 +77,7 @@ int RunEvaluator(const EvaluatorContext& c) {
       return Status::Error("checkpoint " + o.checkpoint_dir + "/" + name +
                            " holds no weights of this model");
     }
-    nn::BatchStats s =
-        EvaluateTestSet(c, *w, model_state ? *model_state : std::vector<float>{});
+    nn::BatchStats s = EvaluateTestSet(c, *w, model_state ? *model_state : std::vector<float>{});
     const double loss = s.loss_sum / s.rows, accuracy = static_cast<double>(s.correct) / s.rows;
     nlohmann::ordered_json ev = {{"event", "evaluation"},
                                  {"checkpoint", name},
@@ -127,11 +126,12 @@ int EvaluateExportedModel(const EvaluatorContext& c) {
     loaded.weights = std::move(*weights);
   }
   nn::BatchStats s = EvaluateTestSet(c, loaded.weights, loaded.state);
-  c.log->Emit({{"event", "evaluation"},
-               {"model", c.options->model_dir},
-               {"loss", s.loss_sum / s.rows},
-               {"accuracy", static_cast<double>(s.correct) / s.rows},
-               {"weights_sha256", nn::WeightsDigest(loaded.weights.data(), loaded.weights.size())}});
+  c.log->Emit(
+      {{"event", "evaluation"},
+       {"model", c.options->model_dir},
+       {"loss", s.loss_sum / s.rows},
+       {"accuracy", static_cast<double>(s.correct) / s.rows},
+       {"weights_sha256", nn::WeightsDigest(loaded.weights.data(), loaded.weights.size())}});
   return kExitOk;
 }
 

@@ -92,7 +92,8 @@ std::string DeclaredIn(const nlohmann::json& arch) {
   const auto sha = arch.find("model_sha256");
   if (sha == arch.end() || !sha->is_string()) return "";
   const auto name = arch.find("name");
-  return "the declared model '" + (name != arch.end() && name->is_string() ? name->get<std::string>() : "?") +
+  return "the declared model '" +
+         (name != arch.end() && name->is_string() ? name->get<std::string>() : "?") +
          "' (model_sha256 " + sha->get<std::string>() + ")";
 }
 
@@ -162,10 +163,9 @@ StatusOr<DeclaredWeights> LoadExportedDeclaredModel(const std::string& dir,
                          model.path + ": evaluate it without --model-config");
   }
   if (read->arch["model_sha256"] != model.sha256) {
-    return Status::Error("reading " + read->arch_path + ": " + declared +
-                         ", and --model-config " + model.path + " is '" + model.graph.name +
-                         "' (model_sha256 " + model.sha256 +
-                         "): evaluate it with --model-config " + dir +
+    return Status::Error("reading " + read->arch_path + ": " + declared + ", and --model-config " +
+                         model.path + " is '" + model.graph.name + "' (model_sha256 " +
+                         model.sha256 + "): evaluate it with --model-config " + dir +
                          "/model.json, the model it was trained as");
   }
   auto file = ReadWeights(dir, *read);
@@ -176,11 +176,11 @@ StatusOr<DeclaredWeights> LoadExportedDeclaredModel(const std::string& dir,
   const size_t states = model.graph.state_count;
   if (w == nullptr || w->size() != model.graph.parameter_count ||
       (states > 0 && (s == nullptr || s->size() != states))) {
-    return Status::Error("reading model " + dir + ": the weights file lacks a tensor \"weights\" of " +
-                         std::to_string(model.graph.parameter_count) + " floats" +
-                         (states > 0 ? " or \"" + std::string(kModelStateTensor) + "\" of " +
-                                           std::to_string(states)
-                                     : std::string()));
+    return Status::Error(
+        "reading model " + dir + ": the weights file lacks a tensor \"weights\" of " +
+        std::to_string(model.graph.parameter_count) + " floats" +
+        (states > 0 ? " or \"" + std::string(kModelStateTensor) + "\" of " + std::to_string(states)
+                    : std::string()));
   }
   out.weights = *w;
   if (states > 0) out.state = *s;

@@ -121,14 +121,63 @@ int AgreeOnTheDevice(collective::Communicator& comm, StepBackend& backend, Event
   return kExitOk;
 }
 
+// Empty when --device can be honoured with `gpus` visible, else why not.
+std::string DeviceError(const Options& o, int gpus) {
+  if (o.device != Device::kGpu) return "";
+  if (!o.model_config.empty()) {
+    return "--device gpu: declared models (--model-config " + o.model_config +
+           ") train on the CPU for now; use --device cpu, or auto (which takes the CPU for them)";
+  }
+  if (gpus > 0) return "";
+  const std::string build = kBuiltWithCuda ? "" : "; this tj-trainer was built without CUDA";
+  return "--device gpu: no CUDA device is visible to this process (CUDA_VISIBLE_DEVICES=" +
+         Env("CUDA_VISIBLE_DEVICES", "(unset)") + build + "); use --device cpu or auto";
+}
+
+// The declared model of --model-config into `model` (nothing without the flag), checked
+// against the dataset and announced. kExitOk, or the exit code after the error is logged.
+int LoadDeclaredModelOfRun(const Options& o, EventLog& log, std::optional<DeclaredModel>* model) {
+  if (o.model_config.empty()) return kExitOk;
+  auto loaded = LoadDeclaredModel(o.model_config);
+  Status fits = loaded.ok() ? CheckModelFitsDataset(*loaded, o.data_dir) : loaded.status();
+  if (!fits.ok()) {
+    log.Error(fits.message());
+    return kExitUsage;
+  }
+  *model = std::move(*loaded);
+  nlohmann::ordered_json event = {{"event", "model"}, {"model_config", (*model)->path}};
+  const nlohmann::json identity = DeclaredModelIdentity(**model);
+  for (const auto& [key, value] : identity.items()) event[key] = value;
+  event["layers"] = (*model)->graph.layers.size();
+  log.Emit(event);
+  return kExitOk;
+}
+
+// The CPU backend of this replica: the built-in model's, or `model`'s when one is declared. In
+// elastic mode each worker computes its share of the shards (the training loop stops every
+// worker when the worker count does not divide the shard count).
+std::unique_ptr<StepBackend> MakeCpuBackendOfRun(const Options& o, const DeclaredModel* model,
+                                                 const data::Dataset& dataset, nn::ThreadPool* pool,
+                                                 const nn::cpu::Kernels& cpu,
+                                                 const collective::Communicator& comm) {
+  const int shards = o.elastic_shards > 0 && o.elastic_shards % comm.size() == 0
+                         ? o.elastic_shards / comm.size()
+                         : 1;
+  if (model == nullptr) return MakeCpuBackend(dataset, o.batch_size, pool, cpu, shards);
+  const ShardRange range{.first = comm.rank() * shards,
+                         .count = shards,
+                         .total = o.elastic_shards > 0 ? o.elastic_shards : comm.size()};
+  return MakeDeclaredCpuBackend(*model, dataset, o.batch_size, pool, cpu, range, o.seed);
+}
+
 // Every replica must train the same model (their all-reduces must match): the chief's
 // identity (the built-in model's name, or a declared model's SHA-256) goes to every replica,
 // and all of them stop when any differs. kExitOk, or the exit code after the error is logged.
 int AgreeOnTheModel(collective::Communicator& comm, const DeclaredModel* model, EventLog& log) {
   if (comm.size() == 1) return kExitOk;
+  // 64 characters on every replica: a SHA-256 in hex, or dashes for the built-in model.
   const std::string mine = model ? model->sha256 : std::string(64, '-');
   std::string chiefs = mine;
-  chiefs.resize(64, ' ');
   if (Status s = comm.Broadcast(chiefs.data(), chiefs.size(), 0); !s.ok()) {
     log.Error(s.WithContext("agreeing on the model").message());
     return kExitPeerLost;
@@ -143,9 +192,10 @@ int AgreeOnTheModel(collective::Communicator& comm, const DeclaredModel* model, 
     return id == std::string(64, '-') ? std::string("the built-in seeds-cnn")
                                       : "a declared model of model_sha256 " + id;
   };
-  log.Error(std::to_string(static_cast<int>(differ)) + " of " + std::to_string(comm.size()) +
-            " replicas were given another model than the chief (the chief trains " +
-            describe(chiefs) + ", this replica " + describe(mine) +
+  const std::string others =
+      std::to_string(static_cast<int>(differ)) + " of " + std::to_string(comm.size()) +
+      " replicas were given another model than the chief (which trains " + describe(chiefs);
+  log.Error(others + (comm.rank() == 0 ? "" : "; this replica " + describe(mine)) +
             "); give every replica the same --model-config (or TJ_MODEL_CONFIG), or none");
   return kExitFailure;
 }
@@ -180,17 +230,9 @@ std::string ElasticModeError(const Options& o) {
 
 int RunTrainerProgram(const Options& o, StopRequest* stop) {
   EventLog log(o.log_format);
-  if (!o.model_config.empty() && o.device == Device::kGpu) {
-    log.Error("--device gpu: declared models (--model-config " + o.model_config +
-              ") train on the CPU for now; use --device cpu, or auto (which takes the CPU for "
-              "them)");
-    return kExitUsage;
-  }
   const int gpus = o.device == Device::kCpu ? 0 : VisibleGpus();
-  if (o.device == Device::kGpu && gpus == 0) {
-    const std::string build = kBuiltWithCuda ? "" : "; this tj-trainer was built without CUDA";
-    log.Error("--device gpu: no CUDA device is visible to this process (CUDA_VISIBLE_DEVICES=" +
-              Env("CUDA_VISIBLE_DEVICES", "(unset)") + build + "); use --device cpu or auto");
+  if (std::string e = DeviceError(o, gpus); !e.empty()) {
+    log.Error(e);
     return kExitUsage;
   }
   std::optional<cluster::TfConfig> tf_config;
@@ -238,20 +280,7 @@ int RunTrainerProgram(const Options& o, StopRequest* stop) {
   ScalarSink scalars = (*observability)->Scalars();
 
   std::optional<DeclaredModel> declared;
-  if (!o.model_config.empty()) {
-    auto loaded = LoadDeclaredModel(o.model_config);
-    Status fits = loaded.ok() ? CheckModelFitsDataset(*loaded, o.data_dir) : loaded.status();
-    if (!fits.ok()) {
-      log.Error(fits.message());
-      return kExitUsage;
-    }
-    declared = std::move(*loaded);
-    nlohmann::ordered_json event = {{"event", "model"}, {"model_config", declared->path}};
-    const nlohmann::json identity = DeclaredModelIdentity(*declared);
-    for (const auto& [key, value] : identity.items()) event[key] = value;
-    event["layers"] = declared->graph.layers.size();
-    log.Emit(event);
-  }
+  if (int code = LoadDeclaredModelOfRun(o, log, &declared); code != kExitOk) return code;
   const DeclaredModel* model = declared ? &*declared : nullptr;
 
   if (o.evaluate_only) {
@@ -284,20 +313,7 @@ int RunTrainerProgram(const Options& o, StopRequest* stop) {
 
   std::unique_ptr<collective::Communicator> comm;
   if (int code = ConnectCollective(o, tf_config, log, &comm); code != kExitOk) return code;
-  if (!backend) {
-    // In elastic mode each worker computes its share of the shards (the training loop stops
-    // every worker when the worker count does not divide the shard count).
-    const int shards = o.elastic_shards > 0 && o.elastic_shards % comm->size() == 0
-                           ? o.elastic_shards / comm->size()
-                           : 1;
-    backend = model ? MakeDeclaredCpuBackend(
-                          *model, *dataset, o.batch_size, &pool, *cpu,
-                          {.first = comm->rank() * shards,
-                           .count = shards,
-                           .total = o.elastic_shards > 0 ? o.elastic_shards : comm->size()},
-                          o.seed)
-                    : MakeCpuBackend(*dataset, o.batch_size, &pool, *cpu, shards);
-  }
+  if (!backend) backend = MakeCpuBackendOfRun(o, model, *dataset, &pool, *cpu, *comm);
   if (int code = AgreeOnTheDevice(*comm, *backend, log); code != kExitOk) return code;
   if (int code = AgreeOnTheModel(*comm, model, log); code != kExitOk) return code;
   // Device buffers are all-reduced by NCCL, bootstrapped through the Gloo communicator.
@@ -314,10 +330,9 @@ int RunTrainerProgram(const Options& o, StopRequest* stop) {
     }
     gradient_comm = std::move(*nccl);
   }
-  TrainingContext context{&o,      &*dataset,     comm.get(),          &pool,
-                          cpu,     &log,          &progress,           is_chief,
-                          scalars, backend.get(), gradient_comm.get(), stop,
-                          model};
+  TrainingContext context{
+      &o,      &*dataset,     comm.get(),          &pool, cpu,  &log, &progress, is_chief,
+      scalars, backend.get(), gradient_comm.get(), stop,  model};
   TrainingOutcome outcome = RunTrainingLoop(context);
   if (!outcome.status.ok()) {
     progress.Update([](ProgressSnapshot& p) { p.state = "failed"; });

@@ -321,14 +321,14 @@ TrainingOutcome Trainer::RestoreOrInitialise() {
   const size_t state_count = model_ ? model_->graph.state_count : 0;
   if (!weights || !m || !v || weights->size() != count || m->size() != count ||
       v->size() != count || (model_state ? model_state->size() : 0) != state_count) {
-    return Failed(Status::Error(
-        "backup " + restored_path + " lacks the tensors weights, adam_m and adam_v" +
-        (state_count > 0 ? std::string(" and ") + kModelStateTensor : std::string()) +
-        " of this model"));
+    return Failed(
+        Status::Error("backup " + restored_path + " lacks the tensors weights, adam_m and adam_v" +
+                      (state_count > 0 ? std::string(" and ") + kModelStateTensor : std::string()) +
+                      " of this model"));
   }
   iterations_ = state->optimizer_iterations;
-  if (Status s = backend_->SetState({*weights, *m, *v, iterations_,
-                                     model_state ? *model_state : std::vector<float>{}});
+  if (Status s = backend_->SetState(
+          {*weights, *m, *v, iterations_, model_state ? *model_state : std::vector<float>{}});
       !s.ok()) {
     return Failed(s.WithContext("loading the state into " + backend_->description()));
   }
@@ -576,11 +576,11 @@ TrainingOutcome Trainer::Run() {
           const size_t loss_at = checked - 2, params = backend_->parameter_count();
           const bool loss = !std::isfinite(reduced[loss_at]);
           const bool gradient = !AllFinite(reduced, params);
-          return Failed(NonFinite(
-              where, loss       ? "the summed loss is " + std::to_string(reduced[loss_at])
-                     : gradient ? FirstNonFinite(reduced, params, "the summed gradient")
-                                : FirstNonFinite(reduced + params, loss_at - params,
-                                                 "the summed moving statistics")));
+          return Failed(
+              NonFinite(where, loss       ? "the summed loss is " + std::to_string(reduced[loss_at])
+                               : gradient ? FirstNonFinite(reduced, params, "the summed gradient")
+                                          : FirstNonFinite(reduced + params, loss_at - params,
+                                                           "the summed moving statistics")));
         }
       }
       if (Status st = backend_->ApplyUpdate(); !st.ok()) return Failed(st);

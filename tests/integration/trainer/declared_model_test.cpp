@@ -116,12 +116,11 @@ TEST(DeclaredModelTest, TheSeedsCnnFromItsJsonTrainsBitwiseAsTheBuiltInModel) {
   EXPECT_EQ(ev["weights_sha256"], Digest(*one));
   EXPECT_EQ(ev["loss"], TrainEnd(*one)["test_loss"]);
   // Without --model-config the export is refused, saying how to evaluate it.
-  Subprocess plain({kTrainer, "--data-dir", kDataDir, "--evaluate-only", "--model",
-                    dir / "declared"},
-                   {}, dir / "plain");
+  Subprocess plain(
+      {kTrainer, "--data-dir", kDataDir, "--evaluate-only", "--model", dir / "declared"}, {},
+      dir / "plain");
   ASSERT_EQ(plain.Wait(60s), 1);
-  EXPECT_NE(plain.Stderr().find("the declared model 'seeds'"), std::string::npos)
-      << plain.Stderr();
+  EXPECT_NE(plain.Stderr().find("the declared model 'seeds'"), std::string::npos) << plain.Stderr();
   EXPECT_NE(plain.Stderr().find("evaluate it with --model-config " + (dir / "declared/model.json")),
             std::string::npos)
       << plain.Stderr();
@@ -139,8 +138,7 @@ std::vector<std::unique_ptr<Subprocess>> StartJob(int workers,
     const std::string tf_config = workers == 1 ? "" : c.TfConfig("worker", i);
     std::map<std::string, std::string> env;
     if (i == workers - 1 && !failpoints.empty()) env["TJ_FAILPOINTS"] = failpoints;
-    job.push_back(
-        StartTrainer(flags, tf_config, dir / (log + std::to_string(i)), kTestKey, env));
+    job.push_back(StartTrainer(flags, tf_config, dir / (log + std::to_string(i)), kTestKey, env));
   }
   return job;
 }
@@ -171,14 +169,11 @@ TEST(DeclaredModelTest, ABatchNormDropoutModelResumesBitwiseOnTwoWorkersAfterSig
   TJ_REQUIRE_DATASET();
   TempDir reference_dir, dir;
   auto flags = [](const TempDir& d) {
-    return std::vector<std::string>{"--epochs",         "2",
-                                    "--steps-per-epoch", "6",
-                                    "--threads",        "1",
-                                    "--elastic-shards", "2",
-                                    "--backup-dir",     d / "backup",
-                                    "--save-freq",      "4",
-                                    "--checkpoint-dir", d / "ckpt",
-                                    "--model-config",   ExampleModel("bn_dropout_cnn")};
+    return std::vector<std::string>{
+        "--epochs",         "2",          "--steps-per-epoch", "6",
+        "--threads",        "1",          "--elastic-shards",  "2",
+        "--backup-dir",     d / "backup", "--save-freq",       "4",
+        "--checkpoint-dir", d / "ckpt",   "--model-config",    ExampleModel("bn_dropout_cnn")};
   };
   auto reference = StartJob(1, flags(reference_dir), reference_dir, "ref");
   ASSERT_EQ(reference[0]->Wait(120s), 0) << reference[0]->Stderr();
@@ -252,12 +247,12 @@ TEST(DeclaredModelTest, ABatchNormDropoutModelResumesBitwiseOnTwoWorkersAfterSig
 }
 
 std::string WriteModel(const TempDir& dir, const std::string& name, const nlohmann::json& model) {
-  const std::string path = dir / name;
+  std::string path = dir / name;
   std::ofstream(path) << model.dump(1);
   return path;
 }
 
-nlohmann::json SequentialModel(std::vector<int> input_shape, int units) {
+nlohmann::json SequentialModel(const std::vector<int>& input_shape, int units) {
   nlohmann::json batch_shape = {nullptr};
   for (int d : input_shape) batch_shape.push_back(d);
   auto layer = [](const std::string& cls, nlohmann::json config) {
@@ -291,8 +286,9 @@ TEST(DeclaredModelTest, AModelThatDoesNotFitTheDatasetIsRefusedNamingBothShapes)
   const std::vector<Refusal> refusals = {
       {{"--model-config", rgb},
        {},
-       {"--model-config " + rgb + ": the model's input is (32, 32, 3) and the dataset's images "
-                                  "are (28, 28, 1)",
+       {"--model-config " + rgb +
+            ": the model's input is (32, 32, 3) and the dataset's images "
+            "are (28, 28, 1)",
         "declare the model's input as keras.Input(shape=(28, 28, 1))"}},
       {{},  // the environment's way
        {{"TJ_MODEL_CONFIG", twelve}},
@@ -319,15 +315,14 @@ TEST(DeclaredModelTest, AModelThatDoesNotFitTheDatasetIsRefusedNamingBothShapes)
   }
 
   // A backup of the built-in model does not resume as a declared one, even of the same layers.
-  const std::vector<std::string> backed_up = {"--epochs",     "1",         "--steps-per-epoch",
-                                              "2",            "--threads", "1",
-                                              "--backup-dir", dir / "backup", "--save-freq",
-                                              "1",            "--keep-backup"};
+  const std::vector<std::string> backed_up = {
+      "--epochs",    "1", "--steps-per-epoch", "2",
+      "--threads",   "1", "--backup-dir",      dir / "backup",
+      "--save-freq", "1", "--keep-backup"};
   auto builtin = StartTrainer(backed_up, "", dir / "builtin");
   ASSERT_EQ(builtin->Wait(60s), 0) << builtin->Stderr();
-  auto declared =
-      StartTrainer(With(backed_up, {"--model-config", ExampleModel("seeds_cnn")}), "",
-                   dir / "declared");
+  auto declared = StartTrainer(With(backed_up, {"--model-config", ExampleModel("seeds_cnn")}), "",
+                               dir / "declared");
   ASSERT_EQ(declared->Wait(60s), 1) << declared->Stderr();
   EXPECT_NE(declared->Stderr().find("was written by a run with another configuration"),
             std::string::npos)

@@ -34,13 +34,13 @@ DeclaredModel Example(const std::string& name) {
 }
 
 std::string Write(const TempDir& dir, const std::string& name, const std::string& text) {
-  const std::string path = dir.Join(name);
+  std::string path = dir.Join(name);
   std::ofstream(path) << text;
   return path;
 }
 
 // Input (h, w, c) -> Flatten -> Dense(units): written as the parser reads Keras 3's JSON.
-nlohmann::json Sequential(std::vector<int> input, int units) {
+nlohmann::json Sequential(const std::vector<int>& input, int units) {
   nlohmann::json shape = {nullptr};
   for (int d : input) shape.push_back(d);
   auto layer = [](const std::string& cls, nlohmann::json config) {
@@ -112,8 +112,9 @@ TEST(DeclaredModel, AnInputOrOutputThatDoesNotFitIsRefusedNamingBothShapes) {
   auto twelve = LoadDeclaredModel(Write(dir, "twelve.json", Sequential({28, 28, 1}, 12).dump()));
   ASSERT_TRUE(twelve.ok()) << twelve.status().message();
   s = CheckModelFitsDataset(*twelve, "/data");
-  EXPECT_TRUE(Contains(s, "the model's output is (12,) and the dataset has 10 classes (labels "
-                          "0-9), which need an output of (10,): end the model with Dense(10)"))
+  EXPECT_TRUE(Contains(s,
+                       "the model's output is (12,) and the dataset has 10 classes (labels "
+                       "0-9), which need an output of (10,): end the model with Dense(10)"))
       << s.message();
   EXPECT_FALSE(Contains(s, "input")) << s.message();
   auto both = LoadDeclaredModel(Write(dir, "both.json", Sequential({27, 28, 1}, 2).dump()));
@@ -187,16 +188,15 @@ TEST(DeclaredModel, AnExportRoundTripsAndAnotherModelsIsRefused) {
 // Parameters and moving statistics after `steps` steps of shards `ranges` (one backend each,
 // each on its own pool of `threads`), their buffers summed as the ring sums two shards. The
 // backends number their shards `renumber` past the ranges' (the same images, other masks).
-ModelState TrainShards(const DeclaredModel& m, const std::vector<ShardRange>& ranges,
-                       int threads, int steps, int renumber = 0) {
+ModelState TrainShards(const DeclaredModel& m, const std::vector<ShardRange>& ranges, int threads,
+                       int steps, int renumber = 0) {
   static const data::Dataset dataset = tj::testing::SyntheticDataset(64);
   constexpr int kBatch = 4;
   std::vector<std::unique_ptr<nn::ThreadPool>> pools;
   std::vector<std::unique_ptr<StepBackend>> backends;
-  const ModelState initial{model::InitialParameters(m.graph, 5),
-                           std::vector<float>(m.graph.parameter_count, 0.0f),
-                           std::vector<float>(m.graph.parameter_count, 0.0f), 0,
-                           model::InitialState(m.graph)};
+  const ModelState initial{
+      model::InitialParameters(m.graph, 5), std::vector<float>(m.graph.parameter_count, 0.0f),
+      std::vector<float>(m.graph.parameter_count, 0.0f), 0, model::InitialState(m.graph)};
   const std::vector<uint32_t> order = data::EpochOrder(5, 1, dataset.train.count);
   for (const ShardRange& r : ranges) {
     pools.push_back(std::make_unique<nn::ThreadPool>(threads));
@@ -205,7 +205,8 @@ ModelState TrainShards(const DeclaredModel& m, const std::vector<ShardRange>& ra
     backends.push_back(MakeDeclaredCpuBackend(m, dataset, kBatch, pools.back().get(),
                                               nn::cpu::BestKernels(), numbered, 5));
     EXPECT_TRUE(backends.back()->SetState(initial).ok());
-    EXPECT_TRUE(backends.back()->BeginEpoch(order, int64_t{r.first} * kBatch, 2 * kBatch, 1e-3).ok());
+    EXPECT_TRUE(
+        backends.back()->BeginEpoch(order, int64_t{r.first} * kBatch, 2 * kBatch, 1e-3).ok());
   }
   for (int step = 0; step < steps; ++step) {
     for (auto& b : backends) EXPECT_TRUE(b->ComputeGradients(1.0f / (2 * kBatch)).ok());
