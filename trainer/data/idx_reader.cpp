@@ -119,6 +119,23 @@ std::string FindFile(const std::string& dir, const std::string& stem) {
 }
 
 StatusOr<Split> LoadSplit(const std::string& dir, const std::string& prefix, Sha256& digest) {
+  auto raw = ReadIdxSplit(dir, prefix);
+  if (!raw.ok()) return raw.status();
+  digest.Update(raw->images.data(), raw->images.size());
+  digest.Update(raw->labels.data(), raw->labels.size());
+  Split s;
+  s.count = raw->count;
+  s.images.resize(raw->images.size());
+  for (size_t i = 0; i < raw->images.size(); ++i) {
+    s.images[i] = static_cast<float>(raw->images[i]) / 255.0f;
+  }
+  s.labels = std::move(raw->labels);
+  return s;
+}
+
+}  // namespace
+
+StatusOr<IdxSplit> ReadIdxSplit(const std::string& dir, const std::string& prefix) {
   std::string images_path = FindFile(dir, prefix + "-images-idx3-ubyte");
   std::string labels_path = FindFile(dir, prefix + "-labels-idx1-ubyte");
   auto images = ReadIdxFile(images_path);
@@ -144,19 +161,12 @@ StatusOr<Split> LoadSplit(const std::string& dir, const std::string& prefix, Sha
                            " is not a class 0..9");
     }
   }
-  digest.Update(images->values.data(), images->values.size());
-  digest.Update(labels->values.data(), labels->values.size());
-  Split s;
+  IdxSplit s;
   s.count = static_cast<int>(images->dims[0]);
-  s.images.resize(images->values.size());
-  for (size_t i = 0; i < images->values.size(); ++i) {
-    s.images[i] = static_cast<float>(images->values[i]) / 255.0f;
-  }
+  s.images = std::move(images->values);
   s.labels = std::move(labels->values);
   return s;
 }
-
-}  // namespace
 
 StatusOr<Dataset> LoadDataset(const std::string& dir) {
   std::error_code ec;

@@ -38,6 +38,17 @@ inline constexpr int kImageSide = 28;
 inline constexpr int kImagePixels = kImageSide * kImageSide;
 inline constexpr int kNumClasses = 10;
 
+// One split's four checked arrays, undecoded: count x 28 x 28 pixels and count labels 0..9.
+struct IdxSplit {
+  int count = 0;
+  std::vector<uint8_t> images;
+  std::vector<uint8_t> labels;
+};
+
+// Reads `dir`/`prefix`-{images-idx3,labels-idx1}-ubyte[.gz] (prefix "train" or "t10k") with
+// LoadDataset's checks.
+StatusOr<IdxSplit> ReadIdxSplit(const std::string& dir, const std::string& prefix);
+
 // Loads {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz] from `dir`. Checks the shapes
 // (N x 28 x 28 images, N labels, labels < 10) and that images and labels agree in count.
 StatusOr<Dataset> LoadDataset(const std::string& dir);

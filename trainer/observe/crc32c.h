@@ -1,15 +1,12 @@
-// CRC-32C (Castagnoli), as TFRecord framing uses it, and TensorFlow's "masked" form.
+// The CRC-32C of TFRecord framing, for the event files: common/crc32c.h, under the names this
+// module has always used.
 #pragma once
 
-#include <cstddef>
-#include <cstdint>
+#include "common/crc32c.h"
 
 namespace tj::observe {
 
-// CRC-32C of `size` bytes; Crc32c("123456789") == 0xE3069283.
-uint32_t Crc32c(const void* data, size_t size);
-
-// TFRecord's masking: rotate right by 15, add 0xa282ead8.
-inline uint32_t MaskCrc(uint32_t crc) { return ((crc >> 15) | (crc << 17)) + 0xa282ead8u; }
+using ::tj::Crc32c;
+using ::tj::MaskCrc;
 
 }  // namespace tj::observe

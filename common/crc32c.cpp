@@ -1,8 +1,8 @@
-#include "trainer/observe/crc32c.h"
+#include "common/crc32c.h"
 
 #include <array>
 
-namespace tj::observe {
+namespace tj {
 namespace {
 
 constexpr std::array<uint32_t, 256> MakeTable() {
@@ -26,4 +26,4 @@ uint32_t Crc32c(const void* data, size_t size) {
   return crc ^ 0xFFFFFFFFu;
 }
 
-}  // namespace tj::observe
+}  // namespace tj
