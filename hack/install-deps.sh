@@ -11,6 +11,8 @@ PACKAGES=(
   libcurl4-openssl-dev nlohmann-json3-dev libssl-dev libgtest-dev libgmock-dev
   libmicrohttpd-dev libgloo-dev libyaml-cpp-dev zlib1g-dev libcli11-dev libjemalloc-dev
   libhwy-dev
+  # the trainer's image datasets (trainer/data: JPEG through libjpeg-turbo, PNG through libpng)
+  libjpeg62-turbo-dev libpng-dev
   # data
   dataset-fashion-mnist
   # reference implementations for tests and benchmarks
