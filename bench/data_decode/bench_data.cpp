@@ -38,7 +38,9 @@ std::vector<uint8_t> NoisyImage(ImageShape shape, uint64_t seed) {
         int v = x * fx / shape.width + y * fy / shape.height + c * 20 +
                 static_cast<int>(g.Below(41)) - 20;
         p[(static_cast<size_t>(y) * shape.width + x) * shape.channels + c] =
-            static_cast<uint8_t>(v < 0 ? 0 : v > 255 ? 255 : v);
+            static_cast<uint8_t>(v < 0     ? 0
+                                 : v > 255 ? 255
+                                           : v);
       }
     }
   }
@@ -46,7 +48,8 @@ std::vector<uint8_t> NoisyImage(ImageShape shape, uint64_t seed) {
 }
 
 int Decode(double seconds) {
-  std::printf("| format | size | bytes/image (mean) | images/s per thread |\n|---|---|---:|---:|\n");
+  std::printf(
+      "| format | size | bytes/image (mean) | images/s per thread |\n|---|---|---:|---:|\n");
   for (int side : {32, 96}) {
     const ImageShape shape{side, side, 3};
     for (const char* format : {"JPEG q90", "PNG"}) {

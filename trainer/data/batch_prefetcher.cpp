@@ -9,8 +9,8 @@ namespace tj::data {
 
 AugmentDraw DrawAugmentation(uint64_t seed, int epoch, int index, const AugmentOptions& options) {
   // Three draws whatever the options, so one option's draw does not shift with another's.
-  SplitMix64 g(DeriveSeed(DeriveSeed(seed, static_cast<uint64_t>(epoch)),
-                          static_cast<uint64_t>(index)));
+  SplitMix64 g(
+      DeriveSeed(DeriveSeed(seed, static_cast<uint64_t>(epoch)), static_cast<uint64_t>(index)));
   const uint64_t span = 2 * static_cast<uint64_t>(std::max(options.pad, 0)) + 1;
   AugmentDraw d;
   d.shift_y = static_cast<int>(g.Below(span)) - options.pad;
@@ -20,9 +20,8 @@ AugmentDraw DrawAugmentation(uint64_t seed, int epoch, int index, const AugmentO
   return d;
 }
 
-void AugmentAndNormalize(std::span<const uint8_t> pixels, ImageShape shape,
-                         const AugmentDraw& draw, const Normalization& normalization,
-                         std::span<float> out) {
+void AugmentAndNormalize(std::span<const uint8_t> pixels, ImageShape shape, const AugmentDraw& draw,
+                         const Normalization& normalization, std::span<float> out) {
   const int c = shape.channels;
   float mean[16] = {};
   float scale[16];
@@ -38,8 +37,8 @@ void AugmentAndNormalize(std::span<const uint8_t> pixels, ImageShape shape,
   }
   for (int k = 0; k < c; ++k) {
     m[k] = normalization.mean.empty() ? 0.0f : normalization.mean[static_cast<size_t>(k)];
-    s[k] = normalization.stddev.empty() ? 1.0f
-                                        : 1.0f / normalization.stddev[static_cast<size_t>(k)];
+    s[k] =
+        normalization.stddev.empty() ? 1.0f : 1.0f / normalization.stddev[static_cast<size_t>(k)];
   }
   for (int y = 0; y < shape.height; ++y) {
     const int sy = y + draw.shift_y;
@@ -58,8 +57,7 @@ void AugmentAndNormalize(std::span<const uint8_t> pixels, ImageShape shape,
   }
 }
 
-std::vector<int> StepIndices(const std::vector<uint32_t>& order, const ShardPlan& plan,
-                             int step) {
+std::vector<int> StepIndices(const std::vector<uint32_t>& order, const ShardPlan& plan, int step) {
   const int64_t start = plan.SliceStart(step);
   const int64_t count = int64_t{plan.batch_per_shard} * plan.ShardsPerReplica();
   std::vector<int> out;
@@ -76,8 +74,8 @@ StatusOr<std::unique_ptr<BatchPrefetcher>> BatchPrefetcher::Create(const ImageDa
   const Normalization& n = options.normalization;
   if ((!n.mean.empty() && n.mean.size() != c) || (!n.stddev.empty() && n.stddev.size() != c)) {
     return Status::Error("normalisation for " + std::to_string(n.mean.size()) + " means and " +
-                         std::to_string(n.stddev.size()) + " deviations, but " +
-                         dataset.source() + " has " + std::to_string(c) + " channels");
+                         std::to_string(n.stddev.size()) + " deviations, but " + dataset.source() +
+                         " has " + std::to_string(c) + " channels");
   }
   for (float sd : n.stddev) {
     if (!(sd > 0.0f)) return Status::Error("a normalisation std must be positive");

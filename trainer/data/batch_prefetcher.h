@@ -54,14 +54,12 @@ AugmentDraw DrawAugmentation(uint64_t seed, int epoch, int index, const AugmentO
 
 // `pixels` (shape.Size() bytes) shifted and mirrored as `draw` says, normalised into `out`
 // (shape.Size() floats). Normalization's vectors are empty or have shape.channels values.
-void AugmentAndNormalize(std::span<const uint8_t> pixels, ImageShape shape,
-                         const AugmentDraw& draw, const Normalization& normalization,
-                         std::span<float> out);
+void AugmentAndNormalize(std::span<const uint8_t> pixels, ImageShape shape, const AugmentDraw& draw,
+                         const Normalization& normalization, std::span<float> out);
 
 // This worker's example indices for `step` of an epoch: its slice of `order` as `plan` cuts it
 // (plan.ShardsPerReplica() x batch_per_shard consecutive entries from plan.SliceStart(step)).
-std::vector<int> StepIndices(const std::vector<uint32_t>& order, const ShardPlan& plan,
-                             int step);
+std::vector<int> StepIndices(const std::vector<uint32_t>& order, const ShardPlan& plan, int step);
 
 struct PrefetchOptions {
   uint64_t seed = 0;

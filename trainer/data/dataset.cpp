@@ -58,8 +58,7 @@ StatusOr<std::unique_ptr<InMemoryDataset>> InMemoryDataset::Create(std::string s
   for (size_t i = 0; i < labels.size(); ++i) {
     if (labels[i] < 0 || labels[i] >= classes) {
       return Status::Error(source + ": label " + std::to_string(labels[i]) + " of example " +
-                           std::to_string(i) + " is not a class 0.." +
-                           std::to_string(classes - 1));
+                           std::to_string(i) + " is not a class 0.." + std::to_string(classes - 1));
     }
   }
   std::unique_ptr<InMemoryDataset> d(new InMemoryDataset());
@@ -92,9 +91,9 @@ StatusOr<std::unique_ptr<ImageDataset>> OpenIdxDataset(const std::string& dir,
   auto raw = ReadIdxSplit(dir, split);
   if (!raw.ok()) return raw.status();
   std::vector<int32_t> labels(raw->labels.begin(), raw->labels.end());
-  auto d = InMemoryDataset::Create("IDX files " + dir + " (" + split + ")",
-                                   {kImageSide, kImageSide, 1}, kNumClasses,
-                                   std::move(raw->images), std::move(labels));
+  auto d =
+      InMemoryDataset::Create("IDX files " + dir + " (" + split + ")", {kImageSide, kImageSide, 1},
+                              kNumClasses, std::move(raw->images), std::move(labels));
   if (!d.ok()) return d.status();
   return std::unique_ptr<ImageDataset>(std::move(*d));
 }

@@ -24,8 +24,7 @@ struct ImageShape {
 
   // Bytes of one uint8 image (values of one float image).
   size_t Size() const {
-    return static_cast<size_t>(height) * static_cast<size_t>(width) *
-           static_cast<size_t>(channels);
+    return static_cast<size_t>(height) * static_cast<size_t>(width) * static_cast<size_t>(channels);
   }
   bool operator==(const ImageShape&) const = default;
   std::string ToString() const;  // "32x32x3" (height x width x channels)
@@ -61,8 +60,7 @@ class InMemoryDataset final : public ImageDataset {
   // `images` holds labels.size() images of `shape`, one after the other; every label must be
   // in [0, classes). The digest is DigestOfImages() of the same.
   static StatusOr<std::unique_ptr<InMemoryDataset>> Create(std::string source, ImageShape shape,
-                                                           int classes,
-                                                           std::vector<uint8_t> images,
+                                                           int classes, std::vector<uint8_t> images,
                                                            std::vector<int32_t> labels);
 
   int size() const override { return static_cast<int>(labels_.size()); }

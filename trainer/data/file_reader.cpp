@@ -11,7 +11,9 @@
 namespace tj::data {
 namespace {
 
-Status ErrnoError(const std::string& what) { return Status::Error(what + ": " + std::strerror(errno)); }
+Status ErrnoError(const std::string& what) {
+  return Status::Error(what + ": " + std::strerror(errno));
+}
 
 // Opens `path` for reading and checks that it is a regular file; its size in `size`.
 StatusOr<int> OpenRegular(const std::string& path, uint64_t* size) {
@@ -26,7 +28,7 @@ StatusOr<int> OpenRegular(const std::string& path, uint64_t* size) {
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
     return Status::Error(S_ISDIR(st.st_mode) ? "is a directory, not a file"
-                                              : "is not a regular file");
+                                             : "is not a regular file");
   }
   *size = static_cast<uint64_t>(st.st_size);
   return fd;
@@ -94,8 +96,8 @@ Status RandomAccessFile::ReadAt(uint64_t offset, std::span<uint8_t> out) const {
   }
   size_t have = 0;
   while (have < out.size()) {
-    ssize_t n = ::pread(fd_, out.data() + have, out.size() - have,
-                        static_cast<off_t>(offset + have));
+    ssize_t n =
+        ::pread(fd_, out.data() + have, out.size() - have, static_cast<off_t>(offset + have));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return ErrnoError("cannot read at offset " + std::to_string(offset + have));
     if (n == 0) {

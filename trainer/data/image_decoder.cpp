@@ -31,8 +31,7 @@ Status CheckSize(int64_t width, int64_t height, const DecodeLimits& limits) {
   if (width < 1 || height < 1) {
     return Status::Error("has no pixels (" + Dimensions(width, height) + ")");
   }
-  if (width > limits.max_side || height > limits.max_side ||
-      width * height > limits.max_pixels) {
+  if (width > limits.max_side || height > limits.max_side || width * height > limits.max_pixels) {
     return Status::Error("is " + Dimensions(width, height) + " pixels, over the limit of " +
                          std::to_string(limits.max_side) + " per side and " +
                          std::to_string(limits.max_pixels) + " in all");
@@ -276,8 +275,8 @@ StatusOr<DecodedImage> DecodePng(std::span<const uint8_t> bytes, int channels,
   } else {  // RGB to grey: ITU-R 601 luma
     image.pixels.resize(count);
     for (size_t i = 0; i < count; ++i) {
-      const uint32_t luma = 299u * pixels[3 * i] + 587u * pixels[3 * i + 1] +
-                            114u * pixels[3 * i + 2] + 500u;
+      const uint32_t luma =
+          299u * pixels[3 * i] + 587u * pixels[3 * i + 1] + 114u * pixels[3 * i + 2] + 500u;
       image.pixels[i] = static_cast<uint8_t>(luma / 1000u);
     }
   }

@@ -77,8 +77,8 @@ bool PngCompress(PngEncoder* e, png_bytepp rows, ImageShape shape) {
   png_set_write_fn(e->png, e, EncoderPngWrite, EncoderPngFlush);
   png_set_IHDR(e->png, e->info, static_cast<png_uint_32>(shape.width),
                static_cast<png_uint_32>(shape.height), 8,
-               shape.channels == 1 ? PNG_COLOR_TYPE_GRAY : PNG_COLOR_TYPE_RGB,
-               PNG_INTERLACE_NONE, PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
+               shape.channels == 1 ? PNG_COLOR_TYPE_GRAY : PNG_COLOR_TYPE_RGB, PNG_INTERLACE_NONE,
+               PNG_COMPRESSION_TYPE_DEFAULT, PNG_FILTER_TYPE_DEFAULT);
   png_write_info(e->png, e->info);
   png_write_image(e->png, rows);
   png_write_end(e->png, nullptr);
@@ -99,8 +99,7 @@ Status CheckShape(std::span<const uint8_t> pixels, ImageShape shape) {
 
 }  // namespace
 
-StatusOr<std::string> EncodeJpeg(std::span<const uint8_t> pixels, ImageShape shape,
-                                 int quality) {
+StatusOr<std::string> EncodeJpeg(std::span<const uint8_t> pixels, ImageShape shape, int quality) {
   TJ_RETURN_IF_ERROR(CheckShape(pixels, shape));
   auto encoder = std::make_unique<JpegEncoder>();
   JpegEncoder* e = encoder.get();

@@ -152,8 +152,7 @@ StatusOr<std::unique_ptr<ImageDataset>> OpenImageFolder(const std::string& root,
                              (ec ? " (" + ec.message() + ")" : ""));
       }
       if (static_cast<int64_t>(examples.size()) >= kMaxExamples) {
-        return Status::Error(context + ": more than " + std::to_string(kMaxExamples) +
-                             " images");
+        return Status::Error(context + ": more than " + std::to_string(kMaxExamples) + " images");
       }
       std::string line = std::to_string(label) + " " + relative;
       if (options.content_digest) {
@@ -184,8 +183,8 @@ StatusOr<std::unique_ptr<ImageDataset>> OpenImageFolder(const std::string& root,
                          ": no class folders; expected <root>/<class>/<image>.jpg|.jpeg|.png");
   }
   const int classes = static_cast<int>(class_names->size());
-  auto dataset = std::make_unique<ImageFolderDataset>(root, options, classes,
-                                                      std::move(examples), ToHex(sha.Final()));
+  auto dataset = std::make_unique<ImageFolderDataset>(root, options, classes, std::move(examples),
+                                                      ToHex(sha.Final()));
   if (options.shape.height == 0) {  // the first image's size
     auto bytes = dataset->ReadFile(0);
     if (!bytes.ok()) return bytes.status();

@@ -26,9 +26,9 @@ struct TypeInfo {
 };
 
 constexpr TypeInfo kTypes[] = {
-    {"u1", NpyType::kUint8, 1},   {"i1", NpyType::kInt8, 1},    {"u2", NpyType::kUint16, 2},
-    {"i2", NpyType::kInt16, 2},   {"u4", NpyType::kUint32, 4},  {"i4", NpyType::kInt32, 4},
-    {"u8", NpyType::kUint64, 8},  {"i8", NpyType::kInt64, 8},   {"f4", NpyType::kFloat32, 4},
+    {"u1", NpyType::kUint8, 1},   {"i1", NpyType::kInt8, 1},   {"u2", NpyType::kUint16, 2},
+    {"i2", NpyType::kInt16, 2},   {"u4", NpyType::kUint32, 4}, {"i4", NpyType::kInt32, 4},
+    {"u8", NpyType::kUint64, 8},  {"i8", NpyType::kInt64, 8},  {"f4", NpyType::kFloat32, 4},
     {"f8", NpyType::kFloat64, 8},
 };
 
@@ -258,10 +258,10 @@ StatusOr<std::unique_ptr<ImageDataset>> MakeDataset(const std::string& source, N
   for (size_t i = 0; i < values.size(); ++i) {
     const int64_t v = IntegerAt(labels, i);
     if (v < 0 || v >= kMaxExamples || (options.classes > 0 && v >= options.classes)) {
-      return Status::Error(source + ": label " + std::to_string(v) + " at index " +
-                           std::to_string(i) + " is not a class 0.." +
-                           std::to_string(options.classes > 0 ? options.classes - 1
-                                                              : kMaxExamples - 1));
+      return Status::Error(
+          source + ": label " + std::to_string(v) + " at index " + std::to_string(i) +
+          " is not a class 0.." +
+          std::to_string(options.classes > 0 ? options.classes - 1 : kMaxExamples - 1));
     }
     values[i] = static_cast<int32_t>(v);
     max_label = std::max(max_label, v);
@@ -331,10 +331,10 @@ StatusOr<NpyArray> ParseNpy(std::vector<uint8_t> bytes) {
   }
   const uint64_t have = bytes.size() - header_start - header_len;
   if (have != data_bytes) {
-    return Status::Error(
-        (have < data_bytes ? "truncated: " : "") + std::string("shape ") + ShapeText(a.shape) +
-        " of " + a.descr + " needs " + std::to_string(data_bytes) + " bytes of data, the file has " +
-        std::to_string(have));
+    return Status::Error((have < data_bytes ? "truncated: " : "") + std::string("shape ") +
+                         ShapeText(a.shape) + " of " + a.descr + " needs " +
+                         std::to_string(data_bytes) + " bytes of data, the file has " +
+                         std::to_string(have));
   }
   bytes.erase(bytes.begin(), bytes.begin() + static_cast<ptrdiff_t>(header_start + header_len));
   a.data = std::move(bytes);

@@ -23,8 +23,18 @@
 
 namespace tj::data {
 
-enum class NpyType { kUint8, kInt8, kUint16, kInt16, kUint32, kInt32, kUint64, kInt64, kFloat32,
-                     kFloat64 };
+enum class NpyType {
+  kUint8,
+  kInt8,
+  kUint16,
+  kInt16,
+  kUint32,
+  kInt32,
+  kUint64,
+  kInt64,
+  kFloat32,
+  kFloat64
+};
 
 // One array, its header parsed and removed.
 struct NpyArray {

@@ -71,9 +71,9 @@ class WireReader {
       case kFixed32:
         return Advance(4);
       default:
-        return Error("wire type " + std::to_string(wire_type) +
-                     (wire_type == 3 || wire_type == 4 ? " (a group) is not supported"
-                                                       : " is not valid"));
+        return Error(
+            "wire type " + std::to_string(wire_type) +
+            (wire_type == 3 || wire_type == 4 ? " (a group) is not supported" : " is not valid"));
     }
   }
 

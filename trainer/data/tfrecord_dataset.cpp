@@ -31,8 +31,7 @@ class TfRecordDataset final : public ImageDataset {
         options_(std::move(options)),
         classes_(classes),
         source_("TFRecord files " + paths_.front() +
-                (paths_.size() > 1 ? " and " + std::to_string(paths_.size() - 1) + " more" : "")) {
-  }
+                (paths_.size() > 1 ? " and " + std::to_string(paths_.size() - 1) + " more" : "")) {}
 
   void set_shape(ImageShape shape) { options_.shape = shape; }
   void set_digest(std::string digest) { digest_ = std::move(digest); }
@@ -139,14 +138,12 @@ StatusOr<std::unique_ptr<ImageDataset>> OpenTfRecordDataset(const std::vector<st
       if (!example.ok()) return example.status().WithContext(where);
       if (example->label >= kMaxExamples ||
           (options.classes > 0 && example->label >= options.classes)) {
-        return Status::Error(where + ": label " + std::to_string(example->label) +
-                             " is not a class 0.." +
-                             std::to_string(options.classes > 0 ? options.classes - 1
-                                                                : kMaxExamples - 1));
+        return Status::Error(
+            where + ": label " + std::to_string(example->label) + " is not a class 0.." +
+            std::to_string(options.classes > 0 ? options.classes - 1 : kMaxExamples - 1));
       }
       if (static_cast<int64_t>(examples.size()) >= kMaxExamples) {
-        return Status::Error(where + ": more than " + std::to_string(kMaxExamples) +
-                             " examples");
+        return Status::Error(where + ": more than " + std::to_string(kMaxExamples) + " examples");
       }
       max_label = std::max(max_label, example->label);
       examples.push_back({data_offset + example->image_offset,
@@ -157,8 +154,8 @@ StatusOr<std::unique_ptr<ImageDataset>> OpenTfRecordDataset(const std::vector<st
   }
   if (examples.empty()) return Status::Error(context + ": no records");
   const int classes = options.classes > 0 ? options.classes : static_cast<int>(max_label + 1);
-  auto dataset = std::make_unique<TfRecordDataset>(files, std::move(opened),
-                                                   std::move(examples), options, classes);
+  auto dataset = std::make_unique<TfRecordDataset>(files, std::move(opened), std::move(examples),
+                                                   options, classes);
   dataset->set_digest(ToHex(sha.Final()));
   if (options.shape.height == 0) {
     auto bytes = dataset->ReadEncoded(0);

@@ -18,8 +18,7 @@ std::string_view AsChars(std::span<const uint8_t> bytes) {
 
 }  // namespace
 
-StatusOr<TfRecordReader> TfRecordReader::Open(const std::string& path,
-                                              uint64_t max_record_bytes) {
+StatusOr<TfRecordReader> TfRecordReader::Open(const std::string& path, uint64_t max_record_bytes) {
   const std::string context = "TFRecord file " + path;
   auto file = RandomAccessFile::Open(path);
   if (!file.ok()) return file.status().WithContext(context);

@@ -67,8 +67,7 @@ Status ApplyZip64Extra(std::string_view extra, uint64_t* uncompressed, uint64_t*
     }
     at += 4 + size;
   }
-  if (*uncompressed == 0xffffffffu || *compressed == 0xffffffffu ||
-      *local_offset == 0xffffffffu) {
+  if (*uncompressed == 0xffffffffu || *compressed == 0xffffffffu || *local_offset == 0xffffffffu) {
     return Status::Error("an entry needs a zip64 extra field and has none");
   }
   return Status::Ok();
@@ -181,8 +180,7 @@ bool ZipArchive::Has(const std::string& name) const {
                      [&](const Entry& e) { return e.name == name; });
 }
 
-StatusOr<std::vector<uint8_t>> ZipArchive::Read(const std::string& name,
-                                                uint64_t max_bytes) const {
+StatusOr<std::vector<uint8_t>> ZipArchive::Read(const std::string& name, uint64_t max_bytes) const {
   const std::string context = "zip archive " + path_ + ": entry " + name;
   auto it = std::find_if(entries_.begin(), entries_.end(),
                          [&](const Entry& e) { return e.name == name; });
@@ -200,23 +198,21 @@ StatusOr<std::vector<uint8_t>> ZipArchive::Read(const std::string& name,
   auto local = ReadRange(file_, e.local_offset, kLocalBytes);
   if (!local.ok()) return local.status().WithContext(context + ": local header");
   if (U32(Chars(*local), 0) != kLocalSignature) {
-    return Status::Error(context + ": no local header at offset " +
-                         std::to_string(e.local_offset));
+    return Status::Error(context + ": no local header at offset " + std::to_string(e.local_offset));
   }
   const uint64_t data_offset =
       e.local_offset + kLocalBytes + U16(Chars(*local), 26) + U16(Chars(*local), 28);
   if (data_offset > file_.size() || e.compressed > file_.size() - data_offset) {
     return Status::Error(context + ": truncated: its " + std::to_string(e.compressed) +
                          " bytes at offset " + std::to_string(data_offset) +
-                         " pass the end of the file (" + std::to_string(file_.size()) +
-                         " bytes)");
+                         " pass the end of the file (" + std::to_string(file_.size()) + " bytes)");
   }
   std::vector<uint8_t> out;
   if (e.method == 0) {
     if (e.compressed != e.uncompressed) {
       return Status::Error(context + ": stored, yet its sizes differ (" +
-                           std::to_string(e.compressed) + " and " +
-                           std::to_string(e.uncompressed) + ")");
+                           std::to_string(e.compressed) + " and " + std::to_string(e.uncompressed) +
+                           ")");
     }
     out.resize(e.uncompressed);
     TJ_RETURN_IF_ERROR(file_.ReadAt(data_offset, out).WithContext(context));
@@ -235,7 +231,8 @@ StatusOr<std::vector<uint8_t>> ZipArchive::Read(const std::string& name,
     uint64_t produced = 0;
     while (rc != Z_STREAM_END) {
       if (z.avail_in == 0 && consumed < e.compressed) {
-        const size_t n = static_cast<size_t>(std::min<uint64_t>(chunk.size(), e.compressed - consumed));
+        const size_t n =
+            static_cast<size_t>(std::min<uint64_t>(chunk.size(), e.compressed - consumed));
         Status s = file_.ReadAt(data_offset + consumed, std::span<uint8_t>(chunk.data(), n));
         if (!s.ok()) {
           inflateEnd(&z);
@@ -264,9 +261,9 @@ StatusOr<std::vector<uint8_t>> ZipArchive::Read(const std::string& name,
       }
       if ((rc != Z_OK && rc != Z_BUF_ERROR) || (rc == Z_BUF_ERROR && !input_left)) {
         inflateEnd(&z);
-        return Status::Error(context + ": corrupt deflate data" +
-                             (z.msg != nullptr ? std::string(" (") + z.msg + ")"
-                                               : std::string(" (truncated)")));
+        return Status::Error(
+            context + ": corrupt deflate data" +
+            (z.msg != nullptr ? std::string(" (") + z.msg + ")" : std::string(" (truncated)")));
       }
     }
     inflateEnd(&z);

@@ -21,8 +21,8 @@ inline std::string NpyBytes(const std::string& descr, const std::vector<uint64_t
   std::string dims;
   for (size_t i = 0; i < shape.size(); ++i) dims += (i ? ", " : "") + std::to_string(shape[i]);
   if (shape.size() == 1) dims += ",";
-  std::string header = "{'descr': '" + descr + "', 'fortran_order': " + fortran +
-                       ", 'shape': (" + dims + "), }";
+  std::string header =
+      "{'descr': '" + descr + "', 'fortran_order': " + fortran + ", 'shape': (" + dims + "), }";
   while ((10 + header.size() + 1) % 64 != 0) header.push_back(' ');
   header.push_back('\n');
   std::string out = "\x93NUMPY";

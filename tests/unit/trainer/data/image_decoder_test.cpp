@@ -69,8 +69,7 @@ TEST(ImageDecoderTest, ConvertsBetweenGreyAndColour) {
   ASSERT_TRUE(grey_png.ok());
   auto colour = DecodeImage(Bytes(*grey_png), 3, DecodeLimits{});
   ASSERT_TRUE(colour.ok());
-  EXPECT_EQ(colour->pixels,
-            (std::vector<uint8_t>{10, 10, 10, 20, 20, 20, 30, 30, 30, 40, 40, 40}));
+  EXPECT_EQ(colour->pixels, (std::vector<uint8_t>{10, 10, 10, 20, 20, 20, 30, 30, 30, 40, 40, 40}));
 }
 
 TEST(ImageDecoderTest, FitCopiesCropsAndScales) {
@@ -150,7 +149,7 @@ TEST(ImageDecoderTest, RefusesDamagedAndOversizedImages) {
   };
   std::string png_bad_crc = png;
   png_bad_crc[png.find("IDAT") + 10] ^= 0x55;  // inside IDAT's data: its CRC no longer holds
-  std::string jpeg_garbled = jpeg;  // an end-of-image marker inside the scan's data
+  std::string jpeg_garbled = jpeg;             // an end-of-image marker inside the scan's data
   jpeg_garbled[jpeg.size() - 40] = '\xff';
   jpeg_garbled[jpeg.size() - 39] = '\xd9';
   const std::vector<Case> cases = {
@@ -169,8 +168,7 @@ TEST(ImageDecoderTest, RefusesDamagedAndOversizedImages) {
     std::vector<uint8_t> out(shape.Size());
     Status s = DecodeAndFit(Bytes(c.bytes), shape, c.limits, out);
     ASSERT_FALSE(s.ok()) << c.name;
-    EXPECT_NE(s.message().find(c.expected), std::string::npos)
-        << c.name << ": " << s.message();
+    EXPECT_NE(s.message().find(c.expected), std::string::npos) << c.name << ": " << s.message();
   }
 }
 

@@ -108,11 +108,17 @@ TEST_F(ImageFolderTest, RefusesLayoutsItDoesNotKnowNamingTheEntry) {
   };
   const std::string png = Png(1);
   const std::vector<Case> cases = {
-      {"file at the root", {{"a/x.png", png}, {"y.png", png}}, {},
+      {"file at the root",
+       {{"a/x.png", png}, {"y.png", png}},
+       {},
        "y.png is a file directly under the root"},
-      {"nested folder", {{"a/x.png", png}, {"a/deeper/y.png", png}}, {},
+      {"nested folder",
+       {{"a/x.png", png}, {"a/deeper/y.png", png}},
+       {},
        "a/deeper is a folder inside a class folder"},
-      {"other extension", {{"a/x.png", png}, {"a/notes.txt", "x"}}, {},
+      {"other extension",
+       {{"a/x.png", png}, {"a/notes.txt", "x"}},
+       {},
        "a/notes.txt is not a .jpg, .jpeg or .png file"},
       {"empty class", {{"a/x.png", png}}, {"b"}, "class folder b holds no images"},
       {"no classes", {}, {}, "no class folders"},
@@ -166,8 +172,7 @@ TEST_F(ImageFolderTest, AnUndecodableImageIsAnErrorNamingItsFile) {
   dir_.Write("a/good.png", "not an image any more");
   s = (*d)->ReadImage(0, pixels);
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.message().find("a/good.png: neither JPEG nor PNG"), std::string::npos)
-      << s.message();
+  EXPECT_NE(s.message().find("a/good.png: neither JPEG nor PNG"), std::string::npos) << s.message();
   EXPECT_FALSE((*d)->ReadImage(2, pixels).ok());
 }
 

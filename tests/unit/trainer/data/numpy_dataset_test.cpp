@@ -33,7 +33,9 @@ std::string Int64s(const std::vector<int64_t>& v) {
 }
 
 // 3 images of 2 x 2, pixel values 0..11, labels 2, 0, 1.
-std::string Images() { return NpyBytes("|u1", {3, 2, 2}, std::string("\0\1\2\3\4\5\6\7\10\11\12\13", 12)); }
+std::string Images() {
+  return NpyBytes("|u1", {3, 2, 2}, std::string("\0\1\2\3\4\5\6\7\10\11\12\13", 12));
+}
 std::string Labels() { return NpyBytes("|u1", {3}, std::string("\2\0\1", 3)); }
 
 TEST(NpyTest, ParsesTheHeaderAndKeepsTheData) {
@@ -61,8 +63,7 @@ TEST(NpyTest, RefusesMalformedArrays) {
       {"version", v9, "format version 9.0 is not supported"},
       {"header too long", long_header, "over the limit of 65536"},
       {"big-endian", NpyBytes(">f4", {1, 1, 1}, "abcd"), "big-endian"},
-      {"structured", NpyBytes("|u1", {1}, "a").replace(20, 6, "[('a',"),
-       "structured dtype"},
+      {"structured", NpyBytes("|u1", {1}, "a").replace(20, 6, "[('a',"), "structured dtype"},
       {"fortran", NpyBytes("|u1", {2, 2}, "abcd", "True"), "Fortran"},
       {"bool", NpyBytes("|b1", {1}, "a"), "dtype '|b1' is not supported"},
       {"truncated data", NpyBytes("|u1", {2, 2}, "abc"),
@@ -85,12 +86,12 @@ TEST(NumpyDatasetTest, ReadsAnNpzStoredOrDeflatedWithZip64LocalHeaders) {
   for (bool deflate : {false, true}) {
     for (bool zip64 : {false, true}) {
       tj::testing::TempDir dir("tj-npz");
-      const std::string path = dir.Write(
-          "d.npz", ZipBytes({{"x_train.npy", Images()},
-                             {"y_train.npy", Labels()},
-                             {"x_test.npy", NpyBytes("|u1", {1, 2, 2}, "abcd")},
-                             {"y_test.npy", NpyBytes("<i8", {1, 1}, Int64s({4}))}},
-                            deflate, zip64));
+      const std::string path =
+          dir.Write("d.npz", ZipBytes({{"x_train.npy", Images()},
+                                       {"y_train.npy", Labels()},
+                                       {"x_test.npy", NpyBytes("|u1", {1, 2, 2}, "abcd")},
+                                       {"y_test.npy", NpyBytes("<i8", {1, 1}, Int64s({4}))}},
+                                      deflate, zip64));
       auto train = OpenNpzDataset(path, "train", NumpyOptions{});
       ASSERT_TRUE(train.ok()) << train.status().message();
       EXPECT_EQ((*train)->size(), 3);
@@ -129,8 +130,7 @@ TEST(NumpyDatasetTest, ConvertsFloatImagesByTheDocumentedRule) {
     const std::string p = dir.Write("bad.npy", NpyBytes("<f4", {1, 1, 1}, Floats({bad})));
     auto r = OpenNpyDataset(p, labels, NumpyOptions{});
     ASSERT_FALSE(r.ok()) << bad;
-    EXPECT_NE(r.status().message().find("at flat index 0 is outside [0, 255]"),
-              std::string::npos)
+    EXPECT_NE(r.status().message().find("at flat index 0 is outside [0, 255]"), std::string::npos)
         << r.status().message();
   }
 }
@@ -139,8 +139,8 @@ TEST(NumpyDatasetTest, DigestIsThePixelsAndLabelsWhateverTheContainer) {
   tj::testing::TempDir dir("tj-npy");
   const std::string x = dir.Write("x.npy", Images());
   const std::string y = dir.Write("y.npy", NpyBytes("<i8", {3, 1}, Int64s({2, 0, 1})));
-  const std::string npz = dir.Write(
-      "d.npz", ZipBytes({{"x_train.npy", Images()}, {"y_train.npy", Labels()}}, true));
+  const std::string npz =
+      dir.Write("d.npz", ZipBytes({{"x_train.npy", Images()}, {"y_train.npy", Labels()}}, true));
   auto a = OpenNpyDataset(x, y, NumpyOptions{});
   auto b = OpenNpzDataset(npz, "train", NumpyOptions{});
   ASSERT_TRUE(a.ok() && b.ok());
@@ -162,8 +162,8 @@ TEST(NumpyDatasetTest, RefusesArraysThatAreNotADataset) {
        "shape (3, 4): expected N x H x W or N x H x W x C"},
       {"17 channels", NpyBytes("|u1", {1, 1, 1, 17}, std::string(17, 'a')),
        NpyBytes("|u1", {1}, "a"), "channels 1..16"},
-      {"int images", NpyBytes("<i4", {1, 1, 1}, std::string(4, 'a')), NpyBytes("|u1", {1}, std::string(1, '\0')),
-       "only uint8 and float32 images"},
+      {"int images", NpyBytes("<i4", {1, 1, 1}, std::string(4, 'a')),
+       NpyBytes("|u1", {1}, std::string(1, '\0')), "only uint8 and float32 images"},
       {"count mismatch", Images(), NpyBytes("|u1", {2}, "ab"), "3 images but 2 labels"},
       {"float labels", Images(), NpyBytes("<f4", {3}, std::string(12, '\0')),
        "labels must be integers"},
@@ -176,8 +176,8 @@ TEST(NumpyDatasetTest, RefusesArraysThatAreNotADataset) {
   };
   for (const Case& c : cases) {
     tj::testing::TempDir dir("tj-npy-bad");
-    auto r = OpenNpyDataset(dir.Write("x.npy", c.images), dir.Write("y.npy", c.labels),
-                            NumpyOptions{});
+    auto r =
+        OpenNpyDataset(dir.Write("x.npy", c.images), dir.Write("y.npy", c.labels), NumpyOptions{});
     ASSERT_FALSE(r.ok()) << c.name;
     EXPECT_NE(r.status().message().find(c.expected), std::string::npos)
         << c.name << ": " << r.status().message();
@@ -186,8 +186,7 @@ TEST(NumpyDatasetTest, RefusesArraysThatAreNotADataset) {
   auto r = OpenNpyDataset(dir.Write("x.npy", Images()), dir.Write("y.npy", Labels()),
                           NumpyOptions{2, uint64_t{1} << 20});
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("label 2 at index 0 is not a class 0..1"),
-            std::string::npos);
+  EXPECT_NE(r.status().message().find("label 2 at index 0 is not a class 0..1"), std::string::npos);
 }
 
 TEST(NumpyDatasetTest, RefusesDamagedArchivesNamingTheEntry) {
@@ -232,8 +231,7 @@ TEST(NumpyDatasetTest, RefusesDamagedArchivesNamingTheEntry) {
                true);
   auto small = OpenNpzDataset(dir.Write("d.npz", large), "train", NumpyOptions{0, 1000});
   ASSERT_FALSE(small.ok());
-  EXPECT_NE(small.status().message().find("bytes uncompressed, over the limit"),
-            std::string::npos)
+  EXPECT_NE(small.status().message().find("bytes uncompressed, over the limit"), std::string::npos)
       << small.status().message();
   EXPECT_FALSE(OpenNpzDataset(dir / "d.npz", "validation", NumpyOptions{}).ok());
 }

@@ -94,9 +94,9 @@ TEST(TfRecordDatasetTest, ReadsRecordsAcrossFilesWithBothKeyStyles) {
 
 TEST(TfRecordDatasetTest, ReadsUnpackedLabelsUnknownFieldsAndTheFirstImagesSize) {
   const std::string png = *EncodePng(PatternImage(kShape, 1), kShape);
-  const std::string image = Field(1, Field(1, png));       // Feature{bytes_list{value}}
+  const std::string image = Field(1, Field(1, png));               // Feature{bytes_list{value}}
   const std::string label = Field(3, Varint(1 << 3) + Varint(5));  // int64_list, unpacked
-  const std::string extra = Field(2, Field(1, "ignored"));  // a float_list under another key
+  const std::string extra = Field(2, Field(1, "ignored"));         // a float_list under another key
   std::string example = Example({{"other", extra}, {"image", image}, {"label", label}});
   example += Varint(7 << 3 | 0) + Varint(99);  // an unknown varint field of Example
   tj::testing::TempDir dir("tj-tfrecord");
@@ -128,14 +128,13 @@ TEST(TfRecordDatasetTest, RefusesDamagedFramingNamingFileRecordAndOffset) {
       {"length crc", bad_length_crc,
        "record 1 at offset " + std::to_string(good.size()) +
            ": the CRC-32C of the length does not match"},
-      {"data crc", bad_data_crc, "record 1 at offset " + std::to_string(good.size()) +
-                                     ": the CRC-32C of the record's"},
+      {"data crc", bad_data_crc,
+       "record 1 at offset " + std::to_string(good.size()) + ": the CRC-32C of the record's"},
       {"truncated header", good + second.substr(0, 5),
        "record 1 at offset " + std::to_string(good.size()) +
            ": truncated: 5 bytes left, a record header needs 12"},
-      {"truncated data", good + second.substr(0, second.size() - 1), "record 1 at offset " +
-                                                                         std::to_string(good.size()) +
-                                                                         ": truncated"},
+      {"truncated data", good + second.substr(0, second.size() - 1),
+       "record 1 at offset " + std::to_string(good.size()) + ": truncated"},
       {"over the limit", huge_record + std::string(16, '\0'),
        "record 0 at offset 0: length 4294967296 bytes, over the limit of 67108864"},
       {"gzip", std::string("\x1f\x8b\x08\x00", 4) + good, "is gzip-compressed"},
@@ -175,8 +174,7 @@ TEST(TfRecordDatasetTest, RefusesExamplesWithoutAReadableImageOrLabel) {
        "feature 'image' is an int64_list, not a bytes_list"},
       {"no image value", Example({{"image", empty_bytes}, {"label", label}}),
        "feature 'image' holds no value"},
-      {"negative label", Example({{"image", image}, {"label", negative}}),
-       "label -4 is negative"},
+      {"negative label", Example({{"image", image}, {"label", negative}}), "label -4 is negative"},
       {"varint past the end", std::string("\x0a\x05\x0a\x03\x0a\x80", 6),
        "malformed tf.train.Example at byte"},
       {"length past the end", std::string("\x0a\x7f", 2), "a field of 127 bytes but 0 are left"},
@@ -184,8 +182,7 @@ TEST(TfRecordDatasetTest, RefusesExamplesWithoutAReadableImageOrLabel) {
       {"field zero", std::string("\x02\x00", 2), "field number 0 is not valid"},
       {"eleven-byte varint", std::string("\x08\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", 12),
        "varint"},
-      {"not an image", Example({{"image", Field(1, Field(1, "GIF89a"))}, {"label", label}}),
-       ""},
+      {"not an image", Example({{"image", Field(1, Field(1, "GIF89a"))}, {"label", label}}), ""},
   };
   for (const Case& c : cases) {
     tj::testing::TempDir dir("tj-tfrecord-bad");
