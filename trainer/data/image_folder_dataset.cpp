@@ -51,7 +51,7 @@ class ImageFolderDataset final : public ImageDataset {
   ImageFolderDataset(std::string root, ImageFolderOptions options, int classes,
                      std::vector<Example> examples, std::string digest)
       : root_(std::move(root)),
-        options_(std::move(options)),
+        options_(options),
         classes_(classes),
         examples_(std::move(examples)),
         digest_(std::move(digest)),

@@ -28,7 +28,7 @@ class TfRecordDataset final : public ImageDataset {
       : paths_(std::move(paths)),
         files_(std::move(files)),
         examples_(std::move(examples)),
-        options_(std::move(options)),
+        options_(options),
         classes_(classes),
         source_("TFRecord files " + paths_.front() +
                 (paths_.size() > 1 ? " and " + std::to_string(paths_.size() - 1) + " more" : "")) {}
