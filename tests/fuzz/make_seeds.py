@@ -5,9 +5,12 @@ byte is its mode; see the comment at the top of <target>_fuzz.cpp."""
 import gzip
 import hashlib
 import hmac
+import io
 import json
 import os
 import struct
+import zipfile
+import zlib
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -162,3 +165,112 @@ put_json("unknown_fields", bad)
 bad = json.loads(json.dumps(job))
 bad["status"] = {"conditions": "x", "replicaStatuses": [1], "restartCount": "many"}
 put_json("malformed_status", bad)
+
+
+# ---- tf_example: tf.train.Example in protobuf's wire format, by hand; TFRecord framing with
+# TensorFlow's masked CRC-32C. Mode byte: 0 one Example, 1 a TFRecord file.
+def varint(v):
+    out = b""
+    while v >= 0x80:
+        out += bytes([(v & 0x7F) | 0x80])
+        v >>= 7
+    return out + bytes([v])
+
+
+def field(number, data):
+    return varint(number << 3 | 2) + varint(len(data)) + data
+
+
+def example(features):
+    return field(1, b"".join(field(1, field(1, k) + field(2, v)) for k, v in features))
+
+
+def bytes_feature(value):
+    return field(1, field(1, value))
+
+
+def int64_feature(value, packed=True):
+    return field(3, field(1, varint(value)) if packed else varint(1 << 3) + varint(value))
+
+
+def crc32c(data):
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+    return crc ^ 0xFFFFFFFF
+
+
+def tfrecord(data):
+    length = struct.pack("<Q", len(data))
+    mask = lambda c: (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+    return (length + struct.pack("<I", mask(crc32c(length))) + data +
+            struct.pack("<I", mask(crc32c(data))))
+
+
+def png(width, height, color_type, rows, palette=None):
+    def chunk(kind, data):
+        return (struct.pack(">I", len(data)) + kind + data +
+                struct.pack(">I", zlib.crc32(kind + data)))
+    header = struct.pack(">IIBBBBB", width, height, 8, color_type, 0, 0, 0)
+    raw = b"".join(b"\x00" + row for row in rows)
+    plte = chunk(b"PLTE", palette) if palette else b""
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + plte +
+            chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+
+grey_png = png(4, 4, 0, [bytes([16 * (x + y) for x in range(4)]) for y in range(4)])
+rgb_png = png(3, 2, 2, [bytes(range(9)), bytes(range(100, 109))])
+image_example = example([(b"image/encoded", bytes_feature(grey_png)),
+                         (b"image/class/label", int64_feature(3))])
+put("tf_example", "example", b"\x00" + image_example)
+put("tf_example", "short_keys_unpacked",
+    b"\x00" + example([(b"image", bytes_feature(rgb_png)), (b"label", int64_feature(1, False)),
+                       (b"image/format", bytes_feature(b"png"))]))
+put("tf_example", "no_label", b"\x00" + example([(b"image", bytes_feature(grey_png))]))
+put("tf_example", "records", b"\x01" + tfrecord(image_example) + tfrecord(b""))
+put("tf_example", "record_truncated", b"\x01" + tfrecord(image_example)[:-3])
+bad = bytearray(tfrecord(image_example))
+bad[20] ^= 1
+put("tf_example", "record_bad_crc", b"\x01" + bytes(bad))
+
+# ---- npz: .npy bytes (format 1.0) and .npz archives as numpy.savez writes them (zip64 local
+# headers). Mode byte: 0 one .npy, 1 an .npz file.
+def npy(descr, shape, data, fortran="False"):
+    dims = ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "")
+    header = "{'descr': '%s', 'fortran_order': %s, 'shape': (%s), }" % (descr, fortran, dims)
+    header += " " * ((64 - (10 + len(header) + 1) % 64) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode() + data
+
+
+def npz(arrays, compression):
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression) as z:
+        for name, data in arrays:
+            info = zipfile.ZipInfo(name + ".npy", date_time=(1980, 1, 1, 0, 0, 0))
+            info.compress_type = compression
+            with z.open(info, "w", force_zip64=True) as f:
+                f.write(data)
+    return buf.getvalue()
+
+
+x = npy("|u1", (2, 2, 2), bytes(range(8)))
+y = npy("<i8", (2, 1), struct.pack("<2q", 1, 0))
+x_test = npy("<f4", (1, 2, 2, 1), struct.pack("<4f", 0.0, 0.25, 0.5, 1.0))
+y_test = npy("|u1", (1,), b"\x02")
+put("npz", "npy_uint8", b"\x00" + x)
+put("npz", "npy_float", b"\x00" + x_test)
+put("npz", "npy_fortran", b"\x00" + npy("|u1", (2, 2), b"abcd", "True"))
+arrays = [("x_train", x), ("y_train", y), ("x_test", x_test), ("y_test", y_test)]
+put("npz", "stored", b"\x01" + npz(arrays, zipfile.ZIP_STORED))
+put("npz", "deflated", b"\x01" + npz(arrays, zipfile.ZIP_DEFLATED))
+put("npz", "deflated_truncated", b"\x01" + npz(arrays, zipfile.ZIP_DEFLATED)[:-40])
+
+# ---- image_decoder: mode byte bit 0: decode to 3 channels, else 1. The JPEG seeds (jpeg_*)
+# were written by trainer/data/image_encoder.h's EncodeJpeg and are committed as they are.
+put("image_decoder", "png_grey", b"\x01" + grey_png)
+put("image_decoder", "png_rgb_to_grey", b"\x00" + rgb_png)
+put("image_decoder", "png_palette",
+    b"\x01" + png(2, 2, 3, [b"\x00\x01", b"\x01\x00"], b"\xff\x00\x00\x00\x00\xff"))
+put("image_decoder", "png_truncated", b"\x01" + rgb_png[:40])

@@ -4,12 +4,12 @@
 #
 #   tests/fuzz/run.sh [SECONDS_PER_TARGET] [TARGET...]     defaults: 60 s, every target
 #
-# Targets: tf_config state_file idx_reader rendezvous trainingjob (the last only when
-# operator/api is part of the build). New interesting inputs go to build-fuzz/fuzz-corpus/
-# <target>/ (not committed); a crash is written to build-fuzz/fuzz-artifacts/<target>/ and
-# makes the script exit 1 after every target ran. To keep a crash as a regression test, fix
-# the bug and copy the input into tests/fuzz/corpus/<target>/ (the `fuzz` ctest label then
-# replays it in every build).
+# Targets: tf_config state_file idx_reader rendezvous tf_example npz image_decoder trainingjob
+# (the last only when operator/api is part of the build). New interesting inputs go to
+# build-fuzz/fuzz-corpus/<target>/ (not committed); a crash is written to
+# build-fuzz/fuzz-artifacts/<target>/ and makes the script exit 1 after every target ran. To
+# keep a crash as a regression test, fix the bug and copy the input into
+# tests/fuzz/corpus/<target>/ (the `fuzz` ctest label then replays it in every build).
 #
 # Environment: TJ_FUZZ_BUILD_DIR (default <repo>/build-fuzz), TJ_FUZZ_JOBS (build jobs, 1),
 # TJ_FUZZ_MAX_LEN (bytes per input, 4096).
@@ -21,7 +21,7 @@ JOBS=${TJ_FUZZ_JOBS:-1}
 MAX_LEN=${TJ_FUZZ_MAX_LEN:-4096}
 SECONDS_PER_TARGET=${1:-60}
 shift || true
-ALL_TARGETS=(tf_config state_file idx_reader rendezvous trainingjob)
+ALL_TARGETS=(tf_config state_file idx_reader rendezvous tf_example npz image_decoder trainingjob)
 TARGETS=("$@")
 [ ${#TARGETS[@]} -gt 0 ] || TARGETS=("${ALL_TARGETS[@]}")
 
