@@ -51,8 +51,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   const std::string& path = InputPath();
-  TJ_FUZZ_CHECK(tj::testing::WriteBytes(path, std::string(reinterpret_cast<const char*>(data + 1),
-                                                          size - 1)));
+  TJ_FUZZ_CHECK(tj::testing::WriteBytes(
+      path, std::string(reinterpret_cast<const char*>(data + 1), size - 1)));
   for (const char* split : {"train", "test"}) {
     auto d = tj::data::OpenNpzDataset(path, split, tj::data::NumpyOptions{0, 1 << 20});
     if (!d.ok()) {

@@ -40,8 +40,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   const std::string& path = InputPath();
-  TJ_FUZZ_CHECK(tj::testing::WriteBytes(path, std::string(reinterpret_cast<const char*>(data + 1),
-                                                          size - 1)));
+  TJ_FUZZ_CHECK(tj::testing::WriteBytes(
+      path, std::string(reinterpret_cast<const char*>(data + 1), size - 1)));
   auto reader = tj::data::TfRecordReader::Open(path, 1 << 16);
   if (!reader.ok()) return 0;
   std::vector<uint8_t> record;
