@@ -109,5 +109,5 @@ EOF
 
 case "${1:-}" in
   digits) cmd_digits ;;
-  *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac
