@@ -8,12 +8,13 @@
 #include "trainer/nn/adam.h"
 #include "trainer/nn/cpu_step.h"
 #include "trainer/nn/model.h"
+#include "trainer/train/host_epoch_backend.h"
 #include "trainer/train/step_backend.h"
 
 namespace tj::train {
 namespace {
 
-class CpuBackend final : public StepBackend {
+class CpuBackend final : public HostEpochBackend {
  public:
   CpuBackend(const data::Dataset& dataset, int batch_size, nn::ThreadPool* pool,
              const nn::cpu::Kernels& kernels, int shards)
@@ -47,35 +48,13 @@ class CpuBackend final : public StepBackend {
     return ModelState{params_, adam_.m(), adam_.v(), adam_.iterations(), {}};
   }
 
-  Status SetEpochSums(double loss_sum, double correct) override {
-    loss_sum_ = loss_sum;
-    correct_ = correct;
-    return Status::Ok();
-  }
-  Status GetEpochSums(double* loss_sum, double* correct) override {
-    *loss_sum = loss_sum_;
-    *correct = correct_;
-    return Status::Ok();
-  }
-
-  Status BeginEpoch(const std::vector<uint32_t>& order, int64_t first_slice, int64_t slice_stride,
-                    double learning_rate) override {
-    order_ = order;
-    slice_ = first_slice;
-    slice_stride_ = slice_stride;
-    learning_rate_ = learning_rate;
-    return Status::Ok();
-  }
-
   Status ComputeGradients(float scale) override {
     const int64_t rows = int64_t{batch_size_} * shards();
-    if (slice_ < 0 || slice_ + rows > static_cast<int64_t>(order_.size())) {
-      return Status::Error("CPU backend: step past the end of the epoch's order");
-    }
+    TJ_RETURN_IF_ERROR(CheckStepFits(rows, "CPU backend"));
     for (int shard = 0; shard < shards(); ++shard) {
       std::vector<float>& grad = grads_[static_cast<size_t>(shard)];
       nn::Batch batch{data_.train.images.data(), data_.train.labels.data(),
-                      order_.data() + slice_ + int64_t{shard} * batch_size_, batch_size_};
+                      ShardOrder(shard, batch_size_), batch_size_};
       nn::BatchStats s = step_.ComputeGradients(params_.data(), batch, scale, grad.data());
       grad[nn::Layout::kCount] = static_cast<float>(s.loss_sum);
       grad[nn::Layout::kCount + 1] = static_cast<float>(s.correct);
@@ -89,10 +68,8 @@ class CpuBackend final : public StepBackend {
   }
   Status ApplyUpdate() override {
     const std::vector<float>& grad = grads_[0];  // the sum of every replica's shards
-    loss_sum_ += grad[nn::Layout::kCount];
-    correct_ += grad[nn::Layout::kCount + 1];
-    adam_.Apply(params_.data(), grad.data(), learning_rate_, pool_);
-    slice_ += slice_stride_;
+    adam_.Apply(params_.data(), grad.data(), learning_rate(), pool_);
+    EndStep(grad[nn::Layout::kCount], grad[nn::Layout::kCount + 1]);
     return Status::Ok();
   }
   Status WaitForSteps() override { return Status::Ok(); }
@@ -107,12 +84,6 @@ class CpuBackend final : public StepBackend {
   std::vector<float> params_;
   // Per shard: gradients, the batch's loss sum and correct count, a stop vote.
   std::vector<std::vector<float>> grads_;
-  std::vector<uint32_t> order_;
-  int64_t slice_ = 0;
-  int64_t slice_stride_ = 0;
-  double learning_rate_ = 0.0;
-  double loss_sum_ = 0.0;
-  double correct_ = 0.0;
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include "trainer/model/cpu_engine.h"
 #include "trainer/nn/adam.h"
 #include "trainer/train/declared_model.h"
+#include "trainer/train/host_epoch_backend.h"
 #include "trainer/train/step_backend.h"
 
 namespace tj::train {
@@ -25,7 +26,7 @@ uint64_t DropoutSeed(uint64_t seed, int64_t global_step, int shard) {
       static_cast<uint64_t>(shard));
 }
 
-class DeclaredCpuBackend final : public StepBackend {
+class DeclaredCpuBackend final : public HostEpochBackend {
  public:
   DeclaredCpuBackend(const DeclaredModel& model, const data::Dataset& dataset, int batch_size,
                      nn::ThreadPool* pool, const nn::cpu::Kernels& kernels, ShardRange shards,
@@ -71,35 +72,13 @@ class DeclaredCpuBackend final : public StepBackend {
     return ModelState{params_, adam_.m(), adam_.v(), adam_.iterations(), state_};
   }
 
-  Status SetEpochSums(double loss_sum, double correct) override {
-    loss_sum_ = loss_sum;
-    correct_ = correct;
-    return Status::Ok();
-  }
-  Status GetEpochSums(double* loss_sum, double* correct) override {
-    *loss_sum = loss_sum_;
-    *correct = correct_;
-    return Status::Ok();
-  }
-
-  Status BeginEpoch(const std::vector<uint32_t>& order, int64_t first_slice, int64_t slice_stride,
-                    double learning_rate) override {
-    order_ = order;
-    slice_ = first_slice;
-    slice_stride_ = slice_stride;
-    learning_rate_ = learning_rate;
-    return Status::Ok();
-  }
-
   Status ComputeGradients(float scale) override {
     const int64_t rows = int64_t{batch_size_} * shards();
-    if (slice_ < 0 || slice_ + rows > static_cast<int64_t>(order_.size())) {
-      return Status::Error("declared-model backend: step past the end of the epoch's order");
-    }
+    TJ_RETURN_IF_ERROR(CheckStepFits(rows, "declared-model backend"));
     for (int shard = 0; shard < shards(); ++shard) {
       std::vector<float>& buffer = grads_[static_cast<size_t>(shard)];
       nn::Batch batch{data_.train.images.data(), data_.train.labels.data(),
-                      order_.data() + slice_ + int64_t{shard} * batch_size_, batch_size_};
+                      ShardOrder(shard, batch_size_), batch_size_};
       model::StepOptions options;
       options.dropout_seed = DropoutSeed(seed_, adam_.iterations(), shard_range_.first + shard);
       // Every shard updates the step's statistics from its own batch; their sum rides along.
@@ -120,12 +99,10 @@ class DeclaredCpuBackend final : public StepBackend {
   }
   Status ApplyUpdate() override {
     const std::vector<float>& sum = grads_[0];  // the sum of every replica's shards
-    loss_sum_ += sum[params_count_ + state_count_];
-    correct_ += sum[params_count_ + state_count_ + 1];
     const auto total = static_cast<float>(shard_range_.total);
     for (size_t i = 0; i < state_count_; ++i) state_[i] = sum[params_count_ + i] / total;
-    adam_.Apply(params_.data(), sum.data(), learning_rate_, pool_);
-    slice_ += slice_stride_;
+    adam_.Apply(params_.data(), sum.data(), learning_rate(), pool_);
+    EndStep(sum[params_count_ + state_count_], sum[params_count_ + state_count_ + 1]);
     return Status::Ok();
   }
   Status WaitForSteps() override { return Status::Ok(); }
@@ -146,12 +123,6 @@ class DeclaredCpuBackend final : public StepBackend {
   std::vector<float> shard_state_;  // one shard's update of them
   // Per shard: gradients, updated statistics, the batch's loss sum and correct count, a vote.
   std::vector<std::vector<float>> grads_;
-  std::vector<uint32_t> order_;
-  int64_t slice_ = 0;
-  int64_t slice_stride_ = 0;
-  double learning_rate_ = 0.0;
-  double loss_sum_ = 0.0;
-  double correct_ = 0.0;
 };
 
 }  // namespace
