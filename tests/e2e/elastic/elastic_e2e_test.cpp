@@ -57,10 +57,11 @@ class Elastic : public testing::JobTest {
   // resources into the status and leaves this one alone.
   void SetSlots(std::optional<int> n) {
     const json value = n ? json(std::to_string(*n)) : json(nullptr);
+    PatchOptions status;
+    status.subresource = "status";
     auto r = client_->Patch(
         resources::kNodes, "", kNode, PatchType::kMerge,
-        {{"status", {{"capacity", {{kSlot, value}}}, {"allocatable", {{kSlot, value}}}}}},
-        {.subresource = "status"});
+        {{"status", {{"capacity", {{kSlot, value}}}, {"allocatable", {{kSlot, value}}}}}}, status);
     ASSERT_TRUE(r.ok()) << r.error().message;
   }
   // The job's pod `name` (probes carry the job's label too); none when it is gone.
@@ -80,15 +81,6 @@ class Elastic : public testing::JobTest {
       }
     }
     return -1;
-  }
-  std::vector<std::string> EventMessages(const std::string& reason) {
-    std::vector<std::string> out;
-    auto events = client_->List(resources::kEvents, ns_);
-    if (!events.ok()) return out;
-    for (const json& e : (*events)["items"]) {
-      if (e.value("reason", "") == reason) out.push_back(e.value("message", ""));
-    }
-    return out;
   }
 };
 

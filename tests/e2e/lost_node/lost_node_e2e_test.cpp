@@ -81,16 +81,6 @@ class LostNode : public testing::JobTest {
     }
     return n;
   }
-  // The job's Events of `reason`, their messages.
-  std::vector<std::string> EventMessages(const std::string& reason) {
-    std::vector<std::string> out;
-    auto events = client_->List(resources::kEvents, ns_);
-    if (!events.ok()) return out;
-    for (const json& e : (*events)["items"]) {
-      if (e.value("reason", "") == reason) out.push_back(e.value("message", ""));
-    }
-    return out;
-  }
 
   bool stopped_ = false;       // the node agent is down
   std::vector<pid_t> frozen_;  // the trainers SIGSTOPped with it

@@ -308,6 +308,16 @@ std::vector<json> JobTest::Pods(const std::string& job) {
   return out;
 }
 
+std::vector<std::string> JobTest::EventMessages(const std::string& reason) {
+  std::vector<std::string> out;
+  auto events = client_->List(resources::kEvents, ns_);
+  if (!events.ok()) return out;
+  for (const json& e : (*events)["items"]) {
+    if (e.value("reason", "") == reason) out.push_back(e.value("message", ""));
+  }
+  return out;
+}
+
 std::string JobTest::PodLog(const std::string& pod) {
   const std::string dir = cluster_->dir() + "/logs/pods/";
   const std::string prefix = ns_ + "_" + pod + "_";

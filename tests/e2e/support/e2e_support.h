@@ -130,6 +130,8 @@ class JobTest : public ::testing::Test {
   std::string PodLog(const std::string& pod);
   // The trainer's JSON events in a pod's log, in order; only those of `kind` when given.
   std::vector<nlohmann::json> PodEvents(const std::string& pod, const std::string& kind = "");
+  // The messages of this namespace's Events of `reason`.
+  std::vector<std::string> EventMessages(const std::string& reason);
   // Waits until the pod's log contains `needle`.
   bool WaitForPodLog(const std::string& pod, const std::string& needle,
                      std::chrono::seconds timeout);
