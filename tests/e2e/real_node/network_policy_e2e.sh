@@ -77,6 +77,11 @@ sed 's/--epochs, "3"/--epochs, "3", --steps-per-epoch, "300"/' \
   "$ROOT/manifests/examples/fmnist.yaml" | kubectl -n "$NS" apply -f - >/dev/null
 kubectl -n "$OTHER" wait --for=condition=Ready pod/stranger --timeout=120s >/dev/null
 kubectl -n "$NS" wait --for=condition=Ready pod/neighbour pod/impostor --timeout=120s >/dev/null
+# kubectl wait fails at once on a pod that does not exist yet: the operator makes them.
+for _ in $(seq 1 60); do
+  kubectl -n "$NS" get pod fmnist-worker-0 fmnist-worker-1 >/dev/null 2>&1 && break
+  sleep 1
+done
 kubectl -n "$NS" wait --for=condition=Ready pod/fmnist-worker-0 pod/fmnist-worker-1 \
   --timeout=180s >/dev/null
 step "the job's workers, a neighbour and an impostor in $NS, a stranger in $OTHER are Ready"

@@ -72,6 +72,12 @@ kubectl create namespace "$NS" >/dev/null
 # The example with short epochs, so that it runs long enough to look at and not longer.
 sed 's/--epochs, "3"/--epochs, "3", --steps-per-epoch, "200"/' \
   "$ROOT/manifests/examples/fmnist.yaml" | kubectl -n "$NS" apply -f - >/dev/null
+# kubectl wait fails at once on a pod that does not exist yet: first wait for the operator to
+# make it.
+for _ in $(seq 1 60); do
+  kubectl -n "$NS" get pod fmnist-worker-0 >/dev/null 2>&1 && break
+  sleep 1
+done
 kubectl -n "$NS" wait --for=condition=Ready pod/fmnist-worker-0 --timeout=180s >/dev/null
 step "worker 0 Ready"
 for _ in $(seq 1 120); do
