@@ -65,13 +65,7 @@ bool Pass::ShrinkWhenUnschedulable(const Gang& gang, const GangCensus& census) {
                           (waiting->unschedulable.empty() ? "" : "; " + waiting->unschedulable) +
                           "), " + std::to_string(placed) + " of the gang's " +
                           std::to_string(size + chiefs) + " pods were placed";
-  auto budget = ChargeGangRestart(api::RestartCause::kResized, why, /*never_counted=*/true);
-  if (!budget) return true;
-  RestartGang("restart " + std::to_string(status_.restart_count + 1) + " (" + *budget +
-                  "): " + why + "; restarting the gang with " + std::to_string(*next) + " of its " +
-                  std::to_string(e.max_replicas) + " workers",
-              gang.current, "GangResized");
-  status_.elastic_workers = *next;  // RestartGang made the next gang full-size
+  RestartResized(gang, *next, why);
   return true;
 }
 
@@ -113,14 +107,20 @@ bool Pass::GrowWhenThereIsRoom(const Gang& gang, const GangCensus& census) {
   if (!next || *next <= size) return false;
   const std::string why = std::to_string(placed) + " capacity probe" + (placed == 1 ? "" : "s") +
                           " found room for more workers";
+  if (RestartResized(gang, *next, why)) {
+    for (const auto& [i, p] : probes) DeletePod(*p);  // their room is the new workers'
+  }
+  return true;
+}
+
+bool Pass::RestartResized(const Gang& gang, int32_t workers, const std::string& why) {
   auto budget = ChargeGangRestart(api::RestartCause::kResized, why, /*never_counted=*/true);
-  if (!budget) return true;
+  if (!budget) return false;
   RestartGang("restart " + std::to_string(status_.restart_count + 1) + " (" + *budget +
-                  "): " + why + "; restarting the gang with " + std::to_string(*next) + " of its " +
-                  std::to_string(e.max_replicas) + " workers",
+                  "): " + why + "; restarting the gang with " + std::to_string(workers) +
+                  " of its " + std::to_string(spec_.elastic->max_replicas) + " workers",
               gang.current, "GangResized");
-  status_.elastic_workers = *next;
-  for (const auto& [i, p] : probes) DeletePod(*p);  // their room is the new workers'
+  status_.elastic_workers = workers;  // RestartGang made the next gang full-size
   return true;
 }
 

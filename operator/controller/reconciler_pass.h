@@ -236,6 +236,9 @@ class Pass {
   // restarts at that size (cause Resized, never counted; its trainers back up as they stop)
   // and the probes go. Otherwise probes are deleted. True: the pass has decided.
   bool GrowWhenThereIsRoom(const Gang& gang, const GangCensus& census);
+  // The gang restarted with `workers` workers (cause Resized, never counted; Event GangResized
+  // saying `why`). False when ChargeGangRestart failed the job instead.
+  bool RestartResized(const Gang& gang, int32_t workers, const std::string& why);
   // Every capacity probe of the job deleted (a finished job).
   void DeleteCapacityProbes();
 
