@@ -266,7 +266,8 @@ Status ParseElasticPolicy(const json& spec, TrainingJobSpec& out) {
                           "between spec.elasticPolicy.minReplicas (" +
                           std::to_string(e.min_replicas) + ") and maxReplicas (" +
                           std::to_string(e.max_replicas) + "), whose replicas divide the " +
-                          std::to_string(e.shards) + " shards (1 when not given)");
+                          std::to_string(e.shards) +
+                          " shards; the API server makes it 1 when it is not given");
   }
   out.elastic = e;
   return Status::Ok();
