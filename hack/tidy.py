@@ -3,7 +3,9 @@
 Run through hack/tidy.sh, which checks the tools. Arguments: ROOT BUILD [FILE...]. The cache key
 of a source is the hash of the clang-tidy version, the repository's .clang-tidy, its compile
 command and its preprocessed text (clang++ -E), so a changed header re-checks every includer and
-nothing else.
+nothing else. The checkout's and the build's absolute paths are replaced by placeholders in the
+key (they appear in -I flags and in __FILE__), so a clone elsewhere on the machine, as CI's is,
+finds the passes of this one.
 """
 
 import concurrent.futures
@@ -37,8 +39,8 @@ def sources(root, build, wanted):
     return seen
 
 
-def cache_key(config, entry):
-    """The hash of what decides clang-tidy's verdict on this source."""
+def cache_key(config, entry, root, build):
+    """The hash of what decides clang-tidy's verdict on this source, wherever it is checked out."""
     args = entry.get("arguments") or shlex.split(entry["command"])
     keep = [a for a in args if a.startswith(("-I", "-D", "-std=")) or a == "-pthread"]
     for i, a in enumerate(args):
@@ -46,11 +48,14 @@ def cache_key(config, entry):
             keep += [a, args[i + 1]]
     pre = subprocess.run(["clang++", "-E", "-P", "-w", *keep, entry["file"]],
                          cwd=entry["directory"], capture_output=True)
+    def placeless(data):
+        return data.replace(build.encode(), b"@BUILD@").replace(root.encode(), b"@ROOT@")
+
     digest = hashlib.sha256(config)
-    digest.update(" ".join(args).encode())
+    digest.update(placeless(" ".join(args).encode()))
     if pre.returncode != 0:  # unknown flags: never cached, always checked
         digest.update(str(time.time_ns()).encode())
-    digest.update(pre.stdout)
+    digest.update(placeless(pre.stdout))
     return digest.hexdigest()
 
 
@@ -77,7 +82,7 @@ def main():
     start = time.monotonic()
 
     def check(path):
-        key = cache_key(config, entries[path])
+        key = cache_key(config, entries[path], root, build)
         if os.path.exists(os.path.join(cache, key)):
             return path, True, [], True
         ok, lines = tidy(build, path)

@@ -132,7 +132,7 @@ phase() {  # phase N OPERATOR PID METRICS [QUEUE]
 }
 settle() {  # the namespaces of earlier phases gone, so they cost the next phase nothing
   local t0=$SECONDS
-  while kubectl get namespaces -o name | grep -q '^namespace/scale-'; do
+  while kubectl get namespaces -o name | grep '^namespace/scale-' >/dev/null; do
     [ $((SECONDS - t0)) -lt 900 ] || { log "namespaces still terminating after 900 s"; break; }
     sleep 2
   done

@@ -101,7 +101,8 @@ listening() {
 }
 ports=""
 for _ in $(seq 1 120); do
-  if kubectl -n "$NS" logs fmnist-worker-0 2>/dev/null | grep -q '"event":"backup_saved"'; then
+  # Not `kubectl logs | grep -q`: with pipefail, grep's early exit fails the pipe (SIGPIPE).
+  if grep -q '"event":"backup_saved"' <<<"$(kubectl -n "$NS" logs fmnist-worker-0 2>/dev/null)"; then
     ports=$(listening); break
   fi
   sleep 1

@@ -80,12 +80,16 @@ for _ in $(seq 1 60); do
 done
 kubectl -n "$NS" wait --for=condition=Ready pod/fmnist-worker-0 --timeout=180s >/dev/null
 step "worker 0 Ready"
+# The log is read into a variable before grep: with pipefail, `kubectl logs | grep -q` fails
+# whenever grep exits on its match before kubectl has written the rest (SIGPIPE).
+logs=""
 for _ in $(seq 1 120); do
-  kubectl -n "$NS" logs fmnist-worker-0 2>/dev/null | grep -q '"event":"backup_saved"' && break
+  logs=$(kubectl -n "$NS" logs fmnist-worker-0 2>/dev/null || true)
+  grep -q '"event":"backup_saved"' <<<"$logs" && break
   sleep 1
 done
-kubectl -n "$NS" logs fmnist-worker-0 | grep -q '"event":"backup_saved"' ||
-  { echo "FAIL kubectl logs shows no backup_saved event"; kubectl -n "$NS" logs fmnist-worker-0 | tail; exit 1; }
+grep -q '"event":"backup_saved"' <<<"$logs" ||
+  { echo "FAIL kubectl logs shows no backup_saved event"; tail <<<"$logs"; exit 1; }
 echo "ok   kubectl logs: the chief's events"
 uid=$(kubectl -n "$NS" exec fmnist-worker-0 -- id -u)
 [ "$uid" = 65532 ] || { echo "FAIL kubectl exec: uid '$uid'"; exit 1; }

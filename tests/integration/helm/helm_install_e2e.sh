@@ -58,7 +58,8 @@ sed 's/name: fmnist$/name: fmnist-denied/' "$ROOT/manifests/examples/fmnist.yaml
   kubectl -n helm-e2e apply -f - >/dev/null 2>&1 || true
 forbidden=false
 for _ in $(seq 1 60); do
-  if kubectl -n tj-system logs deploy/tj-operator 2>/dev/null | grep -qi 'forbidden'; then
+  # Not `kubectl logs | grep -q`: with pipefail, grep's early exit fails the pipe (SIGPIPE).
+  if grep -qi 'forbidden' <<<"$(kubectl -n tj-system logs deploy/tj-operator 2>/dev/null)"; then
     forbidden=true; break
   fi
   sleep 1
