@@ -89,10 +89,11 @@ ENTRYPOINT ["/usr/local/bin/tj-operator"]
 # TRAINER_VARIANT picks:
 #   gpu  (the default) the GPU backend, on the CUDA runtime image with cuDNN and NCCL;
 #   cpu  Gloo only, on Debian 12 slim (hack/images.sh: localhost/tj-trainer-cpu).
-# Fashion-MNIST is the default --data-dir. Runs as a non-root user; backups, checkpoints and
-# logs go to the volumes the job mounts. The status endpoint is per replica ($TJ_STATUS_PORT,
-# set by the operator), so only TF_CONFIG's default port is declared. A builder builds only
-# the stages the variant needs.
+# Fashion-MNIST is the default --data-dir; tj-dataset converts datasets (it, say, to TFRecord
+# or image folders as a job's first step: manifests/examples/declared-model.yaml). Runs as a
+# non-root user; backups, checkpoints and logs go to the volumes the job mounts. The status
+# endpoint is per replica ($TJ_STATUS_PORT, set by the operator), so only TF_CONFIG's default
+# port is declared. A builder builds only the stages the variant needs.
 FROM ${DEBIAN_SLIM_IMAGE} AS trainer-runtime-cpu
 FROM ${CUDA_RUNTIME_IMAGE} AS trainer-runtime-gpu
 FROM build-cpu AS trainer-build-cpu
@@ -103,9 +104,11 @@ FROM trainer-runtime-${TRAINER_VARIANT} AS trainer
 ARG APP_UID
 COPY hack/image/install-runtime.sh /usr/local/sbin/
 RUN /usr/local/sbin/install-runtime.sh trainer "${APP_UID}"
-COPY --from=trainer-build /src/build/bin/tj-trainer /usr/local/bin/tj-trainer
+COPY --from=trainer-build /src/build/bin/tj-trainer /src/build/bin/tj-dataset /usr/local/bin/
 COPY --from=dataset /usr/share/datasets/fashion-mnist /usr/share/datasets/fashion-mnist
-RUN if ldd /usr/local/bin/tj-trainer | grep 'not found'; then exit 1; fi
+RUN for b in tj-trainer tj-dataset; do \
+      if ldd "/usr/local/bin/$b" | grep 'not found'; then exit 1; fi; \
+    done
 USER ${APP_UID}:${APP_UID}
 WORKDIR /home/tj
 EXPOSE 2222

@@ -370,7 +370,8 @@ std::string JobTest::FinalWeightsSha(const json& job) {
   return ends.empty() ? "" : ends.back().value("weights_sha256", "");
 }
 
-std::string JobTest::ReferenceSha(const json& job, std::chrono::seconds timeout) {
+std::string JobTest::ReferenceSha(const json& job, std::chrono::seconds timeout,
+                                  const std::vector<std::string>& shared_claims) {
   static std::map<std::string, std::string> cache;  // spec -> digest; tests run one at a time
   const std::string key = job.value("spec", json()).dump();
   if (auto it = cache.find(key); it != cache.end()) return it->second;
@@ -381,7 +382,9 @@ std::string JobTest::ReferenceSha(const json& job, std::chrono::seconds timeout)
   reference["metadata"] = {{"name", "reference"}};
   for (auto& [type, replica] : reference["spec"]["replicaSpecs"].items()) {
     for (json& v : replica["template"]["spec"]["volumes"]) {
-      if (v.contains("persistentVolumeClaim")) {
+      if (v.contains("persistentVolumeClaim") &&
+          std::find(shared_claims.begin(), shared_claims.end(),
+                    v["persistentVolumeClaim"].value("claimName", "")) == shared_claims.end()) {
         v["persistentVolumeClaim"]["claimName"] = "reference-data";
       }
     }

@@ -145,8 +145,10 @@ class JobTest : public ::testing::Test {
   // The final weights digest of `job` run without faults, as job "reference" in this test's
   // namespace on a claim of its own (its backups and checkpoints must not meet the test's
   // job). Cached per binary by the job's spec, so only the first test that asks pays for the
-  // run. Empty, with a test failure, when it does not succeed at once with a digest.
-  std::string ReferenceSha(const nlohmann::json& job, std::chrono::seconds timeout);
+  // run. Empty, with a test failure, when it does not succeed at once with a digest. Claims
+  // named in `shared_claims` (a dataset's, read by both jobs) are left as they are.
+  std::string ReferenceSha(const nlohmann::json& job, std::chrono::seconds timeout,
+                           const std::vector<std::string>& shared_claims = {});
   // Waits up to `timeout` for job `name` to finish, then expects it Succeeded after `restarts`
   // gang restarts, with a final weights digest (FinalWeightsSha) equal to `reference` (from
   // ReferenceSha); the log of `chief` is printed when it has none. With
