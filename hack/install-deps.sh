@@ -13,6 +13,8 @@ PACKAGES=(
   libhwy-dev
   # the trainer's image datasets (trainer/data: JPEG through libjpeg-turbo, PNG through libpng)
   libjpeg62-turbo-dev libpng-dev
+  # Keras' .weights.h5 files (trainer/model/keras_weights: the HDF5 C library)
+  libhdf5-dev
   # data
   dataset-fashion-mnist
   # reference implementations for tests and benchmarks

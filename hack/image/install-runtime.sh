@@ -15,8 +15,10 @@ case "$image" in
                       libssl3 zlib1g" ;;
   # tj-trainer: Gloo (CPU collectives), libmicrohttpd (/status, /metrics), OpenSSL (checksums
   # of data and backups, the rendezvous' authentication), Highway (the CPU kernels' choice of
-  # SIMD target); CUDA, cuDNN and NCCL come with the CUDA base image of the GPU target.
-  trainer) packages="ca-certificates libgloo0 libmicrohttpd12 libssl3 zlib1g libhwy1" ;;
+  # SIMD target), HDF5 (Keras' .weights.h5 files); CUDA, cuDNN and NCCL come with the CUDA base
+  # image of the GPU target.
+  trainer) packages="ca-certificates libgloo0 libmicrohttpd12 libssl3 zlib1g libhwy1
+                     libhdf5-103-1" ;;
   # The TensorFlow example image: Python 3.11 and venv; the wheels bring their own libraries.
   tensorflow) packages="ca-certificates python3 python3-venv" ;;
   *) echo "install-runtime.sh: unknown image '$image' (operator, trainer or tensorflow)" >&2

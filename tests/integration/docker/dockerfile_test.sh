@@ -283,7 +283,8 @@ for name, _, _, binary, _ in RUNTIME:
         # against packages.ubuntu.com, docs/deploy.md); their own depends come with them.
         # The CUDA libraries come with the trainer's nvidia/cuda cuDNN runtime base image.
         needed = {p for p in needed if not cuda_library(p)}
-        direct = {"libgloo0", "libmicrohttpd12", "libssl3", "libhwy1"}  # (t64 names there)
+        direct = {"libgloo0", "libmicrohttpd12", "libssl3", "libhwy1",
+                  "libhdf5-103-1"}  # (t64 names there)
         have = depends_closure([p for p in installs if p in direct])
         check(direct <= set(installs), f"trainer image installs {sorted(direct)}")
         missing = sorted(p for p in needed if p not in have)
