@@ -7,6 +7,7 @@
 #include "trainer/checkpoint/atomic_file.h"
 #include "trainer/checkpoint/state_file.h"
 #include "trainer/checkpoint/volume_file.h"
+#include "trainer/model/keras_weights.h"
 #include "trainer/nn/model.h"
 
 namespace tj::train {
@@ -145,6 +146,13 @@ Status ExportDeclaredModel(const std::string& dir, const DeclaredModel& model,
   if (!state.empty()) file.tensors.emplace_back(kModelStateTensor, state);
   TJ_RETURN_IF_ERROR(checkpoint::WriteStateFile(dir + "/weights.tjckpt", file, kExportKey));
   TJ_RETURN_IF_ERROR(checkpoint::WriteFileAtomically(dir + "/model.json", model.text));
+  // The same weights as Keras 3's model.save_weights writes them, for model.load_weights.
+  const std::vector<float> no_state(model.graph.state_count, 0.0f);
+  StatusOr<std::string> keras =
+      model::EncodeKerasWeights(model.graph, weights, state.empty() ? no_state : state);
+  if (!keras.ok()) return keras.status().WithContext("writing " + dir + "/" + kKerasWeightsFile);
+  TJ_RETURN_IF_ERROR(checkpoint::WriteFileAtomically(dir + "/" + kKerasWeightsFile, *keras));
+  arch["keras_weights_file"] = kKerasWeightsFile;
   arch["model_config"] = "model.json";
   arch["epochs"] = epochs;
   arch["weights_file"] = "weights.tjckpt";
