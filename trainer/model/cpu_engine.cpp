@@ -536,7 +536,8 @@ void CpuEngine::Plan::DepthwiseBackward(Node& n, float* grad_out) {
 
 // Training: the batch's mean and (biased) variance per channel, summed per row in double then
 // over rows in order; y = x * inv + (beta - mean * inv), inv = gamma / sqrt(var + epsilon), in
-// float32 as tf.nn.batch_normalization computes it. Inference: the moving statistics.
+// float32 as tf.nn.batch_normalization computes it. Inference (and a frozen layer in training,
+// as Keras 3 runs a non-trainable BatchNormalization): the moving statistics, not updated.
 void CpuEngine::Plan::BatchNormForward(Node& n) {
   const Layer& l = *n.layer;
   const Node& in = nodes[l.inputs[0]];
@@ -547,7 +548,7 @@ void CpuEngine::Plan::BatchNormForward(Node& n) {
   float* moving_mean = state + l.state[0].offset;
   float* moving_var = state + l.state[1].offset;
   std::vector<float> var(C);
-  if (options.training) {
+  if (options.training && l.trainable) {  // a frozen BatchNormalization runs as in inference
     const double count = static_cast<double>(rows) * positions;
     std::vector<double> mean(C, 0.0), sq(C, 0.0);
     for (int pass = 0; pass < 2; ++pass) {
@@ -630,7 +631,7 @@ void CpuEngine::Plan::BatchNormBackward(Node& n, float* grad_out) {
   }
   const double count = static_cast<double>(rows) * positions;
   std::vector<float> a(C, 0.0f), b(C, 0.0f);
-  for (int c = 0; c < C && options.training; ++c) {
+  for (int c = 0; c < C && options.training && l.trainable; ++c) {
     a[c] = static_cast<float>(n.inv[c] * dbeta[c] / count);
     b[c] = static_cast<float>(static_cast<double>(n.inv[c]) * n.invstd[c] * dgamma[c] / count);
   }

@@ -115,6 +115,10 @@ struct Layer {
   Shape in, out;            // in: the first input's shape (none for the input layer)
   Activation activation = Activation::kLinear;
   float relu_max = std::numeric_limits<float>::infinity();
+  // False for a frozen layer ("trainable": false in its config): its parameters are not
+  // updated, and a frozen BatchNormalization normalises with its moving statistics and leaves
+  // them as they are in training too, as Keras 3 runs a non-trainable BatchNormalization.
+  bool trainable = true;
 
   // Windows: Conv2D, DepthwiseConv2D, MaxPooling2D, AveragePooling2D. Padding "same" pads
   // pad_top / pad_left before and the rest after, as TensorFlow does.

@@ -366,8 +366,8 @@ const std::map<std::string, LayerType, std::less<>>& LayerTypes() {
 }
 
 // The options every layer has: trainable and the dtype policy.
-void ReadCommon(Config& c) {
-  if (!c.Bool("trainable", true)) c.Fail("trainable: false (a frozen layer) is not supported");
+void ReadCommon(Config& c, Layer* layer) {
+  layer->trainable = c.Bool("trainable", true);
   const json* dtype = c.Find("dtype");
   if (dtype == nullptr) return;
   std::string policy;
@@ -404,7 +404,7 @@ Status ReadLayer(const json& entry, Layer* layer) {
   }
   layer->type = type->second;
   Config c(config, where);
-  if (layer->type != LayerType::kInput) ReadCommon(c);
+  if (layer->type != LayerType::kInput) ReadCommon(c, layer);
   switch (layer->type) {
     case LayerType::kInput:
       ReadInput(c, layer);

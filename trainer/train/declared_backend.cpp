@@ -4,6 +4,8 @@
 // shard updated (state_count floats), the loss sum, the correct count and the stop vote.
 #include <algorithm>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/random.h"
 #include "trainer/model/cpu_engine.h"
@@ -26,6 +28,19 @@ uint64_t DropoutSeed(uint64_t seed, int64_t global_step, int shard) {
       static_cast<uint64_t>(shard));
 }
 
+// Frozen layers ("trainable": false): the [offset, offset + size) ranges of the parameter
+// vector that are not trained. Their summed gradients are zeroed before Adam, so their Adam
+// moments stay 0 and the update adds exactly 0: the tensors keep their bits, on every replica
+// alike (each zeroes the same all-reduced floats).
+std::vector<std::pair<size_t, size_t>> FrozenRanges(const model::Graph& graph) {
+  std::vector<std::pair<size_t, size_t>> ranges;
+  for (const model::Layer& layer : graph.layers) {
+    if (layer.trainable) continue;
+    for (const model::Tensor& t : layer.params) ranges.emplace_back(t.offset, t.size);
+  }
+  return ranges;
+}
+
 class DeclaredCpuBackend final : public HostEpochBackend {
  public:
   DeclaredCpuBackend(const DeclaredModel& model, const data::Dataset& dataset, int batch_size,
@@ -40,6 +55,7 @@ class DeclaredCpuBackend final : public HostEpochBackend {
         seed_(seed),
         params_count_(model.graph.parameter_count),
         state_count_(model.graph.state_count),
+        frozen_(FrozenRanges(model.graph)),
         engine_(model.graph, batch_size, pool, kernels),
         adam_(params_count_, nn::AdamConfig{}, kernels),
         params_(params_count_, 0.0f),
@@ -101,6 +117,9 @@ class DeclaredCpuBackend final : public HostEpochBackend {
     const std::vector<float>& sum = grads_[0];  // the sum of every replica's shards
     const auto total = static_cast<float>(shard_range_.total);
     for (size_t i = 0; i < state_count_; ++i) state_[i] = sum[params_count_ + i] / total;
+    for (const auto& [offset, size] : frozen_) {
+      std::fill_n(grads_[0].begin() + static_cast<std::ptrdiff_t>(offset), size, 0.0f);
+    }
     adam_.Apply(params_.data(), sum.data(), learning_rate(), pool_);
     EndStep(sum[params_count_ + state_count_], sum[params_count_ + state_count_ + 1]);
     return Status::Ok();
@@ -116,6 +135,7 @@ class DeclaredCpuBackend final : public HostEpochBackend {
   ShardRange shard_range_;
   uint64_t seed_;
   size_t params_count_, state_count_;
+  std::vector<std::pair<size_t, size_t>> frozen_;  // FrozenRanges
   model::CpuEngine engine_;
   nn::Adam adam_;
   std::vector<float> params_;

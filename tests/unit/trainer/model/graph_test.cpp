@@ -256,13 +256,6 @@ TEST(KerasModelTest, RefusalsNameTheLayerAndTheProblem) {
          return m;
        },
        {"layer Dense 'dense'", "kernel_initializer", "HeNormal", "GlorotUniform"}},
-      {"frozen",
-       [] {
-         json m = SmallCnn();
-         m["config"]["layers"][3]["config"]["trainable"] = false;
-         return m;
-       },
-       {"layer Dense 'dense'", "trainable: false"}},
       {"groups",
        [] {
          json m = SmallCnn();
@@ -371,6 +364,21 @@ TEST(KerasModelTest, SequentialWithoutInputLayerAndAFinalSoftmax) {
   EXPECT_EQ(g->input_shape(), (Shape{8, 8, 2, false}));
   EXPECT_TRUE(g->output_softmax);
   EXPECT_EQ(g->parameter_count, 3u * 3 * 2 * 4 + 4 + 6 * 6 * 4 * 3 + 3);
+}
+
+// "trainable": false marks a frozen layer (its parameters are not updated in training); the
+// layout is the same as without it.
+TEST(KerasModelTest, FrozenLayersKeepTheirLayout) {
+  json m = SmallCnn();
+  m["config"]["layers"][1]["config"]["trainable"] = false;
+  StatusOr<Graph> frozen = ParseKerasModel(m.dump());
+  StatusOr<Graph> plain = ParseKerasModel(SmallCnn().dump());
+  ASSERT_TRUE(frozen.ok()) << frozen.status().message();
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(Named(*frozen, "conv").trainable);
+  EXPECT_TRUE(Named(*frozen, "dense").trainable);
+  EXPECT_TRUE(Named(*plain, "conv").trainable);
+  EXPECT_EQ(frozen->parameter_count, plain->parameter_count);
 }
 
 TEST(KerasModelTest, ExampleFilesAreWhatMakeModelsWrites) {
