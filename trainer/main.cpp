@@ -45,6 +45,9 @@ void DefineFlags(CLI::App& app, tj::train::Options& o, RawFlags& f) {
                  "A Keras model's JSON (model.to_json()) to train, evaluate or export instead of "
                  "the built-in CNN, on the CPU (default: $TJ_MODEL_CONFIG, else the built-in "
                  "model; see docs/trainer.md)");
+  app.add_option("--initial-weights", o.initial_weights,
+                 "A Keras 3 .weights.h5 file (model.save_weights) of the --model-config model: "
+                 "its weights start a fresh run (a resume keeps its backup's)");
   app.add_option("--epochs", o.epochs, "Epochs to train")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));

@@ -34,6 +34,10 @@ struct DeclaredModel {
   // indented, another for any change of a layer, an option, a name or Keras' metadata.
   std::string sha256;
   model::Graph graph;
+  // --initial-weights (initial_weights.h): the weights a fresh run starts from, and the
+  // SHA-256 (hex) of their file, which joins the backups' fingerprint. Empty: none given.
+  std::string initial_weights_sha256;
+  std::vector<float> initial_params, initial_state;
 };
 
 // Reads and checks the model file: at most kMaxModelConfigBytes, nested at most 64 deep, a

@@ -86,6 +86,8 @@ nlohmann::json TrainingFingerprint(const Options& options, int replicas,
     f["model"] = model->graph.name;
     f["model_sha256"] = model->sha256;
     f["parameters"] = model->graph.parameter_count;
+    if (!model->initial_weights_sha256.empty())
+      f["initial_weights_sha256"] = model->initial_weights_sha256;
   }
   if (options.elastic_shards > 0) {
     f["elastic_shards"] = options.elastic_shards;

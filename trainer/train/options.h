@@ -32,6 +32,10 @@ struct Options {
   // (`model.to_json()`) to train, evaluate or export instead of the built-in seeds' CNN, on
   // the CPU. Empty: the built-in model.
   std::string model_config;
+  // A declared model's starting weights (--initial-weights): a Keras 3 .weights.h5 file
+  // (model.save_weights) loaded instead of the initializers' values at a fresh start; a
+  // resume keeps its backup's weights. Empty: the initializers'.
+  std::string initial_weights;
   int epochs = 12;
   int batch_size = 64;      // per replica; in elastic mode per shard
   int steps_per_epoch = 0;  // a cap; 0 = the whole epoch

@@ -15,6 +15,7 @@
 #include "trainer/collective/nccl_communicator.h"
 #endif
 #include "trainer/train/evaluator.h"
+#include "trainer/train/initial_weights.h"
 #include "trainer/train/observability.h"
 #include "trainer/train/step_backend.h"
 #include "trainer/train/termination_message.h"
@@ -137,9 +138,17 @@ std::string DeviceError(const Options& o, int gpus) {
 // The declared model of --model-config into `model` (nothing without the flag), checked
 // against the dataset and announced. kExitOk, or the exit code after the error is logged.
 int LoadDeclaredModelOfRun(const Options& o, EventLog& log, std::optional<DeclaredModel>* model) {
+  if (o.model_config.empty() && !o.initial_weights.empty()) {
+    log.Error("--initial-weights " + o.initial_weights +
+              ": initial weights are a declared model's (Keras' .weights.h5 of the model that "
+              "--model-config declares); give --model-config too, or drop --initial-weights");
+    return kExitUsage;
+  }
   if (o.model_config.empty()) return kExitOk;
   auto loaded = LoadDeclaredModel(o.model_config);
   Status fits = loaded.ok() ? CheckModelFitsDataset(*loaded, o.data_dir) : loaded.status();
+  if (fits.ok() && !o.initial_weights.empty())
+    fits = LoadInitialWeights(o.initial_weights, &*loaded);
   if (!fits.ok()) {
     log.Error(fits.message());
     return kExitUsage;
@@ -149,6 +158,10 @@ int LoadDeclaredModelOfRun(const Options& o, EventLog& log, std::optional<Declar
   const nlohmann::json identity = DeclaredModelIdentity(**model);
   for (const auto& [key, value] : identity.items()) event[key] = value;
   event["layers"] = (*model)->graph.layers.size();
+  if (!o.initial_weights.empty()) {
+    event["initial_weights"] = o.initial_weights;
+    event["initial_weights_sha256"] = (*model)->initial_weights_sha256;
+  }
   log.Emit(event);
   return kExitOk;
 }

@@ -119,7 +119,8 @@ class Trainer {
   // The chief restores the newest valid backup and broadcasts it, so every replica starts
   // from the same bits; a fresh run broadcasts the chief's initial weights.
   TrainingOutcome RestoreOrInitialise();
-  // The parameters and state a fresh run starts from: the model's initial values for the seed.
+  // The parameters and state a fresh run starts from: the model's initial values for the seed,
+  // or a declared model's --initial-weights.
   ModelState InitialState() const;
   // The test set's loss and correct count for `model`'s parameters (and state).
   nn::BatchStats EvaluateTestSet(const ModelState& model);
@@ -197,11 +198,13 @@ ModelState Trainer::InitialState() const {
             .model_state = {}};
   }
   const size_t count = model_->graph.parameter_count;
-  return {.params = model::InitialParameters(model_->graph, options_.seed),
+  const bool given = !model_->initial_weights_sha256.empty();  // --initial-weights
+  return {.params = given ? model_->initial_params
+                          : model::InitialParameters(model_->graph, options_.seed),
           .adam_m = std::vector<float>(count, 0.0f),
           .adam_v = std::vector<float>(count, 0.0f),
           .iterations = 0,
-          .model_state = model::InitialState(model_->graph)};
+          .model_state = given ? model_->initial_state : model::InitialState(model_->graph)};
 }
 
 nn::BatchStats Trainer::EvaluateTestSet(const ModelState& model) {
