@@ -1,13 +1,18 @@
 // tj-trainer: flags and environment in, a run out. See trainer/train/run.h.
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "common/version.h"
 #include "trainer/checkpoint/backup_manager.h"
 #include "trainer/train/options.h"
 #include "trainer/train/run.h"
+#include "trainer/train/training_data.h"
 
 namespace {
 
@@ -36,11 +41,92 @@ struct RawFlags {
   std::string device = "auto", log_format = "json", role = "auto", save_freq = "epoch",
               allreduce_dtype = "float32", allreduce_algorithm = "ring";
   double rendezvous_timeout_s = 300, collective_timeout_s = 60, eval_poll_s = 1;
+  std::string dataset_format = "idx", image_size, normalize_mean, normalize_std;
 };
+
+// "HxW" into height and width (each 1..32768); false when it is not that.
+bool ParseImageSize(const std::string& text, tj::data::ImageShape& shape) {
+  const size_t x = text.find('x');
+  if (x == std::string::npos || x == 0 || x + 1 == text.size()) return false;
+  char* end = nullptr;
+  const long h = std::strtol(text.c_str(), &end, 10);
+  if (end != text.c_str() + x) return false;
+  const long w = std::strtol(text.c_str() + x + 1, &end, 10);
+  if (*end != '\0' || h < 1 || h > 32768 || w < 1 || w > 32768) return false;
+  shape.height = static_cast<int>(h);
+  shape.width = static_cast<int>(w);
+  return true;
+}
+
+// "a,b,c" into finite floats (positive ones when `positive`); false when it is not that.
+bool ParseFloatList(const std::string& text, bool positive, std::vector<float>& out) {
+  std::vector<float> values;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    char* end = nullptr;
+    const float v = std::strtof(item.c_str(), &end);
+    if (item.empty() || *end != '\0' || !std::isfinite(v) || (positive && !(v > 0.0f))) {
+      return false;
+    }
+    values.push_back(v);
+    start = comma + 1;
+  }
+  if (values.size() > 16) return false;
+  out = std::move(values);
+  return true;
+}
 
 void DefineFlags(CLI::App& app, tj::train::Options& o, RawFlags& f) {
   app.add_option("--data-dir", o.data_dir, "Directory with the four MNIST-format IDX files")
       ->capture_default_str();
+  tj::train::DatasetOptions& d = o.data;
+  app.add_option("--dataset-format", f.dataset_format,
+                 "idx|npz|npy|folder|tfrecord: what --train-data and --eval-data hold (idx: "
+                 "--data-dir; every format but idx trains declared models only)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"idx", "npz", "npy", "folder", "tfrecord"}));
+  app.add_option("--train-data", d.train_path,
+                 "The training set: an IDX directory, an .npz, IMAGES.npy,LABELS.npy, the root "
+                 "of <class>/<image> folders, or a TFRecord file or directory");
+  app.add_option("--eval-data", d.eval_path,
+                 "The evaluation set, as --train-data (an .npz: its x_test/y_test; default for "
+                 "npz: --train-data's)");
+  app.add_option("--image-size", f.image_size,
+                 "HxW: the size folder and TFRecord images are fitted to (default: the first "
+                 "image's); for arrays, a check");
+  app.add_option("--image-channels", d.image.channels,
+                 "1 (grey) or 3 (RGB) for folder and TFRecord images (default 3); for arrays, a "
+                 "check")
+      ->check(CLI::IsMember({1, 3}));
+  app.add_option("--num-classes", d.classes, "Classes (0: inferred from the data)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 20));
+  app.add_option("--augment-crop-pad", d.augment.pad,
+                 "Random crop of the training images padded by this many zero pixels (0: off)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1024));
+  app.add_flag("--augment-flip", d.augment.flip, "Random left-right mirror of training images");
+  app.add_option("--normalize-mean", f.normalize_mean,
+                 "Per-channel mean of pixel/255 subtracted, a,b,c (default 0)");
+  app.add_option("--normalize-std", f.normalize_std,
+                 "Per-channel std of pixel/255 divided by, a,b,c (default 1)");
+  app.add_option("--data-threads", d.threads, "Threads decoding batches ahead of the step")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 256));
+  app.add_option("--prefetch-batches", d.prefetch_batches, "Steps' batches decoded ahead")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  app.add_option("--max-image-bytes", d.max_image_bytes, "Largest file of an image folder")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
+  app.add_option("--max-record-bytes", d.max_record_bytes, "Largest TFRecord record")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{4} << 30));
+  app.add_option("--max-array-bytes", d.max_array_bytes, "Largest NumPy array")
+      ->capture_default_str()
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
   app.add_option("--model-config", o.model_config,
                  "A Keras model's JSON (model.to_json()) to train, evaluate or export instead of "
                  "the built-in CNN, on the CPU (default: $TJ_MODEL_CONFIG, else the built-in "
@@ -132,6 +218,28 @@ bool ApplyFlags(const RawFlags& f, tj::train::Options& o) {
     }
     o.save_freq_steps = static_cast<int>(n);
   }
+  tj::train::ParseDatasetFormat(f.dataset_format, &o.data.format);  // checked by CLI11 above
+  // An IDX directory given as --train-data is the --data-dir of the built-in model too.
+  if (o.data.format == tj::train::DatasetFormat::kIdx && !o.data.train_path.empty()) {
+    o.data_dir = o.data.train_path;
+  }
+  if (!f.image_size.empty() && !ParseImageSize(f.image_size, o.data.image)) {
+    std::fprintf(stderr,
+                 "error: --image-size %s: expected HEIGHTxWIDTH, each 1-32768 (e.g. 32x32)\n",
+                 f.image_size.c_str());
+    return false;
+  }
+  for (const auto& [flag, text, positive, out] :
+       {std::tuple{"--normalize-mean", &f.normalize_mean, false, &o.data.normalization.mean},
+        std::tuple{"--normalize-std", &f.normalize_std, true, &o.data.normalization.stddev}}) {
+    if (!text->empty() && !ParseFloatList(*text, positive, *out)) {
+      std::fprintf(stderr,
+                   "error: %s %s: expected one %snumber per channel, comma-separated (e.g. "
+                   "0.49,0.48,0.45)\n",
+                   flag, text->c_str(), positive ? "positive " : "finite ");
+      return false;
+    }
+  }
   if (o.evaluate_only && o.model_dir.empty()) {
     std::fprintf(
         stderr, "error: --evaluate-only needs --model DIR (a directory written by --export-dir)\n");
@@ -205,7 +313,8 @@ int main(int argc, char** argv) {
   RawFlags f;
   CLI::App app{
       "tj-trainer: synchronous data-parallel training of the seeds' CNN, or of a model declared "
-      "in Keras JSON, on MNIST-format data.\n"
+      "in Keras JSON, on MNIST-format IDX data (declared models: NumPy, image folders, TFRecord "
+      "too).\n"
       "Single process without TF_CONFIG; one replica per process with it (MultiWorkerMirrored).\n"
       "Prints one JSON object per line on stdout; errors on stderr."};
   DefineFlags(app, o, f);

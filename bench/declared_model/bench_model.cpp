@@ -89,13 +89,13 @@ int main(int argc, char** argv) {
   tj::SplitMix64 rng(2);
   std::vector<float> images(static_cast<size_t>(batch) * g.input_shape().size());
   for (float& x : images) x = rng.NextFloat();
-  std::vector<uint8_t> labels;
+  std::vector<int32_t> labels;
   std::vector<uint32_t> index;
   for (int r = 0; r < batch; ++r) {
-    labels.push_back(static_cast<uint8_t>(rng.Below(g.classes())));
+    labels.push_back(static_cast<int32_t>(rng.Below(g.classes())));
     index.push_back(r);
   }
-  const tj::nn::Batch b{images.data(), labels.data(), index.data(), batch};
+  const tj::model::Batch b{images.data(), labels.data(), index.data(), batch};
   tj::nn::ThreadPool pool(threads);
   tj::model::CpuEngine engine(g, batch, &pool, **kernels, fuse);
   engine.ComputeGradients(params.data(), state.data(), b, 1.0f / batch, grad.data());
@@ -118,9 +118,11 @@ int main(int argc, char** argv) {
   }
   if (g.input_shape() == tj::model::Shape{28, 28, 1, false} && g.classes() == 10) {
     std::vector<float> builtin = tj::nn::InitialParameters(1), builtin_grad(tj::nn::Layout::kCount);
+    const std::vector<uint8_t> narrow(labels.begin(), labels.end());  // the built-in's labels
+    const tj::nn::Batch nb{images.data(), narrow.data(), index.data(), batch};
     tj::nn::CpuStep step(batch, &pool, **kernels);
     const double builtin_ms = MedianStepMs(steps, [&] {
-      step.ComputeGradients(builtin.data(), b, 1.0f / batch, builtin_grad.data());
+      step.ComputeGradients(builtin.data(), nb, 1.0f / batch, builtin_grad.data());
     });
     std::printf("built-in model (the seeds' CNN): %.2f ms a step, %.0f images/s\n", builtin_ms,
                 batch * 1000.0 / builtin_ms);

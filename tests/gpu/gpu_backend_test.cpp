@@ -62,7 +62,7 @@ ModelState FreshState(uint64_t seed) {
 std::vector<double> RunSteps(StepBackend* b, const std::vector<uint32_t>& order, int64_t first_step,
                              int steps, int report_every) {
   std::vector<double> curve;
-  EXPECT_TRUE(b->BeginEpoch(order, first_step * kBatch, kBatch, 1e-3).ok());
+  EXPECT_TRUE(b->BeginEpoch(1, order, first_step * kBatch, kBatch, 1e-3).ok());
   for (int s = 1; s <= steps; ++s) {
     Status st = b->ComputeGradients(1.0f / kBatch);
     EXPECT_TRUE(st.ok()) << st.message();

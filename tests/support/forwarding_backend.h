@@ -29,9 +29,9 @@ class ForwardingBackend : public train::StepBackend {
   Status GetEpochSums(double* loss_sum, double* correct) override {
     return real_->GetEpochSums(loss_sum, correct);
   }
-  Status BeginEpoch(const std::vector<uint32_t>& order, int64_t first_slice, int64_t slice_stride,
-                    double learning_rate) override {
-    return real_->BeginEpoch(order, first_slice, slice_stride, learning_rate);
+  Status BeginEpoch(int epoch, const std::vector<uint32_t>& order, int64_t first_slice,
+                    int64_t slice_stride, double learning_rate) override {
+    return real_->BeginEpoch(epoch, order, first_slice, slice_stride, learning_rate);
   }
   Status ComputeGradients(float scale) override { return real_->ComputeGradients(scale); }
   float* reduce_buffer() override { return real_->reduce_buffer(); }

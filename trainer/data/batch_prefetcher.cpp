@@ -50,7 +50,8 @@ void AugmentAndNormalize(std::span<const uint8_t> pixels, ImageShape shape, cons
                  : nullptr;
       float* dst = &out[(static_cast<size_t>(y) * shape.width + static_cast<size_t>(x)) * c];
       for (int k = 0; k < c; ++k) {
-        const float v = src != nullptr ? static_cast<float>(src[k]) * (1.0f / 255.0f) : 0.0f;
+        // Divided, not multiplied by 1 / 255: the IDX reader's floats, to the bit.
+        const float v = src != nullptr ? static_cast<float>(src[k]) / 255.0f : 0.0f;
         dst[k] = (v - m[k]) * s[k];
       }
     }

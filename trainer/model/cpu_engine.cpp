@@ -213,9 +213,9 @@ struct CpuEngine::Plan {
 
   void Build(bool fuse);
   void Pack(Node& n);
-  void Forward(const nn::Batch& batch, LayerTimes* times);
+  void Forward(const Batch& batch, LayerTimes* times);
   void Backward(LayerTimes* times);
-  void ForwardLayer(int index, const nn::Batch& batch);
+  void ForwardLayer(int index, const Batch& batch);
   void BackwardLayer(int index);
 
   void ConvForward(Node& n);
@@ -228,7 +228,7 @@ struct CpuEngine::Plan {
   void BatchNormBackward(Node& n, float* grad_out);
   void SeedsConvPoolForward(Node& p);
   void SeedsConvPoolBackward(Node& p, float* grad_out);
-  void SimpleForward(Node& n, int index, const nn::Batch& batch);
+  void SimpleForward(Node& n, int index, const Batch& batch);
   void SimpleBackward(Node& n);
   // out[e] (e in [0, count)) = the sum over rows, in row order, of partials[r * stride +
   // source(e)].
@@ -707,7 +707,7 @@ void CpuEngine::Plan::SeedsConvPoolBackward(Node& p, float* grad_out) {
 }
 
 // Input, Rescaling, Activation, pooling, Flatten, Dropout, Add: row by row.
-void CpuEngine::Plan::SimpleForward(Node& n, int index, const nn::Batch& batch) {
+void CpuEngine::Plan::SimpleForward(Node& n, int index, const Batch& batch) {
   const Layer& l = *n.layer;
   const Window w = WindowOf(l);
   const float* x = l.type == LayerType::kInput ? nullptr : In(n);
@@ -830,7 +830,7 @@ void CpuEngine::Plan::SimpleBackward(Node& n) {
   MarkContributed(n);
 }
 
-void CpuEngine::Plan::ForwardLayer(int index, const nn::Batch& batch) {
+void CpuEngine::Plan::ForwardLayer(int index, const Batch& batch) {
   Node& n = nodes[index];
   if (n.fused_away) return;
   if (n.fused_conv >= 0) return SeedsConvPoolForward(n);
@@ -870,7 +870,7 @@ double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
-void CpuEngine::Plan::Forward(const nn::Batch& batch, LayerTimes* times) {
+void CpuEngine::Plan::Forward(const Batch& batch, LayerTimes* times) {
   for (int index : graph.order) {
     const auto start = std::chrono::steady_clock::now();
     ForwardLayer(index, batch);
@@ -913,9 +913,8 @@ const float* CpuEngine::InputGradient() const {
   return plan_->nodes[plan_->graph.input].dout.data();
 }
 
-nn::BatchStats CpuEngine::ComputeGradients(const float* params, float* state,
-                                           const nn::Batch& batch, float scale, float* grad,
-                                           const StepOptions& options) {
+nn::BatchStats CpuEngine::ComputeGradients(const float* params, float* state, const Batch& batch,
+                                           float scale, float* grad, const StepOptions& options) {
   Plan& p = *plan_;
   p.params = params;
   p.state = state;
@@ -944,19 +943,19 @@ nn::BatchStats CpuEngine::ComputeGradients(const float* params, float* state,
   return stats;
 }
 
-nn::BatchStats CpuEngine::Evaluate(const float* params, const float* state,
-                                   const nn::Batch& batch) {
+nn::BatchStats CpuEngine::Evaluate(const float* params, const float* state, const Batch& batch,
+                                   nn::BatchStats sums) {
   Plan& p = *plan_;
   p.params = params;
   p.state = const_cast<float*>(state);  // NOLINT: inference never writes the state
   p.options = StepOptions{};
   p.options.training = false;
   p.options.update_state = false;
-  nn::BatchStats stats;
+  nn::BatchStats stats = sums;
   Node& out = p.nodes[p.graph.output];
   const int classes = p.graph.classes();
   for (int start = 0; start < batch.rows; start += p.max_rows) {
-    nn::Batch chunk = batch;
+    Batch chunk = batch;
     chunk.index = batch.index + start;
     chunk.rows = std::min(p.max_rows, batch.rows - start);
     p.rows = chunk.rows;

@@ -38,6 +38,15 @@
 
 namespace tj::model {
 
+// The rows the engine computes: row r is the NHWC float32 image at images + index[r] x the
+// input's size, with label labels[index[r]] (any class index the model's output has).
+struct Batch {
+  const float* images = nullptr;
+  const int32_t* labels = nullptr;
+  const uint32_t* index = nullptr;
+  int rows = 0;
+};
+
 struct StepOptions {
   // BatchNormalization normalises with the batch's statistics and Dropout drops; otherwise
   // (inference) the moving statistics and no dropout.
@@ -75,11 +84,14 @@ class CpuEngine {
   // batch.labels[batch.index[r]], which must be below the model's class count. `state`
   // (graph.state_count floats) is read, and updated when options.training and
   // options.update_state.
-  nn::BatchStats ComputeGradients(const float* params, float* state, const nn::Batch& batch,
+  nn::BatchStats ComputeGradients(const float* params, float* state, const Batch& batch,
                                   float scale, float* grad, const StepOptions& options = {});
 
-  // Forward only, in inference mode, over `batch` in chunks of max_rows.
-  nn::BatchStats Evaluate(const float* params, const float* state, const nn::Batch& batch);
+  // Forward only, in inference mode, over `batch` in chunks of max_rows. The rows' losses and
+  // correct counts are added, in row order, to `sums` (a batch evaluated in pieces, each
+  // piece given the sums so far, adds up to the same bits as in one call).
+  nn::BatchStats Evaluate(const float* params, const float* state, const Batch& batch,
+                          nn::BatchStats sums = {});
 
   // After a pass: layer i's output for the last chunk's rows (rows x out.size()); the output
   // layer's is the logits (before a folded softmax).

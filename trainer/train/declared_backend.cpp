@@ -2,7 +2,10 @@
 // and nn::Adam on host vectors, shard after shard as the built-in CPU backend computes them.
 // The reduce buffer is the gradients (parameter_count floats), the moving statistics each
 // shard updated (state_count floats), the loss sum, the correct count and the stop vote.
+// Each step's examples of this replica (all its shards, one request) come from a
+// BatchPrefetcher that decodes the next steps' while this one computes.
 #include <algorithm>
+#include <numeric>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,11 +46,11 @@ std::vector<std::pair<size_t, size_t>> FrozenRanges(const model::Graph& graph) {
 
 class DeclaredCpuBackend final : public HostEpochBackend {
  public:
-  DeclaredCpuBackend(const DeclaredModel& model, const data::Dataset& dataset, int batch_size,
+  DeclaredCpuBackend(const DeclaredModel& model, const DeclaredInput& input, int batch_size,
                      nn::ThreadPool* pool, const nn::cpu::Kernels& kernels, ShardRange shards,
                      uint64_t seed)
       : graph_(model.graph),
-        data_(dataset),
+        input_(input),
         batch_size_(batch_size),
         pool_(pool),
         kernels_(kernels),
@@ -62,7 +65,10 @@ class DeclaredCpuBackend final : public HostEpochBackend {
         state_(state_count_, 0.0f),
         shard_state_(state_count_, 0.0f),
         grads_(static_cast<size_t>(std::max(1, shards.count)),
-               std::vector<float>(params_count_ + state_count_ + 3, 0.0f)) {}
+               std::vector<float>(params_count_ + state_count_ + 3, 0.0f)),
+        rows_(static_cast<size_t>(batch_size)) {
+    std::iota(rows_.begin(), rows_.end(), 0u);
+  }
 
   std::string description() const override {
     return "cpu (" + std::to_string(pool_->size()) + " threads, " + kernels_.target + ")";
@@ -88,19 +94,48 @@ class DeclaredCpuBackend final : public HostEpochBackend {
     return ModelState{params_, adam_.m(), adam_.v(), adam_.iterations(), state_};
   }
 
+  // A new prefetcher for the epoch (the last one's batches, of steps past a stop, dropped),
+  // decoding from the step the epoch starts at.
+  Status BeginEpoch(int epoch, const std::vector<uint32_t>& order, int64_t first_slice,
+                    int64_t slice_stride, double learning_rate) override {
+    TJ_RETURN_IF_ERROR(
+        HostEpochBackend::BeginEpoch(epoch, order, first_slice, slice_stride, learning_rate));
+    prefetcher_.reset();
+    auto prefetcher = data::BatchPrefetcher::Create(*input_.dataset, input_.prefetch);
+    if (!prefetcher.ok()) return prefetcher.status().WithContext(input_.dataset->source());
+    prefetcher_ = std::move(*prefetcher);
+    next_slice_ = first_slice;
+    submitted_ = 0;
+    while (submitted_ < std::max(1, input_.prefetch_batches) && SubmitNext()) {
+    }
+    return Status::Ok();
+  }
+
   Status ComputeGradients(float scale) override {
     const int64_t rows = int64_t{batch_size_} * shards();
     TJ_RETURN_IF_ERROR(CheckStepFits(rows, "declared-model backend"));
+    if (prefetcher_ == nullptr || submitted_ == 0) {
+      return Status::Error("declared-model backend: a step without its batch (BeginEpoch first)");
+    }
+    StatusOr<data::Batch> batch = prefetcher_->Next();
+    --submitted_;
+    if (!batch.ok()) {
+      return batch.status().WithContext("reading the training batch of epoch " +
+                                        std::to_string(epoch()));
+    }
+    SubmitNext();
+    const size_t image_size = input_.dataset->shape().Size();
     for (int shard = 0; shard < shards(); ++shard) {
       std::vector<float>& buffer = grads_[static_cast<size_t>(shard)];
-      nn::Batch batch{data_.train.images.data(), data_.train.labels.data(),
-                      ShardOrder(shard, batch_size_), batch_size_};
+      const size_t first = static_cast<size_t>(shard) * static_cast<size_t>(batch_size_);
+      const model::Batch batch_of_shard{batch->images.data() + first * image_size,
+                                        batch->labels.data() + first, rows_.data(), batch_size_};
       model::StepOptions options;
       options.dropout_seed = DropoutSeed(seed_, adam_.iterations(), shard_range_.first + shard);
       // Every shard updates the step's statistics from its own batch; their sum rides along.
       std::copy(state_.begin(), state_.end(), shard_state_.begin());
-      nn::BatchStats s = engine_.ComputeGradients(params_.data(), shard_state_.data(), batch, scale,
-                                                  buffer.data(), options);
+      nn::BatchStats s = engine_.ComputeGradients(params_.data(), shard_state_.data(),
+                                                  batch_of_shard, scale, buffer.data(), options);
       std::copy(shard_state_.begin(), shard_state_.end(),
                 buffer.begin() + static_cast<std::ptrdiff_t>(params_count_));
       buffer[params_count_ + state_count_] = static_cast<float>(s.loss_sum);
@@ -127,8 +162,29 @@ class DeclaredCpuBackend final : public HostEpochBackend {
   Status WaitForSteps() override { return Status::Ok(); }
 
  private:
+  // Queues the examples of the step at next_slice_ (all this replica's shards) when the
+  // epoch has that step; false when it has not.
+  bool SubmitNext() {
+    const int64_t rows = int64_t{batch_size_} * shards();
+    const int64_t step = next_slice_ / slice_stride();
+    if ((input_.steps_per_epoch > 0 && step >= input_.steps_per_epoch) ||
+        next_slice_ + rows > static_cast<int64_t>(order().size())) {
+      return false;
+    }
+    data::BatchRequest request;
+    request.epoch = epoch();
+    request.indices.reserve(static_cast<size_t>(rows));
+    for (int64_t i = 0; i < rows; ++i) {
+      request.indices.push_back(static_cast<int>(order()[static_cast<size_t>(next_slice_ + i)]));
+    }
+    prefetcher_->Submit(std::move(request));
+    next_slice_ += slice_stride();
+    ++submitted_;
+    return true;
+  }
+
   const model::Graph& graph_;
-  const data::Dataset& data_;
+  DeclaredInput input_;
   int batch_size_;
   nn::ThreadPool* pool_;
   const nn::cpu::Kernels& kernels_;
@@ -143,16 +199,20 @@ class DeclaredCpuBackend final : public HostEpochBackend {
   std::vector<float> shard_state_;  // one shard's update of them
   // Per shard: gradients, updated statistics, the batch's loss sum and correct count, a vote.
   std::vector<std::vector<float>> grads_;
+  std::vector<uint32_t> rows_;  // 0..batch_size - 1: a shard's rows of the decoded batch
+  std::unique_ptr<data::BatchPrefetcher> prefetcher_;
+  int64_t next_slice_ = 0;  // the order's offset of the next step to queue
+  int submitted_ = 0;       // steps queued and not yet taken
 };
 
 }  // namespace
 
 std::unique_ptr<StepBackend> MakeDeclaredCpuBackend(const DeclaredModel& model,
-                                                    const data::Dataset& dataset, int batch_size,
+                                                    const DeclaredInput& input, int batch_size,
                                                     nn::ThreadPool* pool,
                                                     const nn::cpu::Kernels& kernels,
                                                     ShardRange shards, uint64_t seed) {
-  return std::make_unique<DeclaredCpuBackend>(model, dataset, batch_size, pool, kernels, shards,
+  return std::make_unique<DeclaredCpuBackend>(model, input, batch_size, pool, kernels, shards,
                                               seed);
 }
 

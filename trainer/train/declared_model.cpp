@@ -1,5 +1,6 @@
 #include "trainer/train/declared_model.h"
 
+#include <algorithm>
 #include <fstream>
 #include <numeric>
 
@@ -15,10 +16,6 @@ namespace {
 constexpr size_t kMaxModelNesting = 64;
 
 std::string Context(const std::string& path) { return "--model-config " + path; }
-
-// "(28, 28, 1)" or "(784,)" as Keras prints shapes.
-const model::Shape kImageShape{data::kImageSide, data::kImageSide, 1, false};
-const model::Shape kFlatImageShape{1, 1, data::kImagePixels, true};
 
 }  // namespace
 
@@ -54,25 +51,29 @@ StatusOr<DeclaredModel> LoadDeclaredModel(const std::string& path) {
   return m;
 }
 
-Status CheckModelFitsDataset(const DeclaredModel& model, const std::string& data_dir) {
+Status CheckModelFitsDataset(const DeclaredModel& model, data::ImageShape shape, int classes,
+                             const std::string& source) {
   const model::Graph& g = model.graph;
   const model::Shape& input = g.input_shape();
+  // "(28, 28, 1)" or "(784,)" as Keras prints shapes.
+  const model::Shape image{shape.height, shape.width, shape.channels, false};
+  const model::Shape flat{1, 1, static_cast<int>(shape.Size()), true};
   std::string problems;
-  if (!(input == kImageShape) && !(input == kFlatImageShape)) {
+  if (!(input == image) && !(input == flat)) {
     problems = "the model's input is " + input.ToString() + " and the dataset's images are " +
-               kImageShape.ToString() + " (the MNIST-format IDX files in " + data_dir +
-               "): declare the model's input as keras.Input(shape=" + kImageShape.ToString() +
-               "), or " + kFlatImageShape.ToString() +
-               " for flat vectors; tj-trainer reads no other dataset yet";
+               image.ToString() + " (" + source + "): declare the model's input as " +
+               "keras.Input(shape=" + image.ToString() + "), or " + flat.ToString() +
+               " for flat vectors; or train on images of the model's shape (--dataset-format, " +
+               "--train-data, --image-size HxW, --image-channels)";
   }
   const model::Shape& output = g.layers[g.output].out;
-  if (output.size() != static_cast<size_t>(data::kNumClasses) || !output.flat) {
-    const model::Shape want{1, 1, data::kNumClasses, true};
+  if (output.size() != static_cast<size_t>(classes) || !output.flat) {
+    const model::Shape want{1, 1, classes, true};
     problems += std::string(problems.empty() ? "" : "; and ") + "the model's output is " +
-                output.ToString() + " and the dataset has " + std::to_string(data::kNumClasses) +
-                " classes (labels 0-9), which need an output of " + want.ToString() +
-                ": end the model with Dense(" + std::to_string(data::kNumClasses) +
-                ") (softmax, or no activation for logits)";
+                output.ToString() + " and the dataset has " + std::to_string(classes) +
+                " classes (labels 0-" + std::to_string(classes - 1) +
+                "), which need an output of " + want.ToString() + ": end the model with Dense(" +
+                std::to_string(classes) + ") (softmax, or no activation for logits)";
   }
   if (!problems.empty()) return Status::Error(Context(model.path) + ": " + problems);
   // A backup holds the weights, Adam's two moments and the state.
@@ -105,15 +106,41 @@ nlohmann::json DeclaredModelIdentity(const DeclaredModel& model) {
           {"classes", g.classes()}};
 }
 
-nn::BatchStats EvaluateDeclaredModel(const DeclaredModel& model, const std::vector<float>& params,
-                                     const std::vector<float>& state, const data::Split& split,
-                                     int max_rows, nn::ThreadPool* pool,
-                                     const nn::cpu::Kernels& kernels) {
-  std::vector<uint32_t> all(static_cast<size_t>(split.count));
-  std::iota(all.begin(), all.end(), 0u);
+StatusOr<nn::BatchStats> EvaluateDeclaredModel(
+    const DeclaredModel& model, const std::vector<float>& params, const std::vector<float>& state,
+    const data::ImageDataset& eval, const data::PrefetchOptions& prefetch, int max_rows,
+    nn::ThreadPool* pool, const nn::cpu::Kernels& kernels) {
+  data::PrefetchOptions options = prefetch;
+  options.augment = {};
+  auto prefetcher = data::BatchPrefetcher::Create(eval, options);
+  if (!prefetcher.ok()) return prefetcher.status().WithContext(eval.source());
+  const int count = eval.size();
+  // Two chunks queued ahead of the one evaluated.
+  int queued_to = 0;
+  auto queue_next = [&] {
+    if (queued_to >= count) return;
+    data::BatchRequest request{.epoch = 0, .indices = {}, .augment = false};
+    const int end = std::min(count, queued_to + max_rows);
+    for (int i = queued_to; i < end; ++i) request.indices.push_back(i);
+    (*prefetcher)->Submit(std::move(request));
+    queued_to = end;
+  };
+  queue_next();
+  queue_next();
+  std::vector<uint32_t> rows(static_cast<size_t>(max_rows));
+  std::iota(rows.begin(), rows.end(), 0u);
   model::CpuEngine engine(model.graph, max_rows, pool, kernels);
-  return engine.Evaluate(params.data(), state.data(),
-                         {split.images.data(), split.labels.data(), all.data(), split.count});
+  nn::BatchStats sums;
+  for (int done = 0; done < count;) {
+    StatusOr<data::Batch> batch = (*prefetcher)->Next();
+    if (!batch.ok()) return batch.status().WithContext("evaluating on " + eval.source());
+    queue_next();
+    sums = engine.Evaluate(params.data(), state.data(),
+                           {batch->images.data(), batch->labels.data(), rows.data(), batch->count},
+                           sums);
+    done += batch->count;
+  }
+  return sums;
 }
 
 }  // namespace tj::train

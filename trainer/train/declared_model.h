@@ -11,7 +11,8 @@
 #include <vector>
 
 #include "common/status.h"
-#include "trainer/data/idx_reader.h"
+#include "trainer/data/batch_prefetcher.h"
+#include "trainer/data/dataset.h"
 #include "trainer/model/graph.h"
 #include "trainer/nn/cpu_kernels.h"
 #include "trainer/nn/cpu_step.h"
@@ -44,21 +45,25 @@ struct DeclaredModel {
 // model model::ParseKerasModel accepts. Errors start with "--model-config PATH: ".
 StatusOr<DeclaredModel> LoadDeclaredModel(const std::string& path);
 
-// Ok when `model` takes the dataset's images ((28, 28, 1), or (784,) as a flat vector) and
-// predicts its 10 classes, and its backups fit in a state file; else an error that names the
-// model's shape, the dataset's and what to change. `data_dir` is named in the message.
-Status CheckModelFitsDataset(const DeclaredModel& model, const std::string& data_dir);
+// Ok when `model` takes the dataset's images (`shape`, or the same values as a flat vector)
+// and predicts its `classes` classes, and its backups fit in a state file; else an error that
+// names the model's shape, the dataset's (`source`, as ImageDataset::source() says) and what to
+// change.
+Status CheckModelFitsDataset(const DeclaredModel& model, data::ImageShape shape, int classes,
+                             const std::string& source);
 
 // The model's identity: {"name", "format": "keras", "model_sha256", "parameters", "state",
 // "input", "classes"}. Part of every backup's fingerprint (name, model_sha256, parameters)
 // and of architecture.json.
 nlohmann::json DeclaredModelIdentity(const DeclaredModel& model);
 
-// The model in inference mode (moving statistics, no Dropout) over `split`, in chunks of
-// `max_rows` images.
-nn::BatchStats EvaluateDeclaredModel(const DeclaredModel& model, const std::vector<float>& params,
-                                     const std::vector<float>& state, const data::Split& split,
-                                     int max_rows, nn::ThreadPool* pool,
-                                     const nn::cpu::Kernels& kernels);
+// The model in inference mode (moving statistics, no Dropout) over every example of `eval`,
+// read by a BatchPrefetcher with `prefetch`'s normalisation (no augmentation) in chunks of
+// `max_rows`; the sums are those of one pass over the set in order, whatever max_rows. An
+// error when an example cannot be read.
+StatusOr<nn::BatchStats> EvaluateDeclaredModel(
+    const DeclaredModel& model, const std::vector<float>& params, const std::vector<float>& state,
+    const data::ImageDataset& eval, const data::PrefetchOptions& prefetch, int max_rows,
+    nn::ThreadPool* pool, const nn::cpu::Kernels& kernels);
 
 }  // namespace tj::train

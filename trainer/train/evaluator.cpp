@@ -13,10 +13,12 @@ namespace {
 
 constexpr int kEvaluationRows = 256;
 
-nn::BatchStats EvaluateTestSet(const EvaluatorContext& c, const std::vector<float>& weights,
-                               const std::vector<float>& state) {
+StatusOr<nn::BatchStats> EvaluateTestSet(const EvaluatorContext& c,
+                                         const std::vector<float>& weights,
+                                         const std::vector<float>& state) {
   if (c.model != nullptr) {
-    return EvaluateDeclaredModel(*c.model, weights, state, c.dataset->test, kEvaluationRows, c.pool,
+    return EvaluateDeclaredModel(*c.model, weights, state, *c.data->eval,
+                                 PrefetchOptionsOf(*c.options), kEvaluationRows, c.pool,
                                  *c.kernels);
   }
   const data::Split& test = c.dataset->test;
@@ -77,7 +79,10 @@ int RunEvaluator(const EvaluatorContext& c) {
       return Status::Error("checkpoint " + o.checkpoint_dir + "/" + name +
                            " holds no weights of this model");
     }
-    nn::BatchStats s = EvaluateTestSet(c, *w, model_state ? *model_state : std::vector<float>{});
+    StatusOr<nn::BatchStats> evaluated =
+        EvaluateTestSet(c, *w, model_state ? *model_state : std::vector<float>{});
+    if (!evaluated.ok()) return evaluated.status();
+    const nn::BatchStats s = *evaluated;
     const double loss = s.loss_sum / s.rows, accuracy = static_cast<double>(s.correct) / s.rows;
     nlohmann::ordered_json ev = {{"event", "evaluation"},
                                  {"checkpoint", name},
@@ -125,7 +130,12 @@ int EvaluateExportedModel(const EvaluatorContext& c) {
     }
     loaded.weights = std::move(*weights);
   }
-  nn::BatchStats s = EvaluateTestSet(c, loaded.weights, loaded.state);
+  StatusOr<nn::BatchStats> evaluated = EvaluateTestSet(c, loaded.weights, loaded.state);
+  if (!evaluated.ok()) {
+    c.log->Error(evaluated.status().message());
+    return kExitFailure;
+  }
+  const nn::BatchStats s = *evaluated;
   c.log->Emit(
       {{"event", "evaluation"},
        {"model", c.options->model_dir},

@@ -10,6 +10,7 @@
 #include "trainer/train/declared_model.h"
 #include "trainer/train/options.h"
 #include "trainer/train/progress.h"
+#include "trainer/train/training_data.h"
 #include "trainer/train/training_loop.h"
 
 namespace tj::train {
@@ -24,6 +25,8 @@ struct EvaluatorContext {
   ScalarSink scalars;  // may be empty
   // The declared model to evaluate (--model-config), borrowed; null: the built-in seeds' CNN.
   const DeclaredModel* model = nullptr;
+  // The declared model's data (its evaluation set), borrowed; `dataset` is the built-in's.
+  const TrainingData* data = nullptr;
 };
 
 // Returns the exit code: 0 after the final checkpoint was evaluated. A checkpoint of another

@@ -75,13 +75,19 @@ nlohmann::json WithoutLayout(nlohmann::json fingerprint) {
 
 nlohmann::json TrainingFingerprint(const Options& options, int replicas,
                                    const data::Dataset& dataset, const DeclaredModel* model) {
+  return TrainingFingerprint(options, replicas, nlohmann::json{{"dataset_sha256", dataset.digest}},
+                             model);
+}
+
+nlohmann::json TrainingFingerprint(const Options& options, int replicas,
+                                   const nlohmann::json& dataset, const DeclaredModel* model) {
   nlohmann::json f = {{"model", nn::ArchitectureJson()["name"]},
                       {"parameters", nn::Layout::kCount},
                       {"batch_size", options.batch_size},
                       {"workers", replicas},
                       {"steps_per_epoch_cap", options.steps_per_epoch},
-                      {"seed", options.seed},
-                      {"dataset_sha256", dataset.digest}};
+                      {"seed", options.seed}};
+  f.update(dataset);
   if (model != nullptr) {
     f["model"] = model->graph.name;
     f["model_sha256"] = model->sha256;

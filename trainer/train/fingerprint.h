@@ -22,6 +22,11 @@ namespace tj::train {
 nlohmann::json TrainingFingerprint(const Options& options, int replicas,
                                    const data::Dataset& dataset,
                                    const DeclaredModel* model = nullptr);
+// The same with the data's fields given: `dataset`, an object, replaces dataset_sha256 (a
+// declared model's run records training_data.h's DatasetFingerprint: the digest, format, image
+// shape, classes, augmentation and normalisation).
+nlohmann::json TrainingFingerprint(const Options& options, int replicas,
+                                   const nlohmann::json& dataset, const DeclaredModel* model);
 
 // nullopt when a run of fingerprint `run` may resume a backup of fingerprint `backup`; else
 // why not and what to do (a clause that follows "backup <path> "). A fingerprint's shards are

@@ -36,8 +36,8 @@ class GpuBackend final : public StepBackend {
   Status GetEpochSums(double* loss_sum, double* correct) override {
     return step_->GetEpochSums(loss_sum, correct);
   }
-  Status BeginEpoch(const std::vector<uint32_t>& order, int64_t first_slice, int64_t slice_stride,
-                    double learning_rate) override {
+  Status BeginEpoch(int /*epoch*/, const std::vector<uint32_t>& order, int64_t first_slice,
+                    int64_t slice_stride, double learning_rate) override {
     return step_->BeginEpoch(order.data(), static_cast<int>(order.size()), first_slice,
                              slice_stride, learning_rate);
   }

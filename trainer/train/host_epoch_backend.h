@@ -24,8 +24,9 @@ class HostEpochBackend : public StepBackend {
     *correct = correct_;
     return Status::Ok();
   }
-  Status BeginEpoch(const std::vector<uint32_t>& order, int64_t first_slice, int64_t slice_stride,
-                    double learning_rate) override {
+  Status BeginEpoch(int epoch, const std::vector<uint32_t>& order, int64_t first_slice,
+                    int64_t slice_stride, double learning_rate) override {
+    epoch_ = epoch;
     order_ = order;
     slice_ = first_slice;
     slice_stride_ = slice_stride;
@@ -52,8 +53,14 @@ class HostEpochBackend : public StepBackend {
     slice_ += slice_stride_;
   }
   double learning_rate() const { return learning_rate_; }
+  int epoch() const { return epoch_; }
+  const std::vector<uint32_t>& order() const { return order_; }
+  // The current step's first slice and the stride to the next step's.
+  int64_t slice() const { return slice_; }
+  int64_t slice_stride() const { return slice_stride_; }
 
  private:
+  int epoch_ = 0;
   std::vector<uint32_t> order_;
   int64_t slice_ = 0;
   int64_t slice_stride_ = 0;

@@ -10,6 +10,8 @@
 #include "common/event_log.h"
 #include "trainer/cluster/config/gang_identity.h"
 #include "trainer/collective/ring_allreduce.h"
+#include "trainer/data/batch_prefetcher.h"
+#include "trainer/data/dataset.h"
 
 namespace tj::train {
 
@@ -24,10 +26,35 @@ inline constexpr int kExitNonFinite = 65;
 inline constexpr int kExitPeerLost = 75;
 
 enum class Device { kAuto, kCpu, kGpu };
+enum class DatasetFormat { kIdx, kNpz, kNpy, kFolder, kTfRecord };
+
+// The dataset flags: what a declared model trains and is evaluated on (training_data.h). The
+// built-in seeds' CNN reads the IDX files of Options::data_dir only.
+struct DatasetOptions {
+  DatasetFormat format = DatasetFormat::kIdx;
+  // --train-data, --eval-data: an IDX directory (both splits; Options::data_dir when empty),
+  // an .npz (x_train/y_train; its x_test/y_test, or --eval-data's, the evaluation set), two
+  // .npy files "IMAGES,LABELS", an image folder root, a TFRecord file or directory.
+  std::string train_path;
+  std::string eval_path;
+  // --image-size, --image-channels: the shape encoded images are fitted to (0 x 0: the first
+  // image's size); for arrays a check of what the files hold. channels 0: 3 for encoded
+  // images, the files' for arrays.
+  data::ImageShape image;
+  int classes = 0;  // --num-classes; 0: inferred from the data
+  data::AugmentOptions augment;
+  data::Normalization normalization;
+  int threads = 1;           // --data-threads: decoding threads besides the step's
+  int prefetch_batches = 2;  // --prefetch-batches: steps decoded ahead
+  uint64_t max_image_bytes = uint64_t{64} << 20;   // one file of an image folder
+  uint64_t max_record_bytes = uint64_t{64} << 20;  // one TFRecord record
+  uint64_t max_array_bytes = uint64_t{4} << 30;    // one NumPy array
+};
 enum class Role { kAuto, kEvaluator };
 
 struct Options {
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  DatasetOptions data;
   // A declared model (--model-config, TJ_MODEL_CONFIG): the path of a Keras model's JSON
   // (`model.to_json()`) to train, evaluate or export instead of the built-in seeds' CNN, on
   // the CPU. Empty: the built-in model.

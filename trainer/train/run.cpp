@@ -19,6 +19,7 @@
 #include "trainer/train/observability.h"
 #include "trainer/train/step_backend.h"
 #include "trainer/train/termination_message.h"
+#include "trainer/train/training_data.h"
 #include "trainer/train/training_loop.h"
 
 namespace tj::train {
@@ -136,8 +137,9 @@ std::string DeviceError(const Options& o, int gpus) {
 }
 
 // The declared model of --model-config into `model` (nothing without the flag), checked
-// against the dataset and announced. kExitOk, or the exit code after the error is logged.
-int LoadDeclaredModelOfRun(const Options& o, EventLog& log, std::optional<DeclaredModel>* model) {
+// against the training set and announced. kExitOk, or the exit code after the error is logged.
+int LoadDeclaredModelOfRun(const Options& o, const TrainingData& data, EventLog& log,
+                           std::optional<DeclaredModel>* model) {
   if (o.model_config.empty() && !o.initial_weights.empty()) {
     log.Error("--initial-weights " + o.initial_weights +
               ": initial weights are a declared model's (Keras' .weights.h5 of the model that "
@@ -146,7 +148,9 @@ int LoadDeclaredModelOfRun(const Options& o, EventLog& log, std::optional<Declar
   }
   if (o.model_config.empty()) return kExitOk;
   auto loaded = LoadDeclaredModel(o.model_config);
-  Status fits = loaded.ok() ? CheckModelFitsDataset(*loaded, o.data_dir) : loaded.status();
+  Status fits = loaded.ok() ? CheckModelFitsDataset(*loaded, data.train->shape(),
+                                                    data.train->classes(), data.train->source())
+                            : loaded.status();
   if (fits.ok() && !o.initial_weights.empty())
     fits = LoadInitialWeights(o.initial_weights, &*loaded);
   if (!fits.ok()) {
@@ -166,21 +170,58 @@ int LoadDeclaredModelOfRun(const Options& o, EventLog& log, std::optional<Declar
   return kExitOk;
 }
 
+// The data of the run into `idx` (the built-in model's IDX files) or `data` (a declared
+// model's training and evaluation sets, announced). kExitOk, or the exit code after the error
+// is logged: 2 for flags that do not fit together or the data, 1 when a file cannot be read.
+int OpenDataOfRun(const Options& o, EventLog& log, std::optional<data::Dataset>* idx,
+                  TrainingData* data) {
+  const bool declared = !o.model_config.empty();
+  if (std::string e = DatasetFlagsError(o, declared); !e.empty()) {
+    log.Error(e);
+    return kExitUsage;
+  }
+  if (!declared) {
+    auto dataset = data::LoadDataset(o.data_dir);
+    if (!dataset.ok()) {
+      log.Error(dataset.status().message());
+      return kExitFailure;
+    }
+    *idx = std::move(*dataset);
+    return kExitOk;
+  }
+  auto opened = OpenTrainingData(o);
+  if (!opened.ok()) {
+    log.Error(opened.status().message());
+    return kExitFailure;
+  }
+  *data = std::move(*opened);
+  if (std::string e = TrainingDataError(*data, o); !e.empty()) {
+    log.Error(e);
+    return kExitUsage;
+  }
+  log.Emit(DatasetEvent(*data, o));
+  return kExitOk;
+}
+
 // The CPU backend of this replica: the built-in model's, or `model`'s when one is declared. In
 // elastic mode each worker computes its share of the shards (the training loop stops every
 // worker when the worker count does not divide the shard count).
 std::unique_ptr<StepBackend> MakeCpuBackendOfRun(const Options& o, const DeclaredModel* model,
-                                                 const data::Dataset& dataset, nn::ThreadPool* pool,
-                                                 const nn::cpu::Kernels& cpu,
+                                                 const data::Dataset* idx, const TrainingData& data,
+                                                 nn::ThreadPool* pool, const nn::cpu::Kernels& cpu,
                                                  const collective::Communicator& comm) {
   const int shards = o.elastic_shards > 0 && o.elastic_shards % comm.size() == 0
                          ? o.elastic_shards / comm.size()
                          : 1;
-  if (model == nullptr) return MakeCpuBackend(dataset, o.batch_size, pool, cpu, shards);
-  const ShardRange range{.first = comm.rank() * shards,
-                         .count = shards,
-                         .total = o.elastic_shards > 0 ? o.elastic_shards : comm.size()};
-  return MakeDeclaredCpuBackend(*model, dataset, o.batch_size, pool, cpu, range, o.seed);
+  if (model == nullptr) return MakeCpuBackend(*idx, o.batch_size, pool, cpu, shards);
+  const data::ShardPlan plan{.batch_per_shard = o.batch_size,
+                             .shards = o.elastic_shards > 0 ? o.elastic_shards : comm.size(),
+                             .replicas = comm.size(),
+                             .rank = comm.rank(),
+                             .steps_cap = o.steps_per_epoch};
+  const ShardRange range{.first = comm.rank() * shards, .count = shards, .total = plan.shards};
+  return MakeDeclaredCpuBackend(*model, DeclaredInputOf(o, data, plan), o.batch_size, pool, cpu,
+                                range, o.seed);
 }
 
 // Every replica must train the same model (their all-reduces must match): the chief's
@@ -261,11 +302,10 @@ int RunTrainerProgram(const Options& o, StopRequest* stop) {
   const bool is_chief = !evaluator && (!tf_config || tf_config->is_chief());
   const std::string role = evaluator ? "evaluator" : is_chief ? "chief" : "worker";
 
-  auto dataset = data::LoadDataset(o.data_dir);
-  if (!dataset.ok()) {
-    log.Error(dataset.status().message());
-    return kExitFailure;
-  }
+  std::optional<data::Dataset> idx;  // the built-in model's
+  TrainingData data;                 // a declared model's
+  if (int code = OpenDataOfRun(o, log, &idx, &data); code != kExitOk) return code;
+  const data::Dataset* dataset = idx ? &*idx : nullptr;
   auto kernels = nn::cpu::KernelsFor(o.cpu_target);
   if (!kernels.ok()) {
     log.Error(kernels.status().message());
@@ -293,13 +333,13 @@ int RunTrainerProgram(const Options& o, StopRequest* stop) {
   ScalarSink scalars = (*observability)->Scalars();
 
   std::optional<DeclaredModel> declared;
-  if (int code = LoadDeclaredModelOfRun(o, log, &declared); code != kExitOk) return code;
+  if (int code = LoadDeclaredModelOfRun(o, data, log, &declared); code != kExitOk) return code;
   const DeclaredModel* model = declared ? &*declared : nullptr;
 
-  if (o.evaluate_only) {
-    return EvaluateExportedModel({&o, &*dataset, &pool, cpu, &log, &progress, scalars, model});
-  }
-  if (evaluator) return RunEvaluator({&o, &*dataset, &pool, cpu, &log, &progress, scalars, model});
+  const EvaluatorContext evaluation{&o,        dataset, &pool, cpu,  &log,
+                                    &progress, scalars, model, &data};
+  if (o.evaluate_only) return EvaluateExportedModel(evaluation);
+  if (evaluator) return RunEvaluator(evaluation);
 
   if (std::string e = ElasticModeError(o); !e.empty()) {
     log.Error(e);
@@ -315,7 +355,7 @@ int RunTrainerProgram(const Options& o, StopRequest* stop) {
   std::unique_ptr<StepBackend> backend;
   if (o.device == Device::kGpu ||
       (o.device == Device::kAuto && gpus > 0 && o.elastic_shards == 0 && !model)) {
-    auto gpu = MakeGpuBackend(*dataset, o.batch_size, o.local_rank);
+    auto gpu = MakeGpuBackend(*dataset, o.batch_size, o.local_rank);  // the built-in model's
     if (!gpu.ok()) {
       log.Error("--device " + std::string(o.device == Device::kGpu ? "gpu" : "auto") + ": " +
                 gpu.status().message());
@@ -326,7 +366,7 @@ int RunTrainerProgram(const Options& o, StopRequest* stop) {
 
   std::unique_ptr<collective::Communicator> comm;
   if (int code = ConnectCollective(o, tf_config, log, &comm); code != kExitOk) return code;
-  if (!backend) backend = MakeCpuBackendOfRun(o, model, *dataset, &pool, *cpu, *comm);
+  if (!backend) backend = MakeCpuBackendOfRun(o, model, dataset, data, &pool, *cpu, *comm);
   if (int code = AgreeOnTheDevice(*comm, *backend, log); code != kExitOk) return code;
   if (int code = AgreeOnTheModel(*comm, model, log); code != kExitOk) return code;
   // Device buffers are all-reduced by NCCL, bootstrapped through the Gloo communicator.
@@ -344,8 +384,8 @@ int RunTrainerProgram(const Options& o, StopRequest* stop) {
     gradient_comm = std::move(*nccl);
   }
   TrainingContext context{
-      &o,      &*dataset,     comm.get(),          &pool, cpu,  &log, &progress, is_chief,
-      scalars, backend.get(), gradient_comm.get(), stop,  model};
+      &o,      dataset,       comm.get(),          &pool, cpu,   &log, &progress, is_chief,
+      scalars, backend.get(), gradient_comm.get(), stop,  model, &data};
   TrainingOutcome outcome = RunTrainingLoop(context);
   if (!outcome.status.ok()) {
     progress.Update([](ProgressSnapshot& p) { p.state = "failed"; });

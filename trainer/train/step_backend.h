@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "common/status.h"
+#include "trainer/data/batch_prefetcher.h"
+#include "trainer/data/dataset.h"
 #include "trainer/data/idx_reader.h"
 #include "trainer/nn/cpu_kernels.h"
 #include "trainer/nn/model.h"
@@ -64,10 +66,10 @@ class StepBackend {
   virtual Status SetEpochSums(double loss_sum, double correct) = 0;
   virtual Status GetEpochSums(double* loss_sum, double* correct) = 0;
 
-  // Starts an epoch: its image order, the offset of this replica's first row of the next step
-  // in it, how far a step moves on (the global batch), and the learning rate. With several
-  // shards, shard i's rows start i x batch size after the first.
-  virtual Status BeginEpoch(const std::vector<uint32_t>& order, int64_t first_slice,
+  // Starts epoch `epoch` (from 1): its image order, the offset of this replica's first row of
+  // the next step in it, how far a step moves on (the global batch), and the learning rate.
+  // With several shards, shard i's rows start i x batch size after the first.
+  virtual Status BeginEpoch(int epoch, const std::vector<uint32_t>& order, int64_t first_slice,
                             int64_t slice_stride, double learning_rate) = 0;
   // This replica's gradients of (sum of losses) x scale into
   // reduce_buffer()[0..parameter_count()), the batch's loss sum and number correct into the
@@ -106,15 +108,27 @@ struct ShardRange {
   int total = 1;
 };
 
+// Where a declared-model backend's batches come from: `dataset` (borrowed), read by a
+// data::BatchPrefetcher with `prefetch`'s augmentation, normalisation and threads, which
+// decodes this replica's examples of the next `prefetch_batches` steps while a step computes
+// (no step past `steps_per_epoch`, the epoch's last). The batches are the same bytes at every
+// thread and worker count (batch_prefetcher.h).
+struct DeclaredInput {
+  const data::ImageDataset* dataset = nullptr;
+  data::PrefetchOptions prefetch;
+  int prefetch_batches = 2;
+  int steps_per_epoch = 0;  // 0: every step the order has
+};
+
 // The declared model's CPU backend: `model` (borrowed) trained by model::CpuEngine on `pool`
-// with nn::Adam and `kernels`. Each shard's Dropout masks are seeded by (seed, the global step,
-// the shard's index in the global batch), so a step's masks do not depend on how many
-// workers or threads compute it. Each shard updates BatchNormalization's moving statistics
-// from its own batch, as Keras does, starting from the step's; the updated statistics ride in
-// the reduce buffer after the gradients, and the step's new statistics are their sum over the
-// global batch's shards divided by the shard count: every replica holds the same bits.
+// with nn::Adam and `kernels`, on `input`'s batches. Each shard's Dropout masks are seeded by
+// (seed, the global step, the shard's index in the global batch), so a step's masks do not depend
+// on how many workers or threads compute it. Each shard updates BatchNormalization's moving
+// statistics from its own batch, as Keras does, starting from the step's; the updated statistics
+// ride in the reduce buffer after the gradients, and the step's new statistics are their sum over
+// the global batch's shards divided by the shard count: every replica holds the same bits.
 std::unique_ptr<StepBackend> MakeDeclaredCpuBackend(const DeclaredModel& model,
-                                                    const data::Dataset& dataset, int batch_size,
+                                                    const DeclaredInput& input, int batch_size,
                                                     nn::ThreadPool* pool,
                                                     const nn::cpu::Kernels& kernels,
                                                     ShardRange shards, uint64_t seed);

@@ -63,7 +63,9 @@ class Trainer {
       : context_(c),
         options_(*c.options),
         model_(c.model),
-        data_(*c.dataset),
+        idx_(c.dataset),
+        data_(c.data),
+        train_count_(c.model ? c.data->train->size() : c.dataset->train.count),
         plan_{.batch_per_shard = options_.batch_size,
               .shards = options_.elastic_shards > 0 ? options_.elastic_shards : c.comm->size(),
               .replicas = c.comm->size(),
@@ -76,11 +78,12 @@ class Trainer {
     } else if (c.model) {
       const int shards = std::max(1, plan_.ShardsPerReplica());
       own_backend_ = MakeDeclaredCpuBackend(
-          *c.model, data_, options_.batch_size, c.pool, *c.kernels,
-          {.first = plan_.rank * shards, .count = shards, .total = plan_.shards}, options_.seed);
+          *c.model, DeclaredInputOf(options_, *data_, plan_), options_.batch_size, c.pool,
+          *c.kernels, {.first = plan_.rank * shards, .count = shards, .total = plan_.shards},
+          options_.seed);
       backend_ = own_backend_.get();
     } else {
-      own_backend_ = MakeCpuBackend(data_, options_.batch_size, c.pool, *c.kernels,
+      own_backend_ = MakeCpuBackend(*idx_, options_.batch_size, c.pool, *c.kernels,
                                     std::max(1, plan_.ShardsPerReplica()));
       backend_ = own_backend_.get();
     }
@@ -123,7 +126,13 @@ class Trainer {
   // or a declared model's --initial-weights.
   ModelState InitialState() const;
   // The test set's loss and correct count for `model`'s parameters (and state).
-  nn::BatchStats EvaluateTestSet(const ModelState& model);
+  StatusOr<nn::BatchStats> EvaluateTestSet(const ModelState& model);
+  // What the backups' fingerprint records of this run.
+  nlohmann::json Fingerprint() const {
+    return model_ ? TrainingFingerprint(options_, plan_.replicas,
+                                        DatasetFingerprint(*data_, options_), model_)
+                  : TrainingFingerprint(options_, plan_.replicas, *idx_, model_);
+  }
   // The state to save: the model state (from the backend), the epoch's totals, the position.
   StatusOr<TrainingState> CurrentState(int completed_epochs, int64_t step);
   TrainingState StateOf(ModelState model, int completed_epochs, int64_t step) const;
@@ -146,7 +155,9 @@ class Trainer {
   const TrainingContext& context_;
   const Options& options_;
   const DeclaredModel* model_;  // null: the built-in seeds' CNN
-  const data::Dataset& data_;
+  const data::Dataset* idx_;    // the built-in model's data
+  const TrainingData* data_;    // a declared model's
+  int train_count_;             // examples of the training set
   data::ShardPlan plan_;
   nn::CpuStep eval_step_;  // the final test-set evaluation, on the CPU for every backend
   collective::Communicator* gradient_comm_;
@@ -176,7 +187,7 @@ nlohmann::json TotalsJson(const EpochTotals& t) {
 
 TrainingState Trainer::StateOf(ModelState model, int completed_epochs, int64_t step) const {
   TrainingState s;
-  s.fingerprint = TrainingFingerprint(options_, plan_.replicas, data_, model_);
+  s.fingerprint = Fingerprint();
   s.epoch = completed_epochs;
   s.step = step;
   s.optimizer_iterations = model.iterations;
@@ -207,16 +218,18 @@ ModelState Trainer::InitialState() const {
           .model_state = given ? model_->initial_state : model::InitialState(model_->graph)};
 }
 
-nn::BatchStats Trainer::EvaluateTestSet(const ModelState& model) {
+StatusOr<nn::BatchStats> Trainer::EvaluateTestSet(const ModelState& model) {
   if (model_ != nullptr) {
-    return EvaluateDeclaredModel(*model_, model.params, model.model_state, data_.test,
-                                 options_.batch_size, context_.pool, *context_.kernels);
+    return EvaluateDeclaredModel(*model_, model.params, model.model_state, *data_->eval,
+                                 PrefetchOptionsOf(options_), options_.batch_size, context_.pool,
+                                 *context_.kernels);
   }
-  nn::Batch test{data_.test.images.data(), data_.test.labels.data(), nullptr, data_.test.count};
-  std::vector<uint32_t> all(static_cast<size_t>(data_.test.count));
+  const data::Split& test = idx_->test;
+  nn::Batch test_batch{test.images.data(), test.labels.data(), nullptr, test.count};
+  std::vector<uint32_t> all(static_cast<size_t>(test.count));
   for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<uint32_t>(i);
-  test.index = all.data();
-  return eval_step_.Evaluate(model.params.data(), test);
+  test_batch.index = all.data();
+  return eval_step_.Evaluate(model.params.data(), test_batch);
 }
 
 Status Trainer::NonFinite(const std::string& where, const std::string& what) {
@@ -268,8 +281,7 @@ TrainingOutcome Trainer::RestoreOrInitialise() {
       // The chief claims the backups for its gang first: an older gang's chief, if one still
       // runs, can no longer write one that this gang or a later one restores.
       Status claimed = backups_->Claim();
-      const nlohmann::json fingerprint =
-          TrainingFingerprint(options_, plan_.replicas, data_, model_);
+      const nlohmann::json fingerprint = Fingerprint();
       auto r =
           claimed.ok()
               ? backups_->Restore(
@@ -335,7 +347,7 @@ TrainingOutcome Trainer::RestoreOrInitialise() {
       !s.ok()) {
     return Failed(s.WithContext("loading the state into " + backend_->description()));
   }
-  const int steps = plan_.StepsPerEpoch(data_.train.count);
+  const int steps = plan_.StepsPerEpoch(train_count_);
   start_epoch_ = static_cast<int>(state->epoch) + 1;
   start_step_ = state->step;
   if (start_step_ >= steps) {  // a backup taken after an epoch's last step
@@ -438,7 +450,9 @@ Status Trainer::Finish() {
     return NonFinite("the end of training",
                      FirstNonFinite(params.data(), params.size(), "weights"));
   }
-  nn::BatchStats s = EvaluateTestSet(*model);
+  StatusOr<nn::BatchStats> evaluated = EvaluateTestSet(*model);
+  if (!evaluated.ok()) return evaluated.status();
+  const nn::BatchStats s = *evaluated;
   if (context_.is_chief) {
     if (checkpoints_) TJ_RETURN_IF_ERROR(checkpoints_->WriteFinalMarker(options_.epochs));
     if (!options_.export_dir.empty()) {
@@ -490,7 +504,7 @@ StatusOr<bool> Trainer::AllReduceStepAndStopVotes() {
 }
 
 TrainingOutcome Trainer::StopOnRequest(int epoch, int64_t step, bool backed_up) {
-  const bool epoch_end = step == plan_.StepsPerEpoch(data_.train.count);
+  const bool epoch_end = step == plan_.StepsPerEpoch(train_count_);
   if (!backed_up) {
     if (Status s = SaveBackup(epoch, step, epoch_end); !s.ok()) return Failed(s);
   }
@@ -534,13 +548,13 @@ Status Trainer::CheckShardLayout() {
 
 TrainingOutcome Trainer::Run() {
   if (Status s = CheckShardLayout(); !s.ok()) return Failed(s);
-  if (plan_.StepsPerEpoch(data_.train.count) < 1) {
+  if (plan_.StepsPerEpoch(train_count_) < 1) {
     return Failed(Status::Error("the global batch (" + std::to_string(plan_.GlobalBatch()) +
                                 ") is larger than the training set (" +
-                                std::to_string(data_.train.count) + " images)"));
+                                std::to_string(train_count_) + " images)"));
   }
   if (TrainingOutcome r = RestoreOrInitialise(); !r.status.ok()) return r;
-  const int steps = plan_.StepsPerEpoch(data_.train.count);
+  const int steps = plan_.StepsPerEpoch(train_count_);
   const float scale = 1.0f / static_cast<float>(plan_.GlobalBatch());
   context_.progress->Update([&](ProgressSnapshot& p) {
     p.state = "training";
@@ -550,11 +564,12 @@ TrainingOutcome Trainer::Run() {
   bool stop_after_epoch = false;
   if (context_.stop) context_.stop->SetMode(StopRequest::Mode::kStopAtStepEnd);
   for (int epoch = start_epoch_; epoch <= options_.epochs; ++epoch) {
-    const std::vector<uint32_t> order = data::EpochOrder(options_.seed, epoch, data_.train.count);
+    const std::vector<uint32_t> order = data::EpochOrder(options_.seed, epoch, train_count_);
     const int64_t first_step = epoch == start_epoch_ ? start_step_ : 0;
     auto epoch_start = RealClock::Get()->Now();
-    if (Status st = backend_->BeginEpoch(order, plan_.SliceStart(static_cast<int>(first_step)),
-                                         plan_.GlobalBatch(), nn::LearningRateForEpoch(epoch));
+    if (Status st =
+            backend_->BeginEpoch(epoch, order, plan_.SliceStart(static_cast<int>(first_step)),
+                                 plan_.GlobalBatch(), nn::LearningRateForEpoch(epoch));
         !st.ok()) {
       return Failed(st);
     }

@@ -23,6 +23,7 @@
 #include "trainer/train/progress.h"
 #include "trainer/train/step_backend.h"
 #include "trainer/train/stop_request.h"
+#include "trainer/train/training_data.h"
 
 namespace tj::train {
 
@@ -31,6 +32,7 @@ using ScalarSink = std::function<void(std::string_view tag, int64_t step, float 
 
 struct TrainingContext {
   const Options* options = nullptr;
+  // The built-in model's IDX data; null for a declared model, which takes `data`.
   const data::Dataset* dataset = nullptr;
   collective::Communicator* comm = nullptr;  // size 1 for a single process
   nn::ThreadPool* pool = nullptr;
@@ -52,6 +54,8 @@ struct TrainingContext {
   // The declared model to train (--model-config), borrowed; null: the built-in seeds' CNN.
   // With a model and no `backend`, the loop makes the declared model's CPU backend.
   const DeclaredModel* model = nullptr;
+  // The declared model's training and evaluation sets (training_data.h), borrowed.
+  const TrainingData* data = nullptr;
 };
 
 struct TrainingOutcome {

@@ -73,7 +73,8 @@ TEST(KerasLayersTest, TheEngineComputesWhatKerasComputes) {
     std::vector<float> params = ReadFile<float>(path + "params.f32");
     std::vector<float> state = ReadFile<float>(path + "state_before.f32");
     const std::vector<float> inputs = ReadFile<float>(path + "inputs.f32");
-    const std::vector<uint8_t> labels = ReadFile<uint8_t>(path + "labels.u8");
+    const std::vector<uint8_t> bytes = ReadFile<uint8_t>(path + "labels.u8");
+    const std::vector<int32_t> labels(bytes.begin(), bytes.end());
     // Keras' weights in the engine's layout, 1:1.
     ASSERT_EQ(params.size(), g->parameter_count);
     ASSERT_EQ(state.size(), g->state_count);

@@ -142,7 +142,7 @@ TEST(BatchPrefetcherTest, EvaluationBatchesAreNotAugmentedAndErrorsComeInBatchOr
   ASSERT_TRUE(dataset->ReadImage(3, pixels).ok());
   for (int i = 0; i < 16; ++i) {
     EXPECT_FLOAT_EQ(batch->images[static_cast<size_t>(i)],
-                    static_cast<float>(pixels[static_cast<size_t>(i)]) * (1.0f / 255.0f));
+                    static_cast<float>(pixels[static_cast<size_t>(i)]) / 255.0f);
   }
   (*prefetcher)->Submit({1, {1, 12, 2, -1}});
   auto bad = (*prefetcher)->Next();

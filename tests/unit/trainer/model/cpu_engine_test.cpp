@@ -38,10 +38,10 @@ json Layer(const std::string& cls, json config) {
 struct Problem {
   Graph graph;
   std::vector<float> params, state, images;
-  std::vector<uint8_t> labels;
+  std::vector<int32_t> labels;
   std::vector<uint32_t> index;
   int rows = 0;
-  nn::Batch batch() const { return {images.data(), labels.data(), index.data(), rows}; }
+  model::Batch batch() const { return {images.data(), labels.data(), index.data(), rows}; }
 };
 
 Problem MakeProblem(const json& model, int rows, uint64_t seed) {
@@ -72,7 +72,7 @@ Problem MakeProblem(const json& model, int rows, uint64_t seed) {
   p.images.resize(static_cast<size_t>(rows) * p.graph.input_shape().size());
   for (float& x : p.images) x = uniform(-1.0f, 1.0f);
   for (int r = 0; r < rows; ++r) {
-    p.labels.push_back(static_cast<uint8_t>(rng.Below(p.graph.classes())));
+    p.labels.push_back(static_cast<int32_t>(rng.Below(p.graph.classes())));
     p.index.push_back(r);
   }
   return p;
@@ -388,6 +388,8 @@ TEST(CpuEngineTest, TheSeedsCnnFromJsonIsTheBuiltInModel) {
     index.push_back(r);
   }
   const nn::Batch batch{images.data(), labels.data(), index.data(), rows};
+  const std::vector<int32_t> wide_labels(labels.begin(), labels.end());
+  const model::Batch engine_batch{images.data(), wide_labels.data(), index.data(), rows};
   const std::vector<float> params = KerasLayoutOf(builtin);
   for (const std::string& target : nn::cpu::SupportedTargets()) {
     SCOPED_TRACE(target);
@@ -403,18 +405,18 @@ TEST(CpuEngineTest, TheSeedsCnnFromJsonIsTheBuiltInModel) {
     ASSERT_TRUE(fused.fused());
     std::vector<float> grad(g->parameter_count);
     const nn::BatchStats got =
-        fused.ComputeGradients(params.data(), nullptr, batch, 1.0f / rows, grad.data());
+        fused.ComputeGradients(params.data(), nullptr, engine_batch, 1.0f / rows, grad.data());
     EXPECT_EQ(got.loss_sum, expected.loss_sum);
     EXPECT_EQ(got.correct, expected.correct);
     EXPECT_TRUE(grad == want_keras) << "the fused engine's gradients are not the built-in's";
-    const nn::BatchStats evaluated = fused.Evaluate(params.data(), nullptr, batch);
+    const nn::BatchStats evaluated = fused.Evaluate(params.data(), nullptr, engine_batch);
     EXPECT_EQ(evaluated.loss_sum, step.Evaluate(builtin.data(), batch).loss_sum);
 
     CpuEngine general(*g, rows, &pool, k, /*fuse=*/false);
     ASSERT_FALSE(general.fused());
     std::vector<float> grad2(g->parameter_count);
     const nn::BatchStats got2 =
-        general.ComputeGradients(params.data(), nullptr, batch, 1.0f / rows, grad2.data());
+        general.ComputeGradients(params.data(), nullptr, engine_batch, 1.0f / rows, grad2.data());
     EXPECT_NEAR(got2.loss_sum, expected.loss_sum, 1e-6 * expected.loss_sum);
     EXPECT_EQ(got2.correct, expected.correct);
     for (const model::Layer& l : g->layers) {

@@ -10,8 +10,8 @@
 #include <fstream>
 #include <numeric>
 
-#include "tests/support/synthetic_dataset.h"
 #include "tests/support/temp_dir.h"
+#include "trainer/data/dataset.h"
 #include "trainer/data/epoch_order.h"
 #include "trainer/model/graph.h"
 #include "trainer/train/export.h"
@@ -52,6 +52,10 @@ nlohmann::json Sequential(const std::vector<int>& input, int units) {
   return {{"class_name", "Sequential"}, {"config", {{"name", "m"}, {"layers", layers}}}};
 }
 
+// Fashion-MNIST's images, as an IDX dataset names itself.
+constexpr data::ImageShape kFashion{28, 28, 1};
+const std::string kIdx = "IDX files /data (train)";
+
 bool Contains(const Status& s, const std::string& part) {
   return s.message().find(part) != std::string::npos;
 }
@@ -91,27 +95,34 @@ TEST(DeclaredModel, UnreadableFilesAreRefusedNamingTheFlagAndTheFile) {
 TEST(DeclaredModel, TheExamplesAndAFlatInputFitTheDataset) {
   TempDir dir;
   for (const char* name : {"seeds_cnn", "resnet_block", "mobilenet_v2_block", "bn_dropout_cnn"}) {
-    Status s = CheckModelFitsDataset(Example(name), "/data");
+    Status s = CheckModelFitsDataset(Example(name), kFashion, 10, kIdx);
     EXPECT_TRUE(s.ok()) << name << ": " << s.message();
   }
   auto flat = LoadDeclaredModel(Write(dir, "flat.json", Sequential({784}, 10).dump()));
   ASSERT_TRUE(flat.ok()) << flat.status().message();
-  EXPECT_TRUE(CheckModelFitsDataset(*flat, "/data").ok());
+  EXPECT_TRUE(CheckModelFitsDataset(*flat, kFashion, 10, kIdx).ok());
 }
 
 TEST(DeclaredModel, AnInputOrOutputThatDoesNotFitIsRefusedNamingBothShapes) {
   TempDir dir;
   auto rgb = LoadDeclaredModel(Write(dir, "rgb.json", Sequential({32, 32, 3}, 10).dump()));
   ASSERT_TRUE(rgb.ok()) << rgb.status().message();
-  Status s = CheckModelFitsDataset(*rgb, "/data");
+  Status s = CheckModelFitsDataset(*rgb, kFashion, 10, kIdx);
   EXPECT_TRUE(Contains(s, "--model-config " + rgb->path +
                               ": the model's input is (32, 32, 3) and the dataset's images are "
-                              "(28, 28, 1) (the MNIST-format IDX files in /data): declare the "
+                              "(28, 28, 1) (IDX files /data (train)): declare the "
                               "model's input as keras.Input(shape=(28, 28, 1)), or (784,)"))
+      << s.message();
+  // Any shape and class count: a model of 32x32x3 images and 12 classes fits such a dataset.
+  EXPECT_TRUE(CheckModelFitsDataset(*rgb, {32, 32, 3}, 10, "image folder /x").ok());
+  s = CheckModelFitsDataset(*rgb, {32, 32, 3}, 12, "image folder /x");
+  EXPECT_TRUE(Contains(s,
+                       "the dataset has 12 classes (labels 0-11), which need an output of "
+                       "(12,): end the model with Dense(12)"))
       << s.message();
   auto twelve = LoadDeclaredModel(Write(dir, "twelve.json", Sequential({28, 28, 1}, 12).dump()));
   ASSERT_TRUE(twelve.ok()) << twelve.status().message();
-  s = CheckModelFitsDataset(*twelve, "/data");
+  s = CheckModelFitsDataset(*twelve, kFashion, 10, kIdx);
   EXPECT_TRUE(Contains(s,
                        "the model's output is (12,) and the dataset has 10 classes (labels "
                        "0-9), which need an output of (10,): end the model with Dense(10)"))
@@ -119,7 +130,7 @@ TEST(DeclaredModel, AnInputOrOutputThatDoesNotFitIsRefusedNamingBothShapes) {
   EXPECT_FALSE(Contains(s, "input")) << s.message();
   auto both = LoadDeclaredModel(Write(dir, "both.json", Sequential({27, 28, 1}, 2).dump()));
   ASSERT_TRUE(both.ok()) << both.status().message();
-  s = CheckModelFitsDataset(*both, "/data");
+  s = CheckModelFitsDataset(*both, kFashion, 10, kIdx);
   EXPECT_TRUE(Contains(s, "input is (27, 28, 1)")) << s.message();
   EXPECT_TRUE(Contains(s, "; and the model's output is (2,)")) << s.message();
 }
@@ -129,14 +140,14 @@ TEST(DeclaredModel, AModelWhoseBackupsWouldNotFitAStateFileIsRefused) {
   auto big = LoadDeclaredModel(Write(dir, "big.json", Sequential({784}, 8000).dump()));
   ASSERT_TRUE(big.ok()) << big.status().message();
   // 784 x 8000 + 8000 parameters, no output of 10 either: the shapes are named first.
-  Status s = CheckModelFitsDataset(*big, "/data");
+  Status s = CheckModelFitsDataset(*big, kFashion, 10, kIdx);
   EXPECT_TRUE(Contains(s, "output is (8000,)")) << s.message();
   nlohmann::json wide = Sequential({784}, 8000);
   wide["config"]["layers"].push_back(
       {{"class_name", "Dense"}, {"config", {{"name", "out"}, {"units", 10}}}});
   big = LoadDeclaredModel(Write(dir, "wide.json", wide.dump()));
   ASSERT_TRUE(big.ok()) << big.status().message();
-  s = CheckModelFitsDataset(*big, "/data");
+  s = CheckModelFitsDataset(*big, kFashion, 10, kIdx);
   EXPECT_TRUE(Contains(s, "the model has 6360010 parameters, and its backups")) << s.message();
   EXPECT_TRUE(Contains(s, "64 MiB")) << s.message();
 }
@@ -190,23 +201,41 @@ TEST(DeclaredModel, AnExportRoundTripsAndAnotherModelsIsRefused) {
 // backends number their shards `renumber` past the ranges' (the same images, other masks).
 ModelState TrainShards(const DeclaredModel& m, const std::vector<ShardRange>& ranges, int threads,
                        int steps, int renumber = 0) {
-  static const data::Dataset dataset = tj::testing::SyntheticDataset(64);
+  static const std::unique_ptr<data::ImageDataset> dataset =
+      []() -> std::unique_ptr<data::ImageDataset> {
+    constexpr int kCount = 64;
+    std::vector<uint8_t> pixels(size_t{kCount} * 784);
+    for (size_t i = 0; i < pixels.size(); ++i) pixels[i] = static_cast<uint8_t>(i * 2654435761u);
+    std::vector<int32_t> labels(kCount);
+    for (int i = 0; i < kCount; ++i) labels[static_cast<size_t>(i)] = i % 10;
+    auto made = data::InMemoryDataset::Create("synthetic", {28, 28, 1}, 10, std::move(pixels),
+                                              std::move(labels));
+    return std::move(*made);
+  }();
   constexpr int kBatch = 4;
   std::vector<std::unique_ptr<nn::ThreadPool>> pools;
   std::vector<std::unique_ptr<StepBackend>> backends;
   const ModelState initial{
       model::InitialParameters(m.graph, 5), std::vector<float>(m.graph.parameter_count, 0.0f),
       std::vector<float>(m.graph.parameter_count, 0.0f), 0, model::InitialState(m.graph)};
-  const std::vector<uint32_t> order = data::EpochOrder(5, 1, dataset.train.count);
+  const std::vector<uint32_t> order = data::EpochOrder(5, 1, dataset->size());
   for (const ShardRange& r : ranges) {
     pools.push_back(std::make_unique<nn::ThreadPool>(threads));
     ShardRange numbered = r;
     numbered.first += renumber;
-    backends.push_back(MakeDeclaredCpuBackend(m, dataset, kBatch, pools.back().get(),
+    // Decoding threads as many as the step's: the batches are the same bytes at any count.
+    const DeclaredInput input{.dataset = dataset.get(),
+                              .prefetch = {.seed = 5,
+                                           .augment = {.pad = 2, .flip = true},
+                                           .normalization = {},
+                                           .threads = threads - 1},
+                              .prefetch_batches = 2,
+                              .steps_per_epoch = steps};
+    backends.push_back(MakeDeclaredCpuBackend(m, input, kBatch, pools.back().get(),
                                               nn::cpu::BestKernels(), numbered, 5));
     EXPECT_TRUE(backends.back()->SetState(initial).ok());
     EXPECT_TRUE(
-        backends.back()->BeginEpoch(order, int64_t{r.first} * kBatch, 2 * kBatch, 1e-3).ok());
+        backends.back()->BeginEpoch(1, order, int64_t{r.first} * kBatch, 2 * kBatch, 1e-3).ok());
   }
   for (int step = 0; step < steps; ++step) {
     for (auto& b : backends) EXPECT_TRUE(b->ComputeGradients(1.0f / (2 * kBatch)).ok());

@@ -1,0 +1,312 @@
+#include "trainer/train/training_data.h"
+
+#include <filesystem>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "common/random.h"
+#include "trainer/data/image_folder_dataset.h"
+#include "trainer/data/numpy_dataset.h"
+#include "trainer/data/tfrecord_dataset.h"
+
+namespace tj::train {
+namespace {
+
+// The augmentation draws' stream: apart from the epoch orders' (DeriveSeed(seed, epoch)).
+constexpr uint64_t kAugmentStream = 0x4155474d454e5453ULL;  // "AUGMENTS"
+
+constexpr struct {
+  DatasetFormat format;
+  const char* name;
+} kFormats[] = {{DatasetFormat::kIdx, "idx"},
+                {DatasetFormat::kNpz, "npz"},
+                {DatasetFormat::kNpy, "npy"},
+                {DatasetFormat::kFolder, "folder"},
+                {DatasetFormat::kTfRecord, "tfrecord"}};
+
+// What --train-data / --eval-data name for `format`, for messages.
+const char* PathMeaning(DatasetFormat format) {
+  switch (format) {
+    case DatasetFormat::kIdx:
+      return "a directory of MNIST-format IDX files";
+    case DatasetFormat::kNpz:
+      return "an .npz of x_train, y_train, x_test, y_test";
+    case DatasetFormat::kNpy:
+      return "IMAGES.npy,LABELS.npy";
+    case DatasetFormat::kFolder:
+      return "the root of <class>/<image> folders";
+    case DatasetFormat::kTfRecord:
+      return "a TFRecord file or a directory of them";
+  }
+  return "";
+}
+
+bool EncodedImages(DatasetFormat format) {
+  return format == DatasetFormat::kFolder || format == DatasetFormat::kTfRecord;
+}
+
+// The two paths of an .npy pair "IMAGES,LABELS"; false when it is not two.
+bool SplitNpyPair(const std::string& value, std::string* images, std::string* labels) {
+  const size_t comma = value.find(',');
+  if (comma == std::string::npos || value.find(',', comma + 1) != std::string::npos) return false;
+  *images = value.substr(0, comma);
+  *labels = value.substr(comma + 1);
+  return !images->empty() && !labels->empty();
+}
+
+// Empty when every file `flag`'s `value` names exists, else the usage message.
+std::string MissingPath(const char* flag, const std::string& value, DatasetFormat format) {
+  std::vector<std::string> paths = {value};
+  if (format == DatasetFormat::kNpy) {
+    std::string images, labels;
+    if (!SplitNpyPair(value, &images, &labels)) {
+      return std::string(flag) + " " + value +
+             ": --dataset-format npy takes two files, IMAGES.npy,LABELS.npy (comma-separated)";
+    }
+    paths = {images, labels};
+  }
+  for (const std::string& path : paths) {
+    std::error_code ec;
+    if (!std::filesystem::exists(path, ec)) {
+      return std::string(flag) + " " + value + ": " + path +
+             " does not exist; give --dataset-format " + DatasetFormatName(format) + " " +
+             PathMeaning(format);
+    }
+  }
+  return "";
+}
+
+// `result`'s value into `out`, or its error.
+template <typename T>
+Status Assign(StatusOr<T> result, T* out) {
+  if (!result.ok()) return result.status();
+  *out = std::move(*result);
+  return Status::Ok();
+}
+
+std::string ShapeText(data::ImageShape s) { return s.ToString(); }
+
+nlohmann::json ShapeJson(data::ImageShape s) { return {s.height, s.width, s.channels}; }
+
+}  // namespace
+
+const char* DatasetFormatName(DatasetFormat format) {
+  for (const auto& f : kFormats) {
+    if (f.format == format) return f.name;
+  }
+  return "?";
+}
+
+bool ParseDatasetFormat(const std::string& name, DatasetFormat* format) {
+  for (const auto& f : kFormats) {
+    if (name == f.name) {
+      *format = f.format;
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string DatasetFlagsError(const Options& o, bool declared) {
+  const DatasetOptions& d = o.data;
+  const std::string format = std::string("--dataset-format ") + DatasetFormatName(d.format);
+  if (!declared) {
+    if (d.format != DatasetFormat::kIdx) {
+      return format +
+             ": the built-in seeds' CNN trains on the IDX files of --data-dir only; give "
+             "--model-config a Keras model to train on other data, or drop the flag";
+    }
+    const bool shaped = d.image.height > 0 || d.image.channels > 0 || d.classes > 0;
+    const bool augmented = d.augment.pad > 0 || d.augment.flip || !d.normalization.mean.empty() ||
+                           !d.normalization.stddev.empty();
+    if (shaped || augmented || !d.eval_path.empty()) {
+      return std::string(shaped      ? "--image-size, --image-channels and --num-classes"
+                         : augmented ? "--augment-crop-pad, --augment-flip and --normalize-*"
+                                     : "--eval-data") +
+             " apply to declared models (--model-config): the built-in seeds' CNN reads 28x28x1 "
+             "images of 10 classes from --data-dir, unaugmented; drop the flag or declare a "
+             "model";
+    }
+    return "";
+  }
+  if (d.format == DatasetFormat::kIdx) {
+    if (!d.eval_path.empty()) {
+      return "--eval-data " + d.eval_path + ": " + format +
+             " reads both splits (train and t10k) from one directory, --train-data or "
+             "--data-dir; drop --eval-data";
+    }
+    return MissingPath(d.train_path.empty() ? "--data-dir" : "--train-data",
+                       d.train_path.empty() ? o.data_dir : d.train_path, d.format);
+  }
+  if (d.train_path.empty()) {
+    return format + " needs --train-data: " + PathMeaning(d.format);
+  }
+  if (std::string e = MissingPath("--train-data", d.train_path, d.format); !e.empty()) return e;
+  if (d.eval_path.empty() && d.format != DatasetFormat::kNpz) {
+    return format + " needs --eval-data, the evaluation set: " + PathMeaning(d.format);
+  }
+  if (!d.eval_path.empty()) {
+    if (std::string e = MissingPath("--eval-data", d.eval_path, d.format); !e.empty()) return e;
+  }
+  if (!EncodedImages(d.format) && d.image.channels > 0 && d.image.channels != 1 &&
+      d.image.channels != 3) {
+    return "--image-channels " + std::to_string(d.image.channels) + ": 1 or 3";
+  }
+  const size_t channels = d.image.channels > 0 ? static_cast<size_t>(d.image.channels) : 3;
+  if (EncodedImages(d.format)) {
+    for (const auto& [flag, values] : {std::pair{"--normalize-mean", &d.normalization.mean},
+                                       std::pair{"--normalize-std", &d.normalization.stddev}}) {
+      if (!values->empty() && values->size() != channels) {
+        return std::string(flag) + ": " + std::to_string(values->size()) +
+               " values for images of " + std::to_string(channels) +
+               " channels (--image-channels): give one value per channel";
+      }
+    }
+  }
+  return "";
+}
+
+StatusOr<TrainingData> OpenTrainingData(const Options& o) {
+  const DatasetOptions& d = o.data;
+  TrainingData out;
+  switch (d.format) {
+    case DatasetFormat::kIdx: {
+      const std::string dir = d.train_path.empty() ? o.data_dir : d.train_path;
+      TJ_RETURN_IF_ERROR(Assign(data::OpenIdxDataset(dir, "train"), &out.train));
+      TJ_RETURN_IF_ERROR(Assign(data::OpenIdxDataset(dir, "t10k"), &out.eval));
+      break;
+    }
+    case DatasetFormat::kNpz:
+    case DatasetFormat::kNpy: {
+      data::NumpyOptions no;
+      no.classes = d.classes;
+      no.max_array_bytes = d.max_array_bytes;
+      if (d.format == DatasetFormat::kNpz) {
+        TJ_RETURN_IF_ERROR(Assign(data::OpenNpzDataset(d.train_path, "train", no), &out.train));
+        no.classes = out.train->classes();
+        TJ_RETURN_IF_ERROR(Assign(
+            data::OpenNpzDataset(d.eval_path.empty() ? d.train_path : d.eval_path, "test", no),
+            &out.eval));
+      } else {
+        std::string images, labels;
+        SplitNpyPair(d.train_path, &images, &labels);  // checked by DatasetFlagsError
+        TJ_RETURN_IF_ERROR(Assign(data::OpenNpyDataset(images, labels, no), &out.train));
+        no.classes = out.train->classes();
+        SplitNpyPair(d.eval_path, &images, &labels);
+        TJ_RETURN_IF_ERROR(Assign(data::OpenNpyDataset(images, labels, no), &out.eval));
+      }
+      break;
+    }
+    case DatasetFormat::kFolder: {
+      data::ImageFolderOptions fo;
+      fo.shape = {d.image.height, d.image.width, d.image.channels > 0 ? d.image.channels : 3};
+      fo.max_file_bytes = d.max_image_bytes;
+      TJ_RETURN_IF_ERROR(Assign(data::OpenImageFolder(d.train_path, fo), &out.train));
+      fo.shape = out.train->shape();  // the evaluation set fitted to the training set's size
+      TJ_RETURN_IF_ERROR(Assign(data::OpenImageFolder(d.eval_path, fo), &out.eval));
+      break;
+    }
+    case DatasetFormat::kTfRecord: {
+      data::TfRecordOptions to;
+      to.shape = {d.image.height, d.image.width, d.image.channels > 0 ? d.image.channels : 3};
+      to.classes = d.classes;
+      to.max_record_bytes = d.max_record_bytes;
+      std::vector<std::string> train_files, eval_files;
+      TJ_RETURN_IF_ERROR(Assign(data::ListTfRecordFiles(d.train_path), &train_files));
+      TJ_RETURN_IF_ERROR(Assign(data::OpenTfRecordDataset(train_files, to), &out.train));
+      to.shape = out.train->shape();
+      to.classes = out.train->classes();
+      TJ_RETURN_IF_ERROR(Assign(data::ListTfRecordFiles(d.eval_path), &eval_files));
+      TJ_RETURN_IF_ERROR(Assign(data::OpenTfRecordDataset(eval_files, to), &out.eval));
+      break;
+    }
+  }
+  return out;
+}
+
+std::string TrainingDataError(const TrainingData& data, const Options& o) {
+  const DatasetOptions& d = o.data;
+  const data::ImageDataset& train = *data.train;
+  const data::ImageShape shape = train.shape();
+  const std::string holds = train.source() + " holds " + ShapeText(shape) + " images";
+  if (d.image.height > 0 && (d.image.height != shape.height || d.image.width != shape.width)) {
+    return "--image-size " + std::to_string(d.image.height) + "x" + std::to_string(d.image.width) +
+           ": " + holds + "; arrays are not resized: drop the flag or give --image-size " +
+           std::to_string(shape.height) + "x" + std::to_string(shape.width);
+  }
+  if (d.image.channels > 0 && d.image.channels != shape.channels) {
+    return "--image-channels " + std::to_string(d.image.channels) + ": " + holds +
+           "; arrays are not converted: drop the flag or give --image-channels " +
+           std::to_string(shape.channels);
+  }
+  if (d.classes > 0 && d.classes != train.classes()) {
+    return "--num-classes " + std::to_string(d.classes) + ": " + train.source() + " has " +
+           std::to_string(train.classes()) + " classes (one per class folder, or as the files " +
+           "say): drop the flag or give --num-classes " + std::to_string(train.classes());
+  }
+  for (const auto& [flag, values] : {std::pair{"--normalize-mean", &d.normalization.mean},
+                                     std::pair{"--normalize-std", &d.normalization.stddev}}) {
+    if (!values->empty() && values->size() != static_cast<size_t>(shape.channels)) {
+      return std::string(flag) + ": " + std::to_string(values->size()) + " values, and " + holds +
+             ": give one value per channel";
+    }
+  }
+  const data::ImageDataset& eval = *data.eval;
+  if (!(eval.shape() == shape) || eval.classes() != train.classes()) {
+    return "the evaluation set " + eval.source() + " has " + ShapeText(eval.shape()) +
+           " images of " + std::to_string(eval.classes()) + " classes, and the training set " +
+           train.source() + " " + ShapeText(shape) + " images of " +
+           std::to_string(train.classes()) +
+           " classes: give --eval-data a set of the training set's shape and classes";
+  }
+  return "";
+}
+
+nlohmann::json DatasetFingerprint(const TrainingData& data, const Options& o) {
+  const DatasetOptions& d = o.data;
+  return {{"dataset_sha256", data.train->digest()},
+          {"dataset_format", DatasetFormatName(d.format)},
+          {"image_shape", ShapeJson(data.train->shape())},
+          {"classes", data.train->classes()},
+          {"augment_crop_pad", d.augment.pad},
+          {"augment_flip", d.augment.flip},
+          {"normalize_mean", d.normalization.mean},
+          {"normalize_std", d.normalization.stddev}};
+}
+
+data::PrefetchOptions PrefetchOptionsOf(const Options& o) {
+  data::PrefetchOptions p;
+  p.seed = DeriveSeed(o.seed, kAugmentStream);
+  p.augment = o.data.augment;
+  p.normalization = o.data.normalization;
+  // One of the two given: the other's default for each channel.
+  if (p.normalization.mean.empty() && !p.normalization.stddev.empty())
+    p.normalization.mean.assign(p.normalization.stddev.size(), 0.0f);
+  if (p.normalization.stddev.empty() && !p.normalization.mean.empty())
+    p.normalization.stddev.assign(p.normalization.mean.size(), 1.0f);
+  p.threads = o.data.threads;
+  return p;
+}
+
+DeclaredInput DeclaredInputOf(const Options& options, const TrainingData& data,
+                              const data::ShardPlan& plan) {
+  return {.dataset = data.train.get(),
+          .prefetch = PrefetchOptionsOf(options),
+          .prefetch_batches = options.data.prefetch_batches,
+          .steps_per_epoch = plan.StepsPerEpoch(data.train->size())};
+}
+
+nlohmann::ordered_json DatasetEvent(const TrainingData& data, const Options& o) {
+  return {{"event", "dataset"},
+          {"format", DatasetFormatName(o.data.format)},
+          {"train", data.train->source()},
+          {"train_examples", data.train->size()},
+          {"eval", data.eval->source()},
+          {"eval_examples", data.eval->size()},
+          {"image_shape", ShapeJson(data.train->shape())},
+          {"classes", data.train->classes()},
+          {"dataset_sha256", data.train->digest()}};
+}
+
+}  // namespace tj::train
