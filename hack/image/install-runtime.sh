@@ -15,10 +15,11 @@ case "$image" in
                       libssl3 zlib1g" ;;
   # tj-trainer: Gloo (CPU collectives), libmicrohttpd (/status, /metrics), OpenSSL (checksums
   # of data and backups, the rendezvous' authentication), Highway (the CPU kernels' choice of
-  # SIMD target), HDF5 (Keras' .weights.h5 files); CUDA, cuDNN and NCCL come with the CUDA base
-  # image of the GPU target.
+  # SIMD target), HDF5 (Keras' .weights.h5 files), libjpeg-turbo and libpng (image folders
+  # and TFRecord datasets); CUDA, cuDNN and NCCL come with the CUDA base image of the GPU
+  # target.
   trainer) packages="ca-certificates libgloo0 libmicrohttpd12 libssl3 zlib1g libhwy1
-                     libhdf5-103-1" ;;
+                     libhdf5-103-1 libjpeg62-turbo|libjpeg-turbo8 libpng16-16" ;;
   # The TensorFlow example image: Python 3.11 and venv; the wheels bring their own libraries.
   tensorflow) packages="ca-certificates python3 python3-venv" ;;
   *) echo "install-runtime.sh: unknown image '$image' (operator, trainer or tensorflow)" >&2
@@ -28,9 +29,13 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update
 # The names above are Debian 12's. Ubuntu 24.04 (the GPU image's base) renamed the libraries
 # whose ABI holds a time_t with a "t64" suffix (libssl3t64, libmicrohttpd12t64): take that name
-# where the archive has it.
+# where the archive has it. "DEBIAN|UBUNTU" names a package the two call differently
+# (libjpeg62-turbo, libjpeg-turbo8): the first the archive has.
 names=""
 for p in $packages; do
+  case "$p" in
+    *"|"*) if apt-cache show "${p%%|*}" >/dev/null 2>&1; then p=${p%%|*}; else p=${p#*|}; fi ;;
+  esac
   if apt-cache show "${p}t64" >/dev/null 2>&1; then p="${p}t64"; fi
   names="$names $p"
 done

@@ -219,7 +219,14 @@ def apt_installs(kind):
     text = open(os.path.join(root, "hack/image/install-runtime.sh")).read()
     m = re.search(r"^\s*" + kind + r'\) packages="([^"]*)"', text, re.M)
     check(m is not None, f"install-runtime.sh names the packages of {kind}")
-    return m.group(1).split() if m else []
+    # "DEBIAN|UBUNTU" (libjpeg62-turbo|libjpeg-turbo8): Debian 12's name is checked here.
+    return [p.split("|")[0] for p in m.group(1).split()] if m else []
+
+def apt_alternatives(kind):
+    """The "DEBIAN|UBUNTU" entries of install-runtime.sh's packages of `kind`."""
+    text = open(os.path.join(root, "hack/image/install-runtime.sh")).read()
+    m = re.search(r"^\s*" + kind + r'\) packages="([^"]*)"', text, re.M)
+    return {p for p in m.group(1).split() if "|" in p} if m else set()
 
 def linked_packages(binary):
     """The Debian packages that hold the shared libraries ldd resolves (one dpkg -S for all)."""
@@ -283,10 +290,13 @@ for name, _, _, binary, _ in RUNTIME:
         # against packages.ubuntu.com, docs/deploy.md); their own depends come with them.
         # The CUDA libraries come with the trainer's nvidia/cuda cuDNN runtime base image.
         needed = {p for p in needed if not cuda_library(p)}
-        direct = {"libgloo0", "libmicrohttpd12", "libssl3", "libhwy1",
-                  "libhdf5-103-1"}  # (t64 names there)
+        # (t64 names there; libjpeg62-turbo is libjpeg-turbo8 there)
+        direct = {"libgloo0", "libmicrohttpd12", "libssl3", "libhwy1", "libhdf5-103-1",
+                  "libjpeg62-turbo", "libpng16-16"}
         have = depends_closure([p for p in installs if p in direct])
         check(direct <= set(installs), f"trainer image installs {sorted(direct)}")
+        check("libjpeg62-turbo|libjpeg-turbo8" in apt_alternatives("trainer"),
+              "trainer image takes libjpeg-turbo8, Ubuntu 24.04's libjpeg-turbo")
         missing = sorted(p for p in needed if p not in have)
         check(not missing, f"every library tj-trainer links here comes with {sorted(direct)} "
                            f"or the base image: {sorted(needed)}; missing {missing}")
