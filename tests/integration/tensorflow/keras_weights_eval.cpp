@@ -48,7 +48,7 @@ int main(int argc, char** argv) {
   }
   std::vector<float> images(static_cast<size_t>(n) * in_size);
   std::copy_n(images_bytes.data(), images_bytes.size(), reinterpret_cast<char*>(images.data()));
-  std::vector<uint8_t> labels(static_cast<size_t>(n), 0);
+  std::vector<int32_t> labels(static_cast<size_t>(n), 0);
   tj::nn::ThreadPool pool(1);
   tj::model::CpuEngine engine(*graph, kChunk, &pool);
   const int classes = graph->classes();

@@ -33,9 +33,9 @@ TEST(FrozenLayersTest, AFrozenBatchNormTrainsInInferenceMode) {
   const int rows = 5;
   std::vector<float> images(static_cast<size_t>(rows) * 32);
   for (size_t i = 0; i < images.size(); ++i) images[i] = static_cast<float>(i % 7) * 0.3f - 0.8f;
-  std::vector<uint8_t> labels = {0, 1, 2, 1, 0};
+  std::vector<int32_t> labels = {0, 1, 2, 1, 0};
   std::vector<uint32_t> index = {0, 1, 2, 3, 4};
-  const nn::Batch batch{images.data(), labels.data(), index.data(), rows};
+  const Batch batch{images.data(), labels.data(), index.data(), rows};
   const std::vector<float> params = InitialParameters(*plain, 3);
   // Moving statistics far from the batch's, so the two modes differ.
   std::vector<float> state = {0.5f, -0.25f, 2.0f, 0.5f};

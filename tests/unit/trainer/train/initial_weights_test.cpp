@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <numeric>
@@ -109,16 +110,25 @@ TEST(FrozenLayers, TheStepLeavesAFrozenLayersParametersBitwise) {
   auto m = LoadDeclaredModel(dir.Join("frozen.json"));
   ASSERT_TRUE(m.ok()) << m.status().message();
   static const data::Dataset dataset = tj::testing::SyntheticDataset(64);
+  std::vector<uint8_t> pixels(dataset.train.images.size());
+  for (size_t i = 0; i < pixels.size(); ++i) {
+    pixels[i] = static_cast<uint8_t>(std::clamp(dataset.train.images[i], 0.0f, 1.0f) * 255.0f);
+  }
+  auto images = data::InMemoryDataset::Create(
+      "synthetic", {28, 28, 1}, 10, std::move(pixels),
+      std::vector<int32_t>(dataset.train.labels.begin(), dataset.train.labels.end()));
+  ASSERT_TRUE(images.ok()) << images.status().message();
   constexpr int kBatch = 4;
   nn::ThreadPool pool(1);
-  auto backend = MakeDeclaredCpuBackend(*m, dataset, kBatch, &pool, nn::cpu::BestKernels(),
+  const DeclaredInput input{.dataset = images->get(), .steps_per_epoch = 3};
+  auto backend = MakeDeclaredCpuBackend(*m, input, kBatch, &pool, nn::cpu::BestKernels(),
                                         {.first = 0, .count = 1, .total = 1}, 5);
   const ModelState initial{
       model::InitialParameters(m->graph, 5), std::vector<float>(m->graph.parameter_count, 0.0f),
       std::vector<float>(m->graph.parameter_count, 0.0f), 0, model::InitialState(m->graph)};
   ASSERT_TRUE(backend->SetState(initial).ok());
   ASSERT_TRUE(
-      backend->BeginEpoch(data::EpochOrder(5, 1, dataset.train.count), 0, kBatch, 1e-3).ok());
+      backend->BeginEpoch(1, data::EpochOrder(5, 1, dataset.train.count), 0, kBatch, 1e-3).ok());
   for (int step = 0; step < 3; ++step) {
     ASSERT_TRUE(backend->ComputeGradients(1.0f / kBatch).ok());
     ASSERT_TRUE(backend->ApplyUpdate().ok());
