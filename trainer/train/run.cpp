@@ -148,8 +148,9 @@ int LoadDeclaredModelOfRun(const Options& o, const TrainingData& data, EventLog&
   }
   if (o.model_config.empty()) return kExitOk;
   auto loaded = LoadDeclaredModel(o.model_config);
-  Status fits = loaded.ok() ? CheckModelFitsDataset(*loaded, data.train->shape(),
-                                                    data.train->classes(), data.train->source())
+  const data::ImageDataset& fitted = data.Reference();
+  Status fits = loaded.ok() ? CheckModelFitsDataset(*loaded, fitted.shape(), fitted.classes(),
+                                                    fitted.source())
                             : loaded.status();
   if (fits.ok() && !o.initial_weights.empty())
     fits = LoadInitialWeights(o.initial_weights, &*loaded);
@@ -171,12 +172,13 @@ int LoadDeclaredModelOfRun(const Options& o, const TrainingData& data, EventLog&
 }
 
 // The data of the run into `idx` (the built-in model's IDX files) or `data` (a declared
-// model's training and evaluation sets, announced). kExitOk, or the exit code after the error
+// model's training and evaluation sets, announced; an `evaluating` run given no --train-data
+// opens the evaluation set alone). kExitOk, or the exit code after the error
 // is logged: 2 for flags that do not fit together or the data, 1 when a file cannot be read.
-int OpenDataOfRun(const Options& o, EventLog& log, std::optional<data::Dataset>* idx,
-                  TrainingData* data) {
+int OpenDataOfRun(const Options& o, bool evaluating, EventLog& log,
+                  std::optional<data::Dataset>* idx, TrainingData* data) {
   const bool declared = !o.model_config.empty();
-  if (std::string e = DatasetFlagsError(o, declared); !e.empty()) {
+  if (std::string e = DatasetFlagsError(o, declared, evaluating); !e.empty()) {
     log.Error(e);
     return kExitUsage;
   }
@@ -189,7 +191,7 @@ int OpenDataOfRun(const Options& o, EventLog& log, std::optional<data::Dataset>*
     *idx = std::move(*dataset);
     return kExitOk;
   }
-  auto opened = OpenTrainingData(o);
+  auto opened = OpenTrainingData(o, evaluating);
   if (!opened.ok()) {
     log.Error(opened.status().message());
     return kExitFailure;
@@ -304,7 +306,10 @@ int RunTrainerProgram(const Options& o, StopRequest* stop) {
 
   std::optional<data::Dataset> idx;  // the built-in model's
   TrainingData data;                 // a declared model's
-  if (int code = OpenDataOfRun(o, log, &idx, &data); code != kExitOk) return code;
+  if (int code = OpenDataOfRun(o, evaluator || o.evaluate_only, log, &idx, &data);
+      code != kExitOk) {
+    return code;
+  }
   const data::Dataset* dataset = idx ? &*idx : nullptr;
   auto kernels = nn::cpu::KernelsFor(o.cpu_target);
   if (!kernels.ok()) {

@@ -108,7 +108,7 @@ bool ParseDatasetFormat(const std::string& name, DatasetFormat* format) {
   return false;
 }
 
-std::string DatasetFlagsError(const Options& o, bool declared) {
+std::string DatasetFlagsError(const Options& o, bool declared, bool evaluating) {
   const DatasetOptions& d = o.data;
   const std::string format = std::string("--dataset-format ") + DatasetFormatName(d.format);
   if (!declared) {
@@ -139,10 +139,14 @@ std::string DatasetFlagsError(const Options& o, bool declared) {
     return MissingPath(d.train_path.empty() ? "--data-dir" : "--train-data",
                        d.train_path.empty() ? o.data_dir : d.train_path, d.format);
   }
-  if (d.train_path.empty()) {
-    return format + " needs --train-data: " + PathMeaning(d.format);
+  const bool eval_alone = evaluating && d.train_path.empty() && !d.eval_path.empty();
+  if (d.train_path.empty() && !eval_alone) {
+    return format + " needs --train-data: " + PathMeaning(d.format) +
+           (evaluating ? " (an evaluator may give --eval-data alone)" : "");
   }
-  if (std::string e = MissingPath("--train-data", d.train_path, d.format); !e.empty()) return e;
+  if (!eval_alone) {
+    if (std::string e = MissingPath("--train-data", d.train_path, d.format); !e.empty()) return e;
+  }
   if (d.eval_path.empty() && d.format != DatasetFormat::kNpz) {
     return format + " needs --eval-data, the evaluation set: " + PathMeaning(d.format);
   }
@@ -167,9 +171,56 @@ std::string DatasetFlagsError(const Options& o, bool declared) {
   return "";
 }
 
-StatusOr<TrainingData> OpenTrainingData(const Options& o) {
+// An evaluator's data without --train-data: the evaluation set alone, fitted to the flags.
+StatusOr<TrainingData> OpenEvaluationSetAlone(const Options& o) {
+  const DatasetOptions& d = o.data;
+  const data::ImageShape shape{d.image.height, d.image.width,
+                               d.image.channels > 0 ? d.image.channels : 3};
+  TrainingData out;
+  switch (d.format) {
+    case DatasetFormat::kIdx:
+      break;  // both splits from one directory: OpenTrainingData's
+    case DatasetFormat::kNpz:
+    case DatasetFormat::kNpy: {
+      data::NumpyOptions no;
+      no.classes = d.classes;
+      no.max_array_bytes = d.max_array_bytes;
+      if (d.format == DatasetFormat::kNpz) {
+        TJ_RETURN_IF_ERROR(Assign(data::OpenNpzDataset(d.eval_path, "test", no), &out.eval));
+      } else {
+        std::string images, labels;
+        SplitNpyPair(d.eval_path, &images, &labels);
+        TJ_RETURN_IF_ERROR(Assign(data::OpenNpyDataset(images, labels, no), &out.eval));
+      }
+      break;
+    }
+    case DatasetFormat::kFolder: {
+      data::ImageFolderOptions fo;
+      fo.shape = shape;
+      fo.max_file_bytes = d.max_image_bytes;
+      TJ_RETURN_IF_ERROR(Assign(data::OpenImageFolder(d.eval_path, fo), &out.eval));
+      break;
+    }
+    case DatasetFormat::kTfRecord: {
+      data::TfRecordOptions to;
+      to.shape = shape;
+      to.classes = d.classes;
+      to.max_record_bytes = d.max_record_bytes;
+      std::vector<std::string> files;
+      TJ_RETURN_IF_ERROR(Assign(data::ListTfRecordFiles(d.eval_path), &files));
+      TJ_RETURN_IF_ERROR(Assign(data::OpenTfRecordDataset(files, to), &out.eval));
+      break;
+    }
+  }
+  return out;
+}
+
+StatusOr<TrainingData> OpenTrainingData(const Options& o, bool evaluating) {
   const DatasetOptions& d = o.data;
   TrainingData out;
+  if (evaluating && d.train_path.empty() && d.format != DatasetFormat::kIdx) {
+    return OpenEvaluationSetAlone(o);
+  }
   switch (d.format) {
     case DatasetFormat::kIdx: {
       const std::string dir = d.train_path.empty() ? o.data_dir : d.train_path;
@@ -227,7 +278,7 @@ StatusOr<TrainingData> OpenTrainingData(const Options& o) {
 
 std::string TrainingDataError(const TrainingData& data, const Options& o) {
   const DatasetOptions& d = o.data;
-  const data::ImageDataset& train = *data.train;
+  const data::ImageDataset& train = data.Reference();
   const data::ImageShape shape = train.shape();
   const std::string holds = train.source() + " holds " + ShapeText(shape) + " images";
   if (d.image.height > 0 && (d.image.height != shape.height || d.image.width != shape.width)) {
@@ -253,7 +304,7 @@ std::string TrainingDataError(const TrainingData& data, const Options& o) {
     }
   }
   const data::ImageDataset& eval = *data.eval;
-  if (!(eval.shape() == shape) || eval.classes() != train.classes()) {
+  if (data.train && (!(eval.shape() == shape) || eval.classes() != train.classes())) {
     return "the evaluation set " + eval.source() + " has " + ShapeText(eval.shape()) +
            " images of " + std::to_string(eval.classes()) + " classes, and the training set " +
            train.source() + " " + ShapeText(shape) + " images of " +
@@ -298,15 +349,18 @@ DeclaredInput DeclaredInputOf(const Options& options, const TrainingData& data,
 }
 
 nlohmann::ordered_json DatasetEvent(const TrainingData& data, const Options& o) {
-  return {{"event", "dataset"},
-          {"format", DatasetFormatName(o.data.format)},
-          {"train", data.train->source()},
-          {"train_examples", data.train->size()},
-          {"eval", data.eval->source()},
-          {"eval_examples", data.eval->size()},
-          {"image_shape", ShapeJson(data.train->shape())},
-          {"classes", data.train->classes()},
-          {"dataset_sha256", data.train->digest()}};
+  nlohmann::ordered_json event = {{"event", "dataset"},
+                                  {"format", DatasetFormatName(o.data.format)}};
+  if (data.train) {
+    event["train"] = data.train->source();
+    event["train_examples"] = data.train->size();
+  }
+  event["eval"] = data.eval->source();
+  event["eval_examples"] = data.eval->size();
+  event["image_shape"] = ShapeJson(data.Reference().shape());
+  event["classes"] = data.Reference().classes();
+  if (data.train) event["dataset_sha256"] = data.train->digest();
+  return event;
 }
 
 }  // namespace tj::train

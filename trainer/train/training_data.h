@@ -18,8 +18,13 @@
 namespace tj::train {
 
 struct TrainingData {
+  // Null for an evaluator given no --train-data: it evaluates, so it opens only `eval`.
   std::unique_ptr<data::ImageDataset> train;
   std::unique_ptr<data::ImageDataset> eval;  // the end-of-epoch test set and the evaluator's
+
+  // The set whose shape and classes the model must fit: the training set, else the
+  // evaluation set.
+  const data::ImageDataset& Reference() const { return train ? *train : *eval; }
 };
 
 // "idx", "npz", "npy", "folder", "tfrecord"; ParseDatasetFormat is its inverse.
@@ -28,12 +33,14 @@ bool ParseDatasetFormat(const std::string& name, DatasetFormat* format);
 
 // Empty when the dataset flags make sense together for a run of a declared model (`declared`)
 // or of the built-in one, before anything is opened; else the message of a usage error (exit
-// 2) naming the flag, its value and what to do. Paths that do not exist are named here.
-std::string DatasetFlagsError(const Options& options, bool declared);
+// 2) naming the flag, its value and what to do. Paths that do not exist are named here. An
+// evaluating run (the evaluator, --evaluate-only) may give --eval-data alone.
+std::string DatasetFlagsError(const Options& options, bool declared, bool evaluating = false);
 
 // Opens the training and evaluation sets (reading what each reader reads when it opens: see
-// docs/trainer.md). Errors name the file and what is wrong in it.
-StatusOr<TrainingData> OpenTrainingData(const Options& options);
+// docs/trainer.md); an evaluating run given no --train-data opens the evaluation set alone,
+// fitted to the flags' shape. Errors name the file and what is wrong in it.
+StatusOr<TrainingData> OpenTrainingData(const Options& options, bool evaluating = false);
 
 // Empty when the opened sets agree with the flags (--image-size, --image-channels,
 // --num-classes, --normalize-*) and with each other (shape, classes), else the message of a

@@ -65,6 +65,17 @@ TEST(TrainingData, FlagsThatDoNotFitTogetherAreRefusedNamingTheFlag) {
   Options augmented;
   augmented.data.augment.flip = true;
   EXPECT_TRUE(Contains(DatasetFlagsError(augmented, false), "apply to declared models"));
+
+  // An evaluator needs only the evaluation set.
+  Options evaluator;
+  evaluator.data.format = DatasetFormat::kFolder;
+  EXPECT_TRUE(Contains(DatasetFlagsError(evaluator, true, true),
+                       "needs --train-data: the root of <class>/<image> folders (an evaluator "
+                       "may give --eval-data alone)"))
+      << DatasetFlagsError(evaluator, true, true);
+  evaluator.data.eval_path = dir.Join("train");
+  EXPECT_EQ(DatasetFlagsError(evaluator, true, true), "");
+  EXPECT_TRUE(Contains(DatasetFlagsError(evaluator, true, false), "needs --train-data"));
 }
 
 TEST(TrainingData, OpenedSetsAreCheckedAgainstTheFlagsAndEachOther) {
