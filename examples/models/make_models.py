@@ -101,8 +101,48 @@ def bn_dropout_cnn():
     ], name="bn_dropout_cnn")
 
 
+def mobilenet_v2():
+    """Keras' own MobileNetV2 application at width 0.35 for 32x32x3 images and 10 classes,
+    untrained: ZeroPadding2D before each strided depthwise convolution, ReLU6, 17 inverted
+    residual blocks, GlobalAveragePooling2D and a softmax Dense."""
+    return keras.applications.MobileNetV2(input_shape=(32, 32, 3), alpha=0.35, weights=None,
+                                          classes=10)
+
+
+def resnet20():
+    """ResNet-20 for CIFAR-10 (He et al. 2015, section 4.2): a 3x3 convolution of 16 filters,
+    three stages of three basic blocks of 16, 32 and 64 filters, the first block of stages 2
+    and 3 strided by 2 with a 1x1 projection shortcut (option B), BatchNormalization and ReLU
+    after every convolution, global average pooling and a softmax Dense(10)."""
+    inputs = keras.Input(shape=(32, 32, 3), name="image")
+    x = layers.Conv2D(16, 3, padding="same", use_bias=False, name="stem_conv")(inputs)
+    x = layers.BatchNormalization(name="stem_bn")(x)
+    x = layers.ReLU(name="stem_relu")(x)
+    for stage, filters in enumerate((16, 32, 64), start=1):
+        for block in range(1, 4):
+            name = f"s{stage}b{block}"
+            strides = 2 if stage > 1 and block == 1 else 1
+            y = layers.Conv2D(filters, 3, strides=strides, padding="same", use_bias=False,
+                              name=name + "_conv1")(x)
+            y = layers.BatchNormalization(name=name + "_bn1")(y)
+            y = layers.ReLU(name=name + "_relu1")(y)
+            y = layers.Conv2D(filters, 3, padding="same", use_bias=False,
+                              name=name + "_conv2")(y)
+            y = layers.BatchNormalization(name=name + "_bn2")(y)
+            if strides != 1:
+                x = layers.Conv2D(filters, 1, strides=strides, use_bias=False,
+                                  name=name + "_proj")(x)
+                x = layers.BatchNormalization(name=name + "_proj_bn")(x)
+            x = layers.Add(name=name + "_add")([x, y])
+            x = layers.ReLU(name=name + "_out")(x)
+    x = layers.GlobalAveragePooling2D(name="gap")(x)
+    outputs = layers.Dense(10, activation="softmax", name="predictions")(x)
+    return keras.Model(inputs, outputs, name="resnet20")
+
+
 MODELS = {"seeds_cnn": seeds_cnn, "resnet_block": resnet_block,
-          "mobilenet_v2_block": mobilenet_block, "bn_dropout_cnn": bn_dropout_cnn}
+          "mobilenet_v2_block": mobilenet_block, "bn_dropout_cnn": bn_dropout_cnn,
+          "mobilenet_v2": mobilenet_v2, "resnet20": resnet20}
 
 
 def main():

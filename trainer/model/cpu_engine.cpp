@@ -706,7 +706,7 @@ void CpuEngine::Plan::SeedsConvPoolBackward(Node& p, float* grad_out) {
       kStride, kStride, [](size_t e) { return e; }, grad_out + conv.params[conv.kernel].offset);
 }
 
-// Input, Rescaling, Activation, pooling, Flatten, Dropout, Add: row by row.
+// Input, Rescaling, Activation, pooling, Flatten, Dropout, Add, ZeroPadding2D: row by row.
 void CpuEngine::Plan::SimpleForward(Node& n, int index, const Batch& batch) {
   const Layer& l = *n.layer;
   const Window w = WindowOf(l);
@@ -735,6 +735,9 @@ void CpuEngine::Plan::SimpleForward(Node& n, int index, const Batch& batch) {
           break;
         case LayerType::kAvgPool:
           kernels::AvgPoolForward(xr, w, y);
+          break;
+        case LayerType::kZeroPadding:
+          kernels::ZeroPadForward(xr, w, y);
           break;
         case LayerType::kGlobalAvgPool: {
           const size_t positions = in_size / n.size;
@@ -801,6 +804,9 @@ void CpuEngine::Plan::SimpleBackward(Node& n) {
             break;
           case LayerType::kAvgPool:
             kernels::AvgPoolBackwardAdd(dy, w, d);
+            break;
+          case LayerType::kZeroPadding:
+            kernels::ZeroPadBackwardAdd(dy, w, d);
             break;
           case LayerType::kGlobalAvgPool: {
             const size_t positions = in_size / n.size;

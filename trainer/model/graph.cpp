@@ -106,6 +106,14 @@ Status InferShape(const Graph& graph, Layer* layer) {
     case LayerType::kRescaling:
       layer->out = in;
       break;
+    case LayerType::kZeroPadding:
+      if (in.flat) {
+        return Status::Error(Where(*layer) + ": needs an input of (height, width, channels), not " +
+                             in.ToString());
+      }
+      layer->out = {in.h + layer->pad_top + layer->pad_bottom,
+                    in.w + layer->pad_left + layer->pad_right, in.c, false};
+      break;
   }
   return Status::Ok();
 }

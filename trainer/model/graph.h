@@ -13,9 +13,9 @@
 // Supported layers (anything else is refused naming the layer's class and name and listing
 // these): InputLayer, Conv2D, DepthwiseConv2D, BatchNormalization, Activation, ReLU,
 // MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, Flatten, Dense, Dropout, Add,
-// Rescaling. Activations: linear, relu, relu6 (ReLU's max_value: any cap), softmax only on the
-// output layer (there it is folded into the loss: the engine's outputs are the logits before
-// it). Inputs are NHWC float32 (or flat vectors); the output is a vector of class logits for
+// Rescaling, ZeroPadding2D. Activations: linear, relu, relu6 (ReLU's max_value: any cap), softmax
+// only on the output layer (there it is folded into the loss: the engine's outputs are the logits
+// before it). Inputs are NHWC float32 (or flat vectors); the output is a vector of class logits for
 // softmax cross-entropy.
 //
 // Parameter layout. The parameter vector is, for each layer in the model's layer order (the
@@ -64,6 +64,7 @@ enum class LayerType {
   kDropout,
   kAdd,
   kRescaling,
+  kZeroPadding,  // ZeroPadding2D
 };
 
 // What follows a layer's linear part. kRelu clips at relu_max (infinity: plain ReLU; 6: ReLU6).
@@ -121,12 +122,14 @@ struct Layer {
   bool trainable = true;
 
   // Windows: Conv2D, DepthwiseConv2D, MaxPooling2D, AveragePooling2D. Padding "same" pads
-  // pad_top / pad_left before and the rest after, as TensorFlow does.
+  // pad_top / pad_left before and the rest after, as TensorFlow does. ZeroPadding2D pads by
+  // all four (rows above and below, columns left and right).
   int kh = 1, kw = 1, sh = 1, sw = 1;
   Padding padding = Padding::kValid;
   int pad_top = 0, pad_left = 0;
-  int filters = 0;  // Conv2D's filters, Dense's units
-  int groups = 1;   // Conv2D
+  int pad_bottom = 0, pad_right = 0;  // ZeroPadding2D
+  int filters = 0;                    // Conv2D's filters, Dense's units
+  int groups = 1;                     // Conv2D
   int depth_multiplier = 1;
   bool use_bias = false;
 

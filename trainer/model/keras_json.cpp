@@ -345,6 +345,36 @@ void ReadRescaling(Config& c, Layer* layer) {
   layer->offset = static_cast<float>(c.Number("offset", 0.0));
 }
 
+// ZeroPadding2D's padding: n (n rows and columns on every side), [h, w] (h rows above and
+// below, w columns left and right) or [[top, bottom], [left, right]], as Keras accepts it.
+void ReadZeroPadding(Config& c, Layer* layer) {
+  c.ExpectString("data_format", "channels_last", "only channels_last (NHWC) is supported");
+  const json* v = c.Find("padding");
+  auto amount = [](const json& x) {
+    return x.is_number_integer() && x.get<int64_t>() >= 0 && x.get<int64_t>() <= (1 << 16);
+  };
+  auto both = [&](const json& x) {
+    return x.is_array() && x.size() == 2 && amount(x[0]) && amount(x[1]);
+  };
+  if (v == nullptr) {
+    layer->pad_top = layer->pad_bottom = layer->pad_left = layer->pad_right = 1;
+  } else if (amount(*v)) {
+    layer->pad_top = layer->pad_bottom = layer->pad_left = layer->pad_right = v->get<int>();
+  } else if (both(*v)) {
+    layer->pad_top = layer->pad_bottom = (*v)[0].get<int>();
+    layer->pad_left = layer->pad_right = (*v)[1].get<int>();
+  } else if (v->is_array() && v->size() == 2 && both((*v)[0]) && both((*v)[1])) {
+    layer->pad_top = (*v)[0][0].get<int>();
+    layer->pad_bottom = (*v)[0][1].get<int>();
+    layer->pad_left = (*v)[1][0].get<int>();
+    layer->pad_right = (*v)[1][1].get<int>();
+  } else {
+    c.Fail("padding " + Brief(*v) +
+           " is not supported (an integer n, [rows, columns] or [[top, bottom], [left, right]], "
+           "none negative)");
+  }
+}
+
 const std::map<std::string, LayerType, std::less<>>& LayerTypes() {
   static const auto* types = new std::map<std::string, LayerType, std::less<>>{
       {"InputLayer", LayerType::kInput},
@@ -361,6 +391,7 @@ const std::map<std::string, LayerType, std::less<>>& LayerTypes() {
       {"Dropout", LayerType::kDropout},
       {"Add", LayerType::kAdd},
       {"Rescaling", LayerType::kRescaling},
+      {"ZeroPadding2D", LayerType::kZeroPadding},
   };
   return *types;
 }
@@ -448,6 +479,9 @@ Status ReadLayer(const json& entry, Layer* layer) {
       break;
     case LayerType::kRescaling:
       ReadRescaling(c, layer);
+      break;
+    case LayerType::kZeroPadding:
+      ReadZeroPadding(c, layer);
       break;
   }
   return c.status();

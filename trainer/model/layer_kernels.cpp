@@ -211,4 +211,24 @@ void DepthwiseBackward(const float* x, const float* dy, const Window& w, int dm,
   }
 }
 
+void ZeroPadForward(const float* x, const Window& w, float* y) {
+  const size_t row = static_cast<size_t>(w.in_w) * w.channels;
+  std::fill(y, y + static_cast<size_t>(w.out_h) * w.out_w * w.channels, 0.0f);
+  for (int iy = 0; iy < w.in_h; ++iy) {
+    const float* from = x + iy * row;
+    std::copy(from, from + row,
+              y + (static_cast<size_t>(iy + w.pad_top) * w.out_w + w.pad_left) * w.channels);
+  }
+}
+
+void ZeroPadBackwardAdd(const float* dy, const Window& w, float* dx) {
+  const size_t row = static_cast<size_t>(w.in_w) * w.channels;
+  for (int iy = 0; iy < w.in_h; ++iy) {
+    const float* from =
+        dy + (static_cast<size_t>(iy + w.pad_top) * w.out_w + w.pad_left) * w.channels;
+    float* to = dx + iy * row;
+    for (size_t i = 0; i < row; ++i) to[i] += from[i];
+  }
+}
+
 }  // namespace tj::model::kernels

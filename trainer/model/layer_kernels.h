@@ -1,8 +1,8 @@
 // The per-image loops of the declared-model engine (cpu_engine.h) that the SIMD kernels of
 // trainer/nn/cpu_kernels.h do not cover: im2col and its adjoint, pooling, depthwise
-// convolution. Plain C++ compiled once for the build's baseline (no per-target code), each
-// output summed in one fixed order, so they give the same bits on every CPU and for any
-// thread count. Images are NHWC without N: element (y, x, c) at (y * width + x) * channels + c.
+// convolution, zero padding. Plain C++ compiled once for the build's baseline (no per-target code),
+// each output summed in one fixed order, so they give the same bits on every CPU and for any thread
+// count. Images are NHWC without N: element (y, x, c) at (y * width + x) * channels + c.
 #pragma once
 
 #include <cstddef>
@@ -50,5 +50,10 @@ void DepthwiseForward(const float* x, const Window& w, int dm, const float* kern
 // to.
 void DepthwiseBackward(const float* x, const float* dy, const Window& w, int dm,
                        const float* kernel, float* dkernel, float* dbias, float* dx);
+
+// ZeroPadding2D: y is x framed by zeros, x's element (y, x, c) at (y + pad_top, x + pad_left,
+// c) of the out_h x out_w output; its adjoint adds that window of dy to dx.
+void ZeroPadForward(const float* x, const Window& w, float* y);
+void ZeroPadBackwardAdd(const float* dy, const Window& w, float* dx);
 
 }  // namespace tj::model::kernels

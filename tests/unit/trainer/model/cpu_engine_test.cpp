@@ -183,6 +183,13 @@ std::vector<Case> Cases() {
             Layer("Activation", {{"name", "a"}, {"activation", "relu"}}), Conv("conv2", 3, 1),
             Layer("ReLU", {{"name", "r"}, {"max_value", 0.3}}), Conv("conv3", 3, 1),
             Layer("Activation", {{"name", "a6"}, {"activation", "relu6"}}), Flatten(), Head()})},
+      {"zero_padding_then_strided_depthwise",
+       Sequential({Input(6, 6, 3),
+                   Layer("ZeroPadding2D", {{"name", "pad"}, {"padding", {{0, 1}, {0, 1}}}}),
+                   Layer("DepthwiseConv2D",
+                         {{"name", "dw"}, {"kernel_size", 3}, {"strides", 2}, {"use_bias", false}}),
+                   Layer("ZeroPadding2D", {{"name", "pad2"}, {"padding", {{2, 1}, {0, 3}}}}),
+                   Flatten(), Head()})},
       {"rescaling",
        Sequential({Input(5, 5, 2),
                    Layer("Rescaling", {{"name", "rescale"}, {"scale", 0.5}, {"offset", -0.25}}),
@@ -316,9 +323,10 @@ TEST(CpuEngineTest, BatchNormUpdatesItsMovingStatistics) {
 // The example models and a Dropout one, on every SIMD target this CPU runs: 1, 2 and 3 threads
 // give the same loss, gradients, state and outputs to the bit.
 TEST(CpuEngineTest, ThreadCountDoesNotChangeABitOnAnyTarget) {
-  std::vector<json> models = {testing::ExampleModel("seeds_cnn"),
-                              testing::ExampleModel("resnet_block"),
-                              testing::ExampleModel("mobilenet_v2_block")};
+  std::vector<json> models = {
+      testing::ExampleModel("seeds_cnn"), testing::ExampleModel("resnet_block"),
+      testing::ExampleModel("mobilenet_v2_block"), testing::ExampleModel("resnet20"),
+      testing::ExampleModel("mobilenet_v2")};
   const int rows = 13;  // not a multiple of any block size
   for (size_t m = 0; m < models.size(); ++m) {
     Problem p = MakeProblem(models[m], rows, 40 + m);

@@ -78,6 +78,62 @@ TEST(KerasModelTest, TheResNetAndMobileNetBlocks) {
   EXPECT_EQ(Named(*mobile, "rescale").offset, -1.0f);
 }
 
+// The whole models: Keras' MobileNetV2 application (alpha 0.35, 32x32x3, 10 classes) and the
+// CIFAR ResNet-20; count_params() as make_models.py printed it.
+TEST(KerasModelTest, TheFullMobileNetV2AndResNet20) {
+  StatusOr<Graph> mobile = LoadKerasModel(ExampleModelPath("mobilenet_v2"));
+  ASSERT_TRUE(mobile.ok()) << mobile.status().message();
+  EXPECT_EQ(mobile->parameter_count + mobile->state_count, 423018u);
+  EXPECT_EQ(mobile->layers.size(), 156u);
+  EXPECT_EQ(mobile->input_shape(), (Shape{32, 32, 3, false}));
+  EXPECT_TRUE(mobile->output_softmax);
+  // block_1_pad pads one row below and one column right before a valid, strided depthwise
+  // convolution: 16x16 -> 17x17 -> 8x8.
+  const Layer& pad = Named(*mobile, "block_1_pad");
+  EXPECT_EQ(pad.type, LayerType::kZeroPadding);
+  EXPECT_EQ(pad.in, (Shape{16, 16, 48, false}));
+  EXPECT_EQ(pad.out, (Shape{17, 17, 48, false}));
+  EXPECT_EQ(pad.pad_top + pad.pad_left, 0);
+  EXPECT_EQ(pad.pad_bottom + pad.pad_right, 2);
+  EXPECT_EQ(Named(*mobile, "block_1_depthwise").out, (Shape{8, 8, 48, false}));
+  EXPECT_EQ(Named(*mobile, "out_relu").out, (Shape{1, 1, 1280, false}));
+
+  StatusOr<Graph> resnet = LoadKerasModel(ExampleModelPath("resnet20"));
+  ASSERT_TRUE(resnet.ok()) << resnet.status().message();
+  EXPECT_EQ(resnet->parameter_count + resnet->state_count, 274042u);
+  int convs = 0;
+  for (const Layer& l : resnet->layers) convs += l.type == LayerType::kConv2D;
+  EXPECT_EQ(convs, 21);  // 19 of the 20 weighted layers, the 2 projections
+  EXPECT_EQ(Named(*resnet, "s3b1_add").out, (Shape{8, 8, 64, false}));
+  EXPECT_EQ(Named(*resnet, "gap").out, (Shape{1, 1, 64, true}));
+}
+
+// ZeroPadding2D's padding in each of Keras' forms.
+TEST(KerasModelTest, ZeroPaddingForms) {
+  struct Form {
+    json padding;
+    int top, bottom, left, right;
+  };
+  const std::vector<Form> forms = {
+      {2, 2, 2, 2, 2}, {{1, 3}, 1, 1, 3, 3}, {{{0, 1}, {2, 0}}, 0, 1, 2, 0}, {nullptr, 1, 1, 1, 1}};
+  for (const Form& f : forms) {
+    json config = {{"name", "pad"}};
+    if (!f.padding.is_null()) config["padding"] = f.padding;
+    StatusOr<Graph> g = ParseKerasModel(
+        Sequential({Input(5, 4, 2), testing::KerasLayer("ZeroPadding2D", config),
+                    testing::KerasLayer("Flatten", {{"name", "flatten"}}),
+                    testing::KerasLayer("Dense", {{"name", "dense"}, {"units", 3}})})
+            .dump());
+    ASSERT_TRUE(g.ok()) << g.status().message();
+    const Layer& pad = Named(*g, "pad");
+    EXPECT_EQ(pad.pad_top, f.top) << f.padding.dump();
+    EXPECT_EQ(pad.pad_bottom, f.bottom) << f.padding.dump();
+    EXPECT_EQ(pad.pad_left, f.left) << f.padding.dump();
+    EXPECT_EQ(pad.pad_right, f.right) << f.padding.dump();
+    EXPECT_EQ(pad.out, (Shape{5 + f.top + f.bottom, 4 + f.left + f.right, 2, false}));
+  }
+}
+
 // model.get_weights() order: layer by layer, parameters then moving statistics.
 TEST(KerasModelTest, KerasWeightOrder) {
   StatusOr<Graph> g = LoadKerasModel(ExampleModelPath("resnet_block"));
@@ -330,6 +386,24 @@ TEST(KerasModelTest, RefusalsNameTheLayerAndTheProblem) {
          return m;
        },
        {"layer BatchNormalization 'bn'", "axis 1"}},
+      {"zero padding negative",
+       [] {
+         json m = SmallCnn();
+         m["config"]["layers"].insert(
+             m["config"]["layers"].begin() + 1,
+             testing::KerasLayer("ZeroPadding2D",
+                                 {{"name", "pad"}, {"padding", {{0, -1}, {1, 1}}}}));
+         return m;
+       },
+       {"layer ZeroPadding2D 'pad'", "padding [[0,-1],[1,1]] is not supported"}},
+      {"zero padding a vector",
+       [] {
+         json m = SmallCnn();
+         m["config"]["layers"].insert(m["config"]["layers"].begin() + 3,
+                                      testing::KerasLayer("ZeroPadding2D", {{"name", "pad"}}));
+         return m;
+       },
+       {"layer ZeroPadding2D 'pad'", "needs an input of (height, width, channels)"}},
       {"subclassed",
        [] {
          return json{{"class_name", "MyModel"}, {"config", json::object()}};

@@ -167,6 +167,18 @@ inline Rows RefLayer(const Graph& g, int index, const std::vector<Rows>& acts, i
     case LayerType::kActivation:
       for (size_t i = 0; i < y.size(); ++i) y[i] = Act(l, x[i]);
       return y;
+    case LayerType::kZeroPadding:
+      for (int r = 0; r < rows; ++r)
+        for (int iy = 0; iy < l.in.h; ++iy)
+          for (int ix = 0; ix < l.in.w; ++ix)
+            for (int c = 0; c < l.in.c; ++c) {
+              const size_t to = ((static_cast<size_t>(r) * l.out.h + iy + l.pad_top) * l.out.w +
+                                 ix + l.pad_left) *
+                                    l.out.c +
+                                c;
+              y[to] = x[((static_cast<size_t>(r) * l.in.h + iy) * l.in.w + ix) * l.in.c + c];
+            }
+      return y;
     case LayerType::kFlatten:
     case LayerType::kInput:
       return x;
