@@ -50,6 +50,14 @@ def example(name, drop_rate=None):
     return keras.models.model_from_json(json.dumps(config))
 
 
+# The whole MobileNetV2 in training mode is ill-conditioned at small batches: its last blocks
+# run at 2x2 and 1x1 pixels, so BatchNormalization normalises over as few values as there are
+# rows. TensorFlow's own float32 gradients differ from its float64 ones by up to 2e-2 of a
+# tensor's largest magnitude at 4 rows, 8.5e-5 at 16 (measured with the same weights): the
+# case runs 16 rows and allows 1e-3, ten times TensorFlow's own float32 error.
+LOOSE = {"mobilenet_v2_training": (16, 1e-3)}
+
+
 def cases():
     """(name, model builder, training)."""
     bn = dict(epsilon=0.01, momentum=0.9)
@@ -100,11 +108,21 @@ def cases():
             (5, 5, 2), layers.Rescaling(0.5, offset=-0.25, name="rescale"),
             layers.Conv2D(3, 3, name="conv")), True),
         ("add_residual", residual, True),
+        ("zero_padding_then_strided_depthwise", lambda: seq(
+            (6, 6, 3), layers.ZeroPadding2D(((0, 1), (0, 1)), name="pad"),
+            layers.DepthwiseConv2D(3, strides=2, use_bias=False, name="dw")), True),
+        ("zero_padding_uneven_then_conv", lambda: seq(
+            (4, 5, 2), layers.ZeroPadding2D(((1, 2), (3, 0)), name="pad"),
+            layers.Conv2D(3, 3, name="conv"), layers.ZeroPadding2D(1, name="pad2")), True),
         ("seeds_cnn", lambda: example("seeds_cnn"), True),
         ("resnet_block_training", lambda: example("resnet_block", drop_rate=0.0), True),
         ("resnet_block_inference", lambda: example("resnet_block"), False),
         ("mobilenet_v2_block_training", lambda: example("mobilenet_v2_block"), True),
         ("mobilenet_v2_block_inference", lambda: example("mobilenet_v2_block"), False),
+        ("resnet20_training", lambda: example("resnet20"), True),
+        ("resnet20_inference", lambda: example("resnet20"), False),
+        ("mobilenet_v2_training", lambda: example("mobilenet_v2"), True),
+        ("mobilenet_v2_inference", lambda: example("mobilenet_v2"), False),
     ]
 
 
@@ -146,14 +164,15 @@ def write_case(out, name, model, training, rng):
     d = os.path.join(out, name)
     os.makedirs(d, exist_ok=True)
     random_weights(model, rng)
-    shape = (ROWS,) + tuple(model.inputs[0].shape[1:])
+    rows, tolerance = LOOSE.get(name, (ROWS, None))
+    shape = (rows,) + tuple(model.inputs[0].shape[1:])
     x = rng.uniform(-1, 1, shape).astype("float32")
-    if name.startswith(("resnet", "mobilenet")):
+    if name.startswith(("resnet_block", "mobilenet_v2_block")):
         x = rng.uniform(0, 255, shape).astype("float32")  # pixels, as their Rescaling expects
     elif name.startswith("seeds_cnn"):
         x = rng.uniform(0, 1, shape).astype("float32")  # the built-in model's pixels
     classes = model.outputs[0].shape[-1]
-    labels = rng.integers(0, classes, ROWS).astype("uint8")
+    labels = rng.integers(0, classes, rows).astype("uint8")
     softmax_output = model.layers[-1].get_config().get("activation") == "softmax"
     trainable = [w for layer in model.layers for w in layer.trainable_weights]
     state = [w for layer in model.layers for w in layer.non_trainable_weights]
@@ -174,8 +193,11 @@ def write_case(out, name, model, training, rng):
     labels.tofile(os.path.join(d, "labels.u8"))
     with open(os.path.join(d, "model.json"), "w") as f:
         f.write(model.to_json())
-    return {"name": name, "rows": ROWS, "training": training, "loss": float(loss),
+    case = {"name": name, "rows": rows, "training": training, "loss": float(loss),
             "softmax_output": softmax_output}
+    if tolerance is not None:
+        case["tolerance"] = tolerance
+    return case
 
 
 def main():
