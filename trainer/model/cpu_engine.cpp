@@ -31,6 +31,10 @@ struct Node {
   // Conv2D and Dense: the kernel packed output-major, out x kp (columns k < K per group).
   int k = 0, kp = 0, og = 0;
   std::vector<float> wt;
+  // Conv2D: the kernel packed for gemm, per group K x np (np: og rounded up to gemm's column
+  // padding), its bias per group np floats; the kernel gradient summed over the images, packed.
+  int np = 0;
+  std::vector<float> wk, bias, dwt;
   std::vector<float> padded;             // Dense with K % 32 != 0: its inputs, max_rows x kp
   std::vector<int32_t> argmax;           // MaxPooling2D: the winner of each output
   std::vector<float> mask;               // Dropout in training: 0 or 1 / (1 - rate) per element
@@ -257,8 +261,13 @@ void CpuEngine::Plan::Build(bool fuse) {
         n.k = static_cast<int>(window) * (l.in.c / l.groups);
         n.kp = Padded(n.k);
         n.wt.assign(static_cast<size_t>(l.filters) * n.kp, 0.0f);
+        n.dwt.assign(n.wt.size(), 0.0f);
+        n.np = (n.og + nn::cpu::kGemmColumnPad - 1) / nn::cpu::kGemmColumnPad *
+               nn::cpu::kGemmColumnPad;
+        n.wk.assign(static_cast<size_t>(l.groups) * n.k * n.np, 0.0f);
+        n.bias.assign(static_cast<size_t>(l.groups) * n.np, 0.0f);
         col_size = std::max(col_size, static_cast<size_t>(l.out.h) * l.out.w * n.kp);
-        scratch = std::max(scratch, static_cast<size_t>(l.out.h) * l.out.w * (n.kp + n.og));
+        scratch = std::max(scratch, static_cast<size_t>(l.out.h) * l.out.w * n.kp);
         per_row = std::max(per_row, static_cast<size_t>(l.filters) * (n.kp + 1));
         break;
       case LayerType::kDense:
@@ -338,34 +347,49 @@ void CpuEngine::Plan::SumRows(size_t count, size_t stride, const Source& source,
   });
 }
 
+// The kernel of each group packed K x np (columns past og zero) and the bias likewise, as
+// gemm reads them; then per image im2col (none for a 1x1 convolution of stride 1 without
+// padding: the image is its own patch matrix) and gemm with bias and activation fused.
 void CpuEngine::Plan::ConvForward(Node& n) {
-  Pack(n);
   const Layer& l = *n.layer;
   const Node& in = nodes[l.inputs[0]];
   const Window w = WindowOf(l);
   const int positions = w.positions(), cg = l.in.c / l.groups;
-  const float* bias = l.bias >= 0 ? Param(l, l.bias) : zeros.data();
-  const bool fused_relu = l.activation == Activation::kRelu && std::isinf(l.relu_max);
+  const float* kernel = Param(l, l.kernel);
+  const float* bias = l.bias >= 0 ? Param(l, l.bias) : nullptr;
+  const size_t group_size = static_cast<size_t>(n.k) * n.np;
+  ForRange(static_cast<size_t>(l.groups) * n.k, [&](size_t i0, size_t i1) {
+    for (size_t i = i0; i < i1; ++i) {
+      const size_t g = i / n.k, k = i % n.k;
+      const float* from = kernel + k * l.filters + g * n.og;
+      float* to = n.wk.data() + g * group_size + k * n.np;
+      std::copy(from, from + n.og, to);
+    }
+  });
+  for (int g = 0; bias != nullptr && g < l.groups; ++g) {
+    std::copy(bias + g * n.og, bias + (g + 1) * n.og, n.bias.data() + g * n.np);
+  }
+  const bool relu = l.activation == Activation::kRelu;
+  const float lo = relu ? 0.0f : -std::numeric_limits<float>::infinity();
+  const float hi = relu ? l.relu_max : std::numeric_limits<float>::infinity();
+  const bool direct = l.groups == 1 && l.kh == 1 && l.kw == 1 && l.sh == 1 && l.sw == 1;
   ForRows([&](int member, int r0, int r1) {
     float* c = col[member].data();
-    float* tmp = dcol[member].data();
     for (int r = r0; r < r1; ++r) {
       const float* x = in.out.data() + r * in.size;
       float* y = n.out.data() + r * n.size;
-      if (l.groups == 1) {
-        kernels::Im2Col(x, w, 0, cg, n.kp, c);
-        kernels.dense_forward(c, positions, n.kp, n.wt.data(), bias, l.filters, fused_relu, y);
-      } else {
-        for (int g = 0; g < l.groups; ++g) {
+      for (int g = 0; g < l.groups; ++g) {
+        const float* a = x;
+        int lda = l.in.c;
+        if (!direct) {
           kernels::Im2Col(x, w, g * cg, cg, n.kp, c);
-          kernels.dense_forward(c, positions, n.kp, n.wt.data() + g * n.og * n.kp, bias + g * n.og,
-                                n.og, fused_relu, tmp);
-          for (int p = 0; p < positions; ++p) {
-            std::copy(tmp + p * n.og, tmp + (p + 1) * n.og, y + p * l.filters + g * n.og);
-          }
+          a = c;
+          lda = n.kp;
         }
+        kernels.gemm(a, lda, n.wk.data() + g * group_size, n.np,
+                     bias != nullptr ? n.bias.data() + g * n.np : nullptr, positions, n.k, n.og, lo,
+                     hi, y + g * n.og, l.filters);
       }
-      if (!fused_relu) Activate(l, y, y, n.size);
     }
   });
 }
@@ -373,6 +397,7 @@ void CpuEngine::Plan::ConvForward(Node& n) {
 // Per image: the kernel gradient (out x kp, packed) and bias gradient into partials, then
 // d input through the packed kernel and col2im; then the sums over the images.
 void CpuEngine::Plan::ConvBackward(Node& n, float* grad_out) {
+  Pack(n);
   const Layer& l = *n.layer;
   const Node& in = nodes[l.inputs[0]];
   const Window w = WindowOf(l);
@@ -393,33 +418,30 @@ void CpuEngine::Plan::ConvBackward(Node& n, float* grad_out) {
         for (int o = 0; o < outputs; ++o) dbias[o] += dy[p * outputs + o];
       }
       for (int g = 0; g < l.groups; ++g) {
-        // This group's slice of dy, positions x og (dy itself when there is one group).
-        const float* dyg = dy;
-        if (l.groups > 1) {
-          float* t = dc + static_cast<size_t>(positions) * n.kp;
-          for (int p = 0; p < positions; ++p) {
-            std::copy(dy + p * outputs + g * n.og, dy + p * outputs + (g + 1) * n.og, t + p * n.og);
-          }
-          dyg = t;
-        }
-        const float* wg = n.wt.data() + g * n.og * n.kp;
         kernels::Im2Col(x, w, g * cg, cg, n.kp, c);
-        kernels.dense_backward_weights(dyg, positions, n.og, c, n.kp, 0, n.og,
-                                       part + g * n.og * n.kp);
+        kernels.dense_backward_weights(dy, positions, outputs, c, n.kp, g * n.og, (g + 1) * n.og,
+                                       part);
         if (dx == nullptr) continue;
-        kernels.dense_backward_input(dyg, positions, n.og, wg, n.kp, nullptr, dc);
+        // d patches = dy's group columns x the group's packed kernel (og x kp).
+        kernels.gemm(dy + g * n.og, outputs, n.wt.data() + g * n.og * n.kp, n.kp, nullptr,
+                     positions, n.og, n.kp, -std::numeric_limits<float>::infinity(),
+                     std::numeric_limits<float>::infinity(), dc, n.kp);
         kernels::Col2ImAdd(dc, w, g * cg, cg, n.kp, dx + r * in.size);
       }
     }
   });
   MarkContributed(n);
-  // Keras' kernel (K, out): element e = k * out + o comes from packed (o, k).
-  const size_t kp = n.kp;
+  // Summed over the images in the packed layout (contiguous), then transposed once to Keras'
+  // kernel (K, out): element (k, o) from packed (o, k).
+  float* packed = n.dwt.data();
   SumRows(
-      static_cast<size_t>(n.k) * outputs, stride,
-      [&](size_t e) { return (e % outputs) * kp + e / outputs; },
-      grad_out + l.params[l.kernel].offset);
+      static_cast<size_t>(outputs) * n.kp, stride, [](size_t e) { return e; }, packed);
+  float* dkernel = grad_out + l.params[l.kernel].offset;
+  ForRange(static_cast<size_t>(outputs), [&](size_t o0, size_t o1) {
+    TransposeTiles(packed, n.kp, dkernel, outputs, o0, o1, 0, n.k);
+  });
   if (l.bias >= 0) {
+    const size_t kp = n.kp;
     SumRows(
         outputs, stride, [&](size_t e) { return outputs * kp + e; },
         grad_out + l.params[l.bias].offset);

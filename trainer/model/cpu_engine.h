@@ -6,24 +6,26 @@
 // one SIMD target. Not thread-safe: one caller at a time.
 //
 // How each layer computes:
-//   Conv2D     im2col per image (patch rows padded with zeros to a multiple of 32), then the
-//              SIMD dense kernels of trainer/nn/cpu_kernels.h: dense_forward for the output,
-//              dense_backward_weights for the image's kernel gradient (summed over the images
-//              in order), dense_backward_input and col2im for the input's. Groups: per group.
-//   Dense      the same dense kernels over the whole batch (inputs padded to a multiple of 32
-//              when they are not): as trainer/nn/cpu_step.cpp computes its dense layers
+//   Conv2D     im2col per image (none for a 1x1 convolution of stride 1), then gemm (the
+//              general product of trainer/nn/cpu_kernels.h, the output channels along the
+//              vector lanes) with bias and activation fused for the output; per image
+//              dense_backward_weights for the kernel gradient (summed over the images in order
+//              in the packed layout, transposed to Keras' once), gemm of d output and the
+//              packed kernel then col2im for the input's. Groups: per group.
+//   Dense      dense_forward, dense_backward_input and dense_backward_weights over the whole
+//              batch (inputs padded to a multiple of 32 when they are not), as
+//              trainer/nn/cpu_step.cpp computes its dense layers
 //   DepthwiseConv2D, pooling, BatchNormalization, Rescaling, Add, Dropout, activations:
 //              portable loops (layer_kernels.h), statistics in double
 // The seeds' Conv2D(32, 3x3, relu) -> MaxPooling2D(2) on 28x28x1 runs as the built-in model's
 // fused kernel (conv_relu_pool_forward / conv_backward_params) unless fusion is turned off,
 // so that the seeds' CNN declared in JSON computes bitwise what the built-in model does.
 //
-// Not yet optimised: im2col materialises every patch (a 1x1 convolution copies its input);
-// convolutions with few input channels waste the padding of each patch row to 32 columns;
-// the kernel gradient of a convolution is summed per image, then over images; depthwise
-// convolution, pooling and BatchNormalization are scalar loops the compiler vectorises as it
-// can; every layer keeps its own output and gradient buffers (no reuse, no in-place
-// activations).
+// Not yet optimised: im2col materialises every patch for the backward pass, whose
+// dense_backward_weights pads each patch row to 32 columns; the kernel gradient of a
+// convolution is summed per image, then over images; depthwise convolution, pooling and
+// BatchNormalization are scalar loops the compiler vectorises as it can; every layer keeps its own
+// output and gradient buffers (no reuse, no in-place activations).
 #pragma once
 
 #include <cstdint>

@@ -323,11 +323,79 @@ void AdamUpdate(float* HWY_RESTRICT w, const float* HWY_RESTRICT g, float* HWY_R
   }
 }
 
+// ---- A general matrix product, columns along the lanes. Each C element is one accumulator
+// summed over k in order, then the bias added and the clamp applied, whatever the block it
+// falls in: the rows a caller passes, and how the blocks split them, never change a bit.
+
+// R rows x NB vectors of C from column n. A column block past N (the last vector of a row
+// whose N is not a multiple of the lanes) is stored through a copy on the stack, so that
+// nothing past N is written.
+template <int R, int NB>
+HWY_INLINE void GemmBlock(const float* HWY_RESTRICT A, int lda, const float* HWY_RESTRICT B,
+                          int ldb, const float* HWY_RESTRICT bias, int K, int N, V lo, V hi,
+                          float* HWY_RESTRICT C, int ldc, int r0, int n) {
+  const D d;
+  V acc[R][NB];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < NB; ++j) acc[r][j] = hn::Zero(d);
+  const float* a = A + static_cast<size_t>(r0) * lda;
+  for (int k = 0; k < K; ++k) {
+    V b[NB];
+    for (int j = 0; j < NB; ++j)
+      b[j] = hn::LoadU(d, B + static_cast<size_t>(k) * ldb + n + j * kLanes);
+    for (int r = 0; r < R; ++r) {
+      const V x = hn::Set(d, a[static_cast<size_t>(r) * lda + k]);
+      for (int j = 0; j < NB; ++j) acc[r][j] = hn::MulAdd(x, b[j], acc[r][j]);
+    }
+  }
+  for (int j = 0; j < NB; ++j) {
+    const int col = n + j * kLanes;
+    const V add = bias != nullptr ? hn::LoadU(d, bias + col) : hn::Zero(d);
+    for (int r = 0; r < R; ++r) {
+      const V y = hn::Min(hn::Max(hn::Add(acc[r][j], add), lo), hi);
+      float* out = C + static_cast<size_t>(r0 + r) * ldc + col;
+      if (col + kLanes <= N) {
+        hn::StoreU(y, d, out);
+      } else {
+        HWY_ALIGN float tail[kLanes];
+        hn::Store(y, d, tail);
+        std::memcpy(out, tail, sizeof(float) * static_cast<size_t>(N - col));
+      }
+    }
+  }
+}
+
+constexpr int kGemmRows = kRegisters == 32 ? 12 : 4;        // rows of a two-vector block
+constexpr int kGemmRowsNarrow = kRegisters == 32 ? 16 : 8;  // rows of a one-vector block
+
+template <int NB, int R>
+HWY_INLINE void GemmColumns(const float* A, int lda, const float* B, int ldb, const float* bias,
+                            int rows, int K, int N, V lo, V hi, float* C, int ldc, int n) {
+  int r = 0;
+  for (; r + R <= rows; r += R) GemmBlock<R, NB>(A, lda, B, ldb, bias, K, N, lo, hi, C, ldc, r, n);
+  for (; r < rows; ++r) GemmBlock<1, NB>(A, lda, B, ldb, bias, K, N, lo, hi, C, ldc, r, n);
+}
+
+void Gemm(const float* A, int lda, const float* B, int ldb, const float* bias, int rows, int K,
+          int N, float lo, float hi, float* C, int ldc) {
+  const D d;
+  const V vlo = hn::Set(d, lo), vhi = hn::Set(d, hi);
+  int n = 0;
+  for (; n + 2 * kLanes <= N; n += 2 * kLanes) {
+    GemmColumns<2, kGemmRows>(A, lda, B, ldb, bias, rows, K, N, vlo, vhi, C, ldc, n);
+  }
+  for (; n < N; n += kLanes) {
+    GemmColumns<1, kGemmRowsNarrow>(A, lda, B, ldb, bias, rows, K, N, vlo, vhi, C, ldc, n);
+  }
+}
+
 }  // namespace
 
-const Kernels kKernels = {kTargetName,   &ConvReluPoolForward, &ConvBackwardParams,
-                          &DenseForward, &DenseBackwardInput,  &DenseBackwardWeights,
-                          &AdamUpdate};
+static_assert(kGemmColumnPad % kLanes == 0, "gemm's column padding must hold whole vectors");
+
+const Kernels kKernels = {
+    kTargetName,         &ConvReluPoolForward,  &ConvBackwardParams, &DenseForward,
+    &DenseBackwardInput, &DenseBackwardWeights, &AdamUpdate,         &Gemm};
 
 }  // namespace HWY_NAMESPACE
 }  // namespace tj::nn::cpu

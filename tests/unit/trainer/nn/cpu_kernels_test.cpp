@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -159,6 +160,57 @@ TEST_P(EveryTarget, DenseForward) {
           ExpectNear(Y[size_t{1} * r * s.outputs + o], want,
                      "K " + std::to_string(s.K) + " row " + std::to_string(r) + " output " +
                          std::to_string(o) + (relu ? " relu" : ""));
+        }
+      }
+    }
+  }
+}
+
+// The general product on shapes with every kind of tail (rows past a block, N past a vector,
+// one vector, two), strides wider than the rows, each clamp, with and without a bias; columns
+// past N in C are left alone. Each element's sum runs over k in order whatever block it falls
+// in, so computing the rows one at a time gives the same bits.
+TEST_P(EveryTarget, GemmMatchesTheProductAndItsBlocksAgree) {
+  struct Shape {
+    int rows, K, N;
+  };
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::pair<float, float> clamps[] = {{-inf, inf}, {0.0f, inf}, {0.0f, 0.05f}};
+  for (const Shape& s : {Shape{37, 27, 16}, Shape{13, 144, 40}, Shape{5, 9, 8}, Shape{20, 1, 3},
+                         Shape{64, 48, 33}}) {
+    const int lda = s.K + 3, pad = (s.N + kGemmColumnPad - 1) / kGemmColumnPad * kGemmColumnPad;
+    const int ldb = pad + 5, ldc = s.N + 7;
+    const std::vector<float> A = Random(size_t{1} * s.rows * lda, 21),
+                             B = Random(size_t{1} * s.K * ldb, 22, -0.05f, 0.05f),
+                             bias = Random(pad, 23, -0.1f, 0.1f);
+    for (const auto& [lo, hi] : clamps) {
+      for (const float* b : {static_cast<const float*>(nullptr), bias.data()}) {
+        const std::string what = "rows " + std::to_string(s.rows) + " K " + std::to_string(s.K) +
+                                 " N " + std::to_string(s.N) + (b ? " bias" : "") + " clamp " +
+                                 std::to_string(lo) + ".." + std::to_string(hi);
+        std::vector<float> C(size_t{1} * s.rows * ldc, 7.0f), one(C);
+        k().gemm(A.data(), lda, B.data(), ldb, b, s.rows, s.K, s.N, lo, hi, C.data(), ldc);
+        for (int r = 0; r < s.rows; ++r) {
+          k().gemm(A.data() + size_t{1} * r * lda, lda, B.data(), ldb, b, 1, s.K, s.N, lo, hi,
+                   one.data() + size_t{1} * r * ldc, ldc);
+        }
+        EXPECT_TRUE(C == one) << what << ": a row alone differs";
+        for (int r = 0; r < s.rows; ++r) {
+          for (int n = 0; n < ldc; ++n) {
+            const float got = C[size_t{1} * r * ldc + n];
+            if (n >= s.N) {
+              ASSERT_EQ(got, 7.0f) << what << ": wrote past N at row " << r << " column " << n;
+              continue;
+            }
+            Exact want;
+            for (int i = 0; i < s.K; ++i) {
+              want.Add(double{A[size_t{1} * r * lda + i]} * B[size_t{1} * i * ldb + n]);
+            }
+            if (b != nullptr) want.Add(b[n]);
+            want.value = std::min(std::max(want.value, double{lo}), double{hi});
+            ExpectNear(got, want,
+                       what + " row " + std::to_string(r) + " column " + std::to_string(n));
+          }
         }
       }
     }
