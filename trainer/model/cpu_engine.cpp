@@ -19,6 +19,9 @@ using kernels::WindowOf;
 // The dense kernels' dot products run over multiples of 32 floats.
 int Padded(int k) { return (k + 31) / 32 * 32; }
 
+// The most floats of patches a convolution's kernel gradient holds at once (16 MiB).
+constexpr size_t kBatchColumns = size_t{1} << 22;
+
 // Rows of a Dense layer's input gradient computed at once.
 constexpr int kDenseChunk = 8;
 
@@ -32,9 +35,9 @@ struct Node {
   int k = 0, kp = 0, og = 0;
   std::vector<float> wt;
   // Conv2D: the kernel packed for gemm, per group K x np (np: og rounded up to gemm's column
-  // padding), its bias per group np floats; the kernel gradient summed over the images, packed.
+  // padding), its bias per group np floats.
   int np = 0;
-  std::vector<float> wk, bias, dwt;
+  std::vector<float> wk, bias;
   std::vector<float> padded;             // Dense with K % 32 != 0: its inputs, max_rows x kp
   std::vector<int32_t> argmax;           // MaxPooling2D: the winner of each output
   std::vector<float> mask;               // Dropout in training: 0 or 1 / (1 - rate) per element
@@ -160,6 +163,7 @@ struct CpuEngine::Plan {
   // Per member: im2col rows, and scratch (col2im's gradient rows, a group's outputs, Dense's
   // padded input gradients, depthwise accumulators).
   std::vector<std::vector<float>> col, dcol;
+  std::vector<float> batch_col;   // Conv2D's kernel gradient: the patches of several images
   std::vector<float> partials;    // per-row gradients, summed over rows after
   std::vector<double> row_stats;  // per-row sums (BatchNormalization)
   std::vector<float> zeros;       // the bias of layers without one
@@ -245,14 +249,16 @@ struct CpuEngine::Plan {
 void CpuEngine::Plan::Build(bool fuse) {
   const size_t rows = static_cast<size_t>(max_rows);
   nodes.resize(graph.layers.size());
-  size_t col_size = 1, scratch = 1, per_row = 1, dense_partials = 1, channels = 1, widest = 1;
+  size_t col_size = 1, scratch = 1, per_row = 1, batch_columns = 1, dense_partials = 1,
+         channels = 1, widest = 1;
   for (size_t i = 0; i < graph.layers.size(); ++i) {
     const Layer& l = graph.layers[i];
     Node& n = nodes[i];
     n.layer = &l;
     n.size = l.out.size();
     n.out.assign(rows * n.size, 0.0f);
-    n.dout.assign(rows * n.size, 0.0f);
+    // gemm reads d output's rows up to the next multiple of its column padding.
+    n.dout.assign(rows * n.size + nn::cpu::kGemmColumnPad, 0.0f);
     widest = std::max(widest, static_cast<size_t>(l.out.c));
     const size_t window = static_cast<size_t>(l.kh) * l.kw;
     switch (l.type) {
@@ -261,14 +267,13 @@ void CpuEngine::Plan::Build(bool fuse) {
         n.k = static_cast<int>(window) * (l.in.c / l.groups);
         n.kp = Padded(n.k);
         n.wt.assign(static_cast<size_t>(l.filters) * n.kp, 0.0f);
-        n.dwt.assign(n.wt.size(), 0.0f);
         n.np = (n.og + nn::cpu::kGemmColumnPad - 1) / nn::cpu::kGemmColumnPad *
                nn::cpu::kGemmColumnPad;
         n.wk.assign(static_cast<size_t>(l.groups) * n.k * n.np, 0.0f);
         n.bias.assign(static_cast<size_t>(l.groups) * n.np, 0.0f);
         col_size = std::max(col_size, static_cast<size_t>(l.out.h) * l.out.w * n.kp);
         scratch = std::max(scratch, static_cast<size_t>(l.out.h) * l.out.w * n.kp);
-        per_row = std::max(per_row, static_cast<size_t>(l.filters) * (n.kp + 1));
+        batch_columns = std::max(batch_columns, rows * l.out.h * l.out.w * n.kp);
         break;
       case LayerType::kDense:
         n.og = l.filters;
@@ -319,6 +324,7 @@ void CpuEngine::Plan::Build(bool fuse) {
   }
   const int members = pool->size();
   col.assign(members, std::vector<float>(col_size, 0.0f));
+  batch_col.assign(std::max(col_size, std::min(batch_columns, kBatchColumns)), 0.0f);
   dcol.assign(members, std::vector<float>(scratch, 0.0f));
   partials.assign(std::max(rows * per_row, dense_partials), 0.0f);
   row_stats.assign(rows * 2 * channels, 0.0);
@@ -386,65 +392,79 @@ void CpuEngine::Plan::ConvForward(Node& n) {
           a = c;
           lda = n.kp;
         }
-        kernels.gemm(a, lda, n.wk.data() + g * group_size, n.np,
+        kernels.gemm(a, lda, 1, n.wk.data() + g * group_size, n.np,
                      bias != nullptr ? n.bias.data() + g * n.np : nullptr, positions, n.k, n.og, lo,
-                     hi, y + g * n.og, l.filters);
+                     hi, false, y + g * n.og, l.filters);
       }
     }
   });
 }
 
-// Per image: the kernel gradient (out x kp, packed) and bias gradient into partials, then
-// d input through the packed kernel and col2im; then the sums over the images.
+// Per image, d input: the activation's backward pass, then gemm of d output and the packed
+// kernel, and col2im. Then the kernel gradient over the whole batch, Keras' (K, out) layout
+// directly: dW(k, o) = sum over the batch's output positions, in order, of patch(k) * dy(o),
+// as gemm of the transposed patch matrix and d output, the kernel's rows K split among the
+// members; the patches of up to kBatchColumns floats of images at a time (a 1x1 convolution
+// of stride 1 reads its input instead), each chunk accumulated onto the last.
 void CpuEngine::Plan::ConvBackward(Node& n, float* grad_out) {
   Pack(n);
   const Layer& l = *n.layer;
   const Node& in = nodes[l.inputs[0]];
   const Window w = WindowOf(l);
   const int positions = w.positions(), cg = l.in.c / l.groups, outputs = l.filters;
-  const size_t stride = static_cast<size_t>(outputs) * (n.kp + 1);
+  constexpr float kInf = std::numeric_limits<float>::infinity();
   ForRows([&](int member, int r0, int r1) {
-    float* c = col[member].data();
     float* dc = dcol[member].data();
     float* dx = GradTarget(l.inputs[0], r0, r1);
     for (int r = r0; r < r1; ++r) {
-      const float* x = in.out.data() + r * in.size;
       float* dy = n.dout.data() + r * n.size;
       ActivationBackward(l, n.out.data() + r * n.size, dy, dy, n.size, false);
-      float* part = partials.data() + r * stride;
-      float* dbias = part + static_cast<size_t>(outputs) * n.kp;
-      std::fill(dbias, dbias + outputs, 0.0f);
-      for (int p = 0; p < positions; ++p) {
-        for (int o = 0; o < outputs; ++o) dbias[o] += dy[p * outputs + o];
-      }
-      for (int g = 0; g < l.groups; ++g) {
-        kernels::Im2Col(x, w, g * cg, cg, n.kp, c);
-        kernels.dense_backward_weights(dy, positions, outputs, c, n.kp, g * n.og, (g + 1) * n.og,
-                                       part);
-        if (dx == nullptr) continue;
-        // d patches = dy's group columns x the group's packed kernel (og x kp).
-        kernels.gemm(dy + g * n.og, outputs, n.wt.data() + g * n.og * n.kp, n.kp, nullptr,
-                     positions, n.og, n.kp, -std::numeric_limits<float>::infinity(),
-                     std::numeric_limits<float>::infinity(), dc, n.kp);
+      for (int g = 0; dx != nullptr && g < l.groups; ++g) {
+        kernels.gemm(dy + g * n.og, outputs, 1, n.wt.data() + g * n.og * n.kp, n.kp, nullptr,
+                     positions, n.og, n.kp, -kInf, kInf, false, dc, n.kp);
         kernels::Col2ImAdd(dc, w, g * cg, cg, n.kp, dx + r * in.size);
       }
     }
   });
   MarkContributed(n);
-  // Summed over the images in the packed layout (contiguous), then transposed once to Keras'
-  // kernel (K, out): element (k, o) from packed (o, k).
-  float* packed = n.dwt.data();
-  SumRows(
-      static_cast<size_t>(outputs) * n.kp, stride, [](size_t e) { return e; }, packed);
   float* dkernel = grad_out + l.params[l.kernel].offset;
-  ForRange(static_cast<size_t>(outputs), [&](size_t o0, size_t o1) {
-    TransposeTiles(packed, n.kp, dkernel, outputs, o0, o1, 0, n.k);
-  });
   if (l.bias >= 0) {
-    const size_t kp = n.kp;
-    SumRows(
-        outputs, stride, [&](size_t e) { return outputs * kp + e; },
-        grad_out + l.params[l.bias].offset);
+    float* dbias = grad_out + l.params[l.bias].offset;
+    const size_t count = static_cast<size_t>(rows) * positions;
+    ForRange(outputs, [&](size_t o0, size_t o1) {
+      std::fill(dbias + o0, dbias + o1, 0.0f);
+      for (size_t j = 0; j < count; ++j) {
+        const float* dy = n.dout.data() + j * outputs;
+        for (size_t o = o0; o < o1; ++o) dbias[o] += dy[o];
+      }
+    });
+  }
+  const bool direct = l.groups == 1 && l.kh == 1 && l.kw == 1 && l.sh == 1 && l.sw == 1;
+  if (direct) {
+    ForRange(n.k, [&](size_t i0, size_t i1) {
+      kernels.gemm(in.out.data() + i0, 1, l.in.c, n.dout.data(), outputs, nullptr,
+                   static_cast<int>(i1 - i0), rows * positions, outputs, -kInf, kInf, false,
+                   dkernel + i0 * outputs, outputs);
+    });
+    return;
+  }
+  const size_t image_columns = static_cast<size_t>(positions) * n.kp;
+  const int chunk = static_cast<int>(std::max<size_t>(1, batch_col.size() / image_columns));
+  for (int g = 0; g < l.groups; ++g) {
+    for (int c0 = 0; c0 < rows; c0 += chunk) {
+      const int c1 = std::min(rows, c0 + chunk);
+      ForRange(c1 - c0, [&](size_t i0, size_t i1) {
+        for (size_t i = i0; i < i1; ++i) {
+          kernels::Im2Col(in.out.data() + (c0 + i) * in.size, w, g * cg, cg, n.kp,
+                          batch_col.data() + i * image_columns);
+        }
+      });
+      ForRange(n.k, [&](size_t i0, size_t i1) {
+        kernels.gemm(batch_col.data() + i0, 1, n.kp, n.dout.data() + c0 * n.size + g * n.og,
+                     outputs, nullptr, static_cast<int>(i1 - i0), (c1 - c0) * positions, n.og,
+                     -kInf, kInf, c0 > 0, dkernel + i0 * outputs + g * n.og, outputs);
+      });
+    }
   }
 }
 

@@ -8,10 +8,11 @@
 // How each layer computes:
 //   Conv2D     im2col per image (none for a 1x1 convolution of stride 1), then gemm (the
 //              general product of trainer/nn/cpu_kernels.h, the output channels along the
-//              vector lanes) with bias and activation fused for the output; per image
-//              dense_backward_weights for the kernel gradient (summed over the images in order
-//              in the packed layout, transposed to Keras' once), gemm of d output and the
-//              packed kernel then col2im for the input's. Groups: per group.
+//              vector lanes) with bias and activation fused for the output; gemm of d output
+//              and the packed kernel then col2im per image for the input's gradient; the
+//              kernel gradient as one gemm over the whole batch (the transposed patches of
+//              several images at a time times d output, the kernel's rows split among the
+//              members), in Keras' layout. Groups: per group.
 //   Dense      dense_forward, dense_backward_input and dense_backward_weights over the whole
 //              batch (inputs padded to a multiple of 32 when they are not), as
 //              trainer/nn/cpu_step.cpp computes its dense layers
@@ -21,11 +22,10 @@
 // fused kernel (conv_relu_pool_forward / conv_backward_params) unless fusion is turned off,
 // so that the seeds' CNN declared in JSON computes bitwise what the built-in model does.
 //
-// Not yet optimised: im2col materialises every patch for the backward pass, whose
-// dense_backward_weights pads each patch row to 32 columns; the kernel gradient of a
-// convolution is summed per image, then over images; depthwise convolution, pooling and
-// BatchNormalization are scalar loops the compiler vectorises as it can; every layer keeps its own
-// output and gradient buffers (no reuse, no in-place activations).
+// Not yet optimised: im2col materialises every patch (of several images at once for the
+// kernel gradient); depthwise convolution, pooling and BatchNormalization are scalar loops the
+// compiler vectorises as it can, BatchNormalization not fused with the ReLU after it; every
+// layer keeps its own output and gradient buffers (no reuse, no in-place activations).
 #pragma once
 
 #include <cstdint>

@@ -324,27 +324,44 @@ void AdamUpdate(float* HWY_RESTRICT w, const float* HWY_RESTRICT g, float* HWY_R
 }
 
 // ---- A general matrix product, columns along the lanes. Each C element is one accumulator
-// summed over k in order, then the bias added and the clamp applied, whatever the block it
-// falls in: the rows a caller passes, and how the blocks split them, never change a bit.
+// (from 0, or from C's value when accumulating) summed over k in order, then the bias added
+// and the clamp applied, whatever the block it falls in: the rows a caller passes, and how the
+// blocks split them, never change a bit.
 
 // R rows x NB vectors of C from column n. A column block past N (the last vector of a row
-// whose N is not a multiple of the lanes) is stored through a copy on the stack, so that
-// nothing past N is written.
+// whose N is not a multiple of the lanes) is loaded and stored through a copy on the stack,
+// so that nothing past N is read from or written to C.
 template <int R, int NB>
-HWY_INLINE void GemmBlock(const float* HWY_RESTRICT A, int lda, const float* HWY_RESTRICT B,
-                          int ldb, const float* HWY_RESTRICT bias, int K, int N, V lo, V hi,
-                          float* HWY_RESTRICT C, int ldc, int r0, int n) {
+HWY_INLINE void GemmBlock(const float* HWY_RESTRICT A, int a_row, int a_col,
+                          const float* HWY_RESTRICT B, int ldb, const float* HWY_RESTRICT bias,
+                          int K, int N, V lo, V hi, bool accumulate, float* HWY_RESTRICT C, int ldc,
+                          int r0, int n) {
   const D d;
   V acc[R][NB];
-  for (int r = 0; r < R; ++r)
-    for (int j = 0; j < NB; ++j) acc[r][j] = hn::Zero(d);
-  const float* a = A + static_cast<size_t>(r0) * lda;
+  HWY_ALIGN float tail[kLanes];
+  for (int r = 0; r < R; ++r) {
+    for (int j = 0; j < NB; ++j) {
+      const int col = n + j * kLanes;
+      const float* c = C + static_cast<size_t>(r0 + r) * ldc + col;
+      if (!accumulate) {
+        acc[r][j] = hn::Zero(d);
+      } else if (col + kLanes <= N) {
+        acc[r][j] = hn::LoadU(d, c);
+      } else {
+        std::memcpy(tail, c, sizeof(float) * static_cast<size_t>(N - col));
+        acc[r][j] = hn::Load(d, tail);
+      }
+    }
+  }
+  const float* a = A + static_cast<size_t>(r0) * a_row;
   for (int k = 0; k < K; ++k) {
     V b[NB];
-    for (int j = 0; j < NB; ++j)
+    for (int j = 0; j < NB; ++j) {
       b[j] = hn::LoadU(d, B + static_cast<size_t>(k) * ldb + n + j * kLanes);
+    }
+    const float* ak = a + static_cast<size_t>(k) * a_col;
     for (int r = 0; r < R; ++r) {
-      const V x = hn::Set(d, a[static_cast<size_t>(r) * lda + k]);
+      const V x = hn::Set(d, ak[static_cast<size_t>(r) * a_row]);
       for (int j = 0; j < NB; ++j) acc[r][j] = hn::MulAdd(x, b[j], acc[r][j]);
     }
   }
@@ -352,13 +369,13 @@ HWY_INLINE void GemmBlock(const float* HWY_RESTRICT A, int lda, const float* HWY
     const int col = n + j * kLanes;
     const V add = bias != nullptr ? hn::LoadU(d, bias + col) : hn::Zero(d);
     for (int r = 0; r < R; ++r) {
-      const V y = hn::Min(hn::Max(hn::Add(acc[r][j], add), lo), hi);
+      const V y = bias != nullptr ? hn::Add(acc[r][j], add) : acc[r][j];
+      const V z = hn::Min(hn::Max(y, lo), hi);
       float* out = C + static_cast<size_t>(r0 + r) * ldc + col;
       if (col + kLanes <= N) {
-        hn::StoreU(y, d, out);
+        hn::StoreU(z, d, out);
       } else {
-        HWY_ALIGN float tail[kLanes];
-        hn::Store(y, d, tail);
+        hn::Store(z, d, tail);
         std::memcpy(out, tail, sizeof(float) * static_cast<size_t>(N - col));
       }
     }
@@ -368,25 +385,40 @@ HWY_INLINE void GemmBlock(const float* HWY_RESTRICT A, int lda, const float* HWY
 constexpr int kGemmRows = kRegisters == 32 ? 12 : 4;        // rows of a two-vector block
 constexpr int kGemmRowsNarrow = kRegisters == 32 ? 16 : 8;  // rows of a one-vector block
 
+struct GemmArgs {
+  const float* A;
+  int a_row, a_col;
+  const float* B;
+  int ldb;
+  const float* bias;
+  int rows, K, N;
+  V lo, hi;
+  bool accumulate;
+  float* C;
+  int ldc;
+};
+
 template <int NB, int R>
-HWY_INLINE void GemmColumns(const float* A, int lda, const float* B, int ldb, const float* bias,
-                            int rows, int K, int N, V lo, V hi, float* C, int ldc, int n) {
+HWY_INLINE void GemmColumns(const GemmArgs& g, int n) {
   int r = 0;
-  for (; r + R <= rows; r += R) GemmBlock<R, NB>(A, lda, B, ldb, bias, K, N, lo, hi, C, ldc, r, n);
-  for (; r < rows; ++r) GemmBlock<1, NB>(A, lda, B, ldb, bias, K, N, lo, hi, C, ldc, r, n);
+  for (; r + R <= g.rows; r += R) {
+    GemmBlock<R, NB>(g.A, g.a_row, g.a_col, g.B, g.ldb, g.bias, g.K, g.N, g.lo, g.hi, g.accumulate,
+                     g.C, g.ldc, r, n);
+  }
+  for (; r < g.rows; ++r) {
+    GemmBlock<1, NB>(g.A, g.a_row, g.a_col, g.B, g.ldb, g.bias, g.K, g.N, g.lo, g.hi, g.accumulate,
+                     g.C, g.ldc, r, n);
+  }
 }
 
-void Gemm(const float* A, int lda, const float* B, int ldb, const float* bias, int rows, int K,
-          int N, float lo, float hi, float* C, int ldc) {
+void Gemm(const float* A, int a_row, int a_col, const float* B, int ldb, const float* bias,
+          int rows, int K, int N, float lo, float hi, bool accumulate, float* C, int ldc) {
   const D d;
-  const V vlo = hn::Set(d, lo), vhi = hn::Set(d, hi);
+  const GemmArgs g{A, a_row,          a_col,          B,          ldb, bias, rows, K,
+                   N, hn::Set(d, lo), hn::Set(d, hi), accumulate, C,   ldc};
   int n = 0;
-  for (; n + 2 * kLanes <= N; n += 2 * kLanes) {
-    GemmColumns<2, kGemmRows>(A, lda, B, ldb, bias, rows, K, N, vlo, vhi, C, ldc, n);
-  }
-  for (; n < N; n += kLanes) {
-    GemmColumns<1, kGemmRowsNarrow>(A, lda, B, ldb, bias, rows, K, N, vlo, vhi, C, ldc, n);
-  }
+  for (; n + 2 * kLanes <= N; n += 2 * kLanes) GemmColumns<2, kGemmRows>(g, n);
+  for (; n < N; n += kLanes) GemmColumns<1, kGemmRowsNarrow>(g, n);
 }
 
 }  // namespace

@@ -55,14 +55,16 @@ struct Kernels {
   void (*adam_update)(float* w, const float* g, float* m, float* v, int n, float alpha,
                       float one_minus_b1, float one_minus_b2, float eps);
 
-  // C[r][n] = min(max(bias[n] + sum_k A[r][k] * B[k][n], lo), hi) for r < rows, n < N, the
-  // sum over k in order (a general matrix product, columns along the vector lanes: no
-  // horizontal sums, no padding of K). A is rows x K with row stride lda, B is K x N with row
-  // stride ldb, C rows x N with row stride ldc. B's rows and bias (which may be null: 0) must
-  // be readable up to N rounded up to 16 (what lies past N there is not used); C is written
-  // for n < N only. lo = -inf and hi = +inf: no activation; 0 and +inf: ReLU; 0 and 6: ReLU6.
-  void (*gemm)(const float* A, int lda, const float* B, int ldb, const float* bias, int rows, int K,
-               int N, float lo, float hi, float* C, int ldc);
+  // C[r][n] = min(max(bias[n] + c0 + sum_k A(r, k) * B[k][n], lo), hi) for r < rows, n < N,
+  // the sum over k in order (a general matrix product, columns along the vector lanes: no
+  // horizontal sums, no padding of K), where A(r, k) = A[r * a_row + k * a_col] (a_col 1: A
+  // row-major; a_row 1: A transposed) and c0 is C's value when `accumulate`, else 0. B is K x
+  // N with row stride ldb, C rows x N with row stride ldc. B's rows and bias (which may be
+  // null: 0) must be readable up to N rounded up to kGemmColumnPad (what lies past N there is
+  // not used); C is read and written for n < N only. lo = -inf and hi = +inf: no activation; 0
+  // and +inf: ReLU; 0 and 6: ReLU6.
+  void (*gemm)(const float* A, int a_row, int a_col, const float* B, int ldb, const float* bias,
+               int rows, int K, int N, float lo, float hi, bool accumulate, float* C, int ldc);
 };
 
 // The padding gemm's B and bias need: N rounded up to this.

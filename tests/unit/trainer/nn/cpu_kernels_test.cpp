@@ -169,7 +169,8 @@ TEST_P(EveryTarget, DenseForward) {
 // The general product on shapes with every kind of tail (rows past a block, N past a vector,
 // one vector, two), strides wider than the rows, each clamp, with and without a bias; columns
 // past N in C are left alone. Each element's sum runs over k in order whatever block it falls
-// in, so computing the rows one at a time gives the same bits.
+// in, so computing the rows one at a time gives the same bits; A read transposed, and a sum
+// split in two with the second half accumulated onto the first, give the same bits too.
 TEST_P(EveryTarget, GemmMatchesTheProductAndItsBlocksAgree) {
   struct Shape {
     int rows, K, N;
@@ -189,12 +190,34 @@ TEST_P(EveryTarget, GemmMatchesTheProductAndItsBlocksAgree) {
                                  " N " + std::to_string(s.N) + (b ? " bias" : "") + " clamp " +
                                  std::to_string(lo) + ".." + std::to_string(hi);
         std::vector<float> C(size_t{1} * s.rows * ldc, 7.0f), one(C);
-        k().gemm(A.data(), lda, B.data(), ldb, b, s.rows, s.K, s.N, lo, hi, C.data(), ldc);
+        const float inf = std::numeric_limits<float>::infinity();
+        k().gemm(A.data(), lda, 1, B.data(), ldb, b, s.rows, s.K, s.N, lo, hi, false, C.data(),
+                 ldc);
         for (int r = 0; r < s.rows; ++r) {
-          k().gemm(A.data() + size_t{1} * r * lda, lda, B.data(), ldb, b, 1, s.K, s.N, lo, hi,
-                   one.data() + size_t{1} * r * ldc, ldc);
+          k().gemm(A.data() + size_t{1} * r * lda, lda, 1, B.data(), ldb, b, 1, s.K, s.N, lo, hi,
+                   false, one.data() + size_t{1} * r * ldc, ldc);
         }
         EXPECT_TRUE(C == one) << what << ": a row alone differs";
+        // Without bias and clamp: A transposed (K x rows, row stride rows + 2), and in two
+        // halves of K, the second accumulated.
+        std::vector<float> AT(size_t{1} * s.K * (s.rows + 2));
+        for (int r = 0; r < s.rows; ++r) {
+          for (int i = 0; i < s.K; ++i) {
+            AT[size_t{1} * i * (s.rows + 2) + r] = A[size_t{1} * r * lda + i];
+          }
+        }
+        std::vector<float> plain(C.size(), 7.0f), transposed(plain), halves(plain);
+        k().gemm(A.data(), lda, 1, B.data(), ldb, nullptr, s.rows, s.K, s.N, -inf, inf, false,
+                 plain.data(), ldc);
+        k().gemm(AT.data(), 1, s.rows + 2, B.data(), ldb, nullptr, s.rows, s.K, s.N, -inf, inf,
+                 false, transposed.data(), ldc);
+        const int half = s.K / 2;
+        k().gemm(A.data(), lda, 1, B.data(), ldb, nullptr, s.rows, half, s.N, -inf, inf, false,
+                 halves.data(), ldc);
+        k().gemm(A.data() + half, lda, 1, B.data() + size_t{1} * half * ldb, ldb, nullptr, s.rows,
+                 s.K - half, s.N, -inf, inf, true, halves.data(), ldc);
+        EXPECT_TRUE(transposed == plain) << what << ": A transposed differs";
+        EXPECT_TRUE(halves == plain) << what << ": accumulating in two halves differs";
         for (int r = 0; r < s.rows; ++r) {
           for (int n = 0; n < ldc; ++n) {
             const float got = C[size_t{1} * r * ldc + n];
