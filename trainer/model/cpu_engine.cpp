@@ -19,8 +19,9 @@ using kernels::WindowOf;
 // The dense kernels' dot products run over multiples of 32 floats.
 int Padded(int k) { return (k + 31) / 32 * 32; }
 
-// The most floats of patches a convolution's kernel gradient holds at once (16 MiB).
-constexpr size_t kBatchColumns = size_t{1} << 22;
+// Images whose kernel-gradient contributions a convolution sums into one partial, before the
+// partials are summed in order: a constant, so that the sums do not depend on the threads.
+constexpr int kImagesPerPartial = 8;
 
 // Rows of a Dense layer's input gradient computed at once.
 constexpr int kDenseChunk = 8;
@@ -37,7 +38,12 @@ struct Node {
   // Conv2D: the kernel packed for gemm, per group K x np (np: og rounded up to gemm's column
   // padding), its bias per group np floats.
   int np = 0;
-  std::vector<float> wk, bias;
+  std::vector<float> wk, bias, dwt;
+  // Conv2D of stride 1 without groups: the kernel flipped and transposed, (kh, kw, filters) x
+  // np_in (the input channels rounded up to gemm's column padding), whose convolution of d
+  // output is d input.
+  int flipped_k = 0, np_in = 0;
+  std::vector<float> flipped;
   std::vector<float> padded;             // Dense with K % 32 != 0: its inputs, max_rows x kp
   std::vector<int32_t> argmax;           // MaxPooling2D: the winner of each output
   std::vector<float> mask;               // Dropout in training: 0 or 1 / (1 - rate) per element
@@ -163,8 +169,7 @@ struct CpuEngine::Plan {
   // Per member: im2col rows, and scratch (col2im's gradient rows, a group's outputs, Dense's
   // padded input gradients, depthwise accumulators).
   std::vector<std::vector<float>> col, dcol;
-  std::vector<float> batch_col;   // Conv2D's kernel gradient: the patches of several images
-  std::vector<float> partials;    // per-row gradients, summed over rows after
+  std::vector<float> partials;    // per-row (or per image group) gradients, summed after
   std::vector<double> row_stats;  // per-row sums (BatchNormalization)
   std::vector<float> zeros;       // the bias of layers without one
   std::vector<double> row_loss;
@@ -249,15 +254,16 @@ struct CpuEngine::Plan {
 void CpuEngine::Plan::Build(bool fuse) {
   const size_t rows = static_cast<size_t>(max_rows);
   nodes.resize(graph.layers.size());
-  size_t col_size = 1, scratch = 1, per_row = 1, batch_columns = 1, dense_partials = 1,
+  size_t col_size = 1, scratch = 1, per_row = 1, conv_partials = 1, dense_partials = 1,
          channels = 1, widest = 1;
   for (size_t i = 0; i < graph.layers.size(); ++i) {
     const Layer& l = graph.layers[i];
     Node& n = nodes[i];
     n.layer = &l;
     n.size = l.out.size();
-    n.out.assign(rows * n.size, 0.0f);
-    // gemm reads d output's rows up to the next multiple of its column padding.
+    n.out.assign(rows * n.size + nn::cpu::kGemmColumnPad, 0.0f);
+    // gemm reads rows of outputs and of their gradients up to the next multiple of its column
+    // padding.
     n.dout.assign(rows * n.size + nn::cpu::kGemmColumnPad, 0.0f);
     widest = std::max(widest, static_cast<size_t>(l.out.c));
     const size_t window = static_cast<size_t>(l.kh) * l.kw;
@@ -267,13 +273,22 @@ void CpuEngine::Plan::Build(bool fuse) {
         n.k = static_cast<int>(window) * (l.in.c / l.groups);
         n.kp = Padded(n.k);
         n.wt.assign(static_cast<size_t>(l.filters) * n.kp, 0.0f);
+        n.dwt.assign(n.wt.size(), 0.0f);
         n.np = (n.og + nn::cpu::kGemmColumnPad - 1) / nn::cpu::kGemmColumnPad *
                nn::cpu::kGemmColumnPad;
         n.wk.assign(static_cast<size_t>(l.groups) * n.k * n.np, 0.0f);
         n.bias.assign(static_cast<size_t>(l.groups) * n.np, 0.0f);
         col_size = std::max(col_size, static_cast<size_t>(l.out.h) * l.out.w * n.kp);
         scratch = std::max(scratch, static_cast<size_t>(l.out.h) * l.out.w * n.kp);
-        batch_columns = std::max(batch_columns, rows * l.out.h * l.out.w * n.kp);
+        conv_partials = std::max(
+            conv_partials, (rows + kImagesPerPartial - 1) / kImagesPerPartial * l.filters * n.kp);
+        if (l.groups == 1 && l.sh == 1 && l.sw == 1) {
+          n.flipped_k = static_cast<int>(window) * l.filters;
+          n.np_in = (l.in.c + nn::cpu::kGemmColumnPad - 1) / nn::cpu::kGemmColumnPad *
+                    nn::cpu::kGemmColumnPad;
+          n.flipped.assign(static_cast<size_t>(n.flipped_k) * n.np_in, 0.0f);
+          col_size = std::max(col_size, l.in.size() / l.in.c * n.flipped_k);
+        }
         break;
       case LayerType::kDense:
         n.og = l.filters;
@@ -324,9 +339,8 @@ void CpuEngine::Plan::Build(bool fuse) {
   }
   const int members = pool->size();
   col.assign(members, std::vector<float>(col_size, 0.0f));
-  batch_col.assign(std::max(col_size, std::min(batch_columns, kBatchColumns)), 0.0f);
   dcol.assign(members, std::vector<float>(scratch, 0.0f));
-  partials.assign(std::max(rows * per_row, dense_partials), 0.0f);
+  partials.assign(std::max({rows * per_row, dense_partials, conv_partials}), 0.0f);
   row_stats.assign(rows * 2 * channels, 0.0);
   zeros.assign(widest, 0.0f);
   row_loss.assign(rows, 0.0);
@@ -400,26 +414,64 @@ void CpuEngine::Plan::ConvForward(Node& n) {
   });
 }
 
-// Per image, d input: the activation's backward pass, then gemm of d output and the packed
-// kernel, and col2im. Then the kernel gradient over the whole batch, Keras' (K, out) layout
-// directly: dW(k, o) = sum over the batch's output positions, in order, of patch(k) * dy(o),
-// as gemm of the transposed patch matrix and d output, the kernel's rows K split among the
-// members; the patches of up to kBatchColumns floats of images at a time (a 1x1 convolution
-// of stride 1 reads its input instead), each chunk accumulated onto the last.
+// Per image, d input: the activation's backward pass, then (stride 1, no groups) gemm of d
+// output's patches and the flipped kernel accumulated onto d input, or gemm of d output and
+// the packed kernel, and col2im. Then the kernel gradient (below) and the bias gradient, each
+// element summed over the batch's positions in an order fixed by the shapes.
 void CpuEngine::Plan::ConvBackward(Node& n, float* grad_out) {
-  Pack(n);
+  if (n.flipped.empty()) Pack(n);
   const Layer& l = *n.layer;
   const Node& in = nodes[l.inputs[0]];
   const Window w = WindowOf(l);
   const int positions = w.positions(), cg = l.in.c / l.groups, outputs = l.filters;
   constexpr float kInf = std::numeric_limits<float>::infinity();
+  if (!n.flipped.empty()) {
+    // flipped[(ky', kx', o)][c] = kernel[(kh-1-ky', kw-1-kx', c)][o].
+    const float* kernel = Param(l, l.kernel);
+    const int cin = l.in.c;
+    ForRange(static_cast<size_t>(l.kh) * l.kw, [&](size_t t0, size_t t1) {
+      for (size_t t = t0; t < t1; ++t) {
+        const size_t from_tap = static_cast<size_t>(l.kh) * l.kw - 1 - t;
+        for (int o = 0; o < outputs; ++o) {
+          float* to = n.flipped.data() + (t * outputs + o) * n.np_in;
+          for (int c = 0; c < cin; ++c) to[c] = kernel[(from_tap * cin + c) * outputs + o];
+        }
+      }
+    });
+  }
+  // Stride 1: d input is d output's "full" convolution with the flipped kernel, padded by
+  // kh - 1 - pad_top above and kw - 1 - pad_left left (a 1x1 convolution: d output itself).
+  Window back;
+  back.in_h = l.out.h;
+  back.in_w = l.out.w;
+  back.channels = outputs;
+  back.out_h = l.in.h;
+  back.out_w = l.in.w;
+  back.kh = l.kh;
+  back.kw = l.kw;
+  back.pad_top = l.kh - 1 - w.pad_top;
+  back.pad_left = l.kw - 1 - w.pad_left;
+  const bool pointwise = l.kh == 1 && l.kw == 1 && w.pad_top == 0 && w.pad_left == 0;
   ForRows([&](int member, int r0, int r1) {
+    float* c = col[member].data();
     float* dc = dcol[member].data();
     float* dx = GradTarget(l.inputs[0], r0, r1);
     for (int r = r0; r < r1; ++r) {
       float* dy = n.dout.data() + r * n.size;
       ActivationBackward(l, n.out.data() + r * n.size, dy, dy, n.size, false);
-      for (int g = 0; dx != nullptr && g < l.groups; ++g) {
+      if (dx == nullptr) continue;
+      if (!n.flipped.empty()) {
+        const float* a = dy;
+        if (!pointwise) {
+          kernels::Im2Col(dy, back, 0, outputs, n.flipped_k, c);
+          a = c;
+        }
+        kernels.gemm(a, pointwise ? outputs : n.flipped_k, 1, n.flipped.data(), n.np_in, nullptr,
+                     l.in.h * l.in.w, n.flipped_k, l.in.c, -kInf, kInf, true, dx + r * in.size,
+                     l.in.c);
+        continue;
+      }
+      for (int g = 0; g < l.groups; ++g) {
         kernels.gemm(dy + g * n.og, outputs, 1, n.wt.data() + g * n.og * n.kp, n.kp, nullptr,
                      positions, n.og, n.kp, -kInf, kInf, false, dc, n.kp);
         kernels::Col2ImAdd(dc, w, g * cg, cg, n.kp, dx + r * in.size);
@@ -439,33 +491,47 @@ void CpuEngine::Plan::ConvBackward(Node& n, float* grad_out) {
       }
     });
   }
+  // Per group of kImagesPerPartial images (fixed, whatever the thread count): its partial
+  // kernel gradient (out x kp, packed) = d output transposed x the patches, summed over the
+  // group's positions in order, one image's patches at a time (they stay in the L2 cache; a
+  // 1x1 convolution of stride 1 reads its input instead); then the partials summed in order.
   const bool direct = l.groups == 1 && l.kh == 1 && l.kw == 1 && l.sh == 1 && l.sw == 1;
-  if (direct) {
-    ForRange(n.k, [&](size_t i0, size_t i1) {
-      kernels.gemm(in.out.data() + i0, 1, l.in.c, n.dout.data(), outputs, nullptr,
-                   static_cast<int>(i1 - i0), rows * positions, outputs, -kInf, kInf, false,
-                   dkernel + i0 * outputs, outputs);
-    });
-    return;
-  }
-  const size_t image_columns = static_cast<size_t>(positions) * n.kp;
-  const int chunk = static_cast<int>(std::max<size_t>(1, batch_col.size() / image_columns));
-  for (int g = 0; g < l.groups; ++g) {
-    for (int c0 = 0; c0 < rows; c0 += chunk) {
-      const int c1 = std::min(rows, c0 + chunk);
-      ForRange(c1 - c0, [&](size_t i0, size_t i1) {
-        for (size_t i = i0; i < i1; ++i) {
-          kernels::Im2Col(in.out.data() + (c0 + i) * in.size, w, g * cg, cg, n.kp,
-                          batch_col.data() + i * image_columns);
+  const int image_groups = (rows + kImagesPerPartial - 1) / kImagesPerPartial;
+  const size_t partial_size = static_cast<size_t>(outputs) * n.kp;
+  pool->Run([&](int member, int members) {
+    auto [b0, b1] = nn::SplitRange(image_groups, members, member);
+    float* c = col[member].data();
+    for (int ig = b0; ig < b1; ++ig) {
+      const int i0 = ig * kImagesPerPartial, i1 = std::min(rows, i0 + kImagesPerPartial);
+      float* partial = partials.data() + ig * partial_size;
+      for (int g = 0; g < l.groups; ++g) {
+        const float* dy = n.dout.data() + g * n.og;
+        float* dw = partial + static_cast<size_t>(g) * n.og * n.kp;
+        if (direct) {
+          kernels.gemm(dy + i0 * n.size, 1, outputs, in.out.data() + i0 * in.size, l.in.c, nullptr,
+                       n.og, (i1 - i0) * positions, n.k, -kInf, kInf, false, dw, n.kp);
+          continue;
         }
-      });
-      ForRange(n.k, [&](size_t i0, size_t i1) {
-        kernels.gemm(batch_col.data() + i0, 1, n.kp, n.dout.data() + c0 * n.size + g * n.og,
-                     outputs, nullptr, static_cast<int>(i1 - i0), (c1 - c0) * positions, n.og,
-                     -kInf, kInf, c0 > 0, dkernel + i0 * outputs + g * n.og, outputs);
-      });
+        for (int r = i0; r < i1; ++r) {
+          kernels::Im2Col(in.out.data() + r * in.size, w, g * cg, cg, n.kp, c);
+          kernels.gemm(dy + r * n.size, 1, outputs, c, n.kp, nullptr, n.og, positions, n.k, -kInf,
+                       kInf, r > i0, dw, n.kp);
+        }
+      }
     }
-  }
+  });
+  ForRange(partial_size, [&](size_t e0, size_t e1) {
+    float* sum = n.dwt.data();
+    std::copy(partials.data() + e0, partials.data() + e1, sum + e0);
+    for (int ig = 1; ig < image_groups; ++ig) {
+      const float* partial = partials.data() + ig * partial_size;
+      for (size_t e = e0; e < e1; ++e) sum[e] += partial[e];
+    }
+  });
+  // Keras' kernel (K, out): element (k, o) from packed (o, k).
+  ForRange(outputs, [&](size_t o0, size_t o1) {
+    TransposeTiles(n.dwt.data(), n.kp, dkernel, outputs, o0, o1, 0, n.k);
+  });
 }
 
 void CpuEngine::Plan::DenseForward(Node& n) {

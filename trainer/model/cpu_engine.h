@@ -8,11 +8,12 @@
 // How each layer computes:
 //   Conv2D     im2col per image (none for a 1x1 convolution of stride 1), then gemm (the
 //              general product of trainer/nn/cpu_kernels.h, the output channels along the
-//              vector lanes) with bias and activation fused for the output; gemm of d output
-//              and the packed kernel then col2im per image for the input's gradient; the
-//              kernel gradient as one gemm over the whole batch (the transposed patches of
-//              several images at a time times d output, the kernel's rows split among the
-//              members), in Keras' layout. Groups: per group.
+//              vector lanes) with bias and activation fused for the output. Backward, per
+//              image, d input: stride 1, d output's convolution with the flipped kernel (gemm
+//              accumulated onto d input, no col2im); otherwise gemm of d output and the packed
+//              kernel, then col2im. The kernel gradient: gemm of d output transposed and each
+//              image's patches, accumulated per group of 8 images (the groups split among the
+//              members), the groups' partials summed in order. Groups: per group.
 //   Dense      dense_forward, dense_backward_input and dense_backward_weights over the whole
 //              batch (inputs padded to a multiple of 32 when they are not), as
 //              trainer/nn/cpu_step.cpp computes its dense layers
@@ -22,10 +23,10 @@
 // fused kernel (conv_relu_pool_forward / conv_backward_params) unless fusion is turned off,
 // so that the seeds' CNN declared in JSON computes bitwise what the built-in model does.
 //
-// Not yet optimised: im2col materialises every patch (of several images at once for the
-// kernel gradient); depthwise convolution, pooling and BatchNormalization are scalar loops the
-// compiler vectorises as it can, BatchNormalization not fused with the ReLU after it; every
-// layer keeps its own output and gradient buffers (no reuse, no in-place activations).
+// Not yet optimised: im2col materialises every patch, twice in the backward pass; depthwise
+// convolution, pooling and BatchNormalization are scalar loops the compiler vectorises as it can,
+// BatchNormalization not fused with the ReLU after it; every layer keeps its own output and
+// gradient buffers (no reuse, no in-place activations).
 #pragma once
 
 #include <cstdint>

@@ -382,7 +382,7 @@ HWY_INLINE void GemmBlock(const float* HWY_RESTRICT A, int a_row, int a_col,
   }
 }
 
-constexpr int kGemmRows = kRegisters == 32 ? 12 : 4;        // rows of a two-vector block
+constexpr int kGemmRows = kRegisters == 32 ? 8 : 4;         // rows of a two-vector block
 constexpr int kGemmRowsNarrow = kRegisters == 32 ? 16 : 8;  // rows of a one-vector block
 
 struct GemmArgs {
