@@ -23,21 +23,35 @@ Window WindowOf(const Layer& layer) {
 
 void Im2Col(const float* x, const Window& w, int c0, int group_channels, int stride, float* col) {
   const int taps = w.kh * w.kw * group_channels;
+  // With every channel taken, a window row's taps inside the image are one contiguous run of
+  // the input: one copy each, the rest of the row zero.
+  const bool whole = group_channels == w.channels;
   for (int oy = 0; oy < w.out_h; ++oy) {
     for (int ox = 0; ox < w.out_w; ++ox) {
       float* row = col + static_cast<size_t>(oy * w.out_w + ox) * stride;
+      const int ix0 = ox * w.sw - w.pad_left;
+      const int kx0 = std::max(0, -ix0), kx1 = std::min(w.kw, w.in_w - ix0);
       for (int ky = 0; ky < w.kh; ++ky) {
         const int iy = oy * w.sh - w.pad_top + ky;
-        for (int kx = 0; kx < w.kw; ++kx) {
-          const int ix = ox * w.sw - w.pad_left + kx;
-          float* out = row + (ky * w.kw + kx) * group_channels;
-          if (iy < 0 || iy >= w.in_h || ix < 0 || ix >= w.in_w) {
-            std::fill(out, out + group_channels, 0.0f);
-          } else {
-            const float* in = x + static_cast<size_t>(iy * w.in_w + ix) * w.channels + c0;
-            std::memcpy(out, in, sizeof(float) * group_channels);
+        float* out = row + static_cast<size_t>(ky) * w.kw * group_channels;
+        if (iy < 0 || iy >= w.in_h || kx0 >= kx1) {
+          std::fill(out, out + static_cast<size_t>(w.kw) * group_channels, 0.0f);
+          continue;
+        }
+        std::fill(out, out + static_cast<size_t>(kx0) * group_channels, 0.0f);
+        const float* in = x + static_cast<size_t>(iy * w.in_w + ix0) * w.channels + c0;
+        if (whole) {
+          std::memcpy(out + static_cast<size_t>(kx0) * group_channels,
+                      in + static_cast<size_t>(kx0) * w.channels,
+                      sizeof(float) * static_cast<size_t>(kx1 - kx0) * group_channels);
+        } else {
+          for (int kx = kx0; kx < kx1; ++kx) {
+            std::memcpy(out + static_cast<size_t>(kx) * group_channels,
+                        in + static_cast<size_t>(kx) * w.channels, sizeof(float) * group_channels);
           }
         }
+        std::fill(out + static_cast<size_t>(kx1) * group_channels,
+                  out + static_cast<size_t>(w.kw) * group_channels, 0.0f);
       }
       std::fill(row + taps, row + stride, 0.0f);
     }
