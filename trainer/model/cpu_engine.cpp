@@ -23,6 +23,12 @@ int Padded(int k) { return (k + 31) / 32 * 32; }
 // partials are summed in order: a constant, so that the sums do not depend on the threads.
 constexpr int kImagesPerPartial = 8;
 
+// Layers of less work than this (Plan::Work) run on the calling thread alone: waking the pool
+// and waiting for it (microseconds when idle, far more when other processes hold the cores)
+// would cost more than the split saves. MobileNetV2's late layers, at 2x2 and 1x1 pixels, are
+// such; the results are the same bits either way.
+constexpr double kParallelWork = 1 << 18;
+
 // Rows of a Dense layer's input gradient computed at once.
 constexpr int kDenseChunk = 8;
 
@@ -176,6 +182,18 @@ struct CpuEngine::Plan {
   std::vector<uint8_t> row_correct;
   int rows = 0;
   bool fused = false;
+  bool serial = false;  // the layer at hand runs on the caller alone (Run)
+
+  // A layer's work in a pass, roughly in multiply-adds: its elements times the taps (or
+  // inputs) each one sums.
+  double Work(const Layer& l) const {
+    double per_element = 1.0;
+    const int group_channels = l.in.c / l.groups;  // exact: groups divide the channels
+    if (l.type == LayerType::kConv2D) per_element = l.kh * l.kw * group_channels;
+    if (l.type == LayerType::kDepthwiseConv2D) per_element = l.kh * l.kw;
+    if (l.type == LayerType::kDense) per_element = l.in.c;
+    return static_cast<double>(rows) * std::max(l.in.size(), l.out.size()) * per_element;
+  }
 
   // Per-call state.
   const float* params = nullptr;
@@ -185,10 +203,17 @@ struct CpuEngine::Plan {
   Plan(const Graph& g, int max_rows_, nn::ThreadPool* pool_, const nn::cpu::Kernels& k)
       : graph(g), max_rows(max_rows_), pool(pool_), kernels(k) {}
 
+  // fn(member, members) on every member of the pool, or on the caller alone (member 0 of 1)
+  // while `serial`: every split below gives the same bits for any number of members.
+  template <typename Fn>
+  void Run(const Fn& fn) {
+    if (serial) return fn(0, 1);
+    pool->Run(fn);
+  }
   // fn(member, r0, r1) on every member with rows, the rows split as everywhere in a pass.
   template <typename Fn>
   void ForRows(const Fn& fn) {
-    pool->Run([&](int member, int members) {
+    Run([&](int member, int members) {
       auto [r0, r1] = nn::SplitRange(rows, members, member);
       if (r0 < r1) fn(member, r0, r1);
     });
@@ -196,7 +221,7 @@ struct CpuEngine::Plan {
   // fn(begin, end) on every member's share of [0, count).
   template <typename Fn>
   void ForRange(size_t count, const Fn& fn) {
-    pool->Run([&](int member, int members) {
+    Run([&](int member, int members) {
       auto [b, e] = nn::SplitRange(static_cast<int>(count), members, member);
       if (b < e) fn(static_cast<size_t>(b), static_cast<size_t>(e));
     });
@@ -498,7 +523,7 @@ void CpuEngine::Plan::ConvBackward(Node& n, float* grad_out) {
   const bool direct = l.groups == 1 && l.kh == 1 && l.kw == 1 && l.sh == 1 && l.sw == 1;
   const int image_groups = (rows + kImagesPerPartial - 1) / kImagesPerPartial;
   const size_t partial_size = static_cast<size_t>(outputs) * n.kp;
-  pool->Run([&](int member, int members) {
+  Run([&](int member, int members) {
     auto [b0, b1] = nn::SplitRange(image_groups, members, member);
     float* c = col[member].data();
     for (int ig = b0; ig < b1; ++ig) {
@@ -583,7 +608,7 @@ void CpuEngine::Plan::DenseBackward(Node& n, float* grad_out) {
   float* dwt = partials.data();
   float* dkernel = grad_out + l.params[l.kernel].offset;
   float* dbias = l.bias >= 0 ? grad_out + l.params[l.bias].offset : nullptr;
-  pool->Run([&](int member, int members) {
+  Run([&](int member, int members) {
     const int blocks = (outputs + 7) / 8;
     auto [b0, b1] = nn::SplitRange(blocks, members, member);
     const int o0 = b0 * 8, o1 = std::min(b1 * 8, outputs);
@@ -947,6 +972,7 @@ void CpuEngine::Plan::SimpleBackward(Node& n) {
 void CpuEngine::Plan::ForwardLayer(int index, const Batch& batch) {
   Node& n = nodes[index];
   if (n.fused_away) return;
+  serial = Work(*n.layer) < kParallelWork;
   if (n.fused_conv >= 0) return SeedsConvPoolForward(n);
   switch (n.layer->type) {
     case LayerType::kConv2D:
@@ -965,6 +991,7 @@ void CpuEngine::Plan::ForwardLayer(int index, const Batch& batch) {
 void CpuEngine::Plan::BackwardLayer(int index) {
   Node& n = nodes[index];
   if (n.fused_away || n.layer->type == LayerType::kInput) return;
+  serial = Work(*n.layer) < kParallelWork;
   if (n.fused_conv >= 0) return SeedsConvPoolBackward(n, grad);
   switch (n.layer->type) {
     case LayerType::kConv2D:
@@ -1038,6 +1065,7 @@ nn::BatchStats CpuEngine::ComputeGradients(const float* params, float* state, co
   p.Forward(batch, &times_);
   Node& out = p.nodes[p.graph.output];
   const int classes = p.graph.classes();
+  p.serial = true;  // the loss of each row: little work
   p.ForRows([&](int, int r0, int r1) {
     for (int r = r0; r < r1; ++r) {
       bool correct = false;
@@ -1074,6 +1102,7 @@ nn::BatchStats CpuEngine::Evaluate(const float* params, const float* state, cons
     chunk.rows = std::min(p.max_rows, batch.rows - start);
     p.rows = chunk.rows;
     p.Forward(chunk, &times_);
+    p.serial = true;
     p.ForRows([&](int, int r0, int r1) {
       for (int r = r0; r < r1; ++r) {
         bool correct = false;

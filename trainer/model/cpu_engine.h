@@ -23,6 +23,9 @@
 // fused kernel (conv_relu_pool_forward / conv_backward_params) unless fusion is turned off,
 // so that the seeds' CNN declared in JSON computes bitwise what the built-in model does.
 //
+// A layer of little work (MobileNetV2's late layers, at 2x2 and 1x1 pixels) runs on the
+// calling thread alone rather than waking the pool; the bits are the same either way.
+//
 // Not yet optimised: im2col materialises every patch, twice in the backward pass; depthwise
 // convolution, pooling and BatchNormalization are scalar loops the compiler vectorises as it can,
 // BatchNormalization not fused with the ReLU after it; every layer keeps its own output and
