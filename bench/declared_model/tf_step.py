@@ -30,7 +30,10 @@ def main():
     rng = np.random.default_rng(1)
     x = tf.constant(rng.uniform(0, 1, shape).astype("float32"))
     y = tf.constant(rng.integers(0, model.outputs[0].shape[-1], a.batch).astype("int32"))
-    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    # A model ending in softmax gives probabilities (tj-bench-model folds that softmax into
+    # the loss; Keras computes it, then the cross-entropy of its output).
+    softmax = model.layers[-1].get_config().get("activation") == "softmax"
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=not softmax)
 
     @tf.function
     def step():
