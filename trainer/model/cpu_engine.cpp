@@ -1038,6 +1038,30 @@ CpuEngine::CpuEngine(const Graph& graph, int max_rows, nn::ThreadPool* pool,
 
 CpuEngine::~CpuEngine() = default;
 
+// ---- Label smoothing (SetLabelSmoothing) ----
+namespace {
+
+// nn::cpu::SoftmaxCrossEntropy against the smoothed targets t = onehot(label) x (1 - e) + e / K:
+// the loss sum_k t_k (lse - z_k) and dlogits = (softmax - t) x scale, the plain one's plus
+// e x (onehot - 1 / K) x scale. With e = 0 the plain function's result, bit for bit.
+double SmoothedSoftmaxCrossEntropy(const float* logits, int classes, int label, float smoothing,
+                                   float scale, float* dlogits, bool* correct) {
+  const double loss = nn::cpu::SoftmaxCrossEntropy(logits, classes, label, scale, dlogits, correct);
+  if (smoothing == 0.0f) return loss;
+  const double e = smoothing;
+  const double lse = loss + logits[label];
+  double uniform = 0.0;  // sum_k (lse - z_k)
+  for (int k = 0; k < classes; ++k) {
+    uniform += lse - logits[k];
+    const double onehot = k == label ? 1.0 : 0.0;
+    dlogits[k] += static_cast<float>(e * (onehot - 1.0 / classes) * scale);
+  }
+  return (1.0 - e) * loss + e / classes * uniform;
+}
+
+}  // namespace
+// ---- end of label smoothing ----
+
 bool CpuEngine::fused() const { return plan_->fused; }
 
 void CpuEngine::ResetTimes() {
@@ -1069,9 +1093,9 @@ nn::BatchStats CpuEngine::ComputeGradients(const float* params, float* state, co
   p.ForRows([&](int, int r0, int r1) {
     for (int r = r0; r < r1; ++r) {
       bool correct = false;
-      p.row_loss[r] = nn::cpu::SoftmaxCrossEntropy(out.out.data() + r * out.size, classes,
-                                                   batch.labels[batch.index[r]], scale,
-                                                   out.dout.data() + r * out.size, &correct);
+      p.row_loss[r] = SmoothedSoftmaxCrossEntropy(out.out.data() + r * out.size, classes,
+                                                  batch.labels[batch.index[r]], label_smoothing_,
+                                                  scale, out.dout.data() + r * out.size, &correct);
       p.row_correct[r] = correct;
     }
   });
@@ -1106,9 +1130,9 @@ nn::BatchStats CpuEngine::Evaluate(const float* params, const float* state, cons
     p.ForRows([&](int, int r0, int r1) {
       for (int r = r0; r < r1; ++r) {
         bool correct = false;
-        p.row_loss[r] = nn::cpu::SoftmaxCrossEntropy(out.out.data() + r * out.size, classes,
-                                                     chunk.labels[chunk.index[r]], 1.0f,
-                                                     out.dout.data() + r * out.size, &correct);
+        p.row_loss[r] = SmoothedSoftmaxCrossEntropy(out.out.data() + r * out.size, classes,
+                                                    chunk.labels[chunk.index[r]], label_smoothing_,
+                                                    1.0f, out.dout.data() + r * out.size, &correct);
         p.row_correct[r] = correct;
       }
     });

@@ -108,6 +108,12 @@ class CpuEngine {
   // Whether the seeds' conv + pool pair runs fused (see above).
   bool fused() const;
 
+  // The loss of both ComputeGradients and Evaluate against smoothed targets
+  // onehot(label) x (1 - smoothing) + smoothing / classes, as Keras'
+  // CategoricalCrossentropy(label_smoothing) computes it for training and evaluation alike
+  // (smoothing in [0, 1); 0, the default: the plain softmax cross-entropy, bit for bit).
+  void SetLabelSmoothing(float smoothing) { label_smoothing_ = smoothing; }
+
   const LayerTimes& times() const { return times_; }
   void ResetTimes();
 
@@ -115,6 +121,7 @@ class CpuEngine {
   struct Plan;
   std::unique_ptr<Plan> plan_;
   LayerTimes times_;
+  float label_smoothing_ = 0.0f;
 };
 
 }  // namespace tj::model
