@@ -42,6 +42,7 @@ struct RawFlags {
               allreduce_dtype = "float32", allreduce_algorithm = "ring";
   double rendezvous_timeout_s = 300, collective_timeout_s = 60, eval_poll_s = 1;
   std::string dataset_format = "idx", image_size, normalize_mean, normalize_std;
+  std::string optimizer = "adam";
 };
 
 // "HxW" into height and width (each 1..32768); false when it is not that.
@@ -78,10 +79,8 @@ bool ParseFloatList(const std::string& text, bool positive, std::vector<float>& 
   return true;
 }
 
-void DefineFlags(CLI::App& app, tj::train::Options& o, RawFlags& f) {
-  app.add_option("--data-dir", o.data_dir, "Directory with the four MNIST-format IDX files")
-      ->capture_default_str();
-  tj::train::DatasetOptions& d = o.data;
+// The dataset flags (training_data.h checks them together).
+void DefineDatasetFlags(CLI::App& app, tj::train::DatasetOptions& d, RawFlags& f) {
   app.add_option("--dataset-format", f.dataset_format,
                  "idx|npz|npy|folder|tfrecord: what --train-data and --eval-data hold (idx: "
                  "--data-dir; every format but idx trains declared models only)")
@@ -127,6 +126,34 @@ void DefineFlags(CLI::App& app, tj::train::Options& o, RawFlags& f) {
   app.add_option("--max-array-bytes", d.max_array_bytes, "Largest NumPy array")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
+}
+
+// A declared model's recipe (recipe.h checks the values).
+void DefineRecipeFlags(CLI::App& app, tj::train::RecipeOptions& r, RawFlags& f) {
+  app.add_option("--optimizer", f.optimizer,
+                 "adam|sgd: a declared model's optimizer (Keras' Adam or SGD; see docs/trainer.md)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"adam", "sgd"}));
+  app.add_option("--momentum", r.momentum, "SGD's momentum, in [0, 1)")->capture_default_str();
+  app.add_flag("--nesterov", r.nesterov, "SGD with Nesterov momentum (needs --momentum > 0)");
+  app.add_option("--weight-decay", r.weight_decay,
+                 "Decoupled weight decay w -= w x WD x lr before each update (0: off; frozen "
+                 "layers never)")
+      ->capture_default_str();
+  app.add_option("--lr-schedule", r.lr_schedule,
+                 "A declared model's learning rate: seeds | constant:LR | step:LR@1,LR2@E2,... | "
+                 "cosine:LR[,warmup=STEPS][,alpha=A]")
+      ->capture_default_str();
+  app.add_option("--label-smoothing", r.label_smoothing,
+                 "Targets y x (1 - E) + E / classes in the loss, E in [0, 1) (Keras' "
+                 "label_smoothing)")
+      ->capture_default_str();
+}
+
+void DefineFlags(CLI::App& app, tj::train::Options& o, RawFlags& f) {
+  app.add_option("--data-dir", o.data_dir, "Directory with the four MNIST-format IDX files")
+      ->capture_default_str();
+  DefineDatasetFlags(app, o.data, f);
   app.add_option("--model-config", o.model_config,
                  "A Keras model's JSON (model.to_json()) to train, evaluate or export instead of "
                  "the built-in CNN, on the CPU (default: $TJ_MODEL_CONFIG, else the built-in "
@@ -134,6 +161,7 @@ void DefineFlags(CLI::App& app, tj::train::Options& o, RawFlags& f) {
   app.add_option("--initial-weights", o.initial_weights,
                  "A Keras 3 .weights.h5 file (model.save_weights) of the --model-config model: "
                  "its weights start a fresh run (a resume keeps its backup's)");
+  DefineRecipeFlags(app, o.recipe, f);
   app.add_option("--epochs", o.epochs, "Epochs to train")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
@@ -219,6 +247,8 @@ bool ApplyFlags(const RawFlags& f, tj::train::Options& o) {
     o.save_freq_steps = static_cast<int>(n);
   }
   tj::train::ParseDatasetFormat(f.dataset_format, &o.data.format);  // checked by CLI11 above
+  o.recipe.optimizer =
+      f.optimizer == "sgd" ? tj::train::OptimizerKind::kSgd : tj::train::OptimizerKind::kAdam;
   // An IDX directory given as --train-data is the --data-dir of the built-in model too.
   if (o.data.format == tj::train::DatasetFormat::kIdx && !o.data.train_path.empty()) {
     o.data_dir = o.data.train_path;

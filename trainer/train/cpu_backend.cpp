@@ -45,7 +45,7 @@ class CpuBackend final : public HostEpochBackend {
     return Status::Ok();
   }
   StatusOr<ModelState> GetState() override {
-    return ModelState{params_, adam_.m(), adam_.v(), adam_.iterations(), {}};
+    return ModelState{params_, adam_.m(), adam_.v(), adam_.iterations(), {}, {}};
   }
 
   Status ComputeGradients(float scale) override {

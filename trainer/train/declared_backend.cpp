@@ -1,9 +1,9 @@
 // The declared model's CPU backend (step_backend.h, MakeDeclaredCpuBackend): model::CpuEngine
-// and nn::Adam on host vectors, shard after shard as the built-in CPU backend computes them.
-// The reduce buffer is the gradients (parameter_count floats), the moving statistics each
-// shard updated (state_count floats), the loss sum, the correct count and the stop vote.
-// Each step's examples of this replica (all its shards, one request) come from a
-// BatchPrefetcher that decodes the next steps' while this one computes.
+// and the recipe's optimizer (nn::Adam or nn::Sgd, optimizer.h) on host vectors, shard after shard
+// as the built-in CPU backend computes them. The reduce buffer is the gradients (parameter_count
+// floats), the moving statistics each shard updated (state_count floats), the loss sum, the correct
+// count and the stop vote. Each step's examples of this replica (all its shards, one request) come
+// from a BatchPrefetcher that decodes the next steps' while this one computes.
 #include <algorithm>
 #include <numeric>
 #include <string>
@@ -13,8 +13,10 @@
 #include "common/random.h"
 #include "trainer/model/cpu_engine.h"
 #include "trainer/nn/adam.h"
+#include "trainer/nn/optimizer.h"
 #include "trainer/train/declared_model.h"
 #include "trainer/train/host_epoch_backend.h"
+#include "trainer/train/recipe.h"
 #include "trainer/train/step_backend.h"
 
 namespace tj::train {
@@ -32,9 +34,10 @@ uint64_t DropoutSeed(uint64_t seed, int64_t global_step, int shard) {
 }
 
 // Frozen layers ("trainable": false): the [offset, offset + size) ranges of the parameter
-// vector that are not trained. Their summed gradients are zeroed before Adam, so their Adam
-// moments stay 0 and the update adds exactly 0: the tensors keep their bits, on every replica
-// alike (each zeroes the same all-reduced floats).
+// vector that are not trained. Their summed gradients are zeroed before the update, so their
+// Adam moments (or SGD momentum) stay 0 and the update adds exactly 0, and weight decay passes
+// them by (DecayMask): the tensors keep their bits, on every replica alike (each zeroes the
+// same all-reduced floats).
 std::vector<std::pair<size_t, size_t>> FrozenRanges(const model::Graph& graph) {
   std::vector<std::pair<size_t, size_t>> ranges;
   for (const model::Layer& layer : graph.layers) {
@@ -44,11 +47,20 @@ std::vector<std::pair<size_t, size_t>> FrozenRanges(const model::Graph& graph) {
   return ranges;
 }
 
+// Weight decay's mask of nn::ApplyWeightDecay: 1 for every parameter but the frozen ranges'.
+std::vector<uint8_t> DecayMask(size_t count, const std::vector<std::pair<size_t, size_t>>& frozen) {
+  std::vector<uint8_t> mask(count, 1);
+  for (const auto& [offset, size] : frozen) {
+    std::fill_n(mask.begin() + static_cast<std::ptrdiff_t>(offset), size, uint8_t{0});
+  }
+  return mask;
+}
+
 class DeclaredCpuBackend final : public HostEpochBackend {
  public:
   DeclaredCpuBackend(const DeclaredModel& model, const DeclaredInput& input, int batch_size,
                      nn::ThreadPool* pool, const nn::cpu::Kernels& kernels, ShardRange shards,
-                     uint64_t seed)
+                     uint64_t seed, const DeclaredTraining& training)
       : graph_(model.graph),
         input_(input),
         batch_size_(batch_size),
@@ -60,7 +72,15 @@ class DeclaredCpuBackend final : public HostEpochBackend {
         state_count_(model.graph.state_count),
         frozen_(FrozenRanges(model.graph)),
         engine_(model.graph, batch_size, pool, kernels),
-        adam_(params_count_, nn::AdamConfig{}, kernels),
+        recipe_(training.recipe),
+        schedule_(ScheduleOf(training.recipe)),
+        total_steps_(training.total_steps),
+        adam_(recipe_.optimizer == OptimizerKind::kAdam ? params_count_ : 0, nn::AdamConfig{},
+              kernels),
+        sgd_(recipe_.optimizer == OptimizerKind::kSgd ? params_count_ : 0,
+             {.momentum = static_cast<float>(recipe_.momentum), .nesterov = recipe_.nesterov}),
+        decay_mask_(recipe_.weight_decay > 0.0 ? DecayMask(params_count_, frozen_)
+                                               : std::vector<uint8_t>{}),
         params_(params_count_, 0.0f),
         state_(state_count_, 0.0f),
         shard_state_(state_count_, 0.0f),
@@ -68,6 +88,7 @@ class DeclaredCpuBackend final : public HostEpochBackend {
                std::vector<float>(params_count_ + state_count_ + 3, 0.0f)),
         rows_(static_cast<size_t>(batch_size)) {
     std::iota(rows_.begin(), rows_.end(), 0u);
+    engine_.SetLabelSmoothing(static_cast<float>(recipe_.label_smoothing));
   }
 
   std::string description() const override {
@@ -79,19 +100,31 @@ class DeclaredCpuBackend final : public HostEpochBackend {
   size_t reduce_floats() const override { return params_count_ + state_count_ + 3; }
 
   Status SetState(const ModelState& state) override {
-    if (state.params.size() != params_count_ || state.adam_m.size() != params_count_ ||
-        state.adam_v.size() != params_count_ || state.model_state.size() != state_count_) {
+    const bool adam = recipe_.optimizer == OptimizerKind::kAdam;
+    const size_t adam_count = adam ? params_count_ : 0;
+    const size_t momentum_count = !adam && recipe_.momentum > 0.0 ? params_count_ : 0;
+    if (state.params.size() != params_count_ || state.adam_m.size() != adam_count ||
+        state.adam_v.size() != adam_count || state.sgd_momentum.size() != momentum_count ||
+        state.model_state.size() != state_count_) {
       return Status::Error("declared model " + graph_.name + ": the state's tensors do not have " +
-                           "the model's " + std::to_string(params_count_) + " parameters and " +
-                           std::to_string(state_count_) + " floats of moving statistics");
+                           "the model's " + std::to_string(params_count_) + " parameters, " +
+                           std::to_string(state_count_) + " floats of moving statistics and " +
+                           OptimizerName(recipe_.optimizer) + "'s state");
     }
     params_ = state.params;
     state_ = state.model_state;
-    adam_.Restore(state.adam_m, state.adam_v, state.iterations);
+    if (adam) {
+      adam_.Restore(state.adam_m, state.adam_v, state.iterations);
+    } else {
+      sgd_.Restore(state.sgd_momentum, state.iterations);
+    }
     return Status::Ok();
   }
   StatusOr<ModelState> GetState() override {
-    return ModelState{params_, adam_.m(), adam_.v(), adam_.iterations(), state_};
+    if (recipe_.optimizer == OptimizerKind::kAdam) {
+      return ModelState{params_, adam_.m(), adam_.v(), adam_.iterations(), state_, {}};
+    }
+    return ModelState{params_, {}, {}, sgd_.iterations(), state_, sgd_.momentum()};
   }
 
   // A new prefetcher for the epoch (the last one's batches, of steps past a stop, dropped),
@@ -131,7 +164,7 @@ class DeclaredCpuBackend final : public HostEpochBackend {
       const model::Batch batch_of_shard{batch->images.data() + first * image_size,
                                         batch->labels.data() + first, rows_.data(), batch_size_};
       model::StepOptions options;
-      options.dropout_seed = DropoutSeed(seed_, adam_.iterations(), shard_range_.first + shard);
+      options.dropout_seed = DropoutSeed(seed_, iterations(), shard_range_.first + shard);
       // Every shard updates the step's statistics from its own batch; their sum rides along.
       std::copy(state_.begin(), state_.end(), shard_state_.begin());
       nn::BatchStats s = engine_.ComputeGradients(params_.data(), shard_state_.data(),
@@ -155,13 +188,25 @@ class DeclaredCpuBackend final : public HostEpochBackend {
     for (const auto& [offset, size] : frozen_) {
       std::fill_n(grads_[0].begin() + static_cast<std::ptrdiff_t>(offset), size, 0.0f);
     }
-    adam_.Apply(params_.data(), sum.data(), learning_rate(), pool_);
+    // Keras 3's order: the decay at the step's rate, then the optimizer's update.
+    const double rate = schedule_.At(epoch(), iterations(), total_steps_);
+    nn::ApplyWeightDecay(params_.data(), params_count_, recipe_.weight_decay, rate, decay_mask_,
+                         pool_);
+    if (recipe_.optimizer == OptimizerKind::kAdam) {
+      adam_.Apply(params_.data(), sum.data(), rate, pool_);
+    } else {
+      sgd_.Apply(params_.data(), sum.data(), rate, pool_);
+    }
     EndStep(sum[params_count_ + state_count_], sum[params_count_ + state_count_ + 1]);
     return Status::Ok();
   }
   Status WaitForSteps() override { return Status::Ok(); }
 
  private:
+  // Optimizer steps so far, of the whole run: the schedule's step and the Dropout seeds'.
+  int64_t iterations() const {
+    return recipe_.optimizer == OptimizerKind::kAdam ? adam_.iterations() : sgd_.iterations();
+  }
   // Queues the examples of the step at next_slice_ (all this replica's shards) when the
   // epoch has that step; false when it has not.
   bool SubmitNext() {
@@ -193,7 +238,12 @@ class DeclaredCpuBackend final : public HostEpochBackend {
   size_t params_count_, state_count_;
   std::vector<std::pair<size_t, size_t>> frozen_;  // FrozenRanges
   model::CpuEngine engine_;
-  nn::Adam adam_;
+  RecipeOptions recipe_;
+  nn::LearningRateSchedule schedule_;
+  int64_t total_steps_;
+  nn::Adam adam_;  // the one the recipe names updates; the other holds no parameters
+  nn::Sgd sgd_;
+  std::vector<uint8_t> decay_mask_;  // DecayMask, with weight decay
   std::vector<float> params_;
   std::vector<float> state_;        // the moving statistics, the same on every replica
   std::vector<float> shard_state_;  // one shard's update of them
@@ -211,9 +261,10 @@ std::unique_ptr<StepBackend> MakeDeclaredCpuBackend(const DeclaredModel& model,
                                                     const DeclaredInput& input, int batch_size,
                                                     nn::ThreadPool* pool,
                                                     const nn::cpu::Kernels& kernels,
-                                                    ShardRange shards, uint64_t seed) {
-  return std::make_unique<DeclaredCpuBackend>(model, input, batch_size, pool, kernels, shards,
-                                              seed);
+                                                    ShardRange shards, uint64_t seed,
+                                                    const DeclaredTraining& training) {
+  return std::make_unique<DeclaredCpuBackend>(model, input, batch_size, pool, kernels, shards, seed,
+                                              training);
 }
 
 }  // namespace tj::train

@@ -109,7 +109,7 @@ nlohmann::json DeclaredModelIdentity(const DeclaredModel& model) {
 StatusOr<nn::BatchStats> EvaluateDeclaredModel(
     const DeclaredModel& model, const std::vector<float>& params, const std::vector<float>& state,
     const data::ImageDataset& eval, const data::PrefetchOptions& prefetch, int max_rows,
-    nn::ThreadPool* pool, const nn::cpu::Kernels& kernels) {
+    nn::ThreadPool* pool, const nn::cpu::Kernels& kernels, float label_smoothing) {
   data::PrefetchOptions options = prefetch;
   options.augment = {};
   auto prefetcher = data::BatchPrefetcher::Create(eval, options);
@@ -130,6 +130,7 @@ StatusOr<nn::BatchStats> EvaluateDeclaredModel(
   std::vector<uint32_t> rows(static_cast<size_t>(max_rows));
   std::iota(rows.begin(), rows.end(), 0u);
   model::CpuEngine engine(model.graph, max_rows, pool, kernels);
+  engine.SetLabelSmoothing(label_smoothing);
   nn::BatchStats sums;
   for (int done = 0; done < count;) {
     StatusOr<data::Batch> batch = (*prefetcher)->Next();

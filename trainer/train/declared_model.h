@@ -59,11 +59,12 @@ nlohmann::json DeclaredModelIdentity(const DeclaredModel& model);
 
 // The model in inference mode (moving statistics, no Dropout) over every example of `eval`,
 // read by a BatchPrefetcher with `prefetch`'s normalisation (no augmentation) in chunks of
-// `max_rows`; the sums are those of one pass over the set in order, whatever max_rows. An
-// error when an example cannot be read.
+// `max_rows`; the sums are those of one pass over the set in order, whatever max_rows. The
+// loss is against targets smoothed by `label_smoothing` (CpuEngine::SetLabelSmoothing), as
+// Keras reports a model's evaluation loss. An error when an example cannot be read.
 StatusOr<nn::BatchStats> EvaluateDeclaredModel(
     const DeclaredModel& model, const std::vector<float>& params, const std::vector<float>& state,
     const data::ImageDataset& eval, const data::PrefetchOptions& prefetch, int max_rows,
-    nn::ThreadPool* pool, const nn::cpu::Kernels& kernels);
+    nn::ThreadPool* pool, const nn::cpu::Kernels& kernels, float label_smoothing = 0.0f);
 
 }  // namespace tj::train

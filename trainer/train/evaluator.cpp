@@ -18,8 +18,8 @@ StatusOr<nn::BatchStats> EvaluateTestSet(const EvaluatorContext& c,
                                          const std::vector<float>& state) {
   if (c.model != nullptr) {
     return EvaluateDeclaredModel(*c.model, weights, state, *c.data->eval,
-                                 PrefetchOptionsOf(*c.options), kEvaluationRows, c.pool,
-                                 *c.kernels);
+                                 PrefetchOptionsOf(*c.options), kEvaluationRows, c.pool, *c.kernels,
+                                 static_cast<float>(c.options->recipe.label_smoothing));
   }
   const data::Split& test = c.dataset->test;
   std::vector<uint32_t> all(static_cast<size_t>(test.count));

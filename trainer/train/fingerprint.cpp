@@ -2,6 +2,7 @@
 
 #include "trainer/checkpoint/state_file.h"
 #include "trainer/nn/model.h"
+#include "trainer/train/recipe.h"
 
 namespace tj::train {
 namespace {
@@ -94,6 +95,7 @@ nlohmann::json TrainingFingerprint(const Options& options, int replicas,
     f["parameters"] = model->graph.parameter_count;
     if (!model->initial_weights_sha256.empty())
       f["initial_weights_sha256"] = model->initial_weights_sha256;
+    f.update(RecipeFingerprint(options.recipe));
   }
   if (options.elastic_shards > 0) {
     f["elastic_shards"] = options.elastic_shards;

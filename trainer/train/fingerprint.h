@@ -18,7 +18,8 @@ namespace tj::train {
 // steps_per_epoch_cap, seed, dataset_sha256}. In elastic mode it adds elastic_shards and
 // global_batch; workers then only says who wrote the backup. A declared model (`model`, null
 // for the built-in one) adds model_sha256, and model is its name; with --initial-weights also
-// initial_weights_sha256 (the file's), so a resume with other initial weights is refused.
+// initial_weights_sha256 (the file's), so a resume with other initial weights is refused, and
+// the recipe's fields that differ from the defaults (recipe.h, RecipeFingerprint).
 nlohmann::json TrainingFingerprint(const Options& options, int replicas,
                                    const data::Dataset& dataset,
                                    const DeclaredModel* model = nullptr);

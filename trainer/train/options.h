@@ -51,6 +51,20 @@ struct DatasetOptions {
   uint64_t max_array_bytes = uint64_t{4} << 30;    // one NumPy array
 };
 enum class Role { kAuto, kEvaluator };
+enum class OptimizerKind { kAdam, kSgd };
+
+// How a declared model trains (recipe.h checks it; the built-in seeds' CNN takes the defaults
+// only), as the Keras 3 arguments of the same names: keras.optimizers.Adam or SGD(momentum,
+// nesterov, weight_decay) with learning_rate a schedule (nn::LearningRateSchedule's text),
+// and keras.losses.CategoricalCrossentropy(label_smoothing).
+struct RecipeOptions {
+  OptimizerKind optimizer = OptimizerKind::kAdam;  // --optimizer
+  double momentum = 0.0;                           // --momentum: SGD's, in [0, 1)
+  bool nesterov = false;                           // --nesterov: SGD with momentum
+  double weight_decay = 0.0;                       // --weight-decay: w -= w * wd * lr
+  std::string lr_schedule = "seeds";               // --lr-schedule
+  double label_smoothing = 0.0;                    // --label-smoothing: in [0, 1)
+};
 
 struct Options {
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
@@ -63,6 +77,7 @@ struct Options {
   // (model.save_weights) loaded instead of the initializers' values at a fresh start; a
   // resume keeps its backup's weights. Empty: the initializers'.
   std::string initial_weights;
+  RecipeOptions recipe;
   int epochs = 12;
   int batch_size = 64;      // per replica; in elastic mode per shard
   int steps_per_epoch = 0;  // a cap; 0 = the whole epoch

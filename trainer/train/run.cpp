@@ -17,6 +17,7 @@
 #include "trainer/train/evaluator.h"
 #include "trainer/train/initial_weights.h"
 #include "trainer/train/observability.h"
+#include "trainer/train/recipe.h"
 #include "trainer/train/step_backend.h"
 #include "trainer/train/termination_message.h"
 #include "trainer/train/training_data.h"
@@ -178,9 +179,12 @@ int LoadDeclaredModelOfRun(const Options& o, const TrainingData& data, EventLog&
 int OpenDataOfRun(const Options& o, bool evaluating, EventLog& log,
                   std::optional<data::Dataset>* idx, TrainingData* data) {
   const bool declared = !o.model_config.empty();
-  if (std::string e = DatasetFlagsError(o, declared, evaluating); !e.empty()) {
-    log.Error(e);
-    return kExitUsage;
+  for (const std::string& e :
+       {DatasetFlagsError(o, declared, evaluating), RecipeFlagsError(o.recipe, declared)}) {
+    if (!e.empty()) {
+      log.Error(e);
+      return kExitUsage;
+    }
   }
   if (!declared) {
     auto dataset = data::LoadDataset(o.data_dir);
@@ -222,8 +226,10 @@ std::unique_ptr<StepBackend> MakeCpuBackendOfRun(const Options& o, const Declare
                              .rank = comm.rank(),
                              .steps_cap = o.steps_per_epoch};
   const ShardRange range{.first = comm.rank() * shards, .count = shards, .total = plan.shards};
+  const int64_t total_steps =
+      int64_t{o.epochs} * std::max(0, plan.StepsPerEpoch(data.train->size()));
   return MakeDeclaredCpuBackend(*model, DeclaredInputOf(o, data, plan), o.batch_size, pool, cpu,
-                                range, o.seed);
+                                range, o.seed, {.recipe = o.recipe, .total_steps = total_steps});
 }
 
 // Every replica must train the same model (their all-reduces must match): the chief's

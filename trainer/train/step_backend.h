@@ -18,6 +18,7 @@
 #include "trainer/nn/cpu_kernels.h"
 #include "trainer/nn/model.h"
 #include "trainer/nn/thread_pool.h"
+#include "trainer/train/options.h"
 
 namespace tj::train {
 
@@ -29,7 +30,8 @@ struct DeclaredModel;  // declared_model.h
 inline constexpr size_t kReduceFloatsOnHost = nn::Layout::kCount + 3;
 
 // The model and optimizer state as host vectors (parameter_count() floats each, but
-// model_state), for backups, checkpoints, exports and the broadcast of a restored state.
+// model_state), for backups, checkpoints, exports and the broadcast of a restored state. The
+// optimizer's vectors are its own: Adam's m and v; SGD's momentum (none without momentum).
 struct ModelState {
   std::vector<float> params;
   std::vector<float> adam_m;
@@ -38,6 +40,8 @@ struct ModelState {
   // What the model keeps that is not trained: a declared model's BatchNormalization moving
   // statistics (graph.h's state vector). Empty for the built-in model.
   std::vector<float> model_state;
+  // A declared model trained by SGD with momentum: nn::Sgd's momentum. Empty otherwise.
+  std::vector<float> sgd_momentum;
 };
 
 class StepBackend {
@@ -120,18 +124,28 @@ struct DeclaredInput {
   int steps_per_epoch = 0;  // 0: every step the order has
 };
 
+// How a declared-model backend updates the parameters: `recipe`'s optimizer (nn::Adam, or
+// nn::Sgd), its weight decay (never of a frozen layer) and loss, at the rate its schedule gives
+// each optimizer step of a run of `total_steps` (epochs x steps per epoch). The rate that
+// BeginEpoch is given is not used.
+struct DeclaredTraining {
+  RecipeOptions recipe;
+  int64_t total_steps = 0;
+};
+
 // The declared model's CPU backend: `model` (borrowed) trained by model::CpuEngine on `pool`
-// with nn::Adam and `kernels`, on `input`'s batches. Each shard's Dropout masks are seeded by
-// (seed, the global step, the shard's index in the global batch), so a step's masks do not depend
-// on how many workers or threads compute it. Each shard updates BatchNormalization's moving
-// statistics from its own batch, as Keras does, starting from the step's; the updated statistics
-// ride in the reduce buffer after the gradients, and the step's new statistics are their sum over
-// the global batch's shards divided by the shard count: every replica holds the same bits.
+// with `training`'s optimizer and `kernels`, on `input`'s batches. Each shard's Dropout masks are
+// seeded by (seed, the global step, the shard's index in the global batch), so a step's masks do
+// not depend on how many workers or threads compute it. Each shard updates BatchNormalization's
+// moving statistics from its own batch, as Keras does, starting from the step's; the updated
+// statistics ride in the reduce buffer after the gradients, and the step's new statistics are their
+// sum over the global batch's shards divided by the shard count: every replica holds the same bits.
 std::unique_ptr<StepBackend> MakeDeclaredCpuBackend(const DeclaredModel& model,
                                                     const DeclaredInput& input, int batch_size,
                                                     nn::ThreadPool* pool,
                                                     const nn::cpu::Kernels& kernels,
-                                                    ShardRange shards, uint64_t seed);
+                                                    ShardRange shards, uint64_t seed,
+                                                    const DeclaredTraining& training = {});
 
 // The GPU backend on CUDA device `device`: copies the training set there once. Fails when the
 // build has no CUDA ("built without CUDA") or the device cannot be used.

@@ -19,6 +19,7 @@
 #include "trainer/nn/model.h"
 #include "trainer/train/backup_writer.h"
 #include "trainer/train/export.h"
+#include "trainer/train/recipe.h"
 
 namespace tj::train {
 namespace {
@@ -57,6 +58,9 @@ std::string FirstNonFinite(const float* data, size_t count, const std::string& w
   return what + " is finite";
 }
 
+// SGD's momentum in a backup (nn::Sgd::momentum).
+constexpr const char* kSgdMomentumTensor = "sgd_momentum";
+
 class Trainer {
  public:
   explicit Trainer(const TrainingContext& c)
@@ -72,7 +76,8 @@ class Trainer {
               .rank = c.comm->rank(),
               .steps_cap = options_.steps_per_epoch},
         eval_step_(options_.batch_size, c.pool, *c.kernels),
-        gradient_comm_(c.gradient_comm ? c.gradient_comm : c.comm) {
+        gradient_comm_(c.gradient_comm ? c.gradient_comm : c.comm),
+        schedule_(ScheduleOf(options_.recipe)) {
     if (c.backend) {
       backend_ = c.backend;
     } else if (c.model) {
@@ -80,7 +85,7 @@ class Trainer {
       own_backend_ = MakeDeclaredCpuBackend(
           *c.model, DeclaredInputOf(options_, *data_, plan_), options_.batch_size, c.pool,
           *c.kernels, {.first = plan_.rank * shards, .count = shards, .total = plan_.shards},
-          options_.seed);
+          options_.seed, {.recipe = options_.recipe, .total_steps = TotalSteps()});
       backend_ = own_backend_.get();
     } else {
       own_backend_ = MakeCpuBackend(*idx_, options_.batch_size, c.pool, *c.kernels,
@@ -127,6 +132,24 @@ class Trainer {
   ModelState InitialState() const;
   // The test set's loss and correct count for `model`'s parameters (and state).
   StatusOr<nn::BatchStats> EvaluateTestSet(const ModelState& model);
+  // The optimizer steps of the whole run.
+  int64_t TotalSteps() const {
+    return int64_t{options_.epochs} * std::max(0, plan_.StepsPerEpoch(train_count_));
+  }
+  // The learning rate of epoch `epoch`'s first step, as the epoch reports it: the built-in
+  // model's by the seeds' schedule, a declared model's by its --lr-schedule.
+  double EpochLearningRate(int epoch) const {
+    if (model_ == nullptr) return nn::LearningRateForEpoch(epoch);
+    const int64_t first = int64_t{epoch - 1} * plan_.StepsPerEpoch(train_count_);
+    return schedule_.At(epoch, first, TotalSteps());
+  }
+  // The optimizer's tensors of a backup: Adam's m and v; SGD's momentum, or none without it.
+  std::vector<std::string> OptimizerTensors() const {
+    if (model_ == nullptr || options_.recipe.optimizer == OptimizerKind::kAdam)
+      return {"adam_m", "adam_v"};
+    if (options_.recipe.momentum > 0.0) return {kSgdMomentumTensor};
+    return {};
+  }
   // What the backups' fingerprint records of this run.
   nlohmann::json Fingerprint() const {
     return model_ ? TrainingFingerprint(options_, plan_.replicas,
@@ -161,6 +184,7 @@ class Trainer {
   data::ShardPlan plan_;
   nn::CpuStep eval_step_;  // the final test-set evaluation, on the CPU for every backend
   collective::Communicator* gradient_comm_;
+  nn::LearningRateSchedule schedule_;  // a declared model's --lr-schedule
   std::unique_ptr<StepBackend> own_backend_;
   StepBackend* backend_ = nullptr;
   // The backend's shard buffers, when it computes more than one shard per step (elastic mode
@@ -192,9 +216,13 @@ TrainingState Trainer::StateOf(ModelState model, int completed_epochs, int64_t s
   s.step = step;
   s.optimizer_iterations = model.iterations;
   s.seed = options_.seed;
-  s.tensors = {{"weights", std::move(model.params)},
-               {"adam_m", std::move(model.adam_m)},
-               {"adam_v", std::move(model.adam_v)}};
+  s.tensors = {{"weights", std::move(model.params)}};
+  if (!model.adam_m.empty()) {
+    s.tensors.emplace_back("adam_m", std::move(model.adam_m));
+    s.tensors.emplace_back("adam_v", std::move(model.adam_v));
+  }
+  if (!model.sgd_momentum.empty())
+    s.tensors.emplace_back(kSgdMomentumTensor, std::move(model.sgd_momentum));
   if (!model.model_state.empty())
     s.tensors.emplace_back(kModelStateTensor, std::move(model.model_state));
   return s;
@@ -206,23 +234,30 @@ ModelState Trainer::InitialState() const {
             .adam_m = std::vector<float>(nn::Layout::kCount, 0.0f),
             .adam_v = std::vector<float>(nn::Layout::kCount, 0.0f),
             .iterations = 0,
-            .model_state = {}};
+            .model_state = {},
+            .sgd_momentum = {}};
   }
   const size_t count = model_->graph.parameter_count;
   const bool given = !model_->initial_weights_sha256.empty();  // --initial-weights
+  const std::vector<std::string> optimizer = OptimizerTensors();
+  auto zeros = [&](const char* name) {
+    return std::vector<float>(std::ranges::count(optimizer, name) ? count : 0, 0.0f);
+  };
   return {.params = given ? model_->initial_params
                           : model::InitialParameters(model_->graph, options_.seed),
-          .adam_m = std::vector<float>(count, 0.0f),
-          .adam_v = std::vector<float>(count, 0.0f),
+          .adam_m = zeros("adam_m"),
+          .adam_v = zeros("adam_v"),
           .iterations = 0,
-          .model_state = given ? model_->initial_state : model::InitialState(model_->graph)};
+          .model_state = given ? model_->initial_state : model::InitialState(model_->graph),
+          .sgd_momentum = zeros(kSgdMomentumTensor)};
 }
 
 StatusOr<nn::BatchStats> Trainer::EvaluateTestSet(const ModelState& model) {
   if (model_ != nullptr) {
     return EvaluateDeclaredModel(*model_, model.params, model.model_state, *data_->eval,
                                  PrefetchOptionsOf(options_), options_.batch_size, context_.pool,
-                                 *context_.kernels);
+                                 *context_.kernels,
+                                 static_cast<float>(options_.recipe.label_smoothing));
   }
   const data::Split& test = idx_->test;
   nn::Batch test_batch{test.images.data(), test.labels.data(), nullptr, test.count};
@@ -329,21 +364,31 @@ TrainingOutcome Trainer::RestoreOrInitialise() {
                                        options_.identity.job_key);
   if (!state.ok()) return Failed(state.status());
   const auto* weights = state->FindTensor("weights");
-  const auto* m = state->FindTensor("adam_m");
-  const auto* v = state->FindTensor("adam_v");
   const auto* model_state = state->FindTensor(kModelStateTensor);
   const size_t count = backend_->parameter_count();
   const size_t state_count = model_ ? model_->graph.state_count : 0;
-  if (!weights || !m || !v || weights->size() != count || m->size() != count ||
-      v->size() != count || (model_state ? model_state->size() : 0) != state_count) {
+  bool complete =
+      weights && weights->size() == count && (model_state ? model_state->size() : 0) == state_count;
+  std::string names = "weights";
+  for (const std::string& name : OptimizerTensors()) {
+    const auto* t = state->FindTensor(name);
+    complete = complete && t && t->size() == count;
+    names += ", " + name;
+  }
+  if (!complete) {
     return Failed(
-        Status::Error("backup " + restored_path + " lacks the tensors weights, adam_m and adam_v" +
-                      (state_count > 0 ? std::string(" and ") + kModelStateTensor : std::string()) +
-                      " of this model"));
+        Status::Error("backup " + restored_path + " lacks the tensors " + names +
+                      (state_count > 0 ? std::string(", ") + kModelStateTensor : std::string()) +
+                      " of this model and optimizer"));
   }
   iterations_ = state->optimizer_iterations;
-  if (Status s = backend_->SetState(
-          {*weights, *m, *v, iterations_, model_state ? *model_state : std::vector<float>{}});
+  auto tensor = [&](const char* name) {
+    const auto* t = state->FindTensor(name);
+    return t ? *t : std::vector<float>{};
+  };
+  if (Status s = backend_->SetState({*weights, tensor("adam_m"), tensor("adam_v"), iterations_,
+                                     model_state ? *model_state : std::vector<float>{},
+                                     tensor(kSgdMomentumTensor)});
       !s.ok()) {
     return Failed(s.WithContext("loading the state into " + backend_->description()));
   }
@@ -411,7 +456,7 @@ Status Trainer::EndOfEpoch(int epoch, int steps, double seconds, double images_t
                       {"steps", steps},
                       {"loss", loss},
                       {"accuracy", accuracy},
-                      {"lr", nn::LearningRateForEpoch(epoch)},
+                      {"lr", EpochLearningRate(epoch)},
                       {"seconds", seconds},
                       {"images_per_sec", images_per_sec}});
   context_.progress->Update([&](ProgressSnapshot& p) {
@@ -422,7 +467,7 @@ Status Trainer::EndOfEpoch(int epoch, int steps, double seconds, double images_t
   if (context_.is_chief && context_.scalars) {
     context_.scalars("epoch_loss", epoch, static_cast<float>(loss));
     context_.scalars("epoch_accuracy", epoch, static_cast<float>(accuracy));
-    context_.scalars("learning_rate", epoch, static_cast<float>(nn::LearningRateForEpoch(epoch)));
+    context_.scalars("learning_rate", epoch, static_cast<float>(EpochLearningRate(epoch)));
     context_.scalars("images_per_sec", epoch, static_cast<float>(images_per_sec));
   }
   epoch_images_ = 0.0;
@@ -431,7 +476,9 @@ Status Trainer::EndOfEpoch(int epoch, int steps, double seconds, double images_t
     auto state = CurrentState(epoch, 0);
     if (!state.ok()) return state.status();
     // Weights (and a declared model's state) only: checkpoints are for evaluation.
-    std::erase_if(state->tensors, [](const auto& t) { return t.first.rfind("adam_", 0) == 0; });
+    std::erase_if(state->tensors, [](const auto& t) {
+      return t.first.rfind("adam_", 0) == 0 || t.first == kSgdMomentumTensor;
+    });
     auto path = checkpoints_->Save(*state);
     if (!path.ok())
       return path.status().WithContext("writing checkpoint for epoch " + std::to_string(epoch));
@@ -569,7 +616,7 @@ TrainingOutcome Trainer::Run() {
     auto epoch_start = RealClock::Get()->Now();
     if (Status st =
             backend_->BeginEpoch(epoch, order, plan_.SliceStart(static_cast<int>(first_step)),
-                                 plan_.GlobalBatch(), nn::LearningRateForEpoch(epoch));
+                                 plan_.GlobalBatch(), EpochLearningRate(epoch));
         !st.ok()) {
       return Failed(st);
     }

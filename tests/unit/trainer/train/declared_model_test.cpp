@@ -196,11 +196,8 @@ TEST(DeclaredModel, AnExportRoundTripsAndAnotherModelsIsRefused) {
   EXPECT_TRUE(Contains(s, "the built-in seeds-cnn")) << s.message();
 }
 
-// Parameters and moving statistics after `steps` steps of shards `ranges` (one backend each,
-// each on its own pool of `threads`), their buffers summed as the ring sums two shards. The
-// backends number their shards `renumber` past the ranges' (the same images, other masks).
-ModelState TrainShards(const DeclaredModel& m, const std::vector<ShardRange>& ranges, int threads,
-                       int steps, int renumber = 0) {
+// 64 synthetic 28x28x1 images of 10 classes.
+const data::ImageDataset& SyntheticImages() {
   static const std::unique_ptr<data::ImageDataset> dataset =
       []() -> std::unique_ptr<data::ImageDataset> {
     constexpr int kCount = 64;
@@ -212,19 +209,31 @@ ModelState TrainShards(const DeclaredModel& m, const std::vector<ShardRange>& ra
                                               std::move(labels));
     return std::move(*made);
   }();
+  return *dataset;
+}
+
+// Parameters and moving statistics after `steps` steps of shards `ranges` (one backend each,
+// each on its own pool of `threads`), their buffers summed as the ring sums two shards. The
+// backends number their shards `renumber` past the ranges' (the same images, other masks).
+ModelState TrainShards(const DeclaredModel& m, const std::vector<ShardRange>& ranges, int threads,
+                       int steps, int renumber = 0) {
+  const data::ImageDataset* dataset = &SyntheticImages();
   constexpr int kBatch = 4;
   std::vector<std::unique_ptr<nn::ThreadPool>> pools;
   std::vector<std::unique_ptr<StepBackend>> backends;
-  const ModelState initial{
-      model::InitialParameters(m.graph, 5), std::vector<float>(m.graph.parameter_count, 0.0f),
-      std::vector<float>(m.graph.parameter_count, 0.0f), 0, model::InitialState(m.graph)};
+  const ModelState initial{model::InitialParameters(m.graph, 5),
+                           std::vector<float>(m.graph.parameter_count, 0.0f),
+                           std::vector<float>(m.graph.parameter_count, 0.0f),
+                           0,
+                           model::InitialState(m.graph),
+                           {}};
   const std::vector<uint32_t> order = data::EpochOrder(5, 1, dataset->size());
   for (const ShardRange& r : ranges) {
     pools.push_back(std::make_unique<nn::ThreadPool>(threads));
     ShardRange numbered = r;
     numbered.first += renumber;
     // Decoding threads as many as the step's: the batches are the same bytes at any count.
-    const DeclaredInput input{.dataset = dataset.get(),
+    const DeclaredInput input{.dataset = dataset,
                               .prefetch = {.seed = 5,
                                            .augment = {.pad = 2, .flip = true},
                                            .normalization = {},
@@ -279,6 +288,108 @@ TEST(DeclaredBackend, TwoShardsOnOneReplicaAreBitwiseTwoReplicasOfOneShard) {
   const ModelState shifted =
       TrainShards(m, {{.first = 0, .count = 2, .total = 2}}, 1, 3, /*renumber=*/2);
   EXPECT_FALSE(SameBits(one.params, shifted.params));
+}
+
+// SGD with Nesterov momentum, weight decay, a cosine schedule and label smoothing.
+DeclaredTraining SgdRecipe(int64_t total_steps) {
+  DeclaredTraining t{.recipe = {}, .total_steps = total_steps};
+  t.recipe.optimizer = OptimizerKind::kSgd;
+  t.recipe.momentum = 0.9;
+  t.recipe.nesterov = true;
+  t.recipe.weight_decay = 1e-3;
+  t.recipe.lr_schedule = "cosine:0.05,warmup=2,alpha=0.1";
+  t.recipe.label_smoothing = 0.1;
+  return t;
+}
+
+// One replica of one shard of `m` trained by `training` from `start` (epoch 1's steps
+// [first_step, last_step) of batches of 4) on one thread: its state after them.
+ModelState TrainSteps(const DeclaredModel& m, const DeclaredTraining& training,
+                      const ModelState& start, int first_step, int last_step) {
+  constexpr int kBatch = 4;
+  nn::ThreadPool pool(1);
+  DeclaredInput input;
+  input.dataset = &SyntheticImages();
+  input.prefetch.seed = 5;
+  input.steps_per_epoch = last_step;
+  auto backend = MakeDeclaredCpuBackend(m, input, kBatch, &pool, nn::cpu::BestKernels(),
+                                        {.first = 0, .count = 1, .total = 1}, 5, training);
+  EXPECT_TRUE(backend->SetState(start).ok());
+  const std::vector<uint32_t> order = data::EpochOrder(5, 1, SyntheticImages().size());
+  EXPECT_TRUE(backend->BeginEpoch(1, order, int64_t{first_step} * kBatch, kBatch, 1e-3).ok());
+  for (int step = first_step; step < last_step; ++step) {
+    EXPECT_TRUE(backend->ComputeGradients(1.0f / kBatch).ok());
+    EXPECT_TRUE(backend->ApplyUpdate().ok());
+  }
+  auto state = backend->GetState();
+  EXPECT_TRUE(state.ok());
+  return state.ok() ? *state : ModelState{};
+}
+
+// An SGD run stopped after any step and resumed from its state (momentum, iterations, moving
+// statistics) ends with the bits of an uninterrupted one; its state holds no Adam moments.
+TEST(DeclaredBackend, AnSgdRunResumedFromItsStateIsBitwiseAnUninterruptedOne) {
+  const DeclaredModel m = Example("bn_dropout_cnn");
+  const DeclaredTraining sgd = SgdRecipe(6);
+  const size_t count = m.graph.parameter_count;
+  ModelState initial{.params = model::InitialParameters(m.graph, 5),
+                     .adam_m = {},
+                     .adam_v = {},
+                     .iterations = 0,
+                     .model_state = model::InitialState(m.graph),
+                     .sgd_momentum = std::vector<float>(count, 0.0f)};
+  const ModelState whole = TrainSteps(m, sgd, initial, 0, 6);
+  EXPECT_EQ(whole.iterations, 6);
+  EXPECT_TRUE(whole.adam_m.empty());
+  ASSERT_EQ(whole.sgd_momentum.size(), count);
+  for (int stop : {1, 3, 5}) {
+    SCOPED_TRACE(stop);
+    const ModelState part = TrainSteps(m, sgd, initial, 0, stop);
+    const ModelState resumed = TrainSteps(m, sgd, part, stop, 6);
+    EXPECT_TRUE(SameBits(resumed.params, whole.params));
+    EXPECT_TRUE(SameBits(resumed.sgd_momentum, whole.sgd_momentum));
+    EXPECT_TRUE(SameBits(resumed.model_state, whole.model_state));
+  }
+  // Another recipe trains other bits; Adam's state does not fit an SGD backend.
+  DeclaredTraining plain = sgd;
+  plain.recipe.nesterov = false;
+  EXPECT_FALSE(SameBits(TrainSteps(m, plain, initial, 0, 6).params, whole.params));
+  ModelState adam = initial;
+  adam.sgd_momentum.clear();
+  adam.adam_m.assign(count, 0.0f);
+  adam.adam_v.assign(count, 0.0f);
+  nn::ThreadPool pool(1);
+  DeclaredInput input;
+  input.dataset = &SyntheticImages();
+  auto backend = MakeDeclaredCpuBackend(m, input, 4, &pool, nn::cpu::BestKernels(), {}, 5, sgd);
+  const Status refused = backend->SetState(adam);
+  EXPECT_TRUE(Contains(refused, "sgd's state")) << refused.message();
+}
+
+// Weight decay is Keras 3's: before the update, w -= w x wd x lr at the step's rate; plain
+// SGD keeps no state.
+TEST(DeclaredBackend, WeightDecayShrinksTheWeightsBeforeThePlainSgdUpdate) {
+  const DeclaredModel m = Example("bn_dropout_cnn");
+  DeclaredTraining plain{.recipe = {}, .total_steps = 1};
+  plain.recipe.optimizer = OptimizerKind::kSgd;
+  plain.recipe.lr_schedule = "constant:0.1";
+  DeclaredTraining decayed = plain;
+  decayed.recipe.weight_decay = 0.5;
+  const ModelState initial{.params = model::InitialParameters(m.graph, 5),
+                           .adam_m = {},
+                           .adam_v = {},
+                           .iterations = 0,
+                           .model_state = model::InitialState(m.graph),
+                           .sgd_momentum = {}};
+  const ModelState a = TrainSteps(m, plain, initial, 0, 1);
+  const ModelState b = TrainSteps(m, decayed, initial, 0, 1);
+  EXPECT_TRUE(a.sgd_momentum.empty());
+  ASSERT_EQ(a.params.size(), b.params.size());
+  for (size_t i = 0; i < a.params.size(); ++i) {
+    // a = w - lr g; b = w (1 - wd lr) - lr g = a - w wd lr
+    const float w = initial.params[i];
+    EXPECT_NEAR(b.params[i], a.params[i] - w * 0.05f, 1e-6f + std::abs(w) * 1e-5f) << i;
+  }
 }
 
 }  // namespace

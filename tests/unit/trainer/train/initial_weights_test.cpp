@@ -98,7 +98,9 @@ TEST(InitialWeights, RefusalsNameTheFlagAndTheFile) {
   EXPECT_TRUE(m.initial_weights_sha256.empty());
 }
 
-TEST(FrozenLayers, TheStepLeavesAFrozenLayersParametersBitwise) {
+// Three steps of bn_dropout_cnn with conv and dense1 frozen, trained by `training` (its
+// optimizer state zeros): every frozen tensor keeps its bits, every other one moves.
+void ExpectFrozenLayersKeepTheirBits(const DeclaredTraining& training) {
   std::string text = Example("bn_dropout_cnn").text;
   nlohmann::json spec = nlohmann::json::parse(text);
   for (auto& layer : spec["config"]["layers"]) {
@@ -122,10 +124,16 @@ TEST(FrozenLayers, TheStepLeavesAFrozenLayersParametersBitwise) {
   nn::ThreadPool pool(1);
   const DeclaredInput input{.dataset = images->get(), .steps_per_epoch = 3};
   auto backend = MakeDeclaredCpuBackend(*m, input, kBatch, &pool, nn::cpu::BestKernels(),
-                                        {.first = 0, .count = 1, .total = 1}, 5);
+                                        {.first = 0, .count = 1, .total = 1}, 5, training);
+  const size_t count = m->graph.parameter_count;
+  const bool adam = training.recipe.optimizer == OptimizerKind::kAdam;
   const ModelState initial{
-      model::InitialParameters(m->graph, 5), std::vector<float>(m->graph.parameter_count, 0.0f),
-      std::vector<float>(m->graph.parameter_count, 0.0f), 0, model::InitialState(m->graph)};
+      .params = model::InitialParameters(m->graph, 5),
+      .adam_m = std::vector<float>(adam ? count : 0, 0.0f),
+      .adam_v = std::vector<float>(adam ? count : 0, 0.0f),
+      .iterations = 0,
+      .model_state = model::InitialState(m->graph),
+      .sgd_momentum = std::vector<float>(training.recipe.momentum > 0.0 ? count : 0, 0.0f)};
   ASSERT_TRUE(backend->SetState(initial).ok());
   ASSERT_TRUE(
       backend->BeginEpoch(1, data::EpochOrder(5, 1, dataset.train.count), 0, kBatch, 1e-3).ok());
@@ -142,6 +150,26 @@ TEST(FrozenLayers, TheStepLeavesAFrozenLayersParametersBitwise) {
       EXPECT_EQ(same, !layer.trainable) << t.name;
     }
   }
+}
+
+TEST(FrozenLayers, TheStepLeavesAFrozenLayersParametersBitwise) {
+  ExpectFrozenLayersKeepTheirBits({});
+}
+
+// Weight decay passes frozen layers by (as Keras decays trainable variables only), and SGD's
+// momentum of a zero gradient stays zero.
+TEST(FrozenLayers, SgdWithMomentumAndWeightDecayLeavesThemBitwiseToo) {
+  DeclaredTraining sgd{.recipe = {}, .total_steps = 3};
+  sgd.recipe.optimizer = OptimizerKind::kSgd;
+  sgd.recipe.momentum = 0.9;
+  sgd.recipe.nesterov = true;
+  sgd.recipe.weight_decay = 0.1;
+  sgd.recipe.lr_schedule = "cosine:0.05";
+  ExpectFrozenLayersKeepTheirBits(sgd);
+  sgd.recipe.optimizer = OptimizerKind::kAdam;  // AdamW
+  sgd.recipe.momentum = 0.0;
+  sgd.recipe.nesterov = false;
+  ExpectFrozenLayersKeepTheirBits(sgd);
 }
 
 }  // namespace
