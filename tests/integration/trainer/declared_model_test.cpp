@@ -143,6 +143,34 @@ std::vector<std::unique_ptr<Subprocess>> StartJob(int workers,
   return job;
 }
 
+// `p` succeeds with a weights digest and `epochs` epochs' figures.
+void ExpectTrained(Subprocess& p, size_t epochs) {
+  ASSERT_EQ(p.Wait(120s), 0) << p.Stderr();
+  ASSERT_EQ(Digest(p).size(), 64u);
+  ASSERT_EQ(EpochFigures(p).size(), epochs);
+}
+
+// `p` succeeds with `reference`'s weights, epoch figures and test figures, to the bit.
+void ExpectTrainedAs(Subprocess& p, const Subprocess& reference) {
+  ASSERT_EQ(p.Wait(120s), 0) << p.Stderr();
+  EXPECT_EQ(Digest(p), Digest(reference));
+  EXPECT_EQ(EpochFigures(p), EpochFigures(reference));
+  for (const char* key : {"test_loss", "test_accuracy"}) {
+    EXPECT_EQ(TrainEnd(p)[key], TrainEnd(reference)[key]) << key;
+  }
+}
+
+// Sends SIGTERM to `worker` once it reports its failpoint train.step (it pauses there).
+void SignalAtFailpoint(Subprocess& worker) {
+  const auto deadline = std::chrono::steady_clock::now() + 120s;
+  while (worker.Stderr().find("failpoint train.step") == std::string::npos) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << worker.Stderr();
+    ASSERT_TRUE(worker.running()) << worker.Stderr();
+    std::this_thread::sleep_for(20ms);
+  }
+  worker.Signal(SIGTERM);
+}
+
 // The newest backup-<seq> in `dir`.
 std::string NewestBackup(const std::string& dir) {
   std::string newest;
@@ -176,26 +204,14 @@ TEST(DeclaredModelTest, ABatchNormDropoutModelResumesBitwiseOnTwoWorkersAfterSig
         "--checkpoint-dir", d / "ckpt",   "--model-config",    ExampleModel("bn_dropout_cnn")};
   };
   auto reference = StartJob(1, flags(reference_dir), reference_dir, "ref");
-  ASSERT_EQ(reference[0]->Wait(120s), 0) << reference[0]->Stderr();
-  const std::string expected = Digest(*reference[0]);
-  ASSERT_EQ(expected.size(), 64u);
-  const auto figures = EpochFigures(*reference[0]);
-  ASSERT_EQ(figures.size(), 2u);
+  ASSERT_NO_FATAL_FAILURE(ExpectTrained(*reference[0], 2));
   const auto model = Events(*reference[0], "model");
   ASSERT_EQ(model.size(), 1u);
   EXPECT_EQ(model[0]["state"], 32);  // BatchNormalization(16): moving mean and variance
 
   // Worker 1 pauses in its 3rd step and is sent SIGTERM there: both stop after step 3.
   auto first = StartJob(2, flags(dir), dir, "first", "train.step=sleep:1500@3");
-  {
-    const auto deadline = std::chrono::steady_clock::now() + 120s;
-    while (first[1]->Stderr().find("failpoint train.step") == std::string::npos) {
-      ASSERT_LT(std::chrono::steady_clock::now(), deadline) << first[1]->Stderr();
-      ASSERT_TRUE(first[1]->running()) << first[1]->Stderr();
-      std::this_thread::sleep_for(20ms);
-    }
-    first[1]->Signal(SIGTERM);
-  }
+  ASSERT_NO_FATAL_FAILURE(SignalAtFailpoint(*first[1]));
   for (auto& p : first) {
     ASSERT_EQ(p->Wait(60s), 75) << p->Stderr();
     auto stopped = Events(*p, "stopped");
@@ -213,12 +229,7 @@ TEST(DeclaredModelTest, ABatchNormDropoutModelResumesBitwiseOnTwoWorkersAfterSig
 
   auto second = StartJob(2, flags(dir), dir, "second");
   for (auto& p : second) {
-    ASSERT_EQ(p->Wait(120s), 0) << p->Stderr();
-    EXPECT_EQ(Digest(*p), expected);
-    EXPECT_EQ(EpochFigures(*p), figures);
-    for (const char* key : {"test_loss", "test_accuracy"}) {
-      EXPECT_EQ(TrainEnd(*p)[key], TrainEnd(*reference[0])[key]) << key;
-    }
+    ASSERT_NO_FATAL_FAILURE(ExpectTrainedAs(*p, *reference[0]));
     auto restored = Events(*p, "restored");
     ASSERT_EQ(restored.size(), 1u);
     EXPECT_EQ(restored[0]["step"], 3);
@@ -328,6 +339,76 @@ TEST(DeclaredModelTest, AModelThatDoesNotFitTheDatasetIsRefusedNamingBothShapes)
             std::string::npos)
       << declared->Stderr();
   EXPECT_NE(declared->Stderr().find("model_sha256"), std::string::npos) << declared->Stderr();
+}
+
+// (4) A recipe of its own: SGD with Nesterov momentum, weight decay, a cosine schedule and label
+// smoothing, in elastic mode (2 shards). Two workers stopped by SIGTERM after step 3 resume to
+// the bits of one uninterrupted worker (the momentum rides in the backup as sgd_momentum, the
+// schedule's step in the optimizer's iterations); the epochs report the schedule's rate; a
+// resume with another --momentum is refused naming the field.
+TEST(DeclaredModelTest, AnSgdCosineRecipeResumesBitwiseAndAnotherMomentumIsRefused) {
+  TJ_REQUIRE_DATASET();
+  TempDir reference_dir, dir;
+  const std::vector<std::string> recipe = {"--optimizer",
+                                           "sgd",
+                                           "--momentum",
+                                           "0.9",
+                                           "--nesterov",
+                                           "--weight-decay",
+                                           "1e-4",
+                                           "--lr-schedule",
+                                           "cosine:0.05,alpha=0.1",
+                                           "--label-smoothing",
+                                           "0.1"};
+  auto flags = [&](const TempDir& d) {
+    return With({"--epochs", "2", "--steps-per-epoch", "6", "--threads", "1", "--elastic-shards",
+                 "2", "--backup-dir", d / "backup", "--save-freq", "4", "--checkpoint-dir",
+                 d / "ckpt", "--model-config", ExampleModel("bn_dropout_cnn")},
+                recipe);
+  };
+  auto reference = StartJob(1, flags(reference_dir), reference_dir, "ref");
+  ASSERT_NO_FATAL_FAILURE(ExpectTrained(*reference[0], 2));
+  // The rate of each epoch's first step: 0.05 at step 0; at step 6 of 12, half way down the
+  // cosine to alpha x 0.05: 0.05 x (0.9 x 0.5 + 0.1).
+  const auto epochs = Events(*reference[0], "epoch_end");
+  EXPECT_DOUBLE_EQ(epochs.at(0)["lr"].get<double>(), 0.05);
+  EXPECT_NEAR(epochs.at(1)["lr"].get<double>(), 0.0275, 1e-12);
+
+  auto first = StartJob(2, flags(dir), dir, "first", "train.step=sleep:1500@3");
+  ASSERT_NO_FATAL_FAILURE(SignalAtFailpoint(*first[1]));
+  for (auto& p : first) ASSERT_EQ(p->Wait(60s), 75) << p->Stderr();
+  const checkpoint::TrainingState backup = ReadState(NewestBackup(dir / "backup"), kTestKey);
+  EXPECT_EQ(backup.step, 3);
+  ASSERT_NE(backup.FindTensor("sgd_momentum"), nullptr);
+  EXPECT_EQ(backup.FindTensor("adam_m"), nullptr);
+  EXPECT_EQ(backup.fingerprint.value("optimizer", ""), "sgd");
+
+  // Another momentum: refused by the chief, naming the field (one worker: elastic mode
+  // resumes at any worker count, so only the recipe differs).
+  std::vector<std::string> other = flags(dir);
+  *std::find(other.begin(), other.end(), "0.9") = "0.8";
+  auto refused = StartJob(1, other, dir, "refused");
+  ASSERT_EQ(refused[0]->Wait(60s), 1) << refused[0]->Stderr();
+  EXPECT_NE(refused[0]->Stderr().find("another configuration"), std::string::npos)
+      << refused[0]->Stderr();
+  EXPECT_NE(refused[0]->Stderr().find("momentum"), std::string::npos) << refused[0]->Stderr();
+
+  auto second = StartJob(2, flags(dir), dir, "second");
+  for (auto& p : second) {
+    ASSERT_NO_FATAL_FAILURE(ExpectTrainedAs(*p, *reference[0]));
+    ASSERT_EQ(Events(*p, "restored").size(), 1u);
+  }
+  // Checkpoints are for evaluation: no optimizer state.
+  const checkpoint::TrainingState ckpt = ReadState(dir / "ckpt/ckpt-2", kTestKey);
+  EXPECT_NE(ckpt.FindTensor("weights"), nullptr);
+  EXPECT_EQ(ckpt.FindTensor("sgd_momentum"), nullptr);
+
+  // The built-in model takes the defaults only.
+  auto builtin = StartTrainer({"--epochs", "1", "--steps-per-epoch", "1", "--momentum", "0.9"}, "",
+                              dir / "builtin");
+  ASSERT_EQ(builtin->Wait(60s), 2) << builtin->Stderr();
+  EXPECT_NE(builtin->Stderr().find("--momentum applies to declared models only"), std::string::npos)
+      << builtin->Stderr();
 }
 
 }  // namespace
