@@ -76,7 +76,13 @@ StatusOr<std::string> PodWorker::PrepareVolume(const json& v) {
       if (v[kind].value("optional", false)) return dir;
       return obj.error().ToStatus().WithContext("volume " + name);
     }
-    for (const auto& [k, val] : obj->value("data", json::object()).items()) {
+    // Held here: ranging over items() of value()'s temporary would read it after its end.
+    const json data = obj->value("data", json::object());
+    for (const auto& [k, val] : data.items()) {
+      if (!val.is_string()) {
+        return Status::Error("volume " + name + ": " + kind + " " + obj_name + " key " + k +
+                             " is not a string");
+      }
       std::string content = val.get<std::string>();
       if (std::string(kind) == "secret") content = kube::Base64Decode(content).value_or("");
       std::ofstream(dir + "/" + k, std::ios::trunc) << content;
