@@ -12,6 +12,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -23,12 +24,10 @@ namespace tj::kube {
 namespace {
 
 using nlohmann::json;
-using testing::Kubectl;
 using testing::PaceFailpoint;
 using testing::SetArg;
 using testing::SetEnv;
 using testing::Sh;
-using testing::StatusOf;
 namespace fs = std::filesystem;
 using std::chrono::seconds;
 
@@ -122,8 +121,15 @@ class DeclaredModelE2E : public testing::JobTest {
     ASSERT_FALSE(model_events.empty()) << PodLog(chief);
     EXPECT_EQ(model_events[0].value("model_config", ""), "/etc/tj-model/model.json");
     ASSERT_GT(SignalTrainer(name + "-worker-1", SIGKILL), 0);
-    ASSERT_TRUE(WaitResumed(chief, 1, kFinishTimeout).is_object()) << PodLog(chief);
+    const json restored = WaitResumed(chief, 1, kFinishTimeout);
+    ASSERT_TRUE(restored.is_object()) << PodLog(chief);
     ExpectSucceededWithReferenceWeights(name, chief, reference, 1, kFinishTimeout);
+    const auto ends = PodEvents(chief, "train_end");
+    ASSERT_FALSE(ends.empty());
+    std::cerr << model.file << ": " << model_events[0].value("parameters", 0)
+              << " parameters; gang 1 resumed from " << restored.dump() << "; final weights "
+              << reference << " as the uninterrupted run's; test accuracy "
+              << ends.back().value("test_accuracy", -1.0) << "\n";
     // The evaluator evaluated the same model's checkpoints, into the job's status.
     const json done = Get(name);
     EXPECT_TRUE(done["status"].contains("evaluation")) << done["status"].dump(2);
