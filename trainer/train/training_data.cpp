@@ -171,26 +171,28 @@ std::string DatasetFlagsError(const Options& o, bool declared, bool evaluating) 
   return "";
 }
 
-// An evaluator's data without --train-data: the evaluation set alone, fitted to the flags.
-StatusOr<TrainingData> OpenEvaluationSetAlone(const Options& o) {
+// One split of a dataset that is not IDX: `path` as --train-data or --eval-data names it (an
+// .npz's split `npz_split`, "train" or "test"), encoded images fitted to `shape` (sides of 0:
+// the first image's), labels checked against `classes` (0: inferred).
+StatusOr<std::unique_ptr<data::ImageDataset>> OpenSplit(const Options& o, const std::string& path,
+                                                        const char* npz_split,
+                                                        data::ImageShape shape, int classes) {
   const DatasetOptions& d = o.data;
-  const data::ImageShape shape{d.image.height, d.image.width,
-                               d.image.channels > 0 ? d.image.channels : 3};
-  TrainingData out;
+  std::unique_ptr<data::ImageDataset> out;
   switch (d.format) {
     case DatasetFormat::kIdx:
-      break;  // both splits from one directory: OpenTrainingData's
+      return Status::Error("IDX files hold both splits in one directory: OpenTrainingData's");
     case DatasetFormat::kNpz:
     case DatasetFormat::kNpy: {
       data::NumpyOptions no;
-      no.classes = d.classes;
+      no.classes = classes;
       no.max_array_bytes = d.max_array_bytes;
       if (d.format == DatasetFormat::kNpz) {
-        TJ_RETURN_IF_ERROR(Assign(data::OpenNpzDataset(d.eval_path, "test", no), &out.eval));
+        TJ_RETURN_IF_ERROR(Assign(data::OpenNpzDataset(path, npz_split, no), &out));
       } else {
         std::string images, labels;
-        SplitNpyPair(d.eval_path, &images, &labels);
-        TJ_RETURN_IF_ERROR(Assign(data::OpenNpyDataset(images, labels, no), &out.eval));
+        SplitNpyPair(path, &images, &labels);  // checked by DatasetFlagsError
+        TJ_RETURN_IF_ERROR(Assign(data::OpenNpyDataset(images, labels, no), &out));
       }
       break;
     }
@@ -198,17 +200,17 @@ StatusOr<TrainingData> OpenEvaluationSetAlone(const Options& o) {
       data::ImageFolderOptions fo;
       fo.shape = shape;
       fo.max_file_bytes = d.max_image_bytes;
-      TJ_RETURN_IF_ERROR(Assign(data::OpenImageFolder(d.eval_path, fo), &out.eval));
+      TJ_RETURN_IF_ERROR(Assign(data::OpenImageFolder(path, fo), &out));
       break;
     }
     case DatasetFormat::kTfRecord: {
       data::TfRecordOptions to;
       to.shape = shape;
-      to.classes = d.classes;
+      to.classes = classes;
       to.max_record_bytes = d.max_record_bytes;
       std::vector<std::string> files;
-      TJ_RETURN_IF_ERROR(Assign(data::ListTfRecordFiles(d.eval_path), &files));
-      TJ_RETURN_IF_ERROR(Assign(data::OpenTfRecordDataset(files, to), &out.eval));
+      TJ_RETURN_IF_ERROR(Assign(data::ListTfRecordFiles(path), &files));
+      TJ_RETURN_IF_ERROR(Assign(data::OpenTfRecordDataset(files, to), &out));
       break;
     }
   }
@@ -218,61 +220,27 @@ StatusOr<TrainingData> OpenEvaluationSetAlone(const Options& o) {
 StatusOr<TrainingData> OpenTrainingData(const Options& o, bool evaluating) {
   const DatasetOptions& d = o.data;
   TrainingData out;
-  if (evaluating && d.train_path.empty() && d.format != DatasetFormat::kIdx) {
-    return OpenEvaluationSetAlone(o);
+  if (d.format == DatasetFormat::kIdx) {
+    const std::string dir = d.train_path.empty() ? o.data_dir : d.train_path;
+    TJ_RETURN_IF_ERROR(Assign(data::OpenIdxDataset(dir, "train"), &out.train));
+    TJ_RETURN_IF_ERROR(Assign(data::OpenIdxDataset(dir, "t10k"), &out.eval));
+    return out;
   }
-  switch (d.format) {
-    case DatasetFormat::kIdx: {
-      const std::string dir = d.train_path.empty() ? o.data_dir : d.train_path;
-      TJ_RETURN_IF_ERROR(Assign(data::OpenIdxDataset(dir, "train"), &out.train));
-      TJ_RETURN_IF_ERROR(Assign(data::OpenIdxDataset(dir, "t10k"), &out.eval));
-      break;
-    }
-    case DatasetFormat::kNpz:
-    case DatasetFormat::kNpy: {
-      data::NumpyOptions no;
-      no.classes = d.classes;
-      no.max_array_bytes = d.max_array_bytes;
-      if (d.format == DatasetFormat::kNpz) {
-        TJ_RETURN_IF_ERROR(Assign(data::OpenNpzDataset(d.train_path, "train", no), &out.train));
-        no.classes = out.train->classes();
-        TJ_RETURN_IF_ERROR(Assign(
-            data::OpenNpzDataset(d.eval_path.empty() ? d.train_path : d.eval_path, "test", no),
-            &out.eval));
-      } else {
-        std::string images, labels;
-        SplitNpyPair(d.train_path, &images, &labels);  // checked by DatasetFlagsError
-        TJ_RETURN_IF_ERROR(Assign(data::OpenNpyDataset(images, labels, no), &out.train));
-        no.classes = out.train->classes();
-        SplitNpyPair(d.eval_path, &images, &labels);
-        TJ_RETURN_IF_ERROR(Assign(data::OpenNpyDataset(images, labels, no), &out.eval));
-      }
-      break;
-    }
-    case DatasetFormat::kFolder: {
-      data::ImageFolderOptions fo;
-      fo.shape = {d.image.height, d.image.width, d.image.channels > 0 ? d.image.channels : 3};
-      fo.max_file_bytes = d.max_image_bytes;
-      TJ_RETURN_IF_ERROR(Assign(data::OpenImageFolder(d.train_path, fo), &out.train));
-      fo.shape = out.train->shape();  // the evaluation set fitted to the training set's size
-      TJ_RETURN_IF_ERROR(Assign(data::OpenImageFolder(d.eval_path, fo), &out.eval));
-      break;
-    }
-    case DatasetFormat::kTfRecord: {
-      data::TfRecordOptions to;
-      to.shape = {d.image.height, d.image.width, d.image.channels > 0 ? d.image.channels : 3};
-      to.classes = d.classes;
-      to.max_record_bytes = d.max_record_bytes;
-      std::vector<std::string> train_files, eval_files;
-      TJ_RETURN_IF_ERROR(Assign(data::ListTfRecordFiles(d.train_path), &train_files));
-      TJ_RETURN_IF_ERROR(Assign(data::OpenTfRecordDataset(train_files, to), &out.train));
-      to.shape = out.train->shape();
-      to.classes = out.train->classes();
-      TJ_RETURN_IF_ERROR(Assign(data::ListTfRecordFiles(d.eval_path), &eval_files));
-      TJ_RETURN_IF_ERROR(Assign(data::OpenTfRecordDataset(eval_files, to), &out.eval));
-      break;
-    }
+  const data::ImageShape flags_shape{d.image.height, d.image.width,
+                                     d.image.channels > 0 ? d.image.channels : 3};
+  if (evaluating && d.train_path.empty()) {  // an evaluator's: the evaluation set alone
+    TJ_RETURN_IF_ERROR(
+        Assign(OpenSplit(o, d.eval_path, "test", flags_shape, d.classes), &out.eval));
+    return out;
   }
+  TJ_RETURN_IF_ERROR(
+      Assign(OpenSplit(o, d.train_path, "train", flags_shape, d.classes), &out.train));
+  // The evaluation set fitted to the training set's shape, with its classes; an .npz given
+  // alone holds both.
+  const std::string& eval_path =
+      d.eval_path.empty() && d.format == DatasetFormat::kNpz ? d.train_path : d.eval_path;
+  TJ_RETURN_IF_ERROR(
+      Assign(OpenSplit(o, eval_path, "test", out.train->shape(), out.train->classes()), &out.eval));
   return out;
 }
 
