@@ -80,8 +80,9 @@ class DatasetToolTest : public ::testing::Test {
 
 TEST_F(DatasetToolTest, TfRecordShardsHoldTheSourceInOrder) {
   const std::string out = dir_.path() + "/train";
-  ToolRun r = Tool(dir_, {"convert", "--from", std::string("idx:") + kFashionMnist, "--to", "tfrecord",
-                      "--out", out, "--shards", "3", "--limit", std::to_string(kExamples)});
+  ToolRun r =
+      Tool(dir_, {"convert", "--from", std::string("idx:") + kFashionMnist, "--to", "tfrecord",
+                  "--out", out, "--shards", "3", "--limit", std::to_string(kExamples)});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_NE(r.out.find("\"examples\":300"), std::string::npos) << r.out;
   std::vector<std::string> names;
@@ -107,8 +108,8 @@ TEST_F(DatasetToolTest, TfRecordShardsHoldTheSourceInOrder) {
 
 TEST_F(DatasetToolTest, ImageFoldersHoldTheSourceClassByClass) {
   const std::string out = dir_.path() + "/folder";
-  ToolRun r = Tool(dir_, {"convert", "--from", std::string("idx:") + kFashionMnist, "--to", "folder",
-                      "--out", out, "--limit", std::to_string(kExamples)});
+  ToolRun r = Tool(dir_, {"convert", "--from", std::string("idx:") + kFashionMnist, "--to",
+                          "folder", "--out", out, "--limit", std::to_string(kExamples)});
   ASSERT_EQ(r.code, 0) << r.err;
   data::ImageFolderOptions options;
   options.shape = {0, 0, 1};
