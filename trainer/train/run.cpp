@@ -288,6 +288,32 @@ std::string ElasticModeError(const Options& o) {
   return "";
 }
 
+// What this process is in the job: its TF_CONFIG (none for a run by hand), whether it is the
+// evaluator or the chief, and the role's name for logs and /status.
+struct RunRole {
+  std::optional<cluster::TfConfig> tf_config;
+  bool evaluator = false;
+  bool is_chief = false;
+  std::string name;
+};
+
+// kExitOk, or kExitUsage after a TF_CONFIG that does not parse is logged.
+int ReadRunRole(const Options& o, EventLog& log, RunRole* role) {
+  if (!cluster::DescribesLocalRun(o.tf_config)) {
+    auto parsed = cluster::ParseTfConfig(o.tf_config);
+    if (!parsed.ok()) {
+      log.Error(parsed.status().message());
+      return kExitUsage;
+    }
+    role->tf_config = *parsed;
+  }
+  const auto& tf = role->tf_config;
+  role->evaluator = o.role == Role::kEvaluator || (tf && tf->is_evaluator());
+  role->is_chief = !role->evaluator && (!tf || tf->is_chief());
+  role->name = role->evaluator ? "evaluator" : role->is_chief ? "chief" : "worker";
+  return kExitOk;
+}
+
 }  // namespace
 
 int RunTrainerProgram(const Options& o, StopRequest* stop) {
@@ -297,18 +323,12 @@ int RunTrainerProgram(const Options& o, StopRequest* stop) {
     log.Error(e);
     return kExitUsage;
   }
-  std::optional<cluster::TfConfig> tf_config;
-  if (!cluster::DescribesLocalRun(o.tf_config)) {
-    auto parsed = cluster::ParseTfConfig(o.tf_config);
-    if (!parsed.ok()) {
-      log.Error(parsed.status().message());
-      return kExitUsage;
-    }
-    tf_config = *parsed;
-  }
-  const bool evaluator = o.role == Role::kEvaluator || (tf_config && tf_config->is_evaluator());
-  const bool is_chief = !evaluator && (!tf_config || tf_config->is_chief());
-  const std::string role = evaluator ? "evaluator" : is_chief ? "chief" : "worker";
+  RunRole run_role;
+  if (int code = ReadRunRole(o, log, &run_role); code != kExitOk) return code;
+  const std::optional<cluster::TfConfig>& tf_config = run_role.tf_config;
+  const bool evaluator = run_role.evaluator;
+  const bool is_chief = run_role.is_chief;
+  const std::string& role = run_role.name;
 
   std::optional<data::Dataset> idx;  // the built-in model's
   TrainingData data;                 // a declared model's
