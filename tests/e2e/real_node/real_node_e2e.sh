@@ -118,6 +118,35 @@ evaluation=$(kubectl -n "$NS" get trainingjob fmnist -o jsonpath='{.status.evalu
 [ -n "$evaluation" ] || { echo "FAIL no evaluation in the status"; exit 1; }
 step "fmnist Succeeded; evaluation $evaluation"
 
+# The declared-model example as a user runs it: the Keras model from a ConfigMap, the dataset
+# written by the pods' init containers (tj-dataset of the trainer image) on the datasets claim.
+# Scaled down: one epoch of 4 steps of 16, part of Fashion-MNIST, small CPU requests.
+kubectl -n "$NS" create configmap resnet20-model \
+  --from-file=model.json="$ROOT/examples/models/resnet20.json" >/dev/null
+sed -e 's/--epochs, "3", --batch-size, "64"/--epochs, "1", --steps-per-epoch, "4", --batch-size, "16"/' \
+    -e 's/--epochs, "3", --threads/--epochs, "1", --threads/' \
+    -e 's/--split, train,/--split, train, --limit, "2048",/' \
+    -e 's/--split, test,/--split, test, --limit, "256",/' \
+    -e 's/cpu: "1", memory: 512Mi/cpu: 100m, memory: 512Mi/' \
+    -e 's/cpu: 500m, memory: 512Mi/cpu: 100m, memory: 512Mi/' \
+  "$ROOT/manifests/examples/declared-model.yaml" | kubectl -n "$NS" apply -f - >/dev/null
+if ! kubectl -n "$NS" wait --for=condition=Succeeded trainingjob/resnet20 --timeout=600s \
+    >/dev/null; then
+  echo "FAIL the declared-model example did not succeed"
+  kubectl -n "$NS" describe trainingjob resnet20 | tail -20
+  for c in dataset-train dataset-test trainer; do
+    echo "--- resnet20-worker-0 $c"; kubectl -n "$NS" logs resnet20-worker-0 -c "$c" | tail -5
+  done
+  exit 1
+fi
+declared_eval=$(kubectl -n "$NS" get trainingjob resnet20 -o jsonpath='{.status.evaluation}')
+[ -n "$declared_eval" ] || { echo "FAIL no evaluation in the declared model's status"; exit 1; }
+grep -q '"examples":2048' <<<"$(kubectl -n "$NS" logs resnet20-worker-0 -c dataset-train)$(
+  kubectl -n "$NS" logs resnet20-worker-1 -c dataset-train)" ||
+  { echo "FAIL no init container converted the training set"; exit 1; }
+step "declared-model example Succeeded (ResNet-20 from a ConfigMap, TFRecord from its init"\
+" containers); evaluation $declared_eval"
+
 "$ROOT/hack/local-cluster.sh" down >/dev/null
 cluster_down_checked=1
 machine_state >"$BUILD/real-node-after.txt"
