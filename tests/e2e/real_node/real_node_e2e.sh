@@ -144,8 +144,8 @@ declared_eval=$(kubectl -n "$NS" get trainingjob resnet20 -o jsonpath='{.status.
 grep -q '"examples":2048' <<<"$(kubectl -n "$NS" logs resnet20-worker-0 -c dataset-train)$(
   kubectl -n "$NS" logs resnet20-worker-1 -c dataset-train)" ||
   { echo "FAIL no init container converted the training set"; exit 1; }
-step "declared-model example Succeeded (ResNet-20 from a ConfigMap, TFRecord from its init"\
-" containers); evaluation $declared_eval"
+step "declared-model example Succeeded (ResNet-20, TFRecord from init containers):" \
+  "evaluation $declared_eval"
 
 "$ROOT/hack/local-cluster.sh" down >/dev/null
 cluster_down_checked=1
