@@ -45,20 +45,6 @@ struct RawFlags {
   std::string optimizer = "adam";
 };
 
-// "HxW" into height and width (each 1..32768); false when it is not that.
-bool ParseImageSize(const std::string& text, tj::data::ImageShape& shape) {
-  const size_t x = text.find('x');
-  if (x == std::string::npos || x == 0 || x + 1 == text.size()) return false;
-  char* end = nullptr;
-  const long h = std::strtol(text.c_str(), &end, 10);
-  if (end != text.c_str() + x) return false;
-  const long w = std::strtol(text.c_str() + x + 1, &end, 10);
-  if (*end != '\0' || h < 1 || h > 32768 || w < 1 || w > 32768) return false;
-  shape.height = static_cast<int>(h);
-  shape.width = static_cast<int>(w);
-  return true;
-}
-
 // "a,b,c" into finite floats (positive ones when `positive`); false when it is not that.
 bool ParseFloatList(const std::string& text, bool positive, std::vector<float>& out) {
   std::vector<float> values;
@@ -253,7 +239,7 @@ bool ApplyFlags(const RawFlags& f, tj::train::Options& o) {
   if (o.data.format == tj::train::DatasetFormat::kIdx && !o.data.train_path.empty()) {
     o.data_dir = o.data.train_path;
   }
-  if (!f.image_size.empty() && !ParseImageSize(f.image_size, o.data.image)) {
+  if (!f.image_size.empty() && !tj::data::ParseImageSize(f.image_size, &o.data.image)) {
     std::fprintf(stderr,
                  "error: --image-size %s: expected HEIGHTxWIDTH, each 1-32768 (e.g. 32x32)\n",
                  f.image_size.c_str());

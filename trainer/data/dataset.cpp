@@ -1,5 +1,6 @@
 #include "trainer/data/dataset.h"
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <utility>
@@ -12,6 +13,19 @@ namespace tj::data {
 
 std::string ImageShape::ToString() const {
   return std::to_string(height) + "x" + std::to_string(width) + "x" + std::to_string(channels);
+}
+
+bool ParseImageSize(const std::string& text, ImageShape* shape) {
+  const size_t x = text.find('x');
+  if (x == std::string::npos || x == 0 || x + 1 == text.size()) return false;
+  char* end = nullptr;
+  const long h = std::strtol(text.c_str(), &end, 10);
+  if (end != text.c_str() + x) return false;
+  const long w = std::strtol(text.c_str() + x + 1, &end, 10);
+  if (*end != '\0' || h < 1 || h > 32768 || w < 1 || w > 32768) return false;
+  shape->height = static_cast<int>(h);
+  shape->width = static_cast<int>(w);
+  return true;
 }
 
 std::string DigestOfImages(ImageShape shape, int classes, std::span<const uint8_t> images,

@@ -30,6 +30,10 @@ struct ImageShape {
   std::string ToString() const;  // "32x32x3" (height x width x channels)
 };
 
+// "HxW" (each side 1..32768, e.g. "32x32", what --image-size and tj-dataset's --size take) into
+// `shape`'s height and width; false, `shape` untouched, when `text` is not that.
+bool ParseImageSize(const std::string& text, ImageShape* shape);
+
 // The most examples a dataset may hold: the epoch order's indices are int.
 inline constexpr int64_t kMaxExamples = 0x7fffffff;
 

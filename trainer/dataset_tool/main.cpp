@@ -85,19 +85,6 @@ bool ParseInt(const std::string& text, int64_t lo, int64_t hi, int64_t* out) {
   return true;
 }
 
-// "HxW" with both sides in 1..32768.
-bool ParseSize(const std::string& text, ImageShape* shape) {
-  const size_t x = text.find('x');
-  int64_t h = 0, w = 0;
-  if (x == std::string::npos || !ParseInt(text.substr(0, x), 1, 32768, &h) ||
-      !ParseInt(text.substr(x + 1), 1, 32768, &w)) {
-    return false;
-  }
-  shape->height = static_cast<int>(h);
-  shape->width = static_cast<int>(w);
-  return true;
-}
-
 // Parses argv into `args`; an empty string, or the usage error's message.
 std::string ParseArgs(int argc, char** argv, Args* args) {
   if (argc < 2) return "no command";
@@ -144,7 +131,7 @@ std::string ParseArgs(int argc, char** argv, Args* args) {
       if (value != "1" && value != "3") return "--channels '" + value + "': 1 or 3";
       args->fit.channels = value == "1" ? 1 : 3;
     } else if (flag == "--size") {
-      if (!ParseSize(value, &args->fit)) return "--size '" + value + "': HxW, e.g. 32x32";
+      if (!ParseImageSize(value, &args->fit)) return "--size '" + value + "': HxW, e.g. 32x32";
     } else {
       return "unknown flag " + flag;
     }

@@ -11,6 +11,20 @@
 namespace tj::data {
 namespace {
 
+TEST(ImageShapeTest, ParsesHeightByWidthAndRefusesTheRest) {
+  ImageShape shape{0, 0, 3};
+  ASSERT_TRUE(ParseImageSize("32x24", &shape));
+  EXPECT_EQ(shape, (ImageShape{32, 24, 3}));
+  ASSERT_TRUE(ParseImageSize("32768x1", &shape));
+  EXPECT_EQ(shape, (ImageShape{32768, 1, 3}));
+  for (const char* bad : {"", "32", "x32", "32x", "32x32x3", "0x32", "32x0", "32768x32769", "a x b",
+                          "32x32 ", "-1x4"}) {
+    ImageShape untouched{7, 7, 1};
+    EXPECT_FALSE(ParseImageSize(bad, &untouched)) << "'" << bad << "'";
+    EXPECT_EQ(untouched, (ImageShape{7, 7, 1})) << "'" << bad << "'";
+  }
+}
+
 TEST(InMemoryDatasetTest, HoldsImagesAndLabelsAndChecksThem) {
   auto d = InMemoryDataset::Create("t", {1, 2, 1}, 3, {1, 2, 3, 4}, {2, 0});
   ASSERT_TRUE(d.ok()) << d.status().message();
