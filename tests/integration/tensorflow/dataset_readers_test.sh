@@ -9,10 +9,8 @@
 set -euo pipefail
 ROOT=${1:?usage: dataset_readers_test.sh REPO_ROOT BUILD_DIR}
 BUILD=${2:?usage: dataset_readers_test.sh REPO_ROOT BUILD_DIR}
-skip() {
-  if [ -n "${CI:-}${TJ_REQUIRE_TENSORFLOW:-}" ]; then echo "FAIL $*"; exit 1; fi
-  echo "SKIP: $*"; exit 77
-}
+# shellcheck source=tests/integration/tensorflow/skip.sh
+. "$(dirname "$0")/skip.sh"
 COMPARE=$BUILD/tests/dataset_readers_compare
 [ -x "$COMPARE" ] || { echo "FAIL $COMPARE is not built"; exit 1; }
 PY=$("$ROOT/hack/tensorflow.sh" python 2>/dev/null) ||

@@ -17,10 +17,8 @@ set -euo pipefail
 ROOT=${1:?usage: interop_test.sh REPO_ROOT BUILD_DIR}
 BUILD=${2:?usage: interop_test.sh REPO_ROOT BUILD_DIR}
 DATA=${TJ_DATA_DIR:-/usr/share/datasets/fashion-mnist}
-skip() {
-  if [ -n "${CI:-}${TJ_REQUIRE_TENSORFLOW:-}" ]; then echo "FAIL $*"; exit 1; fi
-  echo "SKIP: $*"; exit 77
-}
+# shellcheck source=tests/integration/tensorflow/skip.sh
+. "$(dirname "$0")/skip.sh"
 [ -x "$BUILD/bin/tj-trainer" ] || skip "$BUILD/bin/tj-trainer is not built"
 [ -s "$DATA/t10k-images-idx3-ubyte.gz" ] || skip "no Fashion-MNIST in $DATA (dataset-fashion-mnist)"
 PY=$("$ROOT/hack/tensorflow.sh" venv) || skip "no TensorFlow venv (hack/tensorflow.sh venv failed)"

@@ -8,10 +8,8 @@
 set -euo pipefail
 ROOT=${1:?usage: keras_elastic_test.sh REPO_ROOT}
 DATA=${TJ_DATA_DIR:-/usr/share/datasets/fashion-mnist}
-skip() {
-  if [ -n "${CI:-}${TJ_REQUIRE_TENSORFLOW:-}" ]; then echo "FAIL $*"; exit 1; fi
-  echo "SKIP: $*"; exit 77
-}
+# shellcheck source=tests/integration/tensorflow/skip.sh
+. "$(dirname "$0")/skip.sh"
 [ -s "$DATA/train-images-idx3-ubyte.gz" ] ||
   skip "no Fashion-MNIST in $DATA (dataset-fashion-mnist)"
 PY=$("$ROOT/hack/tensorflow.sh" venv) || skip "no TensorFlow venv (hack/tensorflow.sh venv failed)"

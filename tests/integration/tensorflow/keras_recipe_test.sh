@@ -9,10 +9,10 @@ set -euo pipefail
 ROOT=${1:?usage: keras_recipe_test.sh REPO_ROOT BUILD_DIR}
 BUILD=${2:?usage: keras_recipe_test.sh REPO_ROOT BUILD_DIR}
 [ -x "$BUILD/bin/tj-trainer" ] || { echo "FAIL $BUILD/bin/tj-trainer is not built"; exit 1; }
-if ! PY=$("$ROOT/hack/tensorflow.sh" python 2>/dev/null || "$ROOT/hack/tensorflow.sh" venv); then
-  if [ -n "${CI:-}${TJ_REQUIRE_TENSORFLOW:-}" ]; then echo "FAIL no TensorFlow venv"; exit 1; fi
-  echo "SKIP: no TensorFlow venv (hack/tensorflow.sh venv failed)"; exit 77
-fi
+# shellcheck source=tests/integration/tensorflow/skip.sh
+. "$(dirname "$0")/skip.sh"
+PY=$("$ROOT/hack/tensorflow.sh" python 2>/dev/null || "$ROOT/hack/tensorflow.sh" venv) ||
+  skip "no TensorFlow venv (hack/tensorflow.sh venv failed)"
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 exec "$PY" "$ROOT/tests/integration/tensorflow/keras_recipe.py" "$ROOT" "$BUILD" "$WORK"

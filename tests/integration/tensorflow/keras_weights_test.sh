@@ -13,10 +13,8 @@ for f in "$BUILD/bin/tj-trainer" "$BUILD/tests/keras_weights_eval"; do
   [ -x "$f" ] || { echo "FAIL $f is not built"; exit 1; }
 done
 DATA=${TJ_DATA_DIR:-/usr/share/datasets/fashion-mnist}
-skip() {
-  if [ -n "${CI:-}${TJ_REQUIRE_TENSORFLOW:-}" ]; then echo "FAIL $*"; exit 1; fi
-  echo "SKIP: $*"; exit 77
-}
+# shellcheck source=tests/integration/tensorflow/skip.sh
+. "$(dirname "$0")/skip.sh"
 [ -s "$DATA/t10k-images-idx3-ubyte.gz" ] || skip "no Fashion-MNIST in $DATA (dataset-fashion-mnist)"
 PY=$("$ROOT/hack/tensorflow.sh" python 2>/dev/null || "$ROOT/hack/tensorflow.sh" venv) ||
   skip "no TensorFlow venv (hack/tensorflow.sh venv failed)"
