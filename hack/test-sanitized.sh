@@ -74,6 +74,16 @@ run_asan() {
       targets+=("${t}_fuzz_replay")
     fi
   done
+  # Programs a script test runs besides the three: its REQUIRED_FILES (tj_add_script_test's
+  # BINARIES), named after their targets.
+  for t in $(ctest --test-dir "$ASAN_BUILD" --show-only=json-v1 -L "$ASAN_LABELS" "${exclude[@]}" |
+             python3 -c 'import json, os, sys
+for test in json.load(sys.stdin)["tests"]:
+    for p in test.get("properties", []):
+        if p["name"] == "REQUIRED_FILES":
+            print(*(os.path.basename(f) for f in p["value"]))'); do
+    grep -qw -- "$t" <<<"$defined" && targets+=("$t")
+  done
   phase "asan build (${#targets[@]} targets)" \
     cmake --build "$ASAN_BUILD" -j"$JOBS" --target "${targets[@]}" || return
   phase "asan cluster binaries" cluster_binaries "$ASAN_BUILD" || return

@@ -496,7 +496,7 @@ void SumInRingOrder(float* const* shards, int count_of_shards, size_t count) {
     float* sum = shards[c] + span.begin;
     for (int k = 1; k < count_of_shards; ++k)
       AddInto(sum, shards[(c + k) % count_of_shards] + span.begin, n);
-    if (c != 0) std::memcpy(shards[0] + span.begin, sum, n * sizeof(float));
+    if (c != 0 && n != 0) std::memcpy(shards[0] + span.begin, sum, n * sizeof(float));
   }
 }
 
