@@ -9,7 +9,8 @@
 #   NATIVE_TRAINER  a -DTJ_NATIVE=ON build (default build-native/bin/tj-trainer; configured and
 #                   built there when missing)
 #   EPOCHS          epochs per run (default 2; the last one's images/s counts)
-# Needs root (buildah mounts the image) and Debian's python3-torch for the PyTorch rows.
+# Needs root (buildah mounts the image). The PyTorch rows: PyPI's PyTorch (hack/pytorch.sh venv,
+# downloaded once), or TORCH_PY's python.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 STEPS=${1:-200}
@@ -44,8 +45,11 @@ for t in $targets; do
   [ "$t" = scalar ] && continue  # the fallback of last resort: correct, not fast
   runs+=("image, TJ_CPU_TARGET=$t, 1 thread|TJ_CPU_TARGET=$t|$work/image-tj-trainer $common --threads 1")
 done
-torch="/usr/bin/python3 bench/train_cpu/pytorch_seeds.py $common"
-runs+=("PyTorch, 1 thread|X=1|$torch --threads 1" "PyTorch, 2 threads|X=1|$torch --threads 2")
+TORCH_PY=${TORCH_PY:-$(bash hack/pytorch.sh venv)}
+torch_version=$("$TORCH_PY" -c 'import torch; print(torch.__version__.split("+")[0])')
+torch="$TORCH_PY bench/train_cpu/pytorch_seeds.py $common"
+runs+=("PyTorch $torch_version, 1 thread|X=1|$torch --threads 1"
+      "PyTorch $torch_version, 2 threads|X=1|$torch --threads 2")
 
 # Throughput of the last epoch (the first warms caches and, for PyTorch, its allocator).
 ips() { grep '"epoch_end"' | tail -1 | sed -E 's/.*"images_per_sec": ?([0-9.]+).*/\1/'; }
@@ -83,6 +87,8 @@ ratio() {  # ratio A B: median of run A / median of run B, or n/a when either is
   echo "- Every program: \`$common --threads N\`; images/s of the last epoch, median of" \
     "$ROUNDS rounds, the programs alternating within each round"
   echo "- CPU targets this machine runs: $targets"
+  echo "- PyTorch: $("$TORCH_PY" -c 'import torch; print(torch.__version__)'), PyPI's build" \
+    "(hack/pytorch.sh), \`bench/train_cpu/pytorch_seeds.py\`: the same model and recipe"
   echo
   echo "| program | images/s (median) | rounds |"
   echo "|---|---:|---|"
@@ -94,7 +100,7 @@ ratio() {  # ratio A B: median of run A / median of run B, or n/a when either is
   echo "|---|---:|---|"
   echo "| image / host -march=native, 2 threads | $(ratio "image, 2 threads" "host -march=native, 2 threads") | >= 0.9 |"
   echo "| AVX2 target / AVX-512 target, 1 thread | $(ratio "image, TJ_CPU_TARGET=avx2, 1 thread" "image, TJ_CPU_TARGET=avx512, 1 thread") | >= 0.6 (n/a: this CPU has no AVX-512) |"
-  echo "| SSE4 target / PyTorch, 1 thread | $(ratio "image, TJ_CPU_TARGET=sse4, 1 thread" "PyTorch, 1 thread") | >= 1 |"
-  echo "| image / PyTorch, 2 threads | $(ratio "image, 2 threads" "PyTorch, 2 threads") | |"
+  echo "| SSE4 target / PyTorch, 1 thread | $(ratio "image, TJ_CPU_TARGET=sse4, 1 thread" "PyTorch $torch_version, 1 thread") | >= 1 |"
+  echo "| image / PyTorch, 2 threads | $(ratio "image, 2 threads" "PyTorch $torch_version, 2 threads") | |"
 } >"$OUT"
 cat "$OUT"

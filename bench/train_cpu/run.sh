@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Training throughput on CPU, tj-trainer against PyTorch (Debian's python3-torch) with the
-# same model, recipe, batch (64) and thread count, run one after the other on this machine.
+# Training throughput on CPU, tj-trainer against PyTorch (PyPI's build, hack/pytorch.sh venv; or
+# TORCH_PY's python) with the same model, recipe, batch (64) and thread count, run one after the
+# other on this machine.
 # Writes bench/train_cpu/RESULTS.md. Run it on a quiet machine: both peers use every thread.
 #   bash bench/train_cpu/run.sh [STEPS] [THREADS]
 set -euo pipefail
@@ -13,7 +14,8 @@ OUT=bench/train_cpu/RESULTS.md
 [ -x "$TRAINER" ] || { echo "build first: make build" >&2; exit 1; }
 
 tj_cmd="$TRAINER --epochs $EPOCHS --steps-per-epoch $STEPS --batch-size 64 --threads $THREADS"
-pt_cmd="/usr/bin/python3 bench/train_cpu/pytorch_seeds.py --epochs $EPOCHS --steps-per-epoch $STEPS --batch-size 64 --threads $THREADS"
+TORCH_PY=${TORCH_PY:-$(bash hack/pytorch.sh venv)}
+pt_cmd="$TORCH_PY bench/train_cpu/pytorch_seeds.py --epochs $EPOCHS --steps-per-epoch $STEPS --batch-size 64 --threads $THREADS"
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 tj_out=$($tj_cmd)
 pt_out=$($pt_cmd)
@@ -27,7 +29,7 @@ ratio=$(python3 -c "print(f'{$tj_ips / $pt_ips:.1f}')")
   echo
   echo "- Date: $(date -u +%Y-%m-%dT%H:%MZ)"
   echo "- Machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; load average before: $load_before"
-  echo "- PyTorch: $(/usr/bin/python3 -c 'import torch; print(torch.__version__)') (Debian python3-torch)"
+  echo "- PyTorch: $("$TORCH_PY" -c 'import torch; print(torch.__version__)') (PyPI's build, hack/pytorch.sh)"
   echo "- Command: \`bash bench/train_cpu/run.sh $STEPS $THREADS\` (EPOCHS=$EPOCHS)"
   echo "  - tj-trainer: \`$tj_cmd\`"
   echo "  - PyTorch: \`$pt_cmd\`"
@@ -36,7 +38,7 @@ ratio=$(python3 -c "print(f'{$tj_ips / $pt_ips:.1f}')")
   echo "| trainer | images/s | vs PyTorch |"
   echo "|---|---:|---:|"
   printf "| tj-trainer | %.0f | %sx |\n" "$tj_ips" "$ratio"
-  printf "| PyTorch %s | %.0f | 1.0x |\n" "$(/usr/bin/python3 -c 'import torch; print(torch.__version__)')" "$pt_ips"
+  printf "| PyTorch %s | %.0f | 1.0x |\n" "$("$TORCH_PY" -c 'import torch; print(torch.__version__)')" "$pt_ips"
   echo
   echo "Raw output:"
   echo
