@@ -8,9 +8,10 @@
 //   tj-dataset info FORMAT:PATH [--split train|test] [--channels 1|3] [--size HxW]
 //
 // FORMAT is idx (a directory of MNIST-format files; split train or test, test meaning t10k),
-// npz (keras.datasets' layout), folder (<root>/<class>/<image>) or tfrecord (a file or a
-// directory of them). --channels and --size fit folder and TFRecord sources (default 3
-// channels, the first image's size). The output:
+// npz (keras.datasets' layout), npy (two files, IMAGES.npy,LABELS.npy), folder
+// (<root>/<class>/<image>) or tfrecord (a file or a directory of them), as tj-trainer's
+// --dataset-format names them (trainer/data/open_dataset.h). --channels and --size fit folder and
+// TFRecord sources (default 3 channels, the first image's size). The output:
 //   tfrecord  DIR/data-00000-of-0000N.tfrecord, ...: tf.train.Example records with the image
 //             (PNG or JPEG) under image/encoded and the label under image/class/label, the
 //             examples in the source's order, split into N files (default 1) of consecutive
@@ -40,10 +41,8 @@
 #include "common/status.h"
 #include "trainer/data/dataset.h"
 #include "trainer/data/image_encoder.h"
-#include "trainer/data/image_folder_dataset.h"
-#include "trainer/data/numpy_dataset.h"
+#include "trainer/data/open_dataset.h"
 #include "trainer/data/tf_example.h"
-#include "trainer/data/tfrecord_dataset.h"
 #include "trainer/data/tfrecord_reader.h"
 
 namespace tj::data {
@@ -56,7 +55,7 @@ constexpr char kUsage[] =
     "                          --out DIR [--image-format png|jpeg] [--quality Q] [--shards N]\n"
     "                          [--limit N] [--channels 1|3] [--size HxW]\n"
     "       tj-dataset info FORMAT:PATH [--split train|test] [--channels 1|3] [--size HxW]\n"
-    "FORMAT: idx, npz, folder or tfrecord\n";
+    "FORMAT: idx, npz, npy, folder or tfrecord\n";
 
 struct Args {
   std::string command;
@@ -139,6 +138,11 @@ std::string ParseArgs(int argc, char** argv, Args* args) {
   if (args->from.find(':') == std::string::npos) {
     return "the source '" + args->from + "' is not FORMAT:PATH (e.g. npz:/data/cifar.npz)";
   }
+  DatasetFormat format = DatasetFormat::kIdx;
+  const std::string format_name = args->from.substr(0, args->from.find(':'));
+  if (!ParseDatasetFormat(format_name, &format)) {
+    return "source format '" + format_name + "': idx, npz, npy, folder or tfrecord";
+  }
   if (args->command == "convert" && (args->to.empty() || args->out.empty())) {
     return "convert needs --to and --out";
   }
@@ -147,22 +151,12 @@ std::string ParseArgs(int argc, char** argv, Args* args) {
 
 StatusOr<std::unique_ptr<ImageDataset>> OpenSource(const Args& args) {
   const size_t colon = args.from.find(':');
-  const std::string format = args.from.substr(0, colon), path = args.from.substr(colon + 1);
-  if (format == "idx") return OpenIdxDataset(path, args.split == "test" ? "t10k" : "train");
-  if (format == "npz") return OpenNpzDataset(path, args.split, NumpyOptions{});
-  if (format == "folder") {
-    ImageFolderOptions options;
-    options.shape = args.fit;
-    return OpenImageFolder(path, options);
-  }
-  if (format == "tfrecord") {
-    auto files = ListTfRecordFiles(path);
-    if (!files.ok()) return files.status();
-    TfRecordOptions options;
-    options.shape = args.fit;
-    return OpenTfRecordDataset(*files, options);
-  }
-  return Status::Error("source format '" + format + "': idx, npz, folder or tfrecord");
+  DatasetFormat format = DatasetFormat::kIdx;
+  ParseDatasetFormat(args.from.substr(0, colon), &format);  // checked by ParseArgs
+  OpenOptions options;
+  options.split = args.split;
+  options.shape = args.fit;
+  return OpenDataset(format, args.from.substr(colon + 1), options);
 }
 
 std::string ZeroPadded(int64_t value, int64_t largest) {

@@ -12,6 +12,7 @@
 #include "trainer/collective/ring_allreduce.h"
 #include "trainer/data/batch_prefetcher.h"
 #include "trainer/data/dataset.h"
+#include "trainer/data/open_dataset.h"
 
 namespace tj::train {
 
@@ -26,7 +27,7 @@ inline constexpr int kExitNonFinite = 65;
 inline constexpr int kExitPeerLost = 75;
 
 enum class Device { kAuto, kCpu, kGpu };
-enum class DatasetFormat { kIdx, kNpz, kNpy, kFolder, kTfRecord };
+using data::DatasetFormat;  // --dataset-format
 
 // The dataset flags: what a declared model trains and is evaluated on (training_data.h). The
 // built-in seeds' CNN reads the IDX files of Options::data_dir only.

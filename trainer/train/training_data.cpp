@@ -6,24 +6,13 @@
 #include <vector>
 
 #include "common/random.h"
-#include "trainer/data/image_folder_dataset.h"
-#include "trainer/data/numpy_dataset.h"
-#include "trainer/data/tfrecord_dataset.h"
+#include "trainer/data/open_dataset.h"
 
 namespace tj::train {
 namespace {
 
 // The augmentation draws' stream: apart from the epoch orders' (DeriveSeed(seed, epoch)).
 constexpr uint64_t kAugmentStream = 0x4155474d454e5453ULL;  // "AUGMENTS"
-
-constexpr struct {
-  DatasetFormat format;
-  const char* name;
-} kFormats[] = {{DatasetFormat::kIdx, "idx"},
-                {DatasetFormat::kNpz, "npz"},
-                {DatasetFormat::kNpy, "npy"},
-                {DatasetFormat::kFolder, "folder"},
-                {DatasetFormat::kTfRecord, "tfrecord"}};
 
 // What --train-data / --eval-data name for `format`, for messages.
 const char* PathMeaning(DatasetFormat format) {
@@ -46,21 +35,12 @@ bool EncodedImages(DatasetFormat format) {
   return format == DatasetFormat::kFolder || format == DatasetFormat::kTfRecord;
 }
 
-// The two paths of an .npy pair "IMAGES,LABELS"; false when it is not two.
-bool SplitNpyPair(const std::string& value, std::string* images, std::string* labels) {
-  const size_t comma = value.find(',');
-  if (comma == std::string::npos || value.find(',', comma + 1) != std::string::npos) return false;
-  *images = value.substr(0, comma);
-  *labels = value.substr(comma + 1);
-  return !images->empty() && !labels->empty();
-}
-
 // Empty when every file `flag`'s `value` names exists, else the usage message.
 std::string MissingPath(const char* flag, const std::string& value, DatasetFormat format) {
   std::vector<std::string> paths = {value};
   if (format == DatasetFormat::kNpy) {
     std::string images, labels;
-    if (!SplitNpyPair(value, &images, &labels)) {
+    if (!data::SplitNpyPair(value, &images, &labels)) {
       return std::string(flag) + " " + value +
              ": --dataset-format npy takes two files, IMAGES.npy,LABELS.npy (comma-separated)";
     }
@@ -90,23 +70,6 @@ std::string ShapeText(data::ImageShape s) { return s.ToString(); }
 nlohmann::json ShapeJson(data::ImageShape s) { return {s.height, s.width, s.channels}; }
 
 }  // namespace
-
-const char* DatasetFormatName(DatasetFormat format) {
-  for (const auto& f : kFormats) {
-    if (f.format == format) return f.name;
-  }
-  return "?";
-}
-
-bool ParseDatasetFormat(const std::string& name, DatasetFormat* format) {
-  for (const auto& f : kFormats) {
-    if (name == f.name) {
-      *format = f.format;
-      return true;
-    }
-  }
-  return false;
-}
 
 std::string DatasetFlagsError(const Options& o, bool declared, bool evaluating) {
   const DatasetOptions& d = o.data;
@@ -178,43 +141,17 @@ StatusOr<std::unique_ptr<data::ImageDataset>> OpenSplit(const Options& o, const 
                                                         const char* npz_split,
                                                         data::ImageShape shape, int classes) {
   const DatasetOptions& d = o.data;
-  std::unique_ptr<data::ImageDataset> out;
-  switch (d.format) {
-    case DatasetFormat::kIdx:
-      return Status::Error("IDX files hold both splits in one directory: OpenTrainingData's");
-    case DatasetFormat::kNpz:
-    case DatasetFormat::kNpy: {
-      data::NumpyOptions no;
-      no.classes = classes;
-      no.max_array_bytes = d.max_array_bytes;
-      if (d.format == DatasetFormat::kNpz) {
-        TJ_RETURN_IF_ERROR(Assign(data::OpenNpzDataset(path, npz_split, no), &out));
-      } else {
-        std::string images, labels;
-        SplitNpyPair(path, &images, &labels);  // checked by DatasetFlagsError
-        TJ_RETURN_IF_ERROR(Assign(data::OpenNpyDataset(images, labels, no), &out));
-      }
-      break;
-    }
-    case DatasetFormat::kFolder: {
-      data::ImageFolderOptions fo;
-      fo.shape = shape;
-      fo.max_file_bytes = d.max_image_bytes;
-      TJ_RETURN_IF_ERROR(Assign(data::OpenImageFolder(path, fo), &out));
-      break;
-    }
-    case DatasetFormat::kTfRecord: {
-      data::TfRecordOptions to;
-      to.shape = shape;
-      to.classes = classes;
-      to.max_record_bytes = d.max_record_bytes;
-      std::vector<std::string> files;
-      TJ_RETURN_IF_ERROR(Assign(data::ListTfRecordFiles(path), &files));
-      TJ_RETURN_IF_ERROR(Assign(data::OpenTfRecordDataset(files, to), &out));
-      break;
-    }
+  if (d.format == DatasetFormat::kIdx) {
+    return Status::Error("IDX files hold both splits in one directory: OpenTrainingData's");
   }
-  return out;
+  data::OpenOptions open;
+  open.split = npz_split;
+  open.shape = shape;
+  open.classes = classes;
+  open.max_image_bytes = d.max_image_bytes;
+  open.max_record_bytes = d.max_record_bytes;
+  open.max_array_bytes = d.max_array_bytes;
+  return data::OpenDataset(d.format, path, open);
 }
 
 StatusOr<TrainingData> OpenTrainingData(const Options& o, bool evaluating) {

@@ -28,8 +28,8 @@ struct TrainingData {
 };
 
 // "idx", "npz", "npy", "folder", "tfrecord"; ParseDatasetFormat is its inverse.
-const char* DatasetFormatName(DatasetFormat format);
-bool ParseDatasetFormat(const std::string& name, DatasetFormat* format);
+using data::DatasetFormatName;
+using data::ParseDatasetFormat;
 
 // Empty when the dataset flags make sense together for a run of a declared model (`declared`)
 // or of the built-in one, before anything is opened; else the message of a usage error (exit

@@ -1,7 +1,8 @@
 // tj-dataset, the real binary: Fashion-MNIST's IDX files converted to TFRecord shards and to
 // image folders read back by the trainer's readers to the same labels and pixels (PNG is
-// lossless; JPEG within a few levels), a conversion whose output exists already is a no-op,
-// and bad arguments or sources are refused with exit 2 or 1 and a message naming them.
+// lossless; JPEG within a few levels), the same images as an .npy pair likewise, a conversion whose
+// output exists already is a no-op, and bad arguments or sources are refused with exit 2 or 1 and a
+// message naming them.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -13,6 +14,7 @@
 
 #include "tests/support/subprocess.h"
 #include "tests/support/temp_dir.h"
+#include "tests/unit/trainer/data/dataset_files.h"
 #include "trainer/data/dataset.h"
 #include "trainer/data/image_folder_dataset.h"
 #include "trainer/data/tfrecord_dataset.h"
@@ -124,6 +126,36 @@ TEST_F(DatasetToolTest, ImageFoldersHoldTheSourceClassByClass) {
       **got, [&](int i) { return order[i]; }, 0);
 }
 
+TEST_F(DatasetToolTest, AnNpyPairConvertsLikeTheImagesItHolds) {
+  // The source's first examples as NumPy writes them: uint8 (N, 28, 28), int64 labels.
+  std::string pixels, labels;
+  std::vector<uint8_t> image(source_->shape().Size());
+  for (int i = 0; i < kExamples; ++i) {
+    ASSERT_TRUE(source_->ReadImage(i, image).ok());
+    pixels.append(image.begin(), image.end());
+    AppendLittleEndian<uint64_t>(labels, static_cast<uint64_t>(source_->Label(i)));
+  }
+  const auto n = static_cast<uint64_t>(kExamples);
+  const std::string x = dir_.Write("x.npy", data::testing::NpyBytes("|u1", {n, 28, 28}, pixels));
+  const std::string y = dir_.Write("y.npy", data::testing::NpyBytes("<i8", {n}, labels));
+  const std::string out = dir_.path() + "/from-npy";
+  ToolRun r = Tool(dir_, {"convert", "--from", "npy:" + x + "," + y, "--to", "tfrecord", "--out",
+                          out, "--channels", "1"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto files = data::ListTfRecordFiles(out);
+  ASSERT_TRUE(files.ok());
+  data::TfRecordOptions options;
+  options.shape = {0, 0, 1};
+  auto got = data::OpenTfRecordDataset(*files, options);
+  ASSERT_TRUE(got.ok()) << got.status().message();
+  ExpectSameExamples(
+      **got, [](int i) { return i; }, 0);
+  // One file where two are wanted is refused, naming what to give.
+  r = Tool(dir_, {"info", "npy:" + x});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.err.find("give two files, IMAGES.npy,LABELS.npy"), std::string::npos) << r.err;
+}
+
 TEST_F(DatasetToolTest, JpegIsCloseAndAFinishedOutputIsKept) {
   const std::string out = dir_.path() + "/jpeg";
   const std::vector<std::string> convert = {"convert",
@@ -179,7 +211,7 @@ TEST_F(DatasetToolTest, RefusesBadArgumentsAndSources) {
        2,
        "--shards '0'"},
       {{"info", idx, "--size", "32"}, 2, "--size '32': HxW"},
-      {{"info", "csv:/data"}, 1, "source format 'csv'"},
+      {{"info", "csv:/data"}, 2, "source format 'csv': idx, npz, npy, folder or tfrecord"},
       {{"convert", "--from", "npz:" + dir_.path() + "/none.npz", "--to", "folder", "--out", out},
        1,
        "none.npz"},
