@@ -50,11 +50,11 @@ struct SyntheticEpoch {
 };
 
 ModelState FreshState(uint64_t seed) {
-  return {nn::InitialParameters(seed),
-          std::vector<float>(nn::Layout::kCount, 0.0f),
-          std::vector<float>(nn::Layout::kCount, 0.0f),
-          0,
-          {}};
+  ModelState state;
+  state.params = nn::InitialParameters(seed);
+  state.adam_m.assign(nn::Layout::kCount, 0.0f);
+  state.adam_v.assign(nn::Layout::kCount, 0.0f);
+  return state;
 }
 
 // Runs `steps` steps of one epoch from `first_step`; returns the epoch's loss sum after each

@@ -336,7 +336,9 @@ TEST_F(Kueue, AnElasticJobTakesThePartialAdmissionKueueGrants) {
     EXPECT_EQ(ps.value("minCount", 0), 1) << ps.dump();
   }
   for (const json& psa : wl["status"]["admission"]["podSetAssignments"]) {
-    if (psa.value("name", "") == "worker") EXPECT_EQ(psa.value("count", 0), 1) << psa.dump();
+    if (psa.value("name", "") == "worker") {
+      EXPECT_EQ(psa.value("count", 0), 1) << psa.dump();
+    }
   }
   const json done = WaitFinished("elastic", seconds(600));
   EXPECT_TRUE(StatusOf(done).IsTrue(api::condition::kSucceeded)) << done.dump(2);

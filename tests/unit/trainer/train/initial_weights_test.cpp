@@ -122,7 +122,9 @@ void ExpectFrozenLayersKeepTheirBits(const DeclaredTraining& training) {
   ASSERT_TRUE(images.ok()) << images.status().message();
   constexpr int kBatch = 4;
   nn::ThreadPool pool(1);
-  const DeclaredInput input{.dataset = images->get(), .steps_per_epoch = 3};
+  DeclaredInput input;
+  input.dataset = images->get();
+  input.steps_per_epoch = 3;
   auto backend = MakeDeclaredCpuBackend(*m, input, kBatch, &pool, nn::cpu::BestKernels(),
                                         {.first = 0, .count = 1, .total = 1}, 5, training);
   const size_t count = m->graph.parameter_count;
