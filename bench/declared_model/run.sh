@@ -44,7 +44,7 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 median() { sort -n "$1" | awk '{v[NR]=$1} END {print (NR%2 ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2)}'; }
 rounds() { tr '\n' ' ' <"$1"; }
 {
-  echo "# ResNet-20 and MobileNetV2: the declared-model engine beside TensorFlow and PyTorch"
+  echo "# Declared models (the seeds' CNN, ResNet-20, MobileNetV2) beside TensorFlow and PyTorch"
   echo
   echo "- Date: $(date -u +%Y-%m-%dT%H:%MZ)"
   echo "- Machine: $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1), $(nproc) cores," \

@@ -32,7 +32,7 @@ ratio=$(python3 -c "print(f'{$tj_ips / $pt_ips:.1f}')")
   echo "- PyTorch: $("$TORCH_PY" -c 'import torch; print(torch.__version__)') (PyPI's build, hack/pytorch.sh)"
   echo "- Command: \`bash bench/train_cpu/run.sh $STEPS $THREADS\` (EPOCHS=$EPOCHS)"
   echo "  - tj-trainer: \`$tj_cmd\`"
-  echo "  - PyTorch: \`$pt_cmd\`"
+  echo "  - PyTorch: \`${pt_cmd/#$TORCH_PY/\$(bash hack/pytorch.sh python)}\`"
   echo "- Model and recipe: the seeds' CNN, batch 64, Adam, $THREADS threads; images/s of the last epoch."
   echo
   echo "| trainer | images/s | vs PyTorch |"
