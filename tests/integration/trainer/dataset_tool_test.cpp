@@ -76,6 +76,19 @@ class DatasetToolTest : public ::testing::Test {
     EXPECT_LE(worst, tolerance);
   }
 
+  // The TFRecord files of `dir` hold the source's first examples in order, pixel for pixel.
+  void ExpectTfRecordsInSourceOrder(const std::string& dir) {
+    auto files = data::ListTfRecordFiles(dir);
+    ASSERT_TRUE(files.ok()) << files.status().message();
+    data::TfRecordOptions options;
+    options.shape = {0, 0, 1};
+    options.classes = 10;
+    auto got = data::OpenTfRecordDataset(*files, options);
+    ASSERT_TRUE(got.ok()) << got.status().message();
+    ExpectSameExamples(
+        **got, [](int i) { return i; }, 0);
+  }
+
   TempDir dir_{"tj-dataset-tool"};
   std::unique_ptr<data::ImageDataset> source_;
 };
@@ -93,15 +106,7 @@ TEST_F(DatasetToolTest, TfRecordShardsHoldTheSourceInOrder) {
   EXPECT_EQ(names, (std::vector<std::string>{"data-00000-of-00003.tfrecord",
                                              "data-00001-of-00003.tfrecord",
                                              "data-00002-of-00003.tfrecord"}));
-  auto files = data::ListTfRecordFiles(out);
-  ASSERT_TRUE(files.ok());
-  data::TfRecordOptions options;
-  options.shape = {0, 0, 1};
-  options.classes = 10;
-  auto got = data::OpenTfRecordDataset(*files, options);
-  ASSERT_TRUE(got.ok()) << got.status().message();
-  ExpectSameExamples(
-      **got, [](int i) { return i; }, 0);
+  ExpectTfRecordsInSourceOrder(out);
   // Nothing is left beside the output.
   for (const auto& e : fs::directory_iterator(dir_.path())) {
     EXPECT_EQ(e.path().filename().string().find(".partial-"), std::string::npos) << e.path();
@@ -142,14 +147,7 @@ TEST_F(DatasetToolTest, AnNpyPairConvertsLikeTheImagesItHolds) {
   ToolRun r = Tool(dir_, {"convert", "--from", "npy:" + x + "," + y, "--to", "tfrecord", "--out",
                           out, "--channels", "1"});
   ASSERT_EQ(r.code, 0) << r.err;
-  auto files = data::ListTfRecordFiles(out);
-  ASSERT_TRUE(files.ok());
-  data::TfRecordOptions options;
-  options.shape = {0, 0, 1};
-  auto got = data::OpenTfRecordDataset(*files, options);
-  ASSERT_TRUE(got.ok()) << got.status().message();
-  ExpectSameExamples(
-      **got, [](int i) { return i; }, 0);
+  ExpectTfRecordsInSourceOrder(out);
   // One file where two are wanted is refused, naming what to give.
   r = Tool(dir_, {"info", "npy:" + x});
   EXPECT_EQ(r.code, 1);
