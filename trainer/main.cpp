@@ -103,13 +103,13 @@ void DefineDatasetFlags(CLI::App& app, tj::train::DatasetOptions& d, RawFlags& f
   app.add_option("--prefetch-batches", d.prefetch_batches, "Steps' batches decoded ahead")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
-  app.add_option("--max-image-bytes", d.max_image_bytes, "Largest file of an image folder")
+  app.add_option("--max-image-bytes", d.limits.max_image_bytes, "Largest file of an image folder")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
-  app.add_option("--max-record-bytes", d.max_record_bytes, "Largest TFRecord record")
+  app.add_option("--max-record-bytes", d.limits.max_record_bytes, "Largest TFRecord record")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{1}, uint64_t{4} << 30));
-  app.add_option("--max-array-bytes", d.max_array_bytes, "Largest NumPy array")
+  app.add_option("--max-array-bytes", d.limits.max_array_bytes, "Largest NumPy array")
       ->capture_default_str()
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
 }

@@ -49,7 +49,7 @@ StatusOr<std::unique_ptr<ImageDataset>> OpenDataset(DatasetFormat format, const 
                                                     const OpenOptions& o) {
   NumpyOptions numpy;
   numpy.classes = o.classes;
-  numpy.max_array_bytes = o.max_array_bytes;
+  numpy.max_array_bytes = o.limits.max_array_bytes;
   switch (format) {
     case DatasetFormat::kIdx:
       return OpenIdxDataset(path, o.split == "test" ? "t10k" : "train");
@@ -65,7 +65,7 @@ StatusOr<std::unique_ptr<ImageDataset>> OpenDataset(DatasetFormat format, const 
     case DatasetFormat::kFolder: {
       ImageFolderOptions folder;
       folder.shape = o.shape;
-      folder.max_file_bytes = o.max_image_bytes;
+      folder.max_file_bytes = o.limits.max_image_bytes;
       return OpenImageFolder(path, folder);
     }
     case DatasetFormat::kTfRecord: {
@@ -74,7 +74,7 @@ StatusOr<std::unique_ptr<ImageDataset>> OpenDataset(DatasetFormat format, const 
       TfRecordOptions tfrecord;
       tfrecord.shape = o.shape;
       tfrecord.classes = o.classes;
-      tfrecord.max_record_bytes = o.max_record_bytes;
+      tfrecord.max_record_bytes = o.limits.max_record_bytes;
       return OpenTfRecordDataset(*files, tfrecord);
     }
   }

@@ -59,7 +59,9 @@ constexpr char kUsage[] =
 
 struct Args {
   std::string command;
-  std::string from;
+  std::string from;                            // FORMAT:PATH, as given
+  DatasetFormat format = DatasetFormat::kIdx;  // its FORMAT
+  std::string path;                            // its PATH
   std::string split = "train";
   std::string to;
   std::string out;
@@ -135,14 +137,15 @@ std::string ParseArgs(int argc, char** argv, Args* args) {
       return "unknown flag " + flag;
     }
   }
-  if (args->from.find(':') == std::string::npos) {
+  const size_t colon = args->from.find(':');
+  if (colon == std::string::npos) {
     return "the source '" + args->from + "' is not FORMAT:PATH (e.g. npz:/data/cifar.npz)";
   }
-  DatasetFormat format = DatasetFormat::kIdx;
-  const std::string format_name = args->from.substr(0, args->from.find(':'));
-  if (!ParseDatasetFormat(format_name, &format)) {
+  const std::string format_name = args->from.substr(0, colon);
+  if (!ParseDatasetFormat(format_name, &args->format)) {
     return "source format '" + format_name + "': idx, npz, npy, folder or tfrecord";
   }
+  args->path = args->from.substr(colon + 1);
   if (args->command == "convert" && (args->to.empty() || args->out.empty())) {
     return "convert needs --to and --out";
   }
@@ -150,13 +153,10 @@ std::string ParseArgs(int argc, char** argv, Args* args) {
 }
 
 StatusOr<std::unique_ptr<ImageDataset>> OpenSource(const Args& args) {
-  const size_t colon = args.from.find(':');
-  DatasetFormat format = DatasetFormat::kIdx;
-  ParseDatasetFormat(args.from.substr(0, colon), &format);  // checked by ParseArgs
   OpenOptions options;
   options.split = args.split;
   options.shape = args.fit;
-  return OpenDataset(format, args.from.substr(colon + 1), options);
+  return OpenDataset(args.format, args.path, options);
 }
 
 std::string ZeroPadded(int64_t value, int64_t largest) {

@@ -45,11 +45,9 @@ struct DatasetOptions {
   int classes = 0;  // --num-classes; 0: inferred from the data
   data::AugmentOptions augment;
   data::Normalization normalization;
-  int threads = 1;           // --data-threads: decoding threads besides the step's
-  int prefetch_batches = 2;  // --prefetch-batches: steps decoded ahead
-  uint64_t max_image_bytes = uint64_t{64} << 20;   // one file of an image folder
-  uint64_t max_record_bytes = uint64_t{64} << 20;  // one TFRecord record
-  uint64_t max_array_bytes = uint64_t{4} << 30;    // one NumPy array
+  int threads = 1;             // --data-threads: decoding threads besides the step's
+  int prefetch_batches = 2;    // --prefetch-batches: steps decoded ahead
+  data::DatasetLimits limits;  // --max-image-bytes, --max-record-bytes, --max-array-bytes
 };
 enum class Role { kAuto, kEvaluator };
 enum class OptimizerKind { kAdam, kSgd };

@@ -134,24 +134,18 @@ std::string DatasetFlagsError(const Options& o, bool declared, bool evaluating) 
   return "";
 }
 
-// One split of a dataset that is not IDX: `path` as --train-data or --eval-data names it (an
-// .npz's split `npz_split`, "train" or "test"), encoded images fitted to `shape` (sides of 0:
+// One split, "train" or "test", of the dataset at `path` as --train-data or --eval-data names
+// it (an IDX directory and an .npz hold both), encoded images fitted to `shape` (sides of 0:
 // the first image's), labels checked against `classes` (0: inferred).
 StatusOr<std::unique_ptr<data::ImageDataset>> OpenSplit(const Options& o, const std::string& path,
-                                                        const char* npz_split,
-                                                        data::ImageShape shape, int classes) {
-  const DatasetOptions& d = o.data;
-  if (d.format == DatasetFormat::kIdx) {
-    return Status::Error("IDX files hold both splits in one directory: OpenTrainingData's");
-  }
+                                                        const char* split, data::ImageShape shape,
+                                                        int classes) {
   data::OpenOptions open;
-  open.split = npz_split;
+  open.split = split;
   open.shape = shape;
   open.classes = classes;
-  open.max_image_bytes = d.max_image_bytes;
-  open.max_record_bytes = d.max_record_bytes;
-  open.max_array_bytes = d.max_array_bytes;
-  return data::OpenDataset(d.format, path, open);
+  open.limits = o.data.limits;
+  return data::OpenDataset(o.data.format, path, open);
 }
 
 StatusOr<TrainingData> OpenTrainingData(const Options& o, bool evaluating) {
@@ -159,8 +153,8 @@ StatusOr<TrainingData> OpenTrainingData(const Options& o, bool evaluating) {
   TrainingData out;
   if (d.format == DatasetFormat::kIdx) {
     const std::string dir = d.train_path.empty() ? o.data_dir : d.train_path;
-    TJ_RETURN_IF_ERROR(Assign(data::OpenIdxDataset(dir, "train"), &out.train));
-    TJ_RETURN_IF_ERROR(Assign(data::OpenIdxDataset(dir, "t10k"), &out.eval));
+    TJ_RETURN_IF_ERROR(Assign(OpenSplit(o, dir, "train", {}, 0), &out.train));
+    TJ_RETURN_IF_ERROR(Assign(OpenSplit(o, dir, "test", {}, 0), &out.eval));
     return out;
   }
   const data::ImageShape flags_shape{d.image.height, d.image.width,
