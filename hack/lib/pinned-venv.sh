@@ -20,57 +20,64 @@ PYTHON=${TJ_VENV_PYTHON:-/usr/bin/python3}
 log() { echo "$VENV_NAME: $*" >&2; }
 die() { log "error: $*"; exit 1; }
 
-cmd_wheels() {
-  if [ -f "$WHEELS/.complete" ]; then echo "$WHEELS"; return 0; fi
-  mkdir -p "$CACHE_ROOT/wheels"
-  exec 9>"$WHEELS.lock"
+# once DIR STEP: runs STEP, which makes DIR whole, unless DIR/.complete says it is made; one
+# process at a time (a lock beside DIR), so concurrent callers wait for the first one's DIR.
+once() {
+  local dir=$1 step=$2
+  [ -f "$dir/.complete" ] && return 0
+  mkdir -p "$(dirname "$dir")"
+  exec 9>"$dir.lock"
   flock 9
-  if [ ! -f "$WHEELS/.complete" ]; then
-    "$PYTHON" -m pip --version >/dev/null 2>&1 ||
-      die "$PYTHON has no pip: run hack/install-deps.sh (python3-pip)"
-    log "downloading the wheels of $VENV_LIST into $WHEELS (once)"
-    rm -rf "$WHEELS.partial"
-    # --no-deps: the list is complete. Every manylinux tag a CPython 3.11 on Debian 12
-    # (glibc 2.36) accepts: NVIDIA's wheels come as manylinux_2_18, _2_25 and others.
-    local platforms=() v
-    for v in $(seq 36 -1 17); do platforms+=(--platform "manylinux_2_${v}_x86_64"); done
-    "$PYTHON" -m pip download --quiet --disable-pip-version-check --no-deps \
-      --only-binary=:all: --python-version 3.11 --implementation cp --abi cp311 \
-      "${platforms[@]}" --platform manylinux2014_x86_64 --platform manylinux2010_x86_64 \
-      --platform manylinux1_x86_64 --platform any \
-      -d "$WHEELS.partial" -r "$VENV_LIST" >&2 ||
-      die "pip download failed (PyPI unreachable? set PIP_INDEX_URL or PIP_FIND_LINKS)"
-    local want have
-    want=$(grep -c '^[a-zA-Z]' "$VENV_LIST")
-    have=$(find "$WHEELS.partial" -name '*.whl' | wc -l)
-    [ "$have" -eq "$want" ] || die "downloaded $have wheels for $want packages of $VENV_LIST"
-    rm -rf "$WHEELS"
-    mv "$WHEELS.partial" "$WHEELS"
-    touch "$WHEELS/.complete"
-    log "$(du -sh "$WHEELS" | cut -f1) of wheels in $WHEELS"
+  if [ ! -f "$dir/.complete" ]; then
+    "$step"
+    touch "$dir/.complete"
   fi
   exec 9>&-
+}
+
+download_wheels() {
+  "$PYTHON" -m pip --version >/dev/null 2>&1 ||
+    die "$PYTHON has no pip: run hack/install-deps.sh (python3-pip)"
+  log "downloading the wheels of $VENV_LIST into $WHEELS (once)"
+  rm -rf "$WHEELS.partial"
+  # --no-deps: the list is complete. Every manylinux tag a CPython 3.11 on Debian 12
+  # (glibc 2.36) accepts: NVIDIA's wheels come as manylinux_2_18, _2_25 and others.
+  local platforms=() v
+  for v in $(seq 36 -1 17); do platforms+=(--platform "manylinux_2_${v}_x86_64"); done
+  "$PYTHON" -m pip download --quiet --disable-pip-version-check --no-deps \
+    --only-binary=:all: --python-version 3.11 --implementation cp --abi cp311 \
+    "${platforms[@]}" --platform manylinux2014_x86_64 --platform manylinux2010_x86_64 \
+    --platform manylinux1_x86_64 --platform any \
+    -d "$WHEELS.partial" -r "$VENV_LIST" >&2 ||
+    die "pip download failed (PyPI unreachable? set PIP_INDEX_URL or PIP_FIND_LINKS)"
+  local want have
+  want=$(grep -c '^[a-zA-Z]' "$VENV_LIST")
+  have=$(find "$WHEELS.partial" -name '*.whl' | wc -l)
+  [ "$have" -eq "$want" ] || die "downloaded $have wheels for $want packages of $VENV_LIST"
+  rm -rf "$WHEELS"
+  mv "$WHEELS.partial" "$WHEELS"
+  log "$(du -sh "$WHEELS" | cut -f1) of wheels in $WHEELS"
+}
+
+make_venv() {
+  "$PYTHON" -m venv --help >/dev/null 2>&1 ||
+    die "$PYTHON has no venv module: run hack/install-deps.sh (python3-venv)"
+  log "making $VENV from $WHEELS (offline)"
+  rm -rf "$VENV"
+  "$PYTHON" -m venv "$VENV"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-index \
+    --no-deps --find-links "$WHEELS" -r "$VENV_LIST" >&2
+  "$VENV/bin/python" -c "$VENV_IMPORTS" || die "the venv $VENV fails: $VENV_IMPORTS"
+}
+
+cmd_wheels() {
+  once "$WHEELS" download_wheels
   echo "$WHEELS"
 }
 
 cmd_venv() {
-  if [ -f "$VENV/.complete" ]; then echo "$VENV/bin/python"; return 0; fi
-  local wheels
-  wheels=$(cmd_wheels)
-  exec 9>"$VENV.lock"
-  flock 9
-  if [ ! -f "$VENV/.complete" ]; then
-    "$PYTHON" -m venv --help >/dev/null 2>&1 ||
-      die "$PYTHON has no venv module: run hack/install-deps.sh (python3-venv)"
-    log "making $VENV from $wheels (offline)"
-    rm -rf "$VENV"
-    "$PYTHON" -m venv "$VENV"
-    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-index \
-      --no-deps --find-links "$wheels" -r "$VENV_LIST" >&2
-    "$VENV/bin/python" -c "$VENV_IMPORTS" || die "the venv $VENV fails: $VENV_IMPORTS"
-    touch "$VENV/.complete"
-  fi
-  exec 9>&-
+  once "$WHEELS" download_wheels
+  once "$VENV" make_venv
   echo "$VENV/bin/python"
 }
 
