@@ -26,50 +26,62 @@ def same_padding(size, kernel, stride, dilation):
     return total // 2, total - total // 2
 
 
-class KerasLayer(nn.Module):
-    """One Keras layer of the classes below, channels first (N, C, H, W)."""
+SUPPORTED = ("Conv2D", "DepthwiseConv2D", "Dense", "BatchNormalization", "ReLU", "Activation",
+             "ZeroPadding2D", "Add", "GlobalAveragePooling2D", "MaxPooling2D",
+             "AveragePooling2D", "Flatten", "Dropout")
 
-    def __init__(self, cls, cfg, in_channels):
+
+class KerasLayer(nn.Module):
+    """One Keras layer of the classes above, channels first (N, C, H, W). `in_shape` is its
+    input's shape without the batch, so that "same" padding is worked out once, here."""
+
+    def __init__(self, cls, cfg, in_shape):
         super().__init__()
+        if cls not in SUPPORTED:
+            raise SystemExit(f"torch_step.py: layer {cfg['name']}: {cls} is not supported")
         self.cls, self.cfg = cls, cfg
         self.activation = cfg.get("activation", "linear")
+        if self.activation not in ("linear", "relu", "softmax"):  # softmax: folded into the loss
+            raise SystemExit(f"torch_step.py: activation {self.activation} is not supported")
+        self.pre_pad = None  # (left, right, top, bottom) where "same" is uneven
+        in_channels = in_shape[0]
         if cls in ("Conv2D", "DepthwiseConv2D"):
             k, s, d = cfg["kernel_size"], cfg["strides"], cfg["dilation_rate"]
             if cls == "Conv2D":
                 out, groups = cfg["filters"], cfg.get("groups", 1)
             else:
                 out, groups = in_channels * cfg.get("depth_multiplier", 1), in_channels
-            self.op = nn.Conv2d(in_channels, out, tuple(k), tuple(s), 0, tuple(d), groups,
+            padding = (0, 0)
+            if cfg["padding"] == "same":
+                h = same_padding(in_shape[1], k[0], s[0], d[0])
+                w = same_padding(in_shape[2], k[1], s[1], d[1])
+                if h[0] == h[1] and w[0] == w[1]:
+                    padding = (h[0], w[0])
+                else:
+                    self.pre_pad = (w[0], w[1], h[0], h[1])
+            self.op = nn.Conv2d(in_channels, out, tuple(k), tuple(s), padding, tuple(d), groups,
                                 bias=cfg["use_bias"])
         elif cls == "Dense":
             self.op = nn.Linear(in_channels, cfg["units"], bias=cfg["use_bias"])
         elif cls == "BatchNormalization":
             self.op = nn.BatchNorm2d(in_channels, eps=cfg["epsilon"], momentum=1 - cfg["momentum"],
                                      affine=cfg["center"] and cfg["scale"])
+        elif cls == "ReLU":
+            assert cfg.get("negative_slope", 0) == 0 and cfg.get("threshold", 0) == 0
+        elif cls == "ZeroPadding2D":
+            (top, bottom), (left, right) = cfg["padding"]
+            self.pre_pad = (left, right, top, bottom)
+        elif cls in ("MaxPooling2D", "AveragePooling2D"):
+            assert cfg["padding"] == "valid"
 
     def forward(self, *xs):
         x, cls, cfg = xs[0], self.cls, self.cfg
-        if cls in ("Conv2D", "DepthwiseConv2D"):
-            if cfg["padding"] == "same":
-                h = same_padding(x.shape[2], cfg["kernel_size"][0], cfg["strides"][0],
-                                 cfg["dilation_rate"][0])
-                w = same_padding(x.shape[3], cfg["kernel_size"][1], cfg["strides"][1],
-                                 cfg["dilation_rate"][1])
-                if h[0] == h[1] and w[0] == w[1]:
-                    self.op.padding = (h[0], w[0])
-                else:
-                    x = F.pad(x, (w[0], w[1], h[0], h[1]))
-            y = self.op(x)
-        elif cls in ("Dense", "BatchNormalization"):
+        if self.pre_pad is not None:
+            x = F.pad(x, self.pre_pad)
+        if cls in ("Conv2D", "DepthwiseConv2D", "Dense", "BatchNormalization"):
             y = self.op(x)
         elif cls == "ReLU":
-            assert cfg.get("negative_slope", 0) == 0 and cfg.get("threshold", 0) == 0
             y = F.relu(x) if cfg.get("max_value") is None else x.clamp(0, cfg["max_value"])
-        elif cls == "Activation":
-            y = x
-        elif cls == "ZeroPadding2D":
-            (top, bottom), (left, right) = cfg["padding"]
-            y = F.pad(x, (left, right, top, bottom))
         elif cls == "Add":
             y = xs[0]
             for other in xs[1:]:
@@ -77,22 +89,13 @@ class KerasLayer(nn.Module):
         elif cls == "GlobalAveragePooling2D":
             y = x.mean(dim=(2, 3))
         elif cls in ("MaxPooling2D", "AveragePooling2D"):
-            assert cfg["padding"] == "valid"
             pool = F.max_pool2d if cls == "MaxPooling2D" else F.avg_pool2d
             y = pool(x, tuple(cfg["pool_size"]), tuple(cfg["strides"]))
         elif cls == "Flatten":
             y = x.permute(0, 2, 3, 1).flatten(1) if x.dim() == 4 else x.flatten(1)
-        elif cls in ("Dropout", "InputLayer"):
+        else:  # Activation, ZeroPadding2D (padded above), Dropout
             y = x
-        else:
-            raise SystemExit(f"torch_step.py: layer {cfg['name']}: {cls} is not supported")
-        if cls == "Activation":
-            self.activation = cfg["activation"]
-        if self.activation == "relu":
-            y = F.relu(y)
-        elif self.activation not in ("linear", "softmax"):  # softmax: folded into the loss
-            raise SystemExit(f"torch_step.py: activation {self.activation} is not supported")
-        return y
+        return F.relu(y) if self.activation == "relu" else y
 
 
 class KerasModel(nn.Module):
@@ -101,7 +104,7 @@ class KerasModel(nn.Module):
     def __init__(self, spec):
         super().__init__()
         cfg = spec["config"]
-        self.order, self.inputs, channels = [], {}, {}
+        self.order, self.inputs = [], {}
         self.layers = nn.ModuleDict()
         previous = None
         for layer in cfg["layers"]:
@@ -109,7 +112,7 @@ class KerasModel(nn.Module):
             if layer["class_name"] == "InputLayer":
                 shape = lcfg["batch_shape"]
                 self.input_name, self.input_shape = name, tuple(shape[1:])
-                channels[name] = shape[-1]
+                # Two images through each layer as it is built give the next one its input.
                 values = {name: torch.zeros(2, shape[3], shape[1], shape[2])}
                 previous = name
                 continue
@@ -119,17 +122,15 @@ class KerasModel(nn.Module):
                 args = layer["inbound_nodes"][0]["args"][0]
                 args = args if isinstance(args, list) else [args]
                 sources = [a["config"]["keras_history"][0] for a in args]
-            module = KerasLayer(layer["class_name"], lcfg, channels[sources[0]])
+            module = KerasLayer(layer["class_name"], lcfg, tuple(values[sources[0]].shape[1:]))
             self.layers[name] = module
             self.inputs[name] = sources
             self.order.append(name)
             previous = name
-            # The next layers' input sizes (a Dense after Flatten): run two images through.
             with torch.no_grad():
                 module.eval()
                 values[name] = module(*(values[s] for s in sources))
                 module.train()
-            channels[name] = values[name].shape[1]
         self.output_name = self.order[-1]
 
     def forward(self, x):

@@ -46,7 +46,8 @@ for t in $targets; do
   runs+=("image, TJ_CPU_TARGET=$t, 1 thread|TJ_CPU_TARGET=$t|$work/image-tj-trainer $common --threads 1")
 done
 TORCH_PY=${TORCH_PY:-$(bash hack/pytorch.sh venv)}
-torch_version=$("$TORCH_PY" -c 'import torch; print(torch.__version__.split("+")[0])')
+torch_build=$("$TORCH_PY" -c 'import torch; print(torch.__version__)')  # 2.15.0+cu132
+torch_version=${torch_build%%+*}
 torch="$TORCH_PY bench/train_cpu/pytorch_seeds.py $common"
 runs+=("PyTorch $torch_version, 1 thread|X=1|$torch --threads 1"
       "PyTorch $torch_version, 2 threads|X=1|$torch --threads 2")
@@ -87,7 +88,7 @@ ratio() {  # ratio A B: median of run A / median of run B, or n/a when either is
   echo "- Every program: \`$common --threads N\`; images/s of the last epoch, median of" \
     "$ROUNDS rounds, the programs alternating within each round"
   echo "- CPU targets this machine runs: $targets"
-  echo "- PyTorch: $("$TORCH_PY" -c 'import torch; print(torch.__version__)'), PyPI's build" \
+  echo "- PyTorch: $torch_build, PyPI's build" \
     "(hack/pytorch.sh), \`bench/train_cpu/pytorch_seeds.py\`: the same model and recipe"
   echo
   echo "| program | images/s (median) | rounds |"

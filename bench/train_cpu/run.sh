@@ -15,6 +15,7 @@ OUT=bench/train_cpu/RESULTS.md
 
 tj_cmd="$TRAINER --epochs $EPOCHS --steps-per-epoch $STEPS --batch-size 64 --threads $THREADS"
 TORCH_PY=${TORCH_PY:-$(bash hack/pytorch.sh venv)}
+torch_version=$("$TORCH_PY" -c 'import torch; print(torch.__version__)')
 pt_cmd="$TORCH_PY bench/train_cpu/pytorch_seeds.py --epochs $EPOCHS --steps-per-epoch $STEPS --batch-size 64 --threads $THREADS"
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 tj_out=$($tj_cmd)
@@ -29,7 +30,7 @@ ratio=$(python3 -c "print(f'{$tj_ips / $pt_ips:.1f}')")
   echo
   echo "- Date: $(date -u +%Y-%m-%dT%H:%MZ)"
   echo "- Machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores; load average before: $load_before"
-  echo "- PyTorch: $("$TORCH_PY" -c 'import torch; print(torch.__version__)') (PyPI's build, hack/pytorch.sh)"
+  echo "- PyTorch: $torch_version (PyPI's build, hack/pytorch.sh)"
   echo "- Command: \`bash bench/train_cpu/run.sh $STEPS $THREADS\` (EPOCHS=$EPOCHS)"
   echo "  - tj-trainer: \`$tj_cmd\`"
   echo "  - PyTorch: \`${pt_cmd/#$TORCH_PY/\$(bash hack/pytorch.sh python)}\`"
@@ -38,7 +39,7 @@ ratio=$(python3 -c "print(f'{$tj_ips / $pt_ips:.1f}')")
   echo "| trainer | images/s | vs PyTorch |"
   echo "|---|---:|---:|"
   printf "| tj-trainer | %.0f | %sx |\n" "$tj_ips" "$ratio"
-  printf "| PyTorch %s | %.0f | 1.0x |\n" "$("$TORCH_PY" -c 'import torch; print(torch.__version__)')" "$pt_ips"
+  printf "| PyTorch %s | %.0f | 1.0x |\n" "$torch_version" "$pt_ips"
   echo
   echo "Raw output:"
   echo
