@@ -100,7 +100,8 @@ class CpuEngine {
                           nn::BatchStats sums = {});
 
   // After a pass: layer i's output for the last chunk's rows (rows x out.size()); the output
-  // layer's is the logits (before a folded softmax).
+  // layer's is the logits (before a folded softmax); null for the conv of a fused seeds' conv +
+  // pool pair, whose output is never formed.
   const float* Output(int layer) const;
   // After ComputeGradients with input_gradient: d loss / d input (rows x input size).
   const float* InputGradient() const;
