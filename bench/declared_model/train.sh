@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# Training, not one step: ResNet-20 and MobileNetV2 (alpha 0.35) from examples/models/ trained
+# by tj-trainer, TensorFlow's Keras (keras_train.py) and PyTorch from PyPI (torch_train.py) on
+# the same data with the same recipe, in two shapes on this machine:
+#   1 process x 2 threads        (global batch 64)
+#   2 worker processes x 1 thread (32 each: tj-trainer with TF_CONFIG, Keras under
+#                                 MultiWorkerMirroredStrategy, PyTorch DDP over Gloo)
+# Data: Fashion-MNIST (Debian's real images) made CIFAR-shaped (fashion32.py: padded to 32x32,
+# 3 channels), the first TRAIN training images and the whole 10,000-image test set. Recipe:
+# pixels / 255, SGD momentum 0.9 at a constant 0.05, softmax cross-entropy, EPOCHS shuffled
+# epochs, Keras' GlorotUniform initial weights in all three. Reports the last epoch's images/s
+# and the test accuracy after the last epoch, one run of each (their order alternates the
+# trainers); writes bench/declared_model/TRAINING.md.
+#   bash bench/declared_model/train.sh [TRAIN] [EPOCHS]      defaults: 12800 images, 3 epochs
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+TRAIN=${1:-12800}
+EPOCHS=${2:-3}
+MODELS=${MODELS:-resnet20 mobilenet_v2}
+TRAINER=${TRAINER:-build/bin/tj-trainer}
+DATA_DIR=${DATA_DIR:-/usr/share/datasets/fashion-mnist}
+OUT=${OUT:-bench/declared_model/TRAINING.md}
+[ -x "$TRAINER" ] || { echo "no $TRAINER: make build" >&2; exit 1; }
+PY=$(bash hack/tensorflow.sh venv)
+TORCH_PY=$(bash hack/pytorch.sh venv)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$PY" bench/declared_model/fashion32.py "$DATA_DIR" "$tmp/data.npz" "$TRAIN"
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+tfc() { echo "{\"cluster\":{\"worker\":[\"localhost:$1\",\"localhost:$2\"]},\"task\":{\"type\":\"worker\",\"index\":$3}}"; }
+
+tj() { # MODEL WORKERS
+  local m=examples/models/$1.json args
+  args=(--model-config "$m" --dataset-format npz --train-data "$tmp/data.npz" --optimizer sgd
+    --momentum 0.9 --lr-schedule constant:0.05 --epochs "$EPOCHS" --status-port 0)
+  if [ "$2" = 1 ]; then
+    "$TRAINER" "${args[@]}" --batch-size 64 --threads 2 >"$tmp/tj-$1-1" 2>"$tmp/tj-$1-1.err"
+  else
+    local p0 p1
+    p0=$(port) p1=$(port)
+    TJ_RENDEZVOUS_KEY=bench TF_CONFIG=$(tfc "$p0" "$p1" 1) "$TRAINER" "${args[@]}" \
+      --batch-size 32 --threads 1 >/dev/null 2>"$tmp/tj-$1-2.err1" &
+    TJ_RENDEZVOUS_KEY=bench TF_CONFIG=$(tfc "$p0" "$p1" 0) "$TRAINER" "${args[@]}" \
+      --batch-size 32 --threads 1 >"$tmp/tj-$1-2" 2>"$tmp/tj-$1-2.err" || { wait; return 1; }
+    wait $!
+  fi
+}
+tf() { # MODEL WORKERS
+  local args=(bench/declared_model/keras_train.py "examples/models/$1.json" "$tmp/data.npz"
+    --global-batch 64 --lr 0.05 --momentum 0.9 --epochs "$EPOCHS")
+  if [ "$2" = 1 ]; then
+    "$PY" "${args[@]}" --threads 2 >"$tmp/tf-$1-1" 2>"$tmp/tf-$1-1.err"
+  else
+    local p0 p1
+    p0=$(port) p1=$(port)
+    TF_CONFIG=$(tfc "$p0" "$p1" 1) "$PY" "${args[@]}" --threads 1 >/dev/null 2>"$tmp/tf-$1-2.err1" &
+    TF_CONFIG=$(tfc "$p0" "$p1" 0) "$PY" "${args[@]}" --threads 1 >"$tmp/tf-$1-2" \
+      2>"$tmp/tf-$1-2.err" || { wait; return 1; }
+    wait $!
+  fi
+}
+torch() { # MODEL WORKERS: channels_last (the faster layout in run.sh's steps)
+  local args=(bench/declared_model/torch_train.py "examples/models/$1.json" "$tmp/data.npz"
+    --global-batch 64 --lr 0.05 --momentum 0.9 --channels-last --epochs "$EPOCHS")
+  if [ "$2" = 1 ]; then
+    "$TORCH_PY" "${args[@]}" --threads 2 >"$tmp/torch-$1-1" 2>"$tmp/torch-$1-1.err"
+  else
+    local p
+    p=$(port)
+    MASTER_ADDR=127.0.0.1 MASTER_PORT=$p WORLD_SIZE=2 RANK=1 "$TORCH_PY" "${args[@]}" \
+      --threads 1 >/dev/null 2>"$tmp/torch-$1-2.err1" &
+    MASTER_ADDR=127.0.0.1 MASTER_PORT=$p WORLD_SIZE=2 RANK=0 "$TORCH_PY" "${args[@]}" \
+      --threads 1 >"$tmp/torch-$1-2" 2>"$tmp/torch-$1-2.err" || { wait; return 1; }
+    wait $!
+  fi
+}
+run() { # TRAINER MODEL WORKERS: a failed run (either worker) stops the benchmark with its stderr
+  if ! { "$@" && grep -q '"train_end"' "$tmp/$1-$2-$3"; }; then
+    echo "train.sh: $1 $2 x$3 failed:" >&2
+    tail -20 "$tmp/$1-$2-$3".err* >&2
+    exit 1
+  fi
+  echo "train.sh: $1 $2 x$3 done" >&2
+}
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+for m in $MODELS; do
+  for w in 1 2; do
+    run tj "$m" "$w"
+    run tf "$m" "$w"
+    run torch "$m" "$w"
+  done
+done
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+
+field() { grep "\"$1\"" "$3" | tail -1 | sed -E "s/.*\"$2\": ?([0-9.e-]+).*/\1/"; }
+ips() { field epoch_end images_per_sec "$tmp/$1"; }
+acc() { field train_end test_accuracy "$tmp/$1"; }
+{
+  echo "# Training ResNet-20 and MobileNetV2: tj-trainer, TensorFlow and PyTorch, same data and recipe"
+  echo
+  echo "- Date: $(date -u +%Y-%m-%dT%H:%MZ)"
+  echo "- Machine: $(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1), $(nproc) cores" \
+    "(AVX-512: $(grep -q avx512f /proc/cpuinfo && echo yes || echo no)); load average before:" \
+    "$load_before, after: $load_after"
+  echo "- Command: \`bash bench/declared_model/train.sh $TRAIN $EPOCHS\`; one run of each, in the" \
+    "order of the table (per model and shape: tj-trainer, TensorFlow, PyTorch)"
+  echo "- Data: Fashion-MNIST from Debian's dataset-fashion-mnist, CIFAR-shaped by" \
+    "\`fashion32.py\` (zero-padded to 32x32, grey repeated into 3 channels): the first $TRAIN" \
+    "training images, the 10,000 test images"
+  echo "- Recipe, all three: pixels / 255, SGD momentum 0.9, learning rate 0.05 constant, softmax" \
+    "cross-entropy, global batch 64, $EPOCHS epochs, reshuffled each epoch, GlorotUniform weights," \
+    "no augmentation, BatchNormalization per worker (none synchronises it)"
+  echo "- tj-trainer: \`$TRAINER\` (host build) with \`--model-config --dataset-format npz" \
+    "--optimizer sgd --momentum 0.9 --lr-schedule constant:0.05\`"
+  echo "- TensorFlow $("$PY" -c 'import tensorflow as t, keras as k; print(t.__version__, "/ Keras", k.__version__)' 2>/dev/null)" \
+    "(\`keras_train.py\`: a tf.function step under strategy.run, in both shapes, as Keras 3's" \
+    "model.fit fails under MultiWorkerMirroredStrategy (docs/tensorflow.md); two workers:" \
+    "MultiWorkerMirroredStrategy, each reading its shard)"
+  echo "- PyTorch $("$TORCH_PY" -c 'import torch; print(torch.__version__)') from PyPI" \
+    "(\`torch_train.py\`: the model torch_step.py builds from the same JSON, channels_last, eager;" \
+    "two workers: DistributedDataParallel over Gloo)"
+  echo "- images/s: the last epoch's (the first includes TensorFlow's tracing and warm-up);" \
+    "test accuracy: on the 10,000 test images after the last epoch (worker 0's model)"
+  echo
+  echo "| model | shape | tj-trainer images/s | TensorFlow images/s | PyTorch images/s |" \
+    "TF / tj | PyTorch / tj | tj accuracy | TF accuracy | PyTorch accuracy |"
+  echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+  for m in $MODELS; do
+    for w in 1 2; do
+      shape=$([ "$w" = 1 ] && echo "1 process x 2 threads" || echo "2 workers x 1 thread")
+      a=$(ips "tj-$m-$w") b=$(ips "tf-$m-$w") c=$(ips "torch-$m-$w")
+      awk -v m="$m" -v s="$shape" -v a="$a" -v b="$b" -v c="$c" -v x="$(acc "tj-$m-$w")" \
+        -v y="$(acc "tf-$m-$w")" -v z="$(acc "torch-$m-$w")" 'BEGIN {
+          printf "| %s | %s | %.0f | %.0f | %.0f | %.2f | %.2f | %.4f | %.4f | %.4f |\n",
+            m, s, a, b, c, b / a, c / a, x, y, z }'
+    done
+  done
+  echo
+  echo "Raw output (worker 0):"
+  echo
+  echo '```'
+  for m in $MODELS; do
+    for w in 1 2; do
+      for t in tj tf torch; do
+        echo "== $t $m x$w"
+        grep -E '"(epoch_end|train_end)"' "$tmp/$t-$m-$w"
+      done
+    done
+  done
+  echo '```'
+} >"$OUT"
+cat "$OUT"
