@@ -91,6 +91,12 @@ for t in "${BUILT[@]}"; do
     log "$t: FAILED after $(( $(date +%s) - t0 )) s; log $BUILD/fuzz-$t.log, input(s):"
     ls -1 "$artifacts" >&2 || true
     grep -E "ERROR|SUMMARY|runtime error|fuzz invariant" "$BUILD/fuzz-$t.log" | head -5 >&2 || true
+    # The inputs themselves (at most TJ_FUZZ_MAX_LEN bytes each), so that a crash found on a
+    # machine whose files are gone (CI) can be replayed from its log:
+    #   echo BASE64 | base64 -d > input; build-fuzz/tests/<target>_fuzz input
+    for input in "$artifacts"*; do
+      if [ -f "$input" ]; then log "$t: $(basename "$input") as base64: $(base64 -w0 "$input")"; fi
+    done
   fi
 done
 if [ ${#failed[@]} -gt 0 ]; then
