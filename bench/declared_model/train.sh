@@ -17,14 +17,23 @@ cd "$(dirname "$0")/../.."
 TRAIN=${1:-12800}
 EPOCHS=${2:-3}
 MODELS=${MODELS:-resnet20 mobilenet_v2}
-TRAINER=${TRAINER:-build/bin/tj-trainer}
 DATA_DIR=${DATA_DIR:-/usr/share/datasets/fashion-mnist}
 OUT=${OUT:-bench/declared_model/TRAINING.md}
-[ -x "$TRAINER" ] || { echo "no $TRAINER: make build" >&2; exit 1; }
-PY=$(bash hack/tensorflow.sh venv)
-TORCH_PY=$(bash hack/pytorch.sh venv)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# The tj-trainer users run: the CPU image's (`make images`), else the host build.
+VERSION=$(sed -n 's/^project([^ ]* VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
+IMAGE=localhost/tj-trainer-cpu:$VERSION
+if [ -z "${TRAINER:-}" ] && bash bench/image_speed/copy-trainer.sh "$IMAGE" "$tmp/tj-trainer" 2>/dev/null; then
+  TRAINER=$tmp/tj-trainer
+  trainer_origin="the image's binary ($IMAGE, copied out with bench/image_speed/copy-trainer.sh)"
+else
+  TRAINER=${TRAINER:-build/bin/tj-trainer}
+  trainer_origin="\`$TRAINER\`"
+fi
+[ -x "$TRAINER" ] || { echo "no $TRAINER: make build (or make images)" >&2; exit 1; }
+PY=$(bash hack/tensorflow.sh venv)
+TORCH_PY=$(bash hack/pytorch.sh venv)
 "$PY" bench/declared_model/fashion32.py "$DATA_DIR" "$tmp/data.npz" "$TRAIN"
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 tfc() { echo "{\"cluster\":{\"worker\":[\"localhost:$1\",\"localhost:$2\"]},\"task\":{\"type\":\"worker\",\"index\":$3}}"; }
@@ -110,7 +119,7 @@ acc() { field train_end test_accuracy "$tmp/$1"; }
   echo "- Recipe, all three: pixels / 255, SGD momentum 0.9, learning rate 0.05 constant, softmax" \
     "cross-entropy, global batch 64, $EPOCHS epochs, reshuffled each epoch, GlorotUniform weights," \
     "no augmentation, BatchNormalization per worker (none synchronises it)"
-  echo "- tj-trainer: \`$TRAINER\` (host build) with \`--model-config --dataset-format npz" \
+  echo "- tj-trainer: $trainer_origin, with \`--model-config --dataset-format npz" \
     "--optimizer sgd --momentum 0.9 --lr-schedule constant:0.05\`"
   echo "- TensorFlow $("$PY" -c 'import tensorflow as t, keras as k; print(t.__version__, "/ Keras", k.__version__)' 2>/dev/null)" \
     "(\`keras_train.py\`: a tf.function step under strategy.run, in both shapes, as Keras 3's" \
