@@ -9,3 +9,5 @@ bash bench/backup_overhead/run.sh 7
 bash bench/allreduce/run.sh build
 build/bin/tj-bench-checkpoint --runs 51 --dir "$(mktemp -d)"
 bash bench/operator_load/run.sh 3
+bash bench/declared_model/run.sh 10 3
+bash bench/declared_model/train.sh 12800 3

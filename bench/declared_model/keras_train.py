@@ -1,6 +1,7 @@
 """TensorFlow's Keras training a Keras model JSON on an .npz of uint8 images (x_train, y_train,
 x_test, y_test as keras.datasets writes them), with the recipe bench/declared_model/train.sh
-gives tj-trainer: pixels / 255, SGD with momentum at a constant learning rate, the sparse
+gives tj-trainer: pixels / 255, SGD with momentum, a constant learning rate or Keras'
+CosineDecay over the whole run (--cosine, as tj-trainer's --lr-schedule cosine:LR), the sparse
 softmax cross-entropy, a shuffled epoch of global batches. With TF_CONFIG set it is one worker of
 MultiWorkerMirroredStrategy (each worker's batch is the global batch / workers, from its own
 shard of the data); without, one process under the default strategy. Prints one JSON line per
@@ -12,7 +13,7 @@ MultiWorkerMirroredStrategy (docs/tensorflow.md, keras-team/keras#20585), and on
 keeps the two shapes comparable.
 
     python keras_train.py MODEL.json DATA.npz --epochs 2 --global-batch 64 --lr 0.05
-        [--momentum 0.9] [--threads N] [--seed 1]
+        [--momentum 0.9] [--cosine] [--threads N] [--seed 1]
 """
 import argparse
 import json
@@ -33,6 +34,7 @@ def main():
     p.add_argument("--global-batch", type=int, default=64)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--cosine", action="store_true", help="CosineDecay(lr, epochs x steps)")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--seed", type=int, default=1)
     a = p.parse_args()
@@ -62,7 +64,9 @@ def main():
     with strategy.scope():
         with open(a.model) as f:
             model = keras.models.model_from_json(f.read())
-        optimizer = keras.optimizers.SGD(a.lr, momentum=a.momentum)
+        lr = (keras.optimizers.schedules.CosineDecay(a.lr, a.epochs * steps) if a.cosine
+              else a.lr)
+        optimizer = keras.optimizers.SGD(lr, momentum=a.momentum)
         optimizer.build(model.trainable_variables)
     softmax = model.layers[-1].get_config().get("activation") == "softmax"
     loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=not softmax,

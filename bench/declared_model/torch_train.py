@@ -1,13 +1,14 @@
 """PyTorch training a Keras model JSON (built by torch_step.py's KerasModel, weights drawn as
 Keras' GlorotUniform draws them, biases zero) on an .npz of uint8 images (x_train, y_train,
 x_test, y_test), with the recipe bench/declared_model/train.sh gives tj-trainer: pixels / 255,
-SGD with momentum at a constant learning rate, softmax cross-entropy, a shuffled epoch of global
-batches. With WORLD_SIZE > 1 (and RANK, MASTER_ADDR, MASTER_PORT) it is one rank of
+SGD with momentum, a constant learning rate or a cosine decay over the whole run (--cosine:
+lr x (1 + cos(pi t / T)) / 2 at update t of T, as Keras' CosineDecay), softmax cross-entropy,
+a shuffled epoch of global batches. With WORLD_SIZE > 1 (and RANK, MASTER_ADDR, MASTER_PORT) it is one rank of
 DistributedDataParallel over Gloo, each rank taking its slice of every global batch; without,
 one process. Prints one JSON line per epoch and one at the end with the test accuracy.
 
     python torch_train.py MODEL.json DATA.npz --epochs 2 --global-batch 64 --lr 0.05
-        [--momentum 0.9] [--threads N] [--seed 1] [--channels-last]
+        [--momentum 0.9] [--cosine] [--threads N] [--seed 1] [--channels-last]
 """
 import argparse
 import json
@@ -53,6 +54,7 @@ def main():
     p.add_argument("--global-batch", type=int, default=64)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--cosine", action="store_true", help="cosine decay over epochs x steps")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--channels-last", action="store_true")
@@ -71,7 +73,6 @@ def main():
     fmt = torch.channels_last if a.channels_last else torch.contiguous_format
     model = model.to(memory_format=fmt).train()
     net = nn.parallel.DistributedDataParallel(model) if world > 1 else model
-    opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
 
     def tensor(images):  # uint8 NHWC -> float NCHW / 255
         x = torch.from_numpy(images).permute(0, 3, 1, 2).float().div_(255)
@@ -81,21 +82,26 @@ def main():
         x_train, y_train = d["x_train"], d["y_train"].astype("int64")
         x_test, y_test = d["x_test"], d["y_test"].astype("int64")
     steps, share = len(x_train) // a.global_batch, a.global_batch // world
+    opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
+    total = a.epochs * steps
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda t: 0.5 * (1 + math.cos(math.pi * min(t, total) / total)) if a.cosine else 1.0)
     order_rng = np.random.default_rng(a.seed)  # the same order on every rank
     start = time.perf_counter()
     for epoch in range(a.epochs):
         t0, order = time.perf_counter(), order_rng.permutation(len(x_train))
-        total = 0.0
+        loss_sum = 0.0
         for s in range(steps):
             rows = order[s * a.global_batch + rank * share:s * a.global_batch + (rank + 1) * share]
             loss = F.cross_entropy(net(tensor(x_train[rows])), torch.from_numpy(y_train[rows]))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-            total += float(loss.detach())
+            schedule.step()
+            loss_sum += float(loss.detach())
         seconds = time.perf_counter() - t0
         if rank == 0:
-            print(json.dumps({"event": "epoch_end", "epoch": epoch + 1, "loss": total / steps,
+            print(json.dumps({"event": "epoch_end", "epoch": epoch + 1, "loss": loss_sum / steps,
                               "seconds": seconds,
                               "images_per_sec": steps * a.global_batch / seconds}), flush=True)
     train_seconds = time.perf_counter() - start

@@ -7,10 +7,14 @@
 #                                 MultiWorkerMirroredStrategy, PyTorch DDP over Gloo)
 # Data: Fashion-MNIST (Debian's real images) made CIFAR-shaped (fashion32.py: padded to 32x32,
 # 3 channels), the first TRAIN training images and the whole 10,000-image test set. Recipe:
-# pixels / 255, SGD momentum 0.9 at a constant 0.05, softmax cross-entropy, EPOCHS shuffled
-# epochs, Keras' GlorotUniform initial weights in all three. Reports the last epoch's images/s
-# and the test accuracy after the last epoch, one run of each (their order alternates the
-# trainers); writes bench/declared_model/TRAINING.md.
+# pixels / 255, SGD momentum 0.9, a cosine decay of the learning rate to 0 over the run (Keras'
+# CosineDecay; from 0.05 for ResNet-20, 0.02 for MobileNetV2), softmax cross-entropy, EPOCHS
+# shuffled epochs, Keras' GlorotUniform initial weights in all three. MobileNetV2's
+# BatchNormalization momentum is 0.99 here, not keras.applications' 0.999: with 0.999 the
+# moving statistics are still half their initial values after 600 steps, and all three
+# trainers then test at chance (10%). Reports the last epoch's images/s and the test accuracy
+# after the last epoch, one run of each (their order alternates the trainers); writes
+# bench/declared_model/TRAINING.md.
 #   bash bench/declared_model/train.sh [TRAIN] [EPOCHS]      defaults: 12800 images, 3 epochs
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -35,13 +39,25 @@ fi
 PY=$(bash hack/tensorflow.sh venv)
 TORCH_PY=$(bash hack/pytorch.sh venv)
 "$PY" bench/declared_model/fashion32.py "$DATA_DIR" "$tmp/data.npz" "$TRAIN"
+for m in $MODELS; do
+  python3 - "examples/models/$m.json" "$tmp/$m.json" <<'PY'
+import json, sys
+spec = json.load(open(sys.argv[1]))
+for layer in spec["config"]["layers"]:
+    if layer["class_name"] == "BatchNormalization" and layer["config"]["momentum"] > 0.99:
+        layer["config"]["momentum"] = 0.99
+json.dump(spec, open(sys.argv[2], "w"))
+PY
+done
+lr() { [ "$1" = mobilenet_v2 ] && echo 0.02 || echo 0.05; }
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 tfc() { echo "{\"cluster\":{\"worker\":[\"localhost:$1\",\"localhost:$2\"]},\"task\":{\"type\":\"worker\",\"index\":$3}}"; }
 
 tj() { # MODEL WORKERS
-  local m=examples/models/$1.json args
-  args=(--model-config "$m" --dataset-format npz --train-data "$tmp/data.npz" --optimizer sgd
-    --momentum 0.9 --lr-schedule constant:0.05 --epochs "$EPOCHS" --status-port 0)
+  local args
+  args=(--model-config "$tmp/$1.json" --dataset-format npz --train-data "$tmp/data.npz"
+    --optimizer sgd --momentum 0.9 --lr-schedule "cosine:$(lr "$1")" --epochs "$EPOCHS"
+    --status-port 0)
   if [ "$2" = 1 ]; then
     "$TRAINER" "${args[@]}" --batch-size 64 --threads 2 >"$tmp/tj-$1-1" 2>"$tmp/tj-$1-1.err"
   else
@@ -55,8 +71,8 @@ tj() { # MODEL WORKERS
   fi
 }
 tf() { # MODEL WORKERS
-  local args=(bench/declared_model/keras_train.py "examples/models/$1.json" "$tmp/data.npz"
-    --global-batch 64 --lr 0.05 --momentum 0.9 --epochs "$EPOCHS")
+  local args=(bench/declared_model/keras_train.py "$tmp/$1.json" "$tmp/data.npz"
+    --global-batch 64 --lr "$(lr "$1")" --cosine --momentum 0.9 --epochs "$EPOCHS")
   if [ "$2" = 1 ]; then
     "$PY" "${args[@]}" --threads 2 >"$tmp/tf-$1-1" 2>"$tmp/tf-$1-1.err"
   else
@@ -69,8 +85,9 @@ tf() { # MODEL WORKERS
   fi
 }
 torch() { # MODEL WORKERS: channels_last (the faster layout in run.sh's steps)
-  local args=(bench/declared_model/torch_train.py "examples/models/$1.json" "$tmp/data.npz"
-    --global-batch 64 --lr 0.05 --momentum 0.9 --channels-last --epochs "$EPOCHS")
+  local args=(bench/declared_model/torch_train.py "$tmp/$1.json" "$tmp/data.npz"
+    --global-batch 64 --lr "$(lr "$1")" --cosine --momentum 0.9 --channels-last
+    --epochs "$EPOCHS")
   if [ "$2" = 1 ]; then
     "$TORCH_PY" "${args[@]}" --threads 2 >"$tmp/torch-$1-1" 2>"$tmp/torch-$1-1.err"
   else
@@ -116,11 +133,14 @@ acc() { field train_end test_accuracy "$tmp/$1"; }
   echo "- Data: Fashion-MNIST from Debian's dataset-fashion-mnist, CIFAR-shaped by" \
     "\`fashion32.py\` (zero-padded to 32x32, grey repeated into 3 channels): the first $TRAIN" \
     "training images, the 10,000 test images"
-  echo "- Recipe, all three: pixels / 255, SGD momentum 0.9, learning rate 0.05 constant, softmax" \
+  echo "- Recipe, all three: pixels / 255, SGD momentum 0.9, the learning rate a cosine decay to 0" \
+    "over the run (Keras' CosineDecay) from 0.05 (ResNet-20) or 0.02 (MobileNetV2), softmax" \
     "cross-entropy, global batch 64, $EPOCHS epochs, reshuffled each epoch, GlorotUniform weights," \
-    "no augmentation, BatchNormalization per worker (none synchronises it)"
+    "no augmentation, BatchNormalization per worker (none synchronises it); MobileNetV2's" \
+    "BatchNormalization momentum 0.99 (keras.applications' 0.999 leaves the moving statistics" \
+    "half-initial after 600 steps: all three then test at 10%)"
   echo "- tj-trainer: $trainer_origin, with \`--model-config --dataset-format npz" \
-    "--optimizer sgd --momentum 0.9 --lr-schedule constant:0.05\`"
+    "--optimizer sgd --momentum 0.9 --lr-schedule cosine:LR\`"
   echo "- TensorFlow $("$PY" -c 'import tensorflow as t, keras as k; print(t.__version__, "/ Keras", k.__version__)' 2>/dev/null)" \
     "(\`keras_train.py\`: a tf.function step under strategy.run, in both shapes, as Keras 3's" \
     "model.fit fails under MultiWorkerMirroredStrategy (docs/tensorflow.md); two workers:" \
