@@ -15,7 +15,6 @@ keeps the two shapes comparable.
     python keras_train.py MODEL.json DATA.npz --epochs 2 --global-batch 64 --lr 0.05
         [--momentum 0.9] [--cosine] [--threads N] [--seed 1]
 """
-import argparse
 import json
 import os
 import time
@@ -25,18 +24,11 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 import keras  # noqa: E402
 
+from train_args import recipe_parser  # noqa: E402
+
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("model")
-    p.add_argument("data")
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--global-batch", type=int, default=64)
-    p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--momentum", type=float, default=0.9)
-    p.add_argument("--cosine", action="store_true", help="CosineDecay(lr, epochs x steps)")
-    p.add_argument("--threads", type=int, default=0)
-    p.add_argument("--seed", type=int, default=1)
+    p = recipe_parser()
     a = p.parse_args()
     if a.threads:
         tf.config.threading.set_intra_op_parallelism_threads(a.threads)

@@ -10,7 +10,6 @@ one process. Prints one JSON line per epoch and one at the end with the test acc
     python torch_train.py MODEL.json DATA.npz --epochs 2 --global-batch 64 --lr 0.05
         [--momentum 0.9] [--cosine] [--threads N] [--seed 1] [--channels-last]
 """
-import argparse
 import json
 import math
 import os
@@ -23,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from torch_step import KerasModel
+from train_args import recipe_parser
 
 
 def keras_glorot_(module):
@@ -47,16 +47,7 @@ def keras_glorot_(module):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("model")
-    p.add_argument("data")
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--global-batch", type=int, default=64)
-    p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--momentum", type=float, default=0.9)
-    p.add_argument("--cosine", action="store_true", help="cosine decay over epochs x steps")
-    p.add_argument("--threads", type=int, default=0)
-    p.add_argument("--seed", type=int, default=1)
+    p = recipe_parser()
     p.add_argument("--channels-last", action="store_true")
     a = p.parse_args()
     if a.threads:

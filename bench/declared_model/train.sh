@@ -25,17 +25,9 @@ DATA_DIR=${DATA_DIR:-/usr/share/datasets/fashion-mnist}
 OUT=${OUT:-bench/declared_model/TRAINING.md}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# The tj-trainer users run: the CPU image's (`make images`), else the host build.
-VERSION=$(sed -n 's/^project([^ ]* VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
-IMAGE=localhost/tj-trainer-cpu:$VERSION
-if [ -z "${TRAINER:-}" ] && bash bench/image_speed/copy-trainer.sh "$IMAGE" "$tmp/tj-trainer" 2>/dev/null; then
-  TRAINER=$tmp/tj-trainer
-  trainer_origin="the image's binary ($IMAGE, copied out with bench/image_speed/copy-trainer.sh)"
-else
-  TRAINER=${TRAINER:-build/bin/tj-trainer}
-  trainer_origin="\`$TRAINER\`"
-fi
-[ -x "$TRAINER" ] || { echo "no $TRAINER: make build (or make images)" >&2; exit 1; }
+# shellcheck source=bench/image_speed/users-trainer.sh
+. bench/image_speed/users-trainer.sh
+pick_trainer "$tmp"
 PY=$(bash hack/tensorflow.sh venv)
 TORCH_PY=$(bash hack/pytorch.sh venv)
 "$PY" bench/declared_model/fashion32.py "$DATA_DIR" "$tmp/data.npz" "$TRAIN"

@@ -20,18 +20,11 @@ STEPS=${1:-0}
 EPOCHS=${EPOCHS:-3}
 ROUNDS=${ROUNDS:-3}
 OUT=${OUT:-bench/train_tf/RESULTS.md}
-VERSION=$(sed -n 's/^project([^ ]* VERSION \([0-9.]*\).*/\1/p' CMakeLists.txt)
-IMAGE=localhost/tj-trainer-cpu:$VERSION
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-if [ -z "${TRAINER:-}" ] && bash bench/image_speed/copy-trainer.sh "$IMAGE" "$tmp/tj-trainer" 2>/dev/null; then
-  TRAINER=$tmp/tj-trainer
-  trainer_origin="the image's binary ($IMAGE, copied out with bench/image_speed/copy-trainer.sh)"
-else
-  TRAINER=${TRAINER:-build/bin/tj-trainer}
-  trainer_origin="$TRAINER"
-fi
-[ -x "$TRAINER" ] || { echo "build first: make build (or make images)" >&2; exit 1; }
+# shellcheck source=bench/image_speed/users-trainer.sh
+. bench/image_speed/users-trainer.sh
+pick_trainer "$tmp"
 PY=$(bash hack/tensorflow.sh venv)
 KERAS_FIT=examples/tensorflow/keras_fit.py
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
