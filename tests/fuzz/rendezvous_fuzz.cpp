@@ -61,7 +61,9 @@ class Servers {
       o.identity.job_key = kKey;
       o.chief_task = kChiefTask;
       o.io_timeout = milliseconds(200);
-      o.handshake_timeout = milliseconds(200);
+      // Long enough for the harness's own authentication on a loaded machine (every input
+      // half-closes its connection, so no input waits for this limit).
+      o.handshake_timeout = milliseconds(2000);
       o.log = &log_;
       auto started = RendezvousServer::Start(o);
       TJ_FUZZ_CHECK(started.ok());
@@ -99,7 +101,9 @@ void PutU32(std::string& out, uint32_t n) {
 }
 
 // Authenticates as kTaskName with kKey, as RendezvousClient does; the session key, or nullopt
-// if the server did not accept (it must, with the right key) or did not prove it holds it.
+// if the exchange did not complete in time (a machine too loaded to schedule the server's
+// thread: not the server's fault, the input is skipped). A refusal of the right key, or a
+// server that cannot prove it holds it, is a bug and stops the run.
 std::optional<Mac> Authenticate(Socket& s) {
   const auto deadline = DeadlineIn(milliseconds(2000));
   unsigned char hello[4 + 1 + 32];
@@ -121,12 +125,11 @@ std::optional<Mac> Authenticate(Socket& s) {
   reply.append(reinterpret_cast<const char*>(proof->data()), proof->size());
   if (!s.WriteAll(reply.data(), reply.size(), deadline).ok()) return std::nullopt;
   unsigned char verdict[1 + 32];
-  if (!s.ReadExactly(verdict, sizeof verdict, deadline).ok() || verdict[0] != 0) {
-    return std::nullopt;
-  }
+  if (!s.ReadExactly(verdict, sizeof verdict, deadline).ok()) return std::nullopt;
+  TJ_FUZZ_CHECK(verdict[0] == 0);  // the right key, refused
   Mac got{};
   std::copy(verdict + 1, verdict + 33, got.begin());
-  if (!tj::cluster::MacEquals(got, *server_proof)) return std::nullopt;
+  TJ_FUZZ_CHECK(tj::cluster::MacEquals(got, *server_proof));
   return *session_key;
 }
 
@@ -170,13 +173,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Servers& servers = TheServers();
   RendezvousServer& server = servers.Get();
   auto connected =
-      tj::cluster::ConnectTcp("127.0.0.1", server.port(), DeadlineIn(milliseconds(2000)));
+      tj::cluster::ConnectTcp("127.0.0.1", server.port(), DeadlineIn(milliseconds(10000)));
   TJ_FUZZ_CHECK(connected.ok());
   Socket socket = std::move(connected).value();
   std::string bytes(reinterpret_cast<const char*>(data + 1), size - 1);
   if (authenticated) {
     const std::optional<Mac> key = Authenticate(socket);
-    TJ_FUZZ_CHECK(key.has_value());
+    if (!key.has_value()) return 0;
     std::string frames;
     uint64_t sequence = 0;
     std::string_view rest(bytes);
