@@ -28,8 +28,7 @@ from train_args import recipe_parser  # noqa: E402
 
 
 def main():
-    p = recipe_parser()
-    a = p.parse_args()
+    a = recipe_parser().parse_args()
     if a.threads:
         tf.config.threading.set_intra_op_parallelism_threads(a.threads)
         tf.config.threading.set_inter_op_parallelism_threads(a.threads)
@@ -95,9 +94,9 @@ def main():
         out = model(x_test[i:i + 256], training=False)
         accuracy.update_state(y_test[i:i + 256], out)
         loss_sum += float(tf.reduce_sum(loss_fn(y_test[i:i + 256], out)))
-    loss, accuracy = loss_sum / len(x_test), float(accuracy.result())
-    print(json.dumps({"event": "train_end", "epochs": a.epochs, "test_loss": float(loss),
-                      "test_accuracy": float(accuracy), "train_seconds": train_seconds,
+    print(json.dumps({"event": "train_end", "epochs": a.epochs,
+                      "test_loss": loss_sum / len(x_test),
+                      "test_accuracy": float(accuracy.result()), "train_seconds": train_seconds,
                       "tensorflow": tf.__version__, "keras": keras.__version__}), flush=True)
 
 

@@ -25,8 +25,8 @@ DATA_DIR=${DATA_DIR:-/usr/share/datasets/fashion-mnist}
 OUT=${OUT:-bench/declared_model/TRAINING.md}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# shellcheck source=bench/image_speed/users-trainer.sh
-. bench/image_speed/users-trainer.sh
+# shellcheck source=bench/lib/trainer-runs.sh
+. bench/lib/trainer-runs.sh
 pick_trainer "$tmp"
 PY=$(bash hack/tensorflow.sh venv)
 TORCH_PY=$(bash hack/pytorch.sh venv)
@@ -42,9 +42,17 @@ json.dump(spec, open(sys.argv[2], "w"))
 PY
 done
 lr() { [ "$1" = mobilenet_v2 ] && echo 0.02 || echo 0.05; }
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-tfc() { echo "{\"cluster\":{\"worker\":[\"localhost:$1\",\"localhost:$2\"]},\"task\":{\"type\":\"worker\",\"index\":$3}}"; }
 
+# two_workers NAME FN ARGS...: `FN ARGS... 1` in the background and `FN ARGS... 0`, the two
+# workers of one run; worker 0's stdout goes to $tmp/NAME, their stderr to $tmp/NAME.err[1].
+# Fails if either worker does.
+two_workers() {
+  local name=$1
+  shift
+  "$@" 1 >/dev/null 2>"$tmp/$name.err1" &
+  "$@" 0 >"$tmp/$name" 2>"$tmp/$name.err" || { wait; return 1; }
+  wait $!
+}
 tj() { # MODEL WORKERS
   local args
   args=(--model-config "$tmp/$1.json" --dataset-format npz --train-data "$tmp/data.npz"
@@ -53,14 +61,12 @@ tj() { # MODEL WORKERS
   if [ "$2" = 1 ]; then
     "$TRAINER" "${args[@]}" --batch-size 64 --threads 2 >"$tmp/tj-$1-1" 2>"$tmp/tj-$1-1.err"
   else
-    local p0 p1
-    p0=$(port) p1=$(port)
-    TJ_RENDEZVOUS_KEY=bench TF_CONFIG=$(tfc "$p0" "$p1" 1) "$TRAINER" "${args[@]}" \
-      --batch-size 32 --threads 1 >/dev/null 2>"$tmp/tj-$1-2.err1" &
-    TJ_RENDEZVOUS_KEY=bench TF_CONFIG=$(tfc "$p0" "$p1" 0) "$TRAINER" "${args[@]}" \
-      --batch-size 32 --threads 1 >"$tmp/tj-$1-2" 2>"$tmp/tj-$1-2.err" || { wait; return 1; }
-    wait $!
+    two_workers "tj-$1-2" tj_worker "$(port)" "$(port)"
   fi
+}
+tj_worker() { # PORT0 PORT1 INDEX, with tj's args
+  TJ_RENDEZVOUS_KEY=bench TF_CONFIG=$(tfc "$1" "$2" "$3") "$TRAINER" "${args[@]}" \
+    --batch-size 32 --threads 1
 }
 tf() { # MODEL WORKERS
   local args=(bench/declared_model/keras_train.py "$tmp/$1.json" "$tmp/data.npz"
@@ -68,13 +74,11 @@ tf() { # MODEL WORKERS
   if [ "$2" = 1 ]; then
     "$PY" "${args[@]}" --threads 2 >"$tmp/tf-$1-1" 2>"$tmp/tf-$1-1.err"
   else
-    local p0 p1
-    p0=$(port) p1=$(port)
-    TF_CONFIG=$(tfc "$p0" "$p1" 1) "$PY" "${args[@]}" --threads 1 >/dev/null 2>"$tmp/tf-$1-2.err1" &
-    TF_CONFIG=$(tfc "$p0" "$p1" 0) "$PY" "${args[@]}" --threads 1 >"$tmp/tf-$1-2" \
-      2>"$tmp/tf-$1-2.err" || { wait; return 1; }
-    wait $!
+    two_workers "tf-$1-2" tf_worker "$(port)" "$(port)"
   fi
+}
+tf_worker() { # PORT0 PORT1 INDEX, with tf's args
+  TF_CONFIG=$(tfc "$1" "$2" "$3") "$PY" "${args[@]}" --threads 1
 }
 torch() { # MODEL WORKERS: channels_last (the faster layout in run.sh's steps)
   local args=(bench/declared_model/torch_train.py "$tmp/$1.json" "$tmp/data.npz"
@@ -83,14 +87,11 @@ torch() { # MODEL WORKERS: channels_last (the faster layout in run.sh's steps)
   if [ "$2" = 1 ]; then
     "$TORCH_PY" "${args[@]}" --threads 2 >"$tmp/torch-$1-1" 2>"$tmp/torch-$1-1.err"
   else
-    local p
-    p=$(port)
-    MASTER_ADDR=127.0.0.1 MASTER_PORT=$p WORLD_SIZE=2 RANK=1 "$TORCH_PY" "${args[@]}" \
-      --threads 1 >/dev/null 2>"$tmp/torch-$1-2.err1" &
-    MASTER_ADDR=127.0.0.1 MASTER_PORT=$p WORLD_SIZE=2 RANK=0 "$TORCH_PY" "${args[@]}" \
-      --threads 1 >"$tmp/torch-$1-2" 2>"$tmp/torch-$1-2.err" || { wait; return 1; }
-    wait $!
+    two_workers "torch-$1-2" torch_worker "$(port)"
   fi
+}
+torch_worker() { # PORT RANK, with torch's args
+  MASTER_ADDR=127.0.0.1 MASTER_PORT=$1 WORLD_SIZE=2 RANK=$2 "$TORCH_PY" "${args[@]}" --threads 1
 }
 run() { # TRAINER MODEL WORKERS: a failed run (either worker) stops the benchmark with its stderr
   if ! { "$@" && grep -q '"train_end"' "$tmp/$1-$2-$3"; }; then

@@ -22,13 +22,11 @@ ROUNDS=${ROUNDS:-3}
 OUT=${OUT:-bench/train_tf/RESULTS.md}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-# shellcheck source=bench/image_speed/users-trainer.sh
-. bench/image_speed/users-trainer.sh
+# shellcheck source=bench/lib/trainer-runs.sh
+. bench/lib/trainer-runs.sh
 pick_trainer "$tmp"
 PY=$(bash hack/tensorflow.sh venv)
 KERAS_FIT=examples/tensorflow/keras_fit.py
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-tfc() { echo "{\"cluster\":{\"worker\":[\"localhost:$1\",\"localhost:$2\"]},\"task\":{\"type\":\"worker\",\"index\":$3}}"; }
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 
 tj_one() { # ROUND
